@@ -1,0 +1,121 @@
+# vil: Vision Longhorn in C and CUDA.
+#   make            build ./vil (and compile the CUDA sources when nvcc is found)
+#   make test       build and run every CPU test; closes with "N passed, N failed"
+#   make test-gpu   CUDA-against-CPU tests (needs a GPU)
+#   make fuzz       libFuzzer harness for the image decoder (clang)
+# Knobs: CUDA=0 forces a CPU-only build; CUDA_HOME; DEPS_PREFIX=/path/usr adds an unpacked
+# Debian package tree (headers and libraries) for machines without libstb-dev or libcjson-dev.
+
+CC      ?= cc
+NVCC    ?=
+OPT     ?= -O3 -march=native
+CFLAGS  += $(OPT) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -g -I.
+LDLIBS  += -fopenmp -lm -lpthread
+BUILD   := build
+
+PKG_CONFIG ?= pkg-config
+have_pkg = $(shell $(PKG_CONFIG) --exists $(1) 2>/dev/null && echo yes)
+
+ifneq ($(DEPS_PREFIX),)
+  CFLAGS  += -I$(DEPS_PREFIX)/include -I$(DEPS_PREFIX)/include/stb -I$(DEPS_PREFIX)/include/cjson
+  LDFLAGS += -L$(DEPS_PREFIX)/lib/x86_64-linux-gnu -Wl,-rpath,$(DEPS_PREFIX)/lib/x86_64-linux-gnu
+endif
+
+# ---- required: libjpeg-turbo, stb_image, cJSON ----
+ifeq ($(call have_pkg,libjpeg),yes)
+  CFLAGS += $(shell $(PKG_CONFIG) --cflags libjpeg)
+  LDLIBS += $(shell $(PKG_CONFIG) --libs libjpeg)
+else
+  LDLIBS += -ljpeg
+endif
+ifeq ($(call have_pkg,stb),yes)
+  CFLAGS += $(shell $(PKG_CONFIG) --cflags stb)
+  LDLIBS += $(shell $(PKG_CONFIG) --libs stb)
+else
+  CFLAGS += -I/usr/include/stb
+  LDLIBS += -lstb
+endif
+ifeq ($(call have_pkg,libcjson),yes)
+  CFLAGS += $(shell $(PKG_CONFIG) --cflags libcjson)
+  LDLIBS += $(shell $(PKG_CONFIG) --libs libcjson)
+else
+  CFLAGS += -I/usr/include/cjson
+  LDLIBS += -lcjson
+endif
+
+# ---- optional: a CBLAS (OpenBLAS) for the CPU matrix products ----
+BLAS ?= $(if $(call have_pkg,openblas),openblas,$(if $(call have_pkg,blas),blas,))
+ifneq ($(BLAS),)
+  CFLAGS += -DVIL_BLAS $(shell $(PKG_CONFIG) --cflags $(BLAS))
+  LDLIBS += $(shell $(PKG_CONFIG) --libs $(BLAS))
+endif
+
+# ---- optional: CUDA (cuBLASLt, cuDNN, NCCL) ----
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/lib/cuda))
+ifeq ($(NVCC),)
+  NVCC := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+endif
+CUDA ?= $(if $(NVCC),1,0)
+CU_SRC := $(wildcard cuda/*.cu)
+ifeq ($(CUDA),1)
+  CUDA_INC := $(CUDA_HOME)/include
+  CUDA_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+  # cuDNN and NCCL: CUDA's own tree (Debian layout here) or the distribution's (Ubuntu)
+  CUDNN_INC := $(firstword $(dir $(wildcard $(CUDA_INC)/cudnn.h /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h)))
+  NCCL_INC  := $(firstword $(dir $(wildcard $(CUDA_INC)/nccl.h /usr/include/nccl.h)))
+  ifeq ($(CUDNN_INC),)
+    $(error CUDA found at $(CUDA_HOME) but no cudnn.h: install cuDNN 9 or build with CUDA=0)
+  endif
+  ifeq ($(NCCL_INC),)
+    $(error CUDA found at $(CUDA_HOME) but no nccl.h: install NCCL or build with CUDA=0)
+  endif
+  CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
+  NVCCFLAGS += -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -I. -I$(CUDNN_INC) -I$(NCCL_INC) \
+               --expt-relaxed-constexpr -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
+  CFLAGS += $(if $(wildcard cuda/backend_cuda.cu),-DVIL_CUDA) -I$(CUDA_INC) -I$(CUDNN_INC) -I$(NCCL_INC)
+  LDFLAGS += -L$(CUDA_LIB) -L/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(CUDA_LIB)
+  LDLIBS += -lcudnn -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+  CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
+endif
+
+LIB_SRC := $(wildcard vil/*.c data/*.c train/*.c eval/*.c)
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(CU_OBJ)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
+GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
+HDR := $(wildcard vil/*.h data/*.h train/*.h eval/*.h cuda/*.h cuda/*.cuh)
+
+.PHONY: all test test-gpu clean fuzz demo
+all: vil $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
+
+$(BUILD)/%.o: %.c $(HDR) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/cuda/%.o: cuda/%.cu $(HDR) Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/libvil.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+vil: $(BUILD)/cli/vil.o $(BUILD)/libvil.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libvil.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
+
+test: vil $(TEST_BIN)
+	@sh tests/run_all.sh $(TEST_BIN)
+
+test-gpu: vil $(GPU_TEST_BIN)
+	@sh tests/run_all.sh $(GPU_TEST_BIN)
+
+fuzz:
+	$(MAKE) -f tests/fuzz.mk
+
+clean:
+	rm -rf $(BUILD) vil

@@ -1,0 +1,39 @@
+/* testing.h: the tiny harness every test file uses. Each check prints one line; the binary
+ * ends with "N passed, N failed" and exits non-zero when anything failed. */
+#ifndef VIL_TESTING_H
+#define VIL_TESTING_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int t_passed = 0, t_failed = 0;
+
+#define T_CHECK(cond, ...)                                                                 \
+    do {                                                                                   \
+        if (cond) {                                                                        \
+            t_passed++;                                                                    \
+        } else {                                                                           \
+            t_failed++;                                                                    \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                    \
+            printf(__VA_ARGS__);                                                           \
+            printf("\n");                                                                  \
+        }                                                                                  \
+    } while (0)
+
+/* A check that always prints its measured value against the tolerance. NaN fails. */
+#define T_CLOSE(name, err, tol)                                                            \
+    do {                                                                                   \
+        double e_ = (err), t_ = (tol);                                                     \
+        int ok_ = (e_ <= t_) && !isnan(e_);                                                \
+        if (ok_) t_passed++;                                                               \
+        else t_failed++;                                                                   \
+        printf("%s %-48s err %.3e  tol %.1e\n", ok_ ? "ok  " : "FAIL", name, e_, t_);      \
+    } while (0)
+
+static inline int t_finish(void) {
+    printf("%d passed, %d failed\n", t_passed, t_failed);
+    return t_failed ? 1 : 0;
+}
+
+#endif

@@ -1,0 +1,128 @@
+/* args.c: the flag parser behind every `vil` subcommand (see args.h). */
+#include "args.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
+    FILE *f = to_stderr ? stderr : stdout;
+    fprintf(f, "usage: vil %s %s\n", spec->cmd, spec->synopsis);
+    if (!to_stderr && spec->summary) fprintf(f, "\n%s\n", spec->summary);
+    if (spec->nargs) fprintf(f, "\noptions:\n");
+    for (int i = 0; i < spec->nargs; i++) {
+        const VilArg *a = &spec->args[i];
+        const char *meta = a->type == VIL_ARG_INT     ? " N"
+                           : a->type == VIL_ARG_FLOAT ? " X"
+                           : a->type == VIL_ARG_STR   ? " S"
+                                                      : "";
+        char def[64] = "";
+        if (a->type == VIL_ARG_INT) snprintf(def, sizeof def, " (default %d)", *(int *)a->dst);
+        if (a->type == VIL_ARG_FLOAT) snprintf(def, sizeof def, " (default %g)", *(float *)a->dst);
+        if (a->type == VIL_ARG_STR && *(const char **)a->dst)
+            snprintf(def, sizeof def, " (default %s)", *(const char **)a->dst);
+        fprintf(f, "  %s%-*s %s%s\n", a->name, (int)(22 - strlen(a->name)), meta, a->help, def);
+    }
+    fprintf(f, "  %-22s %s\n", "--help", "print this help");
+}
+
+static const VilArg *find_arg(const VilArgSpec *spec, const char *name) {
+    for (int i = 0; i < spec->nargs; i++)
+        if (strcmp(spec->args[i].name, name) == 0) return &spec->args[i];
+    return NULL;
+}
+
+static void suggest(const VilArgSpec *spec, const char *name) {
+    int best = 1 << 30;
+    const char *bname = NULL;
+    for (int i = 0; i < spec->nargs; i++) {
+        int d = vil_edit_distance(name, spec->args[i].name);
+        if (d < best) best = d, bname = spec->args[i].name;
+    }
+    if (bname && best <= 3) fprintf(stderr, "vil %s: did you mean %s?\n", spec->cmd, bname);
+}
+
+int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos) {
+    char **p = vil_calloc((size_t)argc + 1, sizeof(char *));
+    int n = 0, flags_done = 0;
+    for (int i = 1; i < argc; i++) {
+        char *s = argv[i];
+        if (!flags_done && strcmp(s, "--") == 0) {
+            flags_done = 1;
+            continue;
+        }
+        if (flags_done || s[0] != '-' || s[1] == 0) {
+            p[n++] = s;
+            continue;
+        }
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+            vil_args_usage(spec, 0);
+            free(p);
+            return VIL_ARGS_HELP;
+        }
+        /* accept --name=value as well as --name value */
+        char name[128];
+        const char *val = NULL;
+        const char *eq = strchr(s, '=');
+        size_t nl = eq ? (size_t)(eq - s) : strlen(s);
+        if (nl >= sizeof name) nl = sizeof name - 1;
+        memcpy(name, s, nl);
+        name[nl] = 0;
+        if (eq) val = eq + 1;
+        const VilArg *a = find_arg(spec, name);
+        if (!a) {
+            fprintf(stderr, "vil %s: unknown option '%s'\n", spec->cmd, name);
+            suggest(spec, name);
+            goto usage;
+        }
+        if (a->type == VIL_ARG_FLAG) {
+            if (val) {
+                fprintf(stderr, "vil %s: option %s takes no value\n", spec->cmd, name);
+                goto usage;
+            }
+            *(int *)a->dst = 1;
+            continue;
+        }
+        if (!val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "vil %s: option %s needs a value\n", spec->cmd, name);
+                goto usage;
+            }
+            val = argv[++i];
+        }
+        if (a->type == VIL_ARG_INT) {
+            long v;
+            if (vil_parse_int(val, &v) != 0 || v < -2147483647L || v > 2147483647L) {
+                fprintf(stderr, "vil %s: %s wants an integer, got '%s'\n", spec->cmd, name, val);
+                goto usage;
+            }
+            *(int *)a->dst = (int)v;
+        } else if (a->type == VIL_ARG_FLOAT) {
+            double v;
+            if (vil_parse_float(val, &v) != 0) {
+                fprintf(stderr, "vil %s: %s wants a number, got '%s'\n", spec->cmd, name, val);
+                goto usage;
+            }
+            *(float *)a->dst = (float)v;
+        } else {
+            *(const char **)a->dst = val;
+        }
+    }
+    if (n < spec->min_positional || (spec->max_positional >= 0 && n > spec->max_positional)) {
+        if (n < spec->min_positional)
+            fprintf(stderr, "vil %s: missing argument\n", spec->cmd);
+        else
+            fprintf(stderr, "vil %s: too many arguments ('%s')\n", spec->cmd,
+                    p[spec->max_positional]);
+        goto usage;
+    }
+    *pos = p;
+    *npos = n;
+    return VIL_ARGS_OK;
+usage:
+    vil_args_usage(spec, 1);
+    free(p);
+    return VIL_ARGS_USAGE;
+}

@@ -1,0 +1,34 @@
+/* args.h: table-driven flag parsing for the `vil` subcommands. Every subcommand describes its
+ * flags as a VilArg table; --help prints them; an unknown flag or a bad value prints the usage
+ * to stderr with a "did you mean" hint. */
+#ifndef VIL_ARGS_H
+#define VIL_ARGS_H
+
+typedef enum { VIL_ARG_INT, VIL_ARG_FLOAT, VIL_ARG_STR, VIL_ARG_FLAG } VilArgType;
+
+typedef struct {
+    const char *name;  /* "--batch" */
+    VilArgType type;
+    void *dst;         /* int*, float*, const char**, int* (flag set to 1) */
+    const char *help;  /* one line */
+} VilArg;
+
+typedef struct {
+    const char *cmd;      /* "classify" */
+    const char *synopsis; /* "--model CKPT [options] IMAGE..." */
+    const char *summary;  /* one paragraph, printed by --help */
+    const VilArg *args;
+    int nargs;
+    int min_positional, max_positional; /* max -1: unlimited */
+} VilArgSpec;
+
+enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
+
+/* Parse argv[1..argc) (argv[0] is the command name). Positional arguments are gathered into
+ * *pos (a malloc'd array the caller frees) in order. Returns VIL_ARGS_OK; VIL_ARGS_HELP after
+ * printing help to stdout (the caller exits 0); VIL_ARGS_USAGE after printing the error and
+ * usage to stderr (the caller exits 2). `--` ends the flags. */
+int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
+void vil_args_usage(const VilArgSpec *spec, int to_stderr);
+
+#endif

@@ -1,0 +1,259 @@
+/* common.c: error reporting, checked allocation, atomic file writes, RNG, clock and strict
+ * number parsing shared by every part of vil. */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *vil_errno_str(void) { return strerror(errno); }
+
+static void vmsg(const char *kind, const char *fmt, va_list ap) {
+    fprintf(stderr, "vil: %s: ", kind);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+void vil_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("error", fmt, ap);
+    va_end(ap);
+}
+
+void vil_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("warning", fmt, ap);
+    va_end(ap);
+}
+
+void vil_fatal(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "vil: fatal: %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void *vil_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) VIL_FATAL("out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *vil_calloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) VIL_FATAL("out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *vil_realloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) VIL_FATAL("out of memory reallocating to %zu bytes", bytes);
+    return q;
+}
+
+char *vil_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = vil_malloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+void *vil_malloc_aligned(size_t bytes) {
+    void *p = NULL;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0)
+        VIL_FATAL("out of memory allocating %zu aligned bytes", bytes);
+    return p;
+}
+
+unsigned char *vil_read_file(const char *path, size_t *size_out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        vil_error("cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        vil_error("'%s' is not a regular file", path);
+        fclose(f);
+        return NULL;
+    }
+    size_t n = (size_t)st.st_size;
+    unsigned char *buf = vil_malloc(n + 1);
+    size_t got = n ? fread(buf, 1, n, f) : 0;
+    int err = ferror(f);
+    fclose(f);
+    if (got != n || err) {
+        vil_error("cannot read '%s': read %zu of %zu bytes", path, got, n);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *size_out = n;
+    return buf;
+}
+
+int vil_write_file_atomic(const char *path, const void *data, size_t size) {
+    size_t plen = strlen(path);
+    char *tmp = vil_malloc(plen + 32);
+    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        vil_error("cannot create '%s': %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    const unsigned char *p = data;
+    size_t left = size;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            vil_error("cannot write '%s': %s (disk full?)", tmp, strerror(errno));
+            close(fd);
+            unlink(tmp);
+            free(tmp);
+            return -1;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        vil_error("cannot flush '%s': %s", tmp, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        vil_error("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    /* fsync the directory so the rename itself survives a crash */
+    char *dcopy = vil_strdup(path);
+    int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    free(dcopy);
+    free(tmp);
+    return 0;
+}
+
+/* ---- RNG ---- */
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+void vil_rng_seed(VilRng *r, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t vil_rng_u64(VilRng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+float vil_rng_uniform(VilRng *r) { return (float)(vil_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
+
+float vil_rng_normal(VilRng *r) {
+    double u1 = ((double)(vil_rng_u64(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(vil_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+uint32_t vil_rng_below(VilRng *r, uint32_t n) {
+    if (n <= 1) return 0;
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t x;
+    do x = vil_rng_u64(r);
+    while (x >= limit);
+    return (uint32_t)(x % n);
+}
+
+uint64_t vil_hash_seed(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+    uint64_t x = a;
+    uint64_t h = splitmix64(&x);
+    x = h ^ b;
+    h = splitmix64(&x);
+    x = h ^ c;
+    h = splitmix64(&x);
+    x = h ^ d;
+    return splitmix64(&x);
+}
+
+double vil_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int vil_parse_int(const char *s, long *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int vil_parse_float(const char *s, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int vil_edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    int *prev = vil_malloc((lb + 1) * sizeof(int)), *cur = vil_malloc((lb + 1) * sizeof(int));
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int c = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            int d = prev[j] + 1, e = cur[j - 1] + 1;
+            cur[j] = c < d ? (c < e ? c : e) : (d < e ? d : e);
+        }
+        int *t = prev;
+        prev = cur;
+        cur = t;
+    }
+    int r = prev[lb];
+    free(prev);
+    free(cur);
+    return r;
+}

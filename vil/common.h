@@ -1,0 +1,74 @@
+/* common.h: what every vil source uses: checked allocation and libc calls, error
+ * reporting, a small deterministic RNG and a wall clock. Errors follow one rule: a library
+ * function reports and returns an error code; only the CLI layer decides to exit. */
+#ifndef VIL_COMMON_H
+#define VIL_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- error reporting ---- */
+/* Print "vil: error: ..." to stderr. Never exits. */
+void vil_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void vil_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print the message and exit(1): for failures the program cannot continue from
+ * (out of memory, a broken invariant). */
+void vil_fatal(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+#define VIL_FATAL(...) vil_fatal(__FILE__, __LINE__, __VA_ARGS__)
+
+/* Check a libc-style call that returns 0 on success (or non-NULL) and abort with the
+ * expression, errno text and a hint otherwise. For calls whose failure is a bug or an
+ * unrecoverable environment problem; recoverable I/O returns an error instead. */
+#define CHECK_LIBC(expr, hint)                                                          \
+    do {                                                                                \
+        if ((expr) != 0) vil_fatal(__FILE__, __LINE__, "%s failed: %s (%s)", #expr,     \
+                                   vil_errno_str(), hint);                              \
+    } while (0)
+const char *vil_errno_str(void);
+
+/* ---- allocation: abort with the size on failure ---- */
+void *vil_malloc(size_t bytes);
+void *vil_calloc(size_t n, size_t size);
+void *vil_realloc(void *p, size_t bytes);
+char *vil_strdup(const char *s);
+/* 64-byte aligned, for SIMD; free with free(). */
+void *vil_malloc_aligned(size_t bytes);
+
+/* ---- files ---- */
+/* Read a whole file. Returns NULL and reports (with the path) on failure. */
+unsigned char *vil_read_file(const char *path, size_t *size_out);
+/* Write atomically: PATH.tmp.PID, fsync, rename, fsync the directory. 0 on success. */
+int vil_write_file_atomic(const char *path, const void *data, size_t size);
+
+/* ---- deterministic RNG (splitmix64 seeding, xoshiro256**) ---- */
+typedef struct {
+    uint64_t s[4];
+} VilRng;
+void vil_rng_seed(VilRng *r, uint64_t seed);
+uint64_t vil_rng_u64(VilRng *r);
+float vil_rng_uniform(VilRng *r);              /* [0, 1) */
+float vil_rng_normal(VilRng *r);               /* N(0, 1), Box-Muller */
+uint32_t vil_rng_below(VilRng *r, uint32_t n); /* [0, n), unbiased */
+/* Mix several integers into one seed: pure function, for (seed, epoch, rank, index) keys. */
+uint64_t vil_hash_seed(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+
+/* ---- time ---- */
+double vil_now(void); /* seconds, monotonic */
+
+/* ---- strings ---- */
+/* Strict number parsing: the whole string must be a number in range. 0 on success. */
+int vil_parse_int(const char *s, long *out);
+int vil_parse_float(const char *s, double *out);
+/* Edit distance, for "did you mean" suggestions. */
+int vil_edit_distance(const char *a, const char *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

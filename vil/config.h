@@ -1,0 +1,53 @@
+/* config.h: the model configuration (ViL or ViM, sizes) and its cfg-file format.
+ * A cfg file is "key = value" lines with # comments; unknown keys are errors with the nearest
+ * valid key suggested; every key can be overridden from the command line (--set key=value). */
+#ifndef VIL_CONFIG_H
+#define VIL_CONFIG_H
+
+#include <stdio.h>
+
+typedef enum { VIL_ARCH_VIL = 0, VIL_ARCH_VIM = 1 } VilArch;
+
+typedef struct {
+    /* from the file */
+    char name[64];     /* free-form model name, e.g. vil_tiny */
+    char arch[8];      /* "vil" (Longhorn scan) or "vim" (Mamba scan) */
+    int img_size;      /* 224 */
+    int patch_size;    /* P = 16 */
+    int stride;        /* S = P, or 8 for ViM's stride-8 variant */
+    int in_chans;      /* 3, or 1 for grayscale */
+    int embed_dim;     /* D */
+    int depth;         /* 24 */
+    int d_state;       /* N = 16 */
+    int dt_rank;       /* R; 0 means ceil(D / 16) */
+    int expand;        /* E = expand * D, 2 */
+    int d_conv;        /* depthwise conv width, 4 */
+    int num_classes;
+    float drop_path;   /* stochastic depth rate (training only) */
+    char dt_init[8];   /* ViL dt_proj bias init: "zero" (official Longhorn) or "vim" */
+    /* derived by vil_config_finalize */
+    VilArch arch_id;
+    int d_inner;       /* E */
+    int grid;          /* G = (img - P) / S + 1 */
+    int n_patches;     /* M = G * G */
+    int seq_len;       /* L = M + 1 */
+    int cls_pos;       /* t = M / 2 */
+} VilConfig;
+
+/* Defaults: ViL-Tiny at 224, 1000 classes. */
+void vil_config_default(VilConfig *c);
+/* Read a cfg file over *c. Returns 0, or -1 with the error reported (file:line: what). */
+int vil_config_load(VilConfig *c, const char *path);
+/* Set one key from a string ("embed_dim", "192"). Returns 0, or -1 with the error reported. */
+int vil_config_set(VilConfig *c, const char *key, const char *value);
+/* Apply "key=value". */
+int vil_config_set_kv(VilConfig *c, const char *kv);
+/* Validate and compute the derived sizes. Returns 0, or -1 with the error reported. */
+int vil_config_finalize(VilConfig *c);
+/* Write "key = value" lines (a loadable cfg). */
+void vil_config_print(const VilConfig *c, FILE *f);
+/* Serialize as a JSON object string (malloc'd) and parse it back (for checkpoint metadata). */
+char *vil_config_to_json(const VilConfig *c);
+int vil_config_from_json(VilConfig *c, const char *json);
+
+#endif

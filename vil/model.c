@@ -1,0 +1,468 @@
+/* model.c: the ViL / ViM network written once against the VilBackend op table: the parameter
+ * table in the official checkpoint order, initialization, the activation layout, and the
+ * forward, backward and AdamW sequences. Nothing here knows which backend runs it. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* ---------------- parameter table ---------------- */
+
+typedef struct {
+    VilParamInfo *info;
+    int n, cap;
+    size_t total;
+} Table;
+
+static size_t add(Table *t, int decay, int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+#include <stdarg.h>
+static size_t add(Table *t, int decay, int ndim, const int64_t *shape, const char *fmt, ...) {
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->info = vil_realloc(t->info, (size_t)t->cap * sizeof(VilParamInfo));
+    }
+    VilParamInfo *p = &t->info[t->n++];
+    memset(p, 0, sizeof *p);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->name, sizeof p->name, fmt, ap);
+    va_end(ap);
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        p->shape[i] = shape[i];
+        p->numel *= (size_t)shape[i];
+    }
+    p->offset = t->total;
+    p->decay = decay;
+    t->total += p->numel;
+    return p->offset;
+}
+
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+#define NDIM(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
+#define ADD(decay, shape_args, ...) add(&t, decay, NDIM shape_args, SHAPE shape_args, __VA_ARGS__)
+
+/* Builds the table; off may be NULL (counting only). */
+static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
+    Table t = {0};
+    int64_t D = c->embed_dim, E = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv;
+    int vim = c->arch_id == VIL_ARCH_VIM;
+    VilParamOffsets o = {0};
+    /* no weight decay: 1-D tensors, pos_embed, cls_token */
+    o.cls = ADD(0, (1, 1, D), "cls_token");
+    o.pos = ADD(0, (1, c->seq_len, D), "pos_embed");
+    o.patch_w = ADD(1, (D, c->in_chans, c->patch_size, c->patch_size), "patch_embed.proj.weight");
+    o.patch_b = ADD(0, (D), "patch_embed.proj.bias");
+    o.head_w = ADD(1, (c->num_classes, D), "head.weight");
+    o.head_b = ADD(0, (c->num_classes), "head.bias");
+    if (off) o.layer = vil_calloc((size_t)c->depth, sizeof(VilLayerOffsets));
+    for (int i = 0; i < c->depth; i++) {
+        VilLayerOffsets l = {0};
+        const char *sfx[2] = {"", "_b"};
+        for (int j = 0; j < 2; j++) {
+            if (vim) l.A_log[j] = ADD(1, (E, N), "layers.%d.mixer.A%s_log", i, sfx[j]);
+            l.D[j] = ADD(0, (E), "layers.%d.mixer.D%s", i, sfx[j]);
+        }
+        l.in_proj = ADD(1, (2 * E, D), "layers.%d.mixer.in_proj.weight", i);
+        for (int j = 0; j < 2; j++) {
+            l.conv_w[j] = ADD(1, (E, 1, K), "layers.%d.mixer.conv1d%s.weight", i, sfx[j]);
+            l.conv_b[j] = ADD(0, (E), "layers.%d.mixer.conv1d%s.bias", i, sfx[j]);
+            l.x_proj[j] = ADD(1, (R + 2 * N, E), "layers.%d.mixer.x_proj%s.weight", i, sfx[j]);
+            l.dt_w[j] = ADD(1, (E, R), "layers.%d.mixer.dt_proj%s.weight", i, sfx[j]);
+            l.dt_b[j] = ADD(0, (E), "layers.%d.mixer.dt_proj%s.bias", i, sfx[j]);
+        }
+        l.out_proj = ADD(1, (D, E), "layers.%d.mixer.out_proj.weight", i);
+        l.norm = ADD(0, (D), "layers.%d.norm.weight", i);
+        if (off) o.layer[i] = l;
+    }
+    o.norm_f = ADD(0, (D), "norm_f.weight");
+    *tab = t;
+    if (off) *off = o;
+}
+
+size_t vil_model_count_params(const VilConfig *cfg) {
+    Table t;
+    build_table(cfg, &t, NULL);
+    free(t.info);
+    return t.total;
+}
+
+int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->be = be;
+    Table t;
+    build_table(cfg, &t, &m->off);
+    m->info = t.info;
+    m->n_tensors = t.n;
+    m->n_params = t.total;
+    m->params = be->alloc(m->n_params * sizeof(float));
+    m->grads = be->alloc(m->n_params * sizeof(float));
+    be->zero(m->grads, m->n_params * sizeof(float));
+    m->work = be->work_bytes ? be->alloc(m->n_params * be->work_bytes) : m->params;
+    return 0;
+}
+
+static void free_acts(VilModel *m) {
+    if (m->acts.base) m->be->free(m->acts.base);
+    free(m->acts.layer);
+    memset(&m->acts, 0, sizeof m->acts);
+}
+
+void vil_model_free(VilModel *m) {
+    if (!m->be) return;
+    free_acts(m);
+    if (m->work && m->work != m->params) m->be->free(m->work);
+    m->be->free(m->params);
+    m->be->free(m->grads);
+    if (m->m) m->be->free(m->m);
+    if (m->v) m->be->free(m->v);
+    free(m->info);
+    free(m->off.layer);
+    memset(m, 0, sizeof *m);
+}
+
+const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->info[i].name, name) == 0) return &m->info[i];
+    return NULL;
+}
+
+void vil_model_get_params(const VilModel *m, float *host) {
+    m->be->to_host(host, m->params, m->n_params * sizeof(float));
+}
+
+void vil_model_set_params(VilModel *m, const float *host) {
+    m->be->to_device(m->params, host, m->n_params * sizeof(float));
+    if (m->be->params_to_work) m->be->params_to_work(m->work, m->params, m->n_params);
+}
+
+/* ---------------- initialization (models.md) ---------------- */
+
+/* standard normal truncated to [lo, hi] by rejection */
+static float trunc_normal(VilRng *r, float lo, float hi) {
+    for (;;) {
+        float x = vil_rng_normal(r);
+        if (x >= lo && x <= hi) return x;
+    }
+}
+
+static void fill_uniform(float *p, size_t n, float bound, VilRng *r) {
+    for (size_t i = 0; i < n; i++) p[i] = (2.0f * vil_rng_uniform(r) - 1.0f) * bound;
+}
+
+void vil_model_init_weights(VilModel *m, uint64_t seed) {
+    const VilConfig *c = &m->cfg;
+    float *h = vil_calloc(m->n_params, sizeof(float));
+    VilRng r;
+    vil_rng_seed(&r, seed);
+    const VilParamOffsets *o = &m->off;
+    int D = c->embed_dim, E = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv;
+    /* cls_token, pos_embed: trunc normal std .02 (timm's bounds are +-2 absolute: no effect) */
+    for (int i = 0; i < D; i++) h[o->cls + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
+    for (size_t i = 0; i < (size_t)c->seq_len * D; i++)
+        h[o->pos + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
+    /* patch_embed: lecun normal as timm: N(0,1) truncated to +-2, scaled so std = 1/sqrt(fan_in) */
+    int fan = c->in_chans * c->patch_size * c->patch_size;
+    float std = sqrtf(1.0f / fan) / 0.87962566103423978f;
+    for (size_t i = 0; i < (size_t)D * fan; i++) h[o->patch_w + i] = std * trunc_normal(&r, -2, 2);
+    /* head: trunc normal std .02, bias 0 */
+    for (size_t i = 0; i < (size_t)c->num_classes * D; i++)
+        h[o->head_w + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
+    for (int l = 0; l < c->depth; l++) {
+        const VilLayerOffsets *lo = &o->layer[l];
+        /* Linear weights: kaiming uniform a = sqrt(5), i.e. U(+-1/sqrt(fan_in)) */
+        fill_uniform(h + lo->in_proj, (size_t)2 * E * D, 1.0f / sqrtf((float)D), &r);
+        fill_uniform(h + lo->out_proj, (size_t)D * E, 1.0f / sqrtf((float)E) / sqrtf((float)c->depth), &r);
+        for (int j = 0; j < 2; j++) {
+            for (int e = 0; e < E; e++) h[lo->D[j] + e] = 1.0f;
+            if (c->arch_id == VIL_ARCH_VIM)
+                for (int e = 0; e < E; e++)
+                    for (int n = 0; n < N; n++) h[lo->A_log[j] + (size_t)e * N + n] = logf((float)(n + 1));
+            /* conv1d: PyTorch default, fan_in = K (depthwise) */
+            fill_uniform(h + lo->conv_w[j], (size_t)E * K, 1.0f / sqrtf((float)K), &r);
+            fill_uniform(h + lo->conv_b[j], (size_t)E, 1.0f / sqrtf((float)K), &r);
+            fill_uniform(h + lo->x_proj[j], (size_t)(R + 2 * N) * E, 1.0f / sqrtf((float)E), &r);
+            fill_uniform(h + lo->dt_w[j], (size_t)E * R, 1.0f / sqrtf((float)R), &r);
+            /* dt_proj bias: ViL "zero" (official Longhorn) leaves 0, beta starts at 0.5;
+             * ViM's forward direction and ViL's "vim" option draw dt0 ~ logUniform[1e-3, 1e-1]
+             * (>= 1e-4) and invert the activation (softplus for ViM, sigmoid for ViL). */
+            int draw = (c->arch_id == VIL_ARCH_VIM && j == 0) ||
+                       (c->arch_id == VIL_ARCH_VIL && strcmp(c->dt_init, "vim") == 0);
+            for (int e = 0; e < E; e++) {
+                float b = 0.0f;
+                if (draw) {
+                    float dt = expf(vil_rng_uniform(&r) * (logf(0.1f) - logf(1e-3f)) + logf(1e-3f));
+                    if (dt < 1e-4f) dt = 1e-4f;
+                    b = c->arch_id == VIL_ARCH_VIM ? dt + logf(-expm1f(-dt)) : logf(dt / (1.0f - dt));
+                }
+                h[lo->dt_b[j] + e] = b;
+            }
+        }
+        for (int d = 0; d < D; d++) h[lo->norm + d] = 1.0f;
+    }
+    for (int d = 0; d < D; d++) h[o->norm_f + d] = 1.0f;
+    vil_model_set_params(m, h);
+    free(h);
+}
+
+/* ---------------- activations ---------------- */
+
+typedef struct {
+    char *base;
+    size_t off;
+} Arena;
+
+static void *carve(Arena *a, size_t n, size_t elem) {
+    size_t bytes = (n * elem + 255) / 256 * 256;
+    void *p = a->base ? a->base + a->off : NULL;
+    a->off += bytes;
+    return p;
+}
+
+static void layout_acts(VilModel *m, Arena *a, int B, int training) {
+    const VilConfig *c = &m->cfg;
+    VilActs *x = &m->acts;
+    size_t ab = m->be->act_bytes, f = sizeof(float);
+    size_t BL = (size_t)B * c->seq_len, D = c->embed_dim, E = c->d_inner;
+    size_t W = c->dt_rank + 2 * c->d_state, NC = c->num_classes;
+    x->img = carve(a, (size_t)B * c->in_chans * c->img_size * c->img_size, f);
+    x->patches = carve(a, (size_t)B * c->n_patches * D, ab);
+    int nsets = training ? c->depth : 1;
+    for (int i = 0; i < nsets; i++) {
+        VilLayerActs *l = &x->layer[i];
+        l->res = carve(a, BL * D, f);
+        l->rstd = carve(a, BL, f);
+        l->normed = carve(a, BL * D, ab);
+        l->xz = carve(a, BL * 2 * E, ab);
+        for (int j = 0; j < 2; j++) {
+            l->u[j] = carve(a, BL * E, ab);
+            l->xdbl[j] = carve(a, BL * W, ab);
+            l->delta[j] = carve(a, BL * E, ab);
+        }
+        l->ysum = carve(a, BL * E, ab);
+    }
+    for (int i = nsets; i < c->depth; i++) x->layer[i] = x->layer[0];
+    x->h = carve(a, BL * D, ab);
+    x->res_f = carve(a, BL * D, f);
+    x->rstd_f = carve(a, BL, f);
+    x->normed_f = carve(a, BL * D, ab);
+    x->logits = carve(a, (size_t)B * NC, f);
+    x->probs = carve(a, (size_t)B * NC, f);
+    x->losses = carve(a, (size_t)B, f);
+    x->targets = carve(a, (size_t)B * NC, f);
+    x->dp_scale = carve(a, (size_t)(c->depth + 1) * B, f);
+    if (training) {
+        x->dres = carve(a, BL * D, f);
+        x->dnormed = carve(a, BL * D, ab);
+        x->dh = carve(a, BL * D, ab);
+        x->dxz = carve(a, BL * 2 * E, ab);
+        for (int j = 0; j < 2; j++) {
+            x->du[j] = carve(a, BL * E, ab);
+            x->ddelta[j] = carve(a, BL * E, ab);
+            x->dxdbl[j] = carve(a, BL * W, ab);
+        }
+        x->dysum = carve(a, BL * E, ab);
+        x->dpatches = carve(a, (size_t)B * c->n_patches * D, ab);
+        x->dlogits = carve(a, (size_t)B * NC, f);
+        if (m->input_grad) x->dimg = carve(a, (size_t)B * c->in_chans * c->img_size * c->img_size, f);
+    }
+}
+
+void vil_model_alloc_acts(VilModel *m, int B, int training) {
+    if (m->acts.base && m->acts.B == B && m->acts.training == training &&
+        (m->acts.dimg != NULL) == (training && m->input_grad))
+        return;
+    free_acts(m);
+    m->acts.layer = vil_calloc((size_t)m->cfg.depth, sizeof(VilLayerActs));
+    Arena a = {0};
+    layout_acts(m, &a, B, training);
+    a.base = m->be->alloc(a.off);
+    m->acts.bytes = a.off;
+    a.off = 0;
+    layout_acts(m, &a, B, training);
+    m->acts.base = a.base;
+    m->acts.B = B;
+    m->acts.training = training;
+}
+
+/* ---------------- forward / backward ---------------- */
+
+/* working copy of a matrix weight; f32 master of any other parameter */
+static const void *Wt(const VilModel *m, size_t off) {
+    size_t eb = m->be->work_bytes ? m->be->work_bytes : sizeof(float);
+    return (const char *)m->work + off * eb;
+}
+static const float *Pm(const VilModel *m, size_t off) { return m->params + off; }
+static float *Gr(const VilModel *m, size_t off) { return m->grads + off; }
+/* act pointer plus an element offset */
+static void *Ao(const VilModel *m, void *p, size_t elems) {
+    return (char *)p + elems * m->be->act_bytes;
+}
+
+/* drop-path scale row i (the add in front of norm i, i = depth for norm_f), or NULL */
+static const float *dp_row(const VilModel *m, int i) {
+    if (!m->acts.training || m->cfg.drop_path <= 0.0f) return NULL;
+    return m->acts.dp_scale + (size_t)i * m->acts.B;
+}
+
+void vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
+    const VilConfig *c = &m->cfg;
+    if (!m->acts.training || c->drop_path <= 0.0f) return;
+    int B = m->acts.B;
+    float *h = vil_malloc((size_t)(c->depth + 1) * B * sizeof(float));
+    VilRng r;
+    vil_rng_seed(&r, seed);
+    for (int i = 0; i <= c->depth; i++) {
+        /* rates: block i (1..depth-1) uses linspace(0, rate, depth)[i - 1]; the final add the
+         * full rate; block 0 has no add */
+        float p = i == c->depth ? c->drop_path
+                  : i == 0      ? 0.0f
+                                : (c->depth > 1 ? c->drop_path * (float)(i - 1) / (float)(c->depth - 1) : 0.0f);
+        for (int b = 0; b < B; b++)
+            h[(size_t)i * B + b] = p > 0.0f ? (vil_rng_uniform(&r) < p ? 0.0f : 1.0f / (1.0f - p)) : 1.0f;
+    }
+    m->be->to_device(m->acts.dp_scale, h, (size_t)(c->depth + 1) * B * sizeof(float));
+    free(h);
+}
+
+static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l, void *out) {
+    const VilBackend *be = m->be;
+    const VilConfig *c = &m->cfg;
+    int B = m->acts.B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
+    int R = c->dt_rank, W = R + 2 * N, BL = B * L;
+    int vim = c->arch_id == VIL_ARCH_VIM;
+    be->linear_forward(l->xz, l->normed, Wt(m, o->in_proj), NULL, BL, D, 2 * E, D, 0);
+    for (int j = 0; j < 2; j++) {
+        be->conv1d_silu_forward(l->u[j], l->xz, Pm(m, o->conv_w[j]), Pm(m, o->conv_b[j]), B, L, E,
+                                c->d_conv, 2 * E, j);
+        be->linear_forward(l->xdbl[j], l->u[j], Wt(m, o->x_proj[j]), NULL, BL, E, W, E, 0);
+        be->linear_forward(l->delta[j], l->xdbl[j], Wt(m, o->dt_w[j]), Pm(m, o->dt_b[j]), BL, R, E,
+                           W, 0);
+    }
+    const void *u[2] = {l->u[0], l->u[1]}, *dl[2] = {l->delta[0], l->delta[1]};
+    const void *xd[2] = {l->xdbl[0], l->xdbl[1]};
+    const float *Dk[2] = {Pm(m, o->D[0]), Pm(m, o->D[1])};
+    const float *Al[2] = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL};
+    be->scan_bidir_forward(l->ysum, u, dl, xd, Ao(m, l->xz, E), Dk, vim ? Al : NULL, B, L, E, N, R,
+                           2 * E);
+    be->linear_forward(out, l->ysum, Wt(m, o->out_proj), NULL, BL, E, D, E, 0);
+}
+
+void vil_model_forward(VilModel *m, int with_loss) {
+    const VilBackend *be = m->be;
+    const VilConfig *c = &m->cfg;
+    VilActs *a = &m->acts;
+    const VilParamOffsets *o = &m->off;
+    int B = a->B, L = c->seq_len, D = c->embed_dim;
+    be->patch_embed_forward(a->patches, a->img, Wt(m, o->patch_w), Pm(m, o->patch_b), B,
+                            c->in_chans, c->img_size, c->img_size, c->patch_size, c->stride, D);
+    be->tokens_forward(a->layer[0].res, a->patches, Pm(m, o->cls), Pm(m, o->pos), B, c->n_patches,
+                       D, c->cls_pos);
+    for (int i = 0; i < c->depth; i++) {
+        VilLayerActs *l = &a->layer[i];
+        if (i == 0)
+            be->add_rmsnorm_forward(l->res, l->normed, l->rstd, NULL, NULL, NULL,
+                                    Pm(m, o->layer[i].norm), B, L, D);
+        else
+            be->add_rmsnorm_forward(l->res, l->normed, l->rstd, a->layer[i - 1].res, a->h,
+                                    dp_row(m, i), Pm(m, o->layer[i].norm), B, L, D);
+        mixer_forward(m, &o->layer[i], l, a->h);
+    }
+    be->add_rmsnorm_forward(a->res_f, a->normed_f, a->rstd_f, a->layer[c->depth - 1].res, a->h,
+                            dp_row(m, c->depth), Pm(m, o->norm_f), B, L, D);
+    /* the head reads only the class token's row of each sample: stride L*D, offset t*D */
+    be->linear_forward(a->logits, Ao(m, a->normed_f, (size_t)c->cls_pos * D), Wt(m, o->head_w),
+                       Pm(m, o->head_b), B, D, c->num_classes, L * D, VIL_LINEAR_OUT_F32);
+    if (with_loss)
+        be->softmax_xent_forward(a->losses, a->probs, a->logits, a->targets, B, c->num_classes);
+}
+
+static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l) {
+    const VilBackend *be = m->be;
+    const VilConfig *c = &m->cfg;
+    VilActs *a = &m->acts;
+    int B = a->B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
+    int R = c->dt_rank, W = R + 2 * N, BL = B * L;
+    int vim = c->arch_id == VIL_ARCH_VIM;
+    be->linear_backward(a->dysum, Gr(m, o->out_proj), NULL, a->dh, l->ysum, Wt(m, o->out_proj),
+                        BL, E, D, E, 0, 0);
+    const void *u[2] = {l->u[0], l->u[1]}, *dl[2] = {l->delta[0], l->delta[1]};
+    const void *xd[2] = {l->xdbl[0], l->xdbl[1]};
+    const float *Dk[2] = {Pm(m, o->D[0]), Pm(m, o->D[1])};
+    const float *Al[2] = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL};
+    float *dD[2] = {Gr(m, o->D[0]), Gr(m, o->D[1])};
+    float *dA[2] = {vim ? Gr(m, o->A_log[0]) : NULL, vim ? Gr(m, o->A_log[1]) : NULL};
+    be->scan_bidir_backward(a->du, a->ddelta, a->dxdbl, Ao(m, a->dxz, E), dD, vim ? dA : NULL,
+                            a->dysum, u, dl, xd, Ao(m, l->xz, E), Dk, vim ? Al : NULL, B, L, E, N,
+                            R, 2 * E);
+    for (int j = 0; j < 2; j++) {
+        /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the scan) */
+        be->linear_backward(a->dxdbl[j], Gr(m, o->dt_w[j]), Gr(m, o->dt_b[j]), a->ddelta[j],
+                            l->xdbl[j], Wt(m, o->dt_w[j]), BL, R, E, W, 0, 0);
+        /* x_proj: adds to the scan's du */
+        be->linear_backward(a->du[j], Gr(m, o->x_proj[j]), NULL, a->dxdbl[j], l->u[j],
+                            Wt(m, o->x_proj[j]), BL, E, W, E, 1, 0);
+        /* both directions read x: the second adds */
+        be->conv1d_silu_backward(a->dxz, Gr(m, o->conv_w[j]), Gr(m, o->conv_b[j]), a->du[j], l->xz,
+                                 Pm(m, o->conv_w[j]), Pm(m, o->conv_b[j]), B, L, E, c->d_conv,
+                                 2 * E, j, j);
+    }
+    be->linear_backward(a->dnormed, Gr(m, o->in_proj), NULL, a->dxz, l->normed, Wt(m, o->in_proj),
+                        BL, D, 2 * E, D, 0, 0);
+}
+
+void vil_model_backward(VilModel *m) {
+    const VilBackend *be = m->be;
+    const VilConfig *c = &m->cfg;
+    VilActs *a = &m->acts;
+    const VilParamOffsets *o = &m->off;
+    if (!a->training) VIL_FATAL("vil_model_backward needs activations allocated for training");
+    int B = a->B, L = c->seq_len, D = c->embed_dim, NC = c->num_classes;
+    be->softmax_xent_backward(a->dlogits, a->probs, a->targets, B, NC);
+    be->zero(a->dnormed, (size_t)B * L * D * be->act_bytes);
+    be->linear_backward(Ao(m, a->dnormed, (size_t)c->cls_pos * D), Gr(m, o->head_w),
+                        Gr(m, o->head_b), a->dlogits, Ao(m, a->normed_f, (size_t)c->cls_pos * D),
+                        Wt(m, o->head_w), B, D, NC, L * D, 0, VIL_LINEAR_OUT_F32);
+    be->zero(a->dres, (size_t)B * L * D * sizeof(float));
+    be->add_rmsnorm_backward(a->dres, a->dh, Gr(m, o->norm_f), a->dnormed, a->res_f, a->rstd_f,
+                             Pm(m, o->norm_f), dp_row(m, c->depth), B, L, D);
+    for (int i = c->depth - 1; i >= 0; i--) {
+        VilLayerActs *l = &a->layer[i];
+        mixer_backward(m, &o->layer[i], l);
+        be->add_rmsnorm_backward(a->dres, i > 0 ? a->dh : NULL, Gr(m, o->layer[i].norm),
+                                 a->dnormed, l->res, l->rstd, Pm(m, o->layer[i].norm),
+                                 i > 0 ? dp_row(m, i) : NULL, B, L, D);
+    }
+    be->tokens_backward(a->dpatches, Gr(m, o->cls), Gr(m, o->pos), a->dres, B, c->n_patches, D,
+                        c->cls_pos);
+    be->patch_embed_backward(a->dimg, Gr(m, o->patch_w), Gr(m, o->patch_b), a->dpatches,
+                             Wt(m, o->patch_w), a->img, B, c->in_chans, c->img_size, c->img_size,
+                             c->patch_size, c->stride, D);
+}
+
+void vil_model_zero_grad(VilModel *m) { m->be->zero(m->grads, m->n_params * sizeof(float)); }
+
+void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd) {
+    const VilBackend *be = m->be;
+    if (!m->m) {
+        m->m = be->alloc(m->n_params * sizeof(float));
+        m->v = be->alloc(m->n_params * sizeof(float));
+        be->zero(m->m, m->n_params * sizeof(float));
+        be->zero(m->v, m->n_params * sizeof(float));
+    }
+    m->step++;
+    size_t eb = be->work_bytes;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const VilParamInfo *p = &m->info[i];
+        void *w = eb ? (char *)m->work + p->offset * eb : NULL;
+        be->adamw_update(m->params + p->offset, w, m->grads + p->offset, m->m + p->offset,
+                         m->v + p->offset, p->numel, lr, beta1, beta2, eps, p->decay ? wd : 0.0f,
+                         m->step);
+    }
+}

@@ -1,0 +1,112 @@
+/* model.h: the ViL / ViM network as one description that runs on any backend: the parameter
+ * table (names and shapes of models.md, in the official state_dict order), the activation
+ * layout, and the forward, backward and optimizer sequences written once against VilBackend. */
+#ifndef VIL_MODEL_H
+#define VIL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "config.h"
+
+#define VIL_MAX_NDIM 4
+
+typedef struct {
+    char name[64];  /* checkpoint key, e.g. layers.3.mixer.x_proj_b.weight */
+    int ndim;
+    int64_t shape[VIL_MAX_NDIM];
+    size_t numel;
+    size_t offset;  /* in elements, into the parameter buffers */
+    int decay;      /* 1: AdamW weight decay applies */
+} VilParamInfo;
+
+/* element offsets of each named parameter; [j] is direction j (0 forward, 1 backward) */
+typedef struct {
+    size_t A_log[2], D[2], in_proj, conv_w[2], conv_b[2], x_proj[2], dt_w[2], dt_b[2], out_proj,
+        norm;
+} VilLayerOffsets;
+typedef struct {
+    size_t cls, pos, patch_w, patch_b, head_w, head_b, norm_f;
+    VilLayerOffsets *layer; /* (depth) */
+} VilParamOffsets;
+
+/* activations; pointers into one backend allocation. "act" tensors use the backend's type. */
+typedef struct {
+    float *res;     /* (B, L, D) f32: residual stream entering norm i */
+    float *rstd;    /* (B, L) f32 */
+    void *normed;   /* (B, L, D) act */
+    void *xz;       /* (B, L, 2E) act: x | z */
+    void *u[2];     /* (B, L, E) act: SiLU(conv1d(x)) per direction */
+    void *xdbl[2];  /* (B, L, R + 2N) act: dt_low | k | q */
+    void *delta[2]; /* (B, L, E) act: dt_proj(dt_low) */
+    void *ysum;     /* (B, L, E) act: gated, averaged scan output */
+} VilLayerActs;
+
+typedef struct {
+    int B, training;
+    float *img;         /* (B, C, H, W) f32 */
+    void *patches;      /* (B, M, D) act */
+    VilLayerActs *layer;/* (depth); all alias one set when not training */
+    void *h;            /* (B, L, D) act: mixer output, consumed by the next add */
+    float *res_f, *rstd_f;
+    void *normed_f;     /* (B, L, D) act */
+    float *logits;      /* (B, classes) f32 */
+    float *probs;       /* (B, classes) f32 */
+    float *losses;      /* (B) f32 */
+    float *targets;     /* (B, classes) f32 soft targets */
+    float *dp_scale;    /* (depth + 1, B) f32 drop-path scales, row i for the add before norm i */
+    /* backward scratch, reused by every layer */
+    float *dres;        /* (B, L, D) f32 */
+    void *dnormed, *dh, *dxz, *du[2], *ddelta[2], *dxdbl[2], *dysum, *dpatches; /* act */
+    float *dlogits;     /* (B, classes) f32 */
+    float *dimg;        /* (B, C, H, W) f32 input gradient, only with VilModel.input_grad */
+    void *base;
+    size_t bytes;
+} VilActs;
+
+typedef struct {
+    VilConfig cfg;
+    const VilBackend *be;
+    int n_tensors;
+    VilParamInfo *info;  /* (n_tensors) in checkpoint order */
+    size_t n_params;
+    VilParamOffsets off;
+    float *params;       /* (n_params) f32 master, backend memory */
+    void *work;          /* working copy the ops read (== params when work_bytes == 0) */
+    float *grads;        /* (n_params) f32 */
+    float *m, *v;        /* AdamW moments, allocated at the first step */
+    int step;
+    int input_grad;      /* set before vil_model_alloc_acts to get dL/dimage in acts.dimg */
+    VilActs acts;
+} VilModel;
+
+/* Lay out and allocate the parameters for cfg (finalized) on backend be. Contents undefined
+ * until vil_model_init_weights or vil_model_set_params. Returns 0 or -1 (reported). */
+int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be);
+void vil_model_free(VilModel *m);
+/* Parameter count of a configuration without allocating anything. */
+size_t vil_model_count_params(const VilConfig *cfg);
+/* Initialization of models.md from a seed (computed on the host, then uploaded). */
+void vil_model_init_weights(VilModel *m, uint64_t seed);
+/* Host float32 copies of all parameters, in table order (n_params floats). */
+void vil_model_get_params(const VilModel *m, float *host);
+void vil_model_set_params(VilModel *m, const float *host);
+const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name);
+
+/* (Re)allocate activations for batch B; training = 1 keeps every layer's activations for the
+ * backward pass. */
+void vil_model_alloc_acts(VilModel *m, int B, int training);
+/* Forward on m->acts.img (backend memory, B images): fills m->acts.logits. With targets
+ * (m->acts.targets filled) also the per-sample losses and probabilities. */
+void vil_model_forward(VilModel *m, int with_loss);
+/* Backward of the batch-mean loss; needs a forward with_loss. Gradients accumulate into
+ * m->grads: call vil_model_zero_grad first. */
+void vil_model_backward(VilModel *m);
+void vil_model_zero_grad(VilModel *m);
+/* Draw the drop-path scales of this step (training only; no-op when drop_path is 0). */
+void vil_model_sample_drop_path(VilModel *m, uint64_t seed);
+/* One AdamW step over all parameters (weight decay on the tensors with decay = 1). */
+void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd);
+
+#endif

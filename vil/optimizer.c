@@ -1,0 +1,19 @@
+/* optimizer.c: AdamW with bias correction and decoupled weight decay, as torch.optim.AdamW:
+ * p -= lr * (wd * p + m_hat / (sqrt(v_hat) + eps)). */
+#include <math.h>
+
+#include "ops_cpu.h"
+
+void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, int step) {
+    float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * (wd * p[i] + (mi / bc1) / (sqrtf(vi / bc2) + eps));
+    }
+}
