@@ -1,5 +1,5 @@
 # vil: Vision Longhorn in C and CUDA.
-#   make            build ./vil (and compile the CUDA sources when nvcc is found)
+#   make            build bin/vil (and compile the CUDA sources when nvcc is found)
 #   make test       build and run every CPU test; closes with "N passed, N failed"
 #   make test-gpu   CUDA-against-CPU tests (needs a GPU)
 #   make fuzz       libFuzzer harness for the image decoder (clang)
@@ -87,7 +87,7 @@ GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
 HDR := $(wildcard vil/*.h data/*.h train/*.h eval/*.h cuda/*.h cuda/*.cuh)
 
 .PHONY: all test test-gpu clean fuzz demo
-all: vil $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
+all: bin/vil $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 $(BUILD)/%.o: %.c $(HDR) Makefile
 	@mkdir -p $(dir $@)
@@ -101,21 +101,22 @@ $(BUILD)/libvil.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-vil: $(BUILD)/cli/vil.o $(BUILD)/libvil.a
+bin/vil: $(BUILD)/cli/vil.o $(BUILD)/libvil.a
+	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libvil.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
 
-test: vil $(TEST_BIN)
+test: bin/vil $(TEST_BIN)
 	@sh tests/run_all.sh $(TEST_BIN)
 
-test-gpu: vil $(GPU_TEST_BIN)
+test-gpu: bin/vil $(GPU_TEST_BIN)
 	@sh tests/run_all.sh $(GPU_TEST_BIN)
 
 fuzz:
 	$(MAKE) -f tests/fuzz.mk
 
 clean:
-	rm -rf $(BUILD) vil
+	rm -rf $(BUILD) bin

@@ -17,6 +17,7 @@ void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
         const char *meta = a->type == VIL_ARG_INT     ? " N"
                            : a->type == VIL_ARG_FLOAT ? " X"
                            : a->type == VIL_ARG_STR   ? " S"
+                           : a->type == VIL_ARG_LIST  ? " K=V"
                                                       : "";
         char def[64] = "";
         if (a->type == VIL_ARG_INT) snprintf(def, sizeof def, " (default %d)", *(int *)a->dst);
@@ -106,6 +107,13 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
                 goto usage;
             }
             *(float *)a->dst = (float)v;
+        } else if (a->type == VIL_ARG_LIST) {
+            VilArgList *l = a->dst;
+            if (l->n == VIL_ARG_LIST_MAX) {
+                fprintf(stderr, "vil %s: too many %s options\n", spec->cmd, name);
+                goto usage;
+            }
+            l->v[l->n++] = val;
         } else {
             *(const char **)a->dst = val;
         }

@@ -4,12 +4,19 @@
 #ifndef VIL_ARGS_H
 #define VIL_ARGS_H
 
-typedef enum { VIL_ARG_INT, VIL_ARG_FLOAT, VIL_ARG_STR, VIL_ARG_FLAG } VilArgType;
+typedef enum { VIL_ARG_INT, VIL_ARG_FLOAT, VIL_ARG_STR, VIL_ARG_FLAG, VIL_ARG_LIST } VilArgType;
+
+/* VIL_ARG_LIST: a flag that may repeat (--set key=value --set ...) */
+#define VIL_ARG_LIST_MAX 64
+typedef struct {
+    const char *v[VIL_ARG_LIST_MAX];
+    int n;
+} VilArgList;
 
 typedef struct {
     const char *name;  /* "--batch" */
     VilArgType type;
-    void *dst;         /* int*, float*, const char**, int* (flag set to 1) */
+    void *dst;         /* int*, float*, const char**, int* (flag set to 1), VilArgList* */
     const char *help;  /* one line */
 } VilArg;
 

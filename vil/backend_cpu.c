@@ -2,6 +2,7 @@
  * table. Each entry is a one-line adapter from the table's untyped pointers. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "backend.h"
 #include "common.h"
@@ -12,6 +13,11 @@ static void cpu_free(void *p) { free(p); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_sync(void) {}
+static size_t cpu_peak_bytes(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
+}
 static void cpu_act_to_host(float *dst, const void *src, size_t n) {
     memcpy(dst, src, n * sizeof(float));
 }
@@ -94,6 +100,7 @@ const VilBackend vil_backend_cpu = {
     .to_device = cpu_copy,
     .to_host = cpu_copy,
     .sync = cpu_sync,
+    .peak_bytes = cpu_peak_bytes,
     .act_to_host_f32 = cpu_act_to_host,
     .params_to_work = NULL,
     .patch_embed_forward = cpu_patch_embed_forward,

@@ -1,0 +1,11 @@
+/* commands.h: the `vil` subcommands. Each takes argv[0] = its own name and returns the process
+ * exit code: 0 success, 1 runtime failure (with a message saying what to do), 2 bad usage. */
+#ifndef VIL_COMMANDS_H
+#define VIL_COMMANDS_H
+
+int vil_cmd_info(int argc, char **argv);       /* eval/info.c */
+int vil_cmd_classify(int argc, char **argv);   /* eval/classify.c */
+int vil_cmd_bench(int argc, char **argv);      /* train/bench.c */
+int vil_cmd_bench_data(int argc, char **argv); /* data/bench_data.c */
+
+#endif

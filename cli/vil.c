@@ -1,0 +1,79 @@
+/* vil.c: the `vil` command-line program: a table of subcommands, each implemented where its
+ * subject lives (eval/, train/, data/). `vil help`, `vil CMD --help`; unknown command: usage
+ * on stderr, exit 2. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "vil/common.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} Command;
+
+static int cmd_help(int argc, char **argv);
+
+static const Command COMMANDS[] = {
+    {"classify", vil_cmd_classify, "classify images with a checkpoint (top-k, or --json)"},
+    {"info", vil_cmd_info, "describe a checkpoint: architecture, parameters, image size, classes"},
+    {"bench", vil_cmd_bench, "training and inference throughput of a model config on cpu or cuda"},
+    {"bench-data", vil_cmd_bench_data, "throughput of the data pipeline (decode + augmentation)"},
+    {"help", cmd_help, "this list, or `vil help CMD` for one command"},
+};
+#define NCOMMANDS (int)(sizeof COMMANDS / sizeof COMMANDS[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "vil: Vision Longhorn (ViL) and Vision Mamba (ViM) classifiers in C and CUDA\n\n"
+               "usage: vil COMMAND [options]   (vil COMMAND --help for its options)\n\ncommands:\n");
+    for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+}
+
+static const Command *find(const char *name) {
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (strcmp(COMMANDS[i].name, name) == 0) return &COMMANDS[i];
+    return NULL;
+}
+
+static int cmd_help(int argc, char **argv) {
+    if (argc >= 2) {
+        const Command *c = find(argv[1]);
+        if (c && c->fn != cmd_help) {
+            char *a[] = {(char *)c->name, "--help", NULL};
+            return c->fn(2, a);
+        }
+        if (!c) {
+            fprintf(stderr, "vil: unknown command '%s'\n", argv[1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    usage(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    const Command *c = find(argv[1]);
+    if (!c) {
+        fprintf(stderr, "vil: unknown command '%s'\n", argv[1]);
+        int best = 1 << 30;
+        const char *b = NULL;
+        for (int i = 0; i < NCOMMANDS; i++) {
+            int d = vil_edit_distance(argv[1], COMMANDS[i].name);
+            if (d < best) best = d, b = COMMANDS[i].name;
+        }
+        if (b && best <= 3) fprintf(stderr, "did you mean '%s'?\n", b);
+        usage(stderr);
+        return 2;
+    }
+    return c->fn(argc - 1, argv + 1);
+}

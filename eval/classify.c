@@ -1,0 +1,168 @@
+/* classify.c: `vil classify --model CKPT IMAGE...`: the evaluation transform of each image
+ * (shorter side to size / crop_pct, bicubic, center crop, normalize), the model's forward
+ * pass, and the top-k classes as text or as one JSON object per image. An image that cannot be
+ * read is reported by name; the others are still classified and the exit code is 1. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "data/image.h"
+#include "data/transform.h"
+#include "vil/args.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+
+#define CHUNK 16
+
+typedef struct {
+    const char *file;
+    int ok;
+} Item;
+
+static void print_result(const char *file, const float *logits, int C, int topk, int json,
+                         char *const *names) {
+    /* softmax in double, then a partial selection of the top k */
+    double mx = logits[0], sum = 0;
+    for (int k = 1; k < C; k++) mx = logits[k] > mx ? logits[k] : mx;
+    double *p = vil_malloc((size_t)C * sizeof(double));
+    for (int k = 0; k < C; k++) sum += (p[k] = exp(logits[k] - mx));
+    for (int k = 0; k < C; k++) p[k] /= sum;
+    int K = topk < C ? topk : C;
+    int *idx = vil_malloc((size_t)K * sizeof(int));
+    for (int j = 0; j < K; j++) {
+        int best = -1;
+        for (int k = 0; k < C; k++) {
+            int used = 0;
+            for (int q = 0; q < j; q++) used |= idx[q] == k;
+            if (!used && (best < 0 || p[k] > p[best])) best = k;
+        }
+        idx[j] = best;
+    }
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "file", file);
+        cJSON *l = cJSON_AddArrayToObject(o, "logits");
+        for (int k = 0; k < C; k++) cJSON_AddItemToArray(l, cJSON_CreateNumber(logits[k]));
+        cJSON *t = cJSON_AddArrayToObject(o, "topk");
+        for (int j = 0; j < K; j++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "index", idx[j]);
+            if (names) cJSON_AddStringToObject(e, "name", names[idx[j]]);
+            else cJSON_AddNullToObject(e, "name");
+            cJSON_AddNumberToObject(e, "prob", p[idx[j]]);
+            cJSON_AddItemToArray(t, e);
+        }
+        char *s = cJSON_PrintUnformatted(o);
+        printf("%s\n", s);
+        cJSON_free(s);
+        cJSON_Delete(o);
+    } else {
+        printf("%s\n", file);
+        for (int j = 0; j < K; j++)
+            printf("  %6.2f%%  %4d  %s\n", 100.0 * p[idx[j]], idx[j], names ? names[idx[j]] : "");
+    }
+    fflush(stdout);
+    free(idx);
+    free(p);
+}
+
+int vil_cmd_classify(int argc, char **argv) {
+    const char *model = NULL, *device = "auto";
+    int img_size = 0, topk = 5, json = 0;
+    float crop_pct = 0.875f;
+    VilArg args[] = {
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors)"},
+        {"--img-size", VIL_ARG_INT, &img_size, "image size for files without a config (0: the file's, else 224)"},
+        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "center-crop fraction: resize the shorter side to size / crop_pct"},
+        {"--topk", VIL_ARG_INT, &topk, "classes to print per image"},
+        {"--json", VIL_ARG_FLAG, &json, "one JSON object per image: file, logits, topk"},
+        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
+    };
+    VilArgSpec spec = {"classify", "--model CKPT [--img-size N] [--crop-pct F] [--topk K] [--json] IMAGE...",
+                       "Classifies images (JPEG, PNG, BMP, GIF, PNM, ...; the format is read from the\n"
+                       "bytes) and prints the top-k classes with their probabilities.",
+                       args, 6, 1, -1};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    if (!model) {
+        fprintf(stderr, "vil classify: --model is required\n");
+        vil_args_usage(&spec, 1);
+        free(pos);
+        return 2;
+    }
+    if (!(crop_pct > 0.0f && crop_pct <= 1.0f) || topk < 1) {
+        fprintf(stderr, "vil classify: --crop-pct must be in (0, 1] and --topk >= 1\n");
+        free(pos);
+        return 2;
+    }
+    const VilBackend *be = vil_backend_get(device);
+    if (!be) {
+        free(pos);
+        return 1;
+    }
+    if (strcmp(device, "auto") == 0) fprintf(stderr, "vil classify: running on %s\n", be->name);
+    VilModel m;
+    VilCheckpointMeta meta;
+    if (vil_checkpoint_load(model, be, img_size, &m, &meta) != 0) {
+        free(pos);
+        return 1;
+    }
+    const VilConfig *c = &m.cfg;
+    int S = c->img_size, C = c->in_chans, NC = c->num_classes;
+    /* normalization of the training transform for this channel count */
+    VilTrainTransform tt;
+    vil_train_transform_default(&tt, S, C);
+    size_t per = (size_t)C * S * S;
+    float *batch = vil_malloc(CHUNK * per * sizeof(float));
+    float *logits = vil_malloc((size_t)CHUNK * NC * sizeof(float));
+    Item items[CHUNK];
+    int failed = 0;
+    vil_model_alloc_acts(&m, CHUNK, 0);
+    for (int start = 0; start < npos; start += CHUNK) {
+        int n = npos - start < CHUNK ? npos - start : CHUNK, good = 0;
+        for (int i = 0; i < n; i++) {
+            items[i].file = pos[start + i];
+            items[i].ok = 0;
+            VilImage im;
+            char err[256];
+            if (vil_image_load(items[i].file, C, &im, err, sizeof err) != 0) {
+                vil_error("cannot classify '%s': %s", items[i].file, err);
+                failed++;
+                continue;
+            }
+            if (vil_transform_eval(&im, S, crop_pct, tt.mean, tt.std, batch + (size_t)good * per) != 0) {
+                vil_error("cannot classify '%s': the evaluation transform failed", items[i].file);
+                failed++;
+                vil_image_free(&im);
+                continue;
+            }
+            vil_image_free(&im);
+            items[i].ok = 1;
+            good++;
+        }
+        if (!good) continue;
+        /* unused slots of the last chunk: zeros, results ignored */
+        memset(batch + (size_t)good * per, 0, (CHUNK - good) * per * sizeof(float));
+        be->to_device(m.acts.img, batch, CHUNK * per * sizeof(float));
+        vil_model_forward(&m, 0);
+        be->to_host(logits, m.acts.logits, (size_t)CHUNK * NC * sizeof(float));
+        for (int i = 0, k = 0; i < n; i++)
+            if (items[i].ok) print_result(items[i].file, logits + (size_t)(k++) * NC, NC, topk, json, meta.class_names);
+    }
+    free(batch);
+    free(logits);
+    free(pos);
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&m);
+    if (failed) {
+        vil_error("%d of %d images could not be classified", failed, npos);
+        return 1;
+    }
+    return 0;
+}

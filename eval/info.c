@@ -1,0 +1,63 @@
+/* info.c: `vil info --model CKPT`: what a checkpoint holds: architecture, parameter count,
+ * image size, classes, training step. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/commands.h"
+#include "vil/args.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+
+int vil_cmd_info(int argc, char **argv) {
+    const char *model = NULL, *device = "cpu";
+    int img_size = 0;
+    VilArg args[] = {
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors)"},
+        {"--img-size", VIL_ARG_INT, &img_size, "image size, for files without a config (0: 224)"},
+        {"--device", VIL_ARG_STR, &device, "cpu or cuda: where to load it"},
+    };
+    VilArgSpec spec = {"info", "--model CKPT [--img-size N]",
+                       "Prints a checkpoint's architecture, parameter count, image size and classes.",
+                       args, 3, 0, 0};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    free(pos);
+    if (!model) {
+        fprintf(stderr, "vil info: --model is required\n");
+        vil_args_usage(&spec, 1);
+        return 2;
+    }
+    const VilBackend *be = vil_backend_get(device);
+    if (!be) return 1;
+    VilModel m;
+    VilCheckpointMeta meta;
+    if (vil_checkpoint_load(model, be, img_size, &m, &meta) != 0) return 1;
+    const VilConfig *c = &m.cfg;
+    printf("file:        %s\n", model);
+    printf("model:       %s (%s: %s scan)%s\n", c->name, c->arch,
+           c->arch_id == VIL_ARCH_VIL ? "Longhorn" : "Mamba",
+           meta.config_inferred ? ", architecture inferred from tensor shapes" : "");
+    printf("parameters:  %zu\n", m.n_params);
+    printf("image size:  %d x %d, %d channel%s\n", c->img_size, c->img_size, c->in_chans,
+           c->in_chans == 1 ? "" : "s");
+    printf("patches:     %d x %d of %d px, stride %d; %d tokens, class token at %d\n", c->grid,
+           c->grid, c->patch_size, c->stride, c->seq_len, c->cls_pos);
+    printf("blocks:      %d, embed dim %d, inner dim %d, state %d, dt rank %d, conv %d\n",
+           c->depth, c->embed_dim, c->d_inner, c->d_state, c->dt_rank, c->d_conv);
+    printf("classes:     %d", c->num_classes);
+    if (meta.class_names) {
+        printf(" (");
+        int show = c->num_classes < 5 ? c->num_classes : 5;
+        for (int i = 0; i < show; i++) printf("%s%s", i ? ", " : "", meta.class_names[i]);
+        printf("%s)\n", c->num_classes > show ? ", ..." : "");
+    } else {
+        printf(" (no class names in the file)\n");
+    }
+    printf("step:        %ld\n", meta.step);
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&m);
+    return 0;
+}

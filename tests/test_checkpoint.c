@@ -1,0 +1,299 @@
+/* test_checkpoint.c: checkpoints and the command line. Save/load round trips (exact), a
+ * tensors-only file whose architecture is inferred from shapes, every broken-file case as a
+ * clear error; then the `vil` program itself: classify (text and --json, logits checked against
+ * the model run directly on the same transform), a missing image, info, and bad usage (exit 2). */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "data/image.h"
+#include "data/transform.h"
+#include "data_corpus.h"
+#include "testing.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+#include "vil/safetensors.h"
+
+static char *dir;
+
+static void small(VilConfig *c, const char *arch, int chans) {
+    vil_config_default(c);
+    strcpy(c->arch, arch);
+    strcpy(c->name, "tiny_test");
+    c->img_size = 16;
+    c->patch_size = 4;
+    c->stride = 4;
+    c->in_chans = chans;
+    c->embed_dim = 8;
+    c->depth = 2;
+    c->d_state = 4;
+    c->num_classes = 3;
+    vil_config_finalize(c);
+}
+
+static char *path(const char *name) {
+    static char buf[8][1024];
+    static int k = 0;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static int same_params(VilModel *a, VilModel *b) {
+    if (a->n_params != b->n_params) return 0;
+    float *x = vil_malloc(a->n_params * 4), *y = vil_malloc(b->n_params * 4);
+    vil_model_get_params(a, x);
+    vil_model_get_params(b, y);
+    int same = memcmp(x, y, a->n_params * 4) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* run a shell command, capture stdout into out (may be NULL); return the exit status */
+static int run(const char *cmd, char *out, size_t outlen) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = 0;
+    int ch;
+    while ((ch = fgetc(p)) != EOF)
+        if (out && n + 1 < outlen) out[n++] = (char)ch;
+    if (out) out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_roundtrip(const char *arch) {
+    VilConfig c;
+    small(&c, arch, 3);
+    VilModel m, r;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 11);
+    char *names[3] = {"cat", "dog, large", "\"quoted\" name"};
+    const char *f = path("rt.safetensors");
+    T_CHECK(vil_checkpoint_save(&m, f, 1234, names, 3) == 0, "save");
+    VilCheckpointMeta meta;
+    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, 0, &r, &meta) == 0, "load");
+    T_CHECK(same_params(&m, &r), "%s: parameters differ after a round trip", arch);
+    T_CHECK(meta.step == 1234 && meta.img_size == 16 && !meta.config_inferred, "metadata");
+    T_CHECK(meta.class_names && strcmp(meta.class_names[2], "\"quoted\" name") == 0, "class names");
+    T_CHECK(memcmp(&r.cfg, &m.cfg, sizeof c) == 0, "%s: config differs after a round trip", arch);
+    /* every key of models.md, in order */
+    VilSafetensors st;
+    char err[256];
+    T_CHECK(vil_st_read(f, &st, err, sizeof err) == 0, "raw read: %s", err);
+    T_CHECK(st.n_tensors == m.n_tensors, "tensor count");
+    int order = 1;
+    for (int i = 0; i < st.n_tensors && i < m.n_tensors; i++) order &= strcmp(st.tensors[i].name, m.info[i].name) == 0;
+    T_CHECK(order, "tensor order is the state_dict order");
+    T_CHECK(vil_st_find(&st, "layers.1.mixer.x_proj_b.weight") != NULL, "ViM key names");
+    T_CHECK((vil_st_find(&st, "layers.0.mixer.A_log") != NULL) == (strcmp(arch, "vim") == 0), "A_log only for ViM");
+    T_CHECK(vil_st_meta(&st, "format") && strcmp(vil_st_meta(&st, "format"), "pt") == 0, "format=pt");
+    vil_st_free(&st);
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&r);
+
+    /* a tensors-only file (as exported from PyTorch): the architecture comes from the shapes */
+    VilStWriter *w = vil_st_writer_new();
+    float *host = vil_malloc(m.n_params * 4);
+    vil_model_get_params(&m, host);
+    for (int i = 0; i < m.n_tensors; i++)
+        vil_st_writer_add(w, m.info[i].name, VIL_ST_F32, m.info[i].ndim, m.info[i].shape, host + m.info[i].offset);
+    const char *g = path("bare.safetensors");
+    T_CHECK(vil_st_writer_save(w, g) == 0, "save bare");
+    vil_st_writer_free(w);
+    T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, 16, &r, &meta) == 0, "load bare");
+    T_CHECK(meta.config_inferred, "inferred flag");
+    int cfg_same = r.cfg.embed_dim == c.embed_dim && r.cfg.depth == c.depth && r.cfg.d_state == c.d_state &&
+                   r.cfg.dt_rank == c.dt_rank && r.cfg.d_inner == c.d_inner && r.cfg.stride == c.stride &&
+                   r.cfg.num_classes == c.num_classes && r.cfg.arch_id == c.arch_id && r.cfg.in_chans == 3;
+    T_CHECK(cfg_same, "%s: inferred architecture differs", arch);
+    T_CHECK(same_params(&m, &r), "bare: parameters differ");
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&r);
+    /* a bare file at the wrong image size: the grid does not fit */
+    T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, 17, &r, &meta) != 0, "bare file at a size the grid does not fit must fail");
+    free(host);
+    vil_model_free(&m);
+}
+
+static void test_broken(void) {
+    VilConfig c;
+    small(&c, "vil", 3);
+    VilModel m, r;
+    VilCheckpointMeta meta;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 1);
+    const char *f = path("ok.safetensors");
+    vil_checkpoint_save(&m, f, 0, NULL, 0);
+    size_t n;
+    unsigned char *bytes = vil_read_file(f, &n);
+    fprintf(stderr, "---- expected errors follow ----\n");
+    /* missing */
+    T_CHECK(vil_checkpoint_load(path("nope.safetensors"), &vil_backend_cpu, 0, &r, &meta) != 0, "missing file");
+    /* truncated, empty */
+    corpus_write(path("trunc.safetensors"), bytes, n - 7);
+    T_CHECK(vil_checkpoint_load(path("trunc.safetensors"), &vil_backend_cpu, 0, &r, &meta) != 0, "truncated file");
+    corpus_write(path("empty.safetensors"), bytes, 0);
+    T_CHECK(vil_checkpoint_load(path("empty.safetensors"), &vil_backend_cpu, 0, &r, &meta) != 0, "empty file");
+    /* a tensor missing, a wrong shape, an extra tensor, NaN */
+    float *host = vil_malloc(m.n_params * 4);
+    vil_model_get_params(&m, host);
+    for (int cse = 0; cse < 4; cse++) {
+        VilStWriter *w = vil_st_writer_new();
+        for (int i = 0; i < m.n_tensors; i++) {
+            const VilParamInfo *p = &m.info[i];
+            if (cse == 0 && strcmp(p->name, "layers.1.mixer.out_proj.weight") == 0) continue;
+            int64_t shape[4];
+            memcpy(shape, p->shape, sizeof shape);
+            int nd = p->ndim;
+            if (cse == 1 && strcmp(p->name, "layers.0.mixer.x_proj.weight") == 0) {
+                /* same element count, transposed: only the shape check can catch it */
+                shape[0] = p->shape[1], shape[1] = p->shape[0];
+            }
+            vil_st_writer_add(w, p->name, VIL_ST_F32, nd, shape, host + p->offset);
+        }
+        if (cse == 2) {
+            int64_t one = 1;
+            vil_st_writer_add(w, "layers.0.mixer.A_log_extra", VIL_ST_F32, 1, &one, host);
+        }
+        float nan_host = NAN;
+        if (cse == 3) host[m.info[3].offset] = nan_host;
+        char *cj = vil_config_to_json(&m.cfg);
+        vil_st_writer_meta(w, "vil.config", cj);
+        free(cj);
+        const char *g = path("bad.safetensors");
+        vil_st_writer_save(w, g);
+        vil_st_writer_free(w);
+        const char *what[4] = {"missing tensor", "transposed tensor", "unexpected tensor", "NaN parameter"};
+        T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, 0, &r, &meta) != 0, "%s must fail", what[cse]);
+        if (cse == 3) vil_model_get_params(&m, host);
+    }
+    /* trained at 16, asked for 32: refused with a reason rather than silently wrong */
+    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, 32, &r, &meta) != 0, "--img-size different from the file's");
+    fprintf(stderr, "---- end of expected errors ----\n");
+    free(host);
+    free(bytes);
+    vil_model_free(&m);
+}
+
+static void test_cli(void) {
+    VilConfig c;
+    small(&c, "vil", 3);
+    VilModel m;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 5);
+    char *names[3] = {"alpha", "beta", "gamma"};
+    char ck[1024]; /* path() recycles its buffers */
+    snprintf(ck, sizeof ck, "%s", path("cli.safetensors"));
+    vil_checkpoint_save(&m, ck, 7, names, 3);
+    /* images: a JPEG larger than the model, a PNG of exactly the model's size, a gray JPEG */
+    char jpg[1024], png[1024], gray[1024];
+    snprintf(jpg, sizeof jpg, "%s", path("a.jpg"));
+    snprintf(png, sizeof png, "%s", path("b.JPEG"));
+    snprintf(gray, sizeof gray, "%s", path("c.jpg"));
+    corpus_write_jpeg(jpg, 40, 30, 3, 0, 1, 0);
+    corpus_write_png(png, 16, 16, 1, 2);
+    corpus_write_jpeg(gray, 20, 25, 1, 2, 3, 1);
+    char cmd[8192], *out = vil_malloc(1 << 20);
+    snprintf(cmd, sizeof cmd, "bin/vil classify --model %s --json --topk 2 --device cpu %s %s %s", ck, jpg, png, gray);
+    int rc = run(cmd, out, 1 << 20);
+    T_CHECK(rc == 0, "classify exit %d", rc);
+    /* each line: logits equal to the model run on the same transform */
+    const char *files[3] = {jpg, png, gray};
+    float crops[3] = {0.875f, 0.875f, 0.875f};
+    char *line = strtok(out, "\n");
+    VilTrainTransform tt;
+    vil_train_transform_default(&tt, 16, 3);
+    vil_model_alloc_acts(&m, 1, 0);
+    for (int i = 0; i < 3; i++) {
+        T_CHECK(line != NULL, "missing JSON line %d", i);
+        if (!line) break;
+        cJSON *o = cJSON_Parse(line);
+        T_CHECK(o && cJSON_IsObject(o), "line %d is not a JSON object: %s", i, line);
+        if (!o) break;
+        cJSON *f = cJSON_GetObjectItem(o, "file"), *lg = cJSON_GetObjectItem(o, "logits"), *tk = cJSON_GetObjectItem(o, "topk");
+        T_CHECK(cJSON_IsString(f) && strcmp(f->valuestring, files[i]) == 0, "file field");
+        T_CHECK(cJSON_IsArray(lg) && cJSON_GetArraySize(lg) == 3, "3 logits");
+        T_CHECK(cJSON_IsArray(tk) && cJSON_GetArraySize(tk) == 2, "topk 2");
+        VilImage im;
+        char err[256];
+        vil_image_load(files[i], 3, &im, err, sizeof err);
+        vil_transform_eval(&im, 16, crops[i], tt.mean, tt.std, m.acts.img);
+        vil_image_free(&im);
+        vil_model_forward(&m, 0);
+        double e = 0, psum = 0;
+        for (int k = 0; k < 3 && cJSON_IsArray(lg); k++) e = fmax(e, fabs(cJSON_GetArrayItem(lg, k)->valuedouble - m.acts.logits[k]));
+        T_CLOSE("classify --json logits vs direct forward", e, 1e-5);
+        cJSON *t0 = cJSON_GetArrayItem(tk, 0), *t1 = cJSON_GetArrayItem(tk, 1);
+        if (t0 && t1) {
+            psum = cJSON_GetObjectItem(t0, "prob")->valuedouble;
+            T_CHECK(psum >= cJSON_GetObjectItem(t1, "prob")->valuedouble, "topk sorted");
+            int idx = (int)cJSON_GetObjectItem(t0, "index")->valuedouble;
+            T_CHECK(strcmp(cJSON_GetObjectItem(t0, "name")->valuestring, names[idx]) == 0, "topk name");
+            int am = 0;
+            for (int k = 1; k < 3; k++) if (m.acts.logits[k] > m.acts.logits[am]) am = k;
+            T_CHECK(idx == am, "top-1 is the argmax of the logits");
+        }
+        cJSON_Delete(o);
+        line = strtok(NULL, "\n");
+    }
+    /* crop-pct 1 on an image of the model's size takes it as it is */
+    snprintf(cmd, sizeof cmd, "bin/vil classify --model %s --json --crop-pct 1 --device cpu %s", ck, png);
+    rc = run(cmd, out, 1 << 20);
+    {
+        VilImage im;
+        char err[256];
+        vil_image_load(png, 3, &im, err, sizeof err);
+        vil_normalize_chw(m.acts.img, im.px, 16, 16, 3, tt.mean, tt.std);
+        vil_image_free(&im);
+        vil_model_forward(&m, 0);
+        cJSON *o = cJSON_Parse(out);
+        cJSON *lg = o ? cJSON_GetObjectItem(o, "logits") : NULL;
+        double e = lg ? 0 : 1;
+        for (int k = 0; k < 3 && lg; k++) e = fmax(e, fabs(cJSON_GetArrayItem(lg, k)->valuedouble - m.acts.logits[k]));
+        T_CLOSE("classify --crop-pct 1 at the model's size: no resize", e, 1e-5);
+        cJSON_Delete(o);
+    }
+    /* a missing and a broken image among good ones: reported, others classified, exit 1 */
+    corpus_write_truncated(path("broken.jpg"), 30, 30, 100);
+    snprintf(cmd, sizeof cmd, "bin/vil classify --model %s --device cpu %s %s %s 2>%s", ck, jpg,
+             path("missing.jpg"), path("broken.jpg"), path("stderr.txt"));
+    rc = run(cmd, out, 1 << 20);
+    T_CHECK(rc == 1, "classify with a missing image: exit %d, want 1", rc);
+    T_CHECK(strstr(out, jpg) != NULL && (strstr(out, "alpha") || strstr(out, "beta") || strstr(out, "gamma")), "the good image is still classified");
+    size_t n;
+    char *errtxt = (char *)vil_read_file(path("stderr.txt"), &n);
+    T_CHECK(errtxt && strstr(errtxt, "missing.jpg") && strstr(errtxt, "broken.jpg"), "both bad images named on stderr");
+    free(errtxt);
+    /* info */
+    snprintf(cmd, sizeof cmd, "bin/vil info --model %s", ck);
+    rc = run(cmd, out, 1 << 20);
+    char want[64];
+    snprintf(want, sizeof want, "parameters:  %zu", m.n_params);
+    T_CHECK(rc == 0 && strstr(out, want) && strstr(out, "alpha") && strstr(out, "step:        7"), "info output: %s", out);
+    /* usage errors exit 2; help exits 0 */
+    T_CHECK(run("bin/vil 2>/dev/null", NULL, 0) == 2, "no command: exit 2");
+    T_CHECK(run("bin/vil frobnicate 2>/dev/null", NULL, 0) == 2, "unknown command: exit 2");
+    T_CHECK(run("bin/vil classify --bogus 1 x.jpg 2>/dev/null", NULL, 0) == 2, "unknown flag: exit 2");
+    T_CHECK(run("bin/vil classify --model x 2>/dev/null", NULL, 0) == 2, "no images: exit 2");
+    T_CHECK(run("bin/vil classify --topk abc --model x y 2>/dev/null", NULL, 0) == 2, "bad number: exit 2");
+    T_CHECK(run("bin/vil help >/dev/null", NULL, 0) == 0, "help: exit 0");
+    T_CHECK(run("bin/vil classify --help >/dev/null", NULL, 0) == 0, "classify --help: exit 0");
+    T_CHECK(run("bin/vil info --model /nonexistent.safetensors 2>/dev/null", NULL, 0) == 1, "missing checkpoint: exit 1");
+    free(out);
+    vil_model_free(&m);
+}
+
+int main(void) {
+    dir = corpus_mkdtemp("ckpt");
+    test_roundtrip("vil");
+    test_roundtrip("vim");
+    test_broken();
+    test_cli();
+    corpus_rmtree(dir);
+    return t_finish();
+}

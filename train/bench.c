@@ -1,0 +1,148 @@
+/* bench.c: `vil bench`: training-step, forward+backward and inference throughput of a model
+ * config on a backend, with random images, the peak memory and a per-op time breakdown. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "vil/args.h"
+#include "vil/backend_prof.h"
+#include "vil/common.h"
+#include "vil/model.h"
+
+static void upload_batch(VilModel *m, uint64_t seed) {
+    const VilConfig *c = &m->cfg;
+    int B = m->acts.B;
+    size_t ni = (size_t)B * c->in_chans * c->img_size * c->img_size, nt = (size_t)B * c->num_classes;
+    float *img = vil_malloc(ni * sizeof(float)), *tg = vil_calloc(nt, sizeof(float));
+    VilRng r;
+    vil_rng_seed(&r, seed);
+    for (size_t i = 0; i < ni; i++) img[i] = vil_rng_normal(&r);
+    for (int b = 0; b < B; b++) {
+        for (int k = 0; k < c->num_classes; k++) tg[(size_t)b * c->num_classes + k] = 0.1f / c->num_classes;
+        tg[(size_t)b * c->num_classes + vil_rng_below(&r, (uint32_t)c->num_classes)] += 0.9f;
+    }
+    m->be->to_device(m->acts.img, img, ni * sizeof(float));
+    m->be->to_device(m->acts.targets, tg, nt * sizeof(float));
+    free(img);
+    free(tg);
+}
+
+static float mean_loss(VilModel *m) {
+    int B = m->acts.B;
+    float *l = vil_malloc((size_t)B * sizeof(float));
+    m->be->to_host(l, m->acts.losses, (size_t)B * sizeof(float));
+    double s = 0;
+    for (int b = 0; b < B; b++) s += l[b];
+    free(l);
+    return (float)(s / B);
+}
+
+static void train_step(VilModel *m, int do_update) {
+    vil_model_zero_grad(m);
+    vil_model_forward(m, 1);
+    vil_model_backward(m);
+    if (do_update) vil_model_adamw_step(m, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.05f);
+}
+
+int vil_cmd_bench(int argc, char **argv) {
+    const char *device = "cpu", *model = "configs/vil_tiny.cfg";
+    int batch = 8, steps = 0, warmup = 2, profile = 1, no_profile = 0;
+    VilArgList sets = {0};
+    VilArg args[] = {
+        {"--device", VIL_ARG_STR, &device, "cpu or cuda"},
+        {"--model", VIL_ARG_STR, &model, "model config file"},
+        {"--batch", VIL_ARG_INT, &batch, "batch size"},
+        {"--steps", VIL_ARG_INT, &steps, "timed steps per measurement (0: 5 on cpu, 30 on cuda)"},
+        {"--warmup", VIL_ARG_INT, &warmup, "untimed steps first"},
+        {"--no-profile", VIL_ARG_FLAG, &no_profile, "skip the per-op breakdown"},
+        {"--set", VIL_ARG_LIST, &sets, "override a config key (repeatable)"},
+    };
+    VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B] [options]",
+                       "Times a full training step (forward, backward, AdamW), forward+backward\n"
+                       "and inference on random images, and prints images/s, the peak memory\n"
+                       "and a per-op breakdown (a separate, synchronized pass).",
+                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    free(pos);
+    profile = !no_profile;
+    if (batch < 1) {
+        vil_error("--batch must be >= 1");
+        return 2;
+    }
+    const VilBackend *be = vil_backend_get(device);
+    if (!be) return 1;
+    if (steps <= 0) steps = strcmp(be->name, "cpu") == 0 ? 5 : 30;
+    VilConfig cfg;
+    vil_config_default(&cfg);
+    if (vil_config_load(&cfg, model) != 0) return 1;
+    for (int i = 0; i < sets.n; i++)
+        if (vil_config_set_kv(&cfg, sets.v[i]) != 0) return 2;
+    if (vil_config_finalize(&cfg) != 0) return 1;
+    VilModel m;
+    if (vil_model_init(&m, &cfg, be) != 0) return 1;
+    vil_model_init_weights(&m, 0);
+    printf("bench: %s (%s) on %s, %zu parameters, %dx%d, batch %d, %d tokens\n", cfg.name,
+           cfg.arch, be->name, m.n_params, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
+    fflush(stdout);
+
+    vil_model_alloc_acts(&m, batch, 1);
+    upload_batch(&m, 1);
+    for (int i = 0; i < warmup; i++) train_step(&m, 1);
+    be->sync();
+    float loss0 = mean_loss(&m);
+    double t0 = vil_now();
+    for (int i = 0; i < steps; i++) train_step(&m, 1);
+    be->sync();
+    double t_train = vil_now() - t0;
+    float loss1 = mean_loss(&m);
+    t0 = vil_now();
+    for (int i = 0; i < steps; i++) train_step(&m, 0);
+    be->sync();
+    double t_fb = vil_now() - t0;
+    size_t peak_train = be->peak_bytes ? be->peak_bytes() : 0;
+    if (!isfinite(loss1)) {
+        vil_error("the loss is not finite after %d steps (%g): the backend is broken", steps, loss1);
+        vil_model_free(&m);
+        return 1;
+    }
+    printf("train step (fwd+bwd+adamw): %10.1f images/s  (%.2f ms/step; loss %.4f -> %.4f)\n",
+           batch * steps / t_train, 1e3 * t_train / steps, loss0, loss1);
+    printf("forward+backward:           %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_fb,
+           1e3 * t_fb / steps);
+    fflush(stdout);
+
+    vil_model_alloc_acts(&m, batch, 0);
+    upload_batch(&m, 2);
+    for (int i = 0; i < warmup; i++) vil_model_forward(&m, 0);
+    be->sync();
+    t0 = vil_now();
+    for (int i = 0; i < steps; i++) vil_model_forward(&m, 0);
+    be->sync();
+    double t_inf = vil_now() - t0;
+    printf("inference (forward):        %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_inf,
+           1e3 * t_inf / steps);
+    printf("peak memory (training):     %10.2f GiB%s\n", peak_train / 1073741824.0,
+           strcmp(be->name, "cpu") == 0 ? " (process RSS)" : "");
+    fflush(stdout);
+
+    if (profile) {
+        int iters = steps < 5 ? steps : 5;
+        vil_model_alloc_acts(&m, batch, 1);
+        upload_batch(&m, 3);
+        m.be = vil_backend_profiled(be);
+        train_step(&m, 1); /* warm */
+        vil_prof_reset();
+        for (int i = 0; i < iters; i++) train_step(&m, 1);
+        printf("\nper-op breakdown of a training step (synchronized after every op, %d steps):\n", iters);
+        vil_prof_report(stdout, iters);
+        m.be = be;
+    }
+    vil_model_free(&m);
+    return 0;
+}

@@ -1,0 +1,242 @@
+/* checkpoint.c: saving and loading models as safetensors (see checkpoint.h). Loading checks
+ * every expected tensor's presence, shape and dtype and reports all problems, not just the
+ * first; an unknown tensor is an error, so a file of another architecture never half-loads. */
+#include "checkpoint.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "safetensors.h"
+
+#define META_CONFIG "vil.config"
+#define META_IMG "vil.img_size"
+#define META_STEP "vil.step"
+#define META_CLASSES "vil.class_names"
+
+int vil_checkpoint_save(const VilModel *m, const char *path, long step,
+                        char *const *class_names, int n_classes) {
+    float *host = vil_malloc(m->n_params * sizeof(float));
+    vil_model_get_params(m, host);
+    VilStWriter *w = vil_st_writer_new();
+    for (int i = 0; i < m->n_tensors; i++) {
+        const VilParamInfo *p = &m->info[i];
+        vil_st_writer_add(w, p->name, VIL_ST_F32, p->ndim, p->shape, host + p->offset);
+    }
+    /* "format": "pt" is what safetensors.torch writes; it lets the Python loaders accept it */
+    vil_st_writer_meta(w, "format", "pt");
+    char *cfg = vil_config_to_json(&m->cfg);
+    vil_st_writer_meta(w, META_CONFIG, cfg);
+    free(cfg);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d", m->cfg.img_size);
+    vil_st_writer_meta(w, META_IMG, buf);
+    snprintf(buf, sizeof buf, "%ld", step);
+    vil_st_writer_meta(w, META_STEP, buf);
+    if (class_names && n_classes > 0) {
+        cJSON *arr = cJSON_CreateArray();
+        for (int i = 0; i < n_classes; i++)
+            cJSON_AddItemToArray(arr, cJSON_CreateString(class_names[i] ? class_names[i] : ""));
+        char *s = cJSON_PrintUnformatted(arr);
+        vil_st_writer_meta(w, META_CLASSES, s);
+        cJSON_free(s);
+        cJSON_Delete(arr);
+    }
+    int rc = vil_st_writer_save(w, path);
+    vil_st_writer_free(w);
+    free(host);
+    return rc;
+}
+
+static const VilStTensor *need(const VilSafetensors *st, const char *path, const char *name,
+                               int ndim) {
+    const VilStTensor *t = vil_st_find(st, name);
+    if (!t) {
+        vil_error("'%s': tensor '%s' is missing, so the architecture cannot be inferred", path,
+                  name);
+        return NULL;
+    }
+    if (t->ndim != ndim) {
+        vil_error("'%s': tensor '%s' has %d dimensions, expected %d", path, name, t->ndim, ndim);
+        return NULL;
+    }
+    return t;
+}
+
+/* models.md, "Architecture from a checkpoint alone" */
+static int infer_config(const VilSafetensors *st, const char *path, int img, VilConfig *c) {
+    vil_config_default(c);
+    const VilStTensor *pw = need(st, path, "patch_embed.proj.weight", 4);
+    const VilStTensor *pos = need(st, path, "pos_embed", 3);
+    const VilStTensor *head = need(st, path, "head.weight", 2);
+    const VilStTensor *inp = need(st, path, "layers.0.mixer.in_proj.weight", 2);
+    const VilStTensor *dtw = need(st, path, "layers.0.mixer.dt_proj.weight", 2);
+    const VilStTensor *xp = need(st, path, "layers.0.mixer.x_proj.weight", 2);
+    const VilStTensor *cw = need(st, path, "layers.0.mixer.conv1d.weight", 3);
+    if (!pw || !pos || !head || !inp || !dtw || !xp || !cw) return -1;
+    int depth = 0;
+    for (int i = 0; i < st->n_tensors; i++) {
+        int l;
+        if (sscanf(st->tensors[i].name, "layers.%d.", &l) == 1 && l + 1 > depth) depth = l + 1;
+    }
+    int D = (int)pw->shape[0], E = (int)inp->shape[0] / 2, R = (int)dtw->shape[1];
+    c->embed_dim = D;
+    c->in_chans = (int)pw->shape[1];
+    c->patch_size = (int)pw->shape[2];
+    c->depth = depth;
+    c->dt_rank = R;
+    c->d_state = ((int)xp->shape[0] - R) / 2;
+    c->d_conv = (int)cw->shape[2];
+    c->num_classes = (int)head->shape[0];
+    if (E % D != 0) {
+        vil_error("'%s': in_proj has %d rows, not a multiple of 2 * embed_dim %d", path, 2 * E, D);
+        return -1;
+    }
+    c->expand = E / D;
+    strcpy(c->arch, vil_st_find(st, "layers.0.mixer.A_log") ? "vim" : "vil");
+    snprintf(c->name, sizeof c->name, "%s_d%d", c->arch, D);
+    long rows = (long)pos->shape[1] - 1;
+    int G = (int)lround(sqrt((double)rows));
+    if (rows < 1 || (long)G * G != rows) {
+        vil_error("'%s': pos_embed has %ld patch rows, not a square grid", path, rows);
+        return -1;
+    }
+    c->img_size = img;
+    if (G == 1) c->stride = c->patch_size;
+    else if ((img - c->patch_size) % (G - 1) != 0 || img < c->patch_size) {
+        vil_error("'%s': a %dx%d patch grid with patch %d does not fit image size %d; pass the "
+                  "size the model was trained at with --img-size",
+                  path, G, G, c->patch_size, img);
+        return -1;
+    } else c->stride = (img - c->patch_size) / (G - 1);
+    return 0;
+}
+
+void vil_checkpoint_meta_free(VilCheckpointMeta *meta) {
+    if (meta->class_names)
+        for (int i = 0; i < meta->n_classes; i++) free(meta->class_names[i]);
+    free(meta->class_names);
+    memset(meta, 0, sizeof *meta);
+}
+
+static int read_class_names(const char *json, const char *path, int n, VilCheckpointMeta *meta) {
+    cJSON *a = cJSON_Parse(json);
+    if (!a || !cJSON_IsArray(a)) {
+        vil_error("'%s': metadata %s is not a JSON array", path, META_CLASSES);
+        cJSON_Delete(a);
+        return -1;
+    }
+    int k = cJSON_GetArraySize(a);
+    if (k != n) {
+        vil_error("'%s': %d class names for a head of %d classes", path, k, n);
+        cJSON_Delete(a);
+        return -1;
+    }
+    meta->class_names = vil_calloc((size_t)n, sizeof(char *));
+    meta->n_classes = n;
+    for (int i = 0; i < n; i++) {
+        cJSON *s = cJSON_GetArrayItem(a, i);
+        meta->class_names[i] = vil_strdup(cJSON_IsString(s) ? s->valuestring : "");
+    }
+    cJSON_Delete(a);
+    return 0;
+}
+
+int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hint, VilModel *m,
+                        VilCheckpointMeta *meta) {
+    memset(meta, 0, sizeof *meta);
+    memset(m, 0, sizeof *m);
+    VilSafetensors st;
+    char err[512];
+    if (vil_st_read(path, &st, err, sizeof err) != 0) {
+        vil_error("cannot load checkpoint: %s", err);
+        return -1;
+    }
+    VilConfig cfg;
+    vil_config_default(&cfg);
+    const char *cj = vil_st_meta(&st, META_CONFIG);
+    int rc = -1;
+    if (cj) {
+        if (vil_config_from_json(&cfg, cj) != 0) {
+            vil_error("'%s': bad %s metadata", path, META_CONFIG);
+            goto out;
+        }
+        if (img_size_hint > 0 && img_size_hint != cfg.img_size) {
+            vil_error("'%s' was trained at %d; --img-size %d would need the position embedding "
+                      "interpolated, which vil does not do yet: leave --img-size out",
+                      path, cfg.img_size, img_size_hint);
+            goto out;
+        }
+    } else {
+        meta->config_inferred = 1;
+        if (infer_config(&st, path, img_size_hint > 0 ? img_size_hint : 224, &cfg) != 0) goto out;
+    }
+    if (vil_config_finalize(&cfg) != 0) {
+        vil_error("'%s': the model config it describes is invalid", path);
+        goto out;
+    }
+    if (vil_model_init(m, &cfg, be) != 0) goto out;
+    /* every expected tensor, with its shape; then nothing unexpected */
+    float *host = vil_malloc(m->n_params * sizeof(float));
+    int bad = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const VilParamInfo *p = &m->info[i];
+        const VilStTensor *t = vil_st_find(&st, p->name);
+        if (!t) {
+            if (bad++ < 10) vil_error("'%s': tensor '%s' is missing", path, p->name);
+            continue;
+        }
+        int same = t->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+        if (!same) {
+            char want[96] = "", got[96] = "";
+            for (int d = 0; d < p->ndim; d++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)p->shape[d]);
+            for (int d = 0; d < t->ndim; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            if (bad++ < 10)
+                vil_error("'%s': tensor '%s' has shape [%s], the model needs [%s]", path, p->name, got, want);
+            continue;
+        }
+        if (vil_st_to_f32(t, host + p->offset) != 0) {
+            if (bad++ < 10) vil_error("'%s': tensor '%s' has dtype %s, which vil cannot read", path, p->name, vil_st_dtype_name(t->dtype));
+        }
+    }
+    for (int i = 0; i < st.n_tensors; i++)
+        if (!vil_model_find_param(m, st.tensors[i].name))
+            if (bad++ < 10)
+                vil_error("'%s': unexpected tensor '%s' for a %s model of depth %d", path,
+                          st.tensors[i].name, cfg.arch, cfg.depth);
+    if (bad) {
+        if (bad > 10) vil_error("'%s': ... %d problems in all", path, bad);
+        free(host);
+        vil_model_free(m);
+        goto out;
+    }
+    for (size_t i = 0; i < m->n_params; i++)
+        if (!isfinite(host[i])) {
+            vil_error("'%s': parameters contain NaN or Inf (a diverged run?)", path);
+            free(host);
+            vil_model_free(m);
+            goto out;
+        }
+    vil_model_set_params(m, host);
+    free(host);
+    meta->img_size = cfg.img_size;
+    const char *s = vil_st_meta(&st, META_STEP);
+    long v;
+    meta->step = s && vil_parse_int(s, &v) == 0 ? v : 0;
+    const char *names = vil_st_meta(&st, META_CLASSES);
+    meta->n_classes = cfg.num_classes;
+    if (names && read_class_names(names, path, cfg.num_classes, meta) != 0) {
+        vil_model_free(m);
+        goto out;
+    }
+    rc = 0;
+out:
+    vil_st_free(&st);
+    return rc;
+}

@@ -1,0 +1,758 @@
+/* safetensors.c: the safetensors reader (which treats every file as hostile: each number in
+ * the header is checked before it is used) and the writer, which produces the same bytes as
+ * the Python library for the same tensor order. JSON goes through cJSON. */
+#define _GNU_SOURCE
+#include "safetensors.h"
+
+#include "common.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The format is little-endian and tensors are stored and read with memcpy. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "safetensors.c assumes a little-endian host");
+
+static const struct {
+    const char *name;
+    size_t size;
+} DTYPES[VIL_ST_NUM_DTYPES] = {
+    [VIL_ST_BOOL] = {"BOOL", 1},       [VIL_ST_U8] = {"U8", 1},
+    [VIL_ST_I8] = {"I8", 1},           [VIL_ST_F8_E5M2] = {"F8_E5M2", 1},
+    [VIL_ST_F8_E4M3] = {"F8_E4M3", 1}, [VIL_ST_I16] = {"I16", 2},
+    [VIL_ST_U16] = {"U16", 2},         [VIL_ST_F16] = {"F16", 2},
+    [VIL_ST_BF16] = {"BF16", 2},       [VIL_ST_I32] = {"I32", 4},
+    [VIL_ST_U32] = {"U32", 4},         [VIL_ST_F32] = {"F32", 4},
+    [VIL_ST_F64] = {"F64", 8},         [VIL_ST_I64] = {"I64", 8},
+    [VIL_ST_U64] = {"U64", 8},
+};
+
+size_t vil_st_dtype_size(VilStDtype dt) {
+    return (unsigned)dt < VIL_ST_NUM_DTYPES ? DTYPES[dt].size : 0;
+}
+
+const char *vil_st_dtype_name(VilStDtype dt) {
+    return (unsigned)dt < VIL_ST_NUM_DTYPES ? DTYPES[dt].name : "?";
+}
+
+static int dtype_from_name(const char *s, VilStDtype *out) {
+    for (int i = 0; i < VIL_ST_NUM_DTYPES; i++) {
+        if (strcmp(s, DTYPES[i].name) == 0) {
+            *out = (VilStDtype)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Names in messages come from untrusted files: cap how much of one is printed. */
+#define NAME_MAX_SHOWN 160
+#define SHOWN(s) NAME_MAX_SHOWN, (s)
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Returns the offset of the first byte that breaks UTF-8, or n when all is valid. Overlong
+ * forms, surrogates and code points past U+10FFFF are invalid, as for Rust's from_utf8. */
+static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len;
+        uint32_t cp, min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            len = 2, cp = c & 0x1F, min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            len = 3, cp = c & 0x0F, min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            len = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return i;
+        }
+        if (n - i < len) return i;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += len;
+    }
+    return n;
+}
+
+/* JSON numbers arrive as doubles: accept only integers that a double holds exactly. */
+static int json_uint(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0.0) || d > 9007199254740992.0 || d != floor(d)) return -1;
+    *out = (uint64_t)d;
+    return 0;
+}
+
+static const char *json_kind(const cJSON *v) {
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsNull(v)) return "null";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsObject(v)) return "an object";
+    return "an invalid value";
+}
+
+static void shape_str(char *s, size_t cap, int ndim, const int64_t *shape) {
+    size_t k = (size_t)snprintf(s, cap, "[");
+    for (int i = 0; i < ndim && k < cap; i++)
+        k += (size_t)snprintf(s + k, cap - k, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (k < cap) snprintf(s + k, cap - k, "]");
+}
+
+static int cmp_by_name(const void *a, const void *b) {
+    const VilStTensor *x = *(const VilStTensor *const *)a, *y = *(const VilStTensor *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+static int cmp_by_offset(const void *a, const void *b) {
+    const VilStTensor *x = *(const VilStTensor *const *)a, *y = *(const VilStTensor *const *)b;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
+    return 0;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* One tensor entry: {"dtype": .., "shape": [..], "data_offsets": [b, e]}. Unknown keys are
+ * ignored (as serde does); repeated known keys are errors. */
+static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t, char *err,
+                        size_t errlen) {
+    const char *nm = t->name;
+    if (!cJSON_IsObject(item))
+        return fail(err, errlen, "tensor '%.*s': entry is %s, not an object", SHOWN(nm),
+                    json_kind(item));
+    const cJSON *dt = NULL, *shape = NULL, *offs = NULL;
+    for (const cJSON *c = item->child; c; c = c->next) {
+        const cJSON **slot = strcmp(c->string, "dtype") == 0          ? &dt
+                             : strcmp(c->string, "shape") == 0        ? &shape
+                             : strcmp(c->string, "data_offsets") == 0 ? &offs
+                                                                      : NULL;
+        if (!slot) continue;
+        if (*slot)
+            return fail(err, errlen, "tensor '%.*s': key '%s' appears twice", SHOWN(nm), c->string);
+        *slot = c;
+    }
+    if (!dt || !shape || !offs)
+        return fail(err, errlen, "tensor '%.*s': missing \"%s\"", SHOWN(nm),
+                    !dt      ? "dtype"
+                    : !shape ? "shape"
+                             : "data_offsets");
+    if (!cJSON_IsString(dt))
+        return fail(err, errlen, "tensor '%.*s': dtype is %s, not a string", SHOWN(nm),
+                    json_kind(dt));
+    if (dtype_from_name(dt->valuestring, &t->dtype) != 0)
+        return fail(err, errlen, "tensor '%.*s': unknown dtype '%.*s'", SHOWN(nm), 32,
+                    dt->valuestring);
+    if (!cJSON_IsArray(shape))
+        return fail(err, errlen, "tensor '%.*s': shape is %s, not an array", SHOWN(nm),
+                    json_kind(shape));
+    int ndim = 0;
+    for (const cJSON *c = shape->child; c; c = c->next) {
+        if (ndim == VIL_ST_MAX_DIMS)
+            return fail(err, errlen, "tensor '%.*s': shape has more than %d dimensions", SHOWN(nm),
+                        VIL_ST_MAX_DIMS);
+        uint64_t d;
+        if (json_uint(c, &d) != 0)
+            return fail(err, errlen, "tensor '%.*s': shape[%d] is not a non-negative integer",
+                        SHOWN(nm), ndim);
+        t->shape[ndim++] = (int64_t)d;
+    }
+    t->ndim = ndim;
+    uint64_t begin, end;
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+        json_uint(offs->child, &begin) != 0 || json_uint(offs->child->next, &end) != 0)
+        return fail(err, errlen,
+                    "tensor '%.*s': data_offsets must be [begin, end], two non-negative integers",
+                    SHOWN(nm));
+    if (end < begin)
+        return fail(err, errlen,
+                    "tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin",
+                    SHOWN(nm), begin, end);
+    /* product(shape) * size, refusing anything that overflows */
+    char sh[256];
+    shape_str(sh, sizeof sh, ndim, t->shape);
+    size_t esize = vil_st_dtype_size(t->dtype);
+    uint64_t nbytes = esize;
+    for (int i = 0; i < ndim; i++) {
+        uint64_t d = (uint64_t)t->shape[i];
+        if (d && nbytes > UINT64_MAX / d)
+            return fail(err, errlen, "tensor '%.*s': shape %s %s overflows a 64-bit byte count",
+                        SHOWN(nm), sh, DTYPES[t->dtype].name);
+        nbytes *= d;
+    }
+    if (nbytes != end - begin)
+        return fail(err, errlen,
+                    "tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64
+                    "] but shape %s %s needs %" PRIu64 " bytes",
+                    SHOWN(nm), begin, end, sh, DTYPES[t->dtype].name, nbytes);
+    if (end > buf_size)
+        return fail(err, errlen,
+                    "tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64
+                    "] reach past the end of the %zu-byte buffer (truncated file?)",
+                    SHOWN(nm), begin, end, buf_size);
+    t->offset = (size_t)begin;
+    t->nbytes = (size_t)nbytes;
+    return 0;
+}
+
+static int parse_meta(const cJSON *meta, VilSafetensors *st, char *err, size_t errlen) {
+    if (!cJSON_IsObject(meta))
+        return fail(err, errlen, "__metadata__ is %s, not an object of strings", json_kind(meta));
+    int n = cJSON_GetArraySize(meta);
+    st->meta_keys = vil_calloc((size_t)n, sizeof(char *));
+    st->meta_vals = vil_calloc((size_t)n, sizeof(char *));
+    for (const cJSON *c = meta->child; c; c = c->next) {
+        if (!cJSON_IsString(c))
+            return fail(err, errlen,
+                        "__metadata__ key '%.*s' is %s; metadata values must be strings",
+                        SHOWN(c->string), json_kind(c));
+        st->meta_keys[st->n_meta] = vil_strdup(c->string);
+        st->meta_vals[st->n_meta] = vil_strdup(c->valuestring);
+        st->n_meta++;
+    }
+    char **keys = vil_malloc((size_t)n * sizeof(char *));
+    memcpy(keys, st->meta_keys, (size_t)n * sizeof(char *));
+    qsort(keys, (size_t)n, sizeof(char *), cmp_str_ptr);
+    for (int i = 1; i < n; i++) {
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            fail(err, errlen, "__metadata__ key '%.*s' appears twice", SHOWN(keys[i]));
+            free(keys);
+            return -1;
+        }
+    }
+    free(keys);
+    return 0;
+}
+
+/* Everything after JSON parsing: the entries one by one, then the checks across entries. */
+static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st, char *err,
+                      size_t errlen) {
+    if (!cJSON_IsObject(root))
+        return fail(err, errlen, "header is %s, not a JSON object", json_kind(root));
+    int n = cJSON_GetArraySize(root);
+    st->tensors = vil_calloc((size_t)n, sizeof(VilStTensor));
+    const cJSON *meta = NULL;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (strcmp(c->string, "__metadata__") == 0) {
+            if (meta) return fail(err, errlen, "key '__metadata__' appears twice");
+            meta = c;
+            if (parse_meta(c, st, err, errlen) != 0) return -1;
+            continue;
+        }
+        VilStTensor *t = &st->tensors[st->n_tensors++];
+        t->name = vil_strdup(c->string);
+        if (parse_tensor(c, buf_size, t, err, errlen) != 0) return -1;
+    }
+    int nt = st->n_tensors;
+    VilStTensor **p = vil_malloc((size_t)(nt ? nt : 1) * sizeof(*p));
+    int rc = 0;
+    for (int i = 0; i < nt; i++)
+        p[i] = &st->tensors[i];
+    qsort(p, (size_t)nt, sizeof(*p), cmp_by_name);
+    st->by_name = vil_malloc((size_t)(nt ? nt : 1) * sizeof(int));
+    for (int i = 0; i < nt; i++) {
+        st->by_name[i] = (int)(p[i] - st->tensors);
+        if (i > 0 && strcmp(p[i - 1]->name, p[i]->name) == 0) {
+            rc = fail(err, errlen, "tensor name '%.*s' appears twice", SHOWN(p[i]->name));
+            goto done;
+        }
+    }
+    /* The tensors, in offset order, must tile the buffer: an overlap would let two tensors
+     * alias, a gap or a short cover means the header and the data disagree. */
+    qsort(p, (size_t)nt, sizeof(*p), cmp_by_offset);
+    size_t covered = 0;
+    for (int i = 0; i < nt; i++) {
+        const VilStTensor *t = p[i];
+        if (t->offset < covered) {
+            const VilStTensor *q = p[i - 1];
+            rc = fail(err, errlen,
+                      "tensors '%.*s' (bytes [%zu, %zu]) and '%.*s' (bytes [%zu, %zu]) overlap",
+                      SHOWN(q->name), q->offset, q->offset + q->nbytes, SHOWN(t->name), t->offset,
+                      t->offset + t->nbytes);
+            goto done;
+        }
+        if (t->offset > covered) {
+            rc = fail(
+                err, errlen,
+                "bytes [%zu, %zu] of the buffer belong to no tensor (gap before tensor '%.*s')",
+                covered, t->offset, SHOWN(t->name));
+            goto done;
+        }
+        covered = t->offset + t->nbytes;
+    }
+    if (covered != buf_size)
+        rc = fail(err, errlen, "tensors cover %zu bytes but the buffer after the header has %zu",
+                  covered, buf_size);
+done:
+    free(p);
+    return rc;
+}
+
+int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    if (n < 8)
+        return fail(err, errlen,
+                    "file is %zu bytes, shorter than the 8-byte header length (empty or truncated)",
+                    n);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)buf[i] << (8 * i);
+    if (hlen > VIL_ST_MAX_HEADER)
+        return fail(err, errlen,
+                    "header length %" PRIu64 " is over the %u-byte limit (not a safetensors file?)",
+                    hlen, VIL_ST_MAX_HEADER);
+    if (hlen > n - 8)
+        return fail(err, errlen,
+                    "header length %" PRIu64 " but only %zu bytes follow it (truncated file?)",
+                    hlen, n - 8);
+    if (hlen == 0)
+        return fail(err, errlen, "header length is 0; the header must be at least \"{}\"");
+    const unsigned char *hdr = buf + 8;
+    const unsigned char *nul = memchr(hdr, 0, (size_t)hlen);
+    if (nul) return fail(err, errlen, "header has a NUL byte at offset %zu", (size_t)(nul - hdr));
+    size_t bad = utf8_invalid_at(hdr, (size_t)hlen);
+    if (bad != hlen) return fail(err, errlen, "header is not valid UTF-8 (byte %zu)", bad);
+
+    /* cJSON gets its own NUL-terminated copy so that no parser path can read past it */
+    char *text = vil_malloc((size_t)hlen + 1);
+    memcpy(text, hdr, (size_t)hlen);
+    text[hlen] = 0;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen + 1, &end, 0);
+    int rc = 0;
+    if (!root) {
+        size_t at = end && end >= text && end <= text + hlen ? (size_t)(end - text) : 0;
+        rc = fail(err, errlen,
+                  "header is not valid JSON (near byte %zu of %" PRIu64 ", or nested too deeply)",
+                  at, hlen);
+        goto out;
+    }
+    for (const char *q = end; q < text + hlen; q++) {
+        if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+            rc = fail(err, errlen, "unexpected byte 0x%02x after the JSON header (byte %zu)",
+                      (unsigned char)*q, (size_t)(q - text));
+            goto out;
+        }
+    }
+    size_t buf_size = n - 8 - (size_t)hlen;
+    rc = parse_root(root, buf_size, st, err, errlen);
+    if (rc == 0) {
+        st->buf = vil_malloc_aligned(buf_size);
+        if (buf_size) memcpy(st->buf, hdr + hlen, buf_size);
+        st->buf_size = buf_size;
+        for (int i = 0; i < st->n_tensors; i++)
+            st->tensors[i].data = st->buf + st->tensors[i].offset;
+    }
+out:
+    cJSON_Delete(root);
+    free(text);
+    if (rc != 0) vil_st_free(st);
+    return rc;
+}
+
+int vil_st_read(const char *path, VilSafetensors *st, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return fail(err, errlen, "'%s': cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return fail(err, errlen, "'%s': not a regular file", path);
+    size_t n = 0;
+    unsigned char *buf = vil_read_file(path, &n);
+    if (!buf) return fail(err, errlen, "'%s': cannot read the file (see the message above)", path);
+    char inner[1024];
+    int rc = vil_st_parse(buf, n, st, inner, sizeof inner);
+    free(buf);
+    if (rc != 0) return fail(err, errlen, "'%s': %s", path, inner);
+    return 0;
+}
+
+const VilStTensor *vil_st_find(const VilSafetensors *st, const char *name) {
+    int lo = 0, hi = st->n_tensors - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const VilStTensor *t = &st->tensors[st->by_name[mid]];
+        int c = strcmp(name, t->name);
+        if (c == 0) return t;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+const char *vil_st_meta(const VilSafetensors *st, const char *key) {
+    for (int i = 0; i < st->n_meta; i++)
+        if (strcmp(st->meta_keys[i], key) == 0) return st->meta_vals[i];
+    return NULL;
+}
+
+void vil_st_free(VilSafetensors *st) {
+    if (!st) return;
+    for (int i = 0; i < st->n_tensors; i++)
+        free(st->tensors[i].name);
+    for (int i = 0; i < st->n_meta; i++) {
+        free(st->meta_keys[i]);
+        free(st->meta_vals[i]);
+    }
+    free(st->tensors);
+    free(st->meta_keys);
+    free(st->meta_vals);
+    free(st->buf);
+    free(st->by_name);
+    memset(st, 0, sizeof *st);
+}
+
+int64_t vil_st_numel(const VilStTensor *t) {
+    size_t s = vil_st_dtype_size(t->dtype);
+    return s ? (int64_t)(t->nbytes / s) : 0;
+}
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+    uint32_t bits;
+    if (exp == 0) {
+        float f = ldexpf((float)man, -24); /* zero or subnormal */
+        return sign ? -f : f;
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+int vil_st_to_f32(const VilStTensor *t, float *dst) {
+    const unsigned char *src = t->data;
+    int64_t n = vil_st_numel(t);
+    switch (t->dtype) {
+    case VIL_ST_F32:
+        if (n) memcpy(dst, src, (size_t)n * 4);
+        return 0;
+    case VIL_ST_F64:
+        for (int64_t i = 0; i < n; i++) {
+            double d;
+            memcpy(&d, src + 8 * i, 8);
+            dst[i] = (float)d;
+        }
+        return 0;
+    case VIL_ST_F16:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = f16_to_f32((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
+        return 0;
+    case VIL_ST_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t bits = (uint32_t)(src[2 * i] | src[2 * i + 1] << 8) << 16;
+            memcpy(&dst[i], &bits, 4);
+        }
+        return 0;
+    default:
+        vil_error("tensor '%s': cannot convert %s to float32 (F32, F16, BF16, F64 only)", t->name,
+                  vil_st_dtype_name(t->dtype));
+        return -1;
+    }
+}
+
+/* ---- writer ---- */
+
+typedef struct {
+    char *name;
+    VilStDtype dtype;
+    int ndim;
+    int64_t shape[VIL_ST_MAX_DIMS];
+    const void *data;
+    size_t nbytes, offset;
+} WEntry;
+
+struct VilStWriter {
+    WEntry *t;
+    int n, cap;
+    char **mk, **mv;
+    int nm, mcap;
+    char *misuse; /* the first misuse, reported by save: add and meta return nothing */
+};
+
+static void misuse(VilStWriter *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void misuse(VilStWriter *w, const char *fmt, ...) {
+    if (w->misuse) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    w->misuse = vil_strdup(msg);
+}
+
+VilStWriter *vil_st_writer_new(void) { return vil_calloc(1, sizeof(VilStWriter)); }
+
+void vil_st_writer_add(VilStWriter *w, const char *name, VilStDtype dtype, int ndim,
+                       const int64_t *shape, const void *data) {
+    if (!name) {
+        misuse(w, "tensor %d: name is NULL", w->n);
+        return;
+    }
+    if (strcmp(name, "__metadata__") == 0) {
+        misuse(w, "'__metadata__' cannot name a tensor");
+        return;
+    }
+    if ((unsigned)dtype >= VIL_ST_NUM_DTYPES) {
+        misuse(w, "tensor '%s': invalid dtype %d", name, (int)dtype);
+        return;
+    }
+    if (ndim < 0 || ndim > VIL_ST_MAX_DIMS || (ndim > 0 && !shape)) {
+        misuse(w, "tensor '%s': ndim %d (0..%d, with a shape)", name, ndim, VIL_ST_MAX_DIMS);
+        return;
+    }
+    WEntry e = {.dtype = dtype, .ndim = ndim, .data = data};
+    uint64_t nbytes = vil_st_dtype_size(dtype);
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            misuse(w, "tensor '%s': shape[%d] = %" PRId64 " is negative", name, i, shape[i]);
+            return;
+        }
+        if (shape[i] && nbytes > SIZE_MAX / (uint64_t)shape[i]) {
+            misuse(w, "tensor '%s': shape overflows size_t", name);
+            return;
+        }
+        nbytes *= (uint64_t)shape[i];
+        e.shape[i] = shape[i];
+    }
+    if (nbytes && !data) {
+        misuse(w, "tensor '%s': data is NULL", name);
+        return;
+    }
+    e.nbytes = (size_t)nbytes;
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 64;
+        w->t = vil_realloc(w->t, (size_t)w->cap * sizeof(WEntry));
+    }
+    e.name = vil_strdup(name);
+    w->t[w->n++] = e;
+}
+
+void vil_st_writer_meta(VilStWriter *w, const char *key, const char *value) {
+    if (!key || !value) {
+        misuse(w, "metadata key or value is NULL");
+        return;
+    }
+    for (int i = 0; i < w->nm; i++) {
+        if (strcmp(w->mk[i], key) == 0) {
+            free(w->mv[i]);
+            w->mv[i] = vil_strdup(value);
+            return;
+        }
+    }
+    if (w->nm == w->mcap) {
+        w->mcap = w->mcap ? 2 * w->mcap : 16;
+        w->mk = vil_realloc(w->mk, (size_t)w->mcap * sizeof(char *));
+        w->mv = vil_realloc(w->mv, (size_t)w->mcap * sizeof(char *));
+    }
+    w->mk[w->nm] = vil_strdup(key);
+    w->mv[w->nm] = vil_strdup(value);
+    w->nm++;
+}
+
+static int cmp_wentry_name(const void *a, const void *b) {
+    return strcmp((*(const WEntry *const *)a)->name, (*(const WEntry *const *)b)->name);
+}
+
+static int valid_utf8(const char *s) {
+    size_t n = strlen(s);
+    return utf8_invalid_at((const unsigned char *)s, n) == n;
+}
+
+/* Adds item to obj under key; takes ownership of item either way. */
+static int add_item(cJSON *obj, const char *key, cJSON *item) {
+    if (!item) return -1;
+    if (!cJSON_AddItemToObject(obj, key, item)) {
+        cJSON_Delete(item);
+        return -1;
+    }
+    return 0;
+}
+
+/* Integers as raw JSON text, so that every value prints exactly (cJSON prints doubles). */
+static cJSON *json_uint_raw(uint64_t v) {
+    char s[24];
+    snprintf(s, sizeof s, "%" PRIu64, v);
+    return cJSON_CreateRaw(s);
+}
+
+static cJSON *uint_array(const uint64_t *v, int n) {
+    cJSON *a = cJSON_CreateArray();
+    if (!a) return NULL;
+    for (int i = 0; i < n; i++) {
+        cJSON *x = json_uint_raw(v[i]);
+        if (!x || !cJSON_AddItemToArray(a, x)) {
+            cJSON_Delete(x);
+            cJSON_Delete(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+static cJSON *build_header(const VilStWriter *w) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    if (w->nm > 0) {
+        cJSON *meta = cJSON_CreateObject();
+        if (add_item(root, "__metadata__", meta) != 0) goto fail;
+        for (int i = 0; i < w->nm; i++)
+            if (add_item(meta, w->mk[i], cJSON_CreateString(w->mv[i])) != 0) goto fail;
+    }
+    for (int i = 0; i < w->n; i++) {
+        const WEntry *e = &w->t[i];
+        cJSON *o = cJSON_CreateObject();
+        if (add_item(root, e->name, o) != 0) goto fail;
+        uint64_t shape[VIL_ST_MAX_DIMS], offs[2] = {e->offset, e->offset + e->nbytes};
+        for (int d = 0; d < e->ndim; d++)
+            shape[d] = (uint64_t)e->shape[d];
+        if (add_item(o, "dtype", cJSON_CreateString(vil_st_dtype_name(e->dtype))) != 0 ||
+            add_item(o, "shape", uint_array(shape, e->ndim)) != 0 ||
+            add_item(o, "data_offsets", uint_array(offs, 2)) != 0)
+            goto fail;
+    }
+    return root;
+fail:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+int vil_st_writer_serialize(VilStWriter *w, unsigned char **out, size_t *out_size) {
+    *out = NULL;
+    *out_size = 0;
+    if (w->misuse) {
+        vil_error("safetensors writer: %s", w->misuse);
+        return -1;
+    }
+    for (int i = 0; i < w->n; i++) {
+        if (!valid_utf8(w->t[i].name)) {
+            vil_error("safetensors writer: tensor name '%s' is not valid UTF-8", w->t[i].name);
+            return -1;
+        }
+    }
+    for (int i = 0; i < w->nm; i++) {
+        if (!valid_utf8(w->mk[i]) || !valid_utf8(w->mv[i])) {
+            vil_error("safetensors writer: metadata '%s' is not valid UTF-8", w->mk[i]);
+            return -1;
+        }
+    }
+    if (w->n > 1) {
+        const WEntry **p = vil_malloc((size_t)w->n * sizeof(*p));
+        for (int i = 0; i < w->n; i++)
+            p[i] = &w->t[i];
+        qsort(p, (size_t)w->n, sizeof(*p), cmp_wentry_name);
+        for (int i = 1; i < w->n; i++) {
+            if (strcmp(p[i - 1]->name, p[i]->name) == 0) {
+                vil_error("safetensors writer: tensor '%s' added twice", p[i]->name);
+                free(p);
+                return -1;
+            }
+        }
+        free(p);
+    }
+    /* Larger dtypes first, insertion order within a size: every offset is then a multiple of
+     * its dtype size, because sizes are powers of two. */
+    size_t total = 0;
+    for (size_t size = 8; size >= 1; size /= 2) {
+        for (int i = 0; i < w->n; i++) {
+            WEntry *e = &w->t[i];
+            if (vil_st_dtype_size(e->dtype) != size) continue;
+            if (e->nbytes > SIZE_MAX / 2 - total) {
+                vil_error("safetensors writer: tensors total more than SIZE_MAX / 2 bytes");
+                return -1;
+            }
+            e->offset = total;
+            total += e->nbytes;
+        }
+    }
+    cJSON *root = build_header(w);
+    char *json = root ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!json) {
+        vil_error("safetensors writer: out of memory building the JSON header");
+        return -1;
+    }
+    size_t jlen = strlen(json), hlen = (jlen + 7) / 8 * 8;
+    size_t n = 8 + hlen + total;
+    unsigned char *b = vil_malloc(n);
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    memcpy(b + 8, json, jlen);
+    memset(b + 8 + jlen, ' ', hlen - jlen);
+    cJSON_free(json);
+    unsigned char *data = b + 8 + hlen;
+    for (int i = 0; i < w->n; i++)
+        if (w->t[i].nbytes) memcpy(data + w->t[i].offset, w->t[i].data, w->t[i].nbytes);
+    *out = b;
+    *out_size = n;
+    return 0;
+}
+
+int vil_st_writer_save(VilStWriter *w, const char *path) {
+    /* Name the missing directory ourselves: the atomic write would only name its temp file */
+    char *dcopy = vil_strdup(path);
+    const char *dir = dirname(dcopy);
+    struct stat sb;
+    int missing = stat(dir, &sb) != 0;
+    if (missing || !S_ISDIR(sb.st_mode)) {
+        vil_error("cannot save '%s': '%s' %s", path, dir,
+                  missing ? "does not exist (create the directory first)" : "is not a directory");
+        free(dcopy);
+        return -1;
+    }
+    free(dcopy);
+    unsigned char *b;
+    size_t n;
+    if (vil_st_writer_serialize(w, &b, &n) != 0) return -1;
+    int rc = vil_write_file_atomic(path, b, n);
+    free(b);
+    if (rc != 0) vil_error("cannot save '%s'", path);
+    return rc;
+}
+
+void vil_st_writer_free(VilStWriter *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++)
+        free(w->t[i].name);
+    for (int i = 0; i < w->nm; i++) {
+        free(w->mk[i]);
+        free(w->mv[i]);
+    }
+    free(w->t);
+    free(w->mk);
+    free(w->mv);
+    free(w->misuse);
+    free(w);
+}

@@ -1,0 +1,108 @@
+/* safetensors.h: read, validate and write safetensors files (8-byte little-endian header
+ * length N, N bytes of JSON, then the byte buffer), the self-describing format vil uses for
+ * checkpoints. Generic: knows dtypes, shapes and metadata, nothing about the model. */
+#ifndef VIL_SAFETENSORS_H
+#define VIL_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VIL_ST_MAX_DIMS 8
+/* The reference implementation refuses larger headers; so do we, which also bounds the
+ * memory a hostile file can make the JSON parser allocate. */
+#define VIL_ST_MAX_HEADER 100000000u
+
+typedef enum {
+    VIL_ST_BOOL,
+    VIL_ST_U8,
+    VIL_ST_I8,
+    VIL_ST_F8_E5M2,
+    VIL_ST_F8_E4M3,
+    VIL_ST_I16,
+    VIL_ST_U16,
+    VIL_ST_F16,
+    VIL_ST_BF16,
+    VIL_ST_I32,
+    VIL_ST_U32,
+    VIL_ST_F32,
+    VIL_ST_F64,
+    VIL_ST_I64,
+    VIL_ST_U64,
+    VIL_ST_NUM_DTYPES
+} VilStDtype;
+
+size_t vil_st_dtype_size(VilStDtype dt);      /* bytes per element; 0 for an invalid value */
+const char *vil_st_dtype_name(VilStDtype dt); /* "F32", ...; "?" for an invalid value */
+
+typedef struct {
+    char *name;
+    VilStDtype dtype;
+    int ndim; /* 0 for a scalar */
+    int64_t shape[VIL_ST_MAX_DIMS];
+    size_t nbytes; /* = product(shape) * dtype size */
+    size_t offset; /* data_offsets[0], relative to buf */
+    /* Points into buf. buf is 64-byte aligned, so data is aligned for its dtype exactly when
+     * offset is a multiple of the dtype size: always for files written by vil or by the Python
+     * library. For any file, vil_st_to_f32 or memcpy are safe. */
+    const void *data;
+} VilStTensor;
+
+typedef struct {
+    int n_tensors;
+    VilStTensor *tensors; /* in header (JSON) order, which for vil files is the
+                           * order the writer was given */
+    int n_meta;
+    char **meta_keys, **meta_vals; /* __metadata__, in header order */
+    unsigned char *buf;            /* the byte buffer (the part after the header); owned */
+    size_t buf_size;
+    int *by_name; /* private: tensor indices sorted by name, for find */
+} VilSafetensors;
+
+/* Read and validate a whole file. Checks: the header length fits in the file and is at most
+ * VIL_ST_MAX_HEADER; the header is UTF-8 JSON (an object) with only whitespace after it;
+ * every tensor has a known dtype, at most VIL_ST_MAX_DIMS non-negative integer dims,
+ * data_offsets [begin, end] with end - begin == product(shape) * dtype size; no duplicate
+ * names; __metadata__ (optional) maps strings to strings; the tensors, taken by offset, cover
+ * the buffer exactly (no overlap, no gap, no trailing bytes), as the reference reader
+ * requires. Returns 0, or -1 with a message naming the file and the tensor in err (err may be
+ * NULL). On failure *st is left empty (safe to vil_st_free). */
+int vil_st_read(const char *path, VilSafetensors *st, char *err, size_t errlen);
+/* The same checks on bytes in memory. Copies what it keeps (the caller's buf stays the
+ * caller's), so buf may be freed right after. Messages carry no file name. */
+int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *err, size_t errlen);
+const VilStTensor *vil_st_find(const VilSafetensors *st, const char *name); /* NULL if absent */
+const char *vil_st_meta(const VilSafetensors *st, const char *key);         /* NULL if absent */
+void vil_st_free(VilSafetensors *st);
+
+int64_t vil_st_numel(const VilStTensor *t);
+/* Convert a tensor's elements to float32 into dst (numel floats). F32, F16, BF16 and F64 are
+ * supported; other dtypes return -1 with a vil_error message. Works at any alignment. */
+int vil_st_to_f32(const VilStTensor *t, float *dst);
+
+/* Writer: collect tensors (data pointers are borrowed until save) and metadata, then save
+ * atomically (temporary file, fsync, rename). The header lists tensors in the order they were
+ * added, padded with spaces to a multiple of 8 bytes as the Python library does. The data of
+ * tensors whose dtypes have the same size is laid out in the order added; larger dtypes go
+ * first (a stable sort on size), which keeps every tensor aligned for its dtype: torch's
+ * loader refuses misaligned data. The Python writer instead sorts by dtype then name;
+ * readers accept any order. Metadata keeps the order given; a repeated key replaces the
+ * value. Misuse (a repeated tensor name, ndim out of range, a NULL name or data) is
+ * reported by save. */
+typedef struct VilStWriter VilStWriter;
+VilStWriter *vil_st_writer_new(void);
+void vil_st_writer_add(VilStWriter *w, const char *name, VilStDtype dtype, int ndim,
+                       const int64_t *shape, const void *data);
+void vil_st_writer_meta(VilStWriter *w, const char *key, const char *value);
+/* Serialize to a malloc'd buffer (free with free()): what save writes. 0 or -1 (vil_error). */
+int vil_st_writer_serialize(VilStWriter *w, unsigned char **out, size_t *out_size);
+int vil_st_writer_save(VilStWriter *w, const char *path); /* 0, or -1 with a vil_error message */
+void vil_st_writer_free(VilStWriter *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
