@@ -21,7 +21,7 @@ ifneq ($(DEPS_PREFIX),)
   LDFLAGS += -L$(DEPS_PREFIX)/lib/x86_64-linux-gnu -Wl,-rpath,$(DEPS_PREFIX)/lib/x86_64-linux-gnu
 endif
 
-# ---- required: libjpeg-turbo, stb_image, cJSON ----
+# ---- required: libjpeg-turbo, stb_image, cJSON, zlib ----
 ifeq ($(call have_pkg,libjpeg),yes)
   CFLAGS += $(shell $(PKG_CONFIG) --cflags libjpeg)
   LDLIBS += $(shell $(PKG_CONFIG) --libs libjpeg)
@@ -41,6 +41,12 @@ ifeq ($(call have_pkg,libcjson),yes)
 else
   CFLAGS += -I/usr/include/cjson
   LDLIBS += -lcjson
+endif
+
+ifeq ($(call have_pkg,zlib),yes)
+  LDLIBS += $(shell $(PKG_CONFIG) --libs zlib)
+else
+  LDLIBS += -lz
 endif
 
 # ---- optional: a CBLAS (OpenBLAS) for the CPU matrix products ----

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "gradcheck.h"
 #include "testing.h"
 #include "vil/common.h"
@@ -190,6 +192,37 @@ static void test_adamw_lowers_loss(void) {
     vil_model_free(&m);
 }
 
+/* the same gradients, bit for bit, whatever the thread count (fixed-order reductions) */
+static void test_thread_determinism(void) {
+    VilConfig c;
+    small_config(&c, "vil");
+    c.embed_dim = 40; /* E = 80: more than one vectorized channel block in the scan */
+    vil_config_finalize(&c);
+    float *g[2];
+    size_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        omp_set_num_threads(k == 0 ? 1 : 2);
+        VilModel m;
+        vil_model_init(&m, &c, &vil_backend_cpu);
+        vil_model_init_weights(&m, 9);
+        vil_model_alloc_acts(&m, 3, 1);
+        VilRng save = rng;
+        fill_batch(&m);
+        rng = save;
+        vil_model_zero_grad(&m);
+        vil_model_forward(&m, 1);
+        vil_model_backward(&m);
+        g[k] = vil_malloc(m.n_params * sizeof(float));
+        memcpy(g[k], m.grads, m.n_params * sizeof(float));
+        n = m.n_params;
+        vil_model_free(&m);
+    }
+    T_CHECK(memcmp(g[0], g[1], n * sizeof(float)) == 0, "gradients differ between 1 and 2 threads");
+    omp_set_num_threads(omp_get_num_procs());
+    free(g[0]);
+    free(g[1]);
+}
+
 int main(void) {
     vil_rng_seed(&rng, 4321);
     test_counts();
@@ -198,5 +231,6 @@ int main(void) {
     test_gradients("vim", 0.0f);
     test_inference_matches_training();
     test_adamw_lowers_loss();
+    test_thread_determinism();
     return t_finish();
 }

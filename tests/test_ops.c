@@ -286,8 +286,8 @@ static void scan_reference(ScanCtx *c, double *y) {
             }
         }
 }
-static void test_scan(int mamba, int rev, int L) {
-    ScanCtx c = {.B = 2, .L = L, .E = 5, .N = 4, .rev = rev, .mamba = mamba};
+static void test_scan(int mamba, int rev, int L, int E) {
+    ScanCtx c = {.B = 2, .L = L, .E = E, .N = 4, .rev = rev, .mamba = mamba};
     c.ld = 1 + 2 * c.N + 2; /* dt_low column, k, q, two spare columns */
     size_t n = (size_t)c.B * c.L * c.E, nk = (size_t)c.B * c.L * c.ld;
     c.u = rnd(n, 1), c.delta = rnd(n, 1), c.kq = rnd(nk, 0.7f), c.D = rnd(c.E, 1), c.y = zeros(n), c.R = rnd(n, 1);
@@ -297,7 +297,7 @@ static void test_scan(int mamba, int rev, int L) {
     scan_reference(&c, ref);
     char name[96];
     const char *nm = mamba ? "mamba" : "longhorn";
-    snprintf(name, sizeof name, "%s forward L=%d%s", nm, L, rev ? " rev" : "");
+    snprintf(name, sizeof name, "%s forward L=%d E=%d%s", nm, L, E, rev ? " rev" : "");
     T_CLOSE(name, rel_err(c.y, ref, n), 1e-5);
     float *du = zeros(n), *ddelta = zeros(n), *dkq = zeros(nk), *dD = zeros(c.E), *dA = zeros((size_t)c.E * c.N);
     /* sentinel in the columns the scan must not touch (dt_low and spares) */
@@ -499,9 +499,12 @@ int main(void) {
     int Ls[] = {1, 7, 20};
     for (int i = 0; i < 3; i++)
         for (int rev = 0; rev < 2; rev++) {
-            test_scan(0, rev, Ls[i]);
-            test_scan(1, rev, Ls[i]);
+            test_scan(0, rev, Ls[i], 5);
+            test_scan(1, rev, Ls[i], 5);
         }
+    /* more channels than one vectorized block (64) of the CPU scan, with a partial block */
+    test_scan(0, 0, 9, 70);
+    test_scan(0, 1, 9, 70);
     test_scan_small_gate();
     test_bidir(0);
     test_bidir(1);

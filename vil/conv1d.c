@@ -1,9 +1,10 @@
 /* conv1d.c: the depthwise causal conv1d of width K along the tokens, fused with SiLU.
  * Direction 0 reads x_{t-K+1..t}; direction 1 (reverse) is the same causal filter run on the
  * reversed sequence, so it reads x_{t..t+K-1} with the taps mirrored. The pre-activation is
- * recomputed in the backward pass instead of being stored. */
+ * recomputed in the backward pass instead of being stored. The taps are transposed to (K, E)
+ * first so every inner loop runs over contiguous channels. dx overwrites unless accumulate_dx;
+ * dw, db accumulate. */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,43 +17,54 @@ static inline int tap_pos(int t, int j, int K, int reverse) {
     return reverse ? t + (K - 1 - j) : t - (K - 1 - j);
 }
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+static float *transpose_taps(const float *w, int E, int K) {
+    float *wt = vil_malloc((size_t)K * E * sizeof(float));
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < K; j++) wt[(size_t)j * E + e] = w[(size_t)e * K + j];
+    return wt;
+}
+
+/* pre (E) = b + sum_j w_j x_{tap j} for token t of sample bi */
+static inline void conv_pre(float *pre, const float *x, const float *wt, const float *b, int bi,
+                            int t, int L, int E, int K, int ldx, int reverse) {
+    memcpy(pre, b, (size_t)E * sizeof(float));
+    for (int j = 0; j < K; j++) {
+        int s = tap_pos(t, j, K, reverse);
+        if (s < 0 || s >= L) continue;
+        const float *xr = x + ((size_t)bi * L + s) * ldx, *wj = wt + (size_t)j * E;
+        for (int e = 0; e < E; e++) pre[e] += wj[e] * xr[e];
+    }
+}
 
 void conv1d_silu_forward(float *u, const float *x, const float *w, const float *b, int B, int L,
                          int E, int K, int ldx, int reverse) {
+    float *wt = transpose_taps(w, E, K);
 #pragma omp parallel for collapse(2)
     for (int bi = 0; bi < B; bi++)
         for (int t = 0; t < L; t++) {
             float *ur = u + ((size_t)bi * L + t) * E;
-            for (int e = 0; e < E; e++) ur[e] = b[e];
-            for (int j = 0; j < K; j++) {
-                int s = tap_pos(t, j, K, reverse);
-                if (s < 0 || s >= L) continue;
-                const float *xr = x + ((size_t)bi * L + s) * ldx;
-                for (int e = 0; e < E; e++) ur[e] += w[(size_t)e * K + j] * xr[e];
-            }
-            for (int e = 0; e < E; e++) ur[e] = silu(ur[e]);
+            conv_pre(ur, x, wt, b, bi, t, L, E, K, ldx, reverse);
+            for (int e = 0; e < E; e++) ur[e] = ur[e] / (1.0f + expf(-ur[e]));
         }
+    free(wt);
 }
 
 void conv1d_silu_backward(float *dx, float *dw, float *db, const float *du, const float *x,
                           const float *w, const float *b, int B, int L, int E, int K, int ldx,
                           int reverse, int accumulate_dx) {
     size_t BL = (size_t)B * L;
+    float *wt = transpose_taps(w, E, K);
     /* dpre = du * SiLU'(pre), with pre recomputed */
     float *dpre = vil_malloc(BL * E * sizeof(float));
 #pragma omp parallel for collapse(2)
     for (int bi = 0; bi < B; bi++)
         for (int t = 0; t < L; t++) {
             size_t r = (size_t)bi * L + t;
+            float *g = dpre + r * E;
+            conv_pre(g, x, wt, b, bi, t, L, E, K, ldx, reverse);
             for (int e = 0; e < E; e++) {
-                float p = b[e];
-                for (int j = 0; j < K; j++) {
-                    int s = tap_pos(t, j, K, reverse);
-                    if (s >= 0 && s < L) p += w[(size_t)e * K + j] * x[((size_t)bi * L + s) * ldx + e];
-                }
-                float sg = 1.0f / (1.0f + expf(-p));
-                dpre[r * E + e] = du[r * E + e] * sg * (1.0f + p * (1.0f - sg));
+                float p = g[e], sg = 1.0f / (1.0f + expf(-p));
+                g[e] = du[r * E + e] * sg * (1.0f + p * (1.0f - sg));
             }
         }
     /* dx[s] = sum over the outputs t that read s; gathered per s so no two threads write one */
@@ -62,29 +74,39 @@ void conv1d_silu_backward(float *dx, float *dw, float *db, const float *du, cons
             float *dxr = dx + ((size_t)bi * L + s) * ldx;
             if (!accumulate_dx) memset(dxr, 0, (size_t)E * sizeof(float));
             for (int j = 0; j < K; j++) {
-                /* output t whose tap j reads s */
-                int t = reverse ? s - (K - 1 - j) : s + (K - 1 - j);
+                int t = reverse ? s - (K - 1 - j) : s + (K - 1 - j); /* output whose tap j reads s */
                 if (t < 0 || t >= L) continue;
-                const float *g = dpre + ((size_t)bi * L + t) * E;
-                for (int e = 0; e < E; e++) dxr[e] += w[(size_t)e * K + j] * g[e];
+                const float *g = dpre + ((size_t)bi * L + t) * E, *wj = wt + (size_t)j * E;
+                for (int e = 0; e < E; e++) dxr[e] += wj[e] * g[e];
             }
         }
-    /* dw, db: sums over (b, t), parallel over channels */
+    /* dw, db: per-sample partial sums (K + 1 rows of E), reduced in sample order */
+    size_t pw = (size_t)(K + 1) * E;
+    float *part = vil_calloc((size_t)B * pw, sizeof(float));
 #pragma omp parallel for
-    for (int e = 0; e < E; e++) {
-        float accb = 0.0f;
-        float accw[8] = {0};
-        for (int bi = 0; bi < B; bi++)
-            for (int t = 0; t < L; t++) {
-                float g = dpre[((size_t)bi * L + t) * E + e];
-                accb += g;
-                for (int j = 0; j < K; j++) {
-                    int s = tap_pos(t, j, K, reverse);
-                    if (s >= 0 && s < L) accw[j] += g * x[((size_t)bi * L + s) * ldx + e];
-                }
+    for (int bi = 0; bi < B; bi++) {
+        float *pb = part + (size_t)bi * pw;
+        for (int t = 0; t < L; t++) {
+            const float *g = dpre + ((size_t)bi * L + t) * E;
+            float *acc_b = pb + (size_t)K * E;
+            for (int e = 0; e < E; e++) acc_b[e] += g[e];
+            for (int j = 0; j < K; j++) {
+                int s = tap_pos(t, j, K, reverse);
+                if (s < 0 || s >= L) continue;
+                const float *xr = x + ((size_t)bi * L + s) * ldx;
+                float *acc = pb + (size_t)j * E;
+                for (int e = 0; e < E; e++) acc[e] += g[e] * xr[e];
             }
-        db[e] += accb;
-        for (int j = 0; j < K; j++) dw[(size_t)e * K + j] += accw[j];
+        }
     }
+    for (int bi = 0; bi < B; bi++) {
+        const float *pb = part + (size_t)bi * pw;
+        for (int e = 0; e < E; e++) {
+            for (int j = 0; j < K; j++) dw[(size_t)e * K + j] += pb[(size_t)j * E + e];
+            db[e] += pb[(size_t)K * E + e];
+        }
+    }
+    free(part);
     free(dpre);
+    free(wt);
 }

@@ -2,7 +2,6 @@
  * residual stream. The add carries the per-sample drop-path scale. dres is updated in place
  * (see ops_cpu.h); dw accumulates; dh overwrites. */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,13 +32,16 @@ void add_rmsnorm_forward(float *res_out, float *normed, float *rstd, const float
 void add_rmsnorm_backward(float *dres, float *dh, float *dw, const float *dnormed,
                           const float *res_out, const float *rstd, const float *w,
                           const float *scale, int B, int L, int D) {
-    int nt = omp_get_max_threads();
-    float *dw_part = vil_calloc((size_t)nt * D, sizeof(float));
-#pragma omp parallel
-    {
-        float *dwp = dw_part + (size_t)omp_get_thread_num() * D;
-#pragma omp for
-        for (long r = 0; r < (long)B * L; r++) {
+    /* dw sums over rows: partial sums per fixed block of rows, reduced in block order, so the
+     * result does not depend on the thread count */
+    enum { ROWS = 64 };
+    long nrows = (long)B * L, nblk = (nrows + ROWS - 1) / ROWS;
+    float *dw_part = vil_calloc((size_t)nblk * D, sizeof(float));
+#pragma omp parallel for
+    for (long blk = 0; blk < nblk; blk++) {
+        float *dwp = dw_part + (size_t)blk * D;
+        long r1 = (blk + 1) * ROWS < nrows ? (blk + 1) * ROWS : nrows;
+        for (long r = blk * ROWS; r < r1; r++) {
             const float *x = res_out + (size_t)r * D, *g = dnormed + (size_t)r * D;
             float rs = rstd[r];
             double dot = 0.0; /* sum_d g w x */
@@ -57,8 +59,7 @@ void add_rmsnorm_backward(float *dres, float *dh, float *dw, const float *dnorme
             }
         }
     }
-    /* fixed reduction order over thread slots: the same result for the same thread count */
-    for (int t = 0; t < nt; t++)
-        for (int d = 0; d < D; d++) dw[d] += dw_part[(size_t)t * D + d];
+    for (long blk = 0; blk < nblk; blk++)
+        for (int d = 0; d < D; d++) dw[d] += dw_part[(size_t)blk * D + d];
     free(dw_part);
 }

@@ -3,8 +3,8 @@
  * Math per ../shared/spec/scans.md. Each (sample, channel) pair is an independent recurrence
  * over L tokens with an N-wide state kept in registers; the backward pass recomputes the forward
  * states of one channel (L x N floats, kept on the stack) and never divides by the forget gate.
- * k/q (Mamba B/C) gradients sum over channels: accumulated per sample in a fixed order, so the
- * result is deterministic. dk/dq/du/ddelta/dz overwrite; dD/dA_log accumulate. */
+ * k/q (Mamba B/C) gradients sum over channels and dD/dA_log over samples: partial sums in
+ * fixed blocks, reduced in a fixed order, so results do not depend on the thread count. dk/dq/du/ddelta/dz overwrite; dD/dA_log accumulate. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -36,26 +36,43 @@ static float *compute_kappa(const float *k, int B, int L, int N, int ldkq) {
     return kappa;
 }
 
+/* Channels are processed in blocks of DB with the state laid out h[n][channel], so the inner
+ * loops run over contiguous channels and vectorize; k_t, q_t are scalars there. */
+#define DB 64
+
 void longhorn_scan_forward(float *y, const float *u, const float *delta, const float *k,
                            const float *q, const float *Dskip, int B, int L, int E, int N,
                            int ldkq, int reverse) {
     float *kappa = compute_kappa(k, B, L, N, ldkq);
+    int nblk = (E + DB - 1) / DB;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
-        for (int d = 0; d < E; d++) {
-            float h[MAXN] = {0};
+        for (int cb = 0; cb < nblk; cb++) {
+            int c0 = cb * DB, nd = E - c0 < DB ? E - c0 : DB;
+            float h[MAXN][DB];
+            memset(h, 0, sizeof h);
+            float eps[DB], ut[DB], acc[DB];
             for (int s = 0; s < L; s++) {
                 size_t r = (size_t)b * L + tok(s, L, reverse);
                 const float *kt = k + r * ldkq, *qt = q + r * ldkq;
-                float ut = u[r * E + d];
-                float beta = sigmoidf_(delta[r * E + d]);
-                float eps = beta / (1.0f + beta * kappa[r]);
-                float acc = 0.0f;
-                for (int n = 0; n < N; n++) {
-                    h[n] = (1.0f - eps * kt[n] * kt[n]) * h[n] + eps * ut * kt[n];
-                    acc += h[n] * qt[n];
+                const float *ur = u + r * E + c0, *dr = delta + r * E + c0;
+                float kap = kappa[r];
+                for (int i = 0; i < nd; i++) {
+                    float beta = sigmoidf_(dr[i]);
+                    eps[i] = beta / (1.0f + beta * kap);
+                    ut[i] = ur[i];
+                    acc[i] = Dskip[c0 + i] * ut[i];
                 }
-                y[r * E + d] = acc + Dskip[d] * ut;
+                for (int n = 0; n < N; n++) {
+                    float kn = kt[n], qn = qt[n], kk = kn * kn;
+                    float *hn = h[n];
+#pragma omp simd
+                    for (int i = 0; i < nd; i++) {
+                        hn[i] = (1.0f - eps[i] * kk) * hn[i] + eps[i] * ut[i] * kn;
+                        acc[i] += hn[i] * qn;
+                    }
+                }
+                memcpy(y + r * E + c0, acc, (size_t)nd * sizeof(float));
             }
         }
     free(kappa);
@@ -66,73 +83,116 @@ void longhorn_scan_backward(float *du, float *ddelta, float *dk, float *dq, floa
                             const float *q, const float *Dskip, int B, int L, int E, int N,
                             int ldkq, int reverse) {
     float *kappa = compute_kappa(k, B, L, N, ldkq);
-    int nt = omp_get_max_threads();
-    float *dD_part = vil_calloc((size_t)nt * E, sizeof(float));
-    float *dkappa = vil_calloc((size_t)B * L, sizeof(float));
-    float *H = vil_malloc((size_t)nt * L * N * sizeof(float)); /* per-thread state history */
-#pragma omp parallel for
-    for (int b = 0; b < B; b++) {
-        float *Hs = H + (size_t)omp_get_thread_num() * L * N;
-        float *dDp = dD_part + (size_t)omp_get_thread_num() * E;
-        for (int t = 0; t < L; t++) {
-            size_t r = (size_t)b * L + t;
-            for (int n = 0; n < N; n++) dk[r * ldkq + n] = dq[r * ldkq + n] = 0.0f;
-        }
-        for (int d = 0; d < E; d++) {
-            /* recompute the forward states h_s (after step s) of this channel */
-            float h[MAXN] = {0};
+    int nblk = (E + DB - 1) / DB, nt = omp_get_max_threads();
+    /* per (sample, channel block) partial sums over the block's channels, reduced afterwards
+     * in a fixed order: deterministic whatever the thread count */
+    size_t pw = (size_t)L * (2 * N + 1); /* per token: dk[N], dq[N], dkappa */
+    float *part = vil_malloc((size_t)B * nblk * pw * sizeof(float));
+    float *dD_part = vil_calloc((size_t)B * E, sizeof(float));
+    float *H = vil_malloc((size_t)nt * L * N * DB * sizeof(float)); /* per-thread history */
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int cb = 0; cb < nblk; cb++) {
+            int c0 = cb * DB, nd = E - c0 < DB ? E - c0 : DB;
+            float *Hs = H + (size_t)omp_get_thread_num() * L * N * DB;
+            float *pp = part + ((size_t)b * nblk + cb) * pw;
+            float eps[DB], ut[DB], beta[DB], den[DB], gy[DB], dut[DB], deps[DB];
+            /* recompute the forward states of this block: Hs[s][n][i] = h after step s */
+            float h[MAXN][DB];
+            memset(h, 0, sizeof h);
             for (int s = 0; s < L; s++) {
                 size_t r = (size_t)b * L + tok(s, L, reverse);
                 const float *kt = k + r * ldkq;
-                float ut = u[r * E + d];
-                float beta = sigmoidf_(delta[r * E + d]);
-                float eps = beta / (1.0f + beta * kappa[r]);
+                float kap = kappa[r];
+                for (int i = 0; i < nd; i++) {
+                    float be = sigmoidf_(delta[r * E + c0 + i]);
+                    eps[i] = be / (1.0f + be * kap);
+                    ut[i] = u[r * E + c0 + i];
+                }
                 for (int n = 0; n < N; n++) {
-                    h[n] = (1.0f - eps * kt[n] * kt[n]) * h[n] + eps * ut * kt[n];
-                    Hs[(size_t)s * N + n] = h[n];
+                    float kn = kt[n], kk = kn * kn;
+                    float *hn = h[n], *hs = Hs + ((size_t)s * N + n) * DB;
+#pragma omp simd
+                    for (int i = 0; i < nd; i++) {
+                        hn[i] = (1.0f - eps[i] * kk) * hn[i] + eps[i] * ut[i] * kn;
+                        hs[i] = hn[i];
+                    }
                 }
             }
             /* reverse adjoint scan */
-            float lam[MAXN] = {0}, anext[MAXN] = {0};
-            float dDacc = 0.0f;
+            float lam[MAXN][DB], anext[MAXN][DB];
+            memset(lam, 0, sizeof lam);
+            memset(anext, 0, sizeof anext);
+            static const float zero[DB] = {0};
             for (int s = L - 1; s >= 0; s--) {
-                size_t r = (size_t)b * L + tok(s, L, reverse);
+                int t = tok(s, L, reverse);
+                size_t r = (size_t)b * L + t;
                 const float *kt = k + r * ldkq, *qt = q + r * ldkq;
-                const float *hprev = s > 0 ? Hs + (size_t)(s - 1) * N : NULL;
-                const float *hcur = Hs + (size_t)s * N;
-                float ut = u[r * E + d], gy = dy[r * E + d];
-                float beta = sigmoidf_(delta[r * E + d]);
-                float den = 1.0f + beta * kappa[r];
-                float eps = beta / den;
-                float dut = gy * Dskip[d], deps = 0.0f;
-                float *dkt = dk + r * ldkq, *dqt = dq + r * ldkq;
-                for (int n = 0; n < N; n++) {
-                    float hp = hprev ? hprev[n] : 0.0f;
-                    lam[n] = gy * qt[n] + anext[n] * lam[n];
-                    dqt[n] += gy * hcur[n];
-                    dut += lam[n] * eps * kt[n];
-                    deps += lam[n] * (ut * kt[n] - kt[n] * kt[n] * hp);
-                    dkt[n] += lam[n] * eps * (ut - 2.0f * kt[n] * hp);
-                    anext[n] = 1.0f - eps * kt[n] * kt[n];
+                float kap = kappa[r];
+                for (int i = 0; i < nd; i++) {
+                    float be = sigmoidf_(delta[r * E + c0 + i]);
+                    beta[i] = be;
+                    den[i] = 1.0f + be * kap;
+                    eps[i] = be / den[i];
+                    ut[i] = u[r * E + c0 + i];
+                    gy[i] = dy[r * E + c0 + i];
+                    dut[i] = gy[i] * Dskip[c0 + i];
+                    deps[i] = 0.0f;
                 }
-                float dbeta = deps / (den * den);
-                dkappa[r] -= deps * beta * beta / (den * den);
-                du[r * E + d] = dut;
-                ddelta[r * E + d] = dbeta * beta * (1.0f - beta);
-                dDacc += gy * ut;
+                float *pk = pp + (size_t)t * (2 * N + 1), *pq = pk + N;
+                for (int n = 0; n < N; n++) {
+                    float kn = kt[n], qn = qt[n], kk = kn * kn;
+                    const float *hcur = Hs + ((size_t)s * N + n) * DB;
+                    const float *hp = s > 0 ? Hs + ((size_t)(s - 1) * N + n) * DB : zero;
+                    float *ln = lam[n], *an = anext[n];
+                    float dqa = 0.0f, dka = 0.0f;
+#pragma omp simd reduction(+ : dqa, dka)
+                    for (int i = 0; i < nd; i++) {
+                        float l = gy[i] * qn + an[i] * ln[i];
+                        ln[i] = l;
+                        dqa += gy[i] * hcur[i];
+                        dut[i] += l * eps[i] * kn;
+                        deps[i] += l * (ut[i] * kn - kk * hp[i]);
+                        dka += l * eps[i] * (ut[i] - 2.0f * kn * hp[i]);
+                        an[i] = 1.0f - eps[i] * kk;
+                    }
+                    pk[n] = dka;
+                    pq[n] = dqa;
+                }
+                float dkap = 0.0f;
+                for (int i = 0; i < nd; i++) {
+                    float d2 = den[i] * den[i];
+                    dkap -= deps[i] * beta[i] * beta[i] / d2;
+                    du[r * E + c0 + i] = dut[i];
+                    ddelta[r * E + c0 + i] = deps[i] / d2 * beta[i] * (1.0f - beta[i]);
+                    dD_part[(size_t)b * E + c0 + i] += gy[i] * ut[i];
+                }
+                pk[2 * N] = dkap;
             }
-            dDp[d] += dDacc;
         }
-        for (int t = 0; t < L; t++) {
-            size_t r = (size_t)b * L + t;
-            for (int n = 0; n < N; n++) dk[r * ldkq + n] += 2.0f * k[r * ldkq + n] * dkappa[r];
+    /* dk, dq = sums of the block partials in block order; dk += 2 k dkappa */
+#pragma omp parallel for
+    for (long r = 0; r < (long)B * L; r++) {
+        int b = (int)(r / L), t = (int)(r % L);
+        float *dkt = dk + (size_t)r * ldkq, *dqt = dq + (size_t)r * ldkq;
+        const float *kt = k + (size_t)r * ldkq;
+        float dkap = 0.0f;
+        for (int n = 0; n < N; n++) dkt[n] = dqt[n] = 0.0f;
+        for (int cb = 0; cb < nblk; cb++) {
+            const float *pk = part + ((size_t)b * nblk + cb) * pw + (size_t)t * (2 * N + 1);
+            for (int n = 0; n < N; n++) {
+                dkt[n] += pk[n];
+                dqt[n] += pk[N + n];
+            }
+            dkap += pk[2 * N];
         }
+        for (int n = 0; n < N; n++) dkt[n] += 2.0f * kt[n] * dkap;
     }
-    for (int t = 0; t < nt; t++)
-        for (int d = 0; d < E; d++) dD[d] += dD_part[(size_t)t * E + d];
+    for (int b = 0; b < B; b++)
+        for (int d = 0; d < E; d++) dD[d] += dD_part[(size_t)b * E + d];
     free(H);
-    free(dkappa);
     free(dD_part);
+    free(part);
     free(kappa);
 }
 
@@ -165,8 +225,9 @@ void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *
                          const float *Cm, const float *A_log, const float *Dskip, int B, int L,
                          int E, int N, int ldkq, int reverse) {
     int nt = omp_get_max_threads();
-    float *dD_part = vil_calloc((size_t)nt * E, sizeof(float));
-    float *dA_part = vil_calloc((size_t)nt * E * N, sizeof(float));
+    /* per-sample partials, reduced in sample order: independent of the thread count */
+    float *dD_part = vil_calloc((size_t)B * E, sizeof(float));
+    float *dA_part = vil_calloc((size_t)B * E * N, sizeof(float));
     float *H = vil_malloc((size_t)nt * L * N * sizeof(float));
 #pragma omp parallel for
     for (int b = 0; b < B; b++) {
@@ -214,13 +275,13 @@ void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *
                 ddelta[r * E + d] = ddt * sigmoidf_(delta[r * E + d]);
                 dDacc += gy * ut;
             }
-            dD_part[(size_t)th * E + d] += dDacc;
-            for (int n = 0; n < N; n++) dA_part[((size_t)th * E + d) * N + n] += dA[n] * A[n];
+            dD_part[(size_t)b * E + d] += dDacc;
+            for (int n = 0; n < N; n++) dA_part[((size_t)b * E + d) * N + n] += dA[n] * A[n];
         }
     }
-    for (int t = 0; t < nt; t++) {
-        for (int d = 0; d < E; d++) dD[d] += dD_part[(size_t)t * E + d];
-        for (size_t i = 0; i < (size_t)E * N; i++) dA_log[i] += dA_part[(size_t)t * E * N + i];
+    for (int bb = 0; bb < B; bb++) {
+        for (int d = 0; d < E; d++) dD[d] += dD_part[(size_t)bb * E + d];
+        for (size_t i = 0; i < (size_t)E * N; i++) dA_log[i] += dA_part[(size_t)bb * E * N + i];
     }
     free(H);
     free(dA_part);
