@@ -75,7 +75,7 @@ int vil_cmd_classify(int argc, char **argv) {
     float crop_pct = 0.875f;
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors)"},
-        {"--img-size", VIL_ARG_INT, &img_size, "image size for files without a config (0: the file's, else 224)"},
+        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed"},
         {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "center-crop fraction: resize the shorter side to size / crop_pct"},
         {"--topk", VIL_ARG_INT, &topk, "classes to print per image"},
         {"--json", VIL_ARG_FLAG, &json, "one JSON object per image: file, logits, topk"},

@@ -13,7 +13,7 @@ int vil_cmd_info(int argc, char **argv) {
     int img_size = 0;
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors)"},
-        {"--img-size", VIL_ARG_INT, &img_size, "image size, for files without a config (0: 224)"},
+        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed"},
         {"--device", VIL_ARG_STR, &device, "cpu or cuda: where to load it"},
     };
     VilArgSpec spec = {"info", "--model CKPT [--img-size N]",
@@ -45,6 +45,9 @@ int vil_cmd_info(int argc, char **argv) {
            c->in_chans == 1 ? "" : "s");
     printf("patches:     %d x %d of %d px, stride %d; %d tokens, class token at %d\n", c->grid,
            c->grid, c->patch_size, c->stride, c->seq_len, c->cls_pos);
+    if (meta.pos_interpolated_from)
+        printf("             (pos_embed interpolated from the trained %d x %d grid)\n",
+               meta.pos_interpolated_from, meta.pos_interpolated_from);
     printf("blocks:      %d, embed dim %d, inner dim %d, state %d, dt rank %d, conv %d\n",
            c->depth, c->embed_dim, c->d_inner, c->d_state, c->dt_rank, c->d_conv);
     printf("classes:     %d", c->num_classes);

@@ -172,11 +172,69 @@ static void test_broken(void) {
         T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, 0, &r, &meta) != 0, "%s must fail", what[cse]);
         if (cse == 3) vil_model_get_params(&m, host);
     }
-    /* trained at 16, asked for 32: refused with a reason rather than silently wrong */
-    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, 32, &r, &meta) != 0, "--img-size different from the file's");
+    /* trained at 16, asked for 18: the grid cannot fit (stride 4) */
+    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, 18, &r, &meta) != 0, "--img-size that does not fit the stride");
     fprintf(stderr, "---- end of expected errors ----\n");
     free(host);
     free(bytes);
+    vil_model_free(&m);
+}
+
+/* torch's bicubic (A = -0.75, align_corners=False, clamped taps), written directly in 2-D */
+static double cubic(double x) {
+    const double A = -0.75;
+    x = fabs(x);
+    if (x <= 1) return ((A + 2) * x - (A + 3)) * x * x + 1;
+    if (x < 2) return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+    return 0;
+}
+static void test_pos_resize(void) {
+    int G = 4, G2 = 7, D = 3;
+    VilRng r;
+    vil_rng_seed(&r, 3);
+    float *src = vil_malloc(((size_t)G * G + 1) * D * 4), *dst = vil_malloc(((size_t)G2 * G2 + 1) * D * 4);
+    for (int i = 0; i < (G * G + 1) * D; i++) src[i] = vil_rng_normal(&r);
+    vil_pos_embed_resize(dst, src, G, G2, D);
+    double e = 0;
+    int t = G * G / 2, t2 = G2 * G2 / 2;
+    for (int y = 0; y < G2; y++)
+        for (int x = 0; x < G2; x++)
+            for (int d = 0; d < D; d++) {
+                double sy = (y + 0.5) * G / G2 - 0.5, sx = (x + 0.5) * G / G2 - 0.5, acc = 0;
+                for (int iy = (int)floor(sy) - 1; iy <= (int)floor(sy) + 2; iy++)
+                    for (int ix = (int)floor(sx) - 1; ix <= (int)floor(sx) + 2; ix++) {
+                        int cy = iy < 0 ? 0 : iy >= G ? G - 1 : iy, cx = ix < 0 ? 0 : ix >= G ? G - 1 : ix;
+                        int p = cy * G + cx;
+                        acc += cubic(sy - iy) * cubic(sx - ix) * src[(size_t)(p < t ? p : p + 1) * D + d];
+                    }
+                int q = y * G2 + x;
+                e = fmax(e, fabs(acc - dst[(size_t)(q < t2 ? q : q + 1) * D + d]));
+            }
+    T_CLOSE("pos_embed bicubic resize 4x4 -> 7x7 vs direct 2-D formula", e, 1e-5);
+    double ec = 0;
+    for (int d = 0; d < D; d++) ec = fmax(ec, fabs(dst[(size_t)t2 * D + d] - src[(size_t)t * D + d]));
+    T_CLOSE("pos_embed resize keeps the class-token row", ec, 0);
+    float *same = vil_malloc(((size_t)G * G + 1) * D * 4);
+    vil_pos_embed_resize(same, src, G, G, D);
+    double ei = 0;
+    for (int i = 0; i < (G * G + 1) * D; i++) ei = fmax(ei, fabs(same[i] - src[i]));
+    T_CLOSE("pos_embed resize to the same grid is the identity", ei, 1e-6);
+    free(same), free(src), free(dst);
+
+    /* a checkpoint trained at 16 evaluated at 28: grid 4 -> 7 */
+    VilConfig c;
+    small(&c, "vil", 3);
+    VilModel m, r2;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 2);
+    const char *f = path("res.safetensors");
+    vil_checkpoint_save(&m, f, 0, NULL, 0);
+    VilCheckpointMeta meta;
+    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, 28, &r2, &meta) == 0, "load at 28");
+    T_CHECK(r2.cfg.img_size == 28 && r2.cfg.grid == 7 && r2.cfg.seq_len == 50 && meta.pos_interpolated_from == 4,
+            "evaluating at 28: grid %d, L %d", r2.cfg.grid, r2.cfg.seq_len);
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&r2);
     vil_model_free(&m);
 }
 
@@ -293,6 +351,7 @@ int main(void) {
     test_roundtrip("vil");
     test_roundtrip("vim");
     test_broken();
+    test_pos_resize();
     test_cli();
     corpus_rmtree(dir);
     return t_finish();

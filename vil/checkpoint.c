@@ -51,6 +51,67 @@ int vil_checkpoint_save(const VilModel *m, const char *path, long step,
     return rc;
 }
 
+/* torch.nn.functional.interpolate(mode='bicubic', align_corners=False) of one axis:
+ * cubic convolution with A = -0.75, source index (i + 0.5) * in / out - 0.5, taps clamped to
+ * the border. Weights (out, 4) and first tap index (out). */
+static void cubic_weights(int in, int out, float *wt, int *i0) {
+    const double A = -0.75;
+    double scale = (double)in / out;
+    for (int i = 0; i < out; i++) {
+        double src = (i + 0.5) * scale - 0.5;
+        int f = (int)floor(src);
+        double t = src - f;
+        double x;
+        x = t + 1;
+        wt[4 * i + 0] = (float)(((A * x - 5 * A) * x + 8 * A) * x - 4 * A);
+        x = t;
+        wt[4 * i + 1] = (float)(((A + 2) * x - (A + 3)) * x * x + 1);
+        x = 1 - t;
+        wt[4 * i + 2] = (float)(((A + 2) * x - (A + 3)) * x * x + 1);
+        x = 2 - t;
+        wt[4 * i + 3] = (float)(((A * x - 5 * A) * x + 8 * A) * x - 4 * A);
+        i0[i] = f - 1;
+    }
+}
+
+void vil_pos_embed_resize(float *dst, const float *src, int G, int G2, int D) {
+    int t = G * G / 2, t2 = G2 * G2 / 2;
+    float *wt = vil_malloc((size_t)4 * G2 * sizeof(float));
+    int *i0 = vil_malloc((size_t)G2 * sizeof(int));
+    cubic_weights(G, G2, wt, i0);
+    /* the patch rows of the source, without the class-token row */
+    float *tmp = vil_malloc((size_t)G * G2 * D * sizeof(float)); /* (G rows, G2 cols, D) */
+#define SRC(y, x) (src + (size_t)(((y) * G + (x)) < t ? ((y) * G + (x)) : ((y) * G + (x)) + 1) * D)
+    for (int y = 0; y < G; y++)
+        for (int x = 0; x < G2; x++) {
+            float *o = tmp + ((size_t)y * G2 + x) * D;
+            memset(o, 0, (size_t)D * sizeof(float));
+            for (int k = 0; k < 4; k++) {
+                int sx = i0[x] + k;
+                sx = sx < 0 ? 0 : sx >= G ? G - 1 : sx;
+                const float *sp = SRC(y, sx);
+                for (int d = 0; d < D; d++) o[d] += wt[4 * x + k] * sp[d];
+            }
+        }
+#undef SRC
+    for (int y = 0; y < G2; y++)
+        for (int x = 0; x < G2; x++) {
+            int p = y * G2 + x;
+            float *o = dst + (size_t)(p < t2 ? p : p + 1) * D;
+            memset(o, 0, (size_t)D * sizeof(float));
+            for (int k = 0; k < 4; k++) {
+                int sy = i0[y] + k;
+                sy = sy < 0 ? 0 : sy >= G ? G - 1 : sy;
+                const float *sp = tmp + ((size_t)sy * G2 + x) * D;
+                for (int d = 0; d < D; d++) o[d] += wt[4 * y + k] * sp[d];
+            }
+        }
+    memcpy(dst + (size_t)t2 * D, src + (size_t)t * D, (size_t)D * sizeof(float));
+    free(tmp);
+    free(i0);
+    free(wt);
+}
+
 static const VilStTensor *need(const VilSafetensors *st, const char *path, const char *name,
                                int ndim) {
     const VilStTensor *t = vil_st_find(st, name);
@@ -158,17 +219,22 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hin
     VilConfig cfg;
     vil_config_default(&cfg);
     const char *cj = vil_st_meta(&st, META_CONFIG);
-    int rc = -1;
+    int rc = -1, train_grid = 0;
     if (cj) {
         if (vil_config_from_json(&cfg, cj) != 0) {
             vil_error("'%s': bad %s metadata", path, META_CONFIG);
             goto out;
         }
         if (img_size_hint > 0 && img_size_hint != cfg.img_size) {
-            vil_error("'%s' was trained at %d; --img-size %d would need the position embedding "
-                      "interpolated, which vil does not do yet: leave --img-size out",
-                      path, cfg.img_size, img_size_hint);
-            goto out;
+            /* evaluate at another resolution: same patches and stride, a larger grid, and the
+             * position embedding interpolated onto it (recipe.md) */
+            train_grid = (cfg.img_size - cfg.patch_size) / cfg.stride + 1;
+            cfg.img_size = img_size_hint;
+            if (cfg.img_size < cfg.patch_size || (cfg.img_size - cfg.patch_size) % cfg.stride != 0) {
+                vil_error("'%s': --img-size %d does not fit patch %d with stride %d (it needs "
+                          "img_size = patch + k * stride)", path, img_size_hint, cfg.patch_size, cfg.stride);
+                goto out;
+            }
         }
     } else {
         meta->config_inferred = 1;
@@ -187,6 +253,18 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hin
         const VilStTensor *t = vil_st_find(&st, p->name);
         if (!t) {
             if (bad++ < 10) vil_error("'%s': tensor '%s' is missing", path, p->name);
+            continue;
+        }
+        if (train_grid && p->offset == m->off.pos) {
+            int G = train_grid, D = cfg.embed_dim;
+            if (t->ndim != 3 || t->shape[1] != (int64_t)G * G + 1 || t->shape[2] != D) {
+                if (bad++ < 10) vil_error("'%s': pos_embed does not match the config's %dx%d grid", path, G, G);
+                continue;
+            }
+            float *src = vil_malloc(((size_t)G * G + 1) * D * sizeof(float));
+            if (vil_st_to_f32(t, src) != 0) bad++;
+            else vil_pos_embed_resize(host + p->offset, src, G, cfg.grid, D);
+            free(src);
             continue;
         }
         int same = t->ndim == p->ndim;
@@ -226,6 +304,7 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hin
     vil_model_set_params(m, host);
     free(host);
     meta->img_size = cfg.img_size;
+    meta->pos_interpolated_from = train_grid;
     const char *s = vil_st_meta(&st, META_STEP);
     long v;
     meta->step = s && vil_parse_int(s, &v) == 0 ? v : 0;
