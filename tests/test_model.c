@@ -192,6 +192,64 @@ static void test_adamw_lowers_loss(void) {
     vil_model_free(&m);
 }
 
+/* initialization of models.md, by its statistics on ViL-Tiny (ViM for A_log and dt bias) */
+static double tensor_std(const float *p, size_t n, double *maxabs) {
+    double s = 0, s2 = 0, m = 0;
+    for (size_t i = 0; i < n; i++) s += p[i], s2 += (double)p[i] * p[i], m = fmax(m, fabs(p[i]));
+    *maxabs = m;
+    return sqrt(s2 / n - (s / n) * (s / n));
+}
+static void test_init(void) {
+    for (int vim = 0; vim < 2; vim++) {
+        VilConfig c;
+        vil_config_default(&c);
+        if (vim) strcpy(c.arch, "vim");
+        vil_config_finalize(&c);
+        VilModel m;
+        vil_model_init(&m, &c, &vil_backend_cpu);
+        vil_model_init_weights(&m, 1);
+        const VilParamOffsets *o = &m.off;
+        const float *p = m.params;
+        double mx, sd;
+        int D = c.embed_dim, E = c.d_inner, N = c.d_state, R = c.dt_rank;
+        sd = tensor_std(p + o->pos, (size_t)c.seq_len * D, &mx);
+        T_CHECK(fabs(sd - 0.02) < 0.002, "pos_embed std %.4f, want .02", sd);
+        sd = tensor_std(p + o->patch_w, (size_t)D * 3 * 256, &mx);
+        T_CHECK(fabs(sd - 1 / sqrt(768.0)) < 0.003 && mx <= 2 / sqrt(768.0) / 0.8796 + 1e-6, "patch_embed lecun normal: std %.4f", sd);
+        sd = tensor_std(p + o->head_w, (size_t)1000 * D, &mx);
+        T_CHECK(fabs(sd - 0.02) < 0.001, "head std %.4f", sd);
+        const VilLayerOffsets *l = &o->layer[3];
+        sd = tensor_std(p + l->in_proj, (size_t)2 * E * D, &mx);
+        T_CHECK(mx <= 1 / sqrt((double)D) && fabs(sd - 1 / sqrt(3.0 * D)) < 0.002, "in_proj U(+-1/sqrt(D)): std %.4f max %.4f", sd, mx);
+        sd = tensor_std(p + l->out_proj, (size_t)D * E, &mx);
+        double bound = 1 / sqrt((double)E) / sqrt(24.0);
+        T_CHECK(mx <= bound && fabs(sd - bound / sqrt(3.0)) < 0.1 * bound, "out_proj rescaled by 1/sqrt(depth): std %.5f", sd);
+        sd = tensor_std(p + l->dt_w[1], (size_t)E * R, &mx);
+        T_CHECK(mx <= 1 / sqrt((double)R), "dt_proj weight within R^-0.5");
+        int ok = 1;
+        for (int e = 0; e < E; e++) ok &= p[l->D[0] + e] == 1.0f && p[l->D[1] + e] == 1.0f;
+        for (int d = 0; d < D; d++) ok &= p[l->norm + d] == 1.0f && p[o->norm_f + d] == 1.0f;
+        T_CHECK(ok, "D, D_b and norms are 1");
+        if (!vim) {
+            int z = 1;
+            for (int e = 0; e < E; e++) z &= p[l->dt_b[0] + e] == 0.0f && p[l->dt_b[1] + e] == 0.0f;
+            T_CHECK(z, "ViL dt_proj biases are 0 (dt_init zero)");
+        } else {
+            int a = 1;
+            for (int n = 0; n < N; n++) a &= fabsf(p[l->A_log[1] + (size_t)5 * N + n] - logf((float)(n + 1))) < 1e-6f;
+            T_CHECK(a, "A_log = log(1..N)");
+            /* softplus(bias) = dt in [1e-3, 1e-1] for the forward direction; 0 for the backward */
+            int in = 1;
+            for (int e = 0; e < E; e++) {
+                float b = p[l->dt_b[0] + e], dt = log1pf(expf(b));
+                in &= dt >= 0.999e-3f && dt <= 0.1001f && p[l->dt_b[1] + e] == 0.0f;
+            }
+            T_CHECK(in, "ViM dt bias = inverse softplus of dt in [1e-3, 1e-1]");
+        }
+        vil_model_free(&m);
+    }
+}
+
 /* the same gradients, bit for bit, whatever the thread count (fixed-order reductions) */
 static void test_thread_determinism(void) {
     VilConfig c;
@@ -226,6 +284,7 @@ static void test_thread_determinism(void) {
 int main(void) {
     vil_rng_seed(&rng, 4321);
     test_counts();
+    test_init();
     test_gradients("vil", 0.0f);
     test_gradients("vil", 0.3f);
     test_gradients("vim", 0.0f);
