@@ -1,0 +1,91 @@
+/* dataset.h: the list of samples a run trains or evaluates on, and how to read one. Three
+ * layouts are recognised from the --data path: ImageNet-style class folders, a flat folder
+ * plus a labels file, and IDX files (MNIST / Fashion-MNIST, plain or gzip). */
+#ifndef VIL_DATASET_H
+#define VIL_DATASET_H
+
+#include <stddef.h>
+
+#include "data/image.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    VIL_DATA_FOLDER = 1, /* ROOT/<split>/<class>/<file>: class index = sorted folder name */
+    VIL_DATA_FLAT,       /* DIR/<file> + a labels file of "filename label" lines */
+    VIL_DATA_IDX,        /* <prefix>-images-idx3-ubyte[.gz] + <prefix>-labels-idx1-ubyte[.gz] */
+} VilDataKind;
+
+typedef struct VilDataset VilDataset;
+
+/* A growable byte buffer, reused across reads so a worker does not malloc per image. */
+typedef struct {
+    unsigned char *data;
+    size_t size, cap;
+} VilBuffer;
+void vil_buffer_free(VilBuffer *b);
+
+/* Open a dataset. `path` is one of:
+ *   - an ImageNet root: split "train" reads path/train/<class>/<file>, "val" path/val/...;
+ *     with split NULL, path itself holds the class folders;
+ *   - a folder holding IDX files: split "train" (or NULL) reads train-images-idx3-ubyte[.gz],
+ *     "val" or "test" reads t10k-images-idx3-ubyte[.gz]; or an idx3 file itself;
+ *   - with labels_file set: a flat folder (path/<split> when that folder exists, else path)
+ *     whose files the labels file names, one "filename label" per line.
+ * Every problem a run would otherwise meet later (missing folder, no class folders, no images,
+ * a labels file naming missing files or holding bad labels, a truncated IDX file) is an error
+ * here, with a message saying what was expected. Returns NULL with the message in err. */
+VilDataset *vil_dataset_open(const char *path, const char *split, const char *labels_file,
+                             char *err, size_t errlen);
+void vil_dataset_free(VilDataset *ds);
+
+VilDataKind vil_dataset_kind(const VilDataset *ds);
+int vil_dataset_size(const VilDataset *ds);
+int vil_dataset_num_classes(const VilDataset *ds);
+/* Channels the samples naturally have: 1 for IDX, 3 for image files (decoded as RGB). */
+int vil_dataset_channels(const VilDataset *ds);
+/* The folder the samples were found in (or the IDX images file), for messages. */
+const char *vil_dataset_source(const VilDataset *ds);
+int vil_dataset_label(const VilDataset *ds, int i);
+/* Class c's identifier (folder name / wnid, or the decimal index) and its readable name
+ * (from a names file or built in; the identifier when none is known). */
+const char *vil_dataset_class_id(const VilDataset *ds, int c);
+const char *vil_dataset_class_name(const VilDataset *ds, int c);
+/* The samples of class c, in dataset order: *members points at (*count) indices. */
+void vil_dataset_class_members(const VilDataset *ds, int c, const int **members, int *count);
+
+/* Path of sample i written into buf (for IDX: "FILE#i"). Returns the length it needed. */
+size_t vil_dataset_path(const VilDataset *ds, int i, char *buf, size_t len);
+
+/* Encoded bytes of a file sample into buf (resized as needed). A missing, unreadable,
+ * non-regular or zero-byte file is an error: -1 with the reason in err (no message printed:
+ * the loader decides how to report). IDX samples have no encoded form: -1. */
+int vil_dataset_read_bytes(const VilDataset *ds, int i, VilBuffer *buf, char *err, size_t errlen);
+/* IDX only: a view of sample i's pixels inside the dataset (not a copy; do not free).
+ * Returns -1 for file layouts. */
+int vil_dataset_raw_image(const VilDataset *ds, int i, VilImage *view);
+/* Sample i decoded to `channels` (1 or 3) channels, whatever the layout. scratch is a reusable
+ * byte buffer (may be NULL). Free out with vil_image_free. 0, or -1 with err. */
+int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *out,
+                           VilBuffer *scratch, char *err, size_t errlen);
+
+/* ---- class names (names.c) ---- */
+/* Read class names from a file and attach them. Accepted forms, one class per line, '#'
+ * comments: "index<TAB>wnid<TAB>names" (ImageNet's imagenet_classes.tsv: matched to folder
+ * names by wnid when the dataset's classes are folders, else by index), "index<TAB>name",
+ * or a bare name per line (in class order). A file with more classes than the dataset
+ * raises num_classes to match (a validation split may lack some classes). 0 or -1 + err. */
+int vil_dataset_load_names(VilDataset *ds, const char *path, char *err, size_t errlen);
+/* Set class c's readable name (copied). */
+void vil_dataset_set_class_name(VilDataset *ds, int c, const char *name);
+/* Raise the class count (never lowers it): a split may lack the last classes of the model. */
+void vil_dataset_set_num_classes(VilDataset *ds, int num_classes);
+/* Fashion-MNIST's ten class names, in label order. */
+extern const char *const vil_fashion_mnist_names[10];
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,419 @@
+/* image.c: image decoding. JPEG goes through libjpeg-turbo with a setjmp error manager (a
+ * corrupt file returns an error, never exits) and an optional region + DCT-scale decode;
+ * everything else goes through stb_image. Size limits are checked on the header. */
+#include "data/image.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+#include <stb_image.h>
+
+#include "vil/common.h"
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+void vil_image_free(VilImage *im) {
+    if (!im) return;
+    free(im->px);
+    im->px = NULL;
+    im->w = im->h = im->c = 0;
+}
+
+int vil_image_alloc(VilImage *im, int w, int h, int c) {
+    im->w = w;
+    im->h = h;
+    im->c = c;
+    im->px = NULL;
+    if (w <= 0 || h <= 0 || (c != 1 && c != 3)) return -1;
+    if ((long long)w * h > VIL_IMAGE_MAX_PIXELS) return -1;
+    im->px = vil_malloc((size_t)w * h * c);
+    return 0;
+}
+
+VilFormat vil_image_format(const unsigned char *buf, size_t n) {
+    if (!buf) return VIL_FORMAT_UNKNOWN;
+    if (n >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF) return VIL_FORMAT_JPEG;
+    if (n >= 8 && memcmp(buf, "\x89PNG\r\n\x1a\n", 8) == 0) return VIL_FORMAT_PNG;
+    /* Only formats with a real magic number go to stb: its TGA detection is a heuristic that
+     * random bytes can satisfy. */
+    if (n >= 6 && (memcmp(buf, "GIF87a", 6) == 0 || memcmp(buf, "GIF89a", 6) == 0))
+        return VIL_FORMAT_OTHER;
+    if (n >= 2 && buf[0] == 'B' && buf[1] == 'M') return VIL_FORMAT_OTHER;
+    if (n >= 2 && buf[0] == 'P' && (buf[1] == '5' || buf[1] == '6')) return VIL_FORMAT_OTHER;
+    if (n >= 4 && memcmp(buf, "8BPS", 4) == 0) return VIL_FORMAT_OTHER;
+    if (n >= 10 && (memcmp(buf, "#?RADIANCE", 10) == 0 || memcmp(buf, "#?RGBE", 6) == 0))
+        return VIL_FORMAT_OTHER;
+    return VIL_FORMAT_UNKNOWN;
+}
+
+void vil_rgb_to_gray(unsigned char *dst, const unsigned char *src, size_t n) {
+    /* Pillow's L24: weights sum to 65536, +0x8000 rounds half up */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = src[3 * i] * 19595u + src[3 * i + 1] * 38470u + src[3 * i + 2] * 7471u + 0x8000u;
+        dst[i] = (unsigned char)(v >> 16);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* JPEG                                                                                        */
+
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+} JpegErr;
+
+static void jpeg_error_exit_cb(j_common_ptr cinfo) {
+    JpegErr *e = (JpegErr *)cinfo->err;
+    cinfo->err->format_message(cinfo, e->msg);
+    longjmp(e->jb, 1);
+}
+
+static void jpeg_emit_message_cb(j_common_ptr cinfo, int level) {
+    JpegErr *e = (JpegErr *)cinfo->err;
+    if (level >= 0) return; /* trace messages */
+    /* Warnings: a premature end of data means the rest of the image would be made-up gray,
+     * which PIL reports as "image file is truncated". We never call jpeg_finish_decompress,
+     * so the source runs dry only while pixels are still owed. Other warnings (extraneous
+     * bytes, a bad restart marker) leave a complete image and PIL accepts them, so do we. */
+    if (cinfo->err->msg_code == JWRN_JPEG_EOF) {
+        snprintf(e->msg, sizeof e->msg, "truncated JPEG (premature end of data)");
+        longjmp(e->jb, 1);
+    }
+    cinfo->err->num_warnings++;
+}
+
+static void jpeg_progress_cb(j_common_ptr cinfo) {
+    j_decompress_ptr d = (j_decompress_ptr)cinfo;
+    if (d->is_decompressor && d->input_scan_number > VIL_JPEG_MAX_SCANS) {
+        JpegErr *e = (JpegErr *)cinfo->err;
+        snprintf(e->msg, sizeof e->msg, "JPEG has more than %d scans", VIL_JPEG_MAX_SCANS);
+        longjmp(e->jb, 1);
+    }
+}
+
+/* The Adobe convention PIL assumes for every CMYK JPEG (rawmode "CMYK;I"): stored values are
+ * inverted inks. PIL's cmyk2rgb then computes nk - nk * c / 255 with its MULDIV255 rounding. */
+static inline unsigned char cmyk_channel(unsigned stored_c, unsigned stored_k) {
+    unsigned c = 255 - stored_c, nk = stored_k;
+    unsigned t = c * nk + 128;
+    unsigned m = ((t >> 8) + t) >> 8;
+    int v = (int)nk - (int)m;
+    return (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* Convert one decoded scanline of `ncomp` components into the output's layout. */
+static void jpeg_convert_row(unsigned char *dst, const unsigned char *src, int w, int ncomp,
+                             int channels) {
+    if (ncomp == channels) {
+        memcpy(dst, src, (size_t)w * channels);
+    } else if (ncomp == 1) { /* gray -> RGB */
+        for (int x = 0; x < w; x++) dst[3 * x] = dst[3 * x + 1] = dst[3 * x + 2] = src[x];
+    } else if (ncomp == 3) { /* RGB -> gray */
+        vil_rgb_to_gray(dst, src, (size_t)w);
+    } else { /* CMYK -> RGB (-> gray) */
+        for (int x = 0; x < w; x++) {
+            const unsigned char *p = src + 4 * x;
+            unsigned char rgb[3] = {cmyk_channel(p[0], p[3]), cmyk_channel(p[1], p[3]),
+                                    cmyk_channel(p[2], p[3])};
+            if (channels == 3) memcpy(dst + 3 * x, rgb, 3);
+            else vil_rgb_to_gray(dst + x, rgb, 1);
+        }
+    }
+}
+
+typedef struct {
+    struct jpeg_decompress_struct cinfo;
+    JpegErr jerr;
+    struct jpeg_progress_mgr progress;
+} JpegDec;
+
+static void jpeg_open(JpegDec *d, const unsigned char *buf, size_t n) {
+    d->cinfo.err = jpeg_std_error(&d->jerr.pub);
+    d->jerr.pub.error_exit = jpeg_error_exit_cb;
+    d->jerr.pub.emit_message = jpeg_emit_message_cb;
+    d->jerr.msg[0] = 0;
+    jpeg_create_decompress(&d->cinfo);
+    d->progress.progress_monitor = jpeg_progress_cb;
+    d->cinfo.progress = &d->progress;
+    jpeg_mem_src(&d->cinfo, buf, (unsigned long)n);
+}
+
+/* What one decode asks for and what it allocates. Lives on the heap and is only read, never
+ * reassigned, by the function that calls setjmp, so nothing is clobbered by longjmp; the
+ * error path frees what the body had allocated. */
+typedef struct {
+    int channels, x0, y0, cw, ch, denom; /* cw = ch = 0: the whole image */
+    unsigned char *row;
+    VilImage img;
+    int rx, ry;
+} JpegJob;
+
+/* Everything that can longjmp. Returns 0, or -1 with err set (not for libjpeg errors). */
+static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, char *err,
+                                                     size_t errlen) {
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    jpeg_read_header(ci, TRUE);
+    long long npx = (long long)ci->image_width * ci->image_height;
+    if (ci->image_width == 0 || ci->image_height == 0) {
+        seterr(err, errlen, "JPEG has an empty size %ux%u", ci->image_width, ci->image_height);
+        return -1;
+    }
+    if (npx > VIL_IMAGE_MAX_PIXELS) {
+        seterr(err, errlen, "JPEG is %ux%u = %lld pixels, over the limit of %lld (decompression bomb?)",
+               ci->image_width, ci->image_height, npx, VIL_IMAGE_MAX_PIXELS);
+        return -1;
+    }
+    int ncomp;
+    switch (ci->jpeg_color_space) {
+    case JCS_GRAYSCALE: ci->out_color_space = JCS_GRAYSCALE; ncomp = 1; break;
+    case JCS_CMYK:
+    case JCS_YCCK: ci->out_color_space = JCS_CMYK; ncomp = 4; break;
+    default: ci->out_color_space = JCS_RGB; ncomp = 3; break;
+    }
+    int denom = j->denom;
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) denom = 1;
+    ci->scale_num = 1;
+    ci->scale_denom = (unsigned)denom;
+    /* PIL's defaults, so full decodes are bit-identical to PIL's */
+    ci->dct_method = JDCT_ISLOW;
+    ci->do_fancy_upsampling = TRUE;
+    jpeg_start_decompress(ci);
+    if ((int)ci->output_components != ncomp) {
+        seterr(err, errlen, "JPEG: unexpected %d output components", ci->output_components);
+        return -1;
+    }
+    int W = (int)ci->output_width, H = (int)ci->output_height;
+    int sx0 = 0, sy0 = 0, sx1 = W, sy1 = H; /* wanted region in scaled coordinates */
+    if (j->cw > 0 && j->ch > 0) {
+        sx0 = j->x0 / denom;
+        sy0 = j->y0 / denom;
+        sx1 = (j->x0 + j->cw + denom - 1) / denom;
+        sy1 = (j->y0 + j->ch + denom - 1) / denom;
+        if (sx0 < 0) sx0 = 0;
+        if (sy0 < 0) sy0 = 0;
+        if (sx1 > W) sx1 = W;
+        if (sy1 > H) sy1 = H;
+        if (sx0 >= sx1 || sy0 >= sy1) {
+            seterr(err, errlen, "JPEG region %d,%d %dx%d outside the %dx%d image", j->x0, j->y0,
+                   j->cw, j->ch, (int)ci->image_width, (int)ci->image_height);
+            return -1;
+        }
+    }
+    if (j->cw > 0 && j->ch > 0) {
+        /* One iMCU column of margin on each side: at the left and right edges of a cropped
+         * region, libjpeg-turbo's fancy (smoothing) chroma upsampling lacks its neighbour
+         * samples and the border pixels differ from a full decode by a few levels. With the
+         * margin the region's own pixels are bit-identical to the full decode (tested).
+         * jpeg_skip_scanlines keeps the vertical context itself: no margin needed there. */
+        int mx = ci->max_h_samp_factor * ci->min_DCT_scaled_size;
+        sx0 = sx0 - mx < 0 ? 0 : sx0 - mx;
+        sx1 = sx1 + mx > W ? W : sx1 + mx;
+    }
+    JDIMENSION xoff = (JDIMENSION)sx0, xw = (JDIMENSION)(sx1 - sx0);
+    if (xoff != 0 || xw != (JDIMENSION)W) {
+        /* widens the region to iMCU column boundaries and tells us where it starts */
+        jpeg_crop_scanline(ci, &xoff, &xw);
+    }
+    int ow = (int)xw, oh = sy1 - sy0;
+    if (vil_image_alloc(&j->img, ow, oh, j->channels) != 0) {
+        seterr(err, errlen, "JPEG: bad output size %dx%d", ow, oh);
+        return -1;
+    }
+    j->row = vil_malloc((size_t)ci->output_width * ncomp);
+    if (sy0 > 0 && (int)jpeg_skip_scanlines(ci, (JDIMENSION)sy0) != sy0) {
+        seterr(err, errlen, "JPEG: could not skip %d scanlines", sy0);
+        return -1;
+    }
+    for (int y = 0; y < oh; y++) {
+        JSAMPROW rows[1] = {j->row};
+        if (jpeg_read_scanlines(ci, rows, 1) != 1) {
+            seterr(err, errlen, "JPEG: read_scanlines returned no row at %d", y + sy0);
+            return -1;
+        }
+        jpeg_convert_row(j->img.px + (size_t)y * ow * j->channels, j->row, ow, ncomp, j->channels);
+    }
+    /* No jpeg_finish_decompress: every pixel is in hand; trailing bytes after the last scan
+     * are not our concern. jpeg_destroy_decompress aborts the rest. */
+    j->rx = (int)xoff;
+    j->ry = sy0;
+    return 0;
+}
+
+/* Decode a JPEG: the whole image (cw = ch = 0), or a region with DCT scaling. */
+static int jpeg_decode(const unsigned char *buf, size_t n, int channels, int x0, int y0, int cw,
+                       int ch, int denom, VilImage *out, int *rx, int *ry, char *err, size_t errlen) {
+    JpegDec *d = vil_calloc(1, sizeof *d);
+    JpegJob *j = vil_calloc(1, sizeof *j);
+    j->channels = channels;
+    j->x0 = x0;
+    j->y0 = y0;
+    j->cw = cw;
+    j->ch = ch;
+    j->denom = denom;
+    jpeg_open(d, buf, n);
+    int rc;
+    if (setjmp(d->jerr.jb)) {
+        seterr(err, errlen, "JPEG decode failed: %s", d->jerr.msg);
+        rc = -1;
+    } else {
+        rc = jpeg_decode_body(d, j, err, errlen);
+    }
+    jpeg_destroy_decompress(&d->cinfo);
+    if (rc == 0) {
+        *out = j->img;
+        if (rx) *rx = j->rx;
+        if (ry) *ry = j->ry;
+    } else {
+        free(j->img.px);
+    }
+    free(j->row);
+    free(j);
+    free(d);
+    return rc;
+}
+
+int vil_jpeg_decode_region(const unsigned char *buf, size_t n, int channels, int x0, int y0, int cw,
+                           int ch, int denom, VilImage *out, int *rx, int *ry, char *err,
+                           size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (channels != 1 && channels != 3) {
+        seterr(err, errlen, "channels must be 1 or 3, not %d", channels);
+        return -1;
+    }
+    if (vil_image_format(buf, n) != VIL_FORMAT_JPEG) {
+        seterr(err, errlen, "not a JPEG");
+        return -1;
+    }
+    if (cw <= 0 || ch <= 0) {
+        seterr(err, errlen, "empty JPEG region %dx%d", cw, ch);
+        return -1;
+    }
+    return jpeg_decode(buf, n, channels, x0, y0, cw, ch, denom, out, rx, ry, err, errlen);
+}
+
+static int jpeg_info(const unsigned char *buf, size_t n, int *w, int *h, char *err, size_t errlen) {
+    JpegDec *d = vil_calloc(1, sizeof *d);
+    int rc = -1;
+    jpeg_open(d, buf, n);
+    if (setjmp(d->jerr.jb)) {
+        seterr(err, errlen, "JPEG header: %s", d->jerr.msg);
+        goto done;
+    }
+    jpeg_read_header(&d->cinfo, TRUE);
+    *w = (int)d->cinfo.image_width;
+    *h = (int)d->cinfo.image_height;
+    rc = 0;
+done:
+    jpeg_destroy_decompress(&d->cinfo);
+    free(d);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* stb_image                                                                                   */
+
+static int stb_decode(const unsigned char *buf, size_t n, int channels, VilImage *out, char *err,
+                      size_t errlen) {
+    int w, h, comp;
+    if (n > INT32_MAX) {
+        seterr(err, errlen, "image file too large (%zu bytes)", n);
+        return -1;
+    }
+    if (!stbi_info_from_memory(buf, (int)n, &w, &h, &comp)) {
+        seterr(err, errlen, "image header: %s", stbi_failure_reason());
+        return -1;
+    }
+    if (w <= 0 || h <= 0 || (long long)w * h > VIL_IMAGE_MAX_PIXELS) {
+        seterr(err, errlen, "image is %dx%d, outside the limit of %lld pixels", w, h,
+               VIL_IMAGE_MAX_PIXELS);
+        return -1;
+    }
+    /* Ask stb for gray only when the file is gray: its own RGB -> Y weights are not PIL's. */
+    int want = (channels == 1 && comp <= 2) ? 1 : 3;
+    int w2, h2, c2;
+    unsigned char *px = stbi_load_from_memory(buf, (int)n, &w2, &h2, &c2, want);
+    if (!px) {
+        seterr(err, errlen, "image decode failed: %s", stbi_failure_reason());
+        return -1;
+    }
+    if (w2 != w || h2 != h) {
+        stbi_image_free(px);
+        seterr(err, errlen, "image size changed between header and decode");
+        return -1;
+    }
+    if (vil_image_alloc(out, w, h, channels) != 0) {
+        stbi_image_free(px);
+        seterr(err, errlen, "bad image size %dx%d", w, h);
+        return -1;
+    }
+    if (want == channels) memcpy(out->px, px, (size_t)w * h * channels);
+    else vil_rgb_to_gray(out->px, px, (size_t)w * h);
+    stbi_image_free(px);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+int vil_image_info(const unsigned char *buf, size_t n, int *w, int *h, VilFormat *fmt, char *err,
+                   size_t errlen) {
+    VilFormat f = vil_image_format(buf, n);
+    if (fmt) *fmt = f;
+    if (f == VIL_FORMAT_UNKNOWN) {
+        seterr(err, errlen, n == 0 ? "empty file" : "unknown image format");
+        return -1;
+    }
+    if (f == VIL_FORMAT_JPEG) return jpeg_info(buf, n, w, h, err, errlen);
+    int comp;
+    if (n > INT32_MAX || !stbi_info_from_memory(buf, (int)n, w, h, &comp)) {
+        seterr(err, errlen, "image header: %s", n > INT32_MAX ? "file too large" : stbi_failure_reason());
+        return -1;
+    }
+    return 0;
+}
+
+int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage *out, char *err,
+                     size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (channels != 1 && channels != 3) {
+        seterr(err, errlen, "channels must be 1 or 3, not %d", channels);
+        return -1;
+    }
+    switch (vil_image_format(buf, n)) {
+    case VIL_FORMAT_JPEG:
+        return jpeg_decode(buf, n, channels, 0, 0, 0, 0, 1, out, NULL, NULL, err, errlen);
+    case VIL_FORMAT_PNG:
+    case VIL_FORMAT_OTHER: return stb_decode(buf, n, channels, out, err, errlen);
+    default:
+        seterr(err, errlen, n == 0 ? "empty file" : "unknown image format (not JPEG, PNG, GIF, BMP, PNM, PSD, HDR)");
+        return -1;
+    }
+}
+
+int vil_image_load(const char *path, int channels, VilImage *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    size_t n = 0;
+    unsigned char *buf = vil_read_file(path, &n);
+    if (!buf) {
+        seterr(err, errlen, "%s: cannot read file", path);
+        return -1;
+    }
+    char e2[256] = "";
+    int rc = vil_image_decode(buf, n, channels, out, e2, sizeof e2);
+    free(buf);
+    if (rc) seterr(err, errlen, "%s: %s", path, e2);
+    return rc;
+}

@@ -1,0 +1,70 @@
+/* image.h: decoded 8-bit images and the decoders that make them. The format is taken from
+ * the file's bytes: JPEG through libjpeg-turbo (with DCT-domain scaling and cropped decoding
+ * for the training path), PNG, GIF, BMP, PNM, PSD and HDR through stb_image. */
+#ifndef VIL_IMAGE_H
+#define VIL_IMAGE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* PIL's Image.MAX_IMAGE_PIXELS * 2, where PIL turns its DecompressionBombWarning into an
+ * error. Checked against the header's size before any pixel buffer is allocated. The fuzz
+ * build lowers it (tests/fuzz.mk) to keep each input fast. */
+#ifndef VIL_IMAGE_MAX_PIXELS
+#define VIL_IMAGE_MAX_PIXELS 178956970LL
+#endif
+
+/* A progressive JPEG may hold any number of scans; each one re-reads the whole coefficient
+ * buffer, so a crafted file can take minutes. libjpeg-turbo's TurboJPEG uses the same kind
+ * of limit. */
+#define VIL_JPEG_MAX_SCANS 1000
+
+typedef struct {
+    int w, h, c;       /* c = 1 (gray) or 3 (RGB) */
+    unsigned char *px; /* (h, w, c) interleaved */
+} VilImage;
+
+typedef enum { VIL_FORMAT_UNKNOWN = 0, VIL_FORMAT_JPEG, VIL_FORMAT_PNG, VIL_FORMAT_OTHER } VilFormat;
+
+void vil_image_free(VilImage *im);
+/* Allocate an uninitialised w x h x c image; 0 on success. */
+int vil_image_alloc(VilImage *im, int w, int h, int c);
+
+/* Which decoder the bytes call for (magic numbers only, never the file name). */
+VilFormat vil_image_format(const unsigned char *buf, size_t n);
+
+/* Decode a whole image. channels = 1 (gray: RGB is converted with PIL's "L" weights
+ * 0.299/0.587/0.114 in 16-bit fixed point) or 3 (gray is replicated; CMYK/YCCK JPEGs are
+ * converted the way PIL does, Adobe-inverted CMYK included; alpha is dropped).
+ * A JPEG whose data ends before the decoder has produced its last scanline is an error
+ * (PIL: "image file is truncated"): libjpeg would fill the rest with gray. Corrupt-data
+ * warnings that leave every pixel decoded (extraneous bytes before a marker, a bad restart
+ * marker) are accepted, as PIL accepts them. Returns 0, or -1 with a message in err. */
+int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage *out, char *err,
+                     size_t errlen);
+int vil_image_load(const char *path, int channels, VilImage *out, char *err, size_t errlen);
+
+/* Size from the header alone (cheap: no pixel data is decoded). 0 or -1 with err. */
+int vil_image_info(const unsigned char *buf, size_t n, int *w, int *h, VilFormat *fmt, char *err,
+                   size_t errlen);
+
+/* JPEG only: decode the region [x0, x0 + cw) x [y0, y0 + ch) of the full-resolution image,
+ * with libjpeg-turbo's DCT-domain downscaling by 1/denom (denom = 1, 2, 4 or 8). Only the
+ * iMCU rows and columns that cover the region are decoded. The result holds a superset of the
+ * region in the scaled image's coordinates: *rx, *ry receive the position of its top-left
+ * pixel in the scaled image (of size ceil(W / denom) x ceil(H / denom)), so the region starts
+ * at (x0 / denom - *rx, y0 / denom - *ry) inside out. */
+int vil_jpeg_decode_region(const unsigned char *buf, size_t n, int channels, int x0, int y0, int cw,
+                           int ch, int denom, VilImage *out, int *rx, int *ry, char *err,
+                           size_t errlen);
+
+/* PIL's RGB -> L conversion, in place layouts: src (n, 3), dst (n). */
+void vil_rgb_to_gray(unsigned char *dst, const unsigned char *src, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,100 @@
+/* loader.h: the input pipeline: a persistent pool of worker threads decoding and augmenting
+ * samples into a ring of ready batches (images, labels, soft targets), in an order and with
+ * augmentations that depend only on (seed, epoch, rank, world), never on the thread count. */
+#ifndef VIL_LOADER_H
+#define VIL_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/dataset.h"
+#include "data/mixup.h"
+#include "data/transform.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where batch memory comes from: the CUDA build passes cudaHostAlloc / cudaFreeHost wrappers
+ * so batches are pinned and copy to the device asynchronously. alloc NULL: 64-byte aligned
+ * malloc. alloc returns NULL on failure. */
+typedef struct {
+    void *(*alloc)(size_t bytes, void *ctx);
+    void (*free)(void *p, void *ctx);
+    void *ctx;
+} VilAllocator;
+
+typedef enum { VIL_LOADER_TRAIN = 0, VIL_LOADER_EVAL = 1 } VilLoaderMode;
+
+typedef struct {
+    VilLoaderMode mode;
+    int batch;            /* per-rank batch size */
+    int res, channels;    /* output images (channels, res, res) */
+    int threads;          /* worker threads (>= 1) */
+    int prefetch;         /* batches prepared ahead of the one the caller holds */
+    int world, rank;
+    uint64_t seed;
+    int repeats;          /* train: repeated augmentation (DeiT: 3); eval: ignored */
+    int drop_last;        /* drop the last partial batch (train default 1, eval 0) */
+    VilTrainTransform train; /* train: per-sample transform (RandAugment, erasing, ...) */
+    float crop_pct;       /* eval: resize to res / crop_pct, center crop res */
+    float mean[3], std[3];/* eval normalisation (train uses train.mean / train.std) */
+    VilMixupConfig mixup; /* soft targets: train = Mixup/CutMix + smoothing, eval = one-hot */
+    VilAllocator alloc;
+    int quiet;            /* 1: no per-file or per-epoch warnings on stderr (tests) */
+} VilLoaderConfig;
+
+/* The recipe's defaults for the mode: train = DeiT (RA x3, RandAugment m9, erasing 0.25,
+ * Mixup 0.8 / CutMix 1.0, smoothing 0.1, drop_last); eval = crop_pct 0.875, no shuffle,
+ * one-hot targets, last partial batch kept. threads = 4, prefetch = 3, world 1, seed 0. */
+void vil_loader_config_default(VilLoaderConfig *c, VilLoaderMode mode, int res, int channels,
+                               int batch, int num_classes);
+
+typedef struct {
+    float *images;   /* (batch, channels, res, res); rows past n are zero */
+    float *targets;  /* (batch, num_classes) soft targets; rows past n are zero */
+    int *labels;     /* (batch) hard label of the sample used; -1 past n */
+    int *indices;    /* (batch) dataset index actually used (after a bad-file replacement) */
+    int n;           /* valid samples: batch, or fewer in eval's last batch */
+    int batch, channels, res, num_classes;
+    int epoch, step; /* step = position of this batch within its epoch */
+    VilMixupParams mix; /* what the mixing did to this batch (lam = 1: nothing) */
+} VilBatch;
+
+typedef struct {
+    long epoch_bad;      /* failed sample reads in the current epoch (each one replaced) */
+    long total_bad;      /* since the loader was created */
+    long distinct_bad;   /* distinct files found bad since the loader was created */
+} VilLoaderStats;
+
+typedef struct VilLoader VilLoader;
+
+/* Starts the worker threads (they idle until an epoch starts). The dataset must outlive the
+ * loader. NULL with err on a bad configuration or allocation failure. */
+VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, char *err,
+                             size_t errlen);
+/* Joins the threads and frees every batch; batches still held become invalid. */
+void vil_loader_free(VilLoader *l);
+
+/* Begin producing `epoch` (any integer; the shuffle and augmentations are keyed by it). An
+ * epoch still in progress is abandoned. Returns the number of batches in the epoch. */
+int vil_loader_start_epoch(VilLoader *l, int epoch);
+int vil_loader_batches_per_epoch(const VilLoader *l);
+/* Samples this rank reads per epoch (before batching). */
+int vil_loader_epoch_length(const VilLoader *l);
+
+/* The next batch of the epoch, in order, blocking until it is ready. NULL at the end of the
+ * epoch (then the epoch's bad-file count is reported), or on a failure that vil_loader_error
+ * describes (a sample that no replacement could stand in for, or every slot held). The batch
+ * stays valid until vil_loader_release_batch; the caller may hold up to `prefetch` at once. */
+const VilBatch *vil_loader_next_batch(VilLoader *l);
+void vil_loader_release_batch(VilLoader *l, const VilBatch *b);
+
+/* NULL when all is well. */
+const char *vil_loader_error(const VilLoader *l);
+void vil_loader_stats(const VilLoader *l, VilLoaderStats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

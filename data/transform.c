@@ -1,0 +1,579 @@
+/* transform.c: PIL-exact bicubic resampling and the evaluation / training transforms built on
+ * it. The resampler reproduces Pillow's Resample.c arithmetic (double-precision coefficients
+ * rounded to 22-bit fixed point, two separable passes with uint8 clamping in between), so a
+ * model trained on PIL-preprocessed images sees the same pixels here. */
+#include "data/transform.h"
+
+#include "data/randaugment.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Pillow's coefficient arithmetic must run as plain double operations: a fused multiply-add
+ * rounds differently and can move a fixed-point coefficient by one. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define VIL_NO_FMA
+#else
+#define VIL_NO_FMA __attribute__((optimize("fp-contract=off")))
+#endif
+
+const float VIL_IMAGENET_MEAN[3] = {0.485f, 0.456f, 0.406f};
+const float VIL_IMAGENET_STD[3] = {0.229f, 0.224f, 0.225f};
+
+/* ------------------------------------------------------------------------------------------ */
+/* PIL bicubic resampling                                                                      */
+
+#define RS_PRECISION_BITS 22 /* Pillow: 32 - 8 bits of result - 2 bits of headroom */
+
+typedef struct {
+    int ksize;      /* coefficients per output sample (row stride of k) */
+    int *bounds;    /* (n, 2): first input index, number of taps */
+    int32_t *k;     /* (n, ksize) fixed point */
+} ResampleCoeffs;
+
+/* Pillow's bicubic_filter with a = -0.5 */
+VIL_NO_FMA static double cubic(double x) {
+    const double a = -0.5;
+    if (x < 0.0) x = -x;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+}
+
+/* Coefficients of output samples [o0, o0 + n) of a resize of the box [in0, in1) of in_size
+ * samples to out_size samples, as Pillow's precompute_coeffs + normalize_coeffs_8bpc: taps
+ * are clamped to [0, in_size). */
+VIL_NO_FMA static void coeffs_init(ResampleCoeffs *rc, int in_size, double in0, double in1,
+                                   int out_size, int o0, int n) {
+    /* Pillow's box is floats; our boxes are either integers (exact) or the DCT-scaled
+     * training crop, where bit-exactness with PIL is moot */
+    double scale = (in1 - in0) / out_size;
+    double filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = 2.0 * filterscale;
+    int ksize = (int)ceil(support) * 2 + 1;
+    rc->ksize = ksize;
+    rc->bounds = vil_malloc(sizeof(int) * 2 * (size_t)n);
+    rc->k = vil_malloc(sizeof(int32_t) * (size_t)ksize * n);
+    double *w = vil_malloc(sizeof(double) * (size_t)ksize);
+    double ss = 1.0 / filterscale;
+    for (int i = 0; i < n; i++) {
+        int xx = o0 + i;
+        double center = in0 + (xx + 0.5) * scale;
+        double ww = 0.0;
+        int xmin = (int)(center - support + 0.5); /* truncation, as Pillow's (int) cast */
+        if (xmin < 0) xmin = 0;
+        int xmax = (int)(center + support + 0.5);
+        if (xmax > in_size) xmax = in_size;
+        xmax -= xmin;
+        for (int x = 0; x < xmax; x++) {
+            double v = cubic((x + xmin - center + 0.5) * ss);
+            w[x] = v;
+            ww += v;
+        }
+        int32_t *k = rc->k + (size_t)i * ksize;
+        for (int x = 0; x < xmax; x++) {
+            double v = ww != 0.0 ? w[x] / ww : w[x];
+            k[x] = v < 0 ? (int32_t)(-0.5 + v * (1 << RS_PRECISION_BITS))
+                         : (int32_t)(0.5 + v * (1 << RS_PRECISION_BITS));
+        }
+        for (int x = xmax; x < ksize; x++) k[x] = 0;
+        rc->bounds[2 * i] = xmin;
+        rc->bounds[2 * i + 1] = xmax;
+    }
+    free(w);
+}
+
+static void coeffs_free(ResampleCoeffs *rc) {
+    free(rc->bounds);
+    free(rc->k);
+}
+
+static inline unsigned char clip8(int32_t v) {
+    v >>= RS_PRECISION_BITS; /* arithmetic shift: floor, as Pillow's lookup index */
+    return (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* Horizontal pass over `rows` rows: dst (rows, n, c), src rows with a byte stride.
+ * Along a row the taps of neighbouring outputs overlap irregularly, which defeats SIMD; so
+ * blocks of HB rows are first transposed into T (x, HB * c), after which each output column
+ * of the block is one contiguous multiply-add over HB * c lanes per tap, like the vertical
+ * pass. Integer arithmetic: the result is the same in any order. */
+#define HB 16
+static inline __attribute__((always_inline)) void
+resample_h_block(unsigned char *dst, const unsigned char *src, size_t stride, int rows, const int c,
+                 const ResampleCoeffs *rc, int n, unsigned char *T, int x_lo, int wn) {
+    const int L = HB * c;
+    const int32_t half = 1 << (RS_PRECISION_BITS - 1);
+    int32_t acc[HB * 3];
+    for (int y0 = 0; y0 < rows; y0 += HB) {
+        int nr = rows - y0 < HB ? rows - y0 : HB;
+        if (nr < HB) memset(T, 0, (size_t)wn * L);
+        for (int r = 0; r < nr; r++) {
+            const unsigned char *in = src + (size_t)(y0 + r) * stride + (size_t)x_lo * c;
+            unsigned char *t = T + r * c;
+            if (c == 3) {
+                for (int x = 0; x < wn; x++) {
+                    t[(size_t)x * L] = in[3 * x];
+                    t[(size_t)x * L + 1] = in[3 * x + 1];
+                    t[(size_t)x * L + 2] = in[3 * x + 2];
+                }
+            } else {
+                for (int x = 0; x < wn; x++) t[(size_t)x * L] = in[x];
+            }
+        }
+        unsigned char *out = dst + (size_t)y0 * n * c;
+        for (int xx = 0; xx < n; xx++) {
+            const int32_t *k = rc->k + (size_t)xx * rc->ksize;
+            const unsigned char *p = T + (size_t)(rc->bounds[2 * xx] - x_lo) * L;
+            int taps = rc->bounds[2 * xx + 1];
+            for (int i = 0; i < L; i++) acc[i] = half;
+            for (int t = 0; t < taps; t++, p += L) {
+                int32_t kt = k[t];
+                for (int i = 0; i < L; i++) acc[i] += p[i] * kt;
+            }
+            unsigned char ob[HB * 3];
+            for (int i = 0; i < L; i++) {
+                int32_t v = acc[i] >> RS_PRECISION_BITS;
+                ob[i] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+            for (int r = 0; r < nr; r++)
+                for (int ch = 0; ch < c; ch++) out[(size_t)r * n * c + (size_t)xx * c + ch] = ob[r * c + ch];
+        }
+    }
+}
+
+static void resample_h(unsigned char *dst, const unsigned char *src, size_t stride, int rows, int c,
+                       const ResampleCoeffs *rc, int n) {
+    int x_lo = rc->bounds[0], x_hi = 0;
+    for (int xx = 0; xx < n; xx++) {
+        if (rc->bounds[2 * xx] < x_lo) x_lo = rc->bounds[2 * xx];
+        if (rc->bounds[2 * xx] + rc->bounds[2 * xx + 1] > x_hi) x_hi = rc->bounds[2 * xx] + rc->bounds[2 * xx + 1];
+    }
+    int wn = x_hi - x_lo;
+    if (wn <= 0) wn = 1;
+    unsigned char *T = vil_malloc((size_t)wn * HB * c);
+    if (c == 3) resample_h_block(dst, src, stride, rows, 3, rc, n, T, x_lo, wn);
+    else resample_h_block(dst, src, stride, rows, 1, rc, n, T, x_lo, wn);
+    free(T);
+}
+
+/* Vertical pass: dst (n, width) bytes; src rows (row r = input row r + row0) with a stride.
+ * One int32 accumulator row, so the inner loop is a contiguous, vectorizable multiply-add. */
+static void resample_v(unsigned char *dst, const unsigned char *src, size_t stride, int row0,
+                       int width, const ResampleCoeffs *rc, int n, int32_t *acc) {
+    const int32_t half = 1 << (RS_PRECISION_BITS - 1);
+    for (int yy = 0; yy < n; yy++) {
+        const int32_t *k = rc->k + (size_t)yy * rc->ksize;
+        int ymin = rc->bounds[2 * yy] - row0, taps = rc->bounds[2 * yy + 1];
+        for (int x = 0; x < width; x++) acc[x] = half;
+        for (int y = 0; y < taps; y++) {
+            const unsigned char *in = src + (size_t)(ymin + y) * stride;
+            int32_t ky = k[y];
+            for (int x = 0; x < width; x++) acc[x] += in[x] * ky;
+        }
+        unsigned char *out = dst + (size_t)yy * width;
+        for (int x = 0; x < width; x++) out[x] = clip8(acc[x]);
+    }
+}
+
+/* The box resize behind vil_resize_bicubic: box = {x0, y0, x1, y1} in source pixels. */
+static void resize_box(unsigned char *dst, int cw, int ch, int ox, int oy, const unsigned char *src,
+                       int w, int h, size_t stride, int c, int dw, int dh, const double box[4]) {
+    if (cw <= 0 || ch <= 0) return;
+    /* Pillow skips a pass whose size and box are the identity */
+    int need_h = dw != w || box[0] != 0.0 || box[2] != (double)w;
+    int need_v = dh != h || box[1] != 0.0 || box[3] != (double)h;
+    ResampleCoeffs rv = {0}, rh = {0};
+    /* input rows the vertical pass will read */
+    int r0 = oy, r1 = oy + ch;
+    if (need_v) {
+        coeffs_init(&rv, h, box[1], box[3], dh, oy, ch);
+        r0 = rv.bounds[0];
+        r1 = 0;
+        for (int i = 0; i < ch; i++) {
+            if (rv.bounds[2 * i] < r0) r0 = rv.bounds[2 * i];
+            if (rv.bounds[2 * i] + rv.bounds[2 * i + 1] > r1) r1 = rv.bounds[2 * i] + rv.bounds[2 * i + 1];
+        }
+    }
+    const unsigned char *mid;
+    size_t mid_stride;
+    unsigned char *tmp = NULL;
+    if (need_h) {
+        coeffs_init(&rh, w, box[0], box[2], dw, ox, cw);
+        tmp = vil_malloc((size_t)(r1 - r0) * cw * c + 1);
+        resample_h(tmp, src + (size_t)r0 * stride, stride, r1 - r0, c, &rh, cw);
+        mid = tmp;
+        mid_stride = (size_t)cw * c;
+    } else {
+        mid = src + (size_t)r0 * stride + (size_t)ox * c;
+        mid_stride = stride;
+    }
+    if (need_v) {
+        int32_t *acc = vil_malloc(sizeof(int32_t) * (size_t)cw * c);
+        resample_v(dst, mid, mid_stride, r0, cw * c, &rv, ch, acc);
+        free(acc);
+    } else {
+        for (int y = 0; y < ch; y++)
+            memcpy(dst + (size_t)y * cw * c, mid + (size_t)y * mid_stride, (size_t)cw * c);
+    }
+    free(tmp);
+    coeffs_free(&rh);
+    coeffs_free(&rv);
+}
+
+void vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
+                        const unsigned char *src, int w, int h, size_t stride, int c, int dw, int dh) {
+    const double box[4] = {0.0, 0.0, (double)w, (double)h};
+    resize_box(dst, cw, ch, ox, oy, src, w, h, stride, c, dw, dh, box);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* evaluation transform                                                                        */
+
+void vil_resize_shorter_size(int w, int h, int size, int *nw, int *nh) {
+    if (w <= h) {
+        *nw = size;
+        *nh = (int)((double)((long long)size * h) / w);
+    } else {
+        *nh = size;
+        *nw = (int)((double)((long long)size * w) / h);
+    }
+}
+
+int vil_eval_scale_size(int size, float crop_pct) {
+    /* timm computes floor(size / crop_pct) with crop_pct a Python double such as 0.875 or
+     * 0.9; recover that double from our float as the shortest decimal that round-trips */
+    double cp = (double)crop_pct;
+    for (int prec = 1; prec <= 9; prec++) {
+        char s[32];
+        snprintf(s, sizeof s, "%.*g", prec, (double)crop_pct);
+        if (strtof(s, NULL) == crop_pct) {
+            cp = strtod(s, NULL);
+            break;
+        }
+    }
+    return (int)floor((double)size / cp);
+}
+
+/* Python's round(d / 2) for an integer d: halves go to the even neighbour. */
+static int round_half_even_div2(int d) {
+    int q = d >= 0 ? d / 2 : -((-d + 1) / 2); /* floor(d / 2) */
+    if (d % 2 != 0 && (q & 1)) q += 1;
+    return q;
+}
+
+void vil_normalize_chw(float *out, const unsigned char *px, int w, int h, int c, const float *mean,
+                       const float *std) {
+    size_t hw = (size_t)w * h;
+    for (int ch = 0; ch < c; ch++) {
+        /* the exact float32 sequence of ToTensor (x / 255) then Normalize (sub, div) */
+        float lut[256];
+        for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - mean[ch]) / std[ch];
+        float *o = out + ch * hw;
+        const unsigned char *p = px + ch;
+        for (size_t i = 0; i < hw; i++) o[i] = lut[p[i * c]];
+    }
+}
+
+int vil_transform_eval(const VilImage *img, int size, float crop_pct, const float *mean,
+                       const float *std, float *out) {
+    if (!img || !img->px || img->w <= 0 || img->h <= 0 || (img->c != 1 && img->c != 3) ||
+        size <= 0 || !(crop_pct > 0.0f))
+        return -1;
+    int c = img->c;
+    int scale = vil_eval_scale_size(size, crop_pct);
+    if (scale <= 0) return -1;
+    int nw, nh;
+    vil_resize_shorter_size(img->w, img->h, scale, &nw, &nh);
+    if (nw <= 0 || nh <= 0) return -1;
+    /* torchvision CenterCrop: pad with zeros to at least size x size (left/top get the
+     * smaller half), then crop at round((H - size) / 2) of the padded image */
+    int pad_l = size > nw ? (size - nw) / 2 : 0, pad_t = size > nh ? (size - nh) / 2 : 0;
+    int pw = nw > size ? nw : size, ph = nh > size ? nh : size;
+    int left = round_half_even_div2(pw - size) - pad_l; /* in resized-image coordinates */
+    int top = round_half_even_div2(ph - size) - pad_t;
+    int x0 = left < 0 ? 0 : left, y0 = top < 0 ? 0 : top;
+    int x1 = left + size > nw ? nw : left + size, y1 = top + size > nh ? nh : top + size;
+    unsigned char *crop = vil_calloc((size_t)size * size, c);
+    if (x1 > x0 && y1 > y0) {
+        unsigned char *win = vil_malloc((size_t)(x1 - x0) * (y1 - y0) * c);
+        vil_resize_bicubic(win, x1 - x0, y1 - y0, x0, y0, img->px, img->w, img->h,
+                           (size_t)img->w * c, c, nw, nh);
+        for (int y = y0; y < y1; y++)
+            memcpy(crop + ((size_t)(y - top) * size + (x0 - left)) * c,
+                   win + (size_t)(y - y0) * (x1 - x0) * c, (size_t)(x1 - x0) * c);
+        free(win);
+    }
+    vil_normalize_chw(out, crop, size, size, c, mean, std);
+    free(crop);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* training transform                                                                          */
+
+void vil_train_transform_default(VilTrainTransform *t, int res, int channels) {
+    memset(t, 0, sizeof *t);
+    t->res = res;
+    t->channels = channels;
+    t->scale_min = 0.08f;
+    t->scale_max = 1.0f;
+    t->ratio_min = 3.0f / 4.0f;
+    t->ratio_max = 4.0f / 3.0f;
+    t->hflip = 0.5f;
+    t->randaug_n = 2;
+    t->randaug_m = 9.0f;
+    t->randaug_mstd = 0.5f;
+    t->randaug_inc = 1;
+    t->reprob = 0.25f;
+    t->randaug_interp = VIL_INTERP_BICUBIC;
+    if (channels == 1) {
+        t->mean[0] = t->mean[1] = t->mean[2] = 0.449f;
+        t->std[0] = t->std[1] = t->std[2] = 0.226f;
+    } else {
+        memcpy(t->mean, VIL_IMAGENET_MEAN, sizeof t->mean);
+        memcpy(t->std, VIL_IMAGENET_STD, sizeof t->std);
+    }
+}
+
+static double rng_double(VilRng *rng) { /* [0, 1) with 53 bits, as Python's random() */
+    return (double)(vil_rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static double rng_uniform2(VilRng *rng, double a, double b) { return a + (b - a) * rng_double(rng); }
+
+/* Python's round() of a non-negative double to int: half to even */
+static int py_round(double v) { return (int)nearbyint(v); }
+
+void vil_rrc_params(int W, int H, float scale_min, float scale_max, float ratio_min, float ratio_max,
+                    VilRng *rng, int *left, int *top, int *cw, int *ch) {
+    double area = (double)W * H;
+    double lr0 = log((double)ratio_min), lr1 = log((double)ratio_max);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * rng_uniform2(rng, scale_min, scale_max);
+        double aspect = exp(rng_uniform2(rng, lr0, lr1));
+        int w = py_round(sqrt(target * aspect));
+        int h = py_round(sqrt(target / aspect));
+        if (0 < w && w <= W && 0 < h && h <= H) {
+            *top = (int)vil_rng_below(rng, (uint32_t)(H - h + 1));
+            *left = (int)vil_rng_below(rng, (uint32_t)(W - w + 1));
+            *cw = w;
+            *ch = h;
+            return;
+        }
+    }
+    /* fallback: the whole image, or its centre cut to the nearest allowed ratio */
+    double in_ratio = (double)W / (double)H;
+    double rmin = ratio_min < ratio_max ? ratio_min : ratio_max;
+    double rmax = ratio_min < ratio_max ? ratio_max : ratio_min;
+    int w = W, h = H;
+    if (in_ratio < rmin) {
+        h = py_round(w / rmin);
+    } else if (in_ratio > rmax) {
+        w = py_round(h * rmax);
+    }
+    if (w < 1) w = 1;
+    if (h < 1) h = 1;
+    if (w > W) w = W;
+    if (h > H) h = H;
+    *top = (H - h) / 2;
+    *left = (W - w) / 2;
+    *cw = w;
+    *ch = h;
+}
+
+void vil_random_erase(float *x, int c, int h, int w, float p, VilRng *rng) {
+    if (rng_double(rng) > p) return; /* timm: random.random() > probability skips */
+    double area = (double)h * w;
+    double la0 = log(0.3), la1 = log(1.0 / 0.3);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = rng_uniform2(rng, 0.02, 1.0 / 3.0) * area / 1;
+        double aspect = exp(rng_uniform2(rng, la0, la1));
+        int eh = py_round(sqrt(target * aspect));
+        int ew = py_round(sqrt(target / aspect));
+        if (ew < w && eh < h) {
+            int top = (int)vil_rng_below(rng, (uint32_t)(h - eh + 1));
+            int left = (int)vil_rng_below(rng, (uint32_t)(w - ew + 1));
+            /* Marsaglia's polar method: a pair of normals per logarithm, no trigonometry
+             * (vil_rng_normal's Box-Muller spends a log and a cos on each value) */
+            int have = 0;
+            float spare = 0;
+            for (int ch = 0; ch < c; ch++)
+                for (int y = top; y < top + eh; y++) {
+                    float *row = x + ((size_t)ch * h + y) * w;
+                    for (int xx = left; xx < left + ew; xx++) {
+                        if (have) {
+                            row[xx] = spare;
+                            have = 0;
+                            continue;
+                        }
+                        double u, v, q;
+                        do {
+                            u = 2.0 * rng_double(rng) - 1.0;
+                            v = 2.0 * rng_double(rng) - 1.0;
+                            q = u * u + v * v;
+                        } while (q >= 1.0 || q == 0.0);
+                        double f = sqrt(-2.0 * log(q) / q);
+                        row[xx] = (float)(u * f);
+                        spare = (float)(v * f);
+                        have = 1;
+                    }
+                }
+            return;
+        }
+    }
+}
+
+static void hflip_inplace(unsigned char *px, int w, int h, int c) {
+    for (int y = 0; y < h; y++) {
+        unsigned char *row = px + (size_t)y * w * c;
+        for (int a = 0, b = w - 1; a < b; a++, b--)
+            for (int ch = 0; ch < c; ch++) {
+                unsigned char t = row[a * c + ch];
+                row[a * c + ch] = row[b * c + ch];
+                row[b * c + ch] = t;
+            }
+    }
+}
+
+/* Everything after the crop was chosen: resize the crop view (with a sub-pixel box when it
+ * comes DCT-scaled), flip, RandAugment, normalize, erase. */
+static void train_from_view(const unsigned char *view, int vw, int vh, size_t stride, const double *box,
+                            const VilTrainTransform *t, VilRng *rng, float *out) {
+    const int res = t->res, c = t->channels;
+    const size_t npx = (size_t)res * res * c;
+    unsigned char *buf = vil_malloc(2 * npx); /* the image and RandAugment's scratch */
+    if (box) resize_box(buf, res, res, 0, 0, view, vw, vh, stride, c, res, res, box);
+    else vil_resize_bicubic(buf, res, res, 0, 0, view, vw, vh, stride, c, res, res);
+    if (rng_double(rng) < t->hflip) hflip_inplace(buf, res, res, c);
+    if (t->randaug_n > 0) {
+        VilRandAugment ra;
+        vil_randaugment_default(&ra, t->mean);
+        ra.n = t->randaug_n;
+        ra.m = t->randaug_m;
+        ra.mstd = t->randaug_mstd;
+        ra.inc = t->randaug_inc;
+        ra.interp = t->randaug_interp;
+        VilImage im = {res, res, c, buf};
+        vil_randaugment_apply(&im, buf + npx, &ra, rng);
+    }
+    vil_normalize_chw(out, buf, res, res, c, t->mean, t->std);
+    if (t->reprob > 0) vil_random_erase(out, c, res, res, t->reprob, rng);
+    free(buf);
+}
+
+static int train_args_ok(const VilTrainTransform *t) {
+    return t && t->res > 0 && (t->channels == 1 || t->channels == 3) && t->scale_min > 0 &&
+           t->scale_max >= t->scale_min && t->ratio_min > 0 && t->ratio_max > 0;
+}
+
+/* Convert an image to c channels as PIL's convert('RGB') / convert('L') would. */
+static void convert_channels(VilImage *dst, const VilImage *src, int c) {
+    vil_image_alloc(dst, src->w, src->h, c);
+    size_t n = (size_t)src->w * src->h;
+    if (c == 1) {
+        vil_rgb_to_gray(dst->px, src->px, n);
+    } else {
+        for (size_t i = 0; i < n; i++) dst->px[3 * i] = dst->px[3 * i + 1] = dst->px[3 * i + 2] = src->px[i];
+    }
+}
+
+int vil_transform_train(const VilImage *img, const VilTrainTransform *t, VilRng *rng, float *out) {
+    if (!img || !img->px || img->w <= 0 || img->h <= 0 || (img->c != 1 && img->c != 3) || !train_args_ok(t))
+        return -1;
+    VilImage conv = {0};
+    const VilImage *im = img;
+    if (img->c != t->channels) {
+        convert_channels(&conv, img, t->channels);
+        im = &conv;
+    }
+    int left, top, cw, ch;
+    vil_rrc_params(im->w, im->h, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, rng, &left, &top, &cw, &ch);
+    const int c = im->c;
+    const size_t stride = (size_t)im->w * c;
+    train_from_view(im->px + (size_t)top * stride + (size_t)left * c, cw, ch, stride, NULL, t, rng, out);
+    vil_image_free(&conv);
+    return 0;
+}
+
+int vil_jpeg_dct_denom(int cw, int ch, int res) {
+    /* 1/2 once the crop is twice the output on both sides, 1/4 at four times. Not 1/8:
+     * there libjpeg-turbo keeps only each block's DC term (a plain 8x8 box average), which
+     * measured 2.5 levels mean difference from the full-resolution path against about 1 at
+     * 1/4 (tests/test_transform.c), for little further saving: entropy decoding, which no
+     * scale avoids, dominates by then. */
+    int d = 1;
+    while (d < 4 && cw >= 2 * d * res && ch >= 2 * d * res) d *= 2;
+    return d;
+}
+
+static void seterr(char *err, size_t errlen, const char *msg, const char *detail) {
+    if (err && errlen) snprintf(err, errlen, "%s%s", msg, detail ? detail : "");
+}
+
+int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
+                             float *out, char *err, size_t errlen) {
+    if (!train_args_ok(t)) {
+        seterr(err, errlen, "bad training transform configuration", NULL);
+        return -1;
+    }
+    if (vil_image_format(buf, n) != VIL_FORMAT_JPEG) {
+        VilImage im;
+        if (vil_image_decode(buf, n, t->channels, &im, err, errlen) != 0) return -1;
+        int rc = vil_transform_train(&im, t, rng, out);
+        vil_image_free(&im);
+        if (rc) seterr(err, errlen, "training transform failed", NULL);
+        return rc;
+    }
+    int W, H;
+    if (vil_image_info(buf, n, &W, &H, NULL, err, errlen) != 0) return -1;
+    if (W <= 0 || H <= 0 || (long long)W * H > VIL_IMAGE_MAX_PIXELS) {
+        seterr(err, errlen, "JPEG size outside the pixel limit", NULL);
+        return -1;
+    }
+    int left, top, cw, ch;
+    vil_rrc_params(W, H, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, rng, &left, &top, &cw, &ch);
+    int d = vil_jpeg_dct_denom(cw, ch, t->res);
+    VilImage reg;
+    int rx, ry;
+    if (vil_jpeg_decode_region(buf, n, t->channels, left, top, cw, ch, d, &reg, &rx, &ry, err, errlen) != 0)
+        return -1;
+    const int c = t->channels;
+    const size_t stride = (size_t)reg.w * c;
+    if (d == 1) {
+        train_from_view(reg.px + (size_t)(top - ry) * stride + (size_t)(left - rx) * c, cw, ch, stride, NULL, t,
+                        rng, out);
+    } else {
+        /* the crop in the scaled image's coordinates, relative to the decoded region; the
+         * filter taps are clamped to the whole scaled pixels that cover it */
+        double bx0 = (double)left / d - rx, bx1 = (double)(left + cw) / d - rx;
+        double by0 = (double)top / d - ry, by1 = (double)(top + ch) / d - ry;
+        int ix0 = (int)floor(bx0), iy0 = (int)floor(by0);
+        int ix1 = (int)ceil(bx1), iy1 = (int)ceil(by1);
+        if (ix0 < 0) ix0 = 0;
+        if (iy0 < 0) iy0 = 0;
+        if (ix1 > reg.w) ix1 = reg.w;
+        if (iy1 > reg.h) iy1 = reg.h;
+        double box[4] = {bx0 - ix0, by0 - iy0, bx1 - ix0, by1 - iy0};
+        if (box[2] > ix1 - ix0) box[2] = ix1 - ix0;
+        if (box[3] > iy1 - iy0) box[3] = iy1 - iy0;
+        train_from_view(reg.px + (size_t)iy0 * stride + (size_t)ix0 * c, ix1 - ix0, iy1 - iy0, stride, box, t, rng,
+                        out);
+    }
+    vil_image_free(&reg);
+    return 0;
+}
+
+int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float crop_pct, int channels,
+                            const float *mean, const float *std, float *out, char *err, size_t errlen) {
+    VilImage im;
+    if (vil_image_decode(buf, n, channels, &im, err, errlen) != 0) return -1;
+    int rc = vil_transform_eval(&im, size, crop_pct, mean, std, out);
+    vil_image_free(&im);
+    if (rc) seterr(err, errlen, "evaluation transform: bad arguments", NULL);
+    return rc;
+}

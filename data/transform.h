@@ -1,0 +1,108 @@
+/* transform.h: the image transforms between a decoded file and the network's input tensor:
+ * PIL-exact bicubic resampling, the timm/torchvision evaluation transform (resize, center
+ * crop, normalize) and the training transform (RandomResizedCrop, flip, RandAugment,
+ * normalize, random erasing), each also straight from file bytes. */
+#ifndef VIL_TRANSFORM_H
+#define VIL_TRANSFORM_H
+
+#include <stddef.h>
+
+#include "data/image.h"
+#include "vil/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ImageNet statistics, as timm's IMAGENET_DEFAULT_MEAN / _STD */
+extern const float VIL_IMAGENET_MEAN[3];
+extern const float VIL_IMAGENET_STD[3];
+
+/* Pillow's Image.resize(size, BICUBIC) of a w x h view with `c` interleaved channels and a
+ * row stride of `stride` bytes, to a full size of dw x dh, of which only the window
+ * [ox, ox + cw) x [oy, oy + ch) is computed and written to dst (ch, cw, c). Bit-identical to
+ * Pillow 9-11 (a = -0.5 cubic, antialiased support, 22-bit fixed-point coefficients,
+ * horizontal pass then vertical, uint8 rounding and clamping between passes); a window is
+ * bit-identical to the same window of the full resize. The window must lie inside dw x dh. */
+void vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
+                        const unsigned char *src, int w, int h, size_t stride, int c, int dw, int dh);
+
+/* torchvision.transforms.Resize(int) output size: the shorter side becomes `size`, the
+ * longer int(size * long / short). */
+void vil_resize_shorter_size(int w, int h, int size, int *nw, int *nh);
+
+/* floor(size / crop_pct), as timm's transforms_imagenet_eval. */
+int vil_eval_scale_size(int size, float crop_pct);
+
+/* Evaluation transform exactly as timm/torchvision with PIL: resize the shorter side to
+ * floor(size / crop_pct) (bicubic), center crop size x size (top = round-half-even of
+ * (h - size) / 2; zero padding where the image is smaller, as CenterCrop pads), then
+ * (x / 255 - mean) / std in float32 as ToTensor + Normalize compute it.
+ * out: (img->c, size, size). mean/std: img->c values. 0 on success, -1 on bad arguments. */
+int vil_transform_eval(const VilImage *img, int size, float crop_pct, const float *mean,
+                       const float *std, float *out);
+
+/* Write the normalized CHW tensor of an HWC uint8 image: (x / 255 - mean[c]) / std[c].
+ * out: (c, h, w); px: (h, w, c). */
+void vil_normalize_chw(float *out, const unsigned char *px, int w, int h, int c, const float *mean,
+                       const float *std);
+
+/* ---- training transform ---- */
+
+typedef struct {
+    int res, channels;            /* output res x res, 1 or 3 channels */
+    float scale_min, scale_max;   /* RandomResizedCrop scale (0.08, 1) */
+    float ratio_min, ratio_max;   /* (3/4, 4/3), sampled log-uniform */
+    float hflip;                  /* 0.5 */
+    int randaug_n;                /* RandAugment "rand-m9-mstd0.5-inc1": 2, 9, 0.5, 1; n = 0 disables */
+    float randaug_m, randaug_mstd;
+    int randaug_inc;
+    float reprob;                 /* random erasing p = 0.25, mode pixel, count 1 */
+    float mean[3], std[3];
+    int randaug_interp;           /* VilInterp of the geometric RandAugment ops: bicubic, as
+                                     timm passes DeiT's train_interpolation to RandAugment */
+} VilTrainTransform;
+
+/* ImageNet defaults of the recipe. channels = 1 uses mean 0.449 and std 0.226 (the means
+ * of ImageNet's three); set mean[0] / std[0] for a gray dataset's own statistics. */
+void vil_train_transform_default(VilTrainTransform *t, int res, int channels);
+
+/* RandomResizedCrop.get_params (torchvision / timm): 10 attempts of a log-uniform aspect and
+ * a uniform area fraction, then the centre-crop fallback with the ratio clamped. Draws from
+ * rng only. Returns the crop (left, top, cw, ch) inside W x H. */
+void vil_rrc_params(int W, int H, float scale_min, float scale_max, float ratio_min, float ratio_max,
+                    VilRng *rng, int *left, int *top, int *cw, int *ch);
+
+/* The whole training transform of one sample: RandomResizedCrop (bicubic, PIL-exact), flip,
+ * RandAugment, normalize, random erasing. The output is a pure function of (img, t, rng
+ * state). An image whose channel count differs from t->channels is converted first (gray is
+ * replicated, RGB -> L with PIL's weights). out: (t->channels, t->res, t->res).
+ * 0 on success, -1 on bad arguments. */
+int vil_transform_train(const VilImage *img, const VilTrainTransform *t, VilRng *rng, float *out);
+
+/* Decode + training transform from file bytes. For JPEGs the crop is drawn from the header's
+ * size before decoding (the same draws as vil_transform_train makes), only the crop's iMCU
+ * rows and columns are decoded, and when the crop is at least 2x (4x) the output size on
+ * both sides, libjpeg-turbo's DCT scaling decodes it at 1/2 (1/4). Without DCT scaling
+ * the result is bit-identical to vil_image_decode + vil_transform_train with the same rng;
+ * with it, pixels differ slightly (tests/test_transform.c measures it: see the tolerance
+ * there). Other formats: full decode + vil_transform_train. 0, or -1 with err. */
+int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
+                             float *out, char *err, size_t errlen);
+
+/* The DCT scale 1/d vil_transform_train_file decodes a cw x ch crop at, for output res. */
+int vil_jpeg_dct_denom(int cw, int ch, int res);
+
+/* Decode + vil_transform_eval, exact (no DCT scaling). out: (channels, size, size). */
+int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float crop_pct, int channels,
+                            const float *mean, const float *std, float *out, char *err, size_t errlen);
+
+/* Random erasing as timm's RandomErasing(mode='pixel', count=1) on a normalized (c, h, w)
+ * tensor: with probability p, one box of 2%..1/3 of the area, log-uniform aspect in
+ * (0.3, 1/0.3), 10 attempts, filled with N(0, 1) per pixel and channel. */
+void vil_random_erase(float *x, int c, int h, int w, float p, VilRng *rng);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

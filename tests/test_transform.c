@@ -1,0 +1,910 @@
+/* test_transform.c: the transforms. Bicubic resize, the evaluation transform and every
+ * RandAugment op against PIL/torchvision outputs stored in tests/data
+ * (tools/make_test_images.py), pixel-exact; crop/resize/flip of the training transform
+ * against a plain double-precision reference; RandomResizedCrop's fallback and statistics;
+ * random erasing statistics; determinism; the cropped / DCT-scaled JPEG path against the
+ * full decode; and an informational throughput line. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jpeglib.h>
+
+#include "data/image.h"
+#include "data/randaugment.h"
+#include "data/transform.h"
+#include "tests/testing.h"
+#include "vil/common.h"
+
+#define DATA "tests/data/"
+/* DCT-scaled decoding against the full-resolution path, in levels of 255, measured on the
+ * photo-like test image: 1/2 scale 0.7 mean (worst crop 1.2), worst pixel 9; 1/4 scale 1.0
+ * mean (worst crop 1.5), worst pixel 14. The bounds leave some headroom. */
+#define DCT_TOL_MEAN 2.0
+#define DCT_TOL_MAX 24.0
+
+static unsigned char *read_data(const char *name, size_t *n) {
+    char path[256];
+    snprintf(path, sizeof path, DATA "%s", name);
+    unsigned char *b = vil_read_file(path, n);
+    T_CHECK(b != NULL, "missing test file %s (run tools/make_test_images.py)", path);
+    return b;
+}
+
+static int max_abs_diff_u8(const unsigned char *a, const unsigned char *b, size_t n) {
+    int m = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = abs((int)a[i] - (int)b[i]);
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+static double max_abs_diff_f(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) m = d; /* NaN propagates */
+    }
+    return m;
+}
+
+/* ---- bicubic resize against PIL ---- */
+
+static void test_resize_pil(void) {
+    const int sizes[][2] = {{16, 10}, {50, 31}, {37, 23}, {5, 3}, {20, 40}, {37, 11}, {74, 23}};
+    for (int ci = 0; ci < 2; ci++) {
+        int c = ci == 0 ? 3 : 1;
+        size_t n;
+        unsigned char *src = read_data(c == 3 ? "src_37x23_rgb.raw" : "src_37x23_l.raw", &n);
+        if (!src) continue;
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            int dw = sizes[i][0], dh = sizes[i][1];
+            char fn[64], label[80];
+            snprintf(fn, sizeof fn, "rs_%s_%dx%d.raw", c == 3 ? "rgb" : "l", dw, dh);
+            size_t nr;
+            unsigned char *ref = read_data(fn, &nr);
+            if (!ref) continue;
+            unsigned char *out = vil_malloc((size_t)dw * dh * c);
+            vil_resize_bicubic(out, dw, dh, 0, 0, src, 37, 23, 37 * (size_t)c, c, dw, dh);
+            snprintf(label, sizeof label, "resize %s 37x23 -> %dx%d vs PIL", c == 3 ? "RGB" : "L", dw, dh);
+            T_CHECK(nr == (size_t)dw * dh * c, "%s: reference size", label);
+            T_CLOSE(label, max_abs_diff_u8(out, ref, nr), 0);
+            /* any window of the resize equals the same window of the full result */
+            int ox = dw / 3, oy = dh / 4, ww = dw - ox - dw / 5, wh = dh - oy - dh / 6;
+            if (ww > 0 && wh > 0) {
+                unsigned char *win = vil_malloc((size_t)ww * wh * c);
+                vil_resize_bicubic(win, ww, wh, ox, oy, src, 37, 23, 37 * (size_t)c, c, dw, dh);
+                int md = 0;
+                for (int y = 0; y < wh; y++)
+                    md |= memcmp(win + (size_t)y * ww * c, ref + ((size_t)(y + oy) * dw + ox) * c, (size_t)ww * c);
+                T_CHECK(md == 0, "%s: window %d,%d %dx%d differs from the full resize", label, ox, oy, ww, wh);
+                free(win);
+            }
+            free(out);
+            free(ref);
+        }
+        /* a sub-view with a row stride: the crop (5, 3, 20x15) resized, against resizing a
+         * copied-out crop */
+        unsigned char *crop = vil_malloc(20 * 15 * (size_t)c), *a = vil_malloc(12 * 9 * (size_t)c),
+                      *b = vil_malloc(12 * 9 * (size_t)c);
+        for (int y = 0; y < 15; y++) memcpy(crop + (size_t)y * 20 * c, src + ((size_t)(y + 3) * 37 + 5) * c, 20 * (size_t)c);
+        vil_resize_bicubic(a, 12, 9, 0, 0, crop, 20, 15, 20 * (size_t)c, c, 12, 9);
+        vil_resize_bicubic(b, 12, 9, 0, 0, src + (3 * 37 + 5) * (size_t)c, 20, 15, 37 * (size_t)c, c, 12, 9);
+        T_CHECK(memcmp(a, b, 12 * 9 * (size_t)c) == 0, "strided view resize differs from a copied crop (c=%d)", c);
+        free(crop);
+        free(a);
+        free(b);
+        free(src);
+    }
+}
+
+/* ---- evaluation transform against timm/torchvision with PIL ---- */
+
+static void test_eval_pil(void) {
+    size_t n;
+    char *cases = (char *)read_data("eval_cases.txt", &n);
+    if (!cases) return;
+    cases = vil_realloc(cases, n + 1);
+    cases[n] = 0;
+    char *line = cases;
+    for (int i = 0; line && *line; i++) {
+        int w, h, c, size, rw, rh;
+        float crop_pct;
+        if (sscanf(line, "%d %d %d %d %f %d %d", &w, &h, &c, &size, &crop_pct, &rw, &rh) != 7) break;
+        line = strchr(line, '\n');
+        if (line) line++;
+        char fn[64], label[96];
+        size_t ns, nc, no;
+        snprintf(fn, sizeof fn, "ev%d_src.raw", i);
+        unsigned char *src = read_data(fn, &ns);
+        snprintf(fn, sizeof fn, "ev%d_crop.raw", i);
+        unsigned char *crop = read_data(fn, &nc);
+        if (!src || !crop) continue;
+        /* the resized size rule */
+        int nw, nh;
+        vil_resize_shorter_size(w, h, vil_eval_scale_size(size, crop_pct), &nw, &nh);
+        T_CHECK(nw == rw && nh == rh, "eval %d: resized to %dx%d, torchvision %dx%d", i, nw, nh, rw, rh);
+        VilImage im = {w, h, c, src};
+        float *out = vil_malloc(sizeof(float) * c * size * size);
+        float *want = vil_malloc(sizeof(float) * c * size * size);
+        int rc = vil_transform_eval(&im, size, crop_pct, VIL_IMAGENET_MEAN, VIL_IMAGENET_STD, out);
+        T_CHECK(rc == 0, "eval %d failed", i);
+        /* the crop, normalized with torchvision's float32 steps written out plainly */
+        for (int ch = 0; ch < c; ch++)
+            for (int p = 0; p < size * size; p++) {
+                float x = (float)crop[(size_t)p * c + ch] / 255.0f;
+                want[(size_t)ch * size * size + p] = (x - VIL_IMAGENET_MEAN[ch]) / VIL_IMAGENET_STD[ch];
+            }
+        snprintf(label, sizeof label, "eval %dx%dx%d size %d crop_pct %.3g vs torchvision", w, h, c, size, crop_pct);
+        T_CLOSE(label, max_abs_diff_f(out, want, (size_t)c * size * size), 0);
+        snprintf(fn, sizeof fn, "ev%d_out.f32", i);
+        char path[128];
+        snprintf(path, sizeof path, DATA "%s", fn);
+        FILE *f = fopen(path, "rb");
+        if (f) { /* stored float32 tensors for the first cases: numpy's own float32 math */
+            fclose(f);
+            float *ref = (float *)read_data(fn, &no);
+            if (ref && no == sizeof(float) * c * size * size) {
+                snprintf(label, sizeof label, "eval %d float32 tensor vs numpy", i);
+                T_CLOSE(label, max_abs_diff_f(out, ref, (size_t)c * size * size), 0);
+            }
+            free(ref);
+        }
+        free(out);
+        free(want);
+        free(src);
+        free(crop);
+    }
+    free(cases);
+}
+
+static void test_eval_misc(void) {
+    /* scale sizes as timm computes them in double precision */
+    T_CHECK(vil_eval_scale_size(224, 0.875f) == 256, "224 / 0.875 -> %d", vil_eval_scale_size(224, 0.875f));
+    T_CHECK(vil_eval_scale_size(224, 0.9f) == 248, "224 / 0.9 -> %d", vil_eval_scale_size(224, 0.9f));
+    T_CHECK(vil_eval_scale_size(384, 1.0f) == 384, "384 / 1.0");
+    T_CHECK(vil_eval_scale_size(224, 0.95f) == 235, "224 / 0.95 -> %d", vil_eval_scale_size(224, 0.95f));
+    T_CHECK(vil_eval_scale_size(288, 0.96f) == 300, "288 / 0.96 -> %d", vil_eval_scale_size(288, 0.96f));
+    int nw, nh;
+    vil_resize_shorter_size(500, 375, 256, &nw, &nh);
+    T_CHECK(nw == 341 && nh == 256, "500x375 -> %dx%d", nw, nh);
+    vil_resize_shorter_size(375, 500, 256, &nw, &nh);
+    T_CHECK(nw == 256 && nh == 341, "375x500 -> %dx%d", nw, nh);
+
+    /* identity: a size x size image with crop_pct 1 is only normalized; constant images stay
+     * constant through any resize (the coefficients sum to one in fixed point) */
+    const int s = 24;
+    VilImage im;
+    vil_image_alloc(&im, s, s, 3);
+    for (int i = 0; i < s * s * 3; i++) im.px[i] = (unsigned char)(i * 37 + (i >> 3));
+    float *out = vil_malloc(sizeof(float) * 3 * s * s), *want = vil_malloc(sizeof(float) * 3 * s * s);
+    vil_transform_eval(&im, s, 1.0f, VIL_IMAGENET_MEAN, VIL_IMAGENET_STD, out);
+    vil_normalize_chw(want, im.px, s, s, 3, VIL_IMAGENET_MEAN, VIL_IMAGENET_STD);
+    T_CLOSE("eval identity (size x size, crop_pct 1)", max_abs_diff_f(out, want, 3 * s * s), 0);
+    unsigned char *same = vil_malloc((size_t)s * s * 3);
+    vil_resize_bicubic(same, s, s, 0, 0, im.px, s, s, (size_t)s * 3, 3, s, s);
+    T_CHECK(memcmp(same, im.px, (size_t)s * s * 3) == 0, "resize to the same size is not the identity");
+    free(same);
+    memset(im.px, 77, (size_t)s * s * 3);
+    unsigned char *big = vil_malloc(61 * 43 * 3);
+    vil_resize_bicubic(big, 61, 43, 0, 0, im.px, s, s, (size_t)s * 3, 3, 61, 43);
+    int cons = 1;
+    for (int i = 0; i < 61 * 43 * 3; i++) cons &= big[i] == 77;
+    vil_resize_bicubic(big, 7, 5, 0, 0, im.px, s, s, (size_t)s * 3, 3, 7, 5);
+    for (int i = 0; i < 7 * 5 * 3; i++) cons &= big[i] == 77;
+    T_CHECK(cons, "a constant image does not stay constant through resize");
+    free(big);
+
+    /* normalization: exact values */
+    unsigned char px[3] = {0, 128, 255};
+    float o[3];
+    vil_normalize_chw(o, px, 1, 1, 3, VIL_IMAGENET_MEAN, VIL_IMAGENET_STD);
+    T_CLOSE("normalize R=0", fabs(o[0] - (0.0 - 0.485) / 0.229), 1e-6);
+    T_CLOSE("normalize G=128", fabs(o[1] - (128 / 255.0 - 0.456) / 0.224), 1e-6);
+    T_CLOSE("normalize B=255", fabs(o[2] - (1.0 - 0.406) / 0.225), 1e-6);
+
+    /* center-crop offsets: a 41x25 image whose column index is its red value, no resize
+     * (size 25, crop_pct 1 keeps the short side): left = round(16 / 2) = 8 */
+    VilImage ramp;
+    vil_image_alloc(&ramp, 41, 25, 3);
+    for (int y = 0; y < 25; y++)
+        for (int x = 0; x < 41; x++) {
+            unsigned char *p = ramp.px + ((size_t)y * 41 + x) * 3;
+            p[0] = (unsigned char)x;
+            p[1] = (unsigned char)y;
+            p[2] = 0;
+        }
+    const float zero_mean[3] = {0, 0, 0}, unit_std[3] = {1, 1, 1};
+    float *ro = vil_malloc(sizeof(float) * 3 * 25 * 25);
+    vil_transform_eval(&ramp, 25, 1.0f, zero_mean, unit_std, ro);
+    T_CHECK(fabsf(ro[0] * 255 - 8) < 1e-3 && fabsf(ro[25 * 25] * 255) < 1e-3,
+            "crop of 41 wide to 25: left %g top %g, want 8, 0", ro[0] * 255, ro[25 * 25] * 255);
+    /* 42 wide: (42 - 25) / 2 = 8.5 rounds half to even -> 8 */
+    VilImage ramp2;
+    vil_image_alloc(&ramp2, 42, 25, 3);
+    for (int y = 0; y < 25; y++)
+        for (int x = 0; x < 42; x++) {
+            unsigned char *p = ramp2.px + ((size_t)y * 42 + x) * 3;
+            p[0] = (unsigned char)x;
+            p[1] = (unsigned char)y;
+            p[2] = 0;
+        }
+    vil_transform_eval(&ramp2, 25, 1.0f, zero_mean, unit_std, ro);
+    T_CHECK(fabsf(ro[0] * 255 - 8) < 1e-3, "crop of 42 wide to 25: left %g, want 8 (half to even)", ro[0] * 255);
+    /* 1-channel input through eval */
+    VilImage g;
+    vil_image_alloc(&g, 30, 20, 1);
+    memset(g.px, 200, 600);
+    float go[16 * 16];
+    T_CHECK(vil_transform_eval(&g, 16, 0.875f, VIL_IMAGENET_MEAN, VIL_IMAGENET_STD, go) == 0, "gray eval");
+    T_CLOSE("gray eval constant", fabs(go[100] - (200 / 255.0 - 0.485) / 0.229), 1e-6);
+    T_CHECK(vil_transform_eval(&g, 0, 0.875f, VIL_IMAGENET_MEAN, VIL_IMAGENET_STD, go) != 0, "size 0 refused");
+    vil_image_free(&g);
+    vil_image_free(&ramp);
+    vil_image_free(&ramp2);
+    free(ro);
+    vil_image_free(&im);
+    free(out);
+    free(want);
+}
+
+
+/* ---- a plain reference for PIL's bicubic resize: double arithmetic straight from the
+ * definition (a = -0.5 cubic, support scaled by the downscale factor, weights normalized,
+ * horizontal pass then vertical, rounding to 8 bits in between). It differs from the fixed
+ * point arithmetic by at most one level where a value falls within 2^-22 of a half. ---- */
+
+static double ref_cubic(double x) {
+    x = fabs(x);
+    if (x < 1) return (1.5 * x - 2.5) * x * x + 1;
+    if (x < 2) return ((-0.5 * x + 2.5) * x - 4) * x + 2;
+    return 0;
+}
+
+static unsigned char ref_round(double v) {
+    v = floor(v + 0.5);
+    return (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* one separable pass along a line of n samples with step `step` */
+static void ref_pass(unsigned char *out, int on, size_t ostep, const unsigned char *in, int n, size_t step) {
+    double scale = (double)n / on, fs = scale > 1 ? scale : 1, support = 2 * fs;
+    for (int o = 0; o < on; o++) {
+        double center = (o + 0.5) * scale, sum = 0, wsum = 0;
+        int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5);
+        if (lo < 0) lo = 0;
+        if (hi > n) hi = n;
+        for (int i = lo; i < hi; i++) {
+            double w = ref_cubic((i - center + 0.5) / fs);
+            sum += w * in[i * step];
+            wsum += w;
+        }
+        out[o * ostep] = ref_round(sum / wsum);
+    }
+}
+
+static void ref_resize(unsigned char *dst, int dw, int dh, const unsigned char *src, int w, int h, size_t stride, int c) {
+    unsigned char *tmp = vil_malloc((size_t)dw * h * c);
+    for (int y = 0; y < h; y++)
+        for (int ch = 0; ch < c; ch++) {
+            if (dw == w) {
+                for (int x = 0; x < w; x++) tmp[((size_t)y * dw + x) * c + ch] = src[y * stride + (size_t)x * c + ch];
+            } else {
+                ref_pass(tmp + (size_t)y * dw * c + ch, dw, c, src + y * stride + ch, w, c);
+            }
+        }
+    for (int x = 0; x < dw; x++)
+        for (int ch = 0; ch < c; ch++) {
+            if (dh == h) {
+                for (int y = 0; y < h; y++) dst[((size_t)y * dw + x) * c + ch] = tmp[((size_t)y * dw + x) * c + ch];
+            } else {
+                ref_pass(dst + (size_t)x * c + ch, dh, (size_t)dw * c, tmp + (size_t)x * c + ch, h, (size_t)dw * c);
+            }
+        }
+    free(tmp);
+}
+
+static unsigned char *noise_image(int w, int h, int c, uint64_t seed) {
+    VilRng r;
+    vil_rng_seed(&r, seed);
+    unsigned char *px = vil_malloc((size_t)w * h * c);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int ch = 0; ch < c; ch++) {
+                int v = (x * 255 / w + y * 97 / h + 70 * ch) % 256 + (int)vil_rng_below(&r, 81) - 40;
+                px[((size_t)y * w + x) * c + ch] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    return px;
+}
+
+static void test_resize_reference(void) {
+    const int cases[][4] = {{37, 23, 16, 10}, {120, 90, 32, 32}, {31, 45, 64, 64}, {300, 17, 24, 24}, {9, 7, 40, 33}};
+    for (int i = 0; i < 5; i++) {
+        int w = cases[i][0], h = cases[i][1], dw = cases[i][2], dh = cases[i][3];
+        unsigned char *src = noise_image(w, h, 3, 100 + i);
+        unsigned char *a = vil_malloc((size_t)dw * dh * 3), *b = vil_malloc((size_t)dw * dh * 3);
+        vil_resize_bicubic(a, dw, dh, 0, 0, src, w, h, (size_t)w * 3, 3, dw, dh);
+        ref_resize(b, dw, dh, src, w, h, (size_t)w * 3, 3);
+        int md = max_abs_diff_u8(a, b, (size_t)dw * dh * 3), neq = 0;
+        for (int k = 0; k < dw * dh * 3; k++) neq += a[k] != b[k];
+        char label[96];
+        snprintf(label, sizeof label, "resize %dx%d -> %dx%d vs double reference (%d of %d off)", w, h, dw, dh, neq, dw * dh * 3);
+        T_CLOSE(label, md, 1);
+        T_CHECK(neq * 100 <= dw * dh * 3, "%s: more than 1%% of values differ", label);
+        free(src);
+        free(a);
+        free(b);
+    }
+}
+
+/* ---- RandomResizedCrop ---- */
+
+static void test_rrc(void) {
+    VilRng r;
+    vil_rng_seed(&r, 5);
+    int l, t, cw, ch;
+    /* fallback: an impossible scale range makes every attempt fail */
+    vil_rrc_params(300, 100, 2.0f, 3.0f, 0.75f, 4.0f / 3.0f, &r, &l, &t, &cw, &ch);
+    T_CHECK(l == 83 && t == 0 && cw == 133 && ch == 100, "wide fallback: %d,%d %dx%d, want 83,0 133x100", l, t, cw, ch);
+    vil_rrc_params(100, 300, 2.0f, 3.0f, 0.75f, 4.0f / 3.0f, &r, &l, &t, &cw, &ch);
+    T_CHECK(l == 0 && t == 83 && cw == 100 && ch == 133, "tall fallback: %d,%d %dx%d, want 0,83 100x133", l, t, cw, ch);
+    vil_rrc_params(120, 100, 2.0f, 3.0f, 0.75f, 4.0f / 3.0f, &r, &l, &t, &cw, &ch);
+    T_CHECK(l == 0 && t == 0 && cw == 120 && ch == 100, "in-range fallback: whole image, got %d,%d %dx%d", l, t, cw, ch);
+    /* statistics of the ordinary path */
+    int inside = 1, ratio_ok = 1, n = 20000;
+    double area_sum = 0, lr_sum = 0;
+    for (int i = 0; i < n; i++) {
+        vil_rrc_params(500, 375, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &r, &l, &t, &cw, &ch);
+        inside &= l >= 0 && t >= 0 && cw > 0 && ch > 0 && l + cw <= 500 && t + ch <= 375;
+        double ar = (double)cw / ch;
+        ratio_ok &= ar > 0.75 * 0.95 && ar < 4.0 / 3.0 * 1.05; /* rounding to whole pixels */
+        area_sum += (double)cw * ch / (500.0 * 375.0);
+        lr_sum += log(ar);
+    }
+    T_CHECK(inside, "a crop fell outside the image");
+    T_CHECK(ratio_ok, "a crop's aspect ratio is outside [3/4, 4/3]");
+    /* the accepted area is uniform on [0.08, 1] truncated by the image; its mean is about 0.5 */
+    printf("info RRC on 500x375: mean area fraction %.3f, mean log aspect %.3f\n", area_sum / n, lr_sum / n);
+    T_CHECK(area_sum / n > 0.40 && area_sum / n < 0.56, "RRC mean area fraction %.3f", area_sum / n);
+    T_CHECK(fabs(lr_sum / n) < 0.05, "RRC mean log aspect %.3f", lr_sum / n);
+}
+
+/* ---- the training transform's crop + resize + flip, against the references ---- */
+
+static void test_train_geometry(void) {
+    const int W = 123, H = 97, res = 48;
+    unsigned char *src = noise_image(W, H, 3, 77);
+    VilImage im = {W, H, 3, src};
+    VilTrainTransform t;
+    vil_train_transform_default(&t, res, 3);
+    t.randaug_n = 0;
+    t.reprob = 0;
+    float *out = vil_malloc(sizeof(float) * 3 * res * res), *want = vil_malloc(sizeof(float) * 3 * res * res);
+    unsigned char *crop = vil_malloc((size_t)W * H * 3), *rs = vil_malloc((size_t)res * res * 3),
+                  *ref = vil_malloc((size_t)res * res * 3), *fl = vil_malloc((size_t)res * res * 3);
+    int exact_all = 1, worst_ref = 0;
+    for (int k = 0; k < 40; k++) {
+        t.hflip = k % 2 ? 1.0f : 0.0f; /* always / never, so the expected flip is known */
+        VilRng r, r2;
+        vil_rng_seed(&r, 1000 + k);
+        r2 = r;
+        int l, tp, cw, ch;
+        vil_rrc_params(W, H, t.scale_min, t.scale_max, t.ratio_min, t.ratio_max, &r2, &l, &tp, &cw, &ch);
+        T_CHECK(vil_transform_train(&im, &t, &r, out) == 0, "train transform failed");
+        for (int y = 0; y < ch; y++) memcpy(crop + (size_t)y * cw * 3, src + ((size_t)(y + tp) * W + l) * 3, (size_t)cw * 3);
+        vil_resize_bicubic(rs, res, res, 0, 0, crop, cw, ch, (size_t)cw * 3, 3, res, res);
+        ref_resize(ref, res, res, crop, cw, ch, (size_t)cw * 3, 3);
+        int md = max_abs_diff_u8(rs, ref, (size_t)res * res * 3);
+        if (md > worst_ref) worst_ref = md;
+        for (int y = 0; y < res; y++)
+            for (int x = 0; x < res; x++) {
+                int sx = k % 2 ? res - 1 - x : x;
+                memcpy(fl + ((size_t)y * res + x) * 3, rs + ((size_t)y * res + sx) * 3, 3);
+            }
+        for (int c = 0; c < 3; c++)
+            for (int p = 0; p < res * res; p++)
+                want[c * res * res + p] = ((float)fl[p * 3 + c] / 255.0f - t.mean[c]) / t.std[c];
+        exact_all &= memcmp(out, want, sizeof(float) * 3 * res * res) == 0;
+    }
+    T_CHECK(exact_all, "train transform (no RandAugment, no erasing) differs from crop + PIL resize + flip + normalize");
+    T_CLOSE("train crops: PIL resize vs double reference (levels)", worst_ref, 1);
+    /* the crop also matches when the same image arrives as 1 channel and is replicated */
+    free(src);
+    free(out);
+    free(want);
+    free(crop);
+    free(rs);
+    free(ref);
+    free(fl);
+}
+
+/* ---- RandAugment ops against PIL ---- */
+
+static void run_ra_case(VilImage *im, unsigned char *scratch, const char *name, double p) {
+    /* timm's fill for ImageNet, (124, 116, 104); the gray reference used 124 */
+    const unsigned char f3[3] = {124, 116, 104};
+    if (!strcmp(name, "autocontrast")) vil_ra_autocontrast(im);
+    else if (!strcmp(name, "equalize")) vil_ra_equalize(im);
+    else if (!strcmp(name, "invert")) vil_ra_invert(im);
+    else if (!strcmp(name, "posterize")) vil_ra_posterize(im, (int)p);
+    else if (!strcmp(name, "solarize")) vil_ra_solarize(im, (int)p);
+    else if (!strcmp(name, "solarize_add")) vil_ra_solarize_add(im, (int)p, 128);
+    else if (!strcmp(name, "color")) vil_ra_color(im, scratch, p);
+    else if (!strcmp(name, "contrast")) vil_ra_contrast(im, p);
+    else if (!strcmp(name, "brightness")) vil_ra_brightness(im, p);
+    else if (!strcmp(name, "sharpness")) vil_ra_sharpness(im, scratch, p);
+    else if (!strncmp(name, "shear_x", 7) || !strncmp(name, "shear_y", 7) || !strncmp(name, "translate", 9)) {
+        int interp = strstr(name, "bicubic") ? VIL_INTERP_BICUBIC : VIL_INTERP_BILINEAR;
+        double m[6] = {1, 0, 0, 0, 1, 0};
+        if (!strncmp(name, "shear_x", 7)) m[1] = p;
+        else if (!strncmp(name, "shear_y", 7)) m[3] = p;
+        else if (!strncmp(name, "translate_x", 11)) m[2] = p * im->w;
+        else m[5] = p * im->h;
+        vil_ra_affine(scratch, im, m, interp, f3);
+        memcpy(im->px, scratch, (size_t)im->w * im->h * im->c);
+    } else if (!strncmp(name, "rotate", 6)) {
+        vil_ra_rotate(im, scratch, p, strstr(name, "bicubic") ? VIL_INTERP_BICUBIC : VIL_INTERP_BILINEAR, f3);
+    } else {
+        T_CHECK(0, "unknown RandAugment case %s", name);
+    }
+}
+
+static void test_randaugment_pil(void) {
+    size_t n;
+    char *cases = (char *)read_data("ra_cases.txt", &n);
+    if (!cases) return;
+    cases = vil_realloc(cases, n + 1);
+    cases[n] = 0;
+    size_t nrgb, nl;
+    unsigned char *src_rgb = read_data("ra_src_rgb.raw", &nrgb), *src_l = read_data("ra_src_l.raw", &nl);
+    if (!src_rgb || !src_l) return;
+    const int w = 20, h = 16;
+    unsigned char *work = vil_malloc((size_t)w * h * 3), *scratch = vil_malloc((size_t)w * h * 3);
+    char *line = cases;
+    for (int i = 0; line && *line; i++) {
+        char name[64];
+        double p;
+        if (sscanf(line, "%63s %lf", name, &p) != 2) break;
+        line = strchr(line, '\n');
+        if (line) line++;
+        for (int c = 3; c >= 1; c -= 2) {
+            char fn[64], label[160];
+            snprintf(fn, sizeof fn, "ra_%d_%s.raw", i, c == 3 ? "rgb" : "l");
+            size_t nr;
+            unsigned char *ref = read_data(fn, &nr);
+            if (!ref) continue;
+            memcpy(work, c == 3 ? src_rgb : src_l, (size_t)w * h * c);
+            VilImage im = {w, h, c, work};
+            run_ra_case(&im, scratch, name, p);
+            snprintf(label, sizeof label, "RandAugment %s(%g) %s vs PIL", name, p, c == 3 ? "RGB" : "L");
+            T_CLOSE(label, nr == (size_t)w * h * c ? max_abs_diff_u8(work, ref, nr) : 999, 0);
+            free(ref);
+        }
+    }
+    free(work);
+    free(scratch);
+    free(src_rgb);
+    free(src_l);
+    free(cases);
+}
+
+static void test_randaugment_props(void) {
+    const int w = 24, h = 24;
+    unsigned char *src = noise_image(w, h, 3, 9), *work = vil_malloc(w * h * 3), *scratch = vil_malloc(w * h * 3);
+    VilImage im = {w, h, 3, work};
+    const unsigned char fill[3] = {124, 116, 104};
+#define RESET() memcpy(work, src, (size_t)w * h * 3)
+#define SAME(what) T_CHECK(memcmp(work, src, (size_t)w * h * 3) == 0, "%s is not the identity", what)
+    RESET(); vil_ra_rotate(&im, scratch, 0.0, VIL_INTERP_BICUBIC, fill); SAME("Rotate 0");
+    RESET(); vil_ra_rotate(&im, scratch, 360.0, VIL_INTERP_BILINEAR, fill); SAME("Rotate 360");
+    RESET(); vil_ra_rotate(&im, scratch, 180.0, VIL_INTERP_BICUBIC, fill);
+    vil_ra_rotate(&im, scratch, -180.0, VIL_INTERP_BICUBIC, fill); SAME("Rotate 180 twice");
+    RESET(); vil_ra_rotate(&im, scratch, 90.0, VIL_INTERP_BICUBIC, fill);
+    vil_ra_rotate(&im, scratch, 270.0, VIL_INTERP_BICUBIC, fill); SAME("Rotate 90 then 270");
+    for (int interp = VIL_INTERP_BILINEAR; interp <= VIL_INTERP_BICUBIC; interp++) {
+        double m[6] = {1, 0, 0, 0, 1, 0};
+        RESET(); vil_ra_affine(scratch, &im, m, interp, fill); memcpy(work, scratch, (size_t)w * h * 3);
+        SAME(interp == VIL_INTERP_BICUBIC ? "identity affine (bicubic)" : "identity affine (bilinear)");
+        /* a whole-pixel translation moves pixels exactly and fills the rest */
+        double t3[6] = {1, 0, 3, 0, 1, 0};
+        RESET(); vil_ra_affine(scratch, &im, t3, interp, fill);
+        int ok = 1;
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                for (int c = 0; c < 3; c++)
+                    ok &= scratch[(y * w + x) * 3 + c] == (x + 3 < w ? src[(y * w + x + 3) * 3 + c] : fill[c]);
+        T_CHECK(ok, "translate by 3 pixels (%s) is not an exact shift with fill", interp == VIL_INTERP_BICUBIC ? "bicubic" : "bilinear");
+    }
+    RESET(); vil_ra_invert(&im); vil_ra_invert(&im); SAME("Invert twice");
+    RESET(); vil_ra_invert(&im);
+    T_CHECK(work[0] == 255 - src[0] && work[100] == 255 - src[100], "Invert values");
+    RESET(); vil_ra_posterize(&im, 8); SAME("Posterize 8 bits");
+    RESET(); vil_ra_posterize(&im, 4);
+    T_CHECK(work[5] == (src[5] & 0xF0) && work[77] == (src[77] & 0xF0), "Posterize 4 bits keeps the high nibble");
+    RESET(); vil_ra_posterize(&im, 0);
+    int zero = 1;
+    for (int i = 0; i < w * h * 3; i++) zero &= work[i] == 0;
+    T_CHECK(zero, "Posterize 0 bits is black");
+    RESET(); vil_ra_solarize(&im, 256); SAME("Solarize 256");
+    RESET(); vil_ra_solarize(&im, 0);
+    T_CHECK(work[3] == 255 - src[3], "Solarize 0 inverts");
+    RESET(); vil_ra_solarize(&im, 128);
+    T_CHECK(work[7] == (src[7] < 128 ? src[7] : 255 - src[7]), "Solarize 128 value");
+    RESET(); vil_ra_solarize_add(&im, 0, 128); SAME("SolarizeAdd 0");
+    RESET(); vil_ra_brightness(&im, 1.0); SAME("Brightness 1");
+    RESET(); vil_ra_contrast(&im, 1.0); SAME("Contrast 1");
+    RESET(); vil_ra_color(&im, scratch, 1.0); SAME("Color 1");
+    RESET(); vil_ra_sharpness(&im, scratch, 1.0); SAME("Sharpness 1");
+    RESET(); vil_ra_brightness(&im, 0.0);
+    T_CHECK(work[0] == 0 && work[w * h * 3 - 1] == 0, "Brightness 0 is black");
+    /* RandAugment as a whole: determinism, n = 0, and every op reachable */
+    VilRandAugment ra;
+    vil_randaugment_default(&ra, VIL_IMAGENET_MEAN);
+    T_CHECK(ra.fill[0] == 124 && ra.fill[1] == 116 && ra.fill[2] == 104, "fill (%d,%d,%d), want timm's (124,116,104)",
+            ra.fill[0], ra.fill[1], ra.fill[2]);
+    unsigned char *a = vil_malloc(w * h * 3);
+    int same = 1, changed = 0;
+    for (int s = 0; s < 50; s++) {
+        VilRng r1, r2;
+        vil_rng_seed(&r1, s);
+        r2 = r1;
+        RESET(); vil_randaugment_apply(&im, scratch, &ra, &r1);
+        memcpy(a, work, (size_t)w * h * 3);
+        RESET(); vil_randaugment_apply(&im, scratch, &ra, &r2);
+        same &= memcmp(a, work, (size_t)w * h * 3) == 0 && memcmp(&r1, &r2, sizeof r1) == 0;
+        changed += memcmp(a, src, (size_t)w * h * 3) != 0;
+    }
+    T_CHECK(same, "RandAugment is not a pure function of the rng state");
+    /* each op fires with p = 0.5, two ops: about 3/4 of images change (fewer: some ops can be no-ops) */
+    T_CHECK(changed > 25 && changed < 50, "RandAugment changed %d of 50 images", changed);
+    ra.n = 0;
+    VilRng r;
+    vil_rng_seed(&r, 3);
+    VilRng r0 = r;
+    RESET(); vil_randaugment_apply(&im, scratch, &ra, &r);
+    SAME("RandAugment n=0");
+    T_CHECK(memcmp(&r, &r0, sizeof r) == 0, "RandAugment n=0 consumed random numbers");
+    /* timm's level -> argument mappings at magnitude 9 (inc variants), through
+     * vil_randaugment_op, against the ops called with the arguments worked out by hand */
+    {
+        vil_randaugment_default(&ra, VIL_IMAGENET_MEAN);
+        unsigned char *b = vil_malloc(w * h * 3);
+        VilImage bi = {w, h, 3, b};
+        struct { VilRaOp op; int sign; const char *what; } m9[] = {
+            {VIL_RA_POSTERIZE, 1, "PosterizeIncreasing m9 = posterize(4 - int(0.9 * 4) = 1)"},
+            {VIL_RA_SOLARIZE, 1, "SolarizeIncreasing m9 = solarize(256 - int(0.9 * 256) = 26)"},
+            {VIL_RA_SOLARIZE_ADD, 1, "SolarizeAdd m9 = solarize_add(int(0.9 * 110) = 99, 128)"},
+            {VIL_RA_ROTATE, -1, "Rotate m9 negated = rotate(-27 degrees)"},
+            {VIL_RA_BRIGHTNESS, -1, "BrightnessIncreasing m9 negated = brightness(1 - 0.81)"},
+            {VIL_RA_CONTRAST, 1, "ContrastIncreasing m9 = contrast(1 + 0.81)"},
+            {VIL_RA_SHEAR_X, 1, "ShearX m9 = affine(1, 0.27, 0, 0, 1, 0)"},
+            {VIL_RA_TRANSLATE_Y_REL, -1, "TranslateYRel m9 negated = affine(..., -0.405 * h)"},
+        };
+        for (size_t i = 0; i < sizeof m9 / sizeof m9[0]; i++) {
+            RESET();
+            vil_randaugment_op(&im, scratch, &ra, m9[i].op, 9.0, m9[i].sign, VIL_INTERP_BICUBIC);
+            memcpy(b, src, (size_t)w * h * 3);
+            switch (m9[i].op) {
+            case VIL_RA_POSTERIZE: vil_ra_posterize(&bi, 1); break;
+            case VIL_RA_SOLARIZE: vil_ra_solarize(&bi, 26); break;
+            case VIL_RA_SOLARIZE_ADD: vil_ra_solarize_add(&bi, 99, 128); break;
+            case VIL_RA_ROTATE: vil_ra_rotate(&bi, scratch, -(9.0 / 10.0 * 30.0), VIL_INTERP_BICUBIC, fill); break;
+            case VIL_RA_BRIGHTNESS: vil_ra_brightness(&bi, 1.0 + -(9.0 / 10.0 * 0.9)); break;
+            case VIL_RA_CONTRAST: vil_ra_contrast(&bi, 1.0 + 9.0 / 10.0 * 0.9); break;
+            case VIL_RA_SHEAR_X: {
+                double m[6] = {1, 9.0 / 10.0 * 0.3, 0, 0, 1, 0};
+                vil_ra_affine(scratch, &bi, m, VIL_INTERP_BICUBIC, fill);
+                memcpy(b, scratch, (size_t)w * h * 3);
+                break;
+            }
+            case VIL_RA_TRANSLATE_Y_REL: {
+                double m[6] = {1, 0, 0, 0, 1, -(9.0 / 10.0 * 0.45) * h};
+                vil_ra_affine(scratch, &bi, m, VIL_INTERP_BICUBIC, fill);
+                memcpy(b, scratch, (size_t)w * h * 3);
+                break;
+            }
+            default: break;
+            }
+            T_CHECK(memcmp(work, b, (size_t)w * h * 3) == 0, "%s", m9[i].what);
+        }
+        free(b);
+    }
+    /* every op on a gray image: runs, and geometric ones fill with the gray fill */
+    unsigned char *g = vil_malloc(w * h);
+    vil_rgb_to_gray(g, src, (size_t)w * h);
+    VilImage gi = {w, h, 1, g};
+    vil_randaugment_default(&ra, VIL_IMAGENET_MEAN);
+    for (int op = 0; op < VIL_RA_NUM_OPS; op++) vil_randaugment_op(&gi, scratch, &ra, (VilRaOp)op, 9.0, op % 2 ? -1 : 1, VIL_INTERP_BICUBIC);
+    T_CHECK(1, "all ops on gray");
+    free(g);
+    free(a);
+    free(src);
+    free(work);
+    free(scratch);
+#undef RESET
+#undef SAME
+}
+
+/* ---- random erasing ---- */
+
+static void test_erasing(void) {
+    const int c = 3, h = 32, w = 40, n = 4000;
+    float *x = vil_malloc(sizeof(float) * c * h * w);
+    VilRng r;
+    vil_rng_seed(&r, 11);
+    int erased = 0, bad_area = 0;
+    double s1 = 0, s2 = 0, cnt = 0, area_sum = 0;
+    for (int k = 0; k < n; k++) {
+        for (int i = 0; i < c * h * w; i++) x[i] = 1000.0f;
+        vil_random_erase(x, c, h, w, 0.25f, &r);
+        int e = 0;
+        for (int i = 0; i < c * h * w; i++)
+            if (x[i] != 1000.0f) {
+                e++;
+                s1 += x[i];
+                s2 += (double)x[i] * x[i];
+                cnt++;
+            }
+        if (e) {
+            erased++;
+            double frac = (double)e / c / (h * w);
+            area_sum += frac;
+            /* timm draws 2%..1/3 of the area; rounding the sides to pixels moves it a little */
+            if (frac < 0.02 * 0.5 || frac > 1.0 / 3.0 * 1.4) bad_area++;
+        }
+    }
+    double pe = (double)erased / n, mean = s1 / cnt, var = s2 / cnt - mean * mean;
+    printf("info erasing: p %.3f, mean area %.3f, values mean %.4f var %.4f\n", pe, area_sum / erased, mean, var);
+    T_CLOSE("erasing probability vs 0.25", fabs(pe - 0.25), 0.025);
+    T_CLOSE("erasing mean area fraction vs ~0.17", fabs(area_sum / erased - (0.02 + 1.0 / 3.0) / 2), 0.03);
+    T_CHECK(bad_area == 0, "%d erased boxes outside the area range", bad_area);
+    T_CLOSE("erased values mean vs 0", fabs(mean), 0.01);
+    T_CLOSE("erased values variance vs 1", fabs(var - 1), 0.02);
+    free(x);
+}
+
+/* ---- decode + transform from file bytes ---- */
+
+/* samp: luma sampling factors hv as 22 (4:2:0), 21 (4:2:2), 12 (4:4:0), 11 (4:4:4) */
+static unsigned char *jpeg_of_samp(const unsigned char *px, int w, int h, int c, int quality, int progressive,
+                                   int samp, unsigned long *size) {
+    struct jpeg_compress_struct cj;
+    struct jpeg_error_mgr jerr;
+    unsigned char *out = NULL;
+    *size = 0;
+    cj.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&cj);
+    jpeg_mem_dest(&cj, &out, size);
+    cj.image_width = (JDIMENSION)w;
+    cj.image_height = (JDIMENSION)h;
+    cj.input_components = c;
+    cj.in_color_space = c == 3 ? JCS_RGB : JCS_GRAYSCALE;
+    jpeg_set_defaults(&cj);
+    jpeg_set_quality(&cj, quality, TRUE);
+    if (c == 3) {
+        cj.comp_info[0].h_samp_factor = samp / 10;
+        cj.comp_info[0].v_samp_factor = samp % 10;
+    }
+    if (progressive) jpeg_simple_progression(&cj);
+    jpeg_start_compress(&cj, TRUE);
+    while (cj.next_scanline < cj.image_height) {
+        JSAMPROW row = (JSAMPROW)(px + (size_t)cj.next_scanline * w * c);
+        jpeg_write_scanlines(&cj, &row, 1);
+    }
+    jpeg_finish_compress(&cj);
+    jpeg_destroy_compress(&cj);
+    return out;
+}
+
+static unsigned char *jpeg_of(const unsigned char *px, int w, int h, int c, int quality, int progressive, unsigned long *size) {
+    return jpeg_of_samp(px, w, h, c, quality, progressive, 22, size);
+}
+
+/* Region decodes of one file against its full decode, at random regions. */
+static int region_matches(const unsigned char *buf, unsigned long bn, int channels, VilRng *r, int tries) {
+    VilImage full;
+    char err[256];
+    if (vil_image_decode(buf, bn, channels, &full, err, sizeof err) != 0) return 0;
+    int ok = 1, W = full.w, H = full.h, c = channels;
+    for (int k = 0; k < tries && ok; k++) {
+        int cw = 1 + (int)vil_rng_below(r, W), ch = 1 + (int)vil_rng_below(r, H);
+        int x0 = (int)vil_rng_below(r, (uint32_t)(W - cw + 1)), y0 = (int)vil_rng_below(r, (uint32_t)(H - ch + 1));
+        VilImage reg;
+        int rx, ry;
+        if (vil_jpeg_decode_region(buf, bn, c, x0, y0, cw, ch, 1, &reg, &rx, &ry, err, sizeof err) != 0) {
+            ok = 0;
+            break;
+        }
+        for (int y = 0; y < ch && ok; y++)
+            ok &= rx <= x0 && ry <= y0 && x0 + cw - rx <= reg.w && y0 + ch - ry <= reg.h &&
+                  memcmp(reg.px + ((size_t)(y + y0 - ry) * reg.w + (x0 - rx)) * c,
+                         full.px + ((size_t)(y + y0) * W + x0) * c, (size_t)cw * c) == 0;
+        vil_image_free(&reg);
+    }
+    vil_image_free(&full);
+    return ok;
+}
+
+/* A photo-like 500x375 image: smooth waves, edges and mild noise. */
+static unsigned char *photo_like(int w, int h) {
+    unsigned char *px = vil_malloc((size_t)w * h * 3);
+    VilRng r;
+    vil_rng_seed(&r, 21);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < 3; c++) {
+                double v = 128 + 60 * sin(x * 0.05 * (c + 1) + y * 0.03) + 40 * cos(y * 0.07 * (c + 1)) +
+                           ((x / 40 + y / 30) % 2 ? 20 : -20) + (int)vil_rng_below(&r, 21) - 10;
+                px[((size_t)y * w + x) * 3 + c] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    return px;
+}
+
+static void test_file_path(void) {
+    const int W = 500, H = 375;
+    unsigned char *px = photo_like(W, H);
+    unsigned long n, np;
+    unsigned char *j = jpeg_of(px, W, H, 3, 90, 0, &n), *jp = jpeg_of(px, W, H, 3, 90, 1, &np);
+    VilImage full;
+    char err[256] = "";
+    T_CHECK(vil_image_decode(j, n, 3, &full, err, sizeof err) == 0, "decode: %s", err);
+    /* region decode is bit-identical to the same pixels of the full decode: baseline and
+     * progressive 4:2:0, 4:2:2, 4:4:0, 4:4:4, gray, and PIL's CMYK file (Adobe-inverted) */
+    VilRng r;
+    vil_rng_seed(&r, 4);
+    T_CHECK(region_matches(j, n, 3, &r, 40), "cropped decode of baseline 4:2:0 differs from the full decode");
+    T_CHECK(region_matches(jp, np, 3, &r, 40), "cropped decode of progressive 4:2:0 differs from the full decode");
+    T_CHECK(region_matches(j, n, 1, &r, 20), "cropped decode of 4:2:0 to gray differs from the full decode");
+    const int samps[3] = {21, 12, 11};
+    for (int i = 0; i < 3; i++) {
+        unsigned long sn;
+        unsigned char *sj = jpeg_of_samp(px, W, H, 3, 85, i == 1, samps[i], &sn);
+        T_CHECK(region_matches(sj, sn, 3, &r, 30), "cropped decode of sampling %d differs from the full decode", samps[i]);
+        free(sj);
+    }
+    size_t cn;
+    unsigned char *cj = read_data("pil_cmyk.jpg", &cn), *gj0 = NULL;
+    if (cj) T_CHECK(region_matches(cj, cn, 3, &r, 30), "cropped decode of a CMYK JPEG differs from the full decode");
+    gj0 = read_data("pil_gray.jpg", &cn);
+    if (gj0) T_CHECK(region_matches(gj0, cn, 3, &r, 30), "cropped decode of a gray JPEG differs from the full decode");
+    free(cj);
+    free(gj0);
+
+    /* the train transform from bytes against decode + train transform, same rng; output
+     * sizes 40 and 160, so that full-scale and 2x, 4x DCT-scaled crops all occur */
+    VilTrainTransform t;
+    float *a = vil_malloc(sizeof(float) * 3 * 160 * 160), *b = vil_malloc(sizeof(float) * 3 * 160 * 160);
+    int exact1 = 1, n_d[9] = {0};
+    double worst_mean[9] = {0}, worst_max[9] = {0}, sum_mean[9] = {0};
+    for (int k = 0; k < 400; k++) {
+        int res = k % 2 ? 40 : 160;
+        vil_train_transform_default(&t, res, 3);
+        t.randaug_n = k % 4 < 2 ? 2 : 0; /* half with RandAugment and erasing on */
+        t.reprob = k % 4 < 2 ? 0.25f : 0.0f;
+        VilRng r1, r2, r3;
+        vil_rng_seed(&r1, 5000 + k);
+        r2 = r3 = r1;
+        int l, tp, cw, ch;
+        vil_rrc_params(W, H, t.scale_min, t.scale_max, t.ratio_min, t.ratio_max, &r3, &l, &tp, &cw, &ch);
+        int d = vil_jpeg_dct_denom(cw, ch, res);
+        T_CHECK(vil_transform_train_file(j, n, &t, &r1, a, err, sizeof err) == 0, "train_file: %s", err);
+        T_CHECK(vil_transform_train(&full, &t, &r2, b) == 0, "train");
+        T_CHECK(memcmp(&r1, &r2, sizeof r1) == 0, "train_file and train consumed different random numbers");
+        if (d == 1) {
+            exact1 &= memcmp(a, b, sizeof(float) * 3 * res * res) == 0;
+        } else if (t.randaug_n == 0) {
+            double sm = 0, m = 0;
+            for (int c = 0; c < 3; c++)
+                for (int i = 0; i < res * res; i++) {
+                    double dv = fabs((double)a[c * res * res + i] - b[c * res * res + i]) * t.std[c] * 255.0;
+                    sm += dv;
+                    if (dv > m) m = dv;
+                }
+            sm /= 3 * res * res;
+            sum_mean[d] += sm;
+            if (sm > worst_mean[d]) worst_mean[d] = sm;
+            if (m > worst_max[d]) worst_max[d] = m;
+        }
+        n_d[d]++;
+    }
+    printf("info train_file crops: %d full-scale, %d at 1/2, %d at 1/4\n", n_d[1], n_d[2], n_d[4]);
+    T_CHECK(exact1, "train_file without DCT scaling is not bit-identical to decode + train");
+    T_CHECK(n_d[1] > 0 && n_d[2] > 0 && n_d[4] > 0 && n_d[8] == 0, "the test did not reach every DCT scale");
+    /* DCT scaling replaces part of the bicubic antialiasing by the decoder's own block
+     * scaling; see DCT_TOL_* for the bounds, in levels of 255 */
+    for (int d = 2; d <= 4; d *= 2) {
+        char label[96];
+        printf("info train_file 1/%d DCT scale: mean |diff| %.2f levels on average, worst crop %.2f, worst pixel %.1f\n",
+               d, sum_mean[d] / (n_d[d] / 2.0), worst_mean[d], worst_max[d]);
+        snprintf(label, sizeof label, "train_file 1/%d DCT scale: worst crop's mean |diff| (levels)", d);
+        T_CLOSE(label, worst_mean[d], DCT_TOL_MEAN);
+        snprintf(label, sizeof label, "train_file 1/%d DCT scale: worst pixel |diff| (levels)", d);
+        T_CLOSE(label, worst_max[d], DCT_TOL_MAX);
+    }
+    vil_train_transform_default(&t, 40, 3);
+    /* determinism from bytes, and eval from bytes */
+    VilRng s1, s2;
+    vil_rng_seed(&s1, 99);
+    s2 = s1;
+    t.randaug_n = 2;
+    t.reprob = 0.25f;
+    vil_transform_train_file(jp, np, &t, &s1, a, err, sizeof err);
+    vil_transform_train_file(jp, np, &t, &s2, b, err, sizeof err);
+    T_CHECK(memcmp(a, b, sizeof(float) * 3 * 40 * 40) == 0, "train_file is not deterministic");
+    float *e1 = vil_malloc(sizeof(float) * 3 * 64 * 64), *e2 = vil_malloc(sizeof(float) * 3 * 64 * 64);
+    T_CHECK(vil_transform_eval_file(j, n, 64, 0.875f, 3, VIL_IMAGENET_MEAN, VIL_IMAGENET_STD, e1, err, sizeof err) == 0, "eval_file: %s", err);
+    vil_transform_eval(&full, 64, 0.875f, VIL_IMAGENET_MEAN, VIL_IMAGENET_STD, e2);
+    T_CHECK(memcmp(e1, e2, sizeof(float) * 3 * 64 * 64) == 0, "eval_file differs from decode + eval");
+    T_CHECK(vil_transform_train_file(j, n / 2, &t, &s1, a, err, sizeof err) != 0, "truncated file accepted by train_file");
+    T_CHECK(vil_transform_train_file((const unsigned char *)"garbage", 7, &t, &s1, a, err, sizeof err) != 0, "garbage accepted by train_file");
+
+    /* gray: a Fashion-MNIST-sized image through the 1-channel training transform, and a
+     * gray JPEG to 3 channels */
+    unsigned char g28[28 * 28];
+    for (int i = 0; i < 28 * 28; i++) g28[i] = (unsigned char)((i * 7) % 256);
+    VilImage gi = {28, 28, 1, g28};
+    VilTrainTransform tg;
+    vil_train_transform_default(&tg, 28, 1);
+    float go[28 * 28];
+    int finite = 1;
+    for (int k = 0; k < 50; k++) {
+        VilRng gr;
+        vil_rng_seed(&gr, k);
+        T_CHECK(vil_transform_train(&gi, &tg, &gr, go) == 0, "gray train");
+        for (int i = 0; i < 28 * 28; i++) finite &= isfinite(go[i]);
+    }
+    T_CHECK(finite, "gray training output not finite");
+    unsigned char *gray = vil_malloc((size_t)W * H);
+    vil_rgb_to_gray(gray, px, (size_t)W * H);
+    unsigned long gn;
+    unsigned char *gj = jpeg_of(gray, W, H, 1, 90, 0, &gn);
+    VilRng gr;
+    vil_rng_seed(&gr, 3);
+    T_CHECK(vil_transform_train_file(gj, gn, &t, &gr, a, err, sizeof err) == 0, "gray JPEG -> 3 channels: %s", err);
+
+    /* throughput, single thread, informational: decode + RRC + flip (+ RandAugment) to 224 */
+    VilTrainTransform tb;
+    vil_train_transform_default(&tb, 224, 3);
+    float *ob = vil_malloc(sizeof(float) * 3 * 224 * 224);
+    for (int mode = 0; mode < 2; mode++) {
+        tb.randaug_n = mode == 1 ? 2 : 0;
+        tb.reprob = mode == 1 ? 0.25f : 0.0f;
+        VilRng br;
+        vil_rng_seed(&br, 1);
+        int iters = 150;
+        double t0 = (double)clock() / CLOCKS_PER_SEC; /* CPU time: the machine may be shared */
+        for (int k = 0; k < iters; k++) vil_transform_train_file(j, n, &tb, &br, ob, err, sizeof err);
+        double dt = (double)clock() / CLOCKS_PER_SEC - t0;
+        printf("info throughput 500x375 q90 4:2:0 -> 224, train_file, %s: %.0f images/s (one thread)\n",
+               mode == 0 ? "RRC + flip" : "RRC + flip + RandAugment + erasing", iters / dt);
+    }
+    free(ob);
+    free(gray);
+    free(gj);
+    free(e1);
+    free(e2);
+    free(a);
+    free(b);
+    vil_image_free(&full);
+    free(j);
+    free(jp);
+    free(px);
+}
+
+int main(void) {
+    test_resize_pil();
+    test_eval_pil();
+    test_eval_misc();
+    test_resize_reference();
+    test_rrc();
+    test_train_geometry();
+    test_randaugment_pil();
+    test_randaugment_props();
+    test_erasing();
+    test_file_path();
+    return t_finish();
+}
