@@ -90,10 +90,12 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
+TOOL_SRC := $(wildcard tools/*.c)
+TOOL_BIN := $(patsubst tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
 HDR := $(wildcard vil/*.h data/*.h train/*.h eval/*.h cuda/*.h cuda/*.cuh)
 
 .PHONY: all test test-gpu clean fuzz demo
-all: bin/vil $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
+all: bin/vil $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 $(BUILD)/%.o: %.c $(HDR) Makefile
 	@mkdir -p $(dir $@)
@@ -115,8 +117,12 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libvil.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
 
-test: bin/vil $(TEST_BIN)
-	@sh tests/run_all.sh $(TEST_BIN)
+$(BUILD)/tools/%: tools/%.c $(BUILD)/libvil.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
+
+test: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump
+	@sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh
 
 test-gpu: bin/vil $(GPU_TEST_BIN)
 	@sh tests/run_all.sh $(GPU_TEST_BIN)

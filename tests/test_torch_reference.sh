@@ -1,0 +1,37 @@
+#!/bin/sh
+# The whole network against an independent PyTorch implementation (tools/torch_reference.py,
+# float64 autograd, written the way the official ViM code computes): logits, loss, the input
+# gradient and every parameter gradient of small ViL and ViM models, from vil's CPU path
+# (build/tools/ref_dump). Needs python3 with torch (Debian: python3-torch).
+set -u
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+py=${PYTHON:-python3}
+if ! "$py" -c "import torch" 2>/dev/null; then
+    for cand in /usr/bin/python3 python3; do
+        if "$cand" -c "import torch" 2>/dev/null; then py=$cand; break; fi
+    done
+fi
+passed=0
+failed=0
+for arch in vil vim; do
+    mkdir -p "$dir/$arch"
+    if ! build/tools/ref_dump "$dir/$arch" "$arch"; then
+        echo "FAIL ref_dump $arch"
+        failed=$((failed + 1))
+        continue
+    fi
+    out=$("$py" tools/torch_reference.py "$dir/$arch" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -v '^ok  '
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "FAIL torch reference for $arch did not run (rc=$rc): is python3-torch installed?"
+        failed=$((failed + 1))
+        continue
+    fi
+    passed=$((passed + $(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')))
+    failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
