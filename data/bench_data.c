@@ -7,10 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "data/dataset.h"
+#include "data/image.h"
 #include "data/loader.h"
+#include "data/randaugment.h"
+#include "data/transform.h"
 #include "vil/args.h"
 #include "vil/common.h"
 
@@ -19,6 +23,112 @@ static double cpu_seconds(void) {
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;
     return (double)ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
            1e-6 * ru.ru_stime.tv_usec;
+}
+
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0.0;
+    return (double)ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* --stages: one thread, CPU time per stage of the training transform on up to `limit` JPEG
+ * files of the dataset, each stage timed alone: region decode (at the crop the transform
+ * would draw), the bicubic resize of that crop, each RandAugment op at magnitude 9 on the
+ * resized images, normalize, erasing (p = 1), and the whole vil_transform_train_file. The
+ * expected RandAugment cost per image is the mean over the 15 ops (2 draws x p 0.5). */
+static int bench_stages(const VilDataset *ds, const VilTrainTransform *t, int limit, int reps) {
+    const int res = t->res, c = t->channels;
+    const size_t npx = (size_t)res * res * c;
+    char err[512];
+    VilBuffer *files = vil_calloc((size_t)limit, sizeof(VilBuffer));
+    int nf = 0, n = vil_dataset_size(ds);
+    for (int i = 0; i < n && nf < limit; i++) {
+        int k = (int)((long long)i * 7919 % n); /* spread over the classes */
+        if (vil_dataset_read_bytes(ds, k, &files[nf], err, sizeof err) != 0) continue;
+        int w, h;
+        VilFormat f;
+        if (vil_image_info(files[nf].data, files[nf].size, &w, &h, &f, err, sizeof err) == 0 && f == VIL_FORMAT_JPEG &&
+            (long long)w * h <= 4000000LL)
+            nf++;
+        else
+            vil_buffer_free(&files[nf]);
+    }
+    if (nf == 0) {
+        vil_error("--stages times the JPEG path: the dataset holds no JPEG file of at most 4 megapixels "
+                  "(use an ImageNet-style folder, e.g. one made by tools/make_corpus.py)");
+        free(files);
+        return 1;
+    }
+    const int keep_max = 64;
+    unsigned char *keep = vil_malloc(npx * keep_max), *img = vil_malloc(2 * npx);
+    float *out = vil_malloc(sizeof(float) * npx);
+    memset(out, 0, sizeof(float) * npx); /* written once: no page faults in the timings */
+    int nkeep = 0, cnt = 0;
+    double t_dec = 0, t_rs = 0;
+    VilRng rng;
+    vil_rng_seed(&rng, 1);
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < nf; i++) {
+            int W, H, l, tp, cw, ch, rx, ry;
+            vil_image_info(files[i].data, files[i].size, &W, &H, NULL, err, sizeof err);
+            vil_rrc_params(W, H, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, &rng, &l, &tp, &cw, &ch);
+            VilImage reg;
+            double a = thread_cpu_seconds();
+            if (vil_jpeg_decode_region(files[i].data, files[i].size, c, l, tp, cw, ch, 1, &reg, &rx, &ry, err,
+                                       sizeof err) != 0)
+                continue;
+            double b = thread_cpu_seconds();
+            size_t st = (size_t)reg.w * c;
+            vil_resize_bicubic(img, res, res, 0, 0, reg.px + (size_t)(tp - ry) * st + (size_t)(l - rx) * c, cw, ch, st,
+                               c, res, res);
+            t_rs += thread_cpu_seconds() - b;
+            t_dec += b - a;
+            cnt++;
+            if (nkeep < keep_max) memcpy(keep + npx * nkeep++, img, npx);
+            vil_image_free(&reg);
+        }
+    printf("stages:    %d JPEG files x %d, one thread, CPU microseconds per image\n", nf, reps);
+    printf("  decode (crop region)      %8.1f\n", 1e6 * t_dec / cnt);
+    printf("  resize to %d (bicubic)   %8.1f\n", res, 1e6 * t_rs / cnt);
+    VilRandAugment ra;
+    vil_randaugment_default(&ra, t->mean);
+    double ra_sum = 0;
+    for (int op = 0; op < VIL_RA_NUM_OPS; op++) {
+        double tt = 0;
+        int k = 0;
+        for (int r = 0; r < reps; r++)
+            for (int j = 0; j < nkeep; j++, k++) {
+                memcpy(img, keep + npx * j, npx);
+                VilImage im = {res, res, c, img};
+                double a = thread_cpu_seconds();
+                vil_randaugment_op(&im, img + npx, &ra, (VilRaOp)op, 9.0, (k & 1) ? 1 : -1, t->randaug_interp);
+                tt += thread_cpu_seconds() - a;
+            }
+        printf("  %-25s %8.1f\n", VIL_RA_OP_NAMES[op], 1e6 * tt / k);
+        ra_sum += tt / k;
+    }
+    printf("  RandAugment, expected     %8.1f   (mean of the ops: 2 draws x p 0.5)\n", 1e6 * ra_sum / VIL_RA_NUM_OPS);
+    double a = thread_cpu_seconds();
+    for (int r = 0; r < reps * 16; r++) vil_normalize_chw(out, keep + npx * (r % nkeep), res, res, c, t->mean, t->std);
+    printf("  normalize                 %8.1f\n", 1e6 * (thread_cpu_seconds() - a) / (reps * 16));
+    a = thread_cpu_seconds();
+    for (int r = 0; r < reps * 64; r++) vil_random_erase(out, c, res, res, 1.0f, &rng);
+    printf("  random erasing (p = 1)    %8.1f   (the recipe's p = 0.25: a quarter of it)\n",
+           1e6 * (thread_cpu_seconds() - a) / (reps * 64));
+    cnt = 0;
+    a = thread_cpu_seconds();
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < nf; i++, cnt++)
+            vil_transform_train_file(files[i].data, files[i].size, t, &rng, out, err, sizeof err);
+    double full = (thread_cpu_seconds() - a) / cnt;
+    printf("  whole train transform     %8.1f   = %.0f images per CPU second (no loader, no Mixup)\n", 1e6 * full,
+           1.0 / full);
+    for (int i = 0; i < nf; i++) vil_buffer_free(&files[i]);
+    free(files);
+    free(keep);
+    free(img);
+    free(out);
+    return 0;
 }
 
 /* Next batch, moving on to the next epoch at the end of one. NULL on a loader failure. */
@@ -35,6 +145,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
     int threads = ncpu > 0 ? (int)ncpu : 1, batches = 20, warmup = 3, res = 224, batch = 64;
     int prefetch = 0, channels = 0, eval = 0, no_mixup = 0, seed = 0, randaug_n = -1;
     float reprob = -1.0f;
+    int stages = 0;
     VilArg args[] = {
         {"--data", VIL_ARG_STR, &data, "dataset: ImageNet-style root, IDX folder, or flat folder"},
         {"--split", VIL_ARG_STR, &split, "train or val"},
@@ -51,6 +162,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
         {"--no-mixup", VIL_ARG_FLAG, &no_mixup, "train transform without Mixup/CutMix"},
         {"--randaug-n", VIL_ARG_INT, &randaug_n, "RandAugment ops per image (-1: the recipe's 2)"},
         {"--reprob", VIL_ARG_FLOAT, &reprob, "random erasing probability (-1: the recipe's 0.25)"},
+        {"--stages", VIL_ARG_FLAG, &stages, "also time each stage of the train transform alone (one thread)"},
     };
     VilArgSpec spec = {
         "bench-data", "--data DIR [--split train|val] [--threads N] [--batches K] [--res R] [--batch B]",
@@ -115,6 +227,11 @@ int vil_cmd_bench_data(int argc, char **argv) {
                cfg.train.randaug_m, cfg.train.reprob, no_mixup ? "" : ", Mixup/CutMix");
     printf(", %d x %d x %d, batch %d, %d threads, prefetch %d\n", channels, res, res, batch,
            threads, cfg.prefetch);
+    if (stages && !eval && bench_stages(ds, &cfg.train, 200, 2) != 0) {
+        vil_loader_free(l);
+        vil_dataset_free(ds);
+        return 1;
+    }
     int epoch = 0;
     if (vil_loader_start_epoch(l, epoch) == 0) {
         vil_error("an epoch of '%s' holds %d samples per rank, fewer than one batch of %d: lower "

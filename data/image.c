@@ -135,6 +135,9 @@ static void jpeg_convert_row(unsigned char *dst, const unsigned char *src, int w
     }
 }
 
+/* bytes allocated past the last row libjpeg writes */
+#define JPEG_ROW_SLACK 64
+
 typedef struct {
     struct jpeg_decompress_struct cinfo;
     JpegErr jerr;
@@ -219,7 +222,11 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
          * samples and the border pixels differ from a full decode by a few levels. With the
          * margin the region's own pixels are bit-identical to the full decode (tested).
          * jpeg_skip_scanlines keeps the vertical context itself: no margin needed there. */
+#if JPEG_LIB_VERSION >= 70 /* the jpeg7/8 API (Ubuntu's libjpeg-turbo) splits it by axis */
+        int mx = ci->max_h_samp_factor * ci->min_DCT_h_scaled_size;
+#else
         int mx = ci->max_h_samp_factor * ci->min_DCT_scaled_size;
+#endif
         sx0 = sx0 - mx < 0 ? 0 : sx0 - mx;
         sx1 = sx1 + mx > W ? W : sx1 + mx;
     }
@@ -229,22 +236,32 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
         jpeg_crop_scanline(ci, &xoff, &xw);
     }
     int ow = (int)xw, oh = sy1 - sy0;
-    if (vil_image_alloc(&j->img, ow, oh, j->channels) != 0) {
+    if (ow <= 0 || oh <= 0 || (long long)ow * oh > VIL_IMAGE_MAX_PIXELS) {
         seterr(err, errlen, "JPEG: bad output size %dx%d", ow, oh);
         return -1;
     }
-    j->row = vil_malloc((size_t)ci->output_width * ncomp);
+    /* Rows that need no conversion are decoded straight into the image (the slack at the
+     * end is for SIMD stores that may run past a row's last sample); others through a row
+     * buffer. */
+    const int direct = ncomp == j->channels;
+    const size_t out_row = (size_t)ow * j->channels;
+    j->img.w = ow;
+    j->img.h = oh;
+    j->img.c = j->channels;
+    j->img.px = vil_malloc(out_row * oh + JPEG_ROW_SLACK);
+    if (!direct) j->row = vil_malloc((size_t)ci->output_width * ncomp + JPEG_ROW_SLACK);
     if (sy0 > 0 && (int)jpeg_skip_scanlines(ci, (JDIMENSION)sy0) != sy0) {
         seterr(err, errlen, "JPEG: could not skip %d scanlines", sy0);
         return -1;
     }
     for (int y = 0; y < oh; y++) {
-        JSAMPROW rows[1] = {j->row};
+        unsigned char *dst = j->img.px + (size_t)y * out_row;
+        JSAMPROW rows[1] = {direct ? dst : j->row};
         if (jpeg_read_scanlines(ci, rows, 1) != 1) {
             seterr(err, errlen, "JPEG: read_scanlines returned no row at %d", y + sy0);
             return -1;
         }
-        jpeg_convert_row(j->img.px + (size_t)y * ow * j->channels, j->row, ow, ncomp, j->channels);
+        if (!direct) jpeg_convert_row(dst, j->row, ow, ncomp, j->channels);
     }
     /* No jpeg_finish_decompress: every pixel is in hand; trailing bytes after the last scan
      * are not our concern. jpeg_destroy_decompress aborts the rest. */

@@ -1,8 +1,9 @@
 /* loader.c: worker pool, batch ring and bad-file handling behind loader.h. Work is handed
- * out one sample at a time (batch k, slot j) under one mutex; whichever worker completes the
- * second sample of a mixing pair (j, n-1-j) mixes that pair, and the one completing the last
- * sample of a batch publishes it, so no thread waits on a whole batch and none is made per
- * batch. Every random choice is keyed by (seed, epoch, position, rank), never by a thread. */
+ * out in short runs of consecutive samples (batch k, slots j, j+1, ...) under one mutex;
+ * whichever worker completes the second sample of a mixing pair (j, n-1-j) mixes that pair,
+ * and the one completing the last sample of a batch publishes it, so no thread waits on a
+ * whole batch and none is made per batch. Every random choice is keyed by (seed, epoch,
+ * position, rank), never by a thread. */
 #define _GNU_SOURCE
 #include "data/loader.h"
 
@@ -67,6 +68,7 @@ struct VilLoader {
     long next_task, total_tasks;
     int consumed;   /* batches handed to the caller */
     int active;     /* workers running a task */
+    int chunk;      /* samples handed out per lock: fewer lock round trips for small images */
     int stop;
     int epoch_reported;
 
@@ -296,8 +298,9 @@ static void slot_begin(VilLoader *l, Slot *s, int k) {
     }
 }
 
-/* With mu held: the next task if its batch has a slot; 0 when none can start now. */
-static int take_task(VilLoader *l, Slot **slot, int *j, long *pos) {
+/* With mu held: the next tasks if their batch has a slot: up to `max` consecutive samples
+ * of one batch, *count of them; 0 when none can start now. */
+static int take_task(VilLoader *l, Slot **slot, int *j, long *pos, int max, int *count) {
     if (l->stop || l->failed || !l->started || l->next_task >= l->total_tasks) return 0;
     int B = l->cfg.batch;
     int k = (int)(l->next_task / B);
@@ -306,7 +309,11 @@ static int take_task(VilLoader *l, Slot **slot, int *j, long *pos) {
     else if (!(s->state == SLOT_FILLING && s->epoch_gen == l->gen && s->b.step == k)) return 0;
     *slot = s;
     *j = (int)(l->next_task - (long)k * B);
-    *pos = l->next_task++;
+    *pos = l->next_task;
+    int n = s->b.n - *j; /* what is left of this batch */
+    if (n > max) n = max;
+    *count = n;
+    l->next_task += n;
     return 1;
 }
 
@@ -316,16 +323,20 @@ static void *worker_main(void *arg) {
     pthread_mutex_lock(&l->mu);
     for (;;) {
         Slot *s;
-        int j;
+        int j, n;
         long pos;
-        while (!l->stop && !take_task(l, &s, &j, &pos)) pthread_cond_wait(&l->work_cv, &l->mu);
+        while (!l->stop && !take_task(l, &s, &j, &pos, l->chunk, &n)) pthread_cond_wait(&l->work_cv, &l->mu);
         if (l->stop) break;
         l->active++;
         pthread_mutex_unlock(&l->mu);
 
-        int ok = fill_sample(w, s, j, pos) == 0;
-        if (ok) finish_sample(l, s, j);
-        int last = __atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0;
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++) {
+            ok = fill_sample(w, s, j + i, pos + i) == 0;
+            if (ok) finish_sample(l, s, j + i);
+        }
+        /* a failed sample stops the loader; the rest of the chunk is not needed */
+        int last = __atomic_sub_fetch(&s->pending, n, __ATOMIC_ACQ_REL) == 0;
 
         pthread_mutex_lock(&l->mu);
         l->active--;
@@ -423,6 +434,11 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, c
     CHECK_LIBC(pthread_cond_init(&l->ready_cv, NULL), "loader condition variable");
     CHECK_LIBC(pthread_cond_init(&l->idle_cv, NULL), "loader condition variable");
     l->sync_ready = 1;
+    /* Chunks of consecutive samples per hand-out, small enough that every thread still gets
+     * work within one batch. Which thread makes a sample never matters to its value. */
+    l->chunk = c->batch / (2 * c->threads);
+    if (l->chunk < 1) l->chunk = 1;
+    if (l->chunk > 8) l->chunk = 8;
     l->workers = vil_calloc((size_t)c->threads, sizeof(Worker));
     for (int i = 0; i < c->threads; i++) {
         l->workers[i].l = l;

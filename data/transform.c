@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 /* Pillow's coefficient arithmetic must run as plain double operations: a fused multiply-add
  * rounds differently and can move a fixed-point coefficient by one. */
 #if defined(__clang__)
@@ -34,15 +38,6 @@ typedef struct {
     int *bounds;    /* (n, 2): first input index, number of taps */
     int32_t *k;     /* (n, ksize) fixed point */
 } ResampleCoeffs;
-
-/* Pillow's bicubic_filter with a = -0.5 */
-VIL_NO_FMA static double cubic(double x) {
-    const double a = -0.5;
-    if (x < 0.0) x = -x;
-    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
-    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
-    return 0.0;
-}
 
 /* Coefficients of output samples [o0, o0 + n) of a resize of the box [in0, in1) of in_size
  * samples to out_size samples, as Pillow's precompute_coeffs + normalize_coeffs_8bpc: taps
@@ -69,22 +64,45 @@ VIL_NO_FMA static void coeffs_init(ResampleCoeffs *rc, int in_size, double in0, 
         int xmax = (int)(center + support + 0.5);
         if (xmax > in_size) xmax = in_size;
         xmax -= xmin;
+        /* cubic() with both branches computed and one selected: the same values, but no
+         * mispredicted branch per tap, and the loop vectorizes */
+        const double a = -0.5;
         for (int x = 0; x < xmax; x++) {
-            double v = cubic((x + xmin - center + 0.5) * ss);
-            w[x] = v;
-            ww += v;
+            double t = fabs((x + xmin - center + 0.5) * ss);
+            double near = ((a + 2.0) * t - (a + 3.0)) * t * t + 1;
+            double far = (((t - 5) * t + 8) * t - 4) * a;
+            w[x] = t < 1.0 ? near : t < 2.0 ? far : 0.0;
         }
+        for (int x = 0; x < xmax; x++) ww += w[x];
         int32_t *k = rc->k + (size_t)i * ksize;
+        const double div = ww != 0.0 ? ww : 1.0; /* w / 1.0 is w exactly */
         for (int x = 0; x < xmax; x++) {
-            double v = ww != 0.0 ? w[x] / ww : w[x];
-            k[x] = v < 0 ? (int32_t)(-0.5 + v * (1 << RS_PRECISION_BITS))
-                         : (int32_t)(0.5 + v * (1 << RS_PRECISION_BITS));
+            double v = w[x] / div;
+            double h = v < 0 ? -0.5 : 0.5;
+            k[x] = (int32_t)(h + v * (1 << RS_PRECISION_BITS));
         }
         for (int x = xmax; x < ksize; x++) k[x] = 0;
         rc->bounds[2 * i] = xmin;
         rc->bounds[2 * i + 1] = xmax;
     }
     free(w);
+}
+
+/* Reverse the order of the n output samples' coefficients. */
+static void coeffs_reverse(ResampleCoeffs *rc, int n) {
+    int32_t *tk = vil_malloc(sizeof(int32_t) * (size_t)rc->ksize);
+    for (int a = 0, b = n - 1; a < b; a++, b--) {
+        int32_t *ka = rc->k + (size_t)a * rc->ksize, *kb = rc->k + (size_t)b * rc->ksize;
+        memcpy(tk, ka, sizeof(int32_t) * (size_t)rc->ksize);
+        memcpy(ka, kb, sizeof(int32_t) * (size_t)rc->ksize);
+        memcpy(kb, tk, sizeof(int32_t) * (size_t)rc->ksize);
+        for (int j = 0; j < 2; j++) {
+            int t = rc->bounds[2 * a + j];
+            rc->bounds[2 * a + j] = rc->bounds[2 * b + j];
+            rc->bounds[2 * b + j] = t;
+        }
+    }
+    free(tk);
 }
 
 static void coeffs_free(ResampleCoeffs *rc) {
@@ -146,6 +164,126 @@ resample_h_block(unsigned char *dst, const unsigned char *src, size_t stride, in
     }
 }
 
+#if defined(__AVX2__)
+/* RGB rows on AVX2 / AVX-512: blocks of 8 rows are transposed 8 x 8 pixels at a time with
+ * shuffles (each pixel widened to a 4-byte RGBx word), the taps multiply-add 32 lanes
+ * (8 rows x 4 bytes) per input column, and 8 output columns are transposed back and
+ * narrowed to RGB. The same integer sums as resample_h_block, so the same bytes. */
+
+/* 8 pixels = 24 bytes of RGB -> 8 words RGB0; reads exactly 24 bytes */
+static inline __m256i rgb_to_words(const unsigned char *p) {
+    __m128i lo = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i hi = _mm_loadl_epi64((const __m128i *)(const void *)(p + 16));
+    __m256i v = _mm256_set_m128i(_mm_alignr_epi8(hi, lo, 12), lo); /* pixels 0-3 | 4-7 */
+    const __m256i sh = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,
+                                        0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+    return _mm256_shuffle_epi8(v, sh);
+}
+
+/* 8 words RGBx -> 24 bytes of RGB; writes exactly 24 bytes */
+static inline void words_to_rgb(unsigned char *p, __m256i v) {
+    const __m256i sh = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
+                                        0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+    v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, sh), _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7));
+    _mm_storeu_si128((__m128i *)(void *)p, _mm256_castsi256_si128(v));
+    _mm_storel_epi64((__m128i *)(void *)(p + 16), _mm256_extracti128_si256(v, 1));
+}
+
+static inline void transpose8x8(__m256i r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(_mm256_castsi256_ps(r[2 * i]), _mm256_castsi256_ps(r[2 * i + 1]));
+        t[2 * i + 1] = _mm256_unpackhi_ps(_mm256_castsi256_ps(r[2 * i]), _mm256_castsi256_ps(r[2 * i + 1]));
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        r[i + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    }
+}
+
+/* One output column of an 8-row block: 8 RGBx words, clamped to bytes. T holds 32 bytes
+ * per input column. */
+static inline __m256i mac_column(const unsigned char *p, const int32_t *k, int taps) {
+    const int32_t half = 1 << (RS_PRECISION_BITS - 1);
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    __m512i a0 = _mm512_set1_epi32(half), a1 = a0;
+    for (int t = 0; t < taps; t++, p += 32) {
+        __m512i kv = _mm512_set1_epi32(k[t]);
+        a0 = _mm512_add_epi32(a0, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)p)), kv));
+        a1 = _mm512_add_epi32(a1, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(p + 16))), kv));
+    }
+    /* arithmetic shift, then clip to 0..255 as clip8 does */
+    const __m512i z = _mm512_setzero_si512(), top = _mm512_set1_epi32(255);
+    a0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_srai_epi32(a0, RS_PRECISION_BITS), z), top);
+    a1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_srai_epi32(a1, RS_PRECISION_BITS), z), top);
+    return _mm256_set_m128i(_mm512_cvtepi32_epi8(a1), _mm512_cvtepi32_epi8(a0));
+#else
+    __m256i a[4];
+    for (int i = 0; i < 4; i++) a[i] = _mm256_set1_epi32(half);
+    for (int t = 0; t < taps; t++, p += 32) {
+        __m256i kv = _mm256_set1_epi32(k[t]);
+        for (int i = 0; i < 4; i++)
+            a[i] = _mm256_add_epi32(a[i], _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * i))), kv));
+    }
+    for (int i = 0; i < 4; i++) a[i] = _mm256_srai_epi32(a[i], RS_PRECISION_BITS);
+    /* packs saturate to 0..65535 then 0..255: the clip; then undo their lane interleave */
+    __m256i w01 = _mm256_packus_epi32(a[0], a[1]), w23 = _mm256_packus_epi32(a[2], a[3]);
+    __m256i b = _mm256_packus_epi16(w01, w23);
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+#endif
+}
+
+static void resample_h_rgb(unsigned char *dst, const unsigned char *src, size_t stride, int rows,
+                           const ResampleCoeffs *rc, int n, int x_lo, int wn, unsigned char *T) {
+    const size_t orow = (size_t)n * 3;
+    for (int y0 = 0; y0 < rows; y0 += 8) {
+        const int nr = rows - y0 < 8 ? rows - y0 : 8;
+        const unsigned char *rp[8];
+        for (int r = 0; r < 8; r++) /* a short block repeats its last row; those results are dropped */
+            rp[r] = src + (size_t)(y0 + (r < nr ? r : nr - 1)) * stride + (size_t)x_lo * 3;
+        int x = 0;
+        for (; x + 8 <= wn; x += 8) {
+            __m256i v[8];
+            for (int r = 0; r < 8; r++) v[r] = rgb_to_words(rp[r] + (size_t)x * 3);
+            transpose8x8(v);
+            for (int k = 0; k < 8; k++) _mm256_store_si256((__m256i *)(void *)(T + (size_t)(x + k) * 32), v[k]);
+        }
+        for (; x < wn; x++)
+            for (int r = 0; r < 8; r++) {
+                unsigned char *t = T + (size_t)x * 32 + r * 4;
+                memcpy(t, rp[r] + (size_t)x * 3, 3);
+                t[3] = 0;
+            }
+        for (int xx0 = 0; xx0 < n; xx0 += 8) {
+            const int m = n - xx0 < 8 ? n - xx0 : 8;
+            __m256i col[8];
+            for (int j = 0; j < 8; j++) {
+                int xx = xx0 + (j < m ? j : m - 1);
+                col[j] = mac_column(T + (size_t)(rc->bounds[2 * xx] - x_lo) * 32, rc->k + (size_t)xx * rc->ksize,
+                                    rc->bounds[2 * xx + 1]);
+            }
+            transpose8x8(col); /* col[r]: row r's 8 output pixels */
+            for (int r = 0; r < nr; r++) {
+                unsigned char *o = dst + (size_t)(y0 + r) * orow + (size_t)xx0 * 3;
+                if (m == 8) {
+                    words_to_rgb(o, col[r]);
+                } else {
+                    unsigned char tmp[24];
+                    words_to_rgb(tmp, col[r]);
+                    memcpy(o, tmp, (size_t)m * 3);
+                }
+            }
+        }
+    }
+}
+#endif
+
 static void resample_h(unsigned char *dst, const unsigned char *src, size_t stride, int rows, int c,
                        const ResampleCoeffs *rc, int n) {
     int x_lo = rc->bounds[0], x_hi = 0;
@@ -155,6 +293,14 @@ static void resample_h(unsigned char *dst, const unsigned char *src, size_t stri
     }
     int wn = x_hi - x_lo;
     if (wn <= 0) wn = 1;
+#if defined(__AVX2__)
+    if (c == 3) {
+        unsigned char *T = vil_malloc_aligned((size_t)wn * 32);
+        resample_h_rgb(dst, src, stride, rows, rc, n, x_lo, wn, T);
+        free(T);
+        return;
+    }
+#endif
     unsigned char *T = vil_malloc((size_t)wn * HB * c);
     if (c == 3) resample_h_block(dst, src, stride, rows, 3, rc, n, T, x_lo, wn);
     else resample_h_block(dst, src, stride, rows, 1, rc, n, T, x_lo, wn);
@@ -162,27 +308,70 @@ static void resample_h(unsigned char *dst, const unsigned char *src, size_t stri
 }
 
 /* Vertical pass: dst (n, width) bytes; src rows (row r = input row r + row0) with a stride.
- * One int32 accumulator row, so the inner loop is a contiguous, vectorizable multiply-add. */
+ * Strips of 64 (AVX-512) or 32 (AVX2) values keep their sums in registers over all taps; the
+ * rest goes through one int32 accumulator row, a contiguous, vectorizable multiply-add.
+ * Integer sums: the same bytes in any order. */
 static void resample_v(unsigned char *dst, const unsigned char *src, size_t stride, int row0,
                        int width, const ResampleCoeffs *rc, int n, int32_t *acc) {
     const int32_t half = 1 << (RS_PRECISION_BITS - 1);
     for (int yy = 0; yy < n; yy++) {
         const int32_t *k = rc->k + (size_t)yy * rc->ksize;
         int ymin = rc->bounds[2 * yy] - row0, taps = rc->bounds[2 * yy + 1];
-        for (int x = 0; x < width; x++) acc[x] = half;
-        for (int y = 0; y < taps; y++) {
-            const unsigned char *in = src + (size_t)(ymin + y) * stride;
-            int32_t ky = k[y];
-            for (int x = 0; x < width; x++) acc[x] += in[x] * ky;
-        }
+        const unsigned char *base = src + (size_t)ymin * stride;
         unsigned char *out = dst + (size_t)yy * width;
-        for (int x = 0; x < width; x++) out[x] = clip8(acc[x]);
+        int x0 = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+        for (; x0 + 64 <= width; x0 += 64) {
+            __m512i a[4];
+            for (int i = 0; i < 4; i++) a[i] = _mm512_set1_epi32(half);
+            const unsigned char *p = base + x0;
+            for (int y = 0; y < taps; y++, p += stride) {
+                __m512i kv = _mm512_set1_epi32(k[y]);
+                for (int i = 0; i < 4; i++)
+                    a[i] = _mm512_add_epi32(a[i], _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i))), kv));
+            }
+            for (int i = 0; i < 4; i++) {
+                __m512i v = _mm512_srai_epi32(a[i], RS_PRECISION_BITS);
+                v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_setzero_si512()), _mm512_set1_epi32(255));
+                _mm_storeu_si128((__m128i *)(void *)(out + x0 + 16 * i), _mm512_cvtepi32_epi8(v));
+            }
+        }
+#elif defined(__AVX2__)
+        for (; x0 + 32 <= width; x0 += 32) {
+            __m256i a[4];
+            for (int i = 0; i < 4; i++) a[i] = _mm256_set1_epi32(half);
+            const unsigned char *p = base + x0;
+            for (int y = 0; y < taps; y++, p += stride) {
+                __m256i kv = _mm256_set1_epi32(k[y]);
+                for (int i = 0; i < 4; i++)
+                    a[i] = _mm256_add_epi32(a[i], _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * i))), kv));
+            }
+            for (int i = 0; i < 4; i++) a[i] = _mm256_srai_epi32(a[i], RS_PRECISION_BITS);
+            /* packs saturate to 0..65535 then 0..255: the clip; then undo their lane interleave */
+            __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(a[0], a[1]), _mm256_packus_epi32(a[2], a[3]));
+            b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(void *)(out + x0), b);
+        }
+#endif
+        if (x0 == width) continue;
+        for (int x = x0; x < width; x++) acc[x] = half;
+        for (int y = 0; y < taps; y++) {
+            const unsigned char *in = base + (size_t)y * stride;
+            int32_t ky = k[y];
+            for (int x = x0; x < width; x++) acc[x] += in[x] * ky;
+        }
+        for (int x = x0; x < width; x++) out[x] = clip8(acc[x]);
     }
 }
 
-/* The box resize behind vil_resize_bicubic: box = {x0, y0, x1, y1} in source pixels. */
+static void hflip_inplace(unsigned char *px, int w, int h, int c);
+
+/* The box resize behind vil_resize_bicubic: box = {x0, y0, x1, y1} in source pixels. With
+ * flip (full windows only: ox = 0, cw = dw), the result is mirrored left-right: the
+ * horizontal pass computes its output columns in reverse order, each with its own
+ * coefficients, so the bytes are those of resize-then-flip. */
 static void resize_box(unsigned char *dst, int cw, int ch, int ox, int oy, const unsigned char *src,
-                       int w, int h, size_t stride, int c, int dw, int dh, const double box[4]) {
+                       int w, int h, size_t stride, int c, int dw, int dh, const double box[4], int flip) {
     if (cw <= 0 || ch <= 0) return;
     /* Pillow skips a pass whose size and box are the identity */
     int need_h = dw != w || box[0] != 0.0 || box[2] != (double)w;
@@ -204,6 +393,7 @@ static void resize_box(unsigned char *dst, int cw, int ch, int ox, int oy, const
     unsigned char *tmp = NULL;
     if (need_h) {
         coeffs_init(&rh, w, box[0], box[2], dw, ox, cw);
+        if (flip) coeffs_reverse(&rh, cw);
         tmp = vil_malloc((size_t)(r1 - r0) * cw * c + 1);
         resample_h(tmp, src + (size_t)r0 * stride, stride, r1 - r0, c, &rh, cw);
         mid = tmp;
@@ -220,6 +410,7 @@ static void resize_box(unsigned char *dst, int cw, int ch, int ox, int oy, const
         for (int y = 0; y < ch; y++)
             memcpy(dst + (size_t)y * cw * c, mid + (size_t)y * mid_stride, (size_t)cw * c);
     }
+    if (flip && !need_h) hflip_inplace(dst, cw, ch, c);
     free(tmp);
     coeffs_free(&rh);
     coeffs_free(&rv);
@@ -228,7 +419,7 @@ static void resize_box(unsigned char *dst, int cw, int ch, int ox, int oy, const
 void vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
                         const unsigned char *src, int w, int h, size_t stride, int c, int dw, int dh) {
     const double box[4] = {0.0, 0.0, (double)w, (double)h};
-    resize_box(dst, cw, ch, ox, oy, src, w, h, stride, c, dw, dh, box);
+    resize_box(dst, cw, ch, ox, oy, src, w, h, stride, c, dw, dh, box, 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -266,16 +457,32 @@ static int round_half_even_div2(int d) {
     return q;
 }
 
+/* The exact float32 sequence of ToTensor (x / 255) then Normalize (sub, div), computed
+ * rather than looked up: the same IEEE operations, but they vectorize (two divisions per
+ * value cost less than a table lookup through strided bytes). */
+static void normalize_rgb(float *restrict out, const unsigned char *restrict px, size_t hw, const float *mean,
+                          const float *std) {
+    const float m0 = mean[0], m1 = mean[1], m2 = mean[2], s0 = std[0], s1 = std[1], s2 = std[2];
+    float *restrict o0 = out, *restrict o1 = out + hw, *restrict o2 = out + 2 * hw;
+    for (size_t i = 0; i < hw; i++) {
+        o0[i] = ((float)px[3 * i] / 255.0f - m0) / s0;
+        o1[i] = ((float)px[3 * i + 1] / 255.0f - m1) / s1;
+        o2[i] = ((float)px[3 * i + 2] / 255.0f - m2) / s2;
+    }
+}
+
 void vil_normalize_chw(float *out, const unsigned char *px, int w, int h, int c, const float *mean,
                        const float *std) {
     size_t hw = (size_t)w * h;
+    if (c == 3) {
+        normalize_rgb(out, px, hw, mean, std);
+        return;
+    }
     for (int ch = 0; ch < c; ch++) {
-        /* the exact float32 sequence of ToTensor (x / 255) then Normalize (sub, div) */
-        float lut[256];
-        for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - mean[ch]) / std[ch];
-        float *o = out + ch * hw;
-        const unsigned char *p = px + ch;
-        for (size_t i = 0; i < hw; i++) o[i] = lut[p[i * c]];
+        const float m = mean[ch], sd = std[ch];
+        float *restrict o = out + ch * hw;
+        const unsigned char *restrict p = px + ch;
+        for (size_t i = 0; i < hw; i++) o[i] = ((float)p[i * c] / 255.0f - m) / sd;
     }
 }
 
@@ -386,6 +593,119 @@ void vil_rrc_params(int W, int H, float scale_min, float scale_max, float ratio_
     *ch = h;
 }
 
+/* ---- N(0, 1) noise for random erasing ----
+ * timm fills the box with torch's normal_(), whose exact values no C code reproduces; what
+ * matters is the distribution and determinism. Box-Muller over 16 lanes: uniforms from a
+ * counter-based 32-bit hash (Wellons' lowbias32) keyed by one 64-bit draw from the sample's
+ * rng, log via frexp + atanh series, sin/cos via octant reduction + Taylor polynomials, all
+ * in float with errors near 1e-7 (tests/test_transform.c checks moments and tail mass). */
+/* a two-vector shuffle with constant indices, in GCC's and clang's spellings */
+#if defined(__clang__)
+#define SHUFFLE2(T, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE2(T, a, b, ...) __builtin_shuffle(a, b, (T){__VA_ARGS__})
+#endif
+#if defined(__AVX512F__)
+#define NL 16 /* float lanes of the widest register: wider generic vectors lower poorly */
+#elif defined(__AVX__)
+#define NL 8
+#else
+#define NL 4
+#endif
+typedef float vf16 __attribute__((vector_size(4 * NL)));
+typedef uint32_t vu16 __attribute__((vector_size(4 * NL)));
+typedef int32_t vs16 __attribute__((vector_size(4 * NL)));
+
+VIL_NO_FMA static inline vu16 lowbias32(vu16 x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+static inline vf16 vsqrtf(vf16 x) {
+#if defined(__AVX512F__)
+    return (vf16)_mm512_sqrt_ps((__m512)x);
+#elif defined(__AVX__)
+    return (vf16)_mm256_sqrt_ps((__m256)x);
+#elif defined(__SSE2__)
+    return (vf16)_mm_sqrt_ps((__m128)x);
+#else
+    for (int k = 0; k < NL; k++) x[k] = sqrtf(x[k]);
+    return x;
+#endif
+}
+
+/* natural log of x in (0, 1] */
+VIL_NO_FMA static inline vf16 vlogf(vf16 x) {
+    vs16 b = (vs16)x;
+    vs16 e = ((b >> 23) & 0xff) - 127;
+    vf16 m = (vf16)((b & 0x007fffff) | 0x3f800000); /* [1, 2) */
+    vs16 big = (vs16)(m > 1.41421356f);              /* -1 where m > sqrt 2: use m / 2 */
+    m = (vf16)((vs16)m - (big & 0x00800000));         /* halve by exponent - 1 */
+    e -= big;                                         /* e + 1 there */
+    vf16 s = (m - 1.0f) / (m + 1.0f), s2 = s * s;    /* |s| < 0.172 */
+    vf16 poly = 1.0f + s2 * (1.0f / 3 + s2 * (1.0f / 5 + s2 * (1.0f / 7 + s2 * (1.0f / 9))));
+    return __builtin_convertvector(e, vf16) * 0.69314718f + 2.0f * s * poly;
+}
+
+/* n values N(0, 1) into dst: value j is component j % 2 of the Box-Muller pair number
+ * ctr + j / 2, so the values do not depend on the vector width (nor, with no contraction
+ * into fused multiply-adds, on the instruction set). */
+VIL_NO_FMA void vil_normal_fill(float *dst, size_t n, uint64_t key, uint32_t ctr) {
+    const uint32_t k1 = (uint32_t)key, k2 = (uint32_t)(key >> 32);
+#if NL == 16
+    const vu16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#define LO_IDX 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23
+#define HI_IDX 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+#elif NL == 8
+    const vu16 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+#define LO_IDX 0, 8, 1, 9, 2, 10, 3, 11
+#define HI_IDX 4, 12, 5, 13, 6, 14, 7, 15
+#else
+    const vu16 lane = {0, 1, 2, 3};
+#define LO_IDX 0, 4, 1, 5
+#define HI_IDX 2, 6, 3, 7
+#endif
+    const float two24 = 1.0f / 16777216.0f;
+    for (size_t i = 0; i < n; i += 2 * NL, ctr += NL) {
+        vu16 ctrv = lane + ctr;
+        vu16 a = lowbias32(ctrv * 0x9e3779b9u + k1);
+        vu16 b = lowbias32(a ^ k2);
+        vu16 c = lowbias32(b + 0x632be5abu);
+        /* u1 in (0, 1): 24 bits and a half step; the largest |z| is then 5.9 */
+        vf16 u1 = (__builtin_convertvector((vs16)(b >> 8), vf16) + 0.5f) * two24;
+        vf16 r = vsqrtf(-2.0f * vlogf(u1));
+        /* angle: quadrant q from the top 2 bits of c, y in [-pi/4, pi/4) from the next 22 */
+        vu16 q = c >> 30;
+        vf16 f = __builtin_convertvector((vs16)((c >> 8) & 0x3fffff), vf16) * (1.0f / 4194304.0f) - 0.5f;
+        vf16 y = f * 1.57079633f, y2 = y * y;
+        vf16 sy = y * (1.0f + y2 * (-1.0f / 6 + y2 * (1.0f / 120 + y2 * (-1.0f / 5040 + y2 * (1.0f / 362880)))));
+        vf16 cy = 1.0f + y2 * (-0.5f + y2 * (1.0f / 24 + y2 * (-1.0f / 720 + y2 * (1.0f / 40320 + y2 * (-1.0f / 3628800)))));
+        /* turn by q quarter turns: (cos, sin) -> (-sin, cos) per quarter */
+        vs16 q1 = (vs16)((q & 1) != 0), q2 = (vs16)((q & 2) != 0);
+        vf16 cs = (vf16)(((vs16)cy & ~q1) | ((vs16)sy & q1)); /* cos or sin */
+        vf16 sn = (vf16)(((vs16)sy & ~q1) | ((vs16)cy & q1));
+        vs16 negc = q1 ^ q2, negs = q2;                       /* signs of the turned pair */
+        cs = (vf16)((vs16)cs ^ (negc & INT32_MIN));
+        sn = (vf16)((vs16)sn ^ (negs & INT32_MIN));
+        vf16 z0 = r * cs, z1 = r * sn;
+        vf16 lo = SHUFFLE2(vs16, z0, z1, LO_IDX), hi = SHUFFLE2(vs16, z0, z1, HI_IDX);
+        size_t m = n - i < 2 * NL ? n - i : 2 * NL;
+        if (m == 2 * NL) {
+            memcpy(dst + i, &lo, sizeof lo);
+            memcpy(dst + i + NL, &hi, sizeof hi);
+        } else {
+            float tmp[2 * NL];
+            memcpy(tmp, &lo, sizeof lo);
+            memcpy(tmp + NL, &hi, sizeof hi);
+            memcpy(dst + i, tmp, m * sizeof(float));
+        }
+    }
+}
+
 void vil_random_erase(float *x, int c, int h, int w, float p, VilRng *rng) {
     if (rng_double(rng) > p) return; /* timm: random.random() > probability skips */
     double area = (double)h * w;
@@ -398,31 +718,11 @@ void vil_random_erase(float *x, int c, int h, int w, float p, VilRng *rng) {
         if (ew < w && eh < h) {
             int top = (int)vil_rng_below(rng, (uint32_t)(h - eh + 1));
             int left = (int)vil_rng_below(rng, (uint32_t)(w - ew + 1));
-            /* Marsaglia's polar method: a pair of normals per logarithm, no trigonometry
-             * (vil_rng_normal's Box-Muller spends a log and a cos on each value) */
-            int have = 0;
-            float spare = 0;
+            uint64_t key = vil_rng_u64(rng);
+            uint32_t ctr = 0; /* Box-Muller pairs used so far */
             for (int ch = 0; ch < c; ch++)
-                for (int y = top; y < top + eh; y++) {
-                    float *row = x + ((size_t)ch * h + y) * w;
-                    for (int xx = left; xx < left + ew; xx++) {
-                        if (have) {
-                            row[xx] = spare;
-                            have = 0;
-                            continue;
-                        }
-                        double u, v, q;
-                        do {
-                            u = 2.0 * rng_double(rng) - 1.0;
-                            v = 2.0 * rng_double(rng) - 1.0;
-                            q = u * u + v * v;
-                        } while (q >= 1.0 || q == 0.0);
-                        double f = sqrt(-2.0 * log(q) / q);
-                        row[xx] = (float)(u * f);
-                        spare = (float)(v * f);
-                        have = 1;
-                    }
-                }
+                for (int y = top; y < top + eh; y++, ctr += (uint32_t)(ew + 1) / 2)
+                    vil_normal_fill(x + ((size_t)ch * h + y) * w + left, (size_t)ew, key, ctr);
             return;
         }
     }
@@ -447,9 +747,11 @@ static void train_from_view(const unsigned char *view, int vw, int vh, size_t st
     const int res = t->res, c = t->channels;
     const size_t npx = (size_t)res * res * c;
     unsigned char *buf = vil_malloc(2 * npx); /* the image and RandAugment's scratch */
-    if (box) resize_box(buf, res, res, 0, 0, view, vw, vh, stride, c, res, res, box);
-    else vil_resize_bicubic(buf, res, res, 0, 0, view, vw, vh, stride, c, res, res);
-    if (rng_double(rng) < t->hflip) hflip_inplace(buf, res, res, c);
+    /* the flip is drawn after the crop as before (the resize draws nothing) and done by
+     * the resize itself */
+    const int flip = rng_double(rng) < t->hflip;
+    const double full[4] = {0.0, 0.0, (double)vw, (double)vh};
+    resize_box(buf, res, res, 0, 0, view, vw, vh, stride, c, res, res, box ? box : full, flip);
     if (t->randaug_n > 0) {
         VilRandAugment ra;
         vil_randaugment_default(&ra, t->mean);

@@ -99,8 +99,15 @@ int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float 
 
 /* Random erasing as timm's RandomErasing(mode='pixel', count=1) on a normalized (c, h, w)
  * tensor: with probability p, one box of 2%..1/3 of the area, log-uniform aspect in
- * (0.3, 1/0.3), 10 attempts, filled with N(0, 1) per pixel and channel. */
+ * (0.3, 1/0.3), 10 attempts, filled with N(0, 1) per pixel and channel (vil_normal_fill,
+ * keyed by one draw from rng: torch's normal_() values cannot be reproduced in C anyway). */
 void vil_random_erase(float *x, int c, int h, int w, float p, VilRng *rng);
+
+/* The erasing noise: n values N(0, 1), value j from Box-Muller pair number ctr + j / 2 of the
+ * stream `key` (a counter-based hash), so a box's rows can be filled independently. The
+ * values are the same on every machine, compiler and SIMD width (float arithmetic without
+ * fused multiply-adds; tests/test_transform.c pins them). |z| < 5.9. */
+void vil_normal_fill(float *dst, size_t n, uint64_t key, uint32_t ctr);
 
 #ifdef __cplusplus
 }

@@ -895,6 +895,314 @@ static void test_file_path(void) {
     free(px);
 }
 
+/* ---- the SIMD paths against plain per-pixel references ----
+ * The RandAugment ops and the resize run vectorized code with fast paths chosen per block;
+ * these references are the straightforward per-pixel forms of the same Pillow arithmetic
+ * (the code the PIL cases above were first matched with), and must agree bit for bit on
+ * every path: fill, copy, one row, one column, general, image borders, ragged widths. */
+
+/* the references, like the library, must not fuse a * b + c into one rounding */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define REF_NO_FMA
+#else
+#define REF_NO_FMA __attribute__((optimize("fp-contract=off")))
+#endif
+
+static inline int ref_clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+static inline int ref_floor(double v) { return v < 0.0 ? (int)floor(v) : (int)v; }
+
+/* Geometry.c's ImagingGenericTransform + affine_transform + bilinear/bicubic_filter8/32RGB */
+REF_NO_FMA static void ref_affine(unsigned char *dst, const VilImage *src, const double m[6], int interp, const unsigned char *fill) {
+    const int w = src->w, h = src->h, c = src->c;
+    const size_t row = (size_t)w * c;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            unsigned char *o = dst + (size_t)y * row + (size_t)x * c;
+            double xi = x + 0.5, yi = y + 0.5;
+            double xin = m[0] * xi + m[1] * yi + m[2];
+            double yin = m[3] * xi + m[4] * yi + m[5];
+            if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h) {
+                memcpy(o, fill, (size_t)c);
+                continue;
+            }
+            xin -= 0.5;
+            yin -= 0.5;
+            int x0 = ref_floor(xin), y0 = ref_floor(yin);
+            double dx = xin - x0, dy = yin - y0;
+            for (int ch = 0; ch < c; ch++) {
+#define PX(yy, xx) ((int)src->px[(size_t)(yy) * row + (size_t)(xx) * c + ch])
+                if (interp == VIL_INTERP_BILINEAR) {
+                    int xa = ref_clampi(x0, 0, w - 1), xb = ref_clampi(x0 + 1, 0, w - 1);
+                    int ya = ref_clampi(y0, 0, h - 1);
+                    double v1 = PX(ya, xa) + (PX(ya, xb) - PX(ya, xa)) * dx, v2 = v1;
+                    if (y0 + 1 >= 0 && y0 + 1 < h) v2 = PX(y0 + 1, xa) + (PX(y0 + 1, xb) - PX(y0 + 1, xa)) * dx;
+                    o[ch] = (unsigned char)(v1 + (v2 - v1) * dy);
+                    continue;
+                }
+                int xs[4];
+                for (int k = 0; k < 4; k++) xs[k] = ref_clampi(x0 - 1 + k, 0, w - 1);
+                double hv[4];
+                for (int k = 0; k < 4; k++) {
+                    int yy = y0 - 1 + k;
+                    if (k > 0 && (yy < 0 || yy >= h)) { /* Pillow repeats the previous row's value */
+                        hv[k] = hv[k - 1];
+                        continue;
+                    }
+                    yy = ref_clampi(yy, 0, h - 1);
+                    int v1 = PX(yy, xs[0]), v2 = PX(yy, xs[1]), v3 = PX(yy, xs[2]), v4 = PX(yy, xs[3]);
+                    double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
+                    hv[k] = p1 + dx * (p2 + dx * (p3 + dx * p4));
+                }
+#undef PX
+                double p1 = hv[1], p2 = -hv[0] + hv[2], p3 = 2 * (hv[0] - hv[1]) + hv[2] - hv[3];
+                double p4 = -hv[0] + hv[1] - hv[2] + hv[3];
+                double v = p1 + dy * (p2 + dy * (p3 + dy * p4));
+                o[ch] = v <= 0.0 ? 0 : v >= 255.0 ? 255 : (unsigned char)v;
+            }
+        }
+}
+
+static void test_affine_reference(void) {
+    VilRng r;
+    vil_rng_seed(&r, 2024);
+    const unsigned char fill[3] = {124, 116, 104};
+    int cases = 0, bad = 0, kinds_bad[9] = {0};
+    for (int it = 0; it < 900; it++) {
+        int w = 1 + (int)vil_rng_below(&r, 61), h = 1 + (int)vil_rng_below(&r, 61), c = vil_rng_below(&r, 3) ? 3 : 1;
+        if (it % 60 == 0) w = h = 224;
+        size_t n = (size_t)w * h * c;
+        unsigned char *src = noise_image(w, h, c, (uint64_t)it);
+        if (it % 7 == 3) /* flat regions: exact-integer results */
+            for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i / (c * 9) % 3 * 100);
+        double m[6] = {1, 0, 0, 0, 1, 0}, s = (vil_rng_uniform(&r) - 0.5) * 1.2;
+        int kind = (int)vil_rng_below(&r, 9);
+        switch (kind) {
+        case 0: m[1] = s; break;                                   /* ShearX */
+        case 1: m[3] = s; break;                                   /* ShearY */
+        case 2: m[2] = s * w * (vil_rng_below(&r, 2) ? 1 : 0.05); break; /* TranslateX */
+        case 3: m[5] = s * h * (vil_rng_below(&r, 2) ? 1 : 0.05); break; /* TranslateY */
+        case 4: m[2] = (int)(s * 10), m[5] = (int)(s * 7); break;  /* whole pixels */
+        case 5: { /* Rotate, as vil_ra_rotate builds it */
+            double a = -(s * 300.0 * (M_PI / 180.0)), cx = w / 2.0, cy = h / 2.0;
+            m[0] = cos(a), m[1] = sin(a), m[3] = -sin(a), m[4] = cos(a);
+            m[2] = m[0] * -cx + m[1] * -cy + cx, m[5] = m[3] * -cx + m[4] * -cy + cy;
+            break;
+        }
+        case 6: m[0] = 1 + s * 0.03, m[1] = s * 0.3, m[2] = s * 5; break; /* dx varies along a row */
+        case 7: m[4] = 1 + s * 0.03, m[3] = s * 0.3, m[5] = s * 5; break; /* dy varies down a column */
+        default:
+            for (int k = 0; k < 6; k++) m[k] = (vil_rng_uniform(&r) - 0.5) * (k == 2 || k == 5 ? 40 : 2.5);
+        }
+        int interp = vil_rng_below(&r, 2) ? VIL_INTERP_BICUBIC : VIL_INTERP_BILINEAR;
+        unsigned char *a = vil_malloc(n), *b = vil_malloc(n);
+        VilImage im = {w, h, c, src};
+        vil_ra_affine(a, &im, m, interp, fill);
+        ref_affine(b, &im, m, interp, fill);
+        cases++;
+        if (memcmp(a, b, n) != 0) {
+            bad++;
+            kinds_bad[kind]++;
+        }
+        free(src);
+        free(a);
+        free(b);
+    }
+    T_CHECK(bad == 0, "vil_ra_affine differs from the per-pixel reference in %d of %d cases (by family: shear x %d, "
+            "shear y %d, translate x %d, translate y %d, whole %d, rotate %d, x-scale %d, y-scale %d, general %d)",
+            bad, cases, kinds_bad[0], kinds_bad[1], kinds_bad[2], kinds_bad[3], kinds_bad[4], kinds_bad[5], kinds_bad[6],
+            kinds_bad[7], kinds_bad[8]);
+}
+
+/* The table-lookup forms of the per-value ops, as ImageOps and ImageEnhance build them. */
+static void ref_lut(unsigned char *px, size_t n, int c, const unsigned char lut[3][256]) {
+    for (size_t i = 0; i < n; i++) px[i] = lut[i % (size_t)c][px[i]];
+}
+
+REF_NO_FMA static void ref_value_op(VilImage *im, int op, double p, int q) {
+    const int c = im->c;
+    const size_t n = (size_t)im->w * im->h * c;
+    unsigned char lut[3][256];
+    uint32_t hist[3][256] = {{0}};
+    for (size_t i = 0; i < n; i++) hist[i % (size_t)c][im->px[i]]++;
+    for (int ch = 0; ch < c; ch++)
+        for (int v = 0; v < 256; v++) {
+            int o = v;
+            if (op == 0) o = v & ~((1 << (8 - q)) - 1);                   /* posterize q bits */
+            else if (op == 1) o = v < q ? v : 255 - v;                    /* solarize q */
+            else if (op == 2) o = v < 128 ? (v + q > 255 ? 255 : v + q) : v; /* solarize_add q */
+            else if (op == 3 || op == 4) {                                /* brightness / contrast */
+                int deg = 0;
+                if (op == 4) {
+                    uint64_t sum = 0;
+                    for (size_t i = 0; i < n; i += c)
+                        sum += c == 3 ? (im->px[i] * 19595u + im->px[i + 1] * 38470u + im->px[i + 2] * 7471u + 0x8000u) >> 16
+                                      : im->px[i];
+                    deg = (int)((double)sum / (double)(n / c) + 0.5);
+                }
+                float alpha = (float)p;
+                if (alpha >= 0 && alpha <= 1.0) o = (unsigned char)(deg + alpha * (v - deg));
+                else {
+                    float t = (float)(deg + alpha * (v - deg));
+                    o = t <= 0.0f ? 0 : t >= 255.0f ? 255 : (unsigned char)t;
+                }
+            } else if (op == 5) {                                         /* autocontrast */
+                int lo = 0, hi = 255;
+                while (lo < 256 && !hist[ch][lo]) lo++;
+                while (hi >= 0 && !hist[ch][hi]) hi--;
+                if (hi > lo) {
+                    double scale = 255.0 / (hi - lo), offset = -lo * scale;
+                    o = (int)(v * scale + offset);
+                    o = o < 0 ? 0 : o > 255 ? 255 : o;
+                }
+            }
+            lut[ch][v] = (unsigned char)o;
+        }
+    ref_lut(im->px, n, c, (const unsigned char(*)[256])lut);
+}
+
+static void test_value_ops_reference(void) {
+    VilRng r;
+    vil_rng_seed(&r, 77);
+    int bad[6] = {0}, cases = 0;
+    for (int it = 0; it < 240; it++) {
+        int w = 1 + (int)vil_rng_below(&r, 90), h = 1 + (int)vil_rng_below(&r, 40), c = vil_rng_below(&r, 3) ? 3 : 1;
+        if (it % 40 == 0) w = h = 224;
+        size_t n = (size_t)w * h * c;
+        unsigned char *src = noise_image(w, h, c, 500 + (uint64_t)it), *a = vil_malloc(n), *b = vil_malloc(n);
+        if (it % 5 == 1) /* a narrow range, so that autocontrast stretches */
+            for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(90 + src[i] / 4);
+        int op = it % 6, q = 0;
+        double p = vil_rng_uniform(&r) * 2.0;
+        if (op == 0) q = (int)vil_rng_below(&r, 9);
+        else if (op == 1) q = (int)vil_rng_below(&r, 258);
+        else if (op == 2) q = (int)vil_rng_below(&r, 111);
+        memcpy(a, src, n);
+        memcpy(b, src, n);
+        VilImage ia = {w, h, c, a}, ib = {w, h, c, b};
+        switch (op) {
+        case 0: vil_ra_posterize(&ia, q); break;
+        case 1: vil_ra_solarize(&ia, q); break;
+        case 2: vil_ra_solarize_add(&ia, q, 128); break;
+        case 3: vil_ra_brightness(&ia, p); break;
+        case 4: vil_ra_contrast(&ia, p); break;
+        default: vil_ra_autocontrast(&ia); break;
+        }
+        if (op == 0 && q >= 8) memcpy(b, src, n);
+        else ref_value_op(&ib, op, p, q);
+        cases++;
+        bad[op] += memcmp(a, b, n) != 0;
+        free(src);
+        free(a);
+        free(b);
+    }
+    T_CHECK(!bad[0] && !bad[1] && !bad[2] && !bad[3] && !bad[4] && !bad[5],
+            "per-value ops differ from their tables in %d of %d cases (posterize %d, solarize %d, solarize_add %d, "
+            "brightness %d, contrast %d, autocontrast %d)",
+            bad[0] + bad[1] + bad[2] + bad[3] + bad[4] + bad[5], cases, bad[0], bad[1], bad[2], bad[3], bad[4], bad[5]);
+}
+
+/* RGB runs the transposed SIMD horizontal pass, one channel the row-block pass: two
+ * independent implementations of the same integer sums, which must agree exactly. */
+static void test_resize_rgb_vs_channels(void) {
+    VilRng r;
+    vil_rng_seed(&r, 31);
+    int bad = 0, cases = 0;
+    for (int it = 0; it < 120; it++) {
+        int w = 1 + (int)vil_rng_below(&r, 400), h = 1 + (int)vil_rng_below(&r, 120);
+        int dw = 1 + (int)vil_rng_below(&r, 240), dh = 1 + (int)vil_rng_below(&r, 100);
+        if (it % 4 == 0) dw = 224, dh = 64;
+        int ox = (int)vil_rng_below(&r, (uint32_t)dw), oy = (int)vil_rng_below(&r, (uint32_t)dh);
+        int cw = 1 + (int)vil_rng_below(&r, (uint32_t)(dw - ox)), ch = 1 + (int)vil_rng_below(&r, (uint32_t)(dh - oy));
+        if (it % 2) ox = oy = 0, cw = dw, ch = dh;
+        size_t stride = (size_t)(w + (int)vil_rng_below(&r, 3)) * 3;
+        unsigned char *src = vil_malloc(stride * h), *plane = vil_malloc((size_t)w * h);
+        for (size_t i = 0; i < stride * h; i++) src[i] = (unsigned char)vil_rng_u64(&r);
+        unsigned char *rgb = vil_malloc((size_t)cw * ch * 3), *one = vil_malloc((size_t)cw * ch);
+        vil_resize_bicubic(rgb, cw, ch, ox, oy, src, w, h, stride, 3, dw, dh);
+        int same = 1;
+        for (int k = 0; k < 3; k++) {
+            for (int y = 0; y < h; y++)
+                for (int x = 0; x < w; x++) plane[(size_t)y * w + x] = src[(size_t)y * stride + (size_t)x * 3 + k];
+            vil_resize_bicubic(one, cw, ch, ox, oy, plane, w, h, (size_t)w, 1, dw, dh);
+            for (size_t i = 0; i < (size_t)cw * ch; i++) same &= one[i] == rgb[i * 3 + k];
+        }
+        cases++;
+        bad += !same;
+        free(src);
+        free(plane);
+        free(rgb);
+        free(one);
+    }
+    T_CHECK(bad == 0, "RGB resize differs from its channels resized alone in %d of %d cases", bad, cases);
+}
+
+REF_NO_FMA static void test_normalize_exact(void) {
+    const int w = 16, h = 16; /* every byte value in every channel */
+    for (int c = 1; c <= 3; c += 2) {
+        unsigned char *px = vil_malloc((size_t)w * h * c);
+        for (int i = 0; i < w * h * c; i++) px[i] = (unsigned char)((i / c * 37 + 11 * (i % c)) & 255);
+        float *out = vil_malloc(sizeof(float) * w * h * c);
+        const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+        vil_normalize_chw(out, px, w, h, c, mean, std);
+        int same = 1;
+        for (int ch = 0; ch < c; ch++) {
+            volatile float lut[256]; /* ToTensor then Normalize, value by value */
+            for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - mean[ch]) / std[ch];
+            for (int i = 0; i < w * h; i++) same &= out[ch * w * h + i] == lut[px[i * c + ch]];
+        }
+        T_CHECK(same, "normalize (%d channels) differs from (x / 255 - mean) / std in float32", c);
+        free(px);
+        free(out);
+    }
+}
+
+/* The erasing noise: distribution (moments, tails, a chi-square over bins) and its exact
+ * values, pinned so that every machine, compiler and SIMD width makes the same batches. */
+static void test_erasing_noise(void) {
+    const size_t n = 1 << 21;
+    float *z = vil_malloc(sizeof(float) * n);
+    vil_normal_fill(z, n, 0x0123456789abcdefULL, 0);
+    double s1 = 0, s2 = 0, s4 = 0, t2 = 0, t3 = 0, mx = 0;
+    long bins[40] = {0};
+    for (size_t i = 0; i < n; i++) {
+        double v = z[i];
+        s1 += v, s2 += v * v, s4 += v * v * v * v;
+        t2 += fabs(v) > 2, t3 += fabs(v) > 3;
+        if (fabs(v) > mx) mx = fabs(v);
+        int b = (int)floor((v + 4) * 5);
+        if (b >= 0 && b < 40) bins[b]++;
+    }
+    double mean = s1 / n, var = s2 / n - mean * mean, kurt = s4 / n / (var * var), chi = 0;
+    for (int b = 0; b < 40; b++) {
+        double lo = b / 5.0 - 4, e = 0.5 * (erf((lo + 0.2) / sqrt(2)) - erf(lo / sqrt(2))) * n;
+        chi += (bins[b] - e) * (bins[b] - e) / e;
+    }
+    printf("info erasing noise: mean %.5f var %.5f kurtosis %.4f P(|z|>2) %.5f P(|z|>3) %.6f max %.2f chi2(40 bins) %.1f\n",
+           mean, var, kurt, t2 / n, t3 / n, mx, chi);
+    T_CLOSE("noise mean vs 0", fabs(mean), 0.003);
+    T_CLOSE("noise variance vs 1", fabs(var - 1), 0.004);
+    T_CLOSE("noise kurtosis vs 3", fabs(kurt - 3), 0.02);
+    T_CLOSE("noise P(|z| > 2) vs 0.0455", fabs(t2 / n - 0.0455), 0.0006);
+    T_CLOSE("noise P(|z| > 3) vs 0.0027", fabs(t3 / n - 0.0027), 0.00015);
+    T_CLOSE("noise chi-square over 40 bins (99.9% point 73.4)", chi, 73.4);
+    T_CHECK(mx < 5.9, "noise |z| reached %.3f", mx);
+    /* value j is pair ctr + j / 2: a row filled from its own counter matches the long fill */
+    float part[37];
+    vil_normal_fill(part, 37, 0x0123456789abcdefULL, 1000);
+    T_CHECK(memcmp(part, z + 2000, sizeof part) == 0, "vil_normal_fill from pair 1000 differs from the long fill");
+    uint64_t hsh = 1469598103934665603ULL;
+    for (size_t i = 0; i < 4096; i++) {
+        uint32_t u;
+        memcpy(&u, &z[i], 4);
+        hsh = (hsh ^ u) * 1099511628211ULL;
+    }
+    const uint64_t pinned = 0xaffd339624c37f10ULL;
+    T_CHECK(hsh == pinned, "erasing noise values changed (hash %016llx, pinned %016llx): batches would differ "
+            "between machines", (unsigned long long)hsh, (unsigned long long)pinned);
+    free(z);
+}
+
 int main(void) {
     test_resize_pil();
     test_eval_pil();
@@ -905,6 +1213,11 @@ int main(void) {
     test_randaugment_pil();
     test_randaugment_props();
     test_erasing();
+    test_erasing_noise();
+    test_affine_reference();
+    test_value_ops_reference();
+    test_resize_rgb_vs_channels();
+    test_normalize_exact();
     test_file_path();
     return t_finish();
 }
