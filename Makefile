@@ -3,6 +3,8 @@
 #   make test       build and run every CPU test; closes with "N passed, N failed"
 #   make test-gpu   CUDA-against-CPU tests (needs a GPU)
 #   make fuzz       libFuzzer harness for the image decoder (clang)
+#   make deps       check for the Debian packages of the build and the demo; install the missing
+#   make demo       deps, build, a short CPU training run on Fashion-MNIST, eval and classify
 # Knobs: CUDA=0 forces a CPU-only build; CUDA_HOME; DEPS_PREFIX=/path/usr adds an unpacked
 # Debian package tree (headers and libraries) for machines without libstb-dev or libcjson-dev.
 
@@ -94,7 +96,7 @@ TOOL_SRC := $(wildcard tools/*.c)
 TOOL_BIN := $(patsubst tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
 HDR := $(wildcard vil/*.h data/*.h train/*.h eval/*.h cuda/*.h cuda/*.cuh)
 
-.PHONY: all test test-gpu clean fuzz demo
+.PHONY: all test test-run test-gpu clean fuzz demo deps dev-cuda
 all: bin/vil $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 $(BUILD)/%.o: %.c $(HDR) Makefile
@@ -121,7 +123,12 @@ $(BUILD)/tools/%: tools/%.c $(BUILD)/libvil.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
 
-test: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump
+# the packages first (a fresh machine has none of them), then the build, then every test
+test:
+	@sh tools/deps.sh test
+	@$(MAKE) --no-print-directory test-run
+
+test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump
 	@sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh
 
 test-gpu: bin/vil $(GPU_TEST_BIN)
@@ -129,6 +136,22 @@ test-gpu: bin/vil $(GPU_TEST_BIN)
 
 fuzz:
 	$(MAKE) -f tests/fuzz.mk
+
+# CUDA kernel sandbox (dev/cuda/*.c: per-op timing harnesses), not part of `make`
+DEV_CUDA_BIN := $(patsubst dev/cuda/%.c,$(BUILD)/dev/cuda/%,$(wildcard dev/cuda/*.c))
+dev-cuda: $(DEV_CUDA_BIN)
+$(BUILD)/dev/cuda/%: dev/cuda/%.c $(BUILD)/libvil.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
+
+deps:
+	@sh tools/deps.sh
+
+# the build comes after deps (it needs the packages), hence the recursive make
+demo:
+	@sh tools/deps.sh demo
+	@$(MAKE) --no-print-directory bin/vil $(BUILD)/tools/export_png
+	@sh tools/demo.sh
 
 clean:
 	rm -rf $(BUILD) bin

@@ -7,5 +7,7 @@ int vil_cmd_info(int argc, char **argv);       /* eval/info.c */
 int vil_cmd_classify(int argc, char **argv);   /* eval/classify.c */
 int vil_cmd_bench(int argc, char **argv);      /* train/bench.c */
 int vil_cmd_bench_data(int argc, char **argv); /* data/bench_data.c */
+int vil_cmd_train(int argc, char **argv);      /* train/train.c */
+int vil_cmd_eval(int argc, char **argv);       /* eval/eval.c */
 
 #endif

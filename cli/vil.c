@@ -16,6 +16,8 @@ typedef struct {
 static int cmd_help(int argc, char **argv);
 
 static const Command COMMANDS[] = {
+    {"train", vil_cmd_train, "train a classifier with the recipe of a cfg file (resumable)"},
+    {"eval", vil_cmd_eval, "top-1 / top-5 of a checkpoint on a dataset split"},
     {"classify", vil_cmd_classify, "classify images with a checkpoint (top-k, or --json)"},
     {"info", vil_cmd_info, "describe a checkpoint: architecture, parameters, image size, classes"},
     {"bench", vil_cmd_bench, "training and inference throughput of a model config on cpu or cuda"},

@@ -1,5 +1,7 @@
-/* config.c: the model configuration table, the cfg-file parser and the JSON form stored in
- * checkpoint metadata. One table (KEYS) drives parsing, printing, overrides and JSON. */
+/* config.c: the model and training configuration tables, the cfg-file parser and the JSON form
+ * stored in checkpoint metadata. Two tables (KEYS: model, TKEYS: training) drive parsing,
+ * printing, overrides and JSON; a model-only reader skips training keys but still rejects
+ * unknown ones. */
 #include "config.h"
 
 #include <cJSON.h>
@@ -41,6 +43,43 @@ static const Key KEYS[] = {
 };
 #define NKEYS (int)(sizeof KEYS / sizeof KEYS[0])
 
+#define TI(f, h) {#f, K_INT, offsetof(VilTrainConfig, f), 0, h}
+#define TF(f, h) {#f, K_FLOAT, offsetof(VilTrainConfig, f), 0, h}
+static const Key TKEYS[] = {
+    TI(epochs, "training epochs"),
+    TI(batch, "batch size per rank (global batch = batch * ranks)"),
+    TF(base_lr, "peak lr = base_lr * global_batch / 512"),
+    TF(warmup_lr, "lr at step 0 of the linear warmup"),
+    TF(warmup_epochs, "warmup length in epochs (fractions allowed)"),
+    TF(min_lr, "end of the cosine decay"),
+    TF(weight_decay, "AdamW weight decay (not on 1-D tensors, pos_embed, cls_token)"),
+    TF(beta1, "AdamW beta1"),
+    TF(beta2, "AdamW beta2"),
+    TF(adam_eps, "AdamW epsilon"),
+    TF(clip_grad, "clip the global gradient norm to this (0: off)"),
+    TF(ema_decay, "EMA of the weights, updated every step (0: off)"),
+    TF(label_smoothing, "label smoothing of the targets"),
+    TF(mixup, "Mixup Beta alpha (0: off)"),
+    TF(cutmix, "CutMix Beta alpha (0: off)"),
+    TF(mixup_prob, "probability that a batch is mixed"),
+    TF(mixup_switch_prob, "with Mixup and CutMix both on: probability of CutMix"),
+    TI(repeats, "repeated augmentation: each image this many times per epoch (1: off)"),
+    TI(randaug_n, "RandAugment ops per image (0: off)"),
+    TF(randaug_m, "RandAugment magnitude (of 10)"),
+    TF(randaug_mstd, "RandAugment magnitude noise std"),
+    TF(reprob, "random erasing probability"),
+    TF(scale_min, "RandomResizedCrop minimum area fraction"),
+    TF(hflip, "horizontal flip probability"),
+    TF(crop_pct, "evaluation: resize to img_size / crop_pct, center crop"),
+    TI(seed, "seed of the initialization, data order, augmentation and drop path"),
+    TI(workers, "data loader threads"),
+    TI(log_every, "progress line every N steps"),
+    TI(eval_every_epochs, "validation pass every N epochs and after the last (0: never)"),
+    TI(eval_batch, "evaluation batch (0: the training batch)"),
+    TI(max_steps, "stop after this many steps, the schedule ending there (0: no limit)"),
+};
+#define NTKEYS (int)(sizeof TKEYS / sizeof TKEYS[0])
+
 void vil_config_default(VilConfig *c) {
     memset(c, 0, sizeof *c);
     strcpy(c->name, "vil_tiny");
@@ -60,31 +99,38 @@ void vil_config_default(VilConfig *c) {
     strcpy(c->dt_init, "zero");
 }
 
-static const Key *find_key(const char *name) {
-    for (int i = 0; i < NKEYS; i++)
-        if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+static const Key *find_in(const Key *keys, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(keys[i].name, name) == 0) return &keys[i];
     return NULL;
 }
+static const Key *find_key(const char *name) { return find_in(KEYS, NKEYS, name); }
+static const Key *find_train_key(const char *name) { return find_in(TKEYS, NTKEYS, name); }
 
+/* the suggestion looks at both tables: a misspelt training key in a model-only command
+ * still deserves its hint */
 static const char *nearest_key(const char *name) {
     int best = 1 << 30;
     const char *b = NULL;
-    for (int i = 0; i < NKEYS; i++) {
-        int d = vil_edit_distance(name, KEYS[i].name);
-        if (d < best) best = d, b = KEYS[i].name;
+    for (int t = 0; t < 2; t++) {
+        const Key *keys = t ? TKEYS : KEYS;
+        int n = t ? NTKEYS : NKEYS;
+        for (int i = 0; i < n; i++) {
+            int d = vil_edit_distance(name, keys[i].name);
+            if (d < best) best = d, b = keys[i].name;
+        }
     }
     return best <= 4 ? b : NULL;
 }
 
-int vil_config_set(VilConfig *c, const char *key, const char *value) {
-    const Key *k = find_key(key);
-    if (!k) {
-        const char *s = nearest_key(key);
-        if (s) vil_error("unknown config key '%s' (did you mean '%s'?)", key, s);
-        else vil_error("unknown config key '%s'", key);
-        return -1;
-    }
-    char *dst = (char *)c + k->offset;
+static void report_unknown(const char *key) {
+    const char *s = nearest_key(key);
+    if (s) vil_error("unknown config key '%s' (did you mean '%s'?)", key, s);
+    else vil_error("unknown config key '%s'", key);
+}
+
+static int set_value(const Key *k, void *base, const char *key, const char *value) {
+    char *dst = (char *)base + k->offset;
     if (k->type == K_INT) {
         long v;
         if (vil_parse_int(value, &v) != 0 || v < 0 || v > 1000000000L) {
@@ -110,18 +156,51 @@ int vil_config_set(VilConfig *c, const char *key, const char *value) {
     return 0;
 }
 
-int vil_config_set_kv(VilConfig *c, const char *kv) {
+int vil_config_set(VilConfig *c, const char *key, const char *value) {
+    const Key *k = find_key(key);
+    if (k) return set_value(k, c, key, value);
+    if (find_train_key(key))
+        vil_error("config key '%s' is a training setting: only `vil train` reads it", key);
+    else report_unknown(key);
+    return -1;
+}
+
+int vil_train_config_set(VilConfig *c, VilTrainConfig *t, const char *key, const char *value) {
+    const Key *k = find_key(key);
+    if (k) return set_value(k, c, key, value);
+    k = find_train_key(key);
+    if (k) return set_value(k, t, key, value);
+    report_unknown(key);
+    return -1;
+}
+
+/* "key=value" -> key (truncated to fit) and a pointer to the value; -1 without '=' */
+static int split_kv(const char *kv, char *key, size_t keylen, const char **value) {
     const char *eq = strchr(kv, '=');
     if (!eq) {
         vil_error("expected key=value, got '%s'", kv);
         return -1;
     }
-    char key[64];
     size_t n = (size_t)(eq - kv);
-    if (n >= sizeof key) n = sizeof key - 1;
+    if (n >= keylen) n = keylen - 1;
     memcpy(key, kv, n);
     key[n] = 0;
-    return vil_config_set(c, key, eq + 1);
+    *value = eq + 1;
+    return 0;
+}
+
+int vil_train_config_set_kv(VilConfig *c, VilTrainConfig *t, const char *kv) {
+    char key[64];
+    const char *value;
+    if (split_kv(kv, key, sizeof key, &value) != 0) return -1;
+    return vil_train_config_set(c, t, key, value);
+}
+
+int vil_config_set_kv(VilConfig *c, const char *kv) {
+    char key[64];
+    const char *value;
+    if (split_kv(kv, key, sizeof key, &value) != 0) return -1;
+    return vil_config_set(c, key, value);
 }
 
 static char *trim(char *s) {
@@ -131,7 +210,9 @@ static char *trim(char *s) {
     return s;
 }
 
-int vil_config_load(VilConfig *c, const char *path) {
+/* t NULL: a model-only reader, which skips training keys (one cfg file serves `vil train` and
+ * `vil bench`) */
+static int load_file(VilConfig *c, VilTrainConfig *t, const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) {
         vil_error("cannot open config '%s': %s", path, vil_errno_str());
@@ -153,7 +234,11 @@ int vil_config_load(VilConfig *c, const char *path) {
         }
         *eq = 0;
         char *key = trim(s), *val = trim(eq + 1);
-        if (vil_config_set(c, key, val) != 0) {
+        int r;
+        if (t) r = vil_train_config_set(c, t, key, val);
+        else if (find_train_key(key)) r = 0;
+        else r = vil_config_set(c, key, val);
+        if (r != 0) {
             vil_error("... in %s:%d", path, lineno);
             rc = -1;
             break;
@@ -161,6 +246,12 @@ int vil_config_load(VilConfig *c, const char *path) {
     }
     fclose(f);
     return rc;
+}
+
+int vil_config_load(VilConfig *c, const char *path) { return load_file(c, NULL, path); }
+
+int vil_train_config_load(VilConfig *c, VilTrainConfig *t, const char *path) {
+    return load_file(c, t, path);
 }
 
 int vil_config_finalize(VilConfig *c) {
@@ -203,21 +294,27 @@ int vil_config_finalize(VilConfig *c) {
     return 0;
 }
 
-void vil_config_print(const VilConfig *c, FILE *f) {
-    for (int i = 0; i < NKEYS; i++) {
-        const Key *k = &KEYS[i];
-        const char *p = (const char *)c + k->offset;
-        if (k->type == K_INT) fprintf(f, "%-12s = %d\n", k->name, *(const int *)p);
-        else if (k->type == K_FLOAT) fprintf(f, "%-12s = %g\n", k->name, *(const float *)p);
-        else fprintf(f, "%-12s = %s\n", k->name, p);
+static void print_table(const Key *keys, int n, const void *base, int width, FILE *f) {
+    for (int i = 0; i < n; i++) {
+        const Key *k = &keys[i];
+        const char *p = (const char *)base + k->offset;
+        if (k->type == K_INT) fprintf(f, "%-*s = %d\n", width, k->name, *(const int *)p);
+        else if (k->type == K_FLOAT) fprintf(f, "%-*s = %g\n", width, k->name, *(const float *)p);
+        else fprintf(f, "%-*s = %s\n", width, k->name, p);
     }
 }
 
-char *vil_config_to_json(const VilConfig *c) {
+void vil_config_print(const VilConfig *c, FILE *f) { print_table(KEYS, NKEYS, c, 12, f); }
+
+void vil_train_config_print(const VilTrainConfig *t, FILE *f) {
+    print_table(TKEYS, NTKEYS, t, 17, f);
+}
+
+static char *table_to_json(const Key *keys, int n, const void *base) {
     cJSON *o = cJSON_CreateObject();
-    for (int i = 0; i < NKEYS; i++) {
-        const Key *k = &KEYS[i];
-        const char *p = (const char *)c + k->offset;
+    for (int i = 0; i < n; i++) {
+        const Key *k = &keys[i];
+        const char *p = (const char *)base + k->offset;
         if (k->type == K_INT) cJSON_AddNumberToObject(o, k->name, *(const int *)p);
         else if (k->type == K_FLOAT) cJSON_AddNumberToObject(o, k->name, *(const float *)p);
         else cJSON_AddStringToObject(o, k->name, p);
@@ -230,10 +327,14 @@ char *vil_config_to_json(const VilConfig *c) {
     return r;
 }
 
-int vil_config_from_json(VilConfig *c, const char *json) {
+char *vil_config_to_json(const VilConfig *c) { return table_to_json(KEYS, NKEYS, c); }
+char *vil_train_config_to_json(const VilTrainConfig *t) { return table_to_json(TKEYS, NTKEYS, t); }
+
+/* which: 0 model keys into c, 1 training keys into t */
+static int table_from_json(VilConfig *c, VilTrainConfig *t, const char *json, const char *what) {
     cJSON *o = cJSON_Parse(json);
     if (!o || !cJSON_IsObject(o)) {
-        vil_error("model config metadata is not a JSON object");
+        vil_error("%s metadata is not a JSON object", what);
         cJSON_Delete(o);
         return -1;
     }
@@ -243,19 +344,104 @@ int vil_config_from_json(VilConfig *c, const char *json) {
         char buf[64];
         if (cJSON_IsString(it)) snprintf(buf, sizeof buf, "%s", it->valuestring);
         else if (cJSON_IsNumber(it)) {
-            const Key *k = find_key(it->string);
+            const Key *k = c ? find_key(it->string) : find_train_key(it->string);
             if (k && k->type == K_INT) snprintf(buf, sizeof buf, "%d", (int)it->valuedouble);
             else snprintf(buf, sizeof buf, "%.9g", it->valuedouble);
         } else {
-            vil_error("model config metadata: key '%s' has a value of the wrong type", it->string);
+            vil_error("%s metadata: key '%s' has a value of the wrong type", what, it->string);
             rc = -1;
             break;
         }
-        if (vil_config_set(c, it->string, buf) != 0) {
+        const Key *k;
+        if (c) rc = vil_config_set(c, it->string, buf);
+        else if ((k = find_train_key(it->string)) != NULL) rc = set_value(k, t, it->string, buf);
+        else {
+            report_unknown(it->string);
             rc = -1;
-            break;
         }
+        if (rc != 0) break;
     }
     cJSON_Delete(o);
     return rc;
+}
+
+int vil_config_from_json(VilConfig *c, const char *json) {
+    return table_from_json(c, NULL, json, "model config");
+}
+
+int vil_train_config_from_json(VilTrainConfig *t, const char *json) {
+    return table_from_json(NULL, t, json, "training config");
+}
+
+void vil_train_config_default(VilTrainConfig *t) {
+    memset(t, 0, sizeof *t);
+    /* recipe.md, ViL-Tiny (the model defaults): global batch 1024 = 8 ranks x 128 */
+    t->epochs = 300;
+    t->batch = 128;
+    t->base_lr = 5e-4f;
+    t->warmup_lr = 1e-6f;
+    t->warmup_epochs = 5.0f;
+    t->min_lr = 1e-5f;
+    t->weight_decay = 0.1f;
+    t->beta1 = 0.9f;
+    t->beta2 = 0.999f;
+    t->adam_eps = 1e-8f;
+    t->clip_grad = 0.0f;
+    t->ema_decay = 0.99996f;
+    t->label_smoothing = 0.1f;
+    t->mixup = 0.8f;
+    t->cutmix = 1.0f;
+    t->mixup_prob = 1.0f;
+    t->mixup_switch_prob = 0.5f;
+    t->repeats = 3;
+    t->randaug_n = 2;
+    t->randaug_m = 9.0f;
+    t->randaug_mstd = 0.5f;
+    t->reprob = 0.25f;
+    t->scale_min = 0.08f;
+    t->hflip = 0.5f;
+    t->crop_pct = 0.875f;
+    t->seed = 0;
+    t->workers = 4;
+    t->log_every = 50;
+    t->eval_every_epochs = 1;
+    t->eval_batch = 0;
+    t->max_steps = 0;
+}
+
+int vil_train_config_finalize(const VilTrainConfig *t) {
+#define NEED(cond, ...)                                                                   \
+    if (!(cond)) {                                                                        \
+        vil_error("config: " __VA_ARGS__);                                                \
+        return -1;                                                                        \
+    }
+#define PROB(f) NEED(t->f >= 0.0f && t->f <= 1.0f, #f " must be in [0, 1] (got %g)", t->f)
+    NEED(t->epochs >= 1, "epochs must be >= 1");
+    NEED(t->batch >= 1, "batch must be >= 1");
+    NEED(t->base_lr > 0.0f, "base_lr must be > 0 (got %g)", t->base_lr);
+    NEED(t->warmup_lr >= 0.0f && t->min_lr >= 0.0f, "warmup_lr and min_lr must be >= 0");
+    NEED(t->warmup_epochs >= 0.0f, "warmup_epochs must be >= 0");
+    NEED(t->weight_decay >= 0.0f, "weight_decay must be >= 0");
+    NEED(t->beta1 >= 0.0f && t->beta1 < 1.0f && t->beta2 >= 0.0f && t->beta2 < 1.0f,
+         "beta1 and beta2 must be in [0, 1)");
+    NEED(t->adam_eps > 0.0f, "adam_eps must be > 0");
+    NEED(t->clip_grad >= 0.0f, "clip_grad must be >= 0 (0: off)");
+    NEED(t->ema_decay >= 0.0f && t->ema_decay < 1.0f, "ema_decay must be in [0, 1) (0: off)");
+    NEED(t->label_smoothing >= 0.0f && t->label_smoothing < 1.0f,
+         "label_smoothing must be in [0, 1)");
+    NEED(t->mixup >= 0.0f && t->cutmix >= 0.0f, "mixup and cutmix alphas must be >= 0 (0: off)");
+    PROB(mixup_prob);
+    PROB(mixup_switch_prob);
+    PROB(reprob);
+    PROB(hflip);
+    NEED(t->repeats >= 1, "repeats must be >= 1 (1: no repeated augmentation)");
+    NEED(t->randaug_m >= 0.0f && t->randaug_m <= 30.0f, "randaug_m must be in [0, 30]");
+    NEED(t->randaug_mstd >= 0.0f, "randaug_mstd must be >= 0");
+    NEED(t->scale_min > 0.0f && t->scale_min <= 1.0f, "scale_min must be in (0, 1]");
+    NEED(t->crop_pct > 0.0f && t->crop_pct <= 1.0f, "crop_pct must be in (0, 1]");
+    NEED(t->workers >= 1 && t->workers <= 256, "workers must be in 1..256");
+    NEED(t->log_every >= 1, "log_every must be >= 1");
+#undef PROB
+#undef NEED
+    return 0;
 }

@@ -1,0 +1,119 @@
+/* cuda_common.cuh: what every CUDA op file shares: the CHECK macro family (CUDA, cuBLAS, cuDNN,
+ * NCCL: file, line, expression, a hint), the process-wide context (one stream, the cuBLASLt and
+ * cuDNN handles, created lazily once and destroyed at exit), tracked device allocations (for the
+ * peak-memory figure), grow-only scratch buffers, and bf16 helpers. */
+#ifndef VIL_CUDA_COMMON_CUH
+#define VIL_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <nccl.h>
+#include <stddef.h>
+
+#include "vil/common.h"
+
+typedef __nv_bfloat16 bf16;
+
+/* ---- the CHECK family: every library call goes through one of these ---- */
+const char *cu_hint_cuda(cudaError_t e);
+#define CUDA_CHECK(expr)                                                                    \
+    do {                                                                                    \
+        cudaError_t e_ = (expr);                                                            \
+        if (e_ != cudaSuccess)                                                              \
+            vil_fatal(__FILE__, __LINE__, "%s failed: %s (%s)", #expr, cudaGetErrorString(e_), \
+                      cu_hint_cuda(e_));                                                    \
+    } while (0)
+#define CUBLAS_CHECK(expr)                                                                  \
+    do {                                                                                    \
+        cublasStatus_t s_ = (expr);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                    \
+            vil_fatal(__FILE__, __LINE__, "%s failed: %s (%s)", #expr, cublasGetStatusString(s_), \
+                      s_ == CUBLAS_STATUS_NOT_SUPPORTED                                     \
+                          ? "no cuBLASLt kernel for this shape/type/alignment"              \
+                          : "check the matrix shapes and leading dimensions");              \
+    } while (0)
+#define CUDNN_CHECK(expr)                                                                   \
+    do {                                                                                    \
+        cudnnStatus_t s_ = (expr);                                                          \
+        if (s_ != CUDNN_STATUS_SUCCESS)                                                     \
+            vil_fatal(__FILE__, __LINE__, "%s failed: %s (%s)", #expr, cudnnGetErrorString(s_), \
+                      "is cuDNN 9 installed and matching this CUDA? check the descriptors"); \
+    } while (0)
+#define NCCL_CHECK(expr)                                                                    \
+    do {                                                                                    \
+        ncclResult_t r_ = (expr);                                                           \
+        if (r_ != ncclSuccess)                                                              \
+            vil_fatal(__FILE__, __LINE__, "%s failed: %s (%s)", #expr, ncclGetErrorString(r_), \
+                      "check that every rank runs the same collective sequence");           \
+    } while (0)
+/* after every kernel launch: catches bad launch configurations at once; with VIL_CUDA_SYNC=1
+ * in the environment it also synchronizes, so an asynchronous fault names its kernel */
+#define CU_LAUNCH_CHECK()                                                                   \
+    do {                                                                                    \
+        CUDA_CHECK(cudaGetLastError());                                                     \
+        if (g_cu.debug_sync) CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));                \
+    } while (0)
+
+/* ---- context ---- */
+typedef struct {
+    int init;
+    int debug_sync;
+    int num_sms;
+    size_t smem_optin;        /* largest dynamic shared memory a block may ask for */
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    cudnnHandle_t dnn;
+    void *lt_ws;              /* cuBLASLt workspace */
+    size_t lt_ws_bytes;
+} CuCtx;
+extern CuCtx g_cu;
+
+/* Creates the stream and handles on first use; every op calls it first. */
+void cu_ensure_init(void);
+
+/* tracked device allocations (peak_bytes reports the high-water mark of these) */
+void *cu_malloc(size_t bytes);
+void cu_free(void *p);
+size_t cu_peak_bytes(void);
+
+/* Grow-only scratch, one buffer per slot, reused by every call of the op that owns the slot.
+ * Ops run in order on the one stream, so a slot is never read by two ops at once; growing
+ * synchronizes first (it happens in the first step only). */
+enum {
+    SCR_LT_BF16,     /* linear: f32 -> bf16 copy of the head's dlogits */
+    SCR_COLSUM,      /* column-sum partials (bias gradients) */
+    SCR_NORM_PART,   /* rmsnorm dw partials */
+    SCR_CONV_PART,   /* conv1d dw/db partials */
+    SCR_PATCH_Y,     /* patch embedding f32 NCHW output / gradient */
+    SCR_PATCH_W,     /* patch embedding f32 weight */
+    SCR_DNN_WS,      /* cuDNN workspace */
+    SCR_SCAN_CKPT,   /* scan: per-chunk state checkpoints */
+    SCR_SCAN_PQ,     /* scan: dq partial sums */
+    SCR_SCAN_PK,     /* scan: dk partial sums */
+    SCR_SCAN_PD,     /* scan: dD / dA_log partial sums */
+    SCR_BIAS_BF16,   /* linear: bf16 copy of a bias when cuBLASLt takes no f32 bias */
+    SCR_COUNT
+};
+void *cu_scratch(int slot, size_t bytes);
+
+static inline int cu_blocks(size_t n, int threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (int)(b < 1 ? 1 : (b > 2147483647u ? 2147483647u : b));
+}
+
+/* ---- bf16 helpers ---- */
+__device__ __forceinline__ float bf2f(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ bf16 f2bf(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ float sigmoidf_fast(float x) { return __frcp_rn(1.0f + __expf(-x)); }
+__device__ __forceinline__ float siluf(float x) { return x * sigmoidf_fast(x); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+    return v;
+}
+
+#endif

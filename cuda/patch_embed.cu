@@ -1,0 +1,233 @@
+/* patch_embed.cu: the patch embedding through cuDNN (convolution forward, backward filter and,
+ * when dimg is wanted, backward data) and the token assembly (middle class token, position
+ * embedding). The convolution runs in float32 NCHW with TF32 tensor ops on the image as given,
+ * so no bf16 copy of the image is made and the filter gradient accumulates straight into the
+ * float32 gradient (beta = 1) in the weight's own (D, C, P, P) layout; the (B, D, G, G) output
+ * is transposed to the (B, M, D) bf16 token layout with the bias added. Deterministic
+ * algorithms only. dw, db, dcls, dpos accumulate; dpatches, dimg overwrite. */
+#include <string.h>
+
+#include "cuda/cuda_common.cuh"
+#include "cuda/ops_cuda.h"
+
+/* the legacy convolution API is deprecated in cuDNN 9 but present in every 9.x */
+#pragma nv_diag_suppress 1444
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+typedef struct {
+    int B, C, H, W, P, S, D;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdFilterAlgo_t bwf;
+    cudnnConvolutionBwdDataAlgo_t bwd;
+    size_t ws_fwd, ws_bwf, ws_bwd;
+} ConvPlan;
+
+#define MAX_CONV_PLANS 8
+static ConvPlan cplans[MAX_CONV_PLANS];
+static int n_cplans;
+static const size_t WS_LIMIT = (size_t)512 << 20;
+
+static ConvPlan *conv_plan(int B, int C, int H, int W, int P, int S, int D) {
+    for (int i = 0; i < n_cplans; i++) {
+        ConvPlan *p = &cplans[i];
+        if (p->B == B && p->C == C && p->H == H && p->W == W && p->P == P && p->S == S && p->D == D)
+            return p;
+    }
+    if (n_cplans == MAX_CONV_PLANS) {
+        /* shapes change only between runs (batch size, config): drop the oldest */
+        ConvPlan *o = &cplans[0];
+        CUDNN_CHECK(cudnnDestroyTensorDescriptor(o->x));
+        CUDNN_CHECK(cudnnDestroyTensorDescriptor(o->y));
+        CUDNN_CHECK(cudnnDestroyFilterDescriptor(o->w));
+        CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(o->conv));
+        memmove(cplans, cplans + 1, (MAX_CONV_PLANS - 1) * sizeof(ConvPlan));
+        n_cplans--;
+    }
+    ConvPlan *p = &cplans[n_cplans];
+    memset(p, 0, sizeof *p);
+    p->B = B, p->C = C, p->H = H, p->W = W, p->P = P, p->S = S, p->D = D;
+    int G = (H - P) / S + 1, GW = (W - P) / S + 1;
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, C, H, W));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, D, G, GW));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, D, C, P, P));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, 0, 0, S, S, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                CUDNN_DATA_FLOAT));
+    /* the default math allows TF32 tensor ops on float data (10 mantissa bits, more than the
+     * bf16 the rest of the net uses); ALLOW_CONVERSION would also permit fp16 */
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, CUDNN_DEFAULT_MATH));
+    int n = 0;
+    cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(g_cu.dnn, p->x, p->w, p->conv, p->y,
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fp));
+    int ok = 0;
+    for (int i = 0; i < n && !ok; i++)
+        if (fp[i].status == CUDNN_STATUS_SUCCESS && fp[i].memory <= WS_LIMIT &&
+            fp[i].determinism == CUDNN_DETERMINISTIC)
+            p->fwd = fp[i].algo, p->ws_fwd = fp[i].memory, ok = 1;
+    if (!ok) VIL_FATAL("cuDNN offers no deterministic forward algorithm for the patch embedding");
+    cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        g_cu.dnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
+    ok = 0;
+    for (int i = 0; i < n && !ok; i++)
+        if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].memory <= WS_LIMIT &&
+            bf[i].determinism == CUDNN_DETERMINISTIC)
+            p->bwf = bf[i].algo, p->ws_bwf = bf[i].memory, ok = 1;
+    if (!ok) VIL_FATAL("cuDNN offers no deterministic filter-gradient algorithm for the patch embedding");
+    cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        g_cu.dnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
+    ok = 0;
+    for (int i = 0; i < n && !ok; i++)
+        if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].memory <= WS_LIMIT &&
+            bd[i].determinism == CUDNN_DETERMINISTIC)
+            p->bwd = bd[i].algo, p->ws_bwd = bd[i].memory, ok = 1;
+    if (!ok) VIL_FATAL("cuDNN offers no deterministic data-gradient algorithm for the patch embedding");
+    n_cplans++;
+    return p;
+}
+
+static __global__ void bf16_to_f32_kernel(float *out, const bf16 *in, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = bf2f(in[i]);
+}
+
+/* y (B, D, M) f32 -> out (B, M, D) bf16 with bias; 32x32 tiles through shared memory */
+__global__ void nchw_to_tokens_kernel(bf16 *out, const float *y, const float *bias, int D, int M) {
+    __shared__ float tile[32][33];
+    int b = blockIdx.z, d0 = blockIdx.y * 32, m0 = blockIdx.x * 32;
+    for (int r = threadIdx.y; r < 32; r += 8) {
+        int d = d0 + r, m = m0 + threadIdx.x;
+        tile[r][threadIdx.x] = (d < D && m < M) ? y[((size_t)b * D + d) * M + m] : 0.0f;
+    }
+    __syncthreads();
+    for (int r = threadIdx.y; r < 32; r += 8) {
+        int m = m0 + r, d = d0 + threadIdx.x;
+        if (d < D && m < M) out[((size_t)b * M + m) * D + d] = f2bf(tile[threadIdx.x][r] + bias[d]);
+    }
+}
+
+/* dout (B, M, D) bf16 -> dy (B, D, M) f32 */
+__global__ void tokens_to_nchw_kernel(float *dy, const bf16 *dout, int D, int M) {
+    __shared__ float tile[32][33];
+    int b = blockIdx.z, d0 = blockIdx.y * 32, m0 = blockIdx.x * 32;
+    for (int r = threadIdx.y; r < 32; r += 8) {
+        int m = m0 + r, d = d0 + threadIdx.x;
+        tile[r][threadIdx.x] = (d < D && m < M) ? bf2f(dout[((size_t)b * M + m) * D + d]) : 0.0f;
+    }
+    __syncthreads();
+    for (int r = threadIdx.y; r < 32; r += 8) {
+        int d = d0 + r, m = m0 + threadIdx.x;
+        if (d < D && m < M) dy[((size_t)b * D + d) * M + m] = tile[threadIdx.x][r];
+    }
+}
+
+static float *weight_f32(const void *w, size_t n) {
+    float *wf = (float *)cu_scratch(SCR_PATCH_W, n * sizeof(float));
+    bf16_to_f32_kernel<<<cu_blocks(n, 256), 256, 0, g_cu.stream>>>(wf, (const bf16 *)w, n);
+    CU_LAUNCH_CHECK();
+    return wf;
+}
+
+extern "C" void patch_embed_forward_cuda(void *out, const float *img, const void *w, const float *b,
+                                         int B, int C, int H, int W, int P, int S, int D) {
+    cu_ensure_init();
+    ConvPlan *p = conv_plan(B, C, H, W, P, S, D);
+    int M = ((H - P) / S + 1) * ((W - P) / S + 1);
+    float *wf = weight_f32(w, (size_t)D * C * P * P);
+    float *y = (float *)cu_scratch(SCR_PATCH_Y, (size_t)B * D * M * sizeof(float));
+    void *ws = p->ws_fwd ? cu_scratch(SCR_DNN_WS, p->ws_fwd) : NULL;
+    float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnConvolutionForward(g_cu.dnn, &one, p->x, img, p->w, wf, p->conv, p->fwd, ws,
+                                        p->ws_fwd, &zero, p->y, y));
+    dim3 grid((M + 31) / 32, (D + 31) / 32, B), block(32, 8);
+    nchw_to_tokens_kernel<<<grid, block, 0, g_cu.stream>>>((bf16 *)out, y, b, D, M);
+    CU_LAUNCH_CHECK();
+}
+
+extern "C" void patch_embed_backward_cuda(float *dimg, float *dw, float *db, const void *dout,
+                                          const void *w, const float *img, int B, int C, int H,
+                                          int W, int P, int S, int D) {
+    cu_ensure_init();
+    ConvPlan *p = conv_plan(B, C, H, W, P, S, D);
+    int M = ((H - P) / S + 1) * ((W - P) / S + 1);
+    float *dy = (float *)cu_scratch(SCR_PATCH_Y, (size_t)B * D * M * sizeof(float));
+    dim3 grid((M + 31) / 32, (D + 31) / 32, B), block(32, 8);
+    tokens_to_nchw_kernel<<<grid, block, 0, g_cu.stream>>>(dy, (const bf16 *)dout, D, M);
+    CU_LAUNCH_CHECK();
+    float one = 1.0f, zero = 0.0f;
+    void *ws = p->ws_bwf ? cu_scratch(SCR_DNN_WS, p->ws_bwf) : NULL;
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(g_cu.dnn, &one, p->x, img, p->y, dy, p->conv, p->bwf,
+                                               ws, p->ws_bwf, &one, p->w, dw));
+    colsum_accumulate_cuda(db, dout, 0, B * M, D);
+    if (dimg) {
+        float *wf = weight_f32(w, (size_t)D * C * P * P);
+        ws = p->ws_bwd ? cu_scratch(SCR_DNN_WS, p->ws_bwd) : NULL;
+        CUDNN_CHECK(cudnnConvolutionBackwardData(g_cu.dnn, &one, p->w, wf, p->y, dy, p->conv,
+                                                 p->bwd, ws, p->ws_bwd, &zero, p->x, dimg));
+    }
+    if (g_cu.debug_sync) CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+}
+
+/* ---- tokens ---- */
+__global__ void tokens_fwd_kernel(float *x, const bf16 *patches, const float *cls, const float *pos,
+                                  int B, int M, int D, int t) {
+    int L = M + 1;
+    size_t n = (size_t)B * L * D;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        int d = (int)(i % D);
+        size_t r = i / D;
+        int l = (int)(r % L), b = (int)(r / L);
+        float v = l == t ? cls[d] : bf2f(patches[((size_t)b * M + (l < t ? l : l - 1)) * D + d]);
+        x[i] = v + pos[(size_t)l * D + d];
+    }
+}
+
+__global__ void tokens_gather_kernel(bf16 *dpatches, const float *dx, int B, int M, int D, int t) {
+    int L = M + 1;
+    size_t n = (size_t)B * M * D;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        int d = (int)(i % D);
+        size_t r = i / D;
+        int m = (int)(r % M), b = (int)(r / M);
+        int l = m < t ? m : m + 1;
+        dpatches[i] = f2bf(dx[((size_t)b * L + l) * D + d]);
+    }
+}
+
+/* dpos[l, d] += sum_b dx[b, l, d] (and dcls at l == t), summed in sample order */
+__global__ void tokens_pos_grad_kernel(float *dcls, float *dpos, const float *dx, int B, int L,
+                                       int D, int t) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)L * D) return;
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += dx[(size_t)b * L * D + i];
+    dpos[i] += s;
+    if ((int)(i / D) == t) dcls[i % D] += s;
+}
+
+extern "C" void tokens_forward_cuda(float *x, const void *patches, const float *cls,
+                                    const float *pos, int B, int M, int D, int t) {
+    cu_ensure_init();
+    size_t n = (size_t)B * (M + 1) * D;
+    tokens_fwd_kernel<<<cu_blocks(n, 256), 256, 0, g_cu.stream>>>(x, (const bf16 *)patches, cls, pos, B, M, D, t);
+    CU_LAUNCH_CHECK();
+}
+
+extern "C" void tokens_backward_cuda(void *dpatches, float *dcls, float *dpos, const float *dx,
+                                     int B, int M, int D, int t) {
+    cu_ensure_init();
+    size_t n = (size_t)B * M * D;
+    tokens_gather_kernel<<<cu_blocks(n, 256), 256, 0, g_cu.stream>>>((bf16 *)dpatches, dx, B, M, D, t);
+    CU_LAUNCH_CHECK();
+    size_t np = (size_t)(M + 1) * D;
+    tokens_pos_grad_kernel<<<cu_blocks(np, 128), 128, 0, g_cu.stream>>>(dcls, dpos, dx, B, M + 1, D, t);
+    CU_LAUNCH_CHECK();
+}

@@ -1,0 +1,176 @@
+/* eval.c: `vil eval --model CKPT --data DIR`: top-1 / top-5 of a checkpoint on a whole split
+ * with the evaluation transform of recipe.md, and the validation pass `vil train` runs after
+ * its epochs. Bad files are counted and reported with the result. */
+#include "eval/eval.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "vil/args.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+
+void vil_topk_count(const float *logits, const int *labels, int n, int C, long *top1, long *top5) {
+    for (int i = 0; i < n; i++) {
+        const float *l = logits + (size_t)i * C;
+        int y = labels[i];
+        if (y < 0 || y >= C || !isfinite(l[y])) continue;
+        int ahead = 0;
+        for (int k = 0; k < C && ahead < 5; k++)
+            if (l[k] > l[y] || (l[k] == l[y] && k < y) || (k != y && isnan(l[k]))) ahead++;
+        if (ahead < 1) (*top1)++;
+        if (ahead < 5) (*top5)++;
+    }
+}
+
+int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
+                 VilEvalResult *r) {
+    memset(r, 0, sizeof *r);
+    const VilBackend *be = m->be;
+    double t0 = vil_now();
+    int nb = vil_loader_start_epoch(l, 0);
+    VilLoaderStats s0;
+    vil_loader_stats(l, &s0);
+    float *logits = NULL;
+    int every = nb >= 10 ? nb / 10 : 1;
+    for (int k = 0;; k++) {
+        const VilBatch *b = vil_loader_next_batch(l);
+        if (!b) break;
+        int C = m->cfg.num_classes;
+        if (b->num_classes > C || b->channels != m->cfg.in_chans || b->res != m->cfg.img_size) {
+            vil_error("evaluation batch (%d classes, %d x %d x %d) does not fit the model (%d "
+                      "classes, %d x %d x %d)", b->num_classes, b->channels, b->res, b->res, C,
+                      m->cfg.in_chans, m->cfg.img_size, m->cfg.img_size);
+            vil_loader_release_batch(l, b);
+            free(logits);
+            return -1;
+        }
+        vil_model_alloc_acts(m, b->batch, 0);
+        if (!logits) logits = vil_malloc((size_t)b->batch * C * sizeof(float));
+        be->to_device(m->acts.img, b->images, (size_t)b->batch * b->channels * b->res * b->res * sizeof(float));
+        int n = b->n;
+        if (max_images > 0 && r->images + n > max_images) n = (int)(max_images - r->images);
+        vil_model_forward(m, 0);
+        be->to_host(logits, m->acts.logits, (size_t)b->batch * C * sizeof(float));
+        vil_topk_count(logits, b->labels, n, C, &r->top1, &r->top5);
+        r->images += n;
+        vil_loader_release_batch(l, b);
+        if (log && ((k + 1) % every == 0 || k + 1 == nb)) {
+            fprintf(log, "%s%6ld images  top-1 %6.2f%%  top-5 %6.2f%%  %7.1f images/s\n",
+                    prefix ? prefix : "", r->images, 100.0 * r->top1 / r->images,
+                    100.0 * r->top5 / r->images, r->images / (vil_now() - t0));
+            fflush(log);
+        }
+        if (max_images > 0 && r->images >= max_images) break;
+    }
+    free(logits);
+    const char *err = vil_loader_error(l);
+    if (err) {
+        vil_error("evaluation: %s", err);
+        return -1;
+    }
+    VilLoaderStats s1;
+    vil_loader_stats(l, &s1);
+    r->bad = s1.total_bad - s0.total_bad;
+    r->seconds = vil_now() - t0;
+    return 0;
+}
+
+int vil_cmd_eval(int argc, char **argv) {
+    const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto";
+    int batch = 64, img_size = 0, workers = 4, limit = 0;
+    float crop_pct = 0.875f;
+    VilArg args[] = {
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors)"},
+        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
+        {"--split", VIL_ARG_STR, &split, "split to evaluate: val (test for IDX), train"},
+        {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
+        {"--batch", VIL_ARG_INT, &batch, "batch size"},
+        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
+        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop"},
+        {"--img-size", VIL_ARG_INT, &img_size, "evaluation resolution (0: the checkpoint's); another size interpolates pos_embed"},
+        {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
+        {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
+    };
+    VilArgSpec spec = {"eval", "--model CKPT --data DIR [--split val] [--batch B] [options]",
+                       "Top-1 and top-5 accuracy of a checkpoint on a whole split with the\n"
+                       "evaluation transform of recipe.md (resize to size / crop_pct, bicubic,\n"
+                       "center crop, normalize). The last line holds the result.",
+                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    free(pos);
+    if (!model || !data) {
+        fprintf(stderr, "vil eval: --model and --data are required\n");
+        vil_args_usage(&spec, 1);
+        return 2;
+    }
+    if (batch < 1 || workers < 1 || limit < 0 || !(crop_pct > 0.0f && crop_pct <= 1.0f)) {
+        fprintf(stderr, "vil eval: --batch and --workers must be >= 1, --limit >= 0, --crop-pct in (0, 1]\n");
+        return 2;
+    }
+    char err[2048];
+    /* the data first: a wrong path is the likeliest mistake and costs nothing to find */
+    VilDataset *ds = vil_dataset_open(data, split, labels, err, sizeof err);
+    if (!ds) {
+        vil_error("%s", err);
+        return 1;
+    }
+    const VilBackend *be = vil_backend_get(device);
+    if (!be) {
+        vil_dataset_free(ds);
+        return 1;
+    }
+    VilModel m;
+    VilCheckpointMeta meta;
+    if (vil_checkpoint_load(model, be, img_size, &m, &meta) != 0) {
+        vil_dataset_free(ds);
+        return 1;
+    }
+    const VilConfig *c = &m.cfg;
+    int K = vil_dataset_num_classes(ds);
+    rc = 1;
+    VilLoader *l = NULL;
+    if (K > c->num_classes) {
+        vil_error("the data has %d classes but the model %d: is this the dataset the model was "
+                  "trained on?", K, c->num_classes);
+        goto done;
+    }
+    vil_dataset_set_num_classes(ds, c->num_classes);
+    VilLoaderConfig lc;
+    vil_loader_config_default(&lc, VIL_LOADER_EVAL, c->img_size, c->in_chans, batch, c->num_classes);
+    lc.crop_pct = crop_pct;
+    lc.threads = workers;
+    lc.prefetch = workers + 1;
+    l = vil_loader_create(ds, &lc, err, sizeof err);
+    if (!l) {
+        vil_error("%s", err);
+        goto done;
+    }
+    printf("eval: %s (%s, %zu parameters, %d x %d) on %s\n", model, c->name, m.n_params,
+           c->img_size, c->img_size, be->name);
+    printf("data: %s: %d images, %d classes; resize %d, center crop %d (crop_pct %g)\n",
+           vil_dataset_source(ds), vil_dataset_size(ds), K, vil_eval_scale_size(c->img_size, crop_pct),
+           c->img_size, crop_pct);
+    fflush(stdout);
+    VilEvalResult r;
+    if (vil_eval_run(&m, l, limit, stdout, "  ", &r) != 0) goto done;
+    if (r.images == 0) {
+        vil_error("no images were evaluated");
+        goto done;
+    }
+    printf("top-1 %.2f%%  top-5 %.2f%%  (%ld images, %ld bad files replaced, %.1f s)\n",
+           100.0 * r.top1 / r.images, 100.0 * r.top5 / r.images, r.images, r.bad, r.seconds);
+    rc = 0;
+done:
+    vil_loader_free(l);
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&m);
+    vil_dataset_free(ds);
+    return rc;
+}

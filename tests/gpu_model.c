@@ -1,0 +1,220 @@
+/* gpu_model.c: the whole network on the CUDA backend (bf16 activations and working weights)
+ * against the CPU backend (float32) on a small config: the loss, the logits, the gradient of
+ * every parameter tensor and of the input image, ViL with and without drop path and ViM; then
+ * three AdamW steps (parameters and loss after them). Also: inference-mode logits equal
+ * training-mode logits bit for bit, and two backward passes give the same gradient bits.
+ * Tolerances: the GPU computes with bf16 activations and bf16-rounded weights (2^-9 relative
+ * per rounding), through 3 blocks and back, so 5e-2 on ||g_gpu - g_cpu|| / ||g_cpu|| per
+ * tensor (each op alone is held to 1e-2 in gpu_ops.c); the loss to 1e-2. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testing.h"
+#include "vil/backend.h"
+#include "vil/common.h"
+#include "vil/model.h"
+
+#define TOL_GRAD 5e-2
+
+static VilRng rng;
+
+static void small_config(VilConfig *c, const char *arch, float drop_path) {
+    vil_config_default(c);
+    strcpy(c->arch, arch);
+    c->img_size = 16;
+    c->patch_size = 4;
+    c->stride = 3; /* overlapping patches: G = 5, L = 26 */
+    c->in_chans = 3;
+    c->embed_dim = 24; /* E = 48: not a multiple of 32 */
+    c->depth = 3;
+    c->d_state = 16;
+    c->num_classes = 5;
+    c->drop_path = drop_path;
+}
+
+static double rel(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+
+/* the same batch on both models: images N(0,1), soft targets (smoothing + a mixup pair) */
+static void fill_batch(VilModel *mc, VilModel *mg) {
+    const VilConfig *c = &mc->cfg;
+    int B = mc->acts.B;
+    size_t ni = (size_t)B * c->in_chans * c->img_size * c->img_size;
+    for (size_t i = 0; i < ni; i++) mc->acts.img[i] = vil_rng_normal(&rng);
+    for (int b = 0; b < B; b++) {
+        float *t = mc->acts.targets + (size_t)b * c->num_classes;
+        for (int k = 0; k < c->num_classes; k++) t[k] = 0.1f / c->num_classes;
+        t[b % c->num_classes] += 0.9f * 0.6f;
+        t[(b + 1) % c->num_classes] += 0.9f * 0.4f;
+    }
+    mg->be->to_device(mg->acts.img, mc->acts.img, ni * sizeof(float));
+    mg->be->to_device(mg->acts.targets, mc->acts.targets, (size_t)B * c->num_classes * sizeof(float));
+}
+
+static double mean_loss(VilModel *m) {
+    int B = m->acts.B;
+    float l[64];
+    m->be->to_host(l, m->acts.losses, (size_t)B * sizeof(float));
+    double s = 0;
+    for (int b = 0; b < B; b++) s += l[b];
+    return s / B;
+}
+
+static void test_model(const char *arch, float drop_path, int B) {
+    char nm[200];
+    VilConfig c;
+    small_config(&c, arch, drop_path);
+    T_CHECK(vil_config_finalize(&c) == 0, "finalize");
+    VilModel mc, mg;
+    vil_model_init(&mc, &c, &vil_backend_cpu);
+    vil_model_init(&mg, &c, &vil_backend_cuda);
+    vil_model_init_weights(&mc, 11);
+    /* off the init values (norms 1, D 1, biases 0) so every path carries gradient; a head of
+     * unit scale so the early layers' gradients are not tiny */
+    float *p = vil_malloc(mc.n_params * sizeof(float)), *p0 = vil_malloc(mc.n_params * sizeof(float));
+    vil_model_get_params(&mc, p);
+    for (size_t i = 0; i < mc.n_params; i++) p[i] += 0.1f * vil_rng_normal(&rng);
+    for (size_t i = 0; i < (size_t)c.num_classes * c.embed_dim; i++) p[mc.off.head_w + i] = vil_rng_normal(&rng);
+    for (int l = 0; l < c.depth; l++)
+        for (int j = 0; j < 2; j++)
+            for (int e = 0; e < c.d_inner; e++) p[mc.off.layer[l].dt_b[j] + e] = 0.5f * vil_rng_normal(&rng);
+    vil_model_set_params(&mc, p);
+    vil_model_set_params(&mg, p);
+    memcpy(p0, p, mc.n_params * sizeof(float));
+    mc.input_grad = mg.input_grad = 1;
+    vil_model_alloc_acts(&mc, B, 1);
+    vil_model_alloc_acts(&mg, B, 1);
+    fill_batch(&mc, &mg);
+    vil_model_sample_drop_path(&mc, 99);
+    vil_model_sample_drop_path(&mg, 99);
+
+    vil_model_zero_grad(&mc);
+    vil_model_zero_grad(&mg);
+    vil_model_forward(&mc, 1);
+    vil_model_forward(&mg, 1);
+    double lc = mean_loss(&mc), lg = mean_loss(&mg);
+    snprintf(nm, sizeof nm, "%s%s loss (cpu %.5f gpu %.5f)", arch, drop_path > 0 ? " dp" : "", lc, lg);
+    T_CLOSE(nm, fabs(lg - lc) / fabs(lc), 1e-2);
+    size_t nl = (size_t)B * c.num_classes;
+    float *lgt = vil_malloc(nl * sizeof(float));
+    mg.be->to_host(lgt, mg.acts.logits, nl * sizeof(float));
+    snprintf(nm, sizeof nm, "%s%s logits", arch, drop_path > 0 ? " dp" : "");
+    T_CLOSE(nm, rel(lgt, mc.acts.logits, nl), 2e-2);
+
+    vil_model_backward(&mc);
+    vil_model_backward(&mg);
+    float *gg = vil_malloc(mg.n_params * sizeof(float));
+    mg.be->to_host(gg, mg.grads, mg.n_params * sizeof(float));
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < mc.n_tensors; i++) {
+        const VilParamInfo *pi = &mc.info[i];
+        double e = rel(gg + pi->offset, mc.grads + pi->offset, pi->numel);
+        snprintf(nm, sizeof nm, "%s%s grad %s", arch, drop_path > 0 ? " dp" : "", pi->name);
+        T_CLOSE(nm, e, TOL_GRAD);
+        if (!(e <= worst)) worst = e, worst_name = pi->name;
+    }
+    printf("     %s%s: worst parameter-gradient error %.3e (%s) over %d tensors\n", arch,
+           drop_path > 0 ? " (drop path)" : "", worst, worst_name, mc.n_tensors);
+    size_t ni = (size_t)B * c.in_chans * c.img_size * c.img_size;
+    float *dimg = vil_malloc(ni * sizeof(float));
+    mg.be->to_host(dimg, mg.acts.dimg, ni * sizeof(float));
+    snprintf(nm, sizeof nm, "%s%s grad input image", arch, drop_path > 0 ? " dp" : "");
+    T_CLOSE(nm, rel(dimg, mc.acts.dimg, ni), TOL_GRAD);
+
+    /* determinism: the same backward again gives the same bits */
+    float *gg2 = vil_malloc(mg.n_params * sizeof(float));
+    vil_model_zero_grad(&mg);
+    vil_model_forward(&mg, 1);
+    vil_model_backward(&mg);
+    mg.be->to_host(gg2, mg.grads, mg.n_params * sizeof(float));
+    T_CHECK(memcmp(gg, gg2, mg.n_params * sizeof(float)) == 0, "%s: two GPU backward passes differ", arch);
+
+    /* three AdamW steps on both */
+    double l3c = 0, l3g = 0;
+    for (int s = 0; s < 3; s++) {
+        vil_model_zero_grad(&mc);
+        vil_model_zero_grad(&mg);
+        vil_model_forward(&mc, 1);
+        vil_model_forward(&mg, 1);
+        l3c = mean_loss(&mc), l3g = mean_loss(&mg);
+        vil_model_backward(&mc);
+        vil_model_backward(&mg);
+        vil_model_adamw_step(&mc, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f);
+        vil_model_adamw_step(&mg, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f);
+    }
+    vil_model_forward(&mc, 1);
+    vil_model_forward(&mg, 1);
+    l3c = mean_loss(&mc), l3g = mean_loss(&mg);
+    float *pc = vil_malloc(mc.n_params * sizeof(float)), *pg = vil_malloc(mc.n_params * sizeof(float));
+    vil_model_get_params(&mc, pc);
+    vil_model_get_params(&mg, pg);
+    /* AdamW moves each weight by about lr per step whatever the gradient's size, so compare the
+     * parameter change of the two backends, relative to its size */
+    double num = 0, den = 0;
+    for (size_t i = 0; i < mc.n_params; i++) {
+        double dc = (double)pc[i] - p0[i], dg = (double)pg[i] - p0[i];
+        num += (dg - dc) * (dg - dc);
+        den += dc * dc;
+    }
+    snprintf(nm, sizeof nm, "%s%s parameter change after 3 AdamW steps", arch, drop_path > 0 ? " dp" : "");
+    T_CLOSE(nm, sqrt(num) / sqrt(den), 0.2);
+    snprintf(nm, sizeof nm, "%s%s parameters after 3 AdamW steps", arch, drop_path > 0 ? " dp" : "");
+    T_CLOSE(nm, rel(pg, pc, mc.n_params), 1e-3);
+    snprintf(nm, sizeof nm, "%s%s loss after 3 AdamW steps (cpu %.5f gpu %.5f)", arch,
+             drop_path > 0 ? " dp" : "", l3c, l3g);
+    T_CLOSE(nm, fabs(l3g - l3c) / fabs(l3c), 1e-2);
+
+    free(p), free(p0), free(lgt), free(gg), free(gg2), free(dimg), free(pc), free(pg);
+    vil_model_free(&mc);
+    vil_model_free(&mg);
+}
+
+/* inference-mode activations (one shared layer set) give the training-mode logits exactly */
+static void test_inference_matches_training(void) {
+    VilConfig c;
+    small_config(&c, "vil", 0.0f);
+    vil_config_finalize(&c);
+    VilModel m;
+    vil_model_init(&m, &c, &vil_backend_cuda);
+    vil_model_init_weights(&m, 3);
+    int B = 2;
+    size_t ni = (size_t)B * c.in_chans * c.img_size * c.img_size;
+    float *img = vil_malloc(ni * sizeof(float));
+    for (size_t i = 0; i < ni; i++) img[i] = vil_rng_normal(&rng);
+    float a[16], b[16];
+    vil_model_alloc_acts(&m, B, 1);
+    m.be->to_device(m.acts.img, img, ni * sizeof(float));
+    vil_model_forward(&m, 0);
+    m.be->to_host(a, m.acts.logits, sizeof(float) * B * c.num_classes);
+    vil_model_alloc_acts(&m, B, 0);
+    m.be->to_device(m.acts.img, img, ni * sizeof(float));
+    vil_model_forward(&m, 0);
+    m.be->to_host(b, m.acts.logits, sizeof(float) * B * c.num_classes);
+    T_CHECK(memcmp(a, b, sizeof(float) * B * c.num_classes) == 0,
+            "inference-mode logits differ from training-mode logits on the GPU");
+    free(img);
+    vil_model_free(&m);
+}
+
+int main(void) {
+    char why[256];
+    if (!vil_cuda_available(why, sizeof why)) {
+        printf("no usable GPU: %s\n", why);
+        T_CHECK(0, "gpu_model needs a CUDA device");
+        return t_finish();
+    }
+    vil_rng_seed(&rng, 77);
+    test_model("vil", 0.0f, 3);
+    test_model("vil", 0.3f, 3);
+    test_model("vim", 0.0f, 3);
+    test_inference_matches_training();
+    return t_finish();
+}

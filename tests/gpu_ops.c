@@ -1,0 +1,524 @@
+/* gpu_ops.c: every CUDA op against the float32 CPU reference of ops_cpu.h, on random inputs of
+ * odd sizes (L = 1, 7, 197, 730; channel counts that are not multiples of 32; strided inputs).
+ * bf16 ("act") inputs are rounded to bf16 on the host first, so both backends see the same
+ * numbers and the error measured is the CUDA op's own. Outputs are poisoned (all bits set: NaN)
+ * before each op, so an element the op failed to write shows up as NaN; elements an op must not
+ * touch (padding columns of strided outputs) are checked to still hold the poison. Each check
+ * prints ||gpu - cpu|| / ||cpu|| and its tolerance: bf16 outputs 1e-2 (one bf16 rounding is
+ * 2^-9 = 2e-3 per element); float32 outputs computed from the same inputs 1e-4 or tighter. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testing.h"
+#include "vil/backend.h"
+#include "vil/common.h"
+#include "vil/ops_cpu.h"
+
+#define TOL_BF16 1e-2
+#define TOL_F32 1e-4
+
+static const VilBackend *G;
+static VilRng rng;
+
+/* ---- host helpers ---- */
+static uint16_t bf_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                    /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+static float bf_round(float f) {
+    uint32_t u = (uint32_t)bf_bits(f) << 16;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+static float *rnd(size_t n, float scale) {
+    float *p = vil_malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) p[i] = scale * vil_rng_normal(&rng);
+    return p;
+}
+/* random values that are exactly representable in bf16 */
+static float *rnd_bf(size_t n, float scale) {
+    float *p = rnd(n, scale);
+    for (size_t i = 0; i < n; i++) p[i] = bf_round(p[i]);
+    return p;
+}
+static float *copy_f(const float *a, size_t n) {
+    float *p = vil_malloc(n * sizeof(float) + 4);
+    memcpy(p, a, n * sizeof(float));
+    return p;
+}
+static void *dev_act(const float *h, size_t n) {
+    uint16_t *b = vil_malloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++) b[i] = bf_bits(h[i]);
+    void *d = G->alloc(n * 2);
+    G->to_device(d, b, n * 2);
+    free(b);
+    return d;
+}
+static float *dev_f32(const float *h, size_t n) {
+    float *d = G->alloc(n * sizeof(float));
+    G->to_device(d, h, n * sizeof(float));
+    return d;
+}
+static void *dev_poison(size_t bytes) {
+    unsigned char *h = vil_malloc(bytes + 1);
+    memset(h, 0xff, bytes);
+    void *d = G->alloc(bytes);
+    G->to_device(d, h, bytes);
+    free(h);
+    return d;
+}
+static float *get_act(const void *d, size_t n) {
+    float *h = vil_malloc(n * sizeof(float) + 4);
+    G->act_to_host_f32(h, d, n);
+    return h;
+}
+static float *get_f32(const void *d, size_t n) {
+    float *h = vil_malloc(n * sizeof(float) + 4);
+    G->to_host(h, d, n * sizeof(float));
+    return h;
+}
+/* ||a - ref|| / ||ref|| over rows x cols of row stride ld; NaN anywhere gives NaN */
+static double rel2(const float *a, const float *ref, size_t rows, size_t cols, size_t ld) {
+    double num = 0, den = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) {
+            double x = a[r * ld + c], y = ref[r * ld + c];
+            num += (x - y) * (x - y);
+            den += y * y;
+        }
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+static double rel(const float *a, const float *ref, size_t n) { return rel2(a, ref, 1, n, n); }
+/* bf16 elements of a strided buffer outside [c0, c1) of each row still hold the poison */
+static int untouched(const void *d, size_t rows, size_t ld, size_t c0, size_t c1) {
+    uint16_t *h = vil_malloc(rows * ld * 2 + 2);
+    G->to_host(h, d, rows * ld * 2);
+    int bad = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < ld; c++)
+            if ((c < c0 || c >= c1) && h[r * ld + c] != 0xffff) bad++;
+    free(h);
+    return bad;
+}
+
+/* ---------------- linear ---------------- */
+static void test_linear(int N, int C, int OC, int ld, int bias, int f32out, int acc) {
+    char nm[128];
+    float *in = rnd_bf((size_t)N * ld, 1.0f), *w = rnd_bf((size_t)OC * C, 0.3f);
+    float *b = bias ? rnd(OC, 1.0f) : NULL;
+    float *out_c = vil_malloc((size_t)N * OC * sizeof(float));
+    linear_forward(out_c, in, w, b, N, C, OC, ld);
+    void *d_in = dev_act(in, (size_t)N * ld), *d_w = dev_act(w, (size_t)OC * C);
+    float *d_b = b ? dev_f32(b, OC) : NULL;
+    void *d_out = dev_poison((size_t)N * OC * (f32out ? 4 : 2));
+    G->linear_forward(d_out, d_in, d_w, d_b, N, C, OC, ld, f32out ? VIL_LINEAR_OUT_F32 : 0);
+    float *out_g = f32out ? get_f32(d_out, (size_t)N * OC) : get_act(d_out, (size_t)N * OC);
+    snprintf(nm, sizeof nm, "linear fwd N=%d C=%d OC=%d ld=%d%s%s", N, C, OC, ld, bias ? " bias" : "",
+             f32out ? " f32" : "");
+    /* f32 output from bf16 operands: only the summation order differs */
+    T_CLOSE(nm, rel(out_g, out_c, (size_t)N * OC), f32out ? TOL_F32 : TOL_BF16);
+
+    /* backward: dout random (f32 for the head: the CUDA op rounds it to bf16 internally) */
+    float *dout = f32out ? rnd((size_t)N * OC, 1.0f) : rnd_bf((size_t)N * OC, 1.0f);
+    float *dinp_c = acc ? rnd_bf((size_t)N * ld, 1.0f) : vil_calloc((size_t)N * ld, sizeof(float));
+    float *dinp0 = copy_f(dinp_c, (size_t)N * ld);
+    float *dw_c = rnd((size_t)OC * C, 1.0f), *db_c = rnd(OC, 1.0f);
+    float *dw0 = copy_f(dw_c, (size_t)OC * C), *db0 = copy_f(db_c, OC);
+    linear_backward(dinp_c, dw_c, bias ? db_c : NULL, dout, in, w, N, C, OC, ld, acc);
+    void *d_dout = f32out ? (void *)dev_f32(dout, (size_t)N * OC) : dev_act(dout, (size_t)N * OC);
+    void *d_dinp = acc ? dev_act(dinp0, (size_t)N * ld) : dev_poison((size_t)N * ld * 2);
+    float *d_dw = dev_f32(dw0, (size_t)OC * C), *d_db = dev_f32(db0, OC);
+    G->linear_backward(d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_in, d_w, N, C, OC, ld, acc,
+                       f32out ? VIL_LINEAR_OUT_F32 : 0);
+    float *dinp_g = get_act(d_dinp, (size_t)N * ld), *dw_g = get_f32(d_dw, (size_t)OC * C);
+    float *db_g = get_f32(d_db, OC);
+    double tol_g = f32out ? TOL_BF16 : TOL_F32; /* the head's dout is rounded to bf16 */
+    snprintf(nm, sizeof nm, "linear bwd dinp N=%d C=%d OC=%d ld=%d%s", N, C, OC, ld, acc ? " +=" : "");
+    T_CLOSE(nm, rel2(dinp_g, dinp_c, N, C, ld), TOL_BF16);
+    if (!acc && ld > C) T_CHECK(untouched(d_dinp, N, ld, 0, C) == 0, "linear bwd wrote past C in dinp");
+    /* dw accumulates onto random values: compare the increment */
+    for (size_t i = 0; i < (size_t)OC * C; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
+    snprintf(nm, sizeof nm, "linear bwd dw   N=%d C=%d OC=%d", N, C, OC);
+    T_CLOSE(nm, rel(dw_g, dw_c, (size_t)OC * C), tol_g);
+    if (bias) {
+        for (int i = 0; i < OC; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
+        snprintf(nm, sizeof nm, "linear bwd db   N=%d OC=%d", N, OC);
+        T_CLOSE(nm, rel(db_g, db_c, OC), f32out ? 1e-6 : TOL_F32);
+    }
+    G->free(d_in), G->free(d_w), G->free(d_out), G->free(d_dout), G->free(d_dinp), G->free(d_dw), G->free(d_db);
+    if (d_b) G->free(d_b);
+    free(in), free(w), free(b), free(out_c), free(out_g), free(dout), free(dinp_c), free(dinp0);
+    free(dw_c), free(db_c), free(dw0), free(db0), free(dinp_g), free(dw_g), free(db_g);
+}
+
+/* ---------------- add + rmsnorm ---------------- */
+static void test_norm(int B, int L, int D, int with_res, int with_scale) {
+    char nm[128];
+    size_t n = (size_t)B * L * D;
+    float *res_in = rnd(n, 1.0f), *h = rnd_bf(n, 1.0f), *w = rnd(D, 1.0f);
+    float *scale = with_scale ? rnd(B, 1.0f) : NULL;
+    float *res_c = with_res ? vil_calloc(n, sizeof(float)) : copy_f(res_in, n);
+    float *normed_c = vil_malloc(n * sizeof(float)), *rstd_c = vil_malloc((size_t)B * L * sizeof(float));
+    add_rmsnorm_forward(res_c, normed_c, rstd_c, with_res ? res_in : NULL, with_res ? h : NULL, scale,
+                        w, B, L, D);
+    float *d_res_in = dev_f32(res_in, n), *d_w = dev_f32(w, D), *d_scale = scale ? dev_f32(scale, B) : NULL;
+    void *d_h = dev_act(h, n);
+    float *d_res = with_res ? dev_poison(n * 4) : dev_f32(res_in, n);
+    void *d_normed = dev_poison(n * 2);
+    float *d_rstd = dev_poison((size_t)B * L * 4);
+    G->add_rmsnorm_forward(d_res, d_normed, d_rstd, with_res ? d_res_in : NULL, with_res ? d_h : NULL,
+                           d_scale, d_w, B, L, D);
+    float *res_g = get_f32(d_res, n), *normed_g = get_act(d_normed, n);
+    float *rstd_g = get_f32(d_rstd, (size_t)B * L);
+    snprintf(nm, sizeof nm, "add_rmsnorm fwd res  B=%d L=%d D=%d%s%s", B, L, D, with_res ? "" : " (no add)",
+             with_scale ? " scale" : "");
+    T_CLOSE(nm, rel(res_g, res_c, n), 1e-6);
+    snprintf(nm, sizeof nm, "add_rmsnorm fwd normed B=%d L=%d D=%d", B, L, D);
+    T_CLOSE(nm, rel(normed_g, normed_c, n), TOL_BF16);
+    snprintf(nm, sizeof nm, "add_rmsnorm fwd rstd B=%d L=%d D=%d", B, L, D);
+    T_CLOSE(nm, rel(rstd_g, rstd_c, (size_t)B * L), 1e-5);
+
+    float *dn = rnd_bf(n, 1.0f), *dres_c = rnd(n, 1.0f), *dw_c = rnd(D, 1.0f);
+    float *dres0 = copy_f(dres_c, n), *dw0 = copy_f(dw_c, D), *dh_c = vil_malloc(n * sizeof(float));
+    add_rmsnorm_backward(dres_c, dh_c, dw_c, dn, res_c, rstd_c, w, scale, B, L, D);
+    void *d_dn = dev_act(dn, n), *d_dh = dev_poison(n * 2);
+    float *d_dres = dev_f32(dres0, n), *d_dw = dev_f32(dw0, D);
+    G->add_rmsnorm_backward(d_dres, d_dh, d_dw, d_dn, d_res, d_rstd, d_w, d_scale, B, L, D);
+    float *dres_g = get_f32(d_dres, n), *dh_g = get_act(d_dh, n), *dw_g = get_f32(d_dw, D);
+    for (int i = 0; i < D; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
+    snprintf(nm, sizeof nm, "add_rmsnorm bwd dres B=%d L=%d D=%d", B, L, D);
+    T_CLOSE(nm, rel(dres_g, dres_c, n), 1e-5);
+    snprintf(nm, sizeof nm, "add_rmsnorm bwd dh   B=%d L=%d D=%d", B, L, D);
+    T_CLOSE(nm, rel(dh_g, dh_c, n), TOL_BF16);
+    snprintf(nm, sizeof nm, "add_rmsnorm bwd dw   B=%d L=%d D=%d", B, L, D);
+    T_CLOSE(nm, rel(dw_g, dw_c, D), 1e-5);
+    G->free(d_res_in), G->free(d_w), G->free(d_h), G->free(d_res), G->free(d_normed), G->free(d_rstd);
+    G->free(d_dn), G->free(d_dh), G->free(d_dres), G->free(d_dw);
+    if (d_scale) G->free(d_scale);
+    free(res_in), free(h), free(w), free(scale), free(res_c), free(normed_c), free(rstd_c);
+    free(res_g), free(normed_g), free(rstd_g), free(dn), free(dres_c), free(dw_c), free(dres0);
+    free(dw0), free(dh_c), free(dres_g), free(dh_g), free(dw_g);
+}
+
+/* ---------------- conv1d + SiLU ---------------- */
+static void test_conv(int B, int L, int E, int K, int rev, int acc) {
+    char nm[128];
+    int ldx = 2 * E; /* x is the first half of the (B, L, 2E) in_proj output, as in the model */
+    size_t nx = (size_t)B * L * ldx, nu = (size_t)B * L * E;
+    float *x = rnd_bf(nx, 1.0f), *w = rnd((size_t)E * K, 0.5f), *b = rnd(E, 0.5f);
+    float *u_c = vil_malloc(nu * sizeof(float));
+    conv1d_silu_forward(u_c, x, w, b, B, L, E, K, ldx, rev);
+    void *d_x = dev_act(x, nx), *d_u = dev_poison(nu * 2);
+    float *d_w = dev_f32(w, (size_t)E * K), *d_b = dev_f32(b, E);
+    G->conv1d_silu_forward(d_u, d_x, d_w, d_b, B, L, E, K, ldx, rev);
+    float *u_g = get_act(d_u, nu);
+    snprintf(nm, sizeof nm, "conv1d+silu fwd B=%d L=%d E=%d K=%d%s", B, L, E, K, rev ? " rev" : "");
+    T_CLOSE(nm, rel(u_g, u_c, nu), TOL_BF16);
+
+    float *du = rnd_bf(nu, 1.0f);
+    float *dx_c = acc ? rnd_bf(nx, 1.0f) : vil_calloc(nx, sizeof(float)), *dx0 = copy_f(dx_c, nx);
+    float *dw_c = rnd((size_t)E * K, 1.0f), *db_c = rnd(E, 1.0f);
+    float *dw0 = copy_f(dw_c, (size_t)E * K), *db0 = copy_f(db_c, E);
+    conv1d_silu_backward(dx_c, dw_c, db_c, du, x, w, b, B, L, E, K, ldx, rev, acc);
+    void *d_du = dev_act(du, nu), *d_dx = acc ? dev_act(dx0, nx) : dev_poison(nx * 2);
+    float *d_dw = dev_f32(dw0, (size_t)E * K), *d_db = dev_f32(db0, E);
+    G->conv1d_silu_backward(d_dx, d_dw, d_db, d_du, d_x, d_w, d_b, B, L, E, K, ldx, rev, acc);
+    float *dx_g = get_act(d_dx, nx), *dw_g = get_f32(d_dw, (size_t)E * K), *db_g = get_f32(d_db, E);
+    for (int i = 0; i < E * K; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
+    for (int i = 0; i < E; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
+    snprintf(nm, sizeof nm, "conv1d+silu bwd dx B=%d L=%d E=%d%s%s", B, L, E, rev ? " rev" : "", acc ? " +=" : "");
+    T_CLOSE(nm, rel2(dx_g, dx_c, (size_t)B * L, E, ldx), TOL_BF16);
+    if (!acc) T_CHECK(untouched(d_dx, (size_t)B * L, ldx, 0, E) == 0, "conv1d bwd wrote outside x's columns");
+    snprintf(nm, sizeof nm, "conv1d+silu bwd dw B=%d L=%d E=%d K=%d", B, L, E, K);
+    T_CLOSE(nm, rel(dw_g, dw_c, (size_t)E * K), TOL_F32);
+    snprintf(nm, sizeof nm, "conv1d+silu bwd db B=%d L=%d E=%d", B, L, E);
+    T_CLOSE(nm, rel(db_g, db_c, E), TOL_F32);
+    G->free(d_x), G->free(d_u), G->free(d_w), G->free(d_b), G->free(d_du), G->free(d_dx);
+    G->free(d_dw), G->free(d_db);
+    free(x), free(w), free(b), free(u_c), free(u_g), free(du), free(dx_c), free(dx0), free(dw_c);
+    free(db_c), free(dw0), free(db0), free(dx_g), free(dw_g), free(db_g);
+}
+
+/* ---------------- the bidirectional scan ---------------- */
+static void test_scan(int B, int L, int E, int N, int R, int mamba) {
+    char nm[160];
+    const char *kind = mamba ? "mamba" : "longhorn";
+    int W = R + 2 * N, ldz = 2 * E;
+    size_t ne = (size_t)B * L * E, nw = (size_t)B * L * W, nz = (size_t)B * L * ldz;
+    float *u[2], *dl[2], *xd[2], *Dk[2], *Al[2];
+    void *d_u[2], *d_dl[2], *d_xd[2];
+    float *d_Dk[2], *d_Al[2];
+    for (int j = 0; j < 2; j++) {
+        u[j] = rnd_bf(ne, 1.0f);
+        dl[j] = rnd_bf(ne, 1.0f);
+        xd[j] = rnd_bf(nw, 0.5f);
+        Dk[j] = rnd(E, 1.0f);
+        Al[j] = vil_malloc((size_t)E * N * sizeof(float));
+        for (int e = 0; e < E; e++)
+            for (int n = 0; n < N; n++) Al[j][(size_t)e * N + n] = logf((float)(n + 1)) + 0.1f * vil_rng_normal(&rng);
+        d_u[j] = dev_act(u[j], ne), d_dl[j] = dev_act(dl[j], ne), d_xd[j] = dev_act(xd[j], nw);
+        d_Dk[j] = dev_f32(Dk[j], E), d_Al[j] = dev_f32(Al[j], (size_t)E * N);
+    }
+    float *xz = rnd_bf(nz, 1.0f); /* z is the second half of xz */
+    void *d_xz = dev_act(xz, nz);
+    const float *cu[2] = {u[0], u[1]}, *cdl[2] = {dl[0], dl[1]}, *cxd[2] = {xd[0], xd[1]};
+    const float *cD[2] = {Dk[0], Dk[1]}, *cA[2] = {Al[0], Al[1]};
+    const void *gu[2] = {d_u[0], d_u[1]}, *gdl[2] = {d_dl[0], d_dl[1]}, *gxd[2] = {d_xd[0], d_xd[1]};
+    const float *gD[2] = {d_Dk[0], d_Dk[1]}, *gA[2] = {d_Al[0], d_Al[1]};
+    float *out_c = vil_malloc(ne * sizeof(float));
+    scan_bidir_forward(out_c, cu, cdl, cxd, xz + E, cD, mamba ? cA : NULL, B, L, E, N, R, ldz);
+    void *d_out = dev_poison(ne * 2);
+    G->scan_bidir_forward(d_out, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL, B,
+                          L, E, N, R, ldz);
+    float *out_g = get_act(d_out, ne);
+    snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d", kind, B, L, E, N);
+    T_CLOSE(nm, rel(out_g, out_c, ne), TOL_BF16);
+
+    /* backward */
+    float *dout = rnd_bf(ne, 1.0f);
+    float *du_c[2], *ddl_c[2], *dxd_c[2], *dD_c[2], *dA_c[2], *dD0[2], *dA0[2];
+    void *g_du[2], *g_ddl[2], *g_dxd[2];
+    float *g_dD[2], *g_dA[2];
+    for (int j = 0; j < 2; j++) {
+        du_c[j] = vil_malloc(ne * sizeof(float));
+        ddl_c[j] = vil_malloc(ne * sizeof(float));
+        dxd_c[j] = vil_calloc(nw, sizeof(float));
+        dD_c[j] = rnd(E, 1.0f), dA_c[j] = rnd((size_t)E * N, 1.0f);
+        dD0[j] = copy_f(dD_c[j], E), dA0[j] = copy_f(dA_c[j], (size_t)E * N);
+        g_du[j] = dev_poison(ne * 2), g_ddl[j] = dev_poison(ne * 2), g_dxd[j] = dev_poison(nw * 2);
+        g_dD[j] = dev_f32(dD0[j], E), g_dA[j] = dev_f32(dA0[j], (size_t)E * N);
+    }
+    float *dz_c = vil_calloc(nz, sizeof(float));
+    scan_bidir_backward(du_c, ddl_c, dxd_c, dz_c + E, dD_c, mamba ? dA_c : NULL, dout, cu, cdl, cxd,
+                        xz + E, cD, mamba ? cA : NULL, B, L, E, N, R, ldz);
+    void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2);
+    G->scan_bidir_backward(g_du, g_ddl, g_dxd, (char *)d_dz + (size_t)E * 2, g_dD, mamba ? g_dA : NULL,
+                           d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
+                           B, L, E, N, R, ldz);
+    for (int j = 0; j < 2; j++) {
+        float *du_g = get_act(g_du[j], ne), *ddl_g = get_act(g_ddl[j], ne), *dxd_g = get_act(g_dxd[j], nw);
+        float *dD_g = get_f32(g_dD[j], E), *dA_g = get_f32(g_dA[j], (size_t)E * N);
+        snprintf(nm, sizeof nm, "scan %s bwd du[%d] B=%d L=%d E=%d N=%d", kind, j, B, L, E, N);
+        T_CLOSE(nm, rel(du_g, du_c[j], ne), TOL_BF16);
+        snprintf(nm, sizeof nm, "scan %s bwd ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
+        T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), TOL_BF16);
+        snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "B" : "k", j, B, L, E);
+        T_CLOSE(nm, rel2(dxd_g + R, dxd_c[j] + R, (size_t)B * L, N, W), TOL_BF16);
+        snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "C" : "q", j, B, L, E);
+        T_CLOSE(nm, rel2(dxd_g + R + N, dxd_c[j] + R + N, (size_t)B * L, N, W), TOL_BF16);
+        T_CHECK(untouched(g_dxd[j], (size_t)B * L, W, R, W) == 0, "scan bwd wrote into the dt_low columns");
+        for (int e = 0; e < E; e++) dD_g[e] -= dD0[j][e], dD_c[j][e] -= dD0[j][e];
+        snprintf(nm, sizeof nm, "scan %s bwd dD[%d] B=%d L=%d E=%d", kind, j, B, L, E);
+        T_CLOSE(nm, rel(dD_g, dD_c[j], E), TOL_F32);
+        if (mamba) {
+            for (size_t i = 0; i < (size_t)E * N; i++) dA_g[i] -= dA0[j][i], dA_c[j][i] -= dA0[j][i];
+            snprintf(nm, sizeof nm, "scan %s bwd dA_log[%d] B=%d L=%d E=%d", kind, j, B, L, E);
+            T_CLOSE(nm, rel(dA_g, dA_c[j], (size_t)E * N), 1e-3);
+        }
+        free(du_g), free(ddl_g), free(dxd_g), free(dD_g), free(dA_g);
+    }
+    float *dz_g = get_act(d_dz, nz);
+    snprintf(nm, sizeof nm, "scan %s bwd dz B=%d L=%d E=%d", kind, B, L, E);
+    T_CLOSE(nm, rel2(dz_g + E, dz_c + E, (size_t)B * L, E, ldz), TOL_BF16);
+    T_CHECK(untouched(d_dz, (size_t)B * L, ldz, E, ldz) == 0, "scan bwd wrote outside dz's columns");
+
+    /* determinism: a second backward gives the same bits */
+    uint16_t *h1 = vil_malloc(nw * 2), *h2 = vil_malloc(nw * 2);
+    G->to_host(h1, g_dxd[0], nw * 2);
+    G->scan_bidir_backward(g_du, g_ddl, g_dxd, (char *)d_dz + (size_t)E * 2, g_dD, mamba ? g_dA : NULL,
+                           d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
+                           B, L, E, N, R, ldz);
+    G->to_host(h2, g_dxd[0], nw * 2);
+    T_CHECK(memcmp(h1, h2, nw * 2) == 0, "scan %s bwd: dk/dq differ between two identical runs", kind);
+    free(h1), free(h2);
+
+    for (int j = 0; j < 2; j++) {
+        G->free(d_u[j]), G->free(d_dl[j]), G->free(d_xd[j]), G->free(d_Dk[j]), G->free(d_Al[j]);
+        G->free(g_du[j]), G->free(g_ddl[j]), G->free(g_dxd[j]), G->free(g_dD[j]), G->free(g_dA[j]);
+        free(u[j]), free(dl[j]), free(xd[j]), free(Dk[j]), free(Al[j]), free(du_c[j]), free(ddl_c[j]);
+        free(dxd_c[j]), free(dD_c[j]), free(dA_c[j]), free(dD0[j]), free(dA0[j]);
+    }
+    G->free(d_xz), G->free(d_out), G->free(d_dout), G->free(d_dz);
+    free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g);
+}
+
+/* ---------------- loss ---------------- */
+static void test_loss(int B, int C) {
+    char nm[96];
+    float *logits = rnd((size_t)B * C, 3.0f), *tg = vil_calloc((size_t)B * C, sizeof(float));
+    for (int b = 0; b < B; b++) {
+        for (int c = 0; c < C; c++) tg[(size_t)b * C + c] = 0.1f / C;
+        tg[(size_t)b * C + b % C] += 0.9f;
+    }
+    float *loss_c = vil_malloc(B * sizeof(float)), *probs_c = vil_malloc((size_t)B * C * sizeof(float));
+    softmax_xent_forward(loss_c, probs_c, logits, tg, B, C);
+    float *d_logits = dev_f32(logits, (size_t)B * C), *d_tg = dev_f32(tg, (size_t)B * C);
+    float *d_loss = dev_poison(B * 4), *d_probs = dev_poison((size_t)B * C * 4);
+    G->softmax_xent_forward(d_loss, d_probs, d_logits, d_tg, B, C);
+    float *loss_g = get_f32(d_loss, B), *probs_g = get_f32(d_probs, (size_t)B * C);
+    snprintf(nm, sizeof nm, "softmax xent fwd loss B=%d C=%d", B, C);
+    T_CLOSE(nm, rel(loss_g, loss_c, B), 1e-6);
+    snprintf(nm, sizeof nm, "softmax xent fwd probs B=%d C=%d", B, C);
+    T_CLOSE(nm, rel(probs_g, probs_c, (size_t)B * C), 1e-6);
+    float *dl_c = vil_malloc((size_t)B * C * sizeof(float)), *d_dl = dev_poison((size_t)B * C * 4);
+    softmax_xent_backward(dl_c, probs_c, tg, B, C);
+    G->softmax_xent_backward(d_dl, d_probs, d_tg, B, C);
+    float *dl_g = get_f32(d_dl, (size_t)B * C);
+    snprintf(nm, sizeof nm, "softmax xent bwd B=%d C=%d", B, C);
+    T_CLOSE(nm, rel(dl_g, dl_c, (size_t)B * C), 1e-6);
+    G->free(d_logits), G->free(d_tg), G->free(d_loss), G->free(d_probs), G->free(d_dl);
+    free(logits), free(tg), free(loss_c), free(probs_c), free(loss_g), free(probs_g), free(dl_c), free(dl_g);
+}
+
+/* ---------------- AdamW ---------------- */
+static void test_adamw(size_t n) {
+    char nm[96];
+    float *p = rnd(n, 1.0f), *m = vil_calloc(n, 4), *v = vil_calloc(n, 4);
+    float *d_p = dev_f32(p, n), *d_m = dev_f32(m, n), *d_v = dev_f32(v, n);
+    void *d_work = dev_poison(n * 2);
+    for (int step = 1; step <= 3; step++) {
+        float *g = rnd(n, 1.0f);
+        adamw_update(p, g, m, v, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
+        float *d_g = dev_f32(g, n);
+        G->adamw_update(d_p, d_work, d_g, d_m, d_v, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
+        G->free(d_g);
+        free(g);
+    }
+    float *p_g = get_f32(d_p, n), *m_g = get_f32(d_m, n), *v_g = get_f32(d_v, n), *w_g = get_act(d_work, n);
+    snprintf(nm, sizeof nm, "adamw 3 steps p n=%zu", n);
+    T_CLOSE(nm, rel(p_g, p, n), 1e-6);
+    snprintf(nm, sizeof nm, "adamw 3 steps m, v n=%zu", n);
+    T_CLOSE(nm, fmax(rel(m_g, m, n), rel(v_g, v, n)), 1e-6);
+    snprintf(nm, sizeof nm, "adamw bf16 working copy n=%zu", n);
+    T_CLOSE(nm, rel(w_g, p, n), TOL_BF16);
+    G->free(d_p), G->free(d_m), G->free(d_v), G->free(d_work);
+    free(p), free(m), free(v), free(p_g), free(m_g), free(v_g), free(w_g);
+}
+
+/* ---------------- patch embedding and tokens ---------------- */
+static void test_patch(int B, int C, int H, int P, int S, int D) {
+    char nm[128];
+    int G_ = (H - P) / S + 1, M = G_ * G_;
+    size_t ni = (size_t)B * C * H * H, nw = (size_t)D * C * P * P, no = (size_t)B * M * D;
+    float *img = rnd(ni, 1.0f), *w = rnd_bf(nw, 1.0f / sqrtf((float)C * P * P)), *b = rnd(D, 0.5f);
+    float *out_c = vil_malloc(no * sizeof(float));
+    patch_embed_forward(out_c, img, w, b, B, C, H, H, P, S, D);
+    float *d_img = dev_f32(img, ni), *d_b = dev_f32(b, D);
+    void *d_w = dev_act(w, nw), *d_out = dev_poison(no * 2);
+    G->patch_embed_forward(d_out, d_img, d_w, d_b, B, C, H, H, P, S, D);
+    float *out_g = get_act(d_out, no);
+    /* cuDNN runs the float32 convolution with TF32 tensor ops: ~1e-3 relative */
+    snprintf(nm, sizeof nm, "patch_embed fwd B=%d C=%d H=%d P=%d S=%d D=%d", B, C, H, P, S, D);
+    T_CLOSE(nm, rel(out_g, out_c, no), TOL_BF16);
+    float *dout = rnd_bf(no, 1.0f), *dw_c = rnd(nw, 1.0f), *db_c = rnd(D, 1.0f);
+    float *dw0 = copy_f(dw_c, nw), *db0 = copy_f(db_c, D), *dimg_c = vil_malloc(ni * sizeof(float));
+    patch_embed_backward(dimg_c, dw_c, db_c, dout, w, img, B, C, H, H, P, S, D);
+    void *d_dout = dev_act(dout, no);
+    float *d_dw = dev_f32(dw0, nw), *d_db = dev_f32(db0, D), *d_dimg = dev_poison(ni * 4);
+    G->patch_embed_backward(d_dimg, d_dw, d_db, d_dout, d_w, d_img, B, C, H, H, P, S, D);
+    float *dw_g = get_f32(d_dw, nw), *db_g = get_f32(d_db, D), *dimg_g = get_f32(d_dimg, ni);
+    for (size_t i = 0; i < nw; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
+    for (int i = 0; i < D; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
+    snprintf(nm, sizeof nm, "patch_embed bwd dw (TF32) B=%d P=%d S=%d D=%d", B, P, S, D);
+    T_CLOSE(nm, rel(dw_g, dw_c, nw), TOL_BF16);
+    snprintf(nm, sizeof nm, "patch_embed bwd db B=%d P=%d S=%d D=%d", B, P, S, D);
+    T_CLOSE(nm, rel(db_g, db_c, D), TOL_F32);
+    snprintf(nm, sizeof nm, "patch_embed bwd dimg (TF32) B=%d P=%d S=%d D=%d", B, P, S, D);
+    T_CLOSE(nm, rel(dimg_g, dimg_c, ni), TOL_BF16);
+    G->free(d_img), G->free(d_b), G->free(d_w), G->free(d_out), G->free(d_dout), G->free(d_dw);
+    G->free(d_db), G->free(d_dimg);
+    free(img), free(w), free(b), free(out_c), free(out_g), free(dout), free(dw_c), free(db_c);
+    free(dw0), free(db0), free(dimg_c), free(dw_g), free(db_g), free(dimg_g);
+}
+
+static void test_tokens(int B, int M, int D, int t) {
+    char nm[96];
+    int L = M + 1;
+    size_t np = (size_t)B * M * D, nx = (size_t)B * L * D;
+    float *pt = rnd_bf(np, 1.0f), *cls = rnd(D, 1.0f), *pos = rnd((size_t)L * D, 1.0f);
+    float *x_c = vil_malloc(nx * sizeof(float));
+    tokens_forward(x_c, pt, cls, pos, B, M, D, t);
+    void *d_pt = dev_act(pt, np);
+    float *d_cls = dev_f32(cls, D), *d_pos = dev_f32(pos, (size_t)L * D), *d_x = dev_poison(nx * 4);
+    G->tokens_forward(d_x, d_pt, d_cls, d_pos, B, M, D, t);
+    float *x_g = get_f32(d_x, nx);
+    snprintf(nm, sizeof nm, "tokens fwd B=%d M=%d D=%d t=%d", B, M, D, t);
+    T_CLOSE(nm, rel(x_g, x_c, nx), 1e-7);
+    float *dx = rnd(nx, 1.0f), *dp_c = vil_malloc(np * sizeof(float));
+    float *dcls_c = rnd(D, 1.0f), *dpos_c = rnd((size_t)L * D, 1.0f);
+    float *dcls0 = copy_f(dcls_c, D), *dpos0 = copy_f(dpos_c, (size_t)L * D);
+    tokens_backward(dp_c, dcls_c, dpos_c, dx, B, M, D, t);
+    float *d_dx = dev_f32(dx, nx), *d_dcls = dev_f32(dcls0, D), *d_dpos = dev_f32(dpos0, (size_t)L * D);
+    void *d_dp = dev_poison(np * 2);
+    G->tokens_backward(d_dp, d_dcls, d_dpos, d_dx, B, M, D, t);
+    float *dp_g = get_act(d_dp, np), *dcls_g = get_f32(d_dcls, D), *dpos_g = get_f32(d_dpos, (size_t)L * D);
+    snprintf(nm, sizeof nm, "tokens bwd dpatches B=%d M=%d D=%d", B, M, D);
+    T_CLOSE(nm, rel(dp_g, dp_c, np), TOL_BF16);
+    snprintf(nm, sizeof nm, "tokens bwd dcls, dpos B=%d M=%d D=%d", B, M, D);
+    T_CLOSE(nm, fmax(rel(dcls_g, dcls_c, D), rel(dpos_g, dpos_c, (size_t)L * D)), 1e-6);
+    G->free(d_pt), G->free(d_cls), G->free(d_pos), G->free(d_x), G->free(d_dx), G->free(d_dcls);
+    G->free(d_dpos), G->free(d_dp);
+    free(pt), free(cls), free(pos), free(x_c), free(x_g), free(dx), free(dp_c), free(dcls_c);
+    free(dpos_c), free(dcls0), free(dpos0), free(dp_g), free(dcls_g), free(dpos_g);
+}
+
+int main(int argc, char **argv) {
+    char why[256];
+    if (!vil_cuda_available(why, sizeof why)) {
+        printf("no usable GPU: %s\n", why);
+        T_CHECK(0, "gpu_ops needs a CUDA device");
+        return t_finish();
+    }
+    G = &vil_backend_cuda;
+    /* "quick": the sizes compute-sanitizer can go through in reasonable time */
+    int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    vil_rng_seed(&rng, 20261122);
+
+    test_linear(394, 40, 80, 40, 0, 0, 0);   /* in_proj-like, L = 197 */
+    test_linear(14, 6, 40, 44, 1, 0, 0);     /* dt_proj-like: a strided slice, bias */
+    test_linear(1460, 40, 44, 40, 0, 0, 1);  /* x_proj-like, L = 730, dinp accumulates */
+    test_linear(3, 24, 5, 24 * 26, 1, 1, 0); /* the head: class-token rows, f32 out */
+    test_linear(2, 40, 24, 40, 0, 0, 0);     /* L = 1 */
+
+    test_norm(2, 197, 40, 1, 1);
+    test_norm(3, 7, 20, 1, 0);
+    test_norm(2, 1, 72, 0, 0);
+    test_norm(2, quick ? 26 : 730, 192, 1, 1);
+
+    int Ls[4] = {1, 7, 197, 730};
+    for (int i = 0; i < 4; i++) {
+        if (quick && Ls[i] == 730) continue;
+        test_conv(2, Ls[i], 40, 4, i & 1, 0);
+        test_conv(2, Ls[i], 40, 4, !(i & 1), 1);
+    }
+    test_conv(2, 26, 72, 3, 1, 0);
+
+    for (int i = 0; i < 4; i++) {
+        if (quick && Ls[i] == 730) continue;
+        test_scan(2, Ls[i], 40, 16, 3, 0);
+    }
+    test_scan(2, 26, 48, 4, 2, 0);
+    test_scan(2, 33, 72, 8, 5, 0);
+    test_scan(2, 197, 40, 16, 3, 1);
+    test_scan(2, 7, 20, 8, 2, 1);
+    if (!quick) test_scan(1, 730, 72, 16, 5, 1);
+
+    test_loss(3, 5);
+    test_loss(7, 1000);
+    test_adamw(1001);
+    test_adamw(7);
+
+    test_patch(2, 3, 16, 4, 3, 20);
+    test_patch(2, 3, 32, 16, 16, 40);
+    test_patch(1, 1, 28, 4, 4, 24);
+    test_tokens(2, 196, 40, 98);
+    test_tokens(2, 25, 20, 12);
+    test_tokens(3, 1, 8, 0);
+    return t_finish();
+}

@@ -1,0 +1,432 @@
+/* test_train.c: the training run on the CPU backend: lr schedule values against the formula, the
+ * EMA update, top-1 / top-5 counting, the config tables, a tiny synthetic IDX dataset trained
+ * for a few steps (the loss falls), resume equal to an uninterrupted run bit for bit, the
+ * checkpoint files (atomic, readable by `vil info` and `vil eval`), divergence and CLI errors. */
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "data_corpus.h"
+#include "eval/eval.h"
+#include "testing.h"
+#include "train/train.h"
+#include "vil/backend.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+#include "vil/model.h"
+#include "vil/safetensors.h"
+
+static char *dir;
+
+static const char *path(const char *name) {
+    static char buf[8][4096];
+    static int k = 0;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static int run(const char *cmd, char *out, size_t outlen) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = 0;
+    int ch;
+    while ((ch = fgetc(p)) != EOF)
+        if (out && n + 1 < outlen) out[n++] = (char)ch;
+    if (out) out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* ---------------- pieces ---------------- */
+
+static void test_schedule(void) {
+    double peak = 1e-3, w0 = 1e-6, lo = 1e-5;
+    long total = 1000, warm = 100;
+    double e = 0;
+    e = fmax(e, fabs(vil_lr_at(0, total, warm, peak, w0, lo) - w0));
+    e = fmax(e, fabs(vil_lr_at(50, total, warm, peak, w0, lo) - (w0 + (peak - w0) * 0.5)));
+    e = fmax(e, fabs(vil_lr_at(100, total, warm, peak, w0, lo) - peak));
+    e = fmax(e, fabs(vil_lr_at(550, total, warm, peak, w0, lo) - (peak + lo) / 2));
+    e = fmax(e, fabs(vil_lr_at(325, total, warm, peak, w0, lo) -
+                     (lo + 0.5 * (peak - lo) * (1 + cos(M_PI * 0.25)))));
+    e = fmax(e, fabs(vil_lr_at(1000, total, warm, peak, w0, lo) - lo));
+    e = fmax(e, fabs(vil_lr_at(0, total, 0, peak, w0, lo) - peak));
+    T_CLOSE("lr schedule at key steps", e, 1e-15);
+    T_CLOSE("linear scaling: 5e-4 at 1024 -> 1e-3", fabs(vil_peak_lr(5e-4, 1024) - 1e-3), 1e-15);
+    T_CLOSE("linear scaling: 1e-3 at 512 -> 1e-3", fabs(vil_peak_lr(1e-3, 512) - 1e-3), 1e-15);
+    int mono = 1;
+    for (long s = 1; s < total; s++) {
+        double a = vil_lr_at(s - 1, total, warm, peak, w0, lo), b = vil_lr_at(s, total, warm, peak, w0, lo);
+        if (s <= warm ? b < a : b > a) mono = 0;
+    }
+    T_CHECK(mono, "lr rises through the warmup and falls after it");
+}
+
+static void test_ema(void) {
+    const VilBackend *be = &vil_backend_cpu;
+    size_t n = 1003;
+    float *ema = be->alloc(n * 4), *p = be->alloc(n * 4), *scratch = be->alloc(n * 4);
+    double *want = malloc(n * sizeof(double));
+    be->zero(scratch, n * 4);
+    VilRng r;
+    vil_rng_seed(&r, 5);
+    for (size_t i = 0; i < n; i++) want[i] = ema[i] = vil_rng_normal(&r);
+    float decay = 0.99f;
+    double err = 0;
+    int finite = 1;
+    for (int it = 0; it < 3; it++) {
+        for (size_t i = 0; i < n; i++) p[i] = 3.0f * vil_rng_normal(&r);
+        vil_ema_update(be, ema, p, scratch, n, decay);
+        for (size_t i = 0; i < n; i++) {
+            want[i] = (double)decay * want[i] + (1.0 - (double)decay) * p[i];
+            err = fmax(err, fabs(ema[i] - want[i]) / (1e-3 + fabs(want[i])));
+            finite &= isfinite(scratch[i]);
+        }
+    }
+    T_CLOSE("EMA: ema = d * ema + (1 - d) * params", err, 1e-5);
+    T_CHECK(finite, "EMA scratch stays finite");
+    be->free(ema);
+    be->free(p);
+    be->free(scratch);
+    free(want);
+}
+
+static void test_topk(void) {
+    enum { C = 7 };
+    float l[6][C] = {
+        {0.1f, 0.2f, 9.0f, 0.3f, 0.0f, -1.0f, 0.5f}, /* label 2: first */
+        {5.0f, 4.0f, 3.0f, 1.0f, 0.0f, 0.0f, 0.0f},  /* label 2: third -> top-5 only */
+        {6.0f, 5.0f, 4.0f, 3.0f, 2.0f, 1.0f, 0.0f},  /* label 6: seventh -> neither */
+        {1.0f, 3.0f, 0.0f, 3.0f, 0.0f, 0.0f, 0.0f},  /* label 3 ties with class 1 -> second */
+        {1.0f, NAN, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f},   /* label 1 not finite -> neither */
+        {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f},  /* label -1 (padding) -> not counted */
+    };
+    int labels[6] = {2, 2, 6, 3, 1, -1};
+    long t1 = 0, t5 = 0;
+    vil_topk_count(&l[0][0], labels, 6, C, &t1, &t5);
+    T_CHECK(t1 == 1 && t5 == 3, "top-k by hand: top-1 %ld (want 1), top-5 %ld (want 3)", t1, t5);
+    /* fewer than five classes: top-5 is every finite row */
+    float l2[2][3] = {{0, 1, 2}, {2, 1, 0}};
+    int lab2[2] = {0, 0};
+    t1 = t5 = 0;
+    vil_topk_count(&l2[0][0], lab2, 2, 3, &t1, &t5);
+    T_CHECK(t1 == 1 && t5 == 2, "top-k with 3 classes: %ld / %ld", t1, t5);
+}
+
+static void test_config(void) {
+    VilConfig c;
+    VilTrainConfig t;
+    vil_config_default(&c);
+    T_CHECK(vil_config_load(&c, "configs/vil_tiny_in1k.cfg") == 0 && vil_config_finalize(&c) == 0 &&
+                vil_model_count_params(&c) == 6853096,
+            "a model-only reader takes a cfg with training keys (ViL-Tiny parameters)");
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    int ok = vil_train_config_load(&c, &t, "configs/vil_small_in1k.cfg") == 0 &&
+             vil_config_finalize(&c) == 0 && vil_train_config_finalize(&t) == 0;
+    T_CHECK(ok && vil_model_count_params(&c) == 25206760 && t.base_lr == 1e-3f && t.batch == 64 &&
+                t.weight_decay == 0.05f && c.drop_path == 0.05f && t.epochs == 300 &&
+                t.ema_decay == 0.99996f && t.min_lr == 1e-5f && t.warmup_lr == 1e-6f,
+            "vil_small_in1k.cfg: the recipe's values");
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    T_CHECK(vil_train_config_load(&c, &t, "configs/vil_fashion.cfg") == 0 &&
+                vil_config_finalize(&c) == 0 && vil_train_config_finalize(&t) == 0,
+            "vil_fashion.cfg loads");
+    fprintf(stderr, "(expected errors follow)\n");
+    T_CHECK(vil_config_set(&c, "epochs", "3") != 0, "model-only set rejects a training key");
+    T_CHECK(vil_train_config_set(&c, &t, "epoch", "3") != 0, "unknown key rejected");
+    T_CHECK(vil_train_config_set_kv(&c, &t, "epochs=3") == 0 && t.epochs == 3, "training key set");
+    T_CHECK(vil_train_config_set_kv(&c, &t, "base_lr=abc") != 0, "strict number parsing");
+    char *j = vil_train_config_to_json(&t);
+    VilTrainConfig u;
+    vil_train_config_default(&u);
+    T_CHECK(vil_train_config_from_json(&u, j) == 0 && memcmp(&u, &t, sizeof t) == 0,
+            "training config JSON round trip");
+    free(j);
+    t.ema_decay = 1.0f;
+    T_CHECK(vil_train_config_finalize(&t) != 0, "ema_decay 1 rejected");
+}
+
+/* ---------------- a tiny dataset and runs ---------------- */
+
+/* 16 x 16 gray images of 4 classes: a bright 6 x 6 block in quadrant (label) on noise */
+static void write_split(const char *prefix, int n, uint64_t seed) {
+    int H = 16, W = 16;
+    unsigned char *img = malloc((size_t)n * H * W), *lab = malloc((size_t)n);
+    VilRng r;
+    vil_rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) {
+        int y = i % 4;
+        lab[i] = (unsigned char)y;
+        int oy = (y / 2) * 8 + 1 + (int)vil_rng_below(&r, 2), ox = (y % 2) * 8 + 1 + (int)vil_rng_below(&r, 2);
+        for (int p = 0; p < H * W; p++) img[(size_t)i * H * W + p] = (unsigned char)(vil_rng_below(&r, 90));
+        for (int a = 0; a < 6; a++)
+            for (int b = 0; b < 6; b++) img[(size_t)i * H * W + (oy + a) * W + ox + b] = 230;
+    }
+    char p[4096];
+    unsigned dims[3] = {(unsigned)n, (unsigned)H, (unsigned)W};
+    snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte", dir, prefix);
+    corpus_write_idx(p, 3, dims, img, (size_t)n * H * W, 0);
+    snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte", dir, prefix);
+    corpus_write_idx(p, 1, dims, lab, (size_t)n, 0);
+    free(img);
+    free(lab);
+}
+
+static const char *CFG =
+    "name = tiny_test\narch = vil\nimg_size = 16\npatch_size = 4\nstride = 4\nin_chans = 1\n"
+    "embed_dim = 32\ndepth = 2\nnum_classes = 4\ndrop_path = 0.1\n"
+    "epochs = 2\nbatch = 16\nbase_lr = 0.05\nwarmup_epochs = 0.5\nmin_lr = 1e-5\n"
+    "weight_decay = 0.05\nema_decay = 0.9\nclip_grad = 5\nlabel_smoothing = 0.1\n"
+    "mixup = 0.8\ncutmix = 1.0\nmixup_prob = 0.5\nrepeats = 1\nrandaug_n = 1\nreprob = 0.25\n"
+    "scale_min = 0.5\ncrop_pct = 1\nworkers = 2\nlog_every = 1\neval_every_epochs = 1\n";
+
+typedef struct {
+    float loss[256];
+    int n;
+} Trace;
+
+static void on_log(void *ctx, const VilTrainProgress *p) {
+    Trace *t = ctx;
+    if (t->n < 256) t->loss[t->n++] = p->loss;
+}
+
+static void setup(VilTrainRun *r, const char *out, Trace *trace) {
+    memset(r, 0, sizeof *r);
+    vil_config_default(&r->model);
+    vil_train_config_default(&r->train);
+    if (vil_train_config_load(&r->model, &r->train, path("tiny.cfg")) != 0 ||
+        vil_config_finalize(&r->model) != 0 || vil_train_config_finalize(&r->train) != 0) {
+        printf("FAIL: the test config does not load\n");
+        exit(1);
+    }
+    r->data = dir;
+    r->out_dir = out;
+    r->be = &vil_backend_cpu;
+    r->quiet = 1;
+    r->on_log = on_log;
+    r->ctx = trace;
+}
+
+/* 1 when every tensor of a and b is present in both with identical bytes */
+static int same_tensors(const char *a, const char *b, const char *const *names, int n) {
+    VilSafetensors sa, sb;
+    if (vil_st_read(a, &sa, NULL, 0) != 0) return 0;
+    if (vil_st_read(b, &sb, NULL, 0) != 0) {
+        vil_st_free(&sa);
+        return 0;
+    }
+    int same = 1;
+    for (int i = 0; i < n; i++) {
+        const VilStTensor *x = vil_st_find(&sa, names[i]), *y = vil_st_find(&sb, names[i]);
+        if (!x || !y || x->nbytes != y->nbytes || memcmp(x->data, y->data, x->nbytes) != 0) {
+            printf("     tensor '%s' differs between %s and %s\n", names[i], a, b);
+            same = 0;
+        }
+    }
+    vil_st_free(&sa);
+    vil_st_free(&sb);
+    return same;
+}
+
+static int no_temp_files(const char *d) {
+    char cmd[4200], out[4096];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c '\\.tmp\\.'", d);
+    run(cmd, out, sizeof out);
+    return atoi(out) == 0;
+}
+
+static void test_train_resume(void) {
+    write_split("train", 192, 1);
+    write_split("t10k", 64, 2);
+    corpus_write(path("tiny.cfg"), CFG, strlen(CFG));
+
+    /* A: uninterrupted, 2 epochs of 12 steps */
+    VilTrainRun ra;
+    Trace ta = {0};
+    char outa[4096], outb[4096];
+    snprintf(outa, sizeof outa, "%s", path("runA"));
+    snprintf(outb, sizeof outb, "%s", path("runB"));
+    setup(&ra, outa, &ta);
+    VilTrainResult res_a;
+    double t0 = vil_now();
+    VilTrainStatus st = vil_train(&ra, &res_a);
+    T_CHECK(st == VIL_TRAIN_DONE && res_a.step == 24 && res_a.epoch == 2,
+            "uninterrupted run: status %d, %ld steps, %d epochs", st, res_a.step, res_a.epoch);
+    printf("     run A: %.1f s, losses", vil_now() - t0);
+    for (int i = 0; i < ta.n; i++) printf(" %.3f", ta.loss[i]);
+    printf("\n     val top-1 %.1f%%  EMA %.1f%%\n", res_a.top1, res_a.ema_top1);
+    T_CHECK(ta.n == 24, "a loss at every step with log_every = 1 (%d)", ta.n);
+    T_CHECK(res_a.top1 >= 0 && res_a.ema_top1 >= 0 && res_a.top5 == 100.0f,
+            "model and EMA evaluated (top-5 of 4 classes is 100%%)");
+
+    /* without augmentation the task is easy: the loss must fall clearly */
+    VilTrainRun rp;
+    Trace tp = {0};
+    VilTrainResult res_p;
+    setup(&rp, path("runP"), &tp);
+    rp.train.mixup = rp.train.cutmix = 0;
+    rp.train.randaug_n = 0;
+    rp.train.reprob = 0;
+    rp.train.label_smoothing = 0;
+    rp.train.eval_every_epochs = 0;
+    rp.train.epochs = 3;
+    st = vil_train(&rp, &res_p);
+    double first = 0, last = 0;
+    for (int i = 0; i < 6 && tp.n >= 36; i++) first += tp.loss[i] / 6, last += tp.loss[tp.n - 6 + i] / 6;
+    T_CHECK(st == VIL_TRAIN_DONE && last < 0.8 * first,
+            "the loss falls without augmentation: first 6 steps %.3f, last 6 %.3f", first, last);
+
+    /* B: stopped inside epoch 1, resumed, stopped inside epoch 2, resumed to the end */
+    VilTrainRun rb;
+    Trace tb = {0};
+    VilTrainResult res_b;
+    setup(&rb, outb, &tb);
+    rb.stop_after = 7;
+    st = vil_train(&rb, &res_b);
+    T_CHECK(st == VIL_TRAIN_STOPPED && res_b.step == 7, "stop after 7 steps: status %d, step %ld", st, res_b.step);
+    long stops[2] = {12, 17}; /* at the end of epoch 1 (after its evaluation), inside epoch 2 */
+    for (int k = 0; k < 2; k++) {
+        setup(&rb, outb, &tb);
+        rb.resume = path("runB/last.safetensors");
+        rb.stop_after = stops[k];
+        st = vil_train(&rb, &res_b);
+        T_CHECK(st == VIL_TRAIN_STOPPED && res_b.step == stops[k], "resume, stop after %ld: status %d, step %ld",
+                stops[k], st, res_b.step);
+    }
+    setup(&rb, outb, &tb);
+    rb.resume = outb; /* the run folder works too */
+    st = vil_train(&rb, &res_b);
+    T_CHECK(st == VIL_TRAIN_DONE && res_b.step == 24, "resume to the end: status %d, step %ld", st, res_b.step);
+    int same_loss = tb.n == ta.n;
+    for (int i = 0; same_loss && i < ta.n; i++) same_loss = memcmp(&ta.loss[i], &tb.loss[i], sizeof(float)) == 0;
+    T_CHECK(same_loss, "resumed run: the same loss at every step, bit for bit (%d vs %d logged)", tb.n, ta.n);
+    const char *st_names[4] = {"params", "adam_m", "adam_v", "ema"};
+    char sa[4200], sb[4200];
+    snprintf(sa, sizeof sa, "%s/last.state.safetensors", outa);
+    snprintf(sb, sizeof sb, "%s/last.state.safetensors", outb);
+    T_CHECK(same_tensors(sa, sb, st_names, 4), "resumed run: weights, moments and EMA bitwise equal");
+    const char *ck_names[2] = {"pos_embed", "layers.1.mixer.out_proj.weight"};
+    snprintf(sa, sizeof sa, "%s/last.safetensors", outa);
+    snprintf(sb, sizeof sb, "%s/last.safetensors", outb);
+    T_CHECK(same_tensors(sa, sb, ck_names, 2), "resumed run: last.safetensors equal");
+    T_CHECK(res_a.top1 == res_b.top1 && res_a.ema_top1 == res_b.ema_top1, "same val accuracy");
+    snprintf(sa, sizeof sa, "%s/ema.safetensors", outa);
+    snprintf(sb, sizeof sb, "%s/last.safetensors", outa);
+    T_CHECK(!same_tensors(sa, sb, ck_names, 1), "the EMA weights differ from the model's");
+
+    /* the files: complete, no temporaries left, readable by `vil info` and `vil eval` */
+    T_CHECK(no_temp_files(outa) && no_temp_files(outb), "no temporary files left behind");
+    char cmd[8400], out[1 << 16];
+    snprintf(cmd, sizeof cmd, "bin/vil info --model %s/last.safetensors 2>&1", outa);
+    int rc = run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "step:        24") && strstr(out, "classes:     4 (0, 1, 2, 3)"),
+            "vil info reads last.safetensors: %s", out);
+    snprintf(cmd, sizeof cmd, "bin/vil info --model %s/best.safetensors 2>&1", outa);
+    T_CHECK(run(cmd, out, sizeof out) == 0, "vil info reads best.safetensors");
+    snprintf(cmd, sizeof cmd, "bin/vil eval --model %s/last.safetensors --data %s --crop-pct 1 --device cpu --batch 10 2>&1", outa, dir);
+    rc = run(cmd, out, sizeof out);
+    char want[64];
+    snprintf(want, sizeof want, "top-1 %.2f%%", res_a.top1);
+    T_CHECK(rc == 0 && strstr(out, want) && strstr(out, "(64 images, 0 bad files"),
+            "vil eval on the IDX test split agrees with the training run's pass (%s): %s", want, out);
+}
+
+static void test_diverge_and_errors(void) {
+    /* one good epoch, then a resume with an absurd lr: stops on the non-finite loss and keeps
+     * the last good checkpoint */
+    char outc[4096];
+    snprintf(outc, sizeof outc, "%s", path("runC"));
+    VilTrainRun r;
+    Trace t = {0};
+    VilTrainResult res;
+    setup(&r, outc, &t);
+    r.train.epochs = 1;
+    r.train.clip_grad = 0;
+    T_CHECK(vil_train(&r, &res) == VIL_TRAIN_DONE && res.step == 12, "one epoch");
+    setup(&r, outc, &t);
+    r.train.base_lr = 1e30f;
+    r.train.clip_grad = 0;
+    r.resume = outc;
+    fprintf(stderr, "(expected errors follow)\n");
+    VilTrainStatus st = vil_train(&r, &res);
+    T_CHECK(st == VIL_TRAIN_DIVERGED, "lr 1e30: diverged (status %d)", st);
+    VilModel m;
+    VilCheckpointMeta meta;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/last.safetensors", outc);
+    int ok = vil_checkpoint_load(p, &vil_backend_cpu, 0, &m, &meta) == 0;
+    T_CHECK(ok && meta.step == 12, "the last good checkpoint is kept (step %ld)", ok ? meta.step : -1L);
+    if (ok) {
+        vil_checkpoint_meta_free(&meta);
+        vil_model_free(&m);
+    }
+
+    /* CLI: errors before any work, usage errors exit 2 */
+    char cmd[8400], out[1 << 14];
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s/nope --out %s/runD --device cpu 2>&1",
+             path("tiny.cfg"), dir, dir);
+    int rc = run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "nope"), "missing data folder: exit 1 naming it (%d): %s", rc, out);
+    snprintf(cmd, sizeof cmd, "test -e %s/runD", dir);
+    T_CHECK(run(cmd, NULL, 0) != 0, "nothing created for a run that cannot start");
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --set epoch=3 2>&1", path("tiny.cfg"), dir);
+    rc = run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && strstr(out, "did you mean 'epochs'"), "unknown key: exit 2 with a hint: %s", out);
+    T_CHECK(run("bin/vil train --data x 2>/dev/null", NULL, 0) == 2, "no --config: exit 2");
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu 2>&1", path("tiny.cfg"), dir, outc);
+    rc = run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "--resume"), "a fresh run over an existing one is refused: %s", out);
+    T_CHECK(run("bin/vil eval --data x 2>/dev/null", NULL, 0) == 2, "eval without --model: exit 2");
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume %s/nothing.safetensors 2>&1", dir, dir);
+    rc = run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "nothing.state.safetensors"), "resume from a missing state: exit 1: %s", out);
+
+    /* SIGINT: the step finishes, the run is saved, exit 1 with the resume command */
+    snprintf(cmd, sizeof cmd,
+             "bin/vil train --config %s --data %s --out %s/runE --device cpu --set epochs=1000 "
+             "--set eval_every_epochs=0 > %s/e.log 2>&1 & pid=$!; "
+             "i=0; while ! grep -q 'step ' %s/e.log && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+             "kill -INT $pid; wait $pid; echo $?",
+             path("tiny.cfg"), dir, dir, dir, dir);
+    rc = run(cmd, out, sizeof out);
+    size_t n;
+    snprintf(p, sizeof p, "%s/e.log", dir);
+    char *log = (char *)vil_read_file(p, &n);
+    T_CHECK(atoi(out) == 1 && log && strstr(log, "interrupted") && strstr(log, "--resume"),
+            "SIGINT: saved, exit 1 (%s): %s", out, log ? log + (n > 600 ? n - 600 : 0) : "");
+    free(log);
+    snprintf(p, sizeof p, "%s/runE/last.state.safetensors", dir);
+    VilSafetensors s;
+    long step = -1;
+    T_CHECK(vil_st_read(p, &s, NULL, 0) == 0 && vil_st_meta(&s, "vil.step") &&
+                vil_parse_int(vil_st_meta(&s, "vil.step"), &step) == 0 && step > 0,
+            "SIGINT: the state is readable");
+    vil_st_free(&s);
+    /* the CLI resume: the config comes from the state, the output goes to the same folder */
+    snprintf(cmd, sizeof cmd, "bin/vil train --resume %s/runE/last.safetensors --data %s --device cpu --stop-after %ld 2>&1",
+             dir, dir, step + 3);
+    rc = run(cmd, out, sizeof out);
+    long step2 = -1;
+    if (vil_st_read(p, &s, NULL, 0) == 0) {
+        vil_parse_int(vil_st_meta(&s, "vil.step"), &step2);
+        vil_st_free(&s);
+    }
+    T_CHECK(rc == 0 && step2 == step + 3, "CLI --resume continues in the run's folder (step %ld -> %ld): %s",
+            step, step2, out);
+}
+
+int main(void) {
+    dir = corpus_mkdtemp("train");
+    test_schedule();
+    test_ema();
+    test_topk();
+    test_config();
+    test_train_resume();
+    test_diverge_and_errors();
+    corpus_rmtree(dir);
+    return t_finish();
+}

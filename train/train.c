@@ -1,0 +1,961 @@
+/* train.c: `vil train` and the training run behind it (train.h): the loop of recipe.md written
+ * once against VilModel / VilBackend, the validation pass after epochs, checkpoints and the
+ * training state that makes --resume continue bitwise-identically on the CPU. */
+#define _GNU_SOURCE
+#include "train/train.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/commands.h"
+#include "data/loader.h"
+#include "eval/eval.h"
+#include "vil/args.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+#include "vil/model.h"
+#include "vil/safetensors.h"
+
+#define STATE_FORMAT "vil-train-state"
+#define STATE_VERSION "1"
+/* keeps the drop-path stream apart from the loader's streams keyed by the same seed */
+#define TAG_DROP_PATH 0x64726f7070617468ULL
+
+typedef struct {
+    const VilTrainRun *run;
+    const VilConfig *mc;
+    const VilTrainConfig *tc;
+    const VilBackend *be;
+    FILE *log;
+    VilDataset *ds, *val_ds;
+    VilLoader *loader, *val_loader;
+    VilModel m;
+    int model_ready;
+    float *ema, *scratch; /* backend memory, (n_params); NULL when the EMA is off */
+    char **class_names;
+    int n_classes;
+    /* position: the next batch to train on is batch `epoch_batch` of epoch `epoch` */
+    long step;
+    int epoch, epoch_batch;
+    long spe, total_steps, warmup_steps, global_batch;
+    double peak_lr;
+    float best_top1, last_loss;
+    char *path_last, *path_state, *path_best, *path_ema;
+} Trainer;
+
+/* ---------------- small helpers ---------------- */
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = vil_malloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int mkdir_p(const char *dir) {
+    char *p = vil_strdup(dir);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == 0) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                vil_error("cannot create the output folder '%s': %s", p, vil_errno_str());
+                free(p);
+                return -1;
+            }
+            *s = c;
+            if (!c) break;
+        }
+    }
+    free(p);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        vil_error("the output path '%s' exists and is not a folder", dir);
+        return -1;
+    }
+    return 0;
+}
+
+static void fmt_duration(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 1e8) snprintf(buf, n, "?");
+    else if (s >= 3600) snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else if (s >= 60) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(buf, n, "%.0fs", s);
+}
+
+char *vil_train_state_path(const char *resume) {
+    struct stat st;
+    if (stat(resume, &st) == 0 && S_ISDIR(st.st_mode)) return join(resume, "last.state.safetensors");
+    if (ends_with(resume, ".state.safetensors")) return vil_strdup(resume);
+    size_t n = strlen(resume) + 32;
+    char *p = vil_malloc(n);
+    if (ends_with(resume, ".safetensors"))
+        snprintf(p, n, "%.*s.state.safetensors", (int)(strlen(resume) - strlen(".safetensors")), resume);
+    else snprintf(p, n, "%s.state.safetensors", resume);
+    return p;
+}
+
+/* ---------------- the state file ---------------- */
+
+static int state_open(const char *path, VilSafetensors *st) {
+    char err[1024];
+    if (vil_st_read(path, st, err, sizeof err) != 0) {
+        vil_error("cannot resume: %s (--resume takes OUT/last.safetensors, its .state.safetensors "
+                  "file or the run folder)", err);
+        return -1;
+    }
+    const char *f = vil_st_meta(st, "vil.format");
+    if (!f || strcmp(f, STATE_FORMAT) != 0) {
+        vil_error("cannot resume: '%s' is not a vil training state (no vil.format = %s)", path,
+                  STATE_FORMAT);
+        vil_st_free(st);
+        return -1;
+    }
+    const char *v = vil_st_meta(st, "vil.version");
+    if (!v || strcmp(v, STATE_VERSION) != 0) {
+        vil_error("cannot resume: '%s' has state version %s, this vil reads %s", path, v ? v : "?",
+                  STATE_VERSION);
+        vil_st_free(st);
+        return -1;
+    }
+    return 0;
+}
+
+int vil_train_state_read_config(const char *state_path, VilConfig *model, VilTrainConfig *train) {
+    VilSafetensors st;
+    if (state_open(state_path, &st) != 0) return -1;
+    const char *mj = vil_st_meta(&st, "vil.config"), *tj = vil_st_meta(&st, "vil.train_config");
+    int rc = -1;
+    if (!mj || !tj) vil_error("cannot resume: '%s' holds no configuration", state_path);
+    else if (vil_config_from_json(model, mj) == 0 && vil_train_config_from_json(train, tj) == 0) rc = 0;
+    vil_st_free(&st);
+    return rc;
+}
+
+static int meta_long(const VilSafetensors *st, const char *key, long *out) {
+    const char *s = vil_st_meta(st, key);
+    if (!s || vil_parse_int(s, out) != 0) {
+        vil_error("cannot resume: the state file lacks a valid '%s'", key);
+        return -1;
+    }
+    return 0;
+}
+
+/* Keys whose values differ between two flat JSON objects, as "key a -> b, ..." (malloc'd) or
+ * NULL when none. */
+static char *json_diff(const char *a, const char *b) {
+    cJSON *oa = cJSON_Parse(a), *ob = cJSON_Parse(b);
+    size_t cap = 4096, len = 0;
+    char *out = vil_calloc(cap, 1);
+    cJSON *it;
+    cJSON_ArrayForEach(it, ob) {
+        cJSON *o = cJSON_GetObjectItemCaseSensitive(oa, it->string);
+        char *sa = o ? cJSON_PrintUnformatted(o) : NULL, *sb = cJSON_PrintUnformatted(it);
+        if (!sa || !sb || strcmp(sa, sb) != 0) {
+            /* numbers went through float: print them short */
+            char na[64], nb[64];
+            if (o && cJSON_IsNumber(o)) snprintf(na, sizeof na, "%.7g", o->valuedouble);
+            else snprintf(na, sizeof na, "%s", sa ? sa : "(none)");
+            if (cJSON_IsNumber(it)) snprintf(nb, sizeof nb, "%.7g", it->valuedouble);
+            else snprintf(nb, sizeof nb, "%s", sb ? sb : "?");
+            len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s %s -> %s",
+                                    len ? ", " : "", it->string, na, nb);
+        }
+        if (len >= cap) len = cap - 1;
+        cJSON_free(sa);
+        cJSON_free(sb);
+    }
+    cJSON_Delete(oa);
+    cJSON_Delete(ob);
+    if (!len) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static const VilStTensor *state_tensor(const VilSafetensors *st, const char *name, size_t n) {
+    const VilStTensor *t = vil_st_find(st, name);
+    if (!t || t->dtype != VIL_ST_F32 || (size_t)vil_st_numel(t) != n) {
+        vil_error("cannot resume: the state file's '%s' is missing or not %zu float32 values", name, n);
+        return NULL;
+    }
+    return t;
+}
+
+/* Upload one state tensor (its data may sit at any alignment in the file buffer). */
+static void upload(const VilBackend *be, float *dst, const VilStTensor *t, float *host) {
+    memcpy(host, t->data, t->nbytes);
+    be->to_device(dst, host, t->nbytes);
+}
+
+static int state_restore(Trainer *T, const char *path) {
+    VilSafetensors st;
+    if (state_open(path, &st) != 0) return -1;
+    VilModel *m = &T->m;
+    const VilBackend *be = T->be;
+    int rc = -1;
+    float *host = vil_malloc(m->n_params * sizeof(float));
+    char *mine = vil_config_to_json(T->mc), *tmine = vil_train_config_to_json(T->tc);
+    const char *mj = vil_st_meta(&st, "vil.config"), *tj = vil_st_meta(&st, "vil.train_config");
+    VilConfig saved;
+    vil_config_default(&saved);
+    if (!mj || !tj || vil_config_from_json(&saved, mj) != 0 || vil_config_finalize(&saved) != 0) {
+        vil_error("cannot resume: '%s' holds no valid model configuration", path);
+        goto done;
+    }
+    char *sj = vil_config_to_json(&saved), *d = json_diff(sj, mine);
+    free(sj);
+    if (d) {
+        vil_error("cannot resume: '%s' was trained with another model (%s); drop --config to use "
+                  "the saved one", path, d);
+        free(d);
+        goto done;
+    }
+    if ((d = json_diff(tj, tmine)) != NULL) {
+        vil_warn("resuming with changed training settings (%s): the run will differ from an "
+                 "uninterrupted one", d);
+        free(d);
+    }
+    long step, epoch, eb, adam_step, spe;
+    if (meta_long(&st, "vil.step", &step) || meta_long(&st, "vil.epoch", &epoch) ||
+        meta_long(&st, "vil.epoch_batch", &eb) || meta_long(&st, "vil.adam_step", &adam_step) ||
+        meta_long(&st, "vil.steps_per_epoch", &spe))
+        goto done;
+    if (spe != T->spe)
+        vil_warn("the saved run had %ld steps per epoch, this one %ld (another dataset or batch?): "
+                 "resuming at epoch %ld, batch %ld anyway", spe, T->spe, epoch, eb);
+    if (eb >= T->spe) epoch++, eb = 0;
+    const char *best = vil_st_meta(&st, "vil.best_top1");
+    double bv;
+    T->best_top1 = best && vil_parse_float(best, &bv) == 0 ? (float)bv : -1.0f;
+    size_t n = m->n_params;
+    const VilStTensor *tp = state_tensor(&st, "params", n), *tm = state_tensor(&st, "adam_m", n),
+                      *tv = state_tensor(&st, "adam_v", n);
+    if (!tp || !tm || !tv) goto done;
+    memcpy(host, tp->data, n * sizeof(float));
+    vil_model_set_params(m, host);
+    upload(be, m->m, tm, host);
+    upload(be, m->v, tv, host);
+    m->step = (int)adam_step;
+    if (T->ema) {
+        const VilStTensor *te = vil_st_find(&st, "ema");
+        if (te) {
+            if (!(te = state_tensor(&st, "ema", n))) goto done;
+            upload(be, T->ema, te, host);
+        } else {
+            vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
+            vil_model_get_params(m, host);
+            be->to_device(T->ema, host, n * sizeof(float));
+        }
+    }
+    T->step = step;
+    T->epoch = (int)epoch;
+    T->epoch_batch = (int)eb;
+    rc = 0;
+done:
+    free(mine);
+    free(tmine);
+    free(host);
+    vil_st_free(&st);
+    return rc;
+}
+
+static int all_finite(const float *x, size_t n) {
+    int ok = 1;
+#pragma omp parallel for reduction(& : ok)
+    for (size_t i = 0; i < n; i++) ok &= isfinite(x[i]) ? 1 : 0;
+    return ok;
+}
+
+/* Write the state (first: it is what a resume reads), then the model checkpoint, then the EMA
+ * checkpoint. Each write is atomic. Weights that are not finite are never written over the
+ * last good ones: returns -2 then. */
+static int save_all(Trainer *T) {
+    VilModel *m = &T->m;
+    const VilBackend *be = T->be;
+    size_t n = m->n_params, bytes = n * sizeof(float);
+    float *p = vil_malloc(bytes), *mm = vil_malloc(bytes), *vv = vil_malloc(bytes);
+    float *e = T->ema ? vil_malloc(bytes) : NULL;
+    int rc = -1;
+    vil_model_get_params(m, p);
+    if (!all_finite(p, n)) {
+        vil_error("the weights are not finite at step %ld: not saving over the last good "
+                  "checkpoint %s", T->step, T->path_last);
+        rc = -2;
+        goto done;
+    }
+    be->to_host(mm, m->m, bytes);
+    be->to_host(vv, m->v, bytes);
+    if (e) be->to_host(e, T->ema, bytes);
+    VilStWriter *w = vil_st_writer_new();
+    int64_t shape[1] = {(int64_t)n};
+    vil_st_writer_add(w, "params", VIL_ST_F32, 1, shape, p);
+    vil_st_writer_add(w, "adam_m", VIL_ST_F32, 1, shape, mm);
+    vil_st_writer_add(w, "adam_v", VIL_ST_F32, 1, shape, vv);
+    if (e) vil_st_writer_add(w, "ema", VIL_ST_F32, 1, shape, e);
+    char *mj = vil_config_to_json(T->mc), *tj = vil_train_config_to_json(T->tc);
+    char buf[64];
+    vil_st_writer_meta(w, "vil.format", STATE_FORMAT);
+    vil_st_writer_meta(w, "vil.version", STATE_VERSION);
+    vil_st_writer_meta(w, "vil.config", mj);
+    vil_st_writer_meta(w, "vil.train_config", tj);
+#define META(key, fmt, v)                                                                  \
+    snprintf(buf, sizeof buf, fmt, v);                                                     \
+    vil_st_writer_meta(w, key, buf)
+    META("vil.step", "%ld", T->step);
+    META("vil.epoch", "%d", T->epoch);
+    META("vil.epoch_batch", "%d", T->epoch_batch);
+    META("vil.adam_step", "%d", m->step);
+    META("vil.steps_per_epoch", "%ld", T->spe);
+    META("vil.best_top1", "%.9g", T->best_top1);
+    META("vil.world", "%d", 1);
+#undef META
+    /* nothing else is random state: every stream is a pure function of (seed, epoch, step) */
+    vil_st_writer_meta(w, "vil.rng", "keyed by (seed, epoch, position) in the loader and (seed, step) for drop path");
+    int src = vil_st_writer_save(w, T->path_state);
+    vil_st_writer_free(w);
+    free(mj);
+    free(tj);
+    if (src != 0) goto done;
+    if (vil_checkpoint_save(m, T->path_last, T->step, T->class_names, T->n_classes) != 0) goto done;
+    if (T->ema) {
+        /* a shallow copy that reads the EMA buffer as its parameters: the save only reads */
+        VilModel em = *m;
+        em.params = T->ema;
+        if (vil_checkpoint_save(&em, T->path_ema, T->step, T->class_names, T->n_classes) != 0)
+            goto done;
+    }
+    rc = 0;
+done:
+    free(p);
+    free(mm);
+    free(vv);
+    free(e);
+    return rc;
+}
+
+/* ---------------- the steps ---------------- */
+
+/* Global gradient norm, computed on the host: the backend has no reduction op yet, so this
+ * costs a download (and an upload when it clips) per step, only when clip_grad > 0. */
+static double clip_gradients(Trainer *T, float *host, float max_norm) {
+    VilModel *m = &T->m;
+    size_t n = m->n_params;
+    T->be->to_host(host, m->grads, n * sizeof(float));
+    double s = 0;
+#pragma omp parallel for reduction(+ : s)
+    for (size_t i = 0; i < n; i++) s += (double)host[i] * host[i];
+    double norm = sqrt(s);
+    if (isfinite(norm) && norm > max_norm) {
+        /* torch.nn.utils.clip_grad_norm_ */
+        float c = (float)(max_norm / (norm + 1e-6));
+        for (size_t i = 0; i < n; i++) host[i] *= c;
+        T->be->to_device(m->grads, host, n * sizeof(float));
+    }
+    return norm;
+}
+
+static float read_loss(Trainer *T, float *host_losses) {
+    int B = T->m.acts.B;
+    T->be->to_host(host_losses, T->m.acts.losses, (size_t)B * sizeof(float));
+    double s = 0;
+    for (int b = 0; b < B; b++) s += host_losses[b];
+    return (float)(s / B);
+}
+
+static void use_params(VilModel *m, float *p) {
+    m->params = p;
+    if (!m->be->work_bytes) m->work = p;
+    else if (m->be->params_to_work) m->be->params_to_work(m->work, p, m->n_params);
+}
+
+/* The validation pass of the model and of the EMA. */
+static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
+    VilEvalResult r;
+    FILE *plog = T->run->quiet ? NULL : T->log;
+    if (vil_eval_run(&T->m, T->val_loader, 0, NULL, NULL, &r) != 0) return -1;
+    res->top1 = r.images ? (float)(100.0 * r.top1 / r.images) : 0.0f;
+    res->top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
+    long bad = r.bad, images = r.images;
+    double secs = r.seconds;
+    if (T->ema) {
+        float *own = T->m.params;
+        use_params(&T->m, T->ema);
+        int erc = vil_eval_run(&T->m, T->val_loader, 0, NULL, NULL, &r);
+        use_params(&T->m, own);
+        if (erc != 0) return -1;
+        res->ema_top1 = r.images ? (float)(100.0 * r.top1 / r.images) : 0.0f;
+        res->ema_top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
+        secs += r.seconds;
+    }
+    if (plog) {
+        fprintf(plog, "val   epoch %d: top-1 %.2f%%  top-5 %.2f%%", epoch + 1, res->top1, res->top5);
+        if (T->ema) fprintf(plog, "  |  EMA top-1 %.2f%%  top-5 %.2f%%", res->ema_top1, res->ema_top5);
+        fprintf(plog, "  (%ld images%s, %.1f s)\n", images, bad ? ", bad files replaced" : "", secs);
+        if (bad) fprintf(plog, "      %ld bad file reads were replaced during the pass\n", bad);
+        fflush(plog);
+    }
+    return 0;
+}
+
+/* ---------------- setup ---------------- */
+
+static int open_data(Trainer *T) {
+    const VilTrainRun *run = T->run;
+    char err[2048];
+    T->ds = vil_dataset_open(run->data, "train", NULL, err, sizeof err);
+    if (!T->ds) {
+        vil_error("%s", err);
+        return -1;
+    }
+    if (run->names && vil_dataset_load_names(T->ds, run->names, err, sizeof err) != 0) {
+        vil_error("%s", err);
+        return -1;
+    }
+    int K = vil_dataset_num_classes(T->ds);
+    if (K != T->mc->num_classes) {
+        vil_error("the training data (%s) has %d classes but the model config says num_classes = "
+                  "%d: set --set num_classes=%d", vil_dataset_source(T->ds), K,
+                  T->mc->num_classes, K);
+        return -1;
+    }
+    if (T->tc->eval_every_epochs > 0) {
+        T->val_ds = vil_dataset_open(run->data, "val", run->val_labels, err, sizeof err);
+        if (!T->val_ds) {
+            vil_error("%s", err);
+            vil_error("no validation split in '%s': add one, or set eval_every_epochs=0 to train "
+                      "without evaluation", run->data);
+            return -1;
+        }
+        if (vil_dataset_num_classes(T->val_ds) > K) {
+            vil_error("the validation split has %d classes, the training split %d",
+                      vil_dataset_num_classes(T->val_ds), K);
+            return -1;
+        }
+        vil_dataset_set_num_classes(T->val_ds, K);
+    }
+    T->n_classes = K;
+    T->class_names = vil_calloc((size_t)K, sizeof(char *));
+    for (int c = 0; c < K; c++) T->class_names[c] = (char *)vil_dataset_class_name(T->ds, c);
+    return 0;
+}
+
+static int make_loaders(Trainer *T) {
+    const VilTrainConfig *t = T->tc;
+    const VilConfig *c = T->mc;
+    char err[2048];
+    VilLoaderConfig lc;
+    vil_loader_config_default(&lc, VIL_LOADER_TRAIN, c->img_size, c->in_chans, t->batch,
+                              T->n_classes);
+    lc.threads = t->workers;
+    lc.prefetch = t->workers + 1;
+    lc.seed = (uint64_t)t->seed;
+    lc.repeats = t->repeats;
+    lc.quiet = T->run->quiet;
+    lc.train.scale_min = t->scale_min;
+    lc.train.hflip = t->hflip;
+    lc.train.randaug_n = t->randaug_n;
+    lc.train.randaug_m = t->randaug_m;
+    lc.train.randaug_mstd = t->randaug_mstd;
+    lc.train.reprob = t->reprob;
+    lc.mixup.mixup_alpha = t->mixup;
+    lc.mixup.cutmix_alpha = t->cutmix;
+    lc.mixup.prob = t->mixup_prob;
+    lc.mixup.switch_prob = t->mixup_switch_prob;
+    lc.mixup.smoothing = t->label_smoothing;
+    T->loader = vil_loader_create(T->ds, &lc, err, sizeof err);
+    if (!T->loader) {
+        vil_error("%s", err);
+        return -1;
+    }
+    if (T->val_ds) {
+        VilLoaderConfig ec;
+        vil_loader_config_default(&ec, VIL_LOADER_EVAL, c->img_size, c->in_chans,
+                                  t->eval_batch ? t->eval_batch : t->batch, T->n_classes);
+        ec.threads = t->workers;
+        ec.prefetch = t->workers + 1;
+        ec.crop_pct = t->crop_pct;
+        ec.quiet = T->run->quiet;
+        T->val_loader = vil_loader_create(T->val_ds, &ec, err, sizeof err);
+        if (!T->val_loader) {
+            vil_error("%s", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void print_header(Trainer *T) {
+    const VilConfig *c = T->mc;
+    const VilTrainConfig *t = T->tc;
+    FILE *f = T->log;
+    fprintf(f, "train: %s (%s, %zu parameters, %d x %d x %d) on %s\n", c->name, c->arch,
+            T->m.n_params, c->in_chans, c->img_size, c->img_size, T->be->name);
+    fprintf(f, "data:  %s: %d images, %d classes", vil_dataset_source(T->ds),
+            vil_dataset_size(T->ds), T->n_classes);
+    if (T->val_ds) fprintf(f, "; val %s: %d images", vil_dataset_source(T->val_ds), vil_dataset_size(T->val_ds));
+    fprintf(f, "\nbatch: %d x 1 rank = %ld; lr = %g * %ld / 512 = %.4g; warmup %ld steps from %g; "
+               "cosine to %g\n", t->batch, T->global_batch, t->base_lr, T->global_batch,
+            T->peak_lr, T->warmup_steps, t->warmup_lr, t->min_lr);
+    fprintf(f, "steps: %d epoch%s x %ld = %ld", t->epochs, t->epochs == 1 ? "" : "s", T->spe,
+            (long)t->epochs * T->spe);
+    if (T->total_steps < (long)t->epochs * T->spe) fprintf(f, ", stopping at max_steps %ld", T->total_steps);
+    fprintf(f, "; AdamW wd %g; drop path %g; EMA %g; clip %s\n", t->weight_decay, c->drop_path,
+            t->ema_decay, t->clip_grad > 0 ? "on (global norm, host-side)" : "off");
+    fprintf(f, "aug:   crop scale (%g, 1), flip %g, ", t->scale_min, t->hflip);
+    if (t->randaug_n > 0) fprintf(f, "RandAugment n%d m%g mstd%g, ", t->randaug_n, t->randaug_m, t->randaug_mstd);
+    else fprintf(f, "no RandAugment, ");
+    fprintf(f, "erasing %g, ", t->reprob);
+    if (t->mixup > 0 || t->cutmix > 0)
+        fprintf(f, "mixup %g / cutmix %g (p %g, switch %g), ", t->mixup, t->cutmix, t->mixup_prob,
+                t->mixup_switch_prob);
+    else fprintf(f, "no mixup, ");
+    fprintf(f, "smoothing %g, repeats %d\n", t->label_smoothing, t->repeats);
+    fprintf(f, "out:   %s\n", T->run->out_dir);
+    fflush(f);
+}
+
+static void trainer_free(Trainer *T) {
+    if (T->model_ready) {
+        if (T->ema) T->be->free(T->ema);
+        if (T->scratch) T->be->free(T->scratch);
+        vil_model_free(&T->m);
+    }
+    vil_loader_free(T->loader);
+    vil_loader_free(T->val_loader);
+    free(T->class_names);
+    if (T->ds) vil_dataset_free(T->ds);
+    if (T->val_ds) vil_dataset_free(T->val_ds);
+    free(T->path_last);
+    free(T->path_state);
+    free(T->path_best);
+    free(T->path_ema);
+}
+
+/* ---------------- the run ---------------- */
+
+VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
+    Trainer TT = {0}, *T = &TT;
+    VilTrainStatus status = VIL_TRAIN_FAILED;
+    memset(res, 0, sizeof *res);
+    res->top1 = res->top5 = res->ema_top1 = res->ema_top5 = res->best_top1 = -1.0f;
+    res->last_loss = NAN;
+    T->run = run;
+    T->mc = &run->model;
+    T->tc = &run->train;
+    T->be = run->be;
+    T->log = run->log ? run->log : stdout;
+    T->best_top1 = -1.0f;
+    T->last_loss = NAN;
+    const VilTrainConfig *t = T->tc;
+    double t_start = vil_now();
+    char *state_in = run->resume ? vil_train_state_path(run->resume) : NULL;
+    float *host = NULL, *host_losses = NULL;
+
+    /* everything that can be wrong with the inputs is found before any work */
+    if (open_data(T) != 0) goto out;
+    if (state_in) {
+        struct stat st;
+        if (stat(state_in, &st) != 0) {
+            vil_error("cannot resume: no training state '%s' (%s)", state_in, vil_errno_str());
+            goto out;
+        }
+    }
+    T->path_last = join(run->out_dir, "last.safetensors");
+    T->path_state = join(run->out_dir, "last.state.safetensors");
+    if (!state_in) {
+        /* a fresh run never overwrites another one's state: weeks of ImageNet are one typo away */
+        struct stat st;
+        if (stat(T->path_state, &st) == 0) {
+            vil_error("'%s' holds a training run already (%s): continue it with --resume %s, or "
+                      "choose another --out (or delete that run)", run->out_dir, T->path_state,
+                      run->out_dir);
+            goto out;
+        }
+    }
+    if (mkdir_p(run->out_dir) != 0) goto out;
+    T->path_best = join(run->out_dir, "best.safetensors");
+    T->path_ema = join(run->out_dir, "ema.safetensors");
+    if (make_loaders(T) != 0) goto out;
+
+    T->spe = vil_loader_batches_per_epoch(T->loader);
+    if (T->spe < 1) {
+        vil_error("an epoch of %d samples holds no full batch of %d: lower batch",
+                  vil_loader_epoch_length(T->loader), t->batch);
+        goto out;
+    }
+    T->total_steps = (long)t->epochs * T->spe;
+    if (t->max_steps > 0 && t->max_steps < T->total_steps) T->total_steps = t->max_steps;
+    T->warmup_steps = lround((double)t->warmup_epochs * (double)T->spe);
+    T->global_batch = t->batch; /* one rank until the multi-GPU trainer lands */
+    T->peak_lr = vil_peak_lr(t->base_lr, T->global_batch);
+
+    VilModel *m = &T->m;
+    if (vil_model_init(m, T->mc, T->be) != 0) goto out;
+    T->model_ready = 1;
+    size_t n = m->n_params, bytes = n * sizeof(float);
+    vil_model_init_weights(m, (uint64_t)t->seed);
+    /* the moments exist from the start so that a save before the first update is complete */
+    if (!m->m) {
+        m->m = T->be->alloc(bytes);
+        m->v = T->be->alloc(bytes);
+        T->be->zero(m->m, bytes);
+        T->be->zero(m->v, bytes);
+    }
+    host = vil_malloc(bytes);
+    if (t->ema_decay > 0.0f) {
+        T->ema = T->be->alloc(bytes);
+        T->scratch = T->be->alloc(bytes);
+        T->be->zero(T->scratch, bytes);
+        vil_model_get_params(m, host);
+        T->be->to_device(T->ema, host, bytes);
+    }
+    if (state_in && state_restore(T, state_in) != 0) goto out;
+    if (!run->quiet) {
+        print_header(T);
+        if (state_in)
+            fprintf(T->log, "resume: %s at step %ld (epoch %d, batch %d)\n", state_in, T->step,
+                    T->epoch + 1, T->epoch_batch);
+    }
+    if (T->step >= T->total_steps) {
+        if (!run->quiet) fprintf(T->log, "nothing to do: the run is at step %ld of %ld\n", T->step, T->total_steps);
+        status = VIL_TRAIN_DONE;
+        goto out;
+    }
+
+    const VilConfig *c = T->mc;
+    int B = t->batch;
+    size_t img_bytes = (size_t)B * c->in_chans * c->img_size * c->img_size * sizeof(float);
+    size_t tgt_bytes = (size_t)B * c->num_classes * sizeof(float);
+    host_losses = vil_malloc((size_t)B * sizeof(float));
+    /* timing of the current log interval and of this process's steps */
+    double t_int = vil_now(), wait_int = 0, train_time = 0;
+    long steps_here = 0, int_steps = 0;
+    float grad_norm = -1.0f;
+
+    while (T->step < T->total_steps) {
+        vil_model_alloc_acts(m, B, 1);
+        vil_loader_start_epoch(T->loader, T->epoch);
+        if (T->epoch_batch > 0) {
+            /* the loader has no seek: decode and drop the batches done before the save, which
+             * keeps every later batch exactly as an uninterrupted run sees it */
+            if (!run->quiet) fprintf(T->log, "resume: skipping %d batches of epoch %d\n", T->epoch_batch, T->epoch + 1);
+            for (int k = 0; k < T->epoch_batch; k++) {
+                const VilBatch *b = vil_loader_next_batch(T->loader);
+                if (!b) {
+                    const char *e = vil_loader_error(T->loader);
+                    vil_error("cannot resume: the data loader stopped at batch %d of epoch %d: %s",
+                              k, T->epoch + 1, e ? e : "the epoch is shorter than when saved");
+                    goto out;
+                }
+                vil_loader_release_batch(T->loader, b);
+            }
+            t_int = vil_now();
+        }
+        while (T->epoch_batch < T->spe && T->step < T->total_steps) {
+            double t0 = vil_now();
+            const VilBatch *b = vil_loader_next_batch(T->loader);
+            double t1 = vil_now();
+            if (!b) {
+                const char *e = vil_loader_error(T->loader);
+                vil_error("the data loader stopped at epoch %d, batch %d: %s", T->epoch + 1,
+                          T->epoch_batch, e ? e : "the epoch ended early");
+                /* the weights are those of a completed step: keep them */
+                if (save_all(T) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
+                goto out;
+            }
+            wait_int += t1 - t0;
+            T->be->to_device(m->acts.img, b->images, img_bytes);
+            T->be->to_device(m->acts.targets, b->targets, tgt_bytes);
+            vil_model_sample_drop_path(m, vil_hash_seed((uint64_t)t->seed, TAG_DROP_PATH,
+                                                        (uint64_t)T->step, 0));
+            vil_model_zero_grad(m);
+            vil_model_forward(m, 1);
+            vil_model_backward(m);
+            if (t->clip_grad > 0.0f) {
+                double gn = clip_gradients(T, host, t->clip_grad);
+                grad_norm = (float)gn;
+                if (!isfinite(gn)) {
+                    vil_loader_release_batch(T->loader, b);
+                    vil_error("the gradient norm is %g at step %ld (epoch %d): training diverged. "
+                              "The weights were not updated; the last good checkpoint %s is "
+                              "kept. Lower base_lr or clip_grad.", gn, T->step + 1, T->epoch + 1,
+                              T->path_last);
+                    status = VIL_TRAIN_DIVERGED;
+                    goto out;
+                }
+            }
+            float lr = (float)vil_lr_at(T->step, T->total_steps, T->warmup_steps, T->peak_lr,
+                                        t->warmup_lr, t->min_lr);
+            vil_model_adamw_step(m, lr, t->beta1, t->beta2, t->adam_eps, t->weight_decay);
+            if (T->ema) vil_ema_update(T->be, T->ema, m->params, T->scratch, n, t->ema_decay);
+            /* released after the step: a backend may still be reading the batch */
+            vil_loader_release_batch(T->loader, b);
+            T->step++;
+            T->epoch_batch++;
+            steps_here++;
+            int_steps++;
+
+            int last_of_epoch = T->epoch_batch == T->spe || T->step == T->total_steps;
+            if (T->step % t->log_every == 0 || last_of_epoch) {
+                T->last_loss = read_loss(T, host_losses);
+                double now = vil_now(), dt = now - t_int;
+                train_time += dt;
+                if (!isfinite(T->last_loss)) {
+                    vil_error("the loss is %g at step %ld (epoch %d): training diverged. The last "
+                              "good checkpoint %s is kept; lower base_lr or set clip_grad.",
+                              T->last_loss, T->step, T->epoch + 1, T->path_last);
+                    status = VIL_TRAIN_DIVERGED;
+                    goto out;
+                }
+                VilTrainProgress p = {0};
+                p.epoch = T->epoch;
+                p.epochs = t->epochs;
+                p.step = T->step;
+                p.total_steps = T->total_steps;
+                p.epoch_step = T->epoch_batch;
+                p.epoch_steps = (int)T->spe;
+                p.loss = T->last_loss;
+                p.lr = lr;
+                p.grad_norm = t->clip_grad > 0 ? grad_norm : -1.0f;
+                p.images_per_s = dt > 0 ? (double)int_steps * B / dt : 0;
+                p.data_wait = dt > 0 ? wait_int / dt : 0;
+                p.eta_s = train_time / steps_here * (double)(T->total_steps - T->step);
+                if (!run->quiet) {
+                    char eta[32];
+                    fmt_duration(eta, sizeof eta, p.eta_s);
+                    fprintf(T->log, "epoch %d/%d  step %ld/%ld (%d/%d)  loss %.4f  lr %.3e",
+                            p.epoch + 1, p.epochs, p.step, p.total_steps, p.epoch_step,
+                            p.epoch_steps, p.loss, p.lr);
+                    if (p.grad_norm >= 0) fprintf(T->log, "  gnorm %.3f", p.grad_norm);
+                    fprintf(T->log, "  %.1f img/s  data %.0f%%  eta %s\n", p.images_per_s,
+                            100.0 * p.data_wait, eta);
+                    fflush(T->log);
+                }
+                if (run->on_log) run->on_log(run->ctx, &p);
+                t_int = vil_now();
+                wait_int = 0;
+                int_steps = 0;
+            }
+            int stop = run->stop_after > 0 && T->step >= run->stop_after;
+            int intr = run->interrupt && *run->interrupt;
+            if ((stop || intr) && !last_of_epoch) {
+                int src = save_all(T);
+                if (src != 0) {
+                    status = src == -2 ? VIL_TRAIN_DIVERGED : VIL_TRAIN_FAILED;
+                    goto out;
+                }
+                if (!run->quiet)
+                    fprintf(T->log, "%s at step %ld (epoch %d, batch %d): saved %s and %s\n",
+                            intr ? "interrupted" : "stopped", T->step, T->epoch + 1, T->epoch_batch,
+                            T->path_last, T->path_state);
+                fflush(T->log);
+                status = intr ? VIL_TRAIN_INTERRUPTED : VIL_TRAIN_STOPPED;
+                goto out;
+            }
+        }
+
+        /* end of an epoch, or of the schedule inside one (max_steps) */
+        double t_end = vil_now();
+        int finished = T->step >= T->total_steps;
+        int epoch_done = T->epoch_batch >= T->spe;
+        int ep = T->epoch;
+        if (epoch_done) {
+            T->epoch++;
+            T->epoch_batch = 0;
+        }
+        int every = t->eval_every_epochs;
+        if (T->val_loader && (finished || (epoch_done && (ep + 1) % every == 0))) {
+            if (evaluate(T, ep, res) != 0) {
+                if (save_all(T) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
+                goto out;
+            }
+            if (res->top1 > T->best_top1) {
+                int finite;
+                vil_model_get_params(m, host);
+                finite = all_finite(host, n);
+                if (finite && vil_checkpoint_save(m, T->path_best, T->step, T->class_names, T->n_classes) != 0)
+                    goto out;
+                if (finite) T->best_top1 = res->top1;
+            }
+            vil_model_alloc_acts(m, B, 1);
+        }
+        int src = save_all(T);
+        if (src != 0) {
+            status = src == -2 ? VIL_TRAIN_DIVERGED : VIL_TRAIN_FAILED;
+            goto out;
+        }
+        if (!run->quiet) {
+            char el[32];
+            fmt_duration(el, sizeof el, vil_now() - t_start);
+            fprintf(T->log, "%s %d at step %ld (%s): loss %.4f; saved %s\n",
+                    epoch_done ? "end of epoch" : "end of the schedule (max_steps) in epoch",
+                    ep + 1, T->step, el, T->last_loss, T->path_last);
+            fflush(T->log);
+        }
+        int stop = run->stop_after > 0 && T->step >= run->stop_after;
+        int intr = run->interrupt && *run->interrupt;
+        if (!finished && (stop || intr)) {
+            if (!run->quiet)
+                fprintf(T->log, "%s at the end of epoch %d: saved %s and %s\n",
+                        intr ? "interrupted" : "stopped", ep + 1, T->path_last, T->path_state);
+            status = intr ? VIL_TRAIN_INTERRUPTED : VIL_TRAIN_STOPPED;
+            goto out;
+        }
+        /* the evaluation and the saves count in the ETA, not in the next interval's images/s */
+        train_time += vil_now() - t_end;
+        t_int = vil_now();
+        wait_int = 0;
+    }
+    status = VIL_TRAIN_DONE;
+out:
+    res->step = T->step;
+    res->epoch = T->epoch;
+    res->epochs_done = T->spe > 0 ? (double)T->step / (double)T->spe : 0.0;
+    res->best_top1 = T->best_top1;
+    res->last_loss = T->last_loss;
+    res->seconds = vil_now() - t_start;
+    free(host);
+    free(host_losses);
+    free(state_in);
+    trainer_free(T);
+    return status;
+}
+
+/* ---------------- the command ---------------- */
+
+static volatile sig_atomic_t g_interrupt = 0;
+
+static void on_signal(int sig) {
+    g_interrupt = sig;
+}
+
+int vil_cmd_train(int argc, char **argv) {
+    const char *config = NULL, *data = NULL, *device = "auto", *out = NULL, *resume = NULL,
+               *names = NULL, *val_labels = NULL;
+    int stop_after = 0, quiet = 0, print_config = 0;
+    VilArgList sets = {0};
+    VilArg args[] = {
+        {"--config", VIL_ARG_STR, &config, "cfg file with model and training keys (configs/*.cfg)"},
+        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root (train/, val/) or IDX folder"},
+        {"--set", VIL_ARG_LIST, &sets, "override a config key, key=value (repeatable)"},
+        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
+        {"--out", VIL_ARG_STR, &out, "output folder (default out/NAME, or the --resume run's)"},
+        {"--resume", VIL_ARG_STR, &resume, "continue a run: OUT/last.safetensors, its .state file or OUT"},
+        {"--names", VIL_ARG_STR, &names, "class names file (imagenet_classes.tsv form, or one per line)"},
+        {"--val-labels", VIL_ARG_STR, &val_labels, "labels file (\"filename label\" lines) of a flat DIR/val folder"},
+        {"--stop-after", VIL_ARG_INT, &stop_after, "save and stop after this global step (the schedule is unchanged)"},
+        {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration first"},
+        {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
+    };
+    VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [--device cpu|cuda|auto] [--out DIR] [--resume CKPT]",
+                       "Trains a ViL / ViM classifier with the recipe of recipe.md: AdamW, linear\n"
+                       "warmup then cosine lr per step, drop path, EMA, Mixup/CutMix, label\n"
+                       "smoothing, repeated augmentation; evaluates model and EMA on the val split\n"
+                       "after epochs. Writes OUT/last.safetensors, OUT/last.state.safetensors (for\n"
+                       "--resume), OUT/ema.safetensors and OUT/best.safetensors at every epoch end;\n"
+                       "SIGINT / SIGTERM finish the step, save and exit 1.",
+                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    free(pos);
+    if ((!config && !resume) || !data) {
+        fprintf(stderr, "vil train: --data and --config (or --resume) are required\n");
+        vil_args_usage(&spec, 1);
+        return 2;
+    }
+    if (stop_after < 0) {
+        fprintf(stderr, "vil train: --stop-after must be >= 0\n");
+        return 2;
+    }
+    VilTrainRun run = {0};
+    vil_config_default(&run.model);
+    vil_train_config_default(&run.train);
+    char *state = NULL;
+    if (resume && !config) {
+        state = vil_train_state_path(resume);
+        int r = vil_train_state_read_config(state, &run.model, &run.train);
+        free(state);
+        if (r != 0) return 1;
+    }
+    if (config && vil_train_config_load(&run.model, &run.train, config) != 0) return 1;
+    for (int i = 0; i < sets.n; i++)
+        if (vil_train_config_set_kv(&run.model, &run.train, sets.v[i]) != 0) return 2;
+    if (vil_config_finalize(&run.model) != 0 || vil_train_config_finalize(&run.train) != 0) return 1;
+    if (print_config) {
+        vil_config_print(&run.model, stdout);
+        vil_train_config_print(&run.train, stdout);
+    }
+    char outbuf[4096];
+    if (!out && resume) {
+        /* a resumed run goes on writing where its state is */
+        char *sp = vil_train_state_path(resume);
+        char *slash = strrchr(sp, '/');
+        snprintf(outbuf, sizeof outbuf, "%.*s", slash ? (int)(slash - sp) : 1, slash ? sp : ".");
+        free(sp);
+        out = outbuf;
+    } else if (!out) {
+        snprintf(outbuf, sizeof outbuf, "out/%s", run.model.name);
+        out = outbuf;
+    }
+    run.be = vil_backend_get(device);
+    if (!run.be) return 1;
+    run.data = data;
+    run.names = names;
+    run.val_labels = val_labels;
+    run.out_dir = out;
+    run.resume = resume;
+    run.stop_after = stop_after;
+    run.interrupt = &g_interrupt;
+    run.quiet = quiet;
+    /* the first signal asks for a clean stop; a second one kills as usual */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    CHECK_LIBC(sigaction(SIGINT, &sa, NULL), "installing the SIGINT handler");
+    CHECK_LIBC(sigaction(SIGTERM, &sa, NULL), "installing the SIGTERM handler");
+
+    VilTrainResult res;
+    VilTrainStatus st = vil_train(&run, &res);
+    char last[600];
+    snprintf(last, sizeof last, "%s/last.safetensors", out);
+    switch (st) {
+    case VIL_TRAIN_DONE:
+        printf("done: %ld steps (%.3g epochs) in %.0f s", res.step, res.epochs_done, res.seconds);
+        if (res.top1 >= 0) printf("; val top-1 %.2f%% top-5 %.2f%%", res.top1, res.top5);
+        if (res.ema_top1 >= 0) printf("; EMA top-1 %.2f%% top-5 %.2f%%", res.ema_top1, res.ema_top5);
+        if (res.best_top1 >= 0) printf("; best top-1 %.2f%% (%s/best.safetensors)", res.best_top1, out);
+        printf("\n");
+        return 0;
+    case VIL_TRAIN_STOPPED:
+        printf("stopped at step %ld (--stop-after); continue with: vil train --resume %s --data %s\n",
+               res.step, last, data);
+        return 0;
+    case VIL_TRAIN_INTERRUPTED:
+        vil_error("interrupted (%s) at step %ld; the run is saved: continue with "
+                  "vil train --resume %s --data %s", g_interrupt == SIGTERM ? "SIGTERM" : "SIGINT",
+                  res.step, last, data);
+        return 1;
+    case VIL_TRAIN_DIVERGED:
+        vil_error("training diverged at step %ld (see above)", res.step);
+        return 1;
+    default:
+        return 1;
+    }
+}

@@ -1,0 +1,81 @@
+/* train.h: the training run of recipe.md (AdamW, warmup + cosine lr per step, drop path, EMA,
+ * Mixup/CutMix via the loader, optional gradient clipping), its checkpoints and exact resume,
+ * and the pieces the tests check on their own: the lr schedule and the EMA update. */
+#ifndef VIL_TRAIN_H
+#define VIL_TRAIN_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "vil/backend.h"
+#include "vil/config.h"
+
+/* The lr of step `step` (0-based) of a run of total_steps: linear from warmup_lr to peak over
+ * warmup_steps, then cosine from peak to min_lr reaching min_lr at total_steps. */
+double vil_lr_at(long step, long total_steps, long warmup_steps, double peak, double warmup_lr,
+                 double min_lr);
+/* base_lr * global_batch / 512 (the linear scaling rule of the recipe). */
+double vil_peak_lr(double base_lr, long global_batch);
+
+/* ema = decay * ema + (1 - decay) * params over n floats of backend memory. scratch: n floats
+ * of backend memory, zeroed once, that the update may overwrite (see ema.c for why). */
+void vil_ema_update(const VilBackend *be, float *ema, const float *params, float *scratch,
+                    size_t n, float decay);
+
+/* Progress at a log step (the only per-step host read: the batch's losses). */
+typedef struct {
+    int epoch, epochs;
+    long step, total_steps;     /* global step after this update, 1-based */
+    int epoch_step, epoch_steps;
+    float loss, lr, grad_norm;  /* grad_norm < 0: not computed (clipping off) */
+    double images_per_s, data_wait, eta_s;
+} VilTrainProgress;
+
+typedef struct {
+    VilConfig model;          /* finalized */
+    VilTrainConfig train;     /* finalized */
+    const char *data;         /* dataset root (recipe.md layouts) */
+    const char *names;        /* class names file, or NULL */
+    const char *val_labels;   /* labels file of a flat validation folder, or NULL */
+    const char *out_dir;      /* created when missing */
+    const char *resume;       /* NULL, or a checkpoint, its .state file, or a run folder */
+    const VilBackend *be;
+    long stop_after;          /* > 0: save and stop after this global step, the schedule unchanged */
+    volatile sig_atomic_t *interrupt; /* set from a signal handler: finish the step, save, stop */
+    int quiet;                /* no progress lines (errors are still reported) */
+    FILE *log;                /* progress and epoch summaries; NULL: stdout */
+    void (*on_log)(void *ctx, const VilTrainProgress *p); /* optional, at each log step */
+    void *ctx;
+} VilTrainRun;
+
+typedef enum {
+    VIL_TRAIN_DONE = 0,        /* the schedule ran to its end */
+    VIL_TRAIN_FAILED = -1,     /* an error, reported; nothing half-written */
+    VIL_TRAIN_STOPPED = 1,     /* stop_after reached: saved */
+    VIL_TRAIN_INTERRUPTED = 2, /* *interrupt was set: saved */
+    VIL_TRAIN_DIVERGED = 3,    /* a non-finite loss or gradient: not saved, the last good kept */
+} VilTrainStatus;
+
+typedef struct {
+    long step;                 /* global steps done */
+    int epoch;                 /* epochs completed */
+    double epochs_done;        /* steps / steps per epoch */
+    float top1, top5;          /* last evaluation of the model (-1: none) */
+    float ema_top1, ema_top5;  /* and of the EMA (-1: none) */
+    float best_top1;           /* best model top-1 so far (best.safetensors) */
+    float last_loss;           /* loss of the last logged step */
+    double seconds;
+} VilTrainResult;
+
+/* Train as run describes. Data problems are reported before any work; progress goes to
+ * run->log. Writes OUT/last.safetensors (model), OUT/last.state.safetensors (everything a
+ * bitwise-exact resume needs), OUT/ema.safetensors (EMA weights, when on) at every epoch end
+ * and on stop, and OUT/best.safetensors when the model's val top-1 improves. */
+VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res);
+
+/* The state file that belongs to `resume` (see VilTrainRun.resume), malloc'd. */
+char *vil_train_state_path(const char *resume);
+/* Read the model and training configuration stored in a state file. 0, or -1 (reported). */
+int vil_train_state_read_config(const char *state_path, VilConfig *model, VilTrainConfig *train);
+
+#endif
