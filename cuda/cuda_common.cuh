@@ -95,6 +95,7 @@ enum {
     SCR_SCAN_PK,     /* scan: dk partial sums */
     SCR_SCAN_PD,     /* scan: dD / dA_log partial sums */
     SCR_BIAS_BF16,   /* linear: bf16 copy of a bias when cuBLASLt takes no f32 bias */
+    SCR_SUM_MID,     /* colsum_rows_accumulate: the first of its two levels */
     SCR_COUNT
 };
 void *cu_scratch(int slot, size_t bytes);
@@ -107,7 +108,14 @@ static inline int cu_blocks(size_t n, int threads) {
 /* ---- bf16 helpers ---- */
 __device__ __forceinline__ float bf2f(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ bf16 f2bf(float x) { return __float2bfloat16_rn(x); }
-__device__ __forceinline__ float sigmoidf_fast(float x) { return __frcp_rn(1.0f + __expf(-x)); }
+/* MUFU reciprocal (about 1 ulp): the IEEE __frcp_rn expands to a long sequence, and these
+ * feed bf16 outputs; rcp(inf) = 0 keeps sigmoid(-inf) = 0 */
+__device__ __forceinline__ float rcp_fast(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ float sigmoidf_fast(float x) { return rcp_fast(1.0f + __expf(-x)); }
 __device__ __forceinline__ float siluf(float x) { return x * sigmoidf_fast(x); }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -151,9 +151,16 @@ __global__ void colsum_partial_kernel(float *part /* (nchunk, OC) */, const T *x
     int r1 = min(N, r0 + CS_ROWS);
     float s = 0.0f;
     if (o < OC)
-        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
-            if constexpr (sizeof(T) == 2) s += bf2f(x[(size_t)r * OC + o]);
-            else s += x[(size_t)r * OC + o];
+        for (int rb = r0 + threadIdx.y; rb < r1; rb += 64) {
+            float v[8]; /* all loads issued before the adds */
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                int r = rb + 8 * k;
+                if constexpr (sizeof(T) == 2) v[k] = r < r1 ? bf2f(x[(size_t)r * OC + o]) : 0.0f;
+                else v[k] = r < r1 ? x[(size_t)r * OC + o] : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) s += v[k];
         }
     acc[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
@@ -164,34 +171,54 @@ __global__ void colsum_partial_kernel(float *part /* (nchunk, OC) */, const T *x
         part[(size_t)blockIdx.y * OC + o] = t;
     }
 }
-/* out[c] += sum over rows: 8 row lanes per column, then the 8 lane sums in order */
+/* out[c] (+)= sum over rows [ra, rb) of split blockIdx.y: 8 row lanes per column, each lane
+ * issuing 8 loads before it adds (an add waits for its load, and in-order issue would otherwise
+ * serialize every load's latency), then the 8 lane sums in order. accumulate = 0 writes the
+ * split's sum to out + split * ldo (the first of two levels). */
+#define SUM_SPLIT_ROWS 128
 __global__ void sum_rows_kernel(float *__restrict__ out, const float *__restrict__ part, int rows,
-                                int cols, int ld) {
+                                int cols, int ld, int per, int ldo, int accumulate) {
     __shared__ float acc[8][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    float s0 = 0.0f, s1 = 0.0f;
+    int c = blockIdx.x * 32 + threadIdx.x, sp = blockIdx.y;
+    int ra = sp * per, rb = min(rows, ra + per);
+    float s = 0.0f;
     if (c < cols) {
-        int r = threadIdx.y;
-        /* two accumulators: twice the loads in flight */
-        for (; r + 8 < rows; r += 16) {
-            s0 += part[(size_t)r * ld + c];
-            s1 += part[(size_t)(r + 8) * ld + c];
+        for (int r0 = ra + threadIdx.y; r0 < rb; r0 += 64) {
+            float v[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                int r = r0 + 8 * k;
+                v[k] = r < rb ? part[(size_t)r * ld + c] : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) s += v[k];
         }
-        if (r < rows) s0 += part[(size_t)r * ld + c];
     }
-    acc[threadIdx.y][threadIdx.x] = s0 + s1;
+    acc[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < cols) {
         float t = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++) t += acc[i][threadIdx.x];
-        out[c] += t;
+        if (accumulate) out[c] += t;
+        else out[(size_t)sp * ldo + c] = t;
     }
 }
 
 extern "C" void colsum_rows_accumulate_cuda(float *out, const float *part, int rows, int cols, int ld) {
     cu_ensure_init();
-    sum_rows_kernel<<<(cols + 31) / 32, dim3(32, 8), 0, g_cu.stream>>>(out, part, rows, cols, ld);
+    dim3 block(32, 8);
+    if (rows <= 2 * SUM_SPLIT_ROWS) {
+        sum_rows_kernel<<<dim3((cols + 31) / 32, 1), block, 0, g_cu.stream>>>(out, part, rows, cols, ld, rows, 0, 1);
+        CU_LAUNCH_CHECK();
+        return;
+    }
+    /* two fixed-order levels, so that enough blocks run */
+    int nsp = (rows + SUM_SPLIT_ROWS - 1) / SUM_SPLIT_ROWS;
+    float *mid = (float *)cu_scratch(SCR_SUM_MID, (size_t)nsp * cols * sizeof(float));
+    sum_rows_kernel<<<dim3((cols + 31) / 32, nsp), block, 0, g_cu.stream>>>(mid, part, rows, cols, ld, SUM_SPLIT_ROWS, cols, 0);
+    CU_LAUNCH_CHECK();
+    sum_rows_kernel<<<dim3((cols + 31) / 32, 1), block, 0, g_cu.stream>>>(out, mid, nsp, cols, cols, nsp, 0, 1);
     CU_LAUNCH_CHECK();
 }
 

@@ -147,7 +147,7 @@ __device__ __forceinline__ void step_pre(float &p0, float &p1, const float *row,
     if (!MAMBA) {
         float kap = row[3 * N];
         float beta = sigmoidf_fast(dl);
-        p0 = beta * __frcp_rn(fmaf(beta, kap, 1.0f));
+        p0 = beta * rcp_fast(fmaf(beta, kap, 1.0f));
         p1 = p0 * u;
     } else {
         p0 = softplusf_(dl);
@@ -181,153 +181,141 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
     return (y[0] + y[1]) + (y[2] + y[3]);
 }
 
-/* ---------------- the pair kernel: both directions per thread ---------------- */
-/* staged per-step inputs of the pair kernel, rows of TPB channels: u0 dl0 u1 dl1 z0 z1 [go0 go1]
- * where 0 is token s (forward direction) and 1 token L-1-s (backward direction) */
-template <bool BWD>
-struct PairQ {
-    static constexpr int NQ = BWD ? 8 : 6;
-};
+/* ---------------- the pair kernel: both directions per thread, one after the other ------------
+ * Pass 1 runs the backward direction (token L-1-s at step s) and leaves its pre-gate output in
+ * the output buffer itself (out, or dz in the backward prep), where it is hot in L2; pass 0 runs
+ * the forward direction and combines: out = SiLU(z) (y_f + y_b) / 2. No shared-memory stash, one
+ * direction's state live at a time: occupancy is set by registers, not by L. The stash holds
+ * y_b in bf16, one more rounding (2^-9 relative to y_b) than an fp32 stash would give.
+ * Staged rows per step: u dl z go ystash (those a pass needs), then the k|q row. */
+#define PAIR_T 128
+#define PAIR_NQ 5
 
 template <int N, bool MAMBA, bool BWD>
-__global__ void __launch_bounds__(64) scan_pair_kernel(ScanArgs a) {
-    constexpr int KQW = KQ<N>::W, NQ = PairQ<BWD>::NQ;
-    extern __shared__ float4 smem4[];
-    const int TPB = blockDim.x, L = a.L, E = a.E;
-    float *stash = reinterpret_cast<float *>(smem4);          /* (L, TPB) first-visit outputs */
-    float *kq = stash + (size_t)L * TPB;                       /* (2, CKS, KQW) */
-    float *red = kq + 2 * CKS * KQW;                           /* (TPB/32, CKS, 2N) dq sums */
-    bf16 *stage = reinterpret_cast<bf16 *>(red + (BWD ? (TPB / 32) * CKS * 2 * N : 0));
-    const int act_elems = NQ * CKS * TPB, x_elems = 2 * CKS * 2 * N;
-    const int buf_elems = act_elems + x_elems;                /* act rows, then k|q rows */
+__global__ void __launch_bounds__(PAIR_T) scan_pair_kernel(ScanArgs a) {
+    constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
+    constexpr int act_elems = PAIR_NQ * CKS * T, x_elems = CKS * 2 * N, buf_elems = act_elems + x_elems;
+    __shared__ __align__(16) bf16 stage[2 * buf_elems];
+    __shared__ __align__(16) float kq[CKS * KQW];
+    __shared__ float red[BWD ? NW * CKS * N : 1];
+    const int L = a.L, E = a.E;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int b = blockIdx.y, c0 = blockIdx.x * TPB, d = c0 + tid;
+    int b = blockIdx.y, c0 = blockIdx.x * T, d = c0 + tid;
     bool act = d < E;
-    /* rows past a short last chunk are read (masked): keep them finite */
-    for (int i = tid; i < 2 * CKS * KQW; i += TPB) kq[i] = 0.0f;
-    float h[2][N], A[2][N], Dsk[2];
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        Dsk[j] = act ? a.Dsk[j][d] : 0.0f;
+    for (int i = tid; i < CKS * KQW; i += T) kq[i] = 0.0f; /* rows past a short chunk stay finite */
+    /* the stash: out (forward) or dz (backward prep) */
+    bf16 *ys = BWD ? a.dz : a.out;
+    size_t ldy = BWD ? (size_t)a.ldz : (size_t)E;
+    int nch = (L + CKS - 1) / CKS;
+    for (int pass = 0; pass < 2; pass++) {
+        const int j = 1 - pass; /* the backward direction first */
+        /* which staged rows this pass reads: u, dl always; z, go when the gate is needed */
+        const bool need_z = BWD || j == 0, need_go = BWD, need_ys = j == 0;
+        float h[N], A[N];
+        float Dsk = act ? a.Dsk[j][d] : 0.0f;
 #pragma unroll
         for (int n = 0; n < N; n++) {
-            h[j][n] = 0.0f;
-            A[j][n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
+            h[n] = 0.0f;
+            A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         }
-    }
-    auto issue = [&](int s0, int cs, bf16 *dst) {
-        /* rows packed (q, i) with stride CKS; then the k|q rows (direction, i) */
-        queue_rows(dst, NQ * cs, TPB, 2, c0, E, a.vec_act, [&](int r) -> const void * {
-            int q = r / cs, i = r - q * cs, s = s0 + i;
-            int t = (q == 0 || q == 1 || q == 4 || q == 6) ? s : L - 1 - s;
-            const bf16 *base = q == 0 ? a.u[0] : q == 1 ? a.delta[0] : q == 2 ? a.u[1]
-                             : q == 3 ? a.delta[1] : (q == 4 || q == 5) ? a.z : a.dout;
-            size_t ld = (q == 4 || q == 5) ? (size_t)a.ldz : (size_t)E;
-            return base + ((size_t)b * L + t) * ld + c0;
-        }, tid, TPB, cs, CKS);
-        queue_rows(dst + act_elems, 2 * cs, 2 * N, 2, 0, 2 * N, a.vec_x, [&](int r) -> const void * {
-            int jj = r / cs, i = r - jj * cs, s = s0 + i, t = jj ? L - 1 - s : s;
-            return a.xdbl[jj] + ((size_t)b * L + t) * a.W + a.R;
-        }, tid, TPB, cs, CKS);
-    };
-    int nch = (L + CKS - 1) / CKS;
-    issue(0, min(CKS, L), stage);
-    cp_commit();
-    for (int ch = 0; ch < nch; ch++) {
-        int s0 = ch * CKS, cs = min(CKS, L - s0);
-        if (ch + 1 < nch) {
-            issue(s0 + CKS, min(CKS, L - s0 - CKS), stage + ((ch + 1) & 1) * buf_elems);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
-        const bf16 *st = stage + (ch & 1) * buf_elems;
-        convert_kq<N, false>(kq, st + act_elems, 2, cs, CKS, tid, TPB);
-        auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CKS + i) * TPB + tid]); };
-        /* phase 1: the state-independent scalars of every step of the chunk */
-        float uu[2][CKS], p0[2][CKS], p1[2][CKS];
-#pragma unroll
-        for (int i = 0; i < CKS; i++) {
-            bool on = i < cs;
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                uu[j][i] = on ? in(2 * j, i) : 0.0f;
-                float dl = on ? in(2 * j + 1, i) : 0.0f;
-                step_pre<N, MAMBA>(p0[j][i], p1[j][i], kq + (j * CKS + i) * KQW, uu[j][i], dl);
-                if (!on) p0[j][i] = 0.0f, p1[j][i] = 0.0f;
+        auto issue = [&](int s0, int cs, bf16 *dst) {
+            int nq = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0) + (need_ys ? 1 : 0);
+            queue_rows(dst, nq * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
+                int q = r / cs, i = r - q * cs, s = s0 + i, t = j ? L - 1 - s : s;
+                /* q counts the rows present: u, dl, [z], [go], [ys] */
+                int kind = q < 2 ? q : q == 2 ? (need_z ? 2 : need_go ? 3 : 4) : q == 3 ? (need_go ? 3 : 4) : 4;
+                const bf16 *base = kind == 0 ? a.u[j] : kind == 1 ? a.delta[j] : kind == 2 ? a.z
+                                 : kind == 3 ? a.dout : ys;
+                size_t ld = kind == 2 ? (size_t)a.ldz : kind == 4 ? ldy : (size_t)E;
+                return base + ((size_t)b * L + t) * ld + c0;
+            }, tid, T, cs, CKS);
+            queue_rows(dst + act_elems, cs, 2 * N, 2, 0, 2 * N, a.vec_x, [&](int r) -> const void * {
+                int s = s0 + r, t = j ? L - 1 - s : s;
+                return a.xdbl[j] + ((size_t)b * L + t) * a.W + a.R;
+            }, tid, T, cs, CKS);
+        };
+        /* staged row index of each kind (see issue) */
+        const int rz = 2, rg = need_z ? 3 : 2, ry = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0);
+        issue(0, min(CKS, L), stage);
+        cp_commit();
+        for (int ch = 0; ch < nch; ch++) {
+            int s0 = ch * CKS, cs = min(CKS, L - s0);
+            if (ch + 1 < nch) {
+                issue(s0 + CKS, min(CKS, L - s0 - CKS), stage + ((ch + 1) & 1) * buf_elems);
+                cp_commit();
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
             }
-        }
-        /* phase 2: the recurrences (only h -> h is serial) */
-        float y[2][CKS];
+            __syncthreads();
+            const bf16 *st = stage + (ch & 1) * buf_elems;
+            convert_kq<N, false>(kq, st + act_elems, 1, cs, CKS, tid, T);
+            auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CKS + i) * T + tid]); };
+            /* phase 1: the state-independent scalars of every step of the chunk */
+            float uu[CKS], p0[CKS], p1[CKS];
 #pragma unroll
-        for (int i = 0; i < CKS; i++) {
+            for (int i = 0; i < CKS; i++) {
+                bool on = i < cs;
+                uu[i] = on ? in(0, i) : 0.0f;
+                float dl = on ? in(1, i) : 0.0f;
+                step_pre<N, MAMBA>(p0[i], p1[i], kq + i * KQW, uu[i], dl);
+                if (!on) p0[i] = 0.0f, p1[i] = 0.0f;
+            }
+            /* phase 2: the recurrence (only h -> h is serial) */
+            float y[CKS];
 #pragma unroll
-            for (int j = 0; j < 2; j++)
-                y[j][i] = fmaf(Dsk[j], uu[j][i], step_upd<N, MAMBA>(h[j], kq + (j * CKS + i) * KQW, p0[j][i], p1[j][i], A[j]));
-            if (BWD) {
-                /* dq_t[n] = sum_d gy_t[d] h_t[d, n]: both directions' 2N values in one pass */
-                float v[2 * N];
+            for (int i = 0; i < CKS; i++) {
+                y[i] = fmaf(Dsk, uu[i], step_upd<N, MAMBA>(h, kq + i * KQW, p0[i], p1[i], A));
+                if (BWD) {
+                    /* dq_t[n] = sum_d gy_t[d] h_t[d, n] over the warp's channels */
+                    float zz = i < cs ? in(rz, i) : 0.0f, go = i < cs ? 0.5f * in(rg, i) : 0.0f;
+                    float gy = go * zz * sigmoidf_fast(zz), v[N];
 #pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    float zz = i < cs ? in(4 + j, i) : 0.0f, go = i < cs ? 0.5f * in(6 + j, i) : 0.0f;
-                    float gy = go * zz * sigmoidf_fast(zz);
-#pragma unroll
-                    for (int n = 0; n < N; n++) v[j * N + n] = gy * h[j][n];
+                    for (int n = 0; n < N; n++) v[n] = gy * h[n];
+                    float r = reduce_scatter<N>(v, lane);
+                    if (lane < N) red[(warp * CKS + i) * N + lane] = r;
                 }
-                float r = reduce_scatter<2 * N>(v, lane);
-                if (lane < 2 * N) red[(warp * CKS + i) * 2 * N + lane] = r;
             }
-        }
-        /* phase 3: pair the two directions' outputs of each token */
+            /* phase 3: outputs */
+            if (act) {
 #pragma unroll
-        for (int i = 0; i < CKS; i++) {
-            if (i >= cs) break;
-            int s = s0 + i, t0 = s, t1 = L - 1 - s;
-            if (s < t1) {
-                stash[(size_t)t0 * TPB + tid] = y[0][i];
-                stash[(size_t)t1 * TPB + tid] = y[1][i];
-            } else if (act) {
-                float tot[2];
-                int nt = s == t1 ? 1 : 2; /* the middle token (odd L) is visited once by both */
-                if (nt == 1) tot[0] = y[0][i] + y[1][i];
-                else tot[0] = y[0][i] + stash[(size_t)t0 * TPB + tid], tot[1] = y[1][i] + stash[(size_t)t1 * TPB + tid];
-#pragma unroll
-                for (int k = 0; k < 2; k++) {
-                    if (k >= nt) break;
-                    size_t r = (size_t)b * L + (k ? t1 : t0);
-                    float zz = in(4 + k, i), sg = sigmoidf_fast(zz);
-                    if (!BWD) {
-                        a.out[r * E + d] = f2bf(0.5f * zz * sg * tot[k]);
+                for (int i = 0; i < CKS; i++) {
+                    if (i >= cs) break;
+                    int s = s0 + i, t = j ? L - 1 - s : s;
+                    size_t r = (size_t)b * L + t;
+                    if (j == 1) {
+                        ys[r * ldy + d] = f2bf(y[i]);
                     } else {
-                        float dsilu = sg * (1.0f + zz * (1.0f - sg));
-                        a.dz[r * a.ldz + d] = f2bf(0.5f * in(6 + k, i) * dsilu * tot[k]);
+                        float tot = y[i] + in(ry, i), zz = in(rz, i), sg = sigmoidf_fast(zz);
+                        if (!BWD) a.out[r * E + d] = f2bf(0.5f * zz * sg * tot);
+                        else a.dz[r * a.ldz + d] = f2bf(0.5f * in(rg, i) * sg * (1.0f + zz * (1.0f - sg)) * tot);
                     }
                 }
             }
-        }
-        if (BWD) {
-            int e = s0 + cs; /* the state after this chunk starts CK-chunk e / CK */
-            if (e % CK == 0 && e < L && act) {
-                int c = e / CK;
-#pragma unroll
-                for (int j = 0; j < 2; j++)
+            if (BWD) {
+                int e = s0 + cs; /* the state after this chunk starts CK-chunk e / CK */
+                if (e % CK == 0 && e < L && act) {
+                    int c = e / CK;
 #pragma unroll
                     for (int n = 0; n < N; n++)
-                        a.ckpt[((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + d] = h[j][n];
+                        a.ckpt[((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + d] = h[n];
+                }
+                __syncthreads();
+                for (int idx = tid; idx < cs * N; idx += T) {
+                    int i = idx / N, n = idx - i * N;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < NW; w++) sum += red[(w * CKS + i) * N + n];
+                    int t = j ? L - 1 - (s0 + i) : s0 + i;
+                    a.pq[((((size_t)b * a.nblk1 + blockIdx.x) * 2 + j) * L + t) * N + n] = sum;
+                }
             }
-            __syncthreads();
-            int nw = TPB / 32;
-            for (int idx = tid; idx < cs * 2 * N; idx += TPB) {
-                int i = idx / (2 * N), c = idx - i * 2 * N, j = c / N, n = c - j * N;
-                float sum = 0.0f;
-                for (int w = 0; w < nw; w++) sum += red[(w * CKS + i) * 2 * N + c];
-                int t = j ? L - 1 - (s0 + i) : s0 + i;
-                a.pq[((((size_t)b * a.nblk1 + blockIdx.x) * 2 + j) * L + t) * N + n] = sum;
-            }
+            __syncthreads(); /* this buffer, kq and red are free for the next chunk */
         }
-        __syncthreads(); /* this buffer, kq and red are free for the next chunk */
+        /* the stash written by pass 1 is read (through L2) by pass 0: __syncthreads above
+         * orders the block's global writes before the next pass's copies */
+        __threadfence_block();
+        __syncthreads();
     }
 }
 
@@ -345,7 +333,7 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
     if (!MAMBA) {
         float kap = row[3 * N];
         float beta = sigmoidf_fast(dl);
-        float rden = __frcp_rn(fmaf(beta, kap, 1.0f)), eps = beta * rden;
+        float rden = rcp_fast(fmaf(beta, kap, 1.0f)), eps = beta * rden;
 #pragma unroll
         for (int g = 0; g < N4; g++) {
             float4 k4 = r4[g], q4 = r4[N4 + g], kk4 = r4[2 * N4 + g];
@@ -402,17 +390,64 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
     }
 }
 
+/* The adjoint kernel: one warp per block, one direction, 32 channels. Per CK-chunk of steps, in
+ * reverse: the chunk's inputs are staged (cp.async, double-buffered) and its start state comes
+ * from the checkpoint; the history of h is kept in registers, 8 steps (SUB) at a time: the
+ * second half of the chunk is reached by recomputing the first half without keeping it, then
+ * the first half is recomputed with its history (1.5 recomputes per step; no shared-memory
+ * history, so occupancy is set by registers). */
+#define SUB 8
+template <int N, bool MAMBA>
+__device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], float (&anext)[N],
+                                            float (&dAacc)[N], float &dDacc, const float (&hs)[N],
+                                            const float *kq, const bf16 *st, int base, int n,
+                                            int s0, int j, int b, int d, bool act, int lane,
+                                            float Dsk, const float (&A)[N], float *pk) {
+    constexpr int KQW = KQ<N>::W, T = 32;
+    const int L = a.L, E = a.E;
+    auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CK + i) * T + lane]); };
+    float H[SUB][N], h[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) h[k] = hs[k];
+#pragma unroll
+    for (int i = 0; i < SUB; i++) {
+        bool on = i < n;
+        float u = on ? in(0, base + i) : 0.0f, dl = on ? in(1, base + i) : 0.0f, p0, p1;
+        step_pre<N, MAMBA>(p0, p1, kq + (base + i) * KQW, u, dl);
+        if (!on) p0 = 0.0f, p1 = 0.0f;
+        step_upd<N, MAMBA>(h, kq + (base + i) * KQW, p0, p1, A);
+#pragma unroll
+        for (int k = 0; k < N; k++) H[i][k] = h[k];
+    }
+#pragma unroll
+    for (int i = SUB - 1; i >= 0; i--) {
+        if (i >= n) continue;
+        int ii = base + i, s = s0 + ii, t = j ? L - 1 - s : s;
+        float u = in(0, ii), dl = in(1, ii), zv = in(2, ii);
+        float gy = 0.5f * in(3, ii) * zv * sigmoidf_fast(zv);
+        float dkv[N], du, ddl;
+        if (i > 0) adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, H[i > 0 ? i - 1 : 0], kq + ii * KQW, u, dl, gy, Dsk, A);
+        else adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, hs, kq + ii * KQW, u, dl, gy, Dsk, A);
+        size_t r = (size_t)b * L + t;
+        if (act) {
+            a.du[j][r * E + d] = f2bf(du);
+            a.ddelta[j][r * E + d] = f2bf(ddl);
+        }
+        dDacc = fmaf(gy, u, dDacc);
+        float sum = reduce_scatter<N>(dkv, lane);
+        if (lane < N) pk[(size_t)t * N + lane] = sum;
+    }
+}
+
 /* staged per-step inputs: u dl z go rows of 32 channels, k|q rows, checkpoint rows (N, 32) */
 template <int N, bool MAMBA>
 __global__ void __launch_bounds__(32) scan_adjoint_kernel(ScanArgs a) {
-    constexpr int KQW = KQ<N>::W, N4 = N / 4, T = 32;
-    extern __shared__ float4 smem4[];
+    constexpr int KQW = KQ<N>::W, T = 32;
+    constexpr int act_elems = 4 * CK * T, x_elems = CK * 2 * N, buf_elems = act_elems + x_elems;
+    __shared__ __align__(16) bf16 stage[2 * buf_elems];
+    __shared__ __align__(16) float kq[CK * KQW];
+    __shared__ __align__(16) float ckb[2 * N * T];
     const int L = a.L, E = a.E;
-    float4 *hist = smem4;                                          /* (CK, N/4, 32) */
-    float *kq = reinterpret_cast<float *>(smem4 + CK * N4 * T);    /* (CK, KQW) */
-    float *ckb = kq + CK * KQW;                                    /* (2, N, 32) */
-    bf16 *stage = reinterpret_cast<bf16 *>(ckb + 2 * N * T);
-    const int act_elems = 4 * CK * T, x_elems = CK * 2 * N, buf_elems = act_elems + x_elems;
     int lane = threadIdx.x;
     int j = blockIdx.y, b = blockIdx.z, c0 = blockIdx.x * T, d = c0 + lane;
     bool act = d < E;
@@ -457,76 +492,32 @@ __global__ void __launch_bounds__(32) scan_adjoint_kernel(ScanArgs a) {
         __syncwarp();
         const bf16 *st = stage + slot * buf_elems;
         convert_kq<N, true>(kq, st + act_elems, 1, cs, CK, lane, T);
-        auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CK + i) * T + lane]); };
-        float h0[N], h[N];
+        float h0[N];
 #pragma unroll
-        for (int n = 0; n < N; n++) {
-            h0[n] = (c > 0) ? ckb[(slot * N + n) * T + lane] : 0.0f;
-            h[n] = h0[n];
-        }
-        /* recompute the chunk's states, hist[i] = h after step s0 + i; steps past cs are
-         * masked (their state stays put and is never read) */
+        for (int n = 0; n < N; n++) h0[n] = (c > 0) ? ckb[(slot * N + n) * T + lane] : 0.0f;
+        /* the second half first: its start state is reached through the first half. One
+         * inlined copy of the sub-chunk code (the instruction cache is the limit here) */
+        float hm[N];
 #pragma unroll
-        for (int i = 0; i < CK; i++) {
-            bool on = i < cs;
-            float u = on ? in(0, i) : 0.0f, dl = on ? in(1, i) : 0.0f, p0, p1;
-            step_pre<N, MAMBA>(p0, p1, kq + i * KQW, u, dl);
-            if (!on) p0 = 0.0f, p1 = 0.0f;
-            step_upd<N, MAMBA>(h, kq + i * KQW, p0, p1, A);
-#pragma unroll
-            for (int g = 0; g < N4; g++)
-                hist[(i * N4 + g) * T + lane] = make_float4(h[4 * g], h[4 * g + 1], h[4 * g + 2], h[4 * g + 3]);
-        }
-        __syncwarp();
-        auto load_hp = [&](int i, float (&hp)[N]) {
-            if (i > 0) {
-#pragma unroll
-                for (int g = 0; g < N4; g++) {
-                    float4 v = hist[((i - 1) * N4 + g) * T + lane];
-                    hp[4 * g] = v.x, hp[4 * g + 1] = v.y, hp[4 * g + 2] = v.z, hp[4 * g + 3] = v.w;
-                }
-            } else {
-#pragma unroll
-                for (int n = 0; n < N; n++) hp[n] = h0[n];
+        for (int n = 0; n < N; n++) hm[n] = h0[n];
+        if (cs > SUB) {
+#pragma unroll 1
+            for (int i = 0; i < SUB; i++) {
+                float p0, p1;
+                step_pre<N, MAMBA>(p0, p1, kq + i * KQW, bf2f(st[(size_t)i * T + lane]),
+                                   bf2f(st[(size_t)(CK + i) * T + lane]));
+                step_upd<N, MAMBA>(hm, kq + i * KQW, p0, p1, A);
             }
-        };
-        auto gy_of = [&](int i) {
-            float zv = in(2, i);
-            return 0.5f * in(3, i) * zv * sigmoidf_fast(zv);
-        };
-        auto emit = [&](int i, float du, float ddl, float (&dkv)[N], float gy, float u) {
-            int s = s0 + i, t = j ? L - 1 - s : s;
-            size_t r = (size_t)b * L + t;
-            if (act) {
-                a.du[j][r * E + d] = f2bf(du);
-                a.ddelta[j][r * E + d] = f2bf(ddl);
-            }
-            dDacc = fmaf(gy, u, dDacc);
-            float sum = reduce_scatter<N>(dkv, lane);
-            if (lane < N) pk[(size_t)t * N + lane] = sum;
-        };
-        /* reverse adjoint scan over the chunk, two steps at a time so that one step's
-         * reduction over the warp overlaps the next step's arithmetic */
-        int i = cs - 1;
-        if (cs & 1) {
-            float hp[N], dkv[N], du, ddl, u = in(0, i), gy = gy_of(i);
-            load_hp(i, hp);
-            adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, hp, kq + i * KQW, u, in(1, i), gy, Dsk, A);
-            emit(i, du, ddl, dkv, gy, u);
-            i--;
         }
-        for (; i > 0; i -= 2) {
-            float hpa[N], hpb[N], dka[N], dkb[N], dua, dla, dub, dlb;
-            float ua = in(0, i), ub = in(0, i - 1), ga = gy_of(i), gb = gy_of(i - 1);
-            float la = in(1, i), lb = in(1, i - 1);
-            load_hp(i, hpa);
-            load_hp(i - 1, hpb);
-            adj_step<N, MAMBA>(lam, anext, dAacc, dka, dua, dla, hpa, kq + i * KQW, ua, la, ga, Dsk, A);
-            adj_step<N, MAMBA>(lam, anext, dAacc, dkb, dub, dlb, hpb, kq + (i - 1) * KQW, ub, lb, gb, Dsk, A);
-            emit(i, dua, dla, dka, ga, ua);
-            emit(i - 1, dub, dlb, dkb, gb, ub);
+#pragma unroll 1
+        for (int sub = (cs - 1) / SUB; sub >= 0; sub--) {
+            float hs[N];
+#pragma unroll
+            for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : h0[n];
+            adjoint_sub<N, MAMBA>(a, lam, anext, dAacc, dDacc, hs, kq, st, sub * SUB,
+                                  min(SUB, cs - sub * SUB), s0, j, b, d, act, lane, Dsk, A, pk);
         }
-        __syncwarp(); /* this buffer, hist and kq are free for the next chunk */
+        __syncwarp(); /* this buffer and kq are free for the next chunk */
     }
     if (act) {
         a.pd[((size_t)b * 2 + j) * E + d] = dDacc;
@@ -547,7 +538,9 @@ __global__ void scan_dkdq_kernel(ScanArgs a) {
         r /= a.L;
         int j = (int)(r % 2), b = (int)(r / 2);
         float dq = 0.0f, dk = 0.0f;
+#pragma unroll 8
         for (int k = 0; k < a.nblk1; k++) dq += a.pq[((((size_t)b * a.nblk1 + k) * 2 + j) * a.L + t) * N + n];
+#pragma unroll 8
         for (int k = 0; k < a.nblk2; k++) dk += a.pk[((((size_t)b * 2 + j) * a.nblk2 + k) * a.L + t) * N + n];
         bf16 *row = a.dxdbl[j] + ((size_t)b * a.L + t) * a.W + a.R;
         row[n] = f2bf(dk);
@@ -556,25 +549,6 @@ __global__ void scan_dkdq_kernel(ScanArgs a) {
 }
 
 /* ---------------- host side ---------------- */
-static size_t pair_smem(int N, int L, int tpb, int bwd) {
-    int nq = bwd ? 8 : 6;
-    size_t fl = (size_t)L * tpb + 2 * CKS * (3 * N + 4) + (bwd ? (size_t)(tpb / 32) * CKS * 2 * N : 0);
-    size_t st = 2 * ((size_t)nq * CKS * tpb + 2 * CKS * 2 * N); /* bf16, double-buffered */
-    return fl * sizeof(float) + st * sizeof(bf16);
-}
-static size_t adjoint_smem(int N) {
-    size_t fl = (size_t)CK * N * 32 + CK * (3 * N + 4) + 2 * (size_t)N * 32;
-    size_t st = 2 * ((size_t)4 * CK * 32 + CK * 2 * N);
-    return fl * sizeof(float) + st * sizeof(bf16);
-}
-
-/* the stash grows with L: 64 threads a block while three blocks fit an SM, else 32 */
-static int pair_tpb(int N, int L, int bwd) {
-    if (pair_smem(N, L, 64, bwd) <= (size_t)74 << 10) return 64;
-    if (pair_smem(N, L, 32, bwd) <= g_cu.smem_optin) return 32;
-    VIL_FATAL("scan: L = %d tokens is over what the scan kernel's shared-memory stash holds", L);
-}
-
 /* largest copy size (16, 8, 4 bytes; 2 = plain loads) dividing every row start */
 static int vec_bytes(const void *const *ptrs, int np, const size_t *strides_bytes, int ns) {
     size_t acc = 16;
@@ -620,18 +594,14 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
 
 template <int N, bool MAMBA>
 static void forward_impl(ScanArgs a) {
-    int tpb = pair_tpb(N, a.L, 0);
-    size_t sm = pair_smem(N, a.L, tpb, 0);
-    set_smem(scan_pair_kernel<N, MAMBA, false>, sm);
-    dim3 grid((a.E + tpb - 1) / tpb, a.B);
-    scan_pair_kernel<N, MAMBA, false><<<grid, tpb, sm, g_cu.stream>>>(a);
+    dim3 grid((a.E + PAIR_T - 1) / PAIR_T, a.B);
+    scan_pair_kernel<N, MAMBA, false><<<grid, PAIR_T, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
 }
 
 template <int N, bool MAMBA>
 static void backward_impl(ScanArgs a) {
-    int tpb1 = pair_tpb(N, a.L, 1);
-    a.nblk1 = (a.E + tpb1 - 1) / tpb1;
+    a.nblk1 = (a.E + PAIR_T - 1) / PAIR_T;
     a.nblk2 = (a.E + 31) / 32;
     size_t B = a.B, L = a.L, E = a.E;
     a.ckpt = (float *)cu_scratch(SCR_SCAN_CKPT, B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float));
@@ -641,12 +611,9 @@ static void backward_impl(ScanArgs a) {
     a.pd = pd;
     a.pa = pd + B * 2 * E;
     /* checkpoint rows: (row * E + block * 32) floats; the scratch base is 4 KB aligned */
-    size_t sm1 = pair_smem(N, a.L, tpb1, 1), sm2 = adjoint_smem(N);
-    set_smem(scan_pair_kernel<N, MAMBA, true>, sm1);
-    set_smem(scan_adjoint_kernel<N, MAMBA>, sm2);
-    scan_pair_kernel<N, MAMBA, true><<<dim3(a.nblk1, a.B), tpb1, sm1, g_cu.stream>>>(a);
+    scan_pair_kernel<N, MAMBA, true><<<dim3(a.nblk1, a.B), PAIR_T, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
-    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), 32, sm2, g_cu.stream>>>(a);
+    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), 32, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
     size_t tot = B * 2 * L * N;
     int blocks = cu_blocks(tot, 256);

@@ -35,13 +35,13 @@ for step in "$@"; do
     ncu:*)
         # Nsight Compute on the kernels matching a regex, in bench_ops (one launch each)
         make dev-cuda >> "$OUT/build.log" 2>&1
-        re=$(echo "$step" | cut -d: -f2); cnt=$(echo "$step" | cut -d: -f3)
+        re=$(echo "$step" | cut -d: -f2); cnt=$(echo "$step" | cut -d: -f3); filt=$(echo "$step" | cut -d: -f4)
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         $NCU --clock-control none -k "regex:$re" -c "${cnt:-4}" --section SpeedOfLight \
-            --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
-            build/dev/cuda/bench_ops 192 256 1 scan > "$OUT/ncu.log" 2>&1
+            --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section InstructionStats \
+            build/dev/cuda/bench_ops 192 256 1 "$filt" > "$OUT/ncu_$cnt.log" 2>&1
         echo "ncu: rc=$?"
-        grep -iE "scan_.*kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Warp Per|No Eligible|Warp Cycles Per Issued|stall|Eligible Warps" "$OUT/ncu.log" | cut -c1-200 | head -90
+        grep -iE "void |Duration|Executed Ipc A|Executed Instructions   |Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Warp Per|No Eligible|Warp Cycles Per Issued|stall|Eligible Warps" "$OUT/ncu_$cnt.log" | cut -c1-200 | head -90
         ;;
     bench:*)
         cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3)
