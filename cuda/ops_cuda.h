@@ -77,6 +77,7 @@ void softmax_xent_backward_cuda(float *dlogits /* (B, C) */, const float *probs 
                                 const float *targets /* (B, C) */, int B, int C);
 
 void adamw_update_cuda(float *p, void *work /* bf16 or NULL */, const float *g, float *m, float *v,
+                       const unsigned char *decay,
                        size_t n, float lr, float beta1, float beta2, float eps, float wd, int step);
 void params_to_work_cuda(void *work /* (n) bf16 */, const float *master /* (n) */, size_t n);
 

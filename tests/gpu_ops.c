@@ -382,11 +382,14 @@ static void test_adamw(size_t n) {
     float *p = rnd(n, 1.0f), *m = vil_calloc(n, 4), *v = vil_calloc(n, 4);
     float *d_p = dev_f32(p, n), *d_m = dev_f32(m, n), *d_v = dev_f32(v, n);
     void *d_work = dev_poison(n * 2);
+    unsigned char *decay = vil_malloc(n), *d_decay = G->alloc(n);
+    for (size_t i = 0; i < n; i++) decay[i] = (unsigned char)(i % 5 != 2); /* a fifth exempt */
+    G->to_device(d_decay, decay, n);
     for (int step = 1; step <= 3; step++) {
         float *g = rnd(n, 1.0f);
-        adamw_update(p, g, m, v, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
+        adamw_update(p, g, m, v, decay, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
         float *d_g = dev_f32(g, n);
-        G->adamw_update(d_p, d_work, d_g, d_m, d_v, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
+        G->adamw_update(d_p, d_work, d_g, d_m, d_v, d_decay, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
         G->free(d_g);
         free(g);
     }
@@ -397,8 +400,8 @@ static void test_adamw(size_t n) {
     T_CLOSE(nm, fmax(rel(m_g, m, n), rel(v_g, v, n)), 1e-6);
     snprintf(nm, sizeof nm, "adamw bf16 working copy n=%zu", n);
     T_CLOSE(nm, rel(w_g, p, n), TOL_BF16);
-    G->free(d_p), G->free(d_m), G->free(d_v), G->free(d_work);
-    free(p), free(m), free(v), free(p_g), free(m_g), free(v_g), free(w_g);
+    G->free(d_p), G->free(d_m), G->free(d_v), G->free(d_work), G->free(d_decay);
+    free(decay), free(p), free(m), free(v), free(p_g), free(m_g), free(v_g), free(w_g);
 }
 
 /* ---------------- patch embedding and tokens ---------------- */

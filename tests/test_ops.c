@@ -471,11 +471,13 @@ static void test_adamw(void) {
     double *pd = vil_malloc(n * sizeof(double)), *md = vil_calloc(n, sizeof(double)), *vd = vil_calloc(n, sizeof(double));
     for (size_t i = 0; i < n; i++) pd[i] = p[i];
     float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.05f;
+    unsigned char decay[50];
+    for (size_t i = 0; i < n; i++) decay[i] = (unsigned char)(i % 3 != 0); /* a third exempt */
     for (int step = 1; step <= 3; step++) {
-        adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+        adamw_update(p, g, m, v, decay, n, lr, b1, b2, eps, wd, step);
         for (size_t i = 0; i < n; i++) {
             /* torch.optim.AdamW: decay first, then the Adam update */
-            pd[i] *= 1.0 - (double)lr * wd;
+            if (decay[i]) pd[i] *= 1.0 - (double)lr * wd;
             md[i] = b1 * md[i] + (1 - b1) * (double)g[i];
             vd[i] = b2 * vd[i] + (1 - b2) * (double)g[i] * g[i];
             double mh = md[i] / (1 - pow(b1, step)), vh = vd[i] / (1 - pow(b2, step));

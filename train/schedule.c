@@ -25,5 +25,5 @@ double vil_lr_at(long step, long total_steps, long warmup_steps, double peak, do
  * ema_update op in VilBackend would save the scratch buffer and its traffic. */
 void vil_ema_update(const VilBackend *be, float *ema, const float *params, float *scratch,
                     size_t n, float decay) {
-    be->adamw_update(scratch, NULL, params, ema, scratch, n, 0.0f, decay, 0.0f, 1.0f, 0.0f, 1);
+    be->adamw_update(scratch, NULL, params, ema, scratch, NULL, n, 0.0f, decay, 0.0f, 1.0f, 0.0f, 1);
 }

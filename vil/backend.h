@@ -71,9 +71,11 @@ typedef struct VilBackend {
                                  const float *targets, int B, int C);
     void (*softmax_xent_backward)(float *dlogits, const float *probs, const float *targets, int B,
                                   int C);
-    /* AdamW on the f32 master; also refreshes the working copy (work == NULL: none) */
-    void (*adamw_update)(float *p, void *work, const float *g, float *m, float *v, size_t n,
-                         float lr, float beta1, float beta2, float eps, float wd, int step);
+    /* AdamW on the f32 master; also refreshes the working copy (work == NULL: none). decay: a
+     * backend buffer of n bytes, 0 where weight decay does not apply (NULL: it applies to all) */
+    void (*adamw_update)(float *p, void *work, const float *g, float *m, float *v,
+                         const unsigned char *decay, size_t n, float lr, float beta1, float beta2,
+                         float eps, float wd, int step);
 } VilBackend;
 
 extern const VilBackend vil_backend_cpu;

@@ -85,9 +85,11 @@ static void cpu_scan_bidir_backward(void *const du[2], void *const ddelta[2],
                         dA_log, dout, (const float *const *)u, (const float *const *)delta,
                         (const float *const *)xdbl, z, D, A_log, B, L, E, N, R, ldz);
 }
-static void cpu_adamw_update(float *p, void *work, const float *g, float *m, float *v, size_t n,
-                             float lr, float beta1, float beta2, float eps, float wd, int step) {
-    adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, step);
+static void cpu_adamw_update(float *p, void *work, const float *g, float *m, float *v,
+                             const unsigned char *decay, size_t n, float lr, float beta1,
+                             float beta2, float eps, float wd, int step) {
+    (void)work;
+    adamw_update(p, g, m, v, decay, n, lr, beta1, beta2, eps, wd, step);
 }
 
 const VilBackend vil_backend_cpu = {

@@ -87,9 +87,10 @@ static void w_xent_f(float *loss, float *probs, const float *logits, const float
 static void w_xent_b(float *dl, const float *probs, const float *t, int B, int C) {
     T0; in->softmax_xent_backward(dl, probs, t, B, C); T1(P_XENT_B);
 }
-static void w_adamw(float *p, void *work, const float *g, float *m, float *v, size_t n, float lr,
-                    float b1, float b2, float eps, float wd, int step) {
-    T0; in->adamw_update(p, work, g, m, v, n, lr, b1, b2, eps, wd, step); T1(P_ADAMW);
+static void w_adamw(float *p, void *work, const float *g, float *m, float *v,
+                    const unsigned char *decay, size_t n, float lr, float b1, float b2, float eps,
+                    float wd, int step) {
+    T0; in->adamw_update(p, work, g, m, v, decay, n, lr, b1, b2, eps, wd, step); T1(P_ADAMW);
 }
 
 const VilBackend *vil_backend_profiled(const VilBackend *inner) {

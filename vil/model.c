@@ -122,6 +122,7 @@ void vil_model_free(VilModel *m) {
     m->be->free(m->grads);
     if (m->m) m->be->free(m->m);
     if (m->v) m->be->free(m->v);
+    if (m->decay_mask) m->be->free(m->decay_mask);
     free(m->info);
     free(m->off.layer);
     memset(m, 0, sizeof *m);
@@ -456,13 +457,17 @@ void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float
         be->zero(m->m, m->n_params * sizeof(float));
         be->zero(m->v, m->n_params * sizeof(float));
     }
-    m->step++;
-    size_t eb = be->work_bytes;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const VilParamInfo *p = &m->info[i];
-        void *w = eb ? (char *)m->work + p->offset * eb : NULL;
-        be->adamw_update(m->params + p->offset, w, m->grads + p->offset, m->m + p->offset,
-                         m->v + p->offset, p->numel, lr, beta1, beta2, eps, p->decay ? wd : 0.0f,
-                         m->step);
+    if (!m->decay_mask) {
+        /* the tensors are contiguous in the parameter buffer: one update over all of them, with
+         * a byte per element saying whether weight decay applies */
+        unsigned char *h = vil_calloc(m->n_params, 1);
+        for (int i = 0; i < m->n_tensors; i++)
+            memset(h + m->info[i].offset, m->info[i].decay ? 1 : 0, m->info[i].numel);
+        m->decay_mask = be->alloc(m->n_params);
+        be->to_device(m->decay_mask, h, m->n_params);
+        free(h);
     }
+    m->step++;
+    be->adamw_update(m->params, be->work_bytes ? m->work : NULL, m->grads, m->m, m->v,
+                     m->decay_mask, m->n_params, lr, beta1, beta2, eps, wd, m->step);
 }

@@ -76,6 +76,7 @@ typedef struct {
     void *work;          /* working copy the ops read (== params when work_bytes == 0) */
     float *grads;        /* (n_params) f32 */
     float *m, *v;        /* AdamW moments, allocated at the first step */
+    unsigned char *decay_mask; /* (n_params) 1 where weight decay applies, backend memory */
     int step;
     int input_grad;      /* set before vil_model_alloc_acts to get dL/dimage in acts.dimg */
     VilActs acts;

@@ -105,8 +105,9 @@ void softmax_xent_forward(float *loss /* (B) */, float *probs /* (B, C) */,
 void softmax_xent_backward(float *dlogits /* (B, C) */, const float *probs /* (B, C) */,
                            const float *targets /* (B, C) */, int B, int C);
 
-/* optimizer.c: one AdamW step on n contiguous parameters (decoupled weight decay wd * lr). */
-void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float wd, int step);
+/* optimizer.c: one AdamW step on n contiguous parameters (decoupled weight decay wd * lr on the
+ * elements whose decay[i] is nonzero; decay = NULL: on all). */
+void adamw_update(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd, int step);
 
 #endif

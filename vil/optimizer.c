@@ -1,11 +1,13 @@
 /* optimizer.c: AdamW with bias correction and decoupled weight decay, as torch.optim.AdamW:
- * p -= lr * (wd * p + m_hat / (sqrt(v_hat) + eps)). */
+ * p -= lr * (wd * p + m_hat / (sqrt(v_hat) + eps)). One call updates every parameter tensor of
+ * the model (they are contiguous); decay[i] = 0 exempts element i from weight decay (biases,
+ * norms, cls/pos, D, A_log), decay = NULL decays all. */
 #include <math.h>
 
 #include "ops_cpu.h"
 
-void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float wd, int step) {
+void adamw_update(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd, int step) {
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
@@ -14,6 +16,7 @@ void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float 
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        p[i] -= lr * (wd * p[i] + (mi / bc1) / (sqrtf(vi / bc2) + eps));
+        float wdi = (!decay || decay[i]) ? wd : 0.0f;
+        p[i] -= lr * (wdi * p[i] + (mi / bc1) / (sqrtf(vi / bc2) + eps));
     }
 }
