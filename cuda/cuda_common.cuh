@@ -94,6 +94,7 @@ enum {
     SCR_SCAN_PQ,     /* scan: dq partial sums */
     SCR_SCAN_PK,     /* scan: dk partial sums */
     SCR_SCAN_PD,     /* scan: dD / dA_log partial sums */
+    SCR_SCAN_KQ,     /* scan: the float k|q table (k^2, -2k, kappa) */
     SCR_BIAS_BF16,   /* linear: bf16 copy of a bias when cuBLASLt takes no f32 bias */
     SCR_SUM_MID,     /* colsum_rows_accumulate: the first of its two levels */
     SCR_COUNT

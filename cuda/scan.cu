@@ -3,6 +3,8 @@
  * SiLU(z) gate and the direction average fused in; the backward direction runs by reverse
  * indexing, never on flipped copies. State in fp32 registers; nothing of size (L, E, N) is ever
  * stored. Kernels:
+ *   scan_kq_kernel       the k|q rows of every token and direction as float, with k^2, -2k and
+ *                        kappa = sum k^2 precomputed, so the scan kernels stage them as they are.
  *   scan_pair_kernel     one thread per (sample, channel) runs BOTH directions in one pass, the
  *                        forward one on token s and the backward one on token L-1-s at step s;
  *                        a per-thread stash in shared memory holds each token's first-visit
@@ -14,8 +16,8 @@
  *                        memory, then runs the reverse adjoint scan, taking h_{t-1} from the
  *                        recomputed states (never dividing by the forget gate); writes du, ddelta
  *                        and the dk (dB) partial sums.
- *   finalize kernels     sum the partials over channel blocks (dk, dq) and samples (dD, dA_log)
- *                        in a fixed order.
+ *   finalize kernels     sum the partials over channel blocks (dk, dq, dkappa) and samples (dD,
+ *                        dA_log) in a fixed order.
  * Sums over channels (dq, dk, dkappa folded into dk) are fp32: a warp reduce-scatter, then the
  * warps of a block in order, then the blocks in order: deterministic, no atomics. */
 #include <math.h>
@@ -24,28 +26,31 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.h"
 
-#define CK 16  /* checkpoint spacing; the adjoint kernel's chunk of steps */
+#define CK 8   /* checkpoint spacing; the adjoint kernel's chunk of steps */
 #define CKS 8  /* the pair kernel's staging chunk (CK is a multiple of it) */
 #define FULL 0xffffffffu
 
 typedef struct {
     const bf16 *u[2], *delta[2], *xdbl[2], *z, *dout;
     const float *Dsk[2], *A_log[2];
+    const float *kqt; /* (2, B, L, KQ<N>::W) the k|q rows in float with k^2, -2k, kappa */
     bf16 *out, *dz, *du[2], *ddelta[2], *dxdbl[2];
     float *dD[2], *dA[2];
     float *ckpt; /* (B, 2, nck-1, N, E) state at the start of CK-chunks 1.. */
     float *pq;   /* (B, nblk1, 2, L, N) dq partials of the pair kernel's blocks */
     float *pk;   /* (B, 2, nblk2, L, N) dk partials of the adjoint kernel's blocks */
+    float *pkap; /* (B, 2, nblk2, L) -2 dkappa partials (Longhorn): dk += k * their sum */
     float *pd;   /* (B, 2, E) dD partials */
     float *pa;   /* (B, 2, E, N) dA_log partials (Mamba) */
     int B, L, E, R, W, ldz, nck, nblk1, nblk2;
-    int vec_act, vec_x, vec_ck; /* bytes per async copy: 16, 8, 4, or 2 (plain loads) */
+    int vec_act, vec_ck; /* bytes per async copy: 16, 8, 4, or 2 (plain loads) */
 } ScanArgs;
 
-/* k/q row in shared memory: k[N] | q[N] | k^2[N] | kappa, padded to float4 */
+/* k/q row (written once per layer by scan_kq_kernel, staged into shared memory as is):
+ * k[N] | q[N] | k^2[N] | -2k[N] | kappa, padded to float4 */
 template <int N>
 struct KQ {
-    static constexpr int W = 3 * N + 4;
+    static constexpr int W = 4 * N + 4, KK = 2 * N, M2K = 3 * N, KAP = 4 * N;
 };
 
 /* ---- asynchronous global -> shared copies (cp.async), zero-filling past `valid` bytes ---- */
@@ -113,28 +118,46 @@ __device__ __forceinline__ float reduce_scatter(float (&v)[NV], int lane) {
     return r;
 }
 
-/* raw staged k, q (bf16 rows (jj * stride + i, 2N)) -> float rows k | q | k^2 | kappa at the
- * same row index, for nd directions of cs steps; ends synchronized */
-template <int N, bool WARP_ONLY>
-__device__ __forceinline__ void convert_kq(float *kq, const bf16 *raw, int nd, int cs, int stride,
-                                           int tid, int nthreads) {
+/* Queue the copy of `rows` k|q rows of one (direction, sample) for steps s0.. (token t = s, or
+ * L-1-s for the backward direction) into dst; rows at or past cs are zero-filled. */
+template <int N>
+__device__ __forceinline__ void queue_kq(float *dst, const float *base, int s0, int cs, int rows,
+                                         int j, int L, int tid, int nthreads) {
+    constexpr int KQW = KQ<N>::W, P = KQW / 4;
+    for (int job = tid; job < rows * P; job += nthreads) {
+        int r = job / P, p = job - r * P, s = s0 + r, t = j ? L - 1 - s : s;
+        bool on = r < cs;
+        cp_async<16>(dst + r * KQW + p * 4, base + (on ? (size_t)t * KQW + p * 4 : 0), on ? 16 : 0);
+    }
+}
+
+/* The k|q table: one row per (direction, sample, token) from the x_proj output's B and C columns
+ * (bf16) as float, with k^2, -2k and kappa = sum k^2, so the scan kernels stage it as is. One
+ * thread per (row, n); the N threads of a row are consecutive lanes (N divides 32). */
+template <int N>
+__global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int BL, int W, int R) {
     constexpr int KQW = KQ<N>::W;
-    for (int idx = tid; idx < nd * cs * 2 * N; idx += nthreads) {
-        int r = idx / (2 * N), c = idx - r * 2 * N;
-        int jj = r / cs, i = r - jj * cs, row = jj * stride + i;
-        float v = bf2f(raw[row * 2 * N + c]);
-        kq[row * KQW + c] = v;
-        if (c < N) kq[row * KQW + 2 * N + c] = v * v;
-    }
-    if (WARP_ONLY) __syncwarp(); else __syncthreads();
-    for (int r = tid; r < nd * cs; r += nthreads) {
-        int jj = r / cs, i = r - jj * cs, row = jj * stride + i;
-        float s = 0.0f;
+    size_t tot = (size_t)2 * BL * N;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx - threadIdx.x < tot;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        bool on = idx < tot;
+        size_t row = on ? idx / N : 0;
+        int n = (int)(idx % N), j = row >= (size_t)BL;
+        size_t r = row - (j ? (size_t)BL : 0);
+        const bf16 *src = (j ? x1 : x0) + r * W + R;
+        float k = on ? bf2f(src[n]) : 0.0f, q = on ? bf2f(src[N + n]) : 0.0f, kk = k * k;
+        float kap = kk;
 #pragma unroll
-        for (int n = 0; n < N; n++) s += kq[row * KQW + 2 * N + n];
-        kq[row * KQW + 3 * N] = s;
+        for (int m = 1; m < N; m <<= 1) kap += __shfl_xor_sync(FULL, kap, m);
+        if (on) {
+            float *dst = kqt + row * KQW;
+            dst[n] = k;
+            dst[N + n] = q;
+            dst[2 * N + n] = kk;
+            dst[3 * N + n] = -2.0f * k;
+            if (n < 4) dst[4 * N + n] = n == 0 ? kap : 0.0f;
+        }
     }
-    if (WARP_ONLY) __syncwarp(); else __syncthreads();
 }
 
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(__expf(x)); }
@@ -145,7 +168,7 @@ __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : lo
 template <int N, bool MAMBA>
 __device__ __forceinline__ void step_pre(float &p0, float &p1, const float *row, float u, float dl) {
     if (!MAMBA) {
-        float kap = row[3 * N];
+        float kap = row[KQ<N>::KAP];
         float beta = sigmoidf_fast(dl);
         p0 = beta * rcp_fast(fmaf(beta, kap, 1.0f));
         p1 = p0 * u;
@@ -194,15 +217,14 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
 template <int N, bool MAMBA, bool BWD>
 __global__ void __launch_bounds__(PAIR_T) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
-    constexpr int act_elems = PAIR_NQ * CKS * T, x_elems = CKS * 2 * N, buf_elems = act_elems + x_elems;
+    constexpr int buf_elems = PAIR_NQ * CKS * T;
     __shared__ __align__(16) bf16 stage[2 * buf_elems];
-    __shared__ __align__(16) float kq[CKS * KQW];
+    __shared__ __align__(16) float kqs[2 * CKS * KQW];
     __shared__ float red[BWD ? NW * CKS * N : 1];
     const int L = a.L, E = a.E;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int b = blockIdx.y, c0 = blockIdx.x * T, d = c0 + tid;
     bool act = d < E;
-    for (int i = tid; i < CKS * KQW; i += T) kq[i] = 0.0f; /* rows past a short chunk stay finite */
     /* the stash: out (forward) or dz (backward prep) */
     bf16 *ys = BWD ? a.dz : a.out;
     size_t ldy = BWD ? (size_t)a.ldz : (size_t)E;
@@ -229,10 +251,8 @@ __global__ void __launch_bounds__(PAIR_T) scan_pair_kernel(ScanArgs a) {
                 size_t ld = kind == 2 ? (size_t)a.ldz : kind == 4 ? ldy : (size_t)E;
                 return base + ((size_t)b * L + t) * ld + c0;
             }, tid, T, cs, CKS);
-            queue_rows(dst + act_elems, cs, 2 * N, 2, 0, 2 * N, a.vec_x, [&](int r) -> const void * {
-                int s = s0 + r, t = j ? L - 1 - s : s;
-                return a.xdbl[j] + ((size_t)b * L + t) * a.W + a.R;
-            }, tid, T, cs, CKS);
+            queue_kq<N>(kqs + (dst - stage) / buf_elems * CKS * KQW, a.kqt + ((size_t)j * a.B + b) * L * KQW,
+                        s0, cs, CKS, j, L, tid, T);
         };
         /* staged row index of each kind (see issue) */
         const int rz = 2, rg = need_z ? 3 : 2, ry = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0);
@@ -249,7 +269,7 @@ __global__ void __launch_bounds__(PAIR_T) scan_pair_kernel(ScanArgs a) {
             }
             __syncthreads();
             const bf16 *st = stage + (ch & 1) * buf_elems;
-            convert_kq<N, false>(kq, st + act_elems, 1, cs, CKS, tid, T);
+            const float *kq = kqs + (ch & 1) * CKS * KQW;
             auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CKS + i) * T + tid]); };
             /* phase 1: the state-independent scalars of every step of the chunk */
             float uu[CKS], p0[CKS], p1[CKS];
@@ -320,34 +340,37 @@ __global__ void __launch_bounds__(PAIR_T) scan_pair_kernel(ScanArgs a) {
 }
 
 /* ---------------- the adjoint kernel: one warp, one direction, 32 channels ---------------- */
-/* One reverse step's arithmetic (no memory traffic): updates lam and anext, returns du, ddelta
- * and the per-channel dk (dB) contributions in dkv, with dkappa folded in. */
+/* One reverse step's arithmetic (no memory traffic): updates lam and anext, returns du, ddelta,
+ * the per-channel dk (dB) contributions in dkv and (Longhorn) -2 dkappa's per-channel term in
+ * dkap2, which the caller sums over channels once: dk[n] += k[n] * sum_d dkap2 (one scalar sum
+ * per step instead of N products per channel). */
 template <int N, bool MAMBA>
 __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], float (&dAacc)[N],
-                                         float (&dkv)[N], float &du, float &ddl,
+                                         float (&dkv)[N], float &du, float &ddl, float &dkap2,
                                          const float (&hp)[N], const float *row, float u, float dl,
                                          float gy, float Dsk, const float (&A)[N]) {
     constexpr int N4 = N / 4;
     const float4 *r4 = reinterpret_cast<const float4 *>(row);
     float S1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, S2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (!MAMBA) {
-        float kap = row[3 * N];
+        float kap = row[KQ<N>::KAP];
         float beta = sigmoidf_fast(dl);
         float rden = rcp_fast(fmaf(beta, kap, 1.0f)), eps = beta * rden;
 #pragma unroll
         for (int g = 0; g < N4; g++) {
-            float4 k4 = r4[g], q4 = r4[N4 + g], kk4 = r4[2 * N4 + g];
+            float4 k4 = r4[g], q4 = r4[N4 + g], kk4 = r4[2 * N4 + g], m4 = r4[3 * N4 + g];
             float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
-            float kk[4] = {kk4.x, kk4.y, kk4.z, kk4.w};
+            float kk[4] = {kk4.x, kk4.y, kk4.z, kk4.w}, m2k[4] = {m4.x, m4.y, m4.z, m4.w};
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int n = 4 * g + e;
                 float l = fmaf(anext[n], lam[n], gy * q[e]);
                 lam[n] = l;
-                S1[e] = fmaf(l, k[e], S1[e]);            /* sum_n lam k */
-                S2[e] = fmaf(l * hp[n], kk[e], S2[e]);   /* sum_n lam k^2 h_{t-1} */
-                dkv[n] = l * eps * fmaf(-2.0f * k[e], hp[n], u);
-                anext[n] = fmaf(-eps, kk[e], 1.0f);      /* a_t, used at step t-1 */
+                float X = l * hp[n];
+                S1[e] = fmaf(l, k[e], S1[e]);             /* sum_n lam k */
+                S2[e] = fmaf(X, kk[e], S2[e]);            /* sum_n lam k^2 h_{t-1} */
+                dkv[n] = (l * eps) * fmaf(m2k[e], hp[n], u); /* lam eps (u - 2 k h_{t-1}) */
+                anext[n] = fmaf(-eps, kk[e], 1.0f);       /* a_t, used at step t-1 */
             }
         }
         float s1 = (S1[0] + S1[1]) + (S1[2] + S1[3]), s2 = (S2[0] + S2[1]) + (S2[2] + S2[3]);
@@ -355,15 +378,7 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
         float deps = fmaf(u, s1, -s2); /* sum_n lam (u k - k^2 h_{t-1}) */
         float rden2 = rden * rden;
         ddl = deps * rden2 * beta * (1.0f - beta);
-        float dkap2 = -2.0f * deps * beta * beta * rden2;
-        /* dk += 2 k dkappa, folded in per channel before the sum over channels */
-#pragma unroll
-        for (int g = 0; g < N4; g++) {
-            float4 k4 = r4[g];
-            float k[4] = {k4.x, k4.y, k4.z, k4.w};
-#pragma unroll
-            for (int e = 0; e < 4; e++) dkv[4 * g + e] = fmaf(k[e], dkap2, dkv[4 * g + e]);
-        }
+        dkap2 = -2.0f * deps * beta * beta * rden2;
     } else {
         float dt = softplusf_(dl), dtu = dt * u;
 #pragma unroll
@@ -387,25 +402,27 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
         float s1 = (S1[0] + S1[1]) + (S1[2] + S1[3]), s2 = (S2[0] + S2[1]) + (S2[2] + S2[3]);
         du = fmaf(gy, Dsk, dt * s1);
         ddl = fmaf(u, s1, s2) * sigmoidf_fast(dl);
+        dkap2 = 0.0f;
     }
 }
 
 /* The adjoint kernel: one warp per block, one direction, 32 channels. Per CK-chunk of steps, in
- * reverse: the chunk's inputs are staged (cp.async, double-buffered) and its start state comes
- * from the checkpoint; the history of h is kept in registers, 8 steps (SUB) at a time: the
- * second half of the chunk is reached by recomputing the first half without keeping it, then
- * the first half is recomputed with its history (1.5 recomputes per step; no shared-memory
- * history, so occupancy is set by registers). */
-#define SUB 8
+ * reverse: the chunk's inputs (u dl z go rows, k|q rows, the start state) are staged by cp.async,
+ * double-buffered. The history of h is kept in registers SUB steps at a time: the second half of
+ * the chunk is reached by recomputing the first half without keeping it, then the first half is
+ * recomputed with its history (1.5 recomputes per step; no shared-memory history). SUB = 4 keeps
+ * the history at 4N registers, so the kernel fits in 168 registers without spilling (12 warps per
+ * SM; v5 had SUB = 8, 244 registers, 8 warps and local-memory spills). */
+#define SUB 4
 template <int N, bool MAMBA>
 __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], float (&anext)[N],
                                             float (&dAacc)[N], float &dDacc, const float (&hs)[N],
                                             const float *kq, const bf16 *st, int base, int n,
                                             int s0, int j, int b, int d, bool act, int lane,
-                                            float Dsk, const float (&A)[N], float *pk) {
+                                            float Dsk, const float (&A)[N], float *pk, float *pkap) {
     constexpr int KQW = KQ<N>::W, T = 32;
     const int L = a.L, E = a.E;
-    auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CK + i) * T + lane]); };
+    auto in = [&](int q, int i) { return bf2f(st[(q * CK + i) * T + lane]); };
     float H[SUB][N], h[N];
 #pragma unroll
     for (int k = 0; k < N; k++) h[k] = hs[k];
@@ -425,9 +442,9 @@ __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], 
         int ii = base + i, s = s0 + ii, t = j ? L - 1 - s : s;
         float u = in(0, ii), dl = in(1, ii), zv = in(2, ii);
         float gy = 0.5f * in(3, ii) * zv * sigmoidf_fast(zv);
-        float dkv[N], du, ddl;
-        if (i > 0) adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, H[i > 0 ? i - 1 : 0], kq + ii * KQW, u, dl, gy, Dsk, A);
-        else adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, hs, kq + ii * KQW, u, dl, gy, Dsk, A);
+        float dkv[N], du, ddl, dkap2;
+        if (i > 0) adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, H[i > 0 ? i - 1 : 0], kq + ii * KQW, u, dl, gy, Dsk, A);
+        else adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, hs, kq + ii * KQW, u, dl, gy, Dsk, A);
         size_t r = (size_t)b * L + t;
         if (act) {
             a.du[j][r * E + d] = f2bf(du);
@@ -436,22 +453,24 @@ __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], 
         dDacc = fmaf(gy, u, dDacc);
         float sum = reduce_scatter<N>(dkv, lane);
         if (lane < N) pk[(size_t)t * N + lane] = sum;
+        if (!MAMBA) {
+            float ks = warp_sum(dkap2);
+            if (lane == N) pkap[t] = ks;
+        }
     }
 }
 
-/* staged per-step inputs: u dl z go rows of 32 channels, k|q rows, checkpoint rows (N, 32) */
 template <int N, bool MAMBA>
-__global__ void __launch_bounds__(32) scan_adjoint_kernel(ScanArgs a) {
+__global__ void __launch_bounds__(32, 12) scan_adjoint_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, T = 32;
-    constexpr int act_elems = 4 * CK * T, x_elems = CK * 2 * N, buf_elems = act_elems + x_elems;
-    __shared__ __align__(16) bf16 stage[2 * buf_elems];
-    __shared__ __align__(16) float kq[CK * KQW];
+    constexpr int act_elems = 4 * CK * T;
+    __shared__ __align__(16) bf16 stage[2 * act_elems];
+    __shared__ __align__(16) float kqs[2 * CK * KQW];
     __shared__ __align__(16) float ckb[2 * N * T];
     const int L = a.L, E = a.E;
     int lane = threadIdx.x;
     int j = blockIdx.y, b = blockIdx.z, c0 = blockIdx.x * T, d = c0 + lane;
     bool act = d < E;
-    for (int i = lane; i < CK * KQW; i += T) kq[i] = 0.0f;
     float Dsk = act ? a.Dsk[j][d] : 0.0f;
     float A[N], lam[N], anext[N], dAacc[N], dDacc = 0.0f;
 #pragma unroll
@@ -459,25 +478,24 @@ __global__ void __launch_bounds__(32) scan_adjoint_kernel(ScanArgs a) {
         A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         lam[n] = anext[n] = dAacc[n] = 0.0f;
     }
+    const float *kqb = a.kqt + ((size_t)j * a.B + b) * L * KQW;
     auto issue = [&](int c, int slot) {
         int s0 = c * CK, cs = min(CK, L - s0);
-        bf16 *dst = stage + slot * buf_elems;
+        bf16 *dst = stage + slot * act_elems;
         queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
             int q = r / cs, i = r - q * cs, s = s0 + i, t = j ? L - 1 - s : s;
             const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : a.dout;
             size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
             return base + ((size_t)b * L + t) * ld + c0;
         }, lane, T, cs, CK);
-        queue_rows(dst + act_elems, cs, 2 * N, 2, 0, 2 * N, a.vec_x, [&](int r) -> const void * {
-            int s = s0 + r, t = j ? L - 1 - s : s;
-            return a.xdbl[j] + ((size_t)b * L + t) * a.W + a.R;
-        }, lane, T, cs, CK);
+        queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, lane, T);
         if (c > 0)
             queue_rows(ckb + slot * N * T, N, T, 4, c0, E, a.vec_ck, [&](int n) -> const void * {
                 return a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0;
             }, lane, T, N);
     };
-    float *pk = a.pk + (((size_t)b * 2 + j) * a.nblk2 + blockIdx.x) * L * N;
+    size_t pbase = ((size_t)b * 2 + j) * a.nblk2 + blockIdx.x;
+    float *pk = a.pk + pbase * L * N, *pkap = a.pkap + pbase * L;
     issue(a.nck - 1, 0);
     cp_commit();
     for (int c = a.nck - 1, it = 0; c >= 0; c--, it++) {
@@ -490,22 +508,19 @@ __global__ void __launch_bounds__(32) scan_adjoint_kernel(ScanArgs a) {
             cp_wait<0>();
         }
         __syncwarp();
-        const bf16 *st = stage + slot * buf_elems;
-        convert_kq<N, true>(kq, st + act_elems, 1, cs, CK, lane, T);
-        float h0[N];
-#pragma unroll
-        for (int n = 0; n < N; n++) h0[n] = (c > 0) ? ckb[(slot * N + n) * T + lane] : 0.0f;
-        /* the second half first: its start state is reached through the first half. One
-         * inlined copy of the sub-chunk code (the instruction cache is the limit here) */
+        const bf16 *st = stage + slot * act_elems;
+        const float *kq = kqs + slot * CK * KQW;
+        const float *h0 = ckb + slot * N * T + lane; /* the start state, stride T */
+        /* the second half first: its start state is reached through the first half */
         float hm[N];
 #pragma unroll
-        for (int n = 0; n < N; n++) hm[n] = h0[n];
+        for (int n = 0; n < N; n++) hm[n] = c > 0 ? h0[n * T] : 0.0f;
         if (cs > SUB) {
 #pragma unroll 1
             for (int i = 0; i < SUB; i++) {
                 float p0, p1;
-                step_pre<N, MAMBA>(p0, p1, kq + i * KQW, bf2f(st[(size_t)i * T + lane]),
-                                   bf2f(st[(size_t)(CK + i) * T + lane]));
+                step_pre<N, MAMBA>(p0, p1, kq + i * KQW, bf2f(st[i * T + lane]),
+                                   bf2f(st[(CK + i) * T + lane]));
                 step_upd<N, MAMBA>(hm, kq + i * KQW, p0, p1, A);
             }
         }
@@ -513,11 +528,11 @@ __global__ void __launch_bounds__(32) scan_adjoint_kernel(ScanArgs a) {
         for (int sub = (cs - 1) / SUB; sub >= 0; sub--) {
             float hs[N];
 #pragma unroll
-            for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : h0[n];
+            for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (c > 0 ? h0[n * T] : 0.0f);
             adjoint_sub<N, MAMBA>(a, lam, anext, dAacc, dDacc, hs, kq, st, sub * SUB,
-                                  min(SUB, cs - sub * SUB), s0, j, b, d, act, lane, Dsk, A, pk);
+                                  min(SUB, cs - sub * SUB), s0, j, b, d, act, lane, Dsk, A, pk, pkap);
         }
-        __syncwarp(); /* this buffer and kq are free for the next chunk */
+        __syncwarp(); /* this buffer is free for the next chunk */
     }
     if (act) {
         a.pd[((size_t)b * 2 + j) * E + d] = dDacc;
@@ -528,7 +543,7 @@ __global__ void __launch_bounds__(32) scan_adjoint_kernel(ScanArgs a) {
 }
 
 /* ---------------- finalize: partial sums in a fixed order ---------------- */
-template <int N>
+template <int N, bool MAMBA>
 __global__ void scan_dkdq_kernel(ScanArgs a) {
     size_t tot = (size_t)a.B * 2 * a.L * N;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < tot; idx += (size_t)gridDim.x * blockDim.x) {
@@ -542,6 +557,12 @@ __global__ void scan_dkdq_kernel(ScanArgs a) {
         for (int k = 0; k < a.nblk1; k++) dq += a.pq[((((size_t)b * a.nblk1 + k) * 2 + j) * a.L + t) * N + n];
 #pragma unroll 8
         for (int k = 0; k < a.nblk2; k++) dk += a.pk[((((size_t)b * 2 + j) * a.nblk2 + k) * a.L + t) * N + n];
+        if (!MAMBA) { /* dk += 2 k dkappa */
+            float kap = 0.0f;
+#pragma unroll 8
+            for (int k = 0; k < a.nblk2; k++) kap += a.pkap[(((size_t)b * 2 + j) * a.nblk2 + k) * a.L + t];
+            dk = fmaf(a.kqt[(((size_t)j * a.B + b) * a.L + t) * KQ<N>::W + n], kap, dk);
+        }
         bf16 *row = a.dxdbl[j] + ((size_t)b * a.L + t) * a.W + a.R;
         row[n] = f2bf(dk);
         row[N + n] = f2bf(dq);
@@ -584,16 +605,26 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
     const void *pa[6] = {u[0], u[1], delta[0], delta[1], z, dout ? dout : z};
     size_t sa[3] = {(size_t)E * 2, (size_t)ldz * 2, (size_t)32 * 2};
     a->vec_act = vec_bytes(pa, 6, sa, 3);
-    const void *px[2] = {(const bf16 *)xdbl[0] + R, (const bf16 *)xdbl[1] + R};
-    size_t sx[1] = {(size_t)a->W * 2};
-    a->vec_x = vec_bytes(px, 2, sx, 1);
     size_t sc[1] = {(size_t)E * 4};
     const void *pc[1] = {NULL};
     a->vec_ck = vec_bytes(pc, 1, sc, 1) >= 16 ? 16 : 4;
 }
 
+/* the k|q table of both directions into scratch */
+template <int N>
+static void make_kq(ScanArgs *a) {
+    size_t BL = (size_t)a->B * a->L;
+    float *kqt = (float *)cu_scratch(SCR_SCAN_KQ, 2 * BL * KQ<N>::W * sizeof(float));
+    int blocks = cu_blocks(2 * BL * N, 256);
+    if (blocks > g_cu.num_sms * 16) blocks = g_cu.num_sms * 16;
+    scan_kq_kernel<N><<<blocks, 256, 0, g_cu.stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->R);
+    CU_LAUNCH_CHECK();
+    a->kqt = kqt;
+}
+
 template <int N, bool MAMBA>
 static void forward_impl(ScanArgs a) {
+    make_kq<N>(&a);
     dim3 grid((a.E + PAIR_T - 1) / PAIR_T, a.B);
     scan_pair_kernel<N, MAMBA, false><<<grid, PAIR_T, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
@@ -606,7 +637,9 @@ static void backward_impl(ScanArgs a) {
     size_t B = a.B, L = a.L, E = a.E;
     a.ckpt = (float *)cu_scratch(SCR_SCAN_CKPT, B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float));
     a.pq = (float *)cu_scratch(SCR_SCAN_PQ, B * a.nblk1 * 2 * L * N * sizeof(float));
-    a.pk = (float *)cu_scratch(SCR_SCAN_PK, B * 2 * a.nblk2 * L * N * sizeof(float));
+    a.pk = (float *)cu_scratch(SCR_SCAN_PK, B * 2 * a.nblk2 * L * (N + 1) * sizeof(float));
+    a.pkap = a.pk + B * 2 * a.nblk2 * L * N;
+    make_kq<N>(&a);
     float *pd = (float *)cu_scratch(SCR_SCAN_PD, B * 2 * E * (MAMBA ? N + 1 : 1) * sizeof(float));
     a.pd = pd;
     a.pa = pd + B * 2 * E;
@@ -618,7 +651,7 @@ static void backward_impl(ScanArgs a) {
     size_t tot = B * 2 * L * N;
     int blocks = cu_blocks(tot, 256);
     if (blocks > g_cu.num_sms * 16) blocks = g_cu.num_sms * 16;
-    scan_dkdq_kernel<N><<<blocks, 256, 0, g_cu.stream>>>(a);
+    scan_dkdq_kernel<N, MAMBA><<<blocks, 256, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
     /* dD[j] (+ dA_log[j]) += the per-sample partials, summed in sample order */
     for (int j = 0; j < 2; j++) {
