@@ -2,7 +2,10 @@
 # gpu_check.sh: one call on the lent GPU machine: build, `make test-gpu`, compute-sanitizer
 # memcheck on both GPU tests, then `vil bench` for the configs given (default: ViL-Tiny).
 # Full logs go to $OUT (or ./out); the summary printed last fits the reply's tail.
-#   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...]
+#   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [e2e] [data]
+# e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
+# e2e trains ViL-Tiny on it on the GPU, evaluates, and classifies with --device cuda and cpu;
+# data runs bench-data with 1 and 16 threads.
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 SAN=/usr/local/cuda/bin/compute-sanitizer
@@ -42,6 +45,33 @@ for step in "$@"; do
             build/dev/cuda/bench_ops 192 256 1 "$filt" > "$OUT/ncu_$cnt.log" 2>&1
         echo "ncu: rc=$?"
         grep -iE "void |Duration|Executed Ipc A|Executed Instructions   |Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Warp Per|No Eligible|Warp Cycles Per Issued|stall|Eligible Warps" "$OUT/ncu_$cnt.log" | cut -c1-200 | head -90
+        ;;
+    e2e)
+        R=/tmp/vil_e2e; rm -rf $R
+        bin/vil train --config configs/vil_tiny.cfg --data corpus --device cuda --out $R \
+            --set num_classes=10 --set epochs=2 --set warmup_epochs=0 --set batch=64 --set workers=12 --set log_every=5 \
+            > "$OUT/e2e_train.log" 2>&1
+        echo "train on cuda: rc=$?"; tail -4 "$OUT/e2e_train.log"
+        bin/vil eval --device cuda --model $R/last.safetensors --data corpus > "$OUT/e2e_eval.log" 2>&1
+        echo "eval on cuda: rc=$?"; tail -3 "$OUT/e2e_eval.log"
+        bin/vil info --device cuda --model $R/last.safetensors > "$OUT/e2e_info.log" 2>&1
+        echo "info on cuda: rc=$?"; head -4 "$OUT/e2e_info.log"
+        img=$(ls corpus/val/*/* | head -3)
+        for dev in cuda cpu; do
+            bin/vil classify --device $dev --model $R/last.safetensors --topk 3 $img > "$OUT/e2e_classify_$dev.log" 2>&1
+            echo "classify on $dev: rc=$?"; cat "$OUT/e2e_classify_$dev.log"
+        done
+        ;;
+    data)
+        for t in 1 16; do
+            for mode in exact fast; do
+                bin/vil bench-data --data corpus --threads $t --batches $((t == 1 ? 40 : 400)) --decode $mode \
+                    > "$OUT/data_${mode}_$t.log" 2>&1
+                echo "bench-data $mode threads $t: rc=$? $(grep -E 'images/s:|per thread' "$OUT/data_${mode}_$t.log" | tr '\n' ' ')"
+            done
+        done
+        bin/vil bench-data --data corpus --threads 1 --batches 10 --stages > "$OUT/data_stages.log" 2>&1
+        grep -E "decode|resize|whole" "$OUT/data_stages.log"
         ;;
     bench:*)
         cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3)
