@@ -7,7 +7,14 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.h"
 
-#define CONV_TC 32 /* scan steps per thread; all of a thread's loads are issued up front */
+#ifndef CONV_TC
+#define CONV_TC 16 /* scan steps per thread; all of a thread's loads are issued up front */
+#endif
+#ifndef CONV_BWD_MINB
+#define CONV_BWD_MINB 4 /* blocks per SM the backward kernel's register allocation aims at:
+                          * 128 registers (measured: TC 32 / 227 registers 148 us, TC 16 / 167
+                          * registers 124 us, TC 16 / 128 registers 112 us per Tiny call) */
+#endif
 
 __device__ __forceinline__ size_t conv_row(int b, int L, int s, int reverse) {
     return (size_t)b * L + (reverse ? L - 1 - s : s);
@@ -57,7 +64,7 @@ __global__ void __launch_bounds__(128) conv1d_silu_fwd_kernel(
 
 /* part: (B * nrun, K + 1, E): per (sample, run) sums of dpre * x[tap] and of dpre */
 template <int K>
-__global__ void __launch_bounds__(128) conv1d_silu_bwd_kernel(
+__global__ void __launch_bounds__(128, CONV_BWD_MINB) conv1d_silu_bwd_kernel(
     bf16 *__restrict__ dx, float *__restrict__ part, const bf16 *__restrict__ du,
     const bf16 *__restrict__ x, const float *__restrict__ w, const float *__restrict__ bias, int L,
     int E, int ldx, int reverse, int accumulate_dx) {

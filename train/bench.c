@@ -127,8 +127,8 @@ int vil_cmd_bench(int argc, char **argv) {
     double t_inf = vil_now() - t0;
     printf("inference (forward):        %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_inf,
            1e3 * t_inf / steps);
-    printf("peak memory (training):     %10.2f GiB%s\n", peak_train / 1073741824.0,
-           strcmp(be->name, "cpu") == 0 ? " (process RSS)" : "");
+    printf("peak memory (training):     %10.2f GiB (%.1f MiB)%s\n", peak_train / 1073741824.0,
+           peak_train / 1048576.0, strcmp(be->name, "cpu") == 0 ? " (process RSS)" : "");
     fflush(stdout);
 
     if (profile) {
