@@ -215,7 +215,7 @@ extern "C" void conv1d_silu_backward_cuda(void *dx, float *dw, float *db, const 
     cu_ensure_init();
     int nrun = (L + CONV_TC - 1) / CONV_TC;
     size_t np = (size_t)B * nrun * (K + 1) * E;
-    float *part = (float *)cu_scratch(SCR_CONV_PART, (np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
+    float *part = (float *)cu_scratch(SCR_OP, (np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
     float *part2 = part + np;
     dim3 grid((E + 127) / 128, nrun, B);
     CONV_DISPATCH(K, (conv1d_silu_bwd_kernel<KK><<<grid, 128, 0, g_cu.stream>>>(

@@ -86,15 +86,13 @@ enum {
     SCR_LT_BF16,     /* linear: f32 -> bf16 copy of the head's dlogits */
     SCR_COLSUM,      /* column-sum partials (bias gradients) */
     SCR_NORM_PART,   /* rmsnorm dw partials */
-    SCR_CONV_PART,   /* conv1d dw/db partials */
-    SCR_PATCH_Y,     /* patch embedding f32 NCHW output / gradient */
+    /* the large op-local buffers share one slot: the scan (checkpoints, partial sums, k|q table),
+     * conv1d (dw/db partials) and the patch embedding (its f32 NCHW output / gradient) never run
+     * at once, and each takes the slot once per call and carves it (saves ~64 MB at ViL-Tiny
+     * batch 256 against one slot each) */
+    SCR_OP,
     SCR_PATCH_W,     /* patch embedding f32 weight */
     SCR_DNN_WS,      /* cuDNN workspace */
-    SCR_SCAN_CKPT,   /* scan: per-chunk state checkpoints */
-    SCR_SCAN_PQ,     /* scan: dq partial sums */
-    SCR_SCAN_PK,     /* scan: dk partial sums */
-    SCR_SCAN_PD,     /* scan: dD / dA_log partial sums */
-    SCR_SCAN_KQ,     /* scan: the float k|q table (k^2, -2k, kappa) */
     SCR_BIAS_BF16,   /* linear: bf16 copy of a bias when cuBLASLt takes no f32 bias */
     SCR_SUM_MID,     /* colsum_rows_accumulate: the first of its two levels */
     SCR_COUNT

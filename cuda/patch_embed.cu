@@ -142,7 +142,7 @@ extern "C" void patch_embed_forward_cuda(void *out, const float *img, const void
     ConvPlan *p = conv_plan(B, C, H, W, P, S, D);
     int M = ((H - P) / S + 1) * ((W - P) / S + 1);
     float *wf = weight_f32(w, (size_t)D * C * P * P);
-    float *y = (float *)cu_scratch(SCR_PATCH_Y, (size_t)B * D * M * sizeof(float));
+    float *y = (float *)cu_scratch(SCR_OP, (size_t)B * D * M * sizeof(float));
     void *ws = p->ws_fwd ? cu_scratch(SCR_DNN_WS, p->ws_fwd) : NULL;
     float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnConvolutionForward(g_cu.dnn, &one, p->x, img, p->w, wf, p->conv, p->fwd, ws,
@@ -158,7 +158,7 @@ extern "C" void patch_embed_backward_cuda(float *dimg, float *dw, float *db, con
     cu_ensure_init();
     ConvPlan *p = conv_plan(B, C, H, W, P, S, D);
     int M = ((H - P) / S + 1) * ((W - P) / S + 1);
-    float *dy = (float *)cu_scratch(SCR_PATCH_Y, (size_t)B * D * M * sizeof(float));
+    float *dy = (float *)cu_scratch(SCR_OP, (size_t)B * D * M * sizeof(float));
     dim3 grid((M + 31) / 32, (D + 31) / 32, B), block(32, 8);
     tokens_to_nchw_kernel<<<grid, block, 0, g_cu.stream>>>(dy, (const bf16 *)dout, D, M);
     CU_LAUNCH_CHECK();

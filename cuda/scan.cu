@@ -640,11 +640,15 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
     a->vec_ck = vec_bytes(pc, 1, sc, 1) >= 16 ? 16 : 4;
 }
 
-/* the k|q table of both directions into scratch */
+/* bytes of the k|q table of both directions */
 template <int N>
-static void make_kq(ScanArgs *a) {
+static size_t kq_bytes(const ScanArgs *a) {
+    return (size_t)2 * a->B * a->L * KQ<N>::W * sizeof(float);
+}
+/* the k|q table of both directions into kqt */
+template <int N>
+static void make_kq(ScanArgs *a, float *kqt) {
     size_t BL = (size_t)a->B * a->L;
-    float *kqt = (float *)cu_scratch(SCR_SCAN_KQ, 2 * BL * KQ<N>::W * sizeof(float));
     int blocks = cu_blocks(2 * BL * N, 256);
     if (blocks > g_cu.num_sms * 16) blocks = g_cu.num_sms * 16;
     scan_kq_kernel<N><<<blocks, 256, 0, g_cu.stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->R);
@@ -654,7 +658,7 @@ static void make_kq(ScanArgs *a) {
 
 template <int N, bool MAMBA>
 static void forward_impl(ScanArgs a) {
-    make_kq<N>(&a);
+    make_kq<N>(&a, (float *)cu_scratch(SCR_OP, kq_bytes<N>(&a)));
     dim3 grid((a.E + PAIR_T - 1) / PAIR_T, a.B);
     scan_pair_kernel<N, MAMBA, false><<<grid, PAIR_T, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
@@ -665,15 +669,23 @@ static void backward_impl(ScanArgs a) {
     a.nblk1 = (a.E + PAIR_T - 1) / PAIR_T;
     a.nblk2 = (a.E + 31) / 32;
     size_t B = a.B, L = a.L, E = a.E;
-    a.ckpt = (float *)cu_scratch(SCR_SCAN_CKPT, B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float));
-    a.pq = (float *)cu_scratch(SCR_SCAN_PQ, B * a.nblk1 * 2 * L * N * sizeof(float));
-    a.pk = (float *)cu_scratch(SCR_SCAN_PK, B * 2 * a.nblk2 * L * (N + 1) * sizeof(float));
+    /* one scratch region, carved in 4 KB aligned pieces (checkpoint rows are copied in 16-byte
+     * pieces from (row * E + block * 32) floats) */
+    size_t sz[5] = {B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float), /* ckpt */
+                    B * a.nblk1 * 2 * L * N * sizeof(float),                      /* pq */
+                    B * 2 * a.nblk2 * L * (N + 1) * sizeof(float),                /* pk, pkap */
+                    B * 2 * E * (MAMBA ? N + 1 : 1) * sizeof(float),              /* pd, pa */
+                    kq_bytes<N>(&a)};
+    size_t off[6] = {0};
+    for (int i = 0; i < 5; i++) off[i + 1] = off[i] + (sz[i] + 4095) / 4096 * 4096;
+    char *base = (char *)cu_scratch(SCR_OP, off[5]);
+    a.ckpt = (float *)(base + off[0]);
+    a.pq = (float *)(base + off[1]);
+    a.pk = (float *)(base + off[2]);
     a.pkap = a.pk + B * 2 * a.nblk2 * L * N;
-    make_kq<N>(&a);
-    float *pd = (float *)cu_scratch(SCR_SCAN_PD, B * 2 * E * (MAMBA ? N + 1 : 1) * sizeof(float));
-    a.pd = pd;
-    a.pa = pd + B * 2 * E;
-    /* checkpoint rows: (row * E + block * 32) floats; the scratch base is 4 KB aligned */
+    a.pd = (float *)(base + off[3]);
+    a.pa = a.pd + B * 2 * E;
+    make_kq<N>(&a, (float *)(base + off[4]));
     scan_pair_kernel<N, MAMBA, true><<<dim3(a.nblk1, a.B), PAIR_T, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
     scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), 32, 0, g_cu.stream>>>(a);
