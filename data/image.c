@@ -159,7 +159,8 @@ static void jpeg_open(JpegDec *d, const unsigned char *buf, size_t n) {
  * reassigned, by the function that calls setjmp, so nothing is clobbered by longjmp; the
  * error path frees what the body had allocated. */
 typedef struct {
-    int channels, x0, y0, cw, ch, denom; /* cw = ch = 0: the whole image */
+    int channels, x0, y0, cw, ch; /* cw = ch = 0: the whole image */
+    int scale_num, flags;         /* DCT scale scale_num / 8; VIL_JPEG_* flags */
     unsigned char *row;
     VilImage img;
     int rx, ry;
@@ -187,13 +188,13 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
     case JCS_YCCK: ci->out_color_space = JCS_CMYK; ncomp = 4; break;
     default: ci->out_color_space = JCS_RGB; ncomp = 3; break;
     }
-    int denom = j->denom;
-    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) denom = 1;
-    ci->scale_num = 1;
-    ci->scale_denom = (unsigned)denom;
-    /* PIL's defaults, so full decodes are bit-identical to PIL's */
-    ci->dct_method = JDCT_ISLOW;
-    ci->do_fancy_upsampling = TRUE;
+    const int M = j->scale_num >= 1 && j->scale_num <= 16 ? j->scale_num : 8;
+    ci->scale_num = (unsigned)M;
+    ci->scale_denom = 8;
+    /* PIL's defaults (ISLOW, fancy upsampling), so full decodes are bit-identical to PIL's;
+     * the fast training decode may change both */
+    ci->dct_method = (j->flags & VIL_JPEG_IFAST) ? JDCT_IFAST : JDCT_ISLOW;
+    ci->do_fancy_upsampling = (j->flags & VIL_JPEG_MERGED) ? FALSE : TRUE;
     jpeg_start_decompress(ci);
     if ((int)ci->output_components != ncomp) {
         seterr(err, errlen, "JPEG: unexpected %d output components", ci->output_components);
@@ -202,10 +203,12 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
     int W = (int)ci->output_width, H = (int)ci->output_height;
     int sx0 = 0, sy0 = 0, sx1 = W, sy1 = H; /* wanted region in scaled coordinates */
     if (j->cw > 0 && j->ch > 0) {
-        sx0 = j->x0 / denom;
-        sy0 = j->y0 / denom;
-        sx1 = (j->x0 + j->cw + denom - 1) / denom;
-        sy1 = (j->y0 + j->ch + denom - 1) / denom;
+        /* pixel i of the scaled image covers [8 i / M, 8 (i + 1) / M) of the full one: the
+         * scaled pixels that touch the region, rounded outward */
+        sx0 = (int)((long long)j->x0 * M / 8);
+        sy0 = (int)((long long)j->y0 * M / 8);
+        sx1 = (int)(((long long)(j->x0 + j->cw) * M + 7) / 8);
+        sy1 = (int)(((long long)(j->y0 + j->ch) * M + 7) / 8);
         if (sx0 < 0) sx0 = 0;
         if (sy0 < 0) sy0 = 0;
         if (sx1 > W) sx1 = W;
@@ -216,12 +219,13 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
             return -1;
         }
     }
-    if (j->cw > 0 && j->ch > 0) {
+    if (j->cw > 0 && j->ch > 0 && !(j->flags & VIL_JPEG_MERGED)) {
         /* One iMCU column of margin on each side: at the left and right edges of a cropped
          * region, libjpeg-turbo's fancy (smoothing) chroma upsampling lacks its neighbour
          * samples and the border pixels differ from a full decode by a few levels. With the
          * margin the region's own pixels are bit-identical to the full decode (tested).
-         * jpeg_skip_scanlines keeps the vertical context itself: no margin needed there. */
+         * jpeg_skip_scanlines keeps the vertical context itself: no margin needed there.
+         * Merged (non-fancy) upsampling uses no neighbour samples: no margin. */
 #if JPEG_LIB_VERSION >= 70 /* the jpeg7/8 API (Ubuntu's libjpeg-turbo) splits it by axis */
         int mx = ci->max_h_samp_factor * ci->min_DCT_h_scaled_size;
 #else
@@ -272,7 +276,8 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
 
 /* Decode a JPEG: the whole image (cw = ch = 0), or a region with DCT scaling. */
 static int jpeg_decode(const unsigned char *buf, size_t n, int channels, int x0, int y0, int cw,
-                       int ch, int denom, VilImage *out, int *rx, int *ry, char *err, size_t errlen) {
+                       int ch, int scale_num, int flags, VilImage *out, int *rx, int *ry, char *err,
+                       size_t errlen) {
     JpegDec *d = vil_calloc(1, sizeof *d);
     JpegJob *j = vil_calloc(1, sizeof *j);
     j->channels = channels;
@@ -280,7 +285,8 @@ static int jpeg_decode(const unsigned char *buf, size_t n, int channels, int x0,
     j->y0 = y0;
     j->cw = cw;
     j->ch = ch;
-    j->denom = denom;
+    j->scale_num = scale_num;
+    j->flags = flags;
     jpeg_open(d, buf, n);
     int rc;
     if (setjmp(d->jerr.jb)) {
@@ -303,12 +309,16 @@ static int jpeg_decode(const unsigned char *buf, size_t n, int channels, int x0,
     return rc;
 }
 
-int vil_jpeg_decode_region(const unsigned char *buf, size_t n, int channels, int x0, int y0, int cw,
-                           int ch, int denom, VilImage *out, int *rx, int *ry, char *err,
-                           size_t errlen) {
+int vil_jpeg_decode_region_scaled(const unsigned char *buf, size_t n, int channels, int x0, int y0,
+                                  int cw, int ch, int scale_num, int flags, VilImage *out, int *rx,
+                                  int *ry, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (channels != 1 && channels != 3) {
         seterr(err, errlen, "channels must be 1 or 3, not %d", channels);
+        return -1;
+    }
+    if (scale_num < 1 || scale_num > 16) {
+        seterr(err, errlen, "JPEG scale %d/8 outside 1/8 .. 16/8", scale_num);
         return -1;
     }
     if (vil_image_format(buf, n) != VIL_FORMAT_JPEG) {
@@ -319,7 +329,16 @@ int vil_jpeg_decode_region(const unsigned char *buf, size_t n, int channels, int
         seterr(err, errlen, "empty JPEG region %dx%d", cw, ch);
         return -1;
     }
-    return jpeg_decode(buf, n, channels, x0, y0, cw, ch, denom, out, rx, ry, err, errlen);
+    return jpeg_decode(buf, n, channels, x0, y0, cw, ch, scale_num, flags, out, rx, ry, err, errlen);
+}
+
+int vil_jpeg_decode_region(const unsigned char *buf, size_t n, int channels, int x0, int y0, int cw,
+                           int ch, int denom, VilImage *out, int *rx, int *ry, char *err,
+                           size_t errlen) {
+    /* 1/d is d/8 of 8: libjpeg-turbo derives the same output size and IDCT from either */
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) denom = 1;
+    return vil_jpeg_decode_region_scaled(buf, n, channels, x0, y0, cw, ch, 8 / denom, 0, out, rx, ry,
+                                         err, errlen);
 }
 
 static int jpeg_info(const unsigned char *buf, size_t n, int *w, int *h, char *err, size_t errlen) {
@@ -411,7 +430,7 @@ int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage 
     }
     switch (vil_image_format(buf, n)) {
     case VIL_FORMAT_JPEG:
-        return jpeg_decode(buf, n, channels, 0, 0, 0, 0, 1, out, NULL, NULL, err, errlen);
+        return jpeg_decode(buf, n, channels, 0, 0, 0, 0, 8, 0, out, NULL, NULL, err, errlen);
     case VIL_FORMAT_PNG:
     case VIL_FORMAT_OTHER: return stb_decode(buf, n, channels, out, err, errlen);
     default:

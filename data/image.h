@@ -61,6 +61,23 @@ int vil_jpeg_decode_region(const unsigned char *buf, size_t n, int channels, int
                            int ch, int denom, VilImage *out, int *rx, int *ry, char *err,
                            size_t errlen);
 
+/* Options of vil_jpeg_decode_region_scaled. 0: PIL's settings (JDCT_ISLOW, fancy upsampling),
+ * bit-identical to the full decode's pixels. */
+enum {
+    VIL_JPEG_MERGED = 1, /* do_fancy_upsampling = FALSE: libjpeg-turbo's merged (nearest)
+                            chroma upsampling + color conversion; no margin columns needed */
+    VIL_JPEG_IFAST = 2,  /* JDCT_IFAST (matters only where an 8x8 IDCT is used) */
+};
+
+/* vil_jpeg_decode_region at the DCT scale scale_num / 8 (1..16; libjpeg-turbo's IDCT
+ * scaling, so scale_num 9..16 upsamples), with the `flags` above. The scaled image is
+ * ceil(W * scale_num / 8) x ceil(H * scale_num / 8); scaled pixel i covers full-resolution
+ * [8 i / scale_num, 8 (i + 1) / scale_num). The result covers every scaled pixel that touches
+ * the region; *rx, *ry: its top-left pixel in the scaled image. */
+int vil_jpeg_decode_region_scaled(const unsigned char *buf, size_t n, int channels, int x0, int y0,
+                                  int cw, int ch, int scale_num, int flags, VilImage *out, int *rx,
+                                  int *ry, char *err, size_t errlen);
+
 /* PIL's RGB -> L conversion, in place layouts: src (n, 3), dst (n). */
 void vil_rgb_to_gray(unsigned char *dst, const unsigned char *src, size_t n);
 

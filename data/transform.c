@@ -41,7 +41,13 @@ typedef struct {
 
 /* Coefficients of output samples [o0, o0 + n) of a resize of the box [in0, in1) of in_size
  * samples to out_size samples, as Pillow's precompute_coeffs + normalize_coeffs_8bpc: taps
- * are clamped to [0, in_size). */
+ * are clamped to [0, in_size). The taps are computed for all output samples at once, tap
+ * index outermost, so that the double arithmetic runs across outputs in SIMD lanes: per output
+ * it is the same IEEE operations in the same order as Pillow's loop (each weight, the running
+ * sum in tap order, the division, the rounding). Taps at or past an output's xmax get weight
+ * 0.0, which leaves the sum unchanged and rounds to coefficient 0, as the loop's zero fill.
+ * (Checked against the per-output loop on 300,000 random sizes and boxes, gcc and clang,
+ * -march=native, x86-64-v3, x86-64: identical.) */
 VIL_NO_FMA static void coeffs_init(ResampleCoeffs *rc, int in_size, double in0, double in1,
                                    int out_size, int o0, int n) {
     /* Pillow's box is floats; our boxes are either integers (exact) or the DCT-scaled
@@ -53,39 +59,57 @@ VIL_NO_FMA static void coeffs_init(ResampleCoeffs *rc, int in_size, double in0, 
     rc->ksize = ksize;
     rc->bounds = vil_malloc(sizeof(int) * 2 * (size_t)n);
     rc->k = vil_malloc(sizeof(int32_t) * (size_t)ksize * n);
-    double *w = vil_malloc(sizeof(double) * (size_t)ksize);
-    double ss = 1.0 / filterscale;
+    double *center = vil_malloc(sizeof(double) * 2 * (size_t)n), *ww = center + n;
+    double *w = vil_malloc(sizeof(double) * (size_t)ksize * n); /* (ksize, n) */
+    int *xmin = vil_malloc(sizeof(int) * 2 * (size_t)n), *xmax = xmin + n;
+    int32_t *kt = vil_malloc(sizeof(int32_t) * (size_t)ksize * n); /* (ksize, n) */
+    const double ss = 1.0 / filterscale;
     for (int i = 0; i < n; i++) {
         int xx = o0 + i;
-        double center = in0 + (xx + 0.5) * scale;
-        double ww = 0.0;
-        int xmin = (int)(center - support + 0.5); /* truncation, as Pillow's (int) cast */
-        if (xmin < 0) xmin = 0;
-        int xmax = (int)(center + support + 0.5);
-        if (xmax > in_size) xmax = in_size;
-        xmax -= xmin;
-        /* cubic() with both branches computed and one selected: the same values, but no
-         * mispredicted branch per tap, and the loop vectorizes */
-        const double a = -0.5;
-        for (int x = 0; x < xmax; x++) {
-            double t = fabs((x + xmin - center + 0.5) * ss);
+        double c = in0 + (xx + 0.5) * scale;
+        int lo = (int)(c - support + 0.5); /* truncation, as Pillow's (int) cast */
+        if (lo < 0) lo = 0;
+        int hi = (int)(c + support + 0.5);
+        if (hi > in_size) hi = in_size;
+        center[i] = c;
+        xmin[i] = lo;
+        xmax[i] = hi - lo;
+        ww[i] = 0.0;
+    }
+    /* cubic() with both branches computed and one selected: the same values, no branches */
+    const double a = -0.5;
+    for (int x = 0; x < ksize; x++) {
+        double *wx = w + (size_t)x * n;
+        for (int i = 0; i < n; i++) {
+            double t = fabs((x + xmin[i] - center[i] + 0.5) * ss);
             double near = ((a + 2.0) * t - (a + 3.0)) * t * t + 1;
             double far = (((t - 5) * t + 8) * t - 4) * a;
-            w[x] = t < 1.0 ? near : t < 2.0 ? far : 0.0;
+            double v = t < 1.0 ? near : t < 2.0 ? far : 0.0;
+            v = x < xmax[i] ? v : 0.0;
+            wx[i] = v;
+            ww[i] += v;
         }
-        for (int x = 0; x < xmax; x++) ww += w[x];
-        int32_t *k = rc->k + (size_t)i * ksize;
-        const double div = ww != 0.0 ? ww : 1.0; /* w / 1.0 is w exactly */
-        for (int x = 0; x < xmax; x++) {
-            double v = w[x] / div;
-            double h = v < 0 ? -0.5 : 0.5;
-            k[x] = (int32_t)(h + v * (1 << RS_PRECISION_BITS));
-        }
-        for (int x = xmax; x < ksize; x++) k[x] = 0;
-        rc->bounds[2 * i] = xmin;
-        rc->bounds[2 * i + 1] = xmax;
     }
+    for (int i = 0; i < n; i++) ww[i] = ww[i] != 0.0 ? ww[i] : 1.0; /* w / 1.0 is w exactly */
+    for (int x = 0; x < ksize; x++) {
+        const double *wx = w + (size_t)x * n;
+        int32_t *kx = kt + (size_t)x * n;
+        for (int i = 0; i < n; i++) {
+            double v = wx[i] / ww[i];
+            double h = v < 0 ? -0.5 : 0.5;
+            kx[i] = (int32_t)(h + v * (1 << RS_PRECISION_BITS));
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        int32_t *k = rc->k + (size_t)i * ksize;
+        for (int x = 0; x < ksize; x++) k[x] = kt[(size_t)x * n + i];
+        rc->bounds[2 * i] = xmin[i];
+        rc->bounds[2 * i + 1] = xmax[i];
+    }
+    free(kt);
+    free(xmin);
     free(w);
+    free(center);
 }
 
 /* Reverse the order of the n output samples' coefficients. */
@@ -422,6 +446,12 @@ void vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
     resize_box(dst, cw, ch, ox, oy, src, w, h, stride, c, dw, dh, box, 0);
 }
 
+void vil_resize_bicubic_box(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
+                            int dw, int dh, const double box[4]) {
+    const double full[4] = {0.0, 0.0, (double)w, (double)h};
+    resize_box(dst, dw, dh, 0, 0, src, w, h, stride, c, dw, dh, box ? box : full, 0);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* evaluation transform                                                                        */
 
@@ -538,6 +568,7 @@ void vil_train_transform_default(VilTrainTransform *t, int res, int channels) {
     t->randaug_inc = 1;
     t->reprob = 0.25f;
     t->randaug_interp = VIL_INTERP_BICUBIC;
+    t->decode = VIL_DECODE_EXACT; /* the library's default; `vil train` and bench-data: fast */
     if (channels == 1) {
         t->mean[0] = t->mean[1] = t->mean[2] = 0.449f;
         t->std[0] = t->std[1] = t->std[2] = 0.226f;
@@ -817,8 +848,73 @@ static void seterr(char *err, size_t errlen, const char *msg, const char *detail
     if (err && errlen) snprintf(err, errlen, "%s%s", msg, detail ? detail : "");
 }
 
-int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
-                             float *out, char *err, size_t errlen) {
+int vil_jpeg_fast_scale(int cw, int ch, int res) {
+    /* Powers of two only: libjpeg-turbo 2.1's 3x3, 5x5, 6x6 and 7x7 IDCTs (and the 10x10,
+     * 12x12, 14x14 ones it then uses for 4:2:0 chroma) are plain C, so 5/8 .. 7/8 decode
+     * measured 10-50% SLOWER than 8/8 (PERF_NOTES.md), and 3/8 slower than 4/8. Not 1/8: the
+     * DC-only block average saved ~2% over 2/8 for about twice the error. */
+    int m = 2;
+    while (m < 8 && ((long long)cw * m < 8LL * res || (long long)ch * m < 8LL * res)) m *= 2;
+    return m;
+}
+
+#ifndef FAST_JPEG_FLAGS
+/* Fast-mode decode options: merged upsampling (decode -4% in `--stages`). JDCT_IFAST measured
+ * no faster within the noise (PERF_NOTES.md): the IDCT stays ISLOW. */
+#define FAST_JPEG_FLAGS VIL_JPEG_MERGED
+#endif
+
+int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTransform *t, int left, int top,
+                          int cw, int ch, int scale_bias, VilTrainCrop *cr, char *err, size_t errlen) {
+    memset(cr, 0, sizeof *cr);
+    /* the scale as m / 8: exact mode's 1/d is (8/d) / 8 */
+    int m, flags = 0;
+    if (t->decode == VIL_DECODE_FAST) {
+        m = vil_jpeg_fast_scale(cw, ch, t->res);
+        for (int b = scale_bias; b < 0 && m > 1; b++) m /= 2;
+        for (int b = scale_bias; b > 0 && m < 8; b--) m *= 2;
+        flags = FAST_JPEG_FLAGS;
+    } else {
+        m = 8 / vil_jpeg_dct_denom(cw, ch, t->res);
+    }
+    VilImage *reg = &cr->reg;
+    int rx, ry;
+    if (vil_jpeg_decode_region_scaled(buf, n, t->channels, left, top, cw, ch, m, flags, reg, &rx, &ry, err,
+                                      errlen) != 0)
+        return -1;
+    cr->scale_num = m;
+    if (m == 8) {
+        cr->vx = left - rx;
+        cr->vy = top - ry;
+        cr->vw = cw;
+        cr->vh = ch;
+        return 0;
+    }
+    /* the crop in the scaled image's coordinates (scaled pixel i covers full-resolution
+     * [8 i / m, 8 (i + 1) / m)), relative to the decoded region: a sub-pixel box for the
+     * resize, whose filter taps are clamped to the whole scaled pixels that cover it */
+    double bx0 = (double)left * m / 8 - rx, bx1 = (double)(left + cw) * m / 8 - rx;
+    double by0 = (double)top * m / 8 - ry, by1 = (double)(top + ch) * m / 8 - ry;
+    int ix0 = (int)floor(bx0), iy0 = (int)floor(by0);
+    int ix1 = (int)ceil(bx1), iy1 = (int)ceil(by1);
+    if (ix0 < 0) ix0 = 0;
+    if (iy0 < 0) iy0 = 0;
+    if (ix1 > reg->w) ix1 = reg->w;
+    if (iy1 > reg->h) iy1 = reg->h;
+    cr->vx = ix0;
+    cr->vy = iy0;
+    cr->vw = ix1 - ix0;
+    cr->vh = iy1 - iy0;
+    cr->has_box = 1;
+    cr->box[0] = bx0 - ix0;
+    cr->box[1] = by0 - iy0;
+    cr->box[2] = bx1 - ix0 > cr->vw ? cr->vw : bx1 - ix0;
+    cr->box[3] = by1 - iy0 > cr->vh ? cr->vh : by1 - iy0;
+    return 0;
+}
+
+int vil_transform_train_file_bias(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
+                                  int scale_bias, float *out, char *err, size_t errlen) {
     if (!train_args_ok(t)) {
         seterr(err, errlen, "bad training transform configuration", NULL);
         return -1;
@@ -839,35 +935,18 @@ int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainT
     }
     int left, top, cw, ch;
     vil_rrc_params(W, H, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, rng, &left, &top, &cw, &ch);
-    int d = vil_jpeg_dct_denom(cw, ch, t->res);
-    VilImage reg;
-    int rx, ry;
-    if (vil_jpeg_decode_region(buf, n, t->channels, left, top, cw, ch, d, &reg, &rx, &ry, err, errlen) != 0)
-        return -1;
-    const int c = t->channels;
-    const size_t stride = (size_t)reg.w * c;
-    if (d == 1) {
-        train_from_view(reg.px + (size_t)(top - ry) * stride + (size_t)(left - rx) * c, cw, ch, stride, NULL, t,
-                        rng, out);
-    } else {
-        /* the crop in the scaled image's coordinates, relative to the decoded region; the
-         * filter taps are clamped to the whole scaled pixels that cover it */
-        double bx0 = (double)left / d - rx, bx1 = (double)(left + cw) / d - rx;
-        double by0 = (double)top / d - ry, by1 = (double)(top + ch) / d - ry;
-        int ix0 = (int)floor(bx0), iy0 = (int)floor(by0);
-        int ix1 = (int)ceil(bx1), iy1 = (int)ceil(by1);
-        if (ix0 < 0) ix0 = 0;
-        if (iy0 < 0) iy0 = 0;
-        if (ix1 > reg.w) ix1 = reg.w;
-        if (iy1 > reg.h) iy1 = reg.h;
-        double box[4] = {bx0 - ix0, by0 - iy0, bx1 - ix0, by1 - iy0};
-        if (box[2] > ix1 - ix0) box[2] = ix1 - ix0;
-        if (box[3] > iy1 - iy0) box[3] = iy1 - iy0;
-        train_from_view(reg.px + (size_t)iy0 * stride + (size_t)ix0 * c, ix1 - ix0, iy1 - iy0, stride, box, t, rng,
-                        out);
-    }
-    vil_image_free(&reg);
+    VilTrainCrop cr;
+    if (vil_train_decode_crop(buf, n, t, left, top, cw, ch, scale_bias, &cr, err, errlen) != 0) return -1;
+    const size_t stride = (size_t)cr.reg.w * cr.reg.c;
+    train_from_view(cr.reg.px + (size_t)cr.vy * stride + (size_t)cr.vx * cr.reg.c, cr.vw, cr.vh, stride,
+                    cr.has_box ? cr.box : NULL, t, rng, out);
+    vil_image_free(&cr.reg);
     return 0;
+}
+
+int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
+                             float *out, char *err, size_t errlen) {
+    return vil_transform_train_file_bias(buf, n, t, rng, 0, out, err, errlen);
 }
 
 int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float crop_pct, int channels,

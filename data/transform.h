@@ -27,6 +27,11 @@ extern const float VIL_IMAGENET_STD[3];
 void vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
                         const unsigned char *src, int w, int h, size_t stride, int c, int dw, int dh);
 
+/* The same resize of the source box {x0, y0, x1, y1} (fractional, inside w x h; NULL: the
+ * whole view), as Pillow's resize(size, BICUBIC, box): the whole dw x dh output. */
+void vil_resize_bicubic_box(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
+                            int dw, int dh, const double box[4]);
+
 /* torchvision.transforms.Resize(int) output size: the shorter side becomes `size`, the
  * longer int(size * long / short). */
 void vil_resize_shorter_size(int w, int h, int size, int *nw, int *nh);
@@ -49,6 +54,18 @@ void vil_normalize_chw(float *out, const unsigned char *px, int w, int h, int c,
 
 /* ---- training transform ---- */
 
+/* How vil_transform_train_file decodes a JPEG's crop.
+ * EXACT: PIL's decoder settings (ISLOW IDCT, fancy upsampling); DCT scaling 1/2 or 1/4 only
+ *   when the crop is >= 2x (4x) the output on both sides (vil_jpeg_dct_denom), else
+ *   bit-identical to vil_image_decode + vil_transform_train.
+ * FAST: the smallest DCT scale M/8 (M = 2, 4, 8) at which the crop still covers the
+ *   output (vil_jpeg_fast_scale), merged chroma upsampling (do_fancy_upsampling = FALSE),
+ *   no margin columns; the bicubic resize then takes the scaled crop with a sub-pixel box.
+ *   Pixels differ from EXACT slightly (tests/test_transform.c bounds it).
+ * vil_train_transform_default sets EXACT; the training configuration (`decode` key of
+ * vil/config.c) defaults to FAST. Evaluation never uses either: it always decodes exactly. */
+typedef enum { VIL_DECODE_EXACT = 0, VIL_DECODE_FAST = 1 } VilDecodeMode;
+
 typedef struct {
     int res, channels;            /* output res x res, 1 or 3 channels */
     float scale_min, scale_max;   /* RandomResizedCrop scale (0.08, 1) */
@@ -61,6 +78,7 @@ typedef struct {
     float mean[3], std[3];
     int randaug_interp;           /* VilInterp of the geometric RandAugment ops: bicubic, as
                                      timm passes DeiT's train_interpolation to RandAugment */
+    int decode;                   /* VilDecodeMode of JPEGs in vil_transform_train_file */
 } VilTrainTransform;
 
 /* ImageNet defaults of the recipe. channels = 1 uses mean 0.449 and std 0.226 (the means
@@ -81,17 +99,50 @@ void vil_rrc_params(int W, int H, float scale_min, float scale_max, float ratio_
 int vil_transform_train(const VilImage *img, const VilTrainTransform *t, VilRng *rng, float *out);
 
 /* Decode + training transform from file bytes. For JPEGs the crop is drawn from the header's
- * size before decoding (the same draws as vil_transform_train makes), only the crop's iMCU
- * rows and columns are decoded, and when the crop is at least 2x (4x) the output size on
- * both sides, libjpeg-turbo's DCT scaling decodes it at 1/2 (1/4). Without DCT scaling
- * the result is bit-identical to vil_image_decode + vil_transform_train with the same rng;
- * with it, pixels differ slightly (tests/test_transform.c measures it: see the tolerance
- * there). Other formats: full decode + vil_transform_train. 0, or -1 with err. */
+ * size before decoding (the same draws as vil_transform_train makes) and only the crop's iMCU
+ * rows and columns are decoded. t->decode = VIL_DECODE_EXACT: when the crop is at least 2x
+ * (4x) the output size on both sides, libjpeg-turbo's DCT scaling decodes it at 1/2 (1/4);
+ * without DCT scaling the result is bit-identical to vil_image_decode + vil_transform_train
+ * with the same rng; with it, pixels differ slightly (tests/test_transform.c measures it:
+ * see the tolerance there). VIL_DECODE_FAST: see VilDecodeMode. Both modes draw the same
+ * random numbers. Other formats: full decode + vil_transform_train. 0, or -1 with err. */
 int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
                              float *out, char *err, size_t errlen);
 
-/* The DCT scale 1/d vil_transform_train_file decodes a cw x ch crop at, for output res. */
+/* The DCT scale 1/d vil_transform_train_file decodes a cw x ch crop at, for output res
+ * (VIL_DECODE_EXACT). */
 int vil_jpeg_dct_denom(int cw, int ch, int res);
+
+/* VIL_DECODE_FAST's DCT scale M/8 for a cw x ch crop and output res: the smallest M of 2, 4, 8
+ * with cw * M / 8 >= res and ch * M / 8 >= res (8 when none), so that the bicubic resize
+ * only downsamples. Only powers of two: the other scales decode slower than 8/8 with
+ * libjpeg-turbo (data/PERF_NOTES.md); not 1/8, whose DC-only blocks double the error. */
+int vil_jpeg_fast_scale(int cw, int ch, int res);
+
+/* vil_transform_train_file with the fast decode's M moved by scale_bias steps of 2x (-1: half
+ * the scale; clamped to 1/8 .. 8/8; ignored in EXACT mode). Production passes 0; the tests
+ * use -1 to show that their quality bound catches a scale one step too small. */
+int vil_transform_train_file_bias(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
+                                  int scale_bias, float *out, char *err, size_t errlen);
+
+/* The JPEG decode step of vil_transform_train_file for the crop (left, top, cw, ch), in
+ * t->decode's mode: reg is the decoded region (scale scale_num / 8); the resize input is
+ * the view [vx, vx + vw) x [vy, vy + vh) of reg, with the sub-pixel box `box` inside that
+ * view when has_box (else the whole view). scale_bias: as vil_transform_train_file_bias.
+ * 0, or -1 with err. */
+typedef struct {
+    VilImage reg;
+    int scale_num, vx, vy, vw, vh, has_box;
+    double box[4];
+} VilTrainCrop;
+int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTransform *t, int left, int top,
+                          int cw, int ch, int scale_bias, VilTrainCrop *cr, char *err, size_t errlen);
+
+/* vil_transform_train_file with the fast decode's M shifted by scale_bias (clamped to 1..8;
+ * ignored in EXACT mode). Production passes 0; the tests use -1 to show that their quality
+ * bound catches a scale one step too small. */
+int vil_transform_train_file_bias(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
+                                  int scale_bias, float *out, char *err, size_t errlen);
 
 /* Decode + vil_transform_eval, exact (no DCT scaling). out: (channels, size, size). */
 int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float crop_pct, int channels,

@@ -247,10 +247,14 @@ static int runs_equal(const Run *a, const Run *b) {
     return 1;
 }
 
+/* the train transform's JPEG decode in make_loader's loaders */
+static int g_decode = VIL_DECODE_EXACT;
+
 static VilLoader *make_loader(const VilDataset *ds, VilLoaderMode mode, int threads, int prefetch,
                               int repeats, int quiet) {
     VilLoaderConfig c;
     vil_loader_config_default(&c, mode, 32, 3, 8, vil_dataset_num_classes(ds));
+    c.train.decode = g_decode;
     c.threads = threads;
     c.prefetch = prefetch;
     c.seed = 1234;
@@ -261,7 +265,8 @@ static VilLoader *make_loader(const VilDataset *ds, VilLoaderMode mode, int thre
     return l;
 }
 
-static void test_determinism(const VilDataset *ds) {
+/* Runs with the current g_decode; returns the 1-thread reference (caller frees) */
+static void test_determinism_mode(const VilDataset *ds, Run *ref_out) {
     Run ref, r;
     VilLoader *l = make_loader(ds, VIL_LOADER_TRAIN, 1, 2, 3, 1);
     if (!l) return;
@@ -308,7 +313,24 @@ static void test_determinism(const VilDataset *ds) {
         run_free(&tail);
         vil_loader_free(l);
     }
-    run_free(&ref);
+    *ref_out = ref;
+}
+
+/* exact and fast JPEG decoding: each deterministic across thread counts; fast really used */
+static void test_determinism(const VilDataset *ds) {
+    Run exact, fast;
+    g_decode = VIL_DECODE_EXACT;
+    test_determinism_mode(ds, &exact);
+    g_decode = VIL_DECODE_FAST;
+    test_determinism_mode(ds, &fast);
+    g_decode = VIL_DECODE_EXACT;
+    T_CHECK(exact.nb == fast.nb && exact.nb > 0, "fast and exact runs of the same length");
+    int differ = 0;
+    for (int k = 0; k < exact.nb && k < fast.nb; k++)
+        differ += memcmp(exact.img[k], fast.img[k], (size_t)8 * 3 * 32 * 32 * sizeof(float)) != 0;
+    T_CHECK(differ > 0, "decode = fast gave the same batches as exact: not applied by the loader?");
+    run_free(&exact);
+    run_free(&fast);
 }
 
 /* With mixing off, row j of batch k is exactly the train transform of sample order[pos] with

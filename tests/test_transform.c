@@ -729,6 +729,41 @@ static int region_matches(const unsigned char *buf, unsigned long bn, int channe
     return ok;
 }
 
+/* Region decodes at scale m/8 with `flags` against the same settings' whole-image decode, at
+ * random regions: the region's scaled pixels must be bit-identical (the fast mode decodes no
+ * margin columns). */
+static int region_matches_scaled(const unsigned char *buf, unsigned long bn, int channels, int m, int flags,
+                                 VilRng *r, int tries) {
+    VilImage full;
+    char err[256];
+    int W, H, fx, fy;
+    if (vil_image_info(buf, bn, &W, &H, NULL, err, sizeof err) != 0) return 0;
+    if (vil_jpeg_decode_region_scaled(buf, bn, channels, 0, 0, W, H, m, flags, &full, &fx, &fy, err, sizeof err) != 0)
+        return 0;
+    int ok = fx == 0 && fy == 0 && full.w == (W * m + 7) / 8 && full.h == (H * m + 7) / 8, c = channels;
+    for (int k = 0; k < tries && ok; k++) {
+        int cw = 1 + (int)vil_rng_below(r, W), ch = 1 + (int)vil_rng_below(r, H);
+        int x0 = (int)vil_rng_below(r, (uint32_t)(W - cw + 1)), y0 = (int)vil_rng_below(r, (uint32_t)(H - ch + 1));
+        VilImage reg;
+        int rx, ry;
+        if (vil_jpeg_decode_region_scaled(buf, bn, c, x0, y0, cw, ch, m, flags, &reg, &rx, &ry, err, sizeof err) != 0) {
+            ok = 0;
+            break;
+        }
+        /* the scaled pixels touching the region */
+        int sx0 = x0 * m / 8, sy0 = y0 * m / 8, sx1 = ((x0 + cw) * m + 7) / 8, sy1 = ((y0 + ch) * m + 7) / 8;
+        if (sx1 > full.w) sx1 = full.w;
+        if (sy1 > full.h) sy1 = full.h;
+        ok &= rx <= sx0 && ry <= sy0 && sx1 - rx <= reg.w && sy1 - ry <= reg.h;
+        for (int y = sy0; y < sy1 && ok; y++)
+            ok &= memcmp(reg.px + ((size_t)(y - ry) * reg.w + (sx0 - rx)) * c,
+                         full.px + ((size_t)y * full.w + sx0) * c, (size_t)(sx1 - sx0) * c) == 0;
+        vil_image_free(&reg);
+    }
+    vil_image_free(&full);
+    return ok;
+}
+
 /* A photo-like 500x375 image: smooth waves, edges and mild noise. */
 static unsigned char *photo_like(int w, int h) {
     unsigned char *px = vil_malloc((size_t)w * h * 3);
@@ -892,6 +927,247 @@ static void test_file_path(void) {
     vil_image_free(&full);
     free(j);
     free(jp);
+    free(px);
+}
+
+/* ---- the fast training decode (VIL_DECODE_FAST) ---- */
+
+/* Per fast scale M (index M), over random crops of one file: how far the fast mode's output
+ * is from the exact mode's (RandAugment and erasing off, so both are resize + flip +
+ * normalize of the same crop), in levels of 255. */
+typedef struct {
+    int n[9];
+    double sum_mean[9], worst_mean[9], worst_max[9];
+} FastStats;
+
+static void fast_vs_exact(const unsigned char *buf, size_t n, int channels, int res, int crops, uint64_t seed,
+                          int bias, FastStats *st) {
+    int W, H;
+    char err[256] = "";
+    if (vil_image_info(buf, n, &W, &H, NULL, err, sizeof err) != 0) {
+        T_CHECK(0, "fast_vs_exact: %s", err);
+        return;
+    }
+    const size_t np = (size_t)channels * res * res;
+    float *a = vil_malloc(sizeof(float) * np), *b = vil_malloc(sizeof(float) * np);
+    int ok = 1;
+    for (int k = 0; k < crops; k++) {
+        VilTrainTransform t;
+        vil_train_transform_default(&t, res, channels);
+        t.randaug_n = 0;
+        t.reprob = 0.0f;
+        VilRng r1, r2, r3;
+        vil_rng_seed(&r1, seed + (uint64_t)k);
+        r2 = r3 = r1;
+        int l, tp, cw, ch;
+        vil_rrc_params(W, H, t.scale_min, t.scale_max, t.ratio_min, t.ratio_max, &r3, &l, &tp, &cw, &ch);
+        int m = vil_jpeg_fast_scale(cw, ch, res);
+        ok &= vil_transform_train_file(buf, n, &t, &r1, b, err, sizeof err) == 0;
+        t.decode = VIL_DECODE_FAST;
+        ok &= vil_transform_train_file_bias(buf, n, &t, &r2, bias, a, err, sizeof err) == 0;
+        ok &= memcmp(&r1, &r2, sizeof r1) == 0;
+        double sm = 0, mx = 0;
+        for (int c = 0; c < channels; c++)
+            for (int i = 0; i < res * res; i++) {
+                double dv = fabs((double)a[c * res * res + i] - b[c * res * res + i]) * t.std[c] * 255.0;
+                sm += dv;
+                if (!(dv <= mx)) mx = dv;
+            }
+        sm /= (double)np;
+        st->n[m]++;
+        st->sum_mean[m] += sm;
+        if (!(sm <= st->worst_mean[m])) st->worst_mean[m] = sm;
+        if (!(mx <= st->worst_max[m])) st->worst_max[m] = mx;
+    }
+    T_CHECK(ok, "fast / exact train_file failed or drew different random numbers: %s", err);
+    free(a);
+    free(b);
+}
+
+/* Fast against exact, in levels of 255, measured over the files below (photo-like 500x375 at
+ * 4:2:0 baseline and progressive, 4:2:2, 4:4:0, 4:4:4, gray to 3 and 1 channels, PIL's CMYK
+ * and 4:2:0 files; outputs 40, 100, 160, 224; 1080 crops): mean |diff| 0.35 over all crops
+ * (4:2:0 0.4, 4:2:2 0.9, 4:4:0 1.1; 4:4:4, gray and CMYK 0: no chroma upsampling there, and
+ * the scale choice is exact mode's), worst crop 3.8 (4:4:0 at 2/8), worst pixel 19: merged
+ * upsampling replicates chroma samples, so the differences sit on the test image's hard colour
+ * edges. The scale one step too small (bias -1) measured mean 6.0, worst crop 22, worst pixel
+ * 184: every bound catches it (checked below). */
+#define FAST_TOL_AVG 1.0
+#define FAST_TOL_MEAN 5.0
+#define FAST_TOL_MAX 32.0
+
+static void test_fast_decode(void) {
+    /* the scale: smallest of 2/8, 4/8, 8/8 with the scaled crop >= res on both sides */
+    static const int cases[][4] = {
+        {224, 224, 224, 8}, {447, 500, 224, 8}, {500, 447, 224, 8}, {448, 448, 224, 4}, {895, 2000, 224, 4},
+        {896, 896, 224, 2}, {10000, 9000, 224, 2}, {100, 100, 224, 8}, {1, 1, 224, 8}, {500, 375, 160, 4},
+        {319, 320, 160, 8}, {320, 320, 160, 4}, {640, 640, 160, 2}, {639, 640, 160, 4}, {28, 28, 28, 8},
+        {56, 56, 28, 4}, {112, 112, 28, 2}, {60000, 60000, 224, 2},
+    };
+    int scale_ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int m = vil_jpeg_fast_scale(cases[i][0], cases[i][1], cases[i][2]);
+        if (m != cases[i][3]) {
+            scale_ok = 0;
+            printf("  fast scale of %dx%d -> %d: %d/8, expected %d/8\n", cases[i][0], cases[i][1], cases[i][2], m,
+                   cases[i][3]);
+        }
+    }
+    T_CHECK(scale_ok, "vil_jpeg_fast_scale picks the wrong scale");
+
+    const int W = 500, H = 375;
+    unsigned char *px = photo_like(W, H);
+    unsigned char *gray = vil_malloc((size_t)W * H);
+    vil_rgb_to_gray(gray, px, (size_t)W * H);
+    struct {
+        const char *name;
+        unsigned char *buf;
+        size_t n;
+        int channels;
+    } f[10];
+    int nf = 0;
+    const int samps[4] = {22, 21, 12, 11};
+    for (int i = 0; i < 4; i++) {
+        unsigned long sn;
+        f[nf].buf = jpeg_of_samp(px, W, H, 3, 90, 0, samps[i], &sn);
+        f[nf].n = sn;
+        f[nf].channels = 3;
+        f[nf++].name = i == 0 ? "4:2:0" : i == 1 ? "4:2:2" : i == 2 ? "4:4:0" : "4:4:4";
+    }
+    unsigned long pn, gn;
+    f[nf].buf = jpeg_of(px, W, H, 3, 90, 1, &pn);
+    f[nf].n = pn;
+    f[nf].channels = 3;
+    f[nf++].name = "progressive 4:2:0";
+    f[nf].buf = jpeg_of(gray, W, H, 1, 90, 0, &gn);
+    f[nf].n = gn;
+    f[nf].channels = 3;
+    f[nf++].name = "gray -> RGB";
+    f[nf] = f[nf - 1];
+    f[nf].buf = vil_malloc(gn);
+    memcpy(f[nf].buf, f[nf - 1].buf, gn);
+    f[nf].channels = 1;
+    f[nf++].name = "gray -> L";
+    f[nf].buf = read_data("pil_cmyk.jpg", &f[nf].n);
+    f[nf].channels = 3;
+    f[nf].name = "CMYK";
+    if (f[nf].buf) nf++;
+    f[nf].buf = read_data("pil_rgb420.jpg", &f[nf].n);
+    f[nf].channels = 1;
+    f[nf].name = "PIL 4:2:0 -> L";
+    if (f[nf].buf) nf++;
+
+    /* cropped fast decodes are exactly the same pixels as the fast decode of the whole image */
+    VilRng rr;
+    vil_rng_seed(&rr, 77);
+    for (int i = 0; i < nf; i++)
+        for (int m = 2; m <= 8; m *= 2)
+            T_CHECK(region_matches_scaled(f[i].buf, f[i].n, f[i].channels, m, VIL_JPEG_MERGED, &rr, 25),
+                    "%s: cropped fast decode at %d/8 differs from the whole-image fast decode", f[i].name, m);
+    /* and with PIL's settings at 3/8 .. 7/8 too (the scaled-region mapping for every M) */
+    for (int m = 1; m <= 8; m++)
+        T_CHECK(region_matches_scaled(f[0].buf, f[0].n, 3, m, 0, &rr, 15) &&
+                    region_matches_scaled(f[1].buf, f[1].n, 3, m, VIL_JPEG_MERGED, &rr, 15),
+                "cropped decode at %d/8 differs from the whole-image decode", m);
+
+    const int res[4] = {40, 100, 160, 224};
+    FastStats all, small;
+    memset(&all, 0, sizeof all);
+    memset(&small, 0, sizeof small);
+    for (int i = 0; i < nf; i++) {
+        FastStats st;
+        memset(&st, 0, sizeof st);
+        for (int r = 0; r < 4; r++) fast_vs_exact(f[i].buf, f[i].n, f[i].channels, res[r], 30, 7000 + 100 * i + 10 * r, 0, &st);
+        int cnt = 0;
+        double sum = 0, wm = 0, wx = 0;
+        for (int m = 1; m <= 8; m++) {
+            all.n[m] += st.n[m];
+            all.sum_mean[m] += st.sum_mean[m];
+            all.worst_mean[m] = fmax(all.worst_mean[m], st.worst_mean[m]);
+            all.worst_max[m] = fmax(all.worst_max[m], st.worst_max[m]);
+            cnt += st.n[m];
+            sum += st.sum_mean[m];
+            wm = fmax(wm, st.worst_mean[m]);
+            wx = fmax(wx, st.worst_max[m]);
+        }
+        printf("info fast vs exact, %-18s: %3d crops (%d at 2/8, %d at 4/8, %d at 8/8): mean |diff| %.2f, worst crop %.2f, worst pixel %.1f\n",
+               f[i].name, cnt, st.n[2], st.n[4], st.n[8], sum / cnt, wm, wx);
+        /* the same crops one scale step too small */
+        for (int r = 0; r < 4; r++) fast_vs_exact(f[i].buf, f[i].n, f[i].channels, res[r], 30, 7000 + 100 * i + 10 * r, -1, &small);
+    }
+    int cnt = 0;
+    double sum = 0, wm = 0, wx = 0;
+    for (int m = 1; m <= 8; m++) {
+        if (all.n[m])
+            printf("info fast vs exact at %d/8: %d crops, mean |diff| %.2f, worst crop %.2f, worst pixel %.1f\n", m,
+                   all.n[m], all.sum_mean[m] / all.n[m], all.worst_mean[m], all.worst_max[m]);
+        cnt += all.n[m];
+        sum += all.sum_mean[m];
+        wm = fmax(wm, all.worst_mean[m]);
+        wx = fmax(wx, all.worst_max[m]);
+    }
+    T_CHECK(all.n[2] > 0 && all.n[4] > 0 && all.n[8] > 0, "the fast test did not reach every scale");
+    T_CLOSE("fast vs exact: mean |diff| over all crops (levels)", sum / cnt, FAST_TOL_AVG);
+    T_CLOSE("fast vs exact: worst crop's mean |diff| (levels)", wm, FAST_TOL_MEAN);
+    T_CLOSE("fast vs exact: worst pixel |diff| (levels)", wx, FAST_TOL_MAX);
+    /* the bounds can fail: the scale one step too small breaks at least one of them */
+    int scnt = 0;
+    double ssum = 0, swm = 0, swx = 0;
+    for (int m = 1; m <= 8; m++) {
+        scnt += small.n[m];
+        ssum += small.sum_mean[m];
+        swm = fmax(swm, small.worst_mean[m]);
+        swx = fmax(swx, small.worst_max[m]);
+    }
+    printf("info fast one scale step too small: mean |diff| %.2f, worst crop %.2f, worst pixel %.1f\n", ssum / scnt, swm,
+           swx);
+    T_CHECK(ssum / scnt > FAST_TOL_AVG || swm > FAST_TOL_MEAN || swx > FAST_TOL_MAX,
+            "the fast-decode bounds do not catch a scale one step too small");
+
+    /* non-JPEG input in fast mode: the full decode + train transform, bit for bit */
+    size_t pngn;
+    unsigned char *png = read_data("png_named.JPEG", &pngn);
+    if (png) {
+        VilTrainTransform t;
+        vil_train_transform_default(&t, 24, 3);
+        t.decode = VIL_DECODE_FAST;
+        float oa[3 * 24 * 24], ob[3 * 24 * 24];
+        VilImage im;
+        char err[256] = "";
+        int same = vil_image_decode(png, pngn, 3, &im, err, sizeof err) == 0;
+        for (int k = 0; k < 20 && same; k++) {
+            VilRng r1, r2;
+            vil_rng_seed(&r1, 300 + k);
+            r2 = r1;
+            same &= vil_transform_train_file(png, pngn, &t, &r1, oa, err, sizeof err) == 0 &&
+                    vil_transform_train(&im, &t, &r2, ob) == 0 && memcmp(oa, ob, sizeof oa) == 0;
+        }
+        T_CHECK(same, "a PNG in fast mode differs from decode + train transform: %s", err);
+        if (im.px) vil_image_free(&im);
+        free(png);
+    }
+    /* fast mode is deterministic from bytes */
+    {
+        VilTrainTransform t;
+        vil_train_transform_default(&t, 64, 3);
+        t.decode = VIL_DECODE_FAST;
+        float *oa = vil_malloc(sizeof(float) * 3 * 64 * 64), *ob = vil_malloc(sizeof(float) * 3 * 64 * 64);
+        int same = 1;
+        char err[256];
+        for (int k = 0; k < 20; k++) {
+            VilRng r1, r2;
+            vil_rng_seed(&r1, 900 + k);
+            r2 = r1;
+            vil_transform_train_file(f[4].buf, f[4].n, &t, &r1, oa, err, sizeof err);
+            vil_transform_train_file(f[4].buf, f[4].n, &t, &r2, ob, err, sizeof err);
+            same &= memcmp(oa, ob, sizeof(float) * 3 * 64 * 64) == 0;
+        }
+        T_CHECK(same, "fast train_file is not deterministic");
+        free(oa);
+        free(ob);
+    }
+    for (int i = 0; i < nf; i++) free(f[i].buf);
+    free(gray);
     free(px);
 }
 
@@ -1219,5 +1495,6 @@ int main(void) {
     test_resize_rgb_vs_channels();
     test_normalize_exact();
     test_file_path();
+    test_fast_decode();
     return t_finish();
 }

@@ -469,6 +469,7 @@ static int make_loaders(Trainer *T) {
     lc.train.randaug_m = t->randaug_m;
     lc.train.randaug_mstd = t->randaug_mstd;
     lc.train.reprob = t->reprob;
+    lc.train.decode = strcmp(t->decode, "exact") == 0 ? VIL_DECODE_EXACT : VIL_DECODE_FAST;
     lc.mixup.mixup_alpha = t->mixup;
     lc.mixup.cutmix_alpha = t->cutmix;
     lc.mixup.prob = t->mixup_prob;
@@ -513,7 +514,7 @@ static void print_header(Trainer *T) {
     if (T->total_steps < (long)t->epochs * T->spe) fprintf(f, ", stopping at max_steps %ld", T->total_steps);
     fprintf(f, "; AdamW wd %g; drop path %g; EMA %g; clip %s\n", t->weight_decay, c->drop_path,
             t->ema_decay, t->clip_grad > 0 ? "on (global norm, host-side)" : "off");
-    fprintf(f, "aug:   crop scale (%g, 1), flip %g, ", t->scale_min, t->hflip);
+    fprintf(f, "aug:   %s JPEG decode, crop scale (%g, 1), flip %g, ", t->decode, t->scale_min, t->hflip);
     if (t->randaug_n > 0) fprintf(f, "RandAugment n%d m%g mstd%g, ", t->randaug_n, t->randaug_m, t->randaug_mstd);
     else fprintf(f, "no RandAugment, ");
     fprintf(f, "erasing %g, ", t->reprob);
@@ -845,6 +846,7 @@ int vil_cmd_train(int argc, char **argv) {
     const char *config = NULL, *data = NULL, *device = "auto", *out = NULL, *resume = NULL,
                *names = NULL, *val_labels = NULL;
     int stop_after = 0, quiet = 0, print_config = 0;
+    const char *decode = NULL;
     VilArgList sets = {0};
     VilArg args[] = {
         {"--config", VIL_ARG_STR, &config, "cfg file with model and training keys (configs/*.cfg)"},
@@ -856,6 +858,7 @@ int vil_cmd_train(int argc, char **argv) {
         {"--names", VIL_ARG_STR, &names, "class names file (imagenet_classes.tsv form, or one per line)"},
         {"--val-labels", VIL_ARG_STR, &val_labels, "labels file (\"filename label\" lines) of a flat DIR/val folder"},
         {"--stop-after", VIL_ARG_INT, &stop_after, "save and stop after this global step (the schedule is unchanged)"},
+        {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=..."},
         {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration first"},
         {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
     };
@@ -895,6 +898,7 @@ int vil_cmd_train(int argc, char **argv) {
     if (config && vil_train_config_load(&run.model, &run.train, config) != 0) return 1;
     for (int i = 0; i < sets.n; i++)
         if (vil_train_config_set_kv(&run.model, &run.train, sets.v[i]) != 0) return 2;
+    if (decode && vil_train_config_set(&run.model, &run.train, "decode", decode) != 0) return 2;
     if (vil_config_finalize(&run.model) != 0 || vil_train_config_finalize(&run.train) != 0) return 1;
     if (print_config) {
         vil_config_print(&run.model, stdout);

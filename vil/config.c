@@ -45,6 +45,7 @@ static const Key KEYS[] = {
 
 #define TI(f, h) {#f, K_INT, offsetof(VilTrainConfig, f), 0, h}
 #define TF(f, h) {#f, K_FLOAT, offsetof(VilTrainConfig, f), 0, h}
+#define TS(f, h) {#f, K_STR, offsetof(VilTrainConfig, f), sizeof(((VilTrainConfig *)0)->f), h}
 static const Key TKEYS[] = {
     TI(epochs, "training epochs"),
     TI(batch, "batch size per rank (global batch = batch * ranks)"),
@@ -70,6 +71,8 @@ static const Key TKEYS[] = {
     TF(reprob, "random erasing probability"),
     TF(scale_min, "RandomResizedCrop minimum area fraction"),
     TF(hflip, "horizontal flip probability"),
+    TS(decode, "training JPEG decode: exact (PIL's pixels, the default) or fast (DCT-scaled crop, "
+               "merged chroma upsampling: ~4% faster); evaluation always decodes exactly"),
     TF(crop_pct, "evaluation: resize to img_size / crop_pct, center crop"),
     TI(seed, "seed of the initialization, data order, augmentation and drop path"),
     TI(workers, "data loader threads"),
@@ -400,6 +403,7 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->reprob = 0.25f;
     t->scale_min = 0.08f;
     t->hflip = 0.5f;
+    strcpy(t->decode, "exact");
     t->crop_pct = 0.875f;
     t->seed = 0;
     t->workers = 4;
@@ -439,6 +443,8 @@ int vil_train_config_finalize(const VilTrainConfig *t) {
     NEED(t->randaug_mstd >= 0.0f, "randaug_mstd must be >= 0");
     NEED(t->scale_min > 0.0f && t->scale_min <= 1.0f, "scale_min must be in (0, 1]");
     NEED(t->crop_pct > 0.0f && t->crop_pct <= 1.0f, "crop_pct must be in (0, 1]");
+    NEED(strcmp(t->decode, "fast") == 0 || strcmp(t->decode, "exact") == 0,
+         "decode must be 'fast' or 'exact' (got '%s')", t->decode);
     NEED(t->workers >= 1 && t->workers <= 256, "workers must be in 1..256");
     NEED(t->log_every >= 1, "log_every must be >= 1");
 #undef PROB

@@ -73,6 +73,7 @@ typedef struct {
     float reprob;            /* random erasing probability */
     float scale_min;         /* RandomResizedCrop area range (scale_min, 1) */
     float hflip;             /* horizontal flip probability */
+    char decode[8];          /* JPEG decode of the train transform: "fast" or "exact" */
     float crop_pct;          /* evaluation: resize to img_size / crop_pct, center crop */
     int seed;
     int workers;             /* data loader threads */
