@@ -439,15 +439,18 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
  * the history at 4N registers, so the kernel fits in 168 registers without spilling (12 warps per
  * SM; v5 had SUB = 8, 244 registers, 8 warps and local-memory spills). */
 #define SUB 4
+#ifndef ADJ_T
+#define ADJ_T 128 /* threads (channels) per adjoint block: its warps share the staged inputs */
+#endif
 template <int N, bool MAMBA>
 __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], float (&anext)[N],
                                             float (&dAacc)[N], float &dDacc, const float (&hs)[N],
                                             const float *kq, const bf16 *st, int base, int n,
-                                            int s0, int j, int b, int d, bool act, int lane,
-                                            float Dsk, const float (&A)[N], float *pk, float *pkap) {
-    constexpr int KQW = KQ<N>::W, T = 32;
-    const int L = a.L, E = a.E;
-    auto in = [&](int q, int i) { return bf2f(st[(q * CK + i) * T + lane]); };
+                                            int s0, int j, int b, int d, bool act, int col,
+                                            float Dsk, const float (&A)[N], float *red) {
+    constexpr int KQW = KQ<N>::W, T = ADJ_T;
+    const int L = a.L, E = a.E, lane = col & 31, warp = col >> 5;
+    auto in = [&](int q, int i) { return bf2f(st[(q * CK + i) * T + col]); };
     float H[SUB][N], h[N];
 #pragma unroll
     for (int k = 0; k < N; k++) h[k] = hs[k];
@@ -476,25 +479,26 @@ __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], 
             a.ddelta[j][r * E + d] = f2bf(ddl);
         }
         dDacc = fmaf(gy, u, dDacc);
+        /* this warp's sums over its channels, into red[warp][i][0..N] (N: -2 dkappa) */
         float sum = reduce_scatter<N>(dkv, lane);
-        if (lane < N) pk[(size_t)t * N + lane] = sum;
-        if (!MAMBA) {
-            float ks = warp_sum(dkap2);
-            if (lane == N) pkap[t] = ks;
-        }
+        float *rr = red + (warp * SUB + i) * (N + 1);
+        if (lane < N) rr[lane] = sum;
+        float ks = MAMBA ? 0.0f : warp_sum(dkap2);
+        if (lane == N) rr[N] = ks;
     }
 }
 
 template <int N, bool MAMBA>
-__global__ void __launch_bounds__(32, 12) scan_adjoint_kernel(ScanArgs a) {
-    constexpr int KQW = KQ<N>::W, T = 32;
+__global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(ScanArgs a) {
+    constexpr int KQW = KQ<N>::W, T = ADJ_T, NWB = ADJ_T / 32;
     constexpr int act_elems = 4 * CK * T;
     __shared__ __align__(16) bf16 stage[2 * act_elems];
     __shared__ __align__(16) float kqs[2 * CK * KQW];
     __shared__ __align__(16) float ckb[2 * N * T];
+    __shared__ float red[2][NWB * SUB * (N + 1)]; /* per-warp dk | dkappa sums, by sub-chunk parity */
     const int L = a.L, E = a.E;
-    int lane = threadIdx.x;
-    int j = blockIdx.y, b = blockIdx.z, c0 = blockIdx.x * T, d = c0 + lane;
+    int tid = threadIdx.x;
+    int j = blockIdx.y, b = blockIdx.z, c0 = blockIdx.x * T, d = c0 + tid;
     bool act = d < E;
     float Dsk = act ? a.Dsk[j][d] : 0.0f;
     float A[N], lam[N], anext[N], dAacc[N], dDacc = 0.0f;
@@ -513,19 +517,19 @@ __global__ void __launch_bounds__(32, 12) scan_adjoint_kernel(ScanArgs a) {
             size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
             return base + ((size_t)b * L + t) * ld + c0;
         };
-        /* (queue_rows16 here measured 1.6% slower: 156 bytes of spills at 168 registers) */
         queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
             int q = r / cs;
             return row_of(q, r - q * cs);
-        }, lane, T, cs, CK);
-        queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, lane, T);
+        }, tid, T, cs, CK);
+        queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
         if (c > 0)
             queue_rows(ckb + slot * N * T, N, T, 4, c0, E, a.vec_ck, [&](int n) -> const void * {
                 return a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0;
-            }, lane, T, N);
+            }, tid, T, N);
     };
     size_t pbase = ((size_t)b * 2 + j) * a.nblk2 + blockIdx.x;
     float *pk = a.pk + pbase * L * N, *pkap = a.pkap + pbase * L;
+    int par = 0;
     issue(a.nck - 1, 0);
     cp_commit();
     for (int c = a.nck - 1, it = 0; c >= 0; c--, it++) {
@@ -537,10 +541,10 @@ __global__ void __launch_bounds__(32, 12) scan_adjoint_kernel(ScanArgs a) {
         } else {
             cp_wait<0>();
         }
-        __syncwarp();
+        __syncthreads();
         const bf16 *st = stage + slot * act_elems;
         const float *kq = kqs + slot * CK * KQW;
-        const float *h0 = ckb + slot * N * T + lane; /* the start state, stride T */
+        const float *h0 = ckb + slot * N * T + tid; /* the start state, stride T */
         /* the second half first: its start state is reached through the first half */
         float hm[N];
 #pragma unroll
@@ -549,20 +553,33 @@ __global__ void __launch_bounds__(32, 12) scan_adjoint_kernel(ScanArgs a) {
 #pragma unroll 1
             for (int i = 0; i < SUB; i++) {
                 float p0, p1;
-                step_pre<N, MAMBA>(p0, p1, kq + i * KQW, bf2f(st[i * T + lane]),
-                                   bf2f(st[(CK + i) * T + lane]));
+                step_pre<N, MAMBA>(p0, p1, kq + i * KQW, bf2f(st[i * T + tid]),
+                                   bf2f(st[(CK + i) * T + tid]));
                 step_upd<N, MAMBA>(hm, kq + i * KQW, p0, p1, A);
             }
         }
 #pragma unroll 1
-        for (int sub = (cs - 1) / SUB; sub >= 0; sub--) {
+        for (int sub = (cs - 1) / SUB; sub >= 0; sub--, par ^= 1) {
             float hs[N];
+            int nsub = min(SUB, cs - sub * SUB);
 #pragma unroll
             for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (c > 0 ? h0[n * T] : 0.0f);
-            adjoint_sub<N, MAMBA>(a, lam, anext, dAacc, dDacc, hs, kq, st, sub * SUB,
-                                  min(SUB, cs - sub * SUB), s0, j, b, d, act, lane, Dsk, A, pk, pkap);
+            adjoint_sub<N, MAMBA>(a, lam, anext, dAacc, dDacc, hs, kq, st, sub * SUB, nsub, s0, j, b,
+                                  d, act, tid, Dsk, A, red[par]);
+            /* the block's sums over its warps in warp order; red[par] is written again two
+             * sub-chunks later, after the next barrier */
+            __syncthreads();
+            for (int idx = tid; idx < nsub * (N + 1); idx += T) {
+                int i = idx / (N + 1), n = idx - i * (N + 1);
+                float v = 0.0f;
+#pragma unroll
+                for (int w = 0; w < NWB; w++) v += red[par][(w * SUB + i) * (N + 1) + n];
+                int s = s0 + sub * SUB + i, t = j ? L - 1 - s : s;
+                if (n < N) pk[(size_t)t * N + n] = v;
+                else pkap[t] = v;
+            }
         }
-        __syncwarp(); /* this buffer is free for the next chunk */
+        __syncthreads(); /* this buffer is free for the next chunk */
     }
     if (act) {
         a.pd[((size_t)b * 2 + j) * E + d] = dDacc;
@@ -667,7 +684,7 @@ static void forward_impl(ScanArgs a) {
 template <int N, bool MAMBA>
 static void backward_impl(ScanArgs a) {
     a.nblk1 = (a.E + PAIR_T - 1) / PAIR_T;
-    a.nblk2 = (a.E + 31) / 32;
+    a.nblk2 = (a.E + ADJ_T - 1) / ADJ_T;
     size_t B = a.B, L = a.L, E = a.E;
     /* one scratch region, carved in 4 KB aligned pieces (checkpoint rows are copied in 16-byte
      * pieces from (row * E + block * 32) floats) */
@@ -688,7 +705,7 @@ static void backward_impl(ScanArgs a) {
     make_kq<N>(&a, (float *)(base + off[4]));
     scan_pair_kernel<N, MAMBA, true><<<dim3(a.nblk1, a.B), PAIR_T, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
-    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), 32, 0, g_cu.stream>>>(a);
+    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), ADJ_T, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
     size_t tot = B * 2 * L * N;
     int blocks = cu_blocks(tot, 256);

@@ -1,0 +1,745 @@
+/* scan.cu: the fused bidirectional Longhorn (ViL) / Mamba (ViM) scan, forward and backward, per
+ * ../shared/spec/scans.md, with the sigmoid (softplus), the eps normalization, the D skip, the
+ * SiLU(z) gate and the direction average fused in; the backward direction runs by reverse
+ * indexing, never on flipped copies. State in fp32 registers; nothing of size (L, E, N) is ever
+ * stored. Kernels:
+ *   scan_kq_kernel       the k|q rows of every token and direction as float, with k^2, -2k and
+ *                        kappa = sum k^2 precomputed, so the scan kernels stage them as they are.
+ *   scan_pair_kernel     one thread per (sample, channel) runs BOTH directions in one pass, the
+ *                        forward one on token s and the backward one on token L-1-s at step s;
+ *                        a per-thread stash in shared memory holds each token's first-visit
+ *                        output until the other direction reaches it. Forward: writes the gated
+ *                        average. Backward prep: recomputes the states, writes dz, the state
+ *                        checkpoint every CK steps and the dq partial sums.
+ *   scan_adjoint_kernel  one thread per (sample, direction, channel): per chunk of CK steps, in
+ *                        reverse, recomputes the states from the chunk's checkpoint into shared
+ *                        memory, then runs the reverse adjoint scan, taking h_{t-1} from the
+ *                        recomputed states (never dividing by the forget gate); writes du, ddelta
+ *                        and the dk (dB) partial sums.
+ *   finalize kernels     sum the partials over channel blocks (dk, dq, dkappa) and samples (dD,
+ *                        dA_log) in a fixed order.
+ * Sums over channels (dq, dk, dkappa folded into dk) are fp32: a warp reduce-scatter, then the
+ * warps of a block in order, then the blocks in order: deterministic, no atomics. */
+#include <math.h>
+#include <string.h>
+
+#include "cuda/cuda_common.cuh"
+#include "cuda/ops_cuda.h"
+
+#define CK 8   /* checkpoint spacing; the adjoint kernel's chunk of steps */
+#define CKS 8  /* the pair kernel's staging chunk (CK is a multiple of it) */
+#define FULL 0xffffffffu
+
+typedef struct {
+    const bf16 *u[2], *delta[2], *xdbl[2], *z, *dout;
+    const float *Dsk[2], *A_log[2];
+    const float *kqt; /* (2, B, L, KQ<N>::W) the k|q rows in float with k^2, -2k, kappa */
+    bf16 *out, *dz, *du[2], *ddelta[2], *dxdbl[2];
+    float *dD[2], *dA[2];
+    float *ckpt; /* (B, 2, nck-1, N, E) state at the start of CK-chunks 1.. */
+    float *pq;   /* (B, nblk1, 2, L, N) dq partials of the pair kernel's blocks */
+    float *pk;   /* (B, 2, nblk2, L, N) dk partials of the adjoint kernel's blocks */
+    float *pkap; /* (B, 2, nblk2, L) -2 dkappa partials (Longhorn): dk += k * their sum */
+    float *pd;   /* (B, 2, E) dD partials */
+    float *pa;   /* (B, 2, E, N) dA_log partials (Mamba) */
+    int B, L, E, R, W, ldz, nck, nblk1, nblk2;
+    int vec_act, vec_ck; /* bytes per async copy: 16, 8, 4, or 2 (plain loads) */
+} ScanArgs;
+
+/* k/q row (written once per layer by scan_kq_kernel, staged into shared memory as is):
+ * k[N] | q[N] | k^2[N] | -2k[N] | kappa, padded to float4 */
+template <int N>
+struct KQ {
+    static constexpr int W = 4 * N + 4, KK = 2 * N, M2K = 3 * N, KAP = 4 * N;
+};
+
+/* ---- asynchronous global -> shared copies (cp.async), zero-filling past `valid` bytes ---- */
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void *dst, const void *src, int valid) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(BYTES), "r"(valid));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
+
+/* copy `vb` bytes (a piece of a row) of which the first `valid` come from src */
+__device__ __forceinline__ void copy_piece(void *dst, const void *src, int vb, int valid) {
+    if (vb == 16) cp_async<16>(dst, src, valid);
+    else if (vb == 8) cp_async<8>(dst, src, valid);
+    else if (vb == 4) cp_async<4>(dst, src, valid);
+    else if (vb == 2) *(bf16 *)dst = valid > 0 ? *(const bf16 *)src : f2bf(0.0f);
+}
+
+/* Queue the copy of nrows rows of `width` elements (esz bytes each) starting at channel c0
+ * (valid below E; zero-filled past it). Row r = q * per_q + i comes from src_row(r) and lands
+ * at dst row q * stride + i, so each quantity q owns a fixed block of `stride` rows. */
+template <typename RowFn>
+__device__ __forceinline__ void queue_rows(void *dst, int nrows, int width, int esz, int c0, int E,
+                                           int vb, RowFn src_row, int tid, int nthreads,
+                                           int per_q, int stride = 0) {
+    int pieces = width * esz / vb, per = vb / esz;
+    if (stride == 0) stride = per_q;
+    for (int job = tid; job < nrows * pieces; job += nthreads) {
+        int r = job / pieces, p = job - r * pieces;
+        int q = r / per_q, i = r - q * per_q;
+        int c = c0 + p * per;
+        int valid = min(max(E - c, 0), per) * esz;
+        const char *row = (const char *)src_row(r);
+        char *dd = (char *)dst + ((size_t)(q * stride + i) * width + p * per) * esz;
+        copy_piece(dd, valid > 0 ? row + (size_t)p * vb : row, vb, valid);
+    }
+}
+
+/* The common case of queue_rows, with every shape known at compile time: 16-byte pieces of rows
+ * of T bf16 channels, nq quantities of ROWS steps each (row q * ROWS + i of dst); steps at or past
+ * cs are zero-filled. src_row(q, i) must return a readable row even then (the caller clamps).
+ * The generic loop's integer divisions by run-time shapes were ~20% of the forward kernel's
+ * instructions. */
+template <int T, int ROWS, typename RowFn>
+__device__ __forceinline__ void queue_rows16(bf16 *dst, int nq, int cs, int c0, int E,
+                                             RowFn src_row, int tid) {
+    constexpr int P = T * 2 / 16; /* pieces per row */
+    const int total = nq * ROWS * P;
+    for (int job = tid; job < total; job += T) {
+        int r = job / P, p = job % P, q = r / ROWS, i = r % ROWS, c = c0 + p * 8;
+        int valid = i < cs ? min(max(E - c, 0), 8) * 2 : 0;
+        const bf16 *row = src_row(q, i);
+        cp_async<16>(dst + r * T + p * 8, valid > 0 ? row + p * 8 : row, valid);
+    }
+}
+
+/* Sum over the warp of v[lane % NV] for each lane: a butterfly reduce-scatter (each level halves
+ * the values a lane holds), then plain xor-sums over the lanes that hold the same index. */
+template <int NV, int HALF>
+__device__ __forceinline__ void rs_level(float (&v)[NV], int lane) {
+    if constexpr (HALF >= 1) {
+        bool up = (lane & HALF) != 0;
+#pragma unroll
+        for (int i = 0; i < HALF; i++) {
+            float send = up ? v[i] : v[i + HALF];
+            float keep = up ? v[i + HALF] : v[i];
+            v[i] = keep + __shfl_xor_sync(FULL, send, HALF);
+        }
+        rs_level<NV, HALF / 2>(v, lane);
+    }
+}
+template <int NV>
+__device__ __forceinline__ float reduce_scatter(float (&v)[NV], int lane) {
+    rs_level<NV, NV / 2>(v, lane);
+    float r = v[0];
+#pragma unroll
+    for (int m = NV; m < 32; m <<= 1) r += __shfl_xor_sync(FULL, r, m);
+    return r;
+}
+
+/* Queue the copy of `rows` k|q rows of one (direction, sample) for steps s0.. (token t = s, or
+ * L-1-s for the backward direction) into dst; rows at or past cs are zero-filled. */
+template <int N>
+__device__ __forceinline__ void queue_kq(float *dst, const float *base, int s0, int cs, int rows,
+                                         int j, int L, int tid, int nthreads) {
+    constexpr int KQW = KQ<N>::W, P = KQW / 4;
+    for (int job = tid; job < rows * P; job += nthreads) {
+        int r = job / P, p = job - r * P, s = s0 + r, t = j ? L - 1 - s : s;
+        bool on = r < cs;
+        cp_async<16>(dst + r * KQW + p * 4, base + (on ? (size_t)t * KQW + p * 4 : 0), on ? 16 : 0);
+    }
+}
+
+/* The k|q table: one row per (direction, sample, token) from the x_proj output's B and C columns
+ * (bf16) as float, with k^2, -2k and kappa = sum k^2, so the scan kernels stage it as is. One
+ * thread per (row, n); the N threads of a row are consecutive lanes (N divides 32). */
+template <int N>
+__global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int BL, int W, int R) {
+    constexpr int KQW = KQ<N>::W;
+    size_t tot = (size_t)2 * BL * N;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx - threadIdx.x < tot;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        bool on = idx < tot;
+        size_t row = on ? idx / N : 0;
+        int n = (int)(idx % N), j = row >= (size_t)BL;
+        size_t r = row - (j ? (size_t)BL : 0);
+        const bf16 *src = (j ? x1 : x0) + r * W + R;
+        float k = on ? bf2f(src[n]) : 0.0f, q = on ? bf2f(src[N + n]) : 0.0f, kk = k * k;
+        float kap = kk;
+#pragma unroll
+        for (int m = 1; m < N; m <<= 1) kap += __shfl_xor_sync(FULL, kap, m);
+        if (on) {
+            float *dst = kqt + row * KQW;
+            dst[n] = k;
+            dst[N + n] = q;
+            dst[2 * N + n] = kk;
+            dst[3 * N + n] = -2.0f * k;
+            if (n < 4) dst[4 * N + n] = n == 0 ? kap : 0.0f;
+        }
+    }
+}
+
+__device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(__expf(x)); }
+
+/* The per-step scalars of one direction, which do not depend on the state (so a chunk's worth
+ * can be computed ahead of the state updates): Longhorn eps and eps*u (kappa from the k row),
+ * Mamba dt and dt*u. A masked-out step gets 0, 0: the state passes through unchanged. */
+template <int N, bool MAMBA>
+__device__ __forceinline__ void step_pre(float &p0, float &p1, const float *row, float u, float dl) {
+    if (!MAMBA) {
+        float kap = row[KQ<N>::KAP];
+        float beta = sigmoidf_fast(dl);
+        p0 = beta * rcp_fast(fmaf(beta, kap, 1.0f));
+        p1 = p0 * u;
+    } else {
+        p0 = softplusf_(dl);
+        p1 = p0 * u;
+    }
+}
+
+/* h <- a h + b with the step's scalars; returns q.h (the D skip is added by the caller) */
+template <int N, bool MAMBA>
+__device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float p0, float p1,
+                                          const float (&A)[N]) {
+    const float4 *r4 = reinterpret_cast<const float4 *>(row);
+    float y[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* partial sums: a short dependency chain */
+#pragma unroll
+    for (int g = 0; g < N / 4; g++) {
+        float4 k4 = r4[g], q4 = r4[N / 4 + g];
+        float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
+        float kk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (!MAMBA) {
+            float4 kk4 = r4[N / 2 + g];
+            kk[0] = kk4.x, kk[1] = kk4.y, kk[2] = kk4.z, kk[3] = kk4.w;
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int n = 4 * g + e;
+            float a = MAMBA ? __expf(p0 * A[n]) : fmaf(-p0, kk[e], 1.0f);
+            h[n] = fmaf(a, h[n], p1 * k[e]);
+            y[e] = fmaf(q[e], h[n], y[e]);
+        }
+    }
+    return (y[0] + y[1]) + (y[2] + y[3]);
+}
+
+/* ---------------- the pair kernel: both directions per thread, one after the other ------------
+ * Pass 1 runs the backward direction (token L-1-s at step s) and leaves its pre-gate output in
+ * the output buffer itself (out, or dz in the backward prep), where it is hot in L2; pass 0 runs
+ * the forward direction and combines: out = SiLU(z) (y_f + y_b) / 2. No shared-memory stash, one
+ * direction's state live at a time: occupancy is set by registers, not by L. The stash holds
+ * y_b in bf16, one more rounding (2^-9 relative to y_b) than an fp32 stash would give.
+ * Staged rows per step: u dl z go ystash (those a pass needs), then the k|q row. */
+#define PAIR_T 128
+#define PAIR_NQ 5
+
+template <int N, bool MAMBA, bool BWD>
+__global__ void __launch_bounds__(PAIR_T, 6) scan_pair_kernel(ScanArgs a) {
+    constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
+    constexpr int buf_elems = PAIR_NQ * CKS * T;
+    __shared__ __align__(16) bf16 stage[2 * buf_elems];
+    __shared__ __align__(16) float kqs[2 * CKS * KQW];
+    __shared__ float red[BWD ? NW * CKS * N : 1];
+    const int L = a.L, E = a.E;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int b = blockIdx.y, c0 = blockIdx.x * T, d = c0 + tid;
+    bool act = d < E;
+    /* the stash: out (forward) or dz (backward prep) */
+    bf16 *ys = BWD ? a.dz : a.out;
+    size_t ldy = BWD ? (size_t)a.ldz : (size_t)E;
+    int nch = (L + CKS - 1) / CKS;
+    for (int pass = 0; pass < 2; pass++) {
+        const int j = 1 - pass; /* the backward direction first */
+        /* which staged rows this pass reads: u, dl always; z, go when the gate is needed */
+        const bool need_z = BWD || j == 0, need_go = BWD, need_ys = j == 0;
+        float h[N], A[N];
+        float Dsk = act ? a.Dsk[j][d] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            h[n] = 0.0f;
+            A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
+        }
+        auto issue = [&](int s0, int cs, bf16 *dst) {
+            int nq = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0) + (need_ys ? 1 : 0);
+            /* q counts the rows present: u, dl, [z], [go], [ys] */
+            auto row_of = [&](int q, int i) -> const bf16 * {
+                int s = s0 + i, t = j ? L - 1 - s : s;
+                int kind = q < 2 ? q : q == 2 ? (need_z ? 2 : need_go ? 3 : 4) : q == 3 ? (need_go ? 3 : 4) : 4;
+                const bf16 *base = kind == 0 ? a.u[j] : kind == 1 ? a.delta[j] : kind == 2 ? a.z
+                                 : kind == 3 ? a.dout : ys;
+                size_t ld = kind == 2 ? (size_t)a.ldz : kind == 4 ? ldy : (size_t)E;
+                return base + ((size_t)b * L + t) * ld + c0;
+            };
+            if (a.vec_act == 16)
+                queue_rows16<T, CKS>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
+            else
+                queue_rows(dst, nq * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
+                    int q = r / cs;
+                    return row_of(q, r - q * cs);
+                }, tid, T, cs, CKS);
+            queue_kq<N>(kqs + (dst - stage) / buf_elems * CKS * KQW, a.kqt + ((size_t)j * a.B + b) * L * KQW,
+                        s0, cs, CKS, j, L, tid, T);
+        };
+        /* staged row index of each kind (see issue) */
+        const int rz = 2, rg = need_z ? 3 : 2, ry = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0);
+        issue(0, min(CKS, L), stage);
+        cp_commit();
+        for (int ch = 0; ch < nch; ch++) {
+            int s0 = ch * CKS, cs = min(CKS, L - s0);
+            if (ch + 1 < nch) {
+                issue(s0 + CKS, min(CKS, L - s0 - CKS), stage + ((ch + 1) & 1) * buf_elems);
+                cp_commit();
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+            __syncthreads();
+            const bf16 *st = stage + (ch & 1) * buf_elems;
+            const float *kq = kqs + (ch & 1) * CKS * KQW;
+            auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CKS + i) * T + tid]); };
+            /* phase 1: the state-independent scalars of every step of the chunk */
+            float uu[CKS], p0[CKS], p1[CKS];
+#pragma unroll
+            for (int i = 0; i < CKS; i++) {
+                bool on = i < cs;
+                uu[i] = on ? in(0, i) : 0.0f;
+                float dl = on ? in(1, i) : 0.0f;
+                step_pre<N, MAMBA>(p0[i], p1[i], kq + i * KQW, uu[i], dl);
+                if (!on) p0[i] = 0.0f, p1[i] = 0.0f;
+            }
+            /* phase 2: the recurrence (only h -> h is serial) */
+            float y[CKS];
+#pragma unroll
+            for (int i = 0; i < CKS; i++) {
+                y[i] = fmaf(Dsk, uu[i], step_upd<N, MAMBA>(h, kq + i * KQW, p0[i], p1[i], A));
+                if (BWD) {
+                    /* dq_t[n] = sum_d gy_t[d] h_t[d, n] over the warp's channels */
+                    float zz = i < cs ? in(rz, i) : 0.0f, go = i < cs ? 0.5f * in(rg, i) : 0.0f;
+                    float gy = go * zz * sigmoidf_fast(zz), v[N];
+#pragma unroll
+                    for (int n = 0; n < N; n++) v[n] = gy * h[n];
+                    float r = reduce_scatter<N>(v, lane);
+                    if (lane < N) red[(warp * CKS + i) * N + lane] = r;
+                }
+            }
+            /* phase 3: outputs */
+            if (act) {
+#pragma unroll
+                for (int i = 0; i < CKS; i++) {
+                    if (i >= cs) break;
+                    int s = s0 + i, t = j ? L - 1 - s : s;
+                    size_t r = (size_t)b * L + t;
+                    if (j == 1) {
+                        ys[r * ldy + d] = f2bf(y[i]);
+                    } else {
+                        float tot = y[i] + in(ry, i), zz = in(rz, i), sg = sigmoidf_fast(zz);
+                        if (!BWD) a.out[r * E + d] = f2bf(0.5f * zz * sg * tot);
+                        else a.dz[r * a.ldz + d] = f2bf(0.5f * in(rg, i) * sg * (1.0f + zz * (1.0f - sg)) * tot);
+                    }
+                }
+            }
+            if (BWD) {
+                int e = s0 + cs; /* the state after this chunk starts CK-chunk e / CK */
+                if (e % CK == 0 && e < L && act) {
+                    int c = e / CK;
+#pragma unroll
+                    for (int n = 0; n < N; n++)
+                        a.ckpt[((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + d] = h[n];
+                }
+                __syncthreads();
+                for (int idx = tid; idx < cs * N; idx += T) {
+                    int i = idx / N, n = idx - i * N;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < NW; w++) sum += red[(w * CKS + i) * N + n];
+                    int t = j ? L - 1 - (s0 + i) : s0 + i;
+                    a.pq[((((size_t)b * a.nblk1 + blockIdx.x) * 2 + j) * L + t) * N + n] = sum;
+                }
+            }
+            __syncthreads(); /* this buffer, kq and red are free for the next chunk */
+        }
+        /* the stash written by pass 1 is read (through L2) by pass 0: __syncthreads above
+         * orders the block's global writes before the next pass's copies */
+        __threadfence_block();
+        __syncthreads();
+    }
+}
+
+/* ---------------- the adjoint kernel: one warp, one direction, 32 channels ---------------- */
+/* One reverse step's arithmetic (no memory traffic): updates lam and anext, returns du, ddelta,
+ * the per-channel dk (dB) contributions in dkv and (Longhorn) -2 dkappa's per-channel term in
+ * dkap2, which the caller sums over channels once: dk[n] += k[n] * sum_d dkap2 (one scalar sum
+ * per step instead of N products per channel). */
+template <int N, bool MAMBA>
+__device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], float (&dAacc)[N],
+                                         float (&dkv)[N], float &du, float &ddl, float &dkap2,
+                                         const float (&hp)[N], const float *row, float u, float dl,
+                                         float gy, float Dsk, const float (&A)[N]) {
+    constexpr int N4 = N / 4;
+    const float4 *r4 = reinterpret_cast<const float4 *>(row);
+    float S1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, S2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (!MAMBA) {
+        float kap = row[KQ<N>::KAP];
+        float beta = sigmoidf_fast(dl);
+        float rden = rcp_fast(fmaf(beta, kap, 1.0f)), eps = beta * rden;
+#pragma unroll
+        for (int g = 0; g < N4; g++) {
+            float4 k4 = r4[g], q4 = r4[N4 + g], kk4 = r4[2 * N4 + g], m4 = r4[3 * N4 + g];
+            float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
+            float kk[4] = {kk4.x, kk4.y, kk4.z, kk4.w}, m2k[4] = {m4.x, m4.y, m4.z, m4.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int n = 4 * g + e;
+                float l = fmaf(anext[n], lam[n], gy * q[e]);
+                lam[n] = l;
+                float X = l * hp[n];
+                S1[e] = fmaf(l, k[e], S1[e]);             /* sum_n lam k */
+                S2[e] = fmaf(X, kk[e], S2[e]);            /* sum_n lam k^2 h_{t-1} */
+                dkv[n] = (l * eps) * fmaf(m2k[e], hp[n], u); /* lam eps (u - 2 k h_{t-1}) */
+                anext[n] = fmaf(-eps, kk[e], 1.0f);       /* a_t, used at step t-1 */
+            }
+        }
+        float s1 = (S1[0] + S1[1]) + (S1[2] + S1[3]), s2 = (S2[0] + S2[1]) + (S2[2] + S2[3]);
+        du = fmaf(gy, Dsk, eps * s1);
+        float deps = fmaf(u, s1, -s2); /* sum_n lam (u k - k^2 h_{t-1}) */
+        float rden2 = rden * rden;
+        ddl = deps * rden2 * beta * (1.0f - beta);
+        dkap2 = -2.0f * deps * beta * beta * rden2;
+    } else {
+        float dt = softplusf_(dl), dtu = dt * u;
+#pragma unroll
+        for (int g = 0; g < N4; g++) {
+            float4 k4 = r4[g], q4 = r4[N4 + g];
+            float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int n = 4 * g + e;
+                float acur = __expf(dt * A[n]);
+                float l = fmaf(anext[n], lam[n], gy * q[e]);
+                lam[n] = l;
+                float X = l * hp[n];
+                S1[e] = fmaf(l, k[e], S1[e]);               /* sum_n lam B */
+                S2[e] = fmaf(A[n] * acur, X, S2[e]);        /* sum_n lam A a h_{t-1} */
+                dAacc[n] = fmaf(dt * acur, X, dAacc[n]);
+                dkv[n] = l * dtu;                           /* dB */
+                anext[n] = acur;
+            }
+        }
+        float s1 = (S1[0] + S1[1]) + (S1[2] + S1[3]), s2 = (S2[0] + S2[1]) + (S2[2] + S2[3]);
+        du = fmaf(gy, Dsk, dt * s1);
+        ddl = fmaf(u, s1, s2) * sigmoidf_fast(dl);
+        dkap2 = 0.0f;
+    }
+}
+
+/* The adjoint kernel: one warp per block, one direction, 32 channels. Per CK-chunk of steps, in
+ * reverse: the chunk's inputs (u dl z go rows, k|q rows, the start state) are staged by cp.async,
+ * double-buffered. The history of h is kept in registers SUB steps at a time: the second half of
+ * the chunk is reached by recomputing the first half without keeping it, then the first half is
+ * recomputed with its history (1.5 recomputes per step; no shared-memory history). SUB = 4 keeps
+ * the history at 4N registers, so the kernel fits in 168 registers without spilling (12 warps per
+ * SM; v5 had SUB = 8, 244 registers, 8 warps and local-memory spills). */
+#define SUB 4
+template <int N, bool MAMBA>
+__device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], float (&anext)[N],
+                                            float (&dAacc)[N], float &dDacc, const float (&hs)[N],
+                                            const float *kq, const bf16 *st, int base, int n,
+                                            int s0, int j, int b, int d, bool act, int lane,
+                                            float Dsk, const float (&A)[N], float *pk, float *pkap) {
+    constexpr int KQW = KQ<N>::W, T = 32;
+    const int L = a.L, E = a.E;
+    auto in = [&](int q, int i) { return bf2f(st[(q * CK + i) * T + lane]); };
+    float H[SUB][N], h[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) h[k] = hs[k];
+#pragma unroll
+    for (int i = 0; i < SUB; i++) {
+        bool on = i < n;
+        float u = on ? in(0, base + i) : 0.0f, dl = on ? in(1, base + i) : 0.0f, p0, p1;
+        step_pre<N, MAMBA>(p0, p1, kq + (base + i) * KQW, u, dl);
+        if (!on) p0 = 0.0f, p1 = 0.0f;
+        step_upd<N, MAMBA>(h, kq + (base + i) * KQW, p0, p1, A);
+#pragma unroll
+        for (int k = 0; k < N; k++) H[i][k] = h[k];
+    }
+#pragma unroll
+    for (int i = SUB - 1; i >= 0; i--) {
+        if (i >= n) continue;
+        int ii = base + i, s = s0 + ii, t = j ? L - 1 - s : s;
+        float u = in(0, ii), dl = in(1, ii), zv = in(2, ii);
+        float gy = 0.5f * in(3, ii) * zv * sigmoidf_fast(zv);
+        float dkv[N], du, ddl, dkap2;
+        if (i > 0) adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, H[i > 0 ? i - 1 : 0], kq + ii * KQW, u, dl, gy, Dsk, A);
+        else adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, hs, kq + ii * KQW, u, dl, gy, Dsk, A);
+        size_t r = (size_t)b * L + t;
+        if (act) {
+            a.du[j][r * E + d] = f2bf(du);
+            a.ddelta[j][r * E + d] = f2bf(ddl);
+        }
+        dDacc = fmaf(gy, u, dDacc);
+        float sum = reduce_scatter<N>(dkv, lane);
+        if (lane < N) pk[(size_t)t * N + lane] = sum;
+        if (!MAMBA) {
+            float ks = warp_sum(dkap2);
+            if (lane == N) pkap[t] = ks;
+        }
+    }
+}
+
+template <int N, bool MAMBA>
+__global__ void __launch_bounds__(32, 12) scan_adjoint_kernel(ScanArgs a) {
+    constexpr int KQW = KQ<N>::W, T = 32;
+    constexpr int act_elems = 4 * CK * T;
+    __shared__ __align__(16) bf16 stage[2 * act_elems];
+    __shared__ __align__(16) float kqs[2 * CK * KQW];
+    __shared__ __align__(16) float ckb[2 * N * T];
+    const int L = a.L, E = a.E;
+    int lane = threadIdx.x;
+    int j = blockIdx.y, b = blockIdx.z, c0 = blockIdx.x * T, d = c0 + lane;
+    bool act = d < E;
+    float Dsk = act ? a.Dsk[j][d] : 0.0f;
+    float A[N], lam[N], anext[N], dAacc[N], dDacc = 0.0f;
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
+        lam[n] = anext[n] = dAacc[n] = 0.0f;
+    }
+    const float *kqb = a.kqt + ((size_t)j * a.B + b) * L * KQW;
+    auto issue = [&](int c, int slot) {
+        int s0 = c * CK, cs = min(CK, L - s0);
+        bf16 *dst = stage + slot * act_elems;
+        auto row_of = [&](int q, int i) -> const bf16 * {
+            int s = s0 + i, t = j ? L - 1 - s : s;
+            const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : a.dout;
+            size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
+            return base + ((size_t)b * L + t) * ld + c0;
+        };
+        /* (queue_rows16 here measured 1.6% slower: 156 bytes of spills at 168 registers) */
+        queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
+            int q = r / cs;
+            return row_of(q, r - q * cs);
+        }, lane, T, cs, CK);
+        queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, lane, T);
+        if (c > 0)
+            queue_rows(ckb + slot * N * T, N, T, 4, c0, E, a.vec_ck, [&](int n) -> const void * {
+                return a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0;
+            }, lane, T, N);
+    };
+    size_t pbase = ((size_t)b * 2 + j) * a.nblk2 + blockIdx.x;
+    float *pk = a.pk + pbase * L * N, *pkap = a.pkap + pbase * L;
+    issue(a.nck - 1, 0);
+    cp_commit();
+    for (int c = a.nck - 1, it = 0; c >= 0; c--, it++) {
+        int s0 = c * CK, cs = min(CK, L - s0), slot = it & 1;
+        if (c > 0) {
+            issue(c - 1, slot ^ 1);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncwarp();
+        const bf16 *st = stage + slot * act_elems;
+        const float *kq = kqs + slot * CK * KQW;
+        const float *h0 = ckb + slot * N * T + lane; /* the start state, stride T */
+        /* the second half first: its start state is reached through the first half */
+        float hm[N];
+#pragma unroll
+        for (int n = 0; n < N; n++) hm[n] = c > 0 ? h0[n * T] : 0.0f;
+        if (cs > SUB) {
+#pragma unroll 1
+            for (int i = 0; i < SUB; i++) {
+                float p0, p1;
+                step_pre<N, MAMBA>(p0, p1, kq + i * KQW, bf2f(st[i * T + lane]),
+                                   bf2f(st[(CK + i) * T + lane]));
+                step_upd<N, MAMBA>(hm, kq + i * KQW, p0, p1, A);
+            }
+        }
+#pragma unroll 1
+        for (int sub = (cs - 1) / SUB; sub >= 0; sub--) {
+            float hs[N];
+#pragma unroll
+            for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (c > 0 ? h0[n * T] : 0.0f);
+            adjoint_sub<N, MAMBA>(a, lam, anext, dAacc, dDacc, hs, kq, st, sub * SUB,
+                                  min(SUB, cs - sub * SUB), s0, j, b, d, act, lane, Dsk, A, pk, pkap);
+        }
+        __syncwarp(); /* this buffer is free for the next chunk */
+    }
+    if (act) {
+        a.pd[((size_t)b * 2 + j) * E + d] = dDacc;
+        if (MAMBA)
+#pragma unroll
+            for (int n = 0; n < N; n++) a.pa[(((size_t)b * 2 + j) * E + d) * N + n] = dAacc[n] * A[n];
+    }
+}
+
+/* ---------------- finalize: partial sums in a fixed order ---------------- */
+template <int N, bool MAMBA>
+__global__ void scan_dkdq_kernel(ScanArgs a) {
+    size_t tot = (size_t)a.B * 2 * a.L * N;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < tot; idx += (size_t)gridDim.x * blockDim.x) {
+        int n = (int)(idx % N);
+        size_t r = idx / N;
+        int t = (int)(r % a.L);
+        r /= a.L;
+        int j = (int)(r % 2), b = (int)(r / 2);
+        float dq = 0.0f, dk = 0.0f;
+#pragma unroll 8
+        for (int k = 0; k < a.nblk1; k++) dq += a.pq[((((size_t)b * a.nblk1 + k) * 2 + j) * a.L + t) * N + n];
+#pragma unroll 8
+        for (int k = 0; k < a.nblk2; k++) dk += a.pk[((((size_t)b * 2 + j) * a.nblk2 + k) * a.L + t) * N + n];
+        if (!MAMBA) { /* dk += 2 k dkappa */
+            float kap = 0.0f;
+#pragma unroll 8
+            for (int k = 0; k < a.nblk2; k++) kap += a.pkap[(((size_t)b * 2 + j) * a.nblk2 + k) * a.L + t];
+            dk = fmaf(a.kqt[(((size_t)j * a.B + b) * a.L + t) * KQ<N>::W + n], kap, dk);
+        }
+        bf16 *row = a.dxdbl[j] + ((size_t)b * a.L + t) * a.W + a.R;
+        row[n] = f2bf(dk);
+        row[N + n] = f2bf(dq);
+    }
+}
+
+/* ---------------- host side ---------------- */
+/* largest copy size (16, 8, 4 bytes; 2 = plain loads) dividing every row start */
+static int vec_bytes(const void *const *ptrs, int np, const size_t *strides_bytes, int ns) {
+    size_t acc = 16;
+    for (int i = 0; i < np; i++) acc |= (size_t)ptrs[i];
+    for (int i = 0; i < ns; i++) acc |= strides_bytes[i];
+    size_t low = acc & (~acc + 1);
+    return low >= 16 ? 16 : low >= 8 ? 8 : low >= 4 ? 4 : 2;
+}
+
+template <typename K>
+static void set_smem(K kernel, size_t bytes) {
+    if (bytes > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+static void fill_common(ScanArgs *a, const void *const u[2], const void *const delta[2],
+                        const void *const xdbl[2], const void *z, const void *dout,
+                        const float *const D[2], const float *const A_log[2], int B, int L, int E,
+                        int N, int R, int ldz) {
+    memset(a, 0, sizeof *a);
+    for (int j = 0; j < 2; j++) {
+        a->u[j] = (const bf16 *)u[j];
+        a->delta[j] = (const bf16 *)delta[j];
+        a->xdbl[j] = (const bf16 *)xdbl[j];
+        a->Dsk[j] = D[j];
+        a->A_log[j] = A_log ? A_log[j] : NULL;
+    }
+    a->z = (const bf16 *)z;
+    a->dout = (const bf16 *)dout;
+    a->B = B, a->L = L, a->E = E, a->R = R, a->W = R + 2 * N, a->ldz = ldz;
+    a->nck = (L + CK - 1) / CK;
+    /* act rows start at (row * ld + block * tpb) elements */
+    const void *pa[6] = {u[0], u[1], delta[0], delta[1], z, dout ? dout : z};
+    size_t sa[3] = {(size_t)E * 2, (size_t)ldz * 2, (size_t)32 * 2};
+    a->vec_act = vec_bytes(pa, 6, sa, 3);
+    size_t sc[1] = {(size_t)E * 4};
+    const void *pc[1] = {NULL};
+    a->vec_ck = vec_bytes(pc, 1, sc, 1) >= 16 ? 16 : 4;
+}
+
+/* bytes of the k|q table of both directions */
+template <int N>
+static size_t kq_bytes(const ScanArgs *a) {
+    return (size_t)2 * a->B * a->L * KQ<N>::W * sizeof(float);
+}
+/* the k|q table of both directions into kqt */
+template <int N>
+static void make_kq(ScanArgs *a, float *kqt) {
+    size_t BL = (size_t)a->B * a->L;
+    int blocks = cu_blocks(2 * BL * N, 256);
+    if (blocks > g_cu.num_sms * 16) blocks = g_cu.num_sms * 16;
+    scan_kq_kernel<N><<<blocks, 256, 0, g_cu.stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->R);
+    CU_LAUNCH_CHECK();
+    a->kqt = kqt;
+}
+
+template <int N, bool MAMBA>
+static void forward_impl(ScanArgs a) {
+    make_kq<N>(&a, (float *)cu_scratch(SCR_OP, kq_bytes<N>(&a)));
+    dim3 grid((a.E + PAIR_T - 1) / PAIR_T, a.B);
+    scan_pair_kernel<N, MAMBA, false><<<grid, PAIR_T, 0, g_cu.stream>>>(a);
+    CU_LAUNCH_CHECK();
+}
+
+template <int N, bool MAMBA>
+static void backward_impl(ScanArgs a) {
+    a.nblk1 = (a.E + PAIR_T - 1) / PAIR_T;
+    a.nblk2 = (a.E + 31) / 32;
+    size_t B = a.B, L = a.L, E = a.E;
+    /* one scratch region, carved in 4 KB aligned pieces (checkpoint rows are copied in 16-byte
+     * pieces from (row * E + block * 32) floats) */
+    size_t sz[5] = {B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float), /* ckpt */
+                    B * a.nblk1 * 2 * L * N * sizeof(float),                      /* pq */
+                    B * 2 * a.nblk2 * L * (N + 1) * sizeof(float),                /* pk, pkap */
+                    B * 2 * E * (MAMBA ? N + 1 : 1) * sizeof(float),              /* pd, pa */
+                    kq_bytes<N>(&a)};
+    size_t off[6] = {0};
+    for (int i = 0; i < 5; i++) off[i + 1] = off[i] + (sz[i] + 4095) / 4096 * 4096;
+    char *base = (char *)cu_scratch(SCR_OP, off[5]);
+    a.ckpt = (float *)(base + off[0]);
+    a.pq = (float *)(base + off[1]);
+    a.pk = (float *)(base + off[2]);
+    a.pkap = a.pk + B * 2 * a.nblk2 * L * N;
+    a.pd = (float *)(base + off[3]);
+    a.pa = a.pd + B * 2 * E;
+    make_kq<N>(&a, (float *)(base + off[4]));
+    scan_pair_kernel<N, MAMBA, true><<<dim3(a.nblk1, a.B), PAIR_T, 0, g_cu.stream>>>(a);
+    CU_LAUNCH_CHECK();
+    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), 32, 0, g_cu.stream>>>(a);
+    CU_LAUNCH_CHECK();
+    size_t tot = B * 2 * L * N;
+    int blocks = cu_blocks(tot, 256);
+    if (blocks > g_cu.num_sms * 16) blocks = g_cu.num_sms * 16;
+    scan_dkdq_kernel<N, MAMBA><<<blocks, 256, 0, g_cu.stream>>>(a);
+    CU_LAUNCH_CHECK();
+    /* dD[j] (+ dA_log[j]) += the per-sample partials, summed in sample order */
+    for (int j = 0; j < 2; j++) {
+        colsum_rows_accumulate_cuda(a.dD[j], a.pd + (size_t)j * E, (int)B, (int)E, (int)(2 * E));
+        if (MAMBA)
+            colsum_rows_accumulate_cuda(a.dA[j], a.pa + (size_t)j * E * N, (int)B, (int)(E * N), (int)(2 * E * N));
+    }
+}
+
+#define DISPATCH_N(N_, MAMBA_, FN, ARG)                                                        \
+    do {                                                                                       \
+        if ((N_) == 16) { if (MAMBA_) FN<16, true>(ARG); else FN<16, false>(ARG); }            \
+        else if ((N_) == 8) { if (MAMBA_) FN<8, true>(ARG); else FN<8, false>(ARG); }          \
+        else if ((N_) == 4) { if (MAMBA_) FN<4, true>(ARG); else FN<4, false>(ARG); }          \
+        else VIL_FATAL("scan: d_state = %d; the CUDA scan is built for 4, 8 and 16", (N_));     \
+    } while (0)
+
+extern "C" void scan_bidir_forward_cuda(void *out, const void *const u[2],
+                                        const void *const delta[2], const void *const xdbl[2],
+                                        const void *z, const float *const D[2],
+                                        const float *const A_log[2], int B, int L, int E, int N,
+                                        int R, int ldz) {
+    cu_ensure_init();
+    ScanArgs a;
+    fill_common(&a, u, delta, xdbl, z, NULL, D, A_log, B, L, E, N, R, ldz);
+    a.out = (bf16 *)out;
+    DISPATCH_N(N, A_log != NULL, forward_impl, a);
+}
+
+extern "C" void scan_bidir_backward_cuda(void *const du[2], void *const ddelta[2],
+                                         void *const dxdbl[2], void *dz, float *const dD[2],
+                                         float *const dA_log[2], const void *dout,
+                                         const void *const u[2], const void *const delta[2],
+                                         const void *const xdbl[2], const void *z,
+                                         const float *const D[2], const float *const A_log[2],
+                                         int B, int L, int E, int N, int R, int ldz) {
+    cu_ensure_init();
+    ScanArgs a;
+    fill_common(&a, u, delta, xdbl, z, dout, D, A_log, B, L, E, N, R, ldz);
+    a.dz = (bf16 *)dz;
+    for (int j = 0; j < 2; j++) {
+        a.du[j] = (bf16 *)du[j];
+        a.ddelta[j] = (bf16 *)ddelta[j];
+        a.dxdbl[j] = (bf16 *)dxdbl[j];
+        a.dD[j] = dD[j];
+        a.dA[j] = dA_log ? dA_log[j] : NULL;
+    }
+    DISPATCH_N(N, A_log != NULL, backward_impl, a);
+}
