@@ -11,15 +11,16 @@
  *                        output until the other direction reaches it. Forward: writes the gated
  *                        average. Backward prep: recomputes the states, writes dz, the state
  *                        checkpoint every CK steps and the dq partial sums.
- *   scan_adjoint_kernel  one thread per (sample, direction, channel): per chunk of CK steps, in
- *                        reverse, recomputes the states from the chunk's checkpoint into shared
- *                        memory, then runs the reverse adjoint scan, taking h_{t-1} from the
- *                        recomputed states (never dividing by the forget gate); writes du, ddelta
- *                        and the dk (dB) partial sums.
+ *   scan_adjoint_kernel  a block of 4 warps per (sample, direction, 128 channels), one thread per
+ *                        channel: per chunk of CK steps, in reverse, recomputes the states from
+ *                        the chunk's checkpoint (a 4-step history in registers), then runs the
+ *                        reverse adjoint scan, taking h_{t-1} from the recomputed states (never
+ *                        dividing by the forget gate); writes du, ddelta and the block's partial
+ *                        sums of dk (dB) and dkappa.
  *   finalize kernels     sum the partials over channel blocks (dk, dq, dkappa) and samples (dD,
  *                        dA_log) in a fixed order.
- * Sums over channels (dq, dk, dkappa folded into dk) are fp32: a warp reduce-scatter, then the
- * warps of a block in order, then the blocks in order: deterministic, no atomics. */
+ * Sums over channels (dq, dk, dkappa) are fp32: a warp reduce-scatter, then the warps of a block
+ * in order (shared memory), then the blocks in order: deterministic, no atomics. */
 #include <math.h>
 #include <string.h>
 
