@@ -231,10 +231,14 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
  * y_b in bf16, one more rounding (2^-9 relative to y_b) than an fp32 stash would give.
  * Staged rows per step: u dl z go ystash (those a pass needs), then the k|q row. */
 #define PAIR_T 128
+#ifndef PAIR_MINB
+#define PAIR_MINB 6 /* blocks per SM the register allocation aims at (80 registers); measured
+                      * forward 278 / 289 / 289 us per Tiny layer at 6 / 7 / 8 */
+#endif
 #define PAIR_NQ 5
 
 template <int N, bool MAMBA, bool BWD>
-__global__ void __launch_bounds__(PAIR_T, 6) scan_pair_kernel(ScanArgs a) {
+__global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
     constexpr int buf_elems = PAIR_NQ * CKS * T;
     __shared__ __align__(16) bf16 stage[2 * buf_elems];
