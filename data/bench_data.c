@@ -284,6 +284,12 @@ int vil_cmd_bench_data(int argc, char **argv) {
         vil_dataset_free(ds);
         return 1;
     }
+    int per_epoch = vil_loader_batches_per_epoch(l);
+    if (per_epoch < 50 && per_epoch < batches)
+        printf("note:      an epoch here is %d batch%s (%d samples); the loader restarts its workers at "
+               "every epoch boundary, so this measures those restarts too: for the steady state use "
+               "a dataset with 50+ batches per epoch\n",
+               per_epoch, per_epoch == 1 ? "" : "es", vil_loader_epoch_length(l));
     int ret = 0;
     for (int i = 0; i < warmup; i++) {
         const VilBatch *b = next_any(l, &epoch);
