@@ -103,6 +103,11 @@ static inline int cu_blocks(size_t n, int threads) {
     size_t b = (n + threads - 1) / threads;
     return (int)(b < 1 ? 1 : (b > 2147483647u ? 2147483647u : b));
 }
+/* blocks for a grid-stride loop over n elements: at most per_sm blocks per SM */
+static inline int cu_blocks_capped(size_t n, int threads, int per_sm) {
+    int b = cu_blocks(n, threads), cap = g_cu.num_sms * per_sm;
+    return b < cap ? b : cap;
+}
 
 /* ---- bf16 helpers ---- */
 __device__ __forceinline__ float bf2f(bf16 x) { return __bfloat162float(x); }

@@ -30,10 +30,7 @@ __global__ void to_bf16_kernel(bf16 *out, const float *in, size_t n) {
         out[i] = f2bf(in[i]);
 }
 
-static int grid_for(size_t n) {
-    int b = cu_blocks(n, 256), cap = g_cu.num_sms * 8;
-    return b < cap ? b : cap;
-}
+static int grid_for(size_t n) { return cu_blocks_capped(n, 256, 8); }
 
 extern "C" void adamw_update_cuda(float *p, void *work, const float *g, float *m, float *v,
                                   const unsigned char *decay, size_t n, float lr, float beta1,

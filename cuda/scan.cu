@@ -671,8 +671,7 @@ static size_t kq_bytes(const ScanArgs *a) {
 template <int N>
 static void make_kq(ScanArgs *a, float *kqt) {
     size_t BL = (size_t)a->B * a->L;
-    int blocks = cu_blocks(2 * BL * N, 256);
-    if (blocks > g_cu.num_sms * 16) blocks = g_cu.num_sms * 16;
+    int blocks = cu_blocks_capped(2 * BL * N, 256, 16);
     scan_kq_kernel<N><<<blocks, 256, 0, g_cu.stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->R);
     CU_LAUNCH_CHECK();
     a->kqt = kqt;
@@ -713,8 +712,7 @@ static void backward_impl(ScanArgs a) {
     scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), ADJ_T, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
     size_t tot = B * 2 * L * N;
-    int blocks = cu_blocks(tot, 256);
-    if (blocks > g_cu.num_sms * 16) blocks = g_cu.num_sms * 16;
+    int blocks = cu_blocks_capped(tot, 256, 16);
     scan_dkdq_kernel<N, MAMBA><<<blocks, 256, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
     /* dD[j] (+ dA_log[j]) += the per-sample partials, summed in sample order */

@@ -18,13 +18,6 @@
 #include "vil/args.h"
 #include "vil/common.h"
 
-static double cpu_seconds(void) {
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;
-    return (double)ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
-           1e-6 * ru.ru_stime.tv_usec;
-}
-
 /* user and system CPU seconds and minor page faults of the process so far */
 typedef struct {
     double user, sys;
@@ -212,12 +205,8 @@ int vil_cmd_bench_data(int argc, char **argv) {
         "CutMix 1.0 with smoothing 0.1) through the threaded loader, after a warm-up. Prints\n"
         "images/s, images/s per worker thread, and images per CPU second of the process.",
         args, (int)(sizeof args / sizeof args[0]), 0, 0};
-    char **pos;
-    int npos;
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    free(pos);
+    int rc = vil_args_parse_flags(&spec, argc, argv);
+    if (rc >= 0) return rc;
     if (!data) {
         fprintf(stderr, "vil bench-data: --data is required\n");
         vil_args_usage(&spec, 1);
@@ -296,7 +285,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
         if (!b) goto fail;
         vil_loader_release_batch(l, b);
     }
-    double t0 = vil_now(), c0 = cpu_seconds();
+    double t0 = vil_now();
     Usage u0 = usage_now();
     long images = 0;
     for (int i = 0; i < batches; i++) {
@@ -305,8 +294,9 @@ int vil_cmd_bench_data(int argc, char **argv) {
         images += b->n;
         vil_loader_release_batch(l, b);
     }
-    double dt = vil_now() - t0, dc = cpu_seconds() - c0;
+    double dt = vil_now() - t0;
     Usage u1 = usage_now();
+    double dc = (u1.user - u0.user) + (u1.sys - u0.sys);
     VilLoaderStats st;
     vil_loader_stats(l, &st);
     printf("timed:     %ld images in %.3f s (%d batches after %d warm-up)\n", images, dt, batches,

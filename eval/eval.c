@@ -99,12 +99,8 @@ int vil_cmd_eval(int argc, char **argv) {
                        "evaluation transform of recipe.md (resize to size / crop_pct, bicubic,\n"
                        "center crop, normalize). The last line holds the result.",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
-    char **pos;
-    int npos;
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    free(pos);
+    int rc = vil_args_parse_flags(&spec, argc, argv);
+    if (rc >= 0) return rc;
     if (!model || !data) {
         fprintf(stderr, "vil eval: --model and --data are required\n");
         vil_args_usage(&spec, 1);

@@ -19,12 +19,8 @@ int vil_cmd_info(int argc, char **argv) {
     VilArgSpec spec = {"info", "--model CKPT [--img-size N]",
                        "Prints a checkpoint's architecture, parameter count, image size and classes.",
                        args, 3, 0, 0};
-    char **pos;
-    int npos;
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    free(pos);
+    int rc = vil_args_parse_flags(&spec, argc, argv);
+    if (rc >= 0) return rc;
     if (!model) {
         fprintf(stderr, "vil info: --model is required\n");
         vil_args_usage(&spec, 1);

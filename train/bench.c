@@ -64,12 +64,8 @@ int vil_cmd_bench(int argc, char **argv) {
                        "and inference on random images, and prints images/s, the peak memory\n"
                        "and a per-op breakdown (a separate, synchronized pass).",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
-    char **pos;
-    int npos;
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    free(pos);
+    int rc = vil_args_parse_flags(&spec, argc, argv);
+    if (rc >= 0) return rc;
     profile = !no_profile;
     if (batch < 1) {
         vil_error("--batch must be >= 1");

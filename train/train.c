@@ -870,12 +870,8 @@ int vil_cmd_train(int argc, char **argv) {
                        "--resume), OUT/ema.safetensors and OUT/best.safetensors at every epoch end;\n"
                        "SIGINT / SIGTERM finish the step, save and exit 1.",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
-    char **pos;
-    int npos;
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    free(pos);
+    int rc = vil_args_parse_flags(&spec, argc, argv);
+    if (rc >= 0) return rc;
     if ((!config && !resume) || !data) {
         fprintf(stderr, "vil train: --data and --config (or --resume) are required\n");
         vil_args_usage(&spec, 1);

@@ -134,3 +134,13 @@ usage:
     free(p);
     return VIL_ARGS_USAGE;
 }
+
+int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv) {
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    free(pos);
+    return -1;
+}

@@ -37,5 +37,8 @@ enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
  * usage to stderr (the caller exits 2). `--` ends the flags. */
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
 void vil_args_usage(const VilArgSpec *spec, int to_stderr);
+/* For a command without positional arguments: parses the flags and returns -1 to go on, or the
+ * command's exit code (0 after --help, 2 after a usage error). */
+int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv);
 
 #endif
