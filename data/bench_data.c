@@ -176,7 +176,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
     int threads = ncpu > 0 ? (int)ncpu : 1, batches = 20, warmup = 3, res = 224, batch = 64;
     int prefetch = 0, channels = 0, eval = 0, no_mixup = 0, seed = 0, randaug_n = -1;
     float reprob = -1.0f;
-    int stages = 0;
+    int stages = 0, no_share = 0;
     const char *decode = "exact";
     VilArg args[] = {
         {"--data", VIL_ARG_STR, &data, "dataset: ImageNet-style root, IDX folder, or flat folder"},
@@ -196,6 +196,8 @@ int vil_cmd_bench_data(int argc, char **argv) {
         {"--reprob", VIL_ARG_FLOAT, &reprob, "random erasing probability (-1: the recipe's 0.25)"},
         {"--decode", VIL_ARG_STR, &decode, "JPEG decode of the train transform: exact (PIL's pixels, the "
                                             "training default) or fast (DCT-scaled, merged chroma)"},
+        {"--no-share-decode", VIL_ARG_FLAG, &no_share, "decode every sample on its own, also the copies of "
+                                                        "repeated augmentation (same output, for comparison)"},
         {"--stages", VIL_ARG_FLAG, &stages, "also time each stage of the train transform alone (one thread)"},
     };
     VilArgSpec spec = {
@@ -245,6 +247,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
     if (randaug_n >= 0) cfg.train.randaug_n = randaug_n;
     if (reprob >= 0.0f) cfg.train.reprob = reprob;
     cfg.train.decode = strcmp(decode, "exact") == 0 ? VIL_DECODE_EXACT : VIL_DECODE_FAST;
+    cfg.share_decode = !no_share;
     VilLoader *l = vil_loader_create(ds, &cfg, err, sizeof err);
     if (!l) {
         vil_error("%s", err);
@@ -285,6 +288,8 @@ int vil_cmd_bench_data(int argc, char **argv) {
         if (!b) goto fail;
         vil_loader_release_batch(l, b);
     }
+    VilLoaderStats st0;
+    vil_loader_stats(l, &st0);
     double t0 = vil_now();
     Usage u0 = usage_now();
     long images = 0;
@@ -307,6 +312,13 @@ int vil_cmd_bench_data(int argc, char **argv) {
            dc > 0 ? images / dc : 0.0, dc);
     printf("CPU split: user %.2f s, system %.2f s; %.1f minor page faults per image\n",
            u1.user - u0.user, u1.sys - u0.sys, images ? (double)(u1.minflt - u0.minflt) / images : 0.0);
+    if (!eval) {
+        long ns = st.samples - st0.samples, nd = st.decodes - st0.decodes;
+        printf("decodes:   %.3f per sample (%s; repeated augmentation x%d, world %d)\n",
+               ns ? (double)nd / ns : 0.0,
+               cfg.share_decode ? "the copies of an image made together share one decode" : "no sharing",
+               cfg.repeats, cfg.world);
+    }
     if (st.total_bad) printf("bad files: %ld distinct, %ld reads replaced\n", st.distinct_bad, st.total_bad);
     goto done;
 fail:

@@ -75,6 +75,8 @@ struct VilLoader {
     /* bad files */
     unsigned char *bad;    /* (n) 1 once a file has been found bad (atomic) */
     long epoch_bad, total_bad, distinct_bad; /* atomic */
+    long decodes, samples; /* atomic */
+    int share;      /* train with share_decode: runs of one file are made together */
     int failed;
     int sync_ready; /* mutex and condition variables initialised */
     char error[1024];
@@ -108,6 +110,7 @@ void vil_loader_config_default(VilLoaderConfig *c, VilLoaderMode mode, int res, 
     c->drop_last = mode == VIL_LOADER_TRAIN;
     vil_train_transform_default(&c->train, res, channels);
     c->crop_pct = 0.875f;
+    c->share_decode = 1;
     /* evaluation normalises as training does, whatever the train default is for 1 channel */
     for (int k = 0; k < 3; k++) {
         c->mean[k] = c->train.mean[k];
@@ -157,6 +160,7 @@ static int make_sample(Worker *w, int idx, VilRng *rng, float *out, char *err, s
         return rc;
     }
     if (vil_dataset_read_bytes(l->ds, idx, &w->bytes, err, errlen) != 0) return -1;
+    __atomic_add_fetch(&l->decodes, 1, __ATOMIC_RELAXED);
     if (train)
         return vil_transform_train_file(w->bytes.data, w->bytes.size, &c->train, rng, out, err,
                                         errlen);
@@ -224,6 +228,7 @@ static int fill_sample(Worker *w, Slot *s, int j, long pos) {
         if (make_sample(w, cand, &rng, out, err, sizeof err) == 0) {
             s->b.labels[j] = vil_dataset_label(l->ds, cand);
             s->b.indices[j] = cand;
+            __atomic_add_fetch(&l->samples, 1, __ATOMIC_RELAXED);
             return 0;
         }
         note_bad(l, cand, err[0] ? err : "unknown error");
@@ -241,6 +246,46 @@ static int fill_sample(Worker *w, Slot *s, int j, long pos) {
     pthread_cond_broadcast(&l->ready_cv);
     pthread_mutex_unlock(&l->mu);
     return -1;
+}
+
+/* Rows j .. j+count-1 of slot s: epoch positions pos .. that all hold the same dataset index
+ * (the copies of repeated augmentation). The file is read once and decoded once per distinct
+ * DCT scale of their crops; each row is bit-identical to what fill_sample would make (same
+ * stream, same crop), so the grouping, which depends on how work was handed out, never shows.
+ * A file that fails here goes row by row through fill_sample, which replaces it. */
+#define GROUP_ROWS 16
+static int fill_group(Worker *w, Slot *s, int j, long pos, int count) {
+    VilLoader *l = w->l;
+    const VilLoaderConfig *c = &l->cfg;
+    int idx = l->order[pos];
+    VilImage view;
+    char err[512];
+    if (count <= GROUP_ROWS && !__atomic_load_n(&l->bad[idx], __ATOMIC_ACQUIRE) &&
+        vil_dataset_raw_image(l->ds, idx, &view) != 0 &&
+        vil_dataset_read_bytes(l->ds, idx, &w->bytes, err, sizeof err) == 0) {
+        VilRng rngs[GROUP_ROWS];
+        float *outs[GROUP_ROWS];
+        for (int i = 0; i < count; i++) {
+            vil_rng_seed(&rngs[i], vil_hash_seed(c->seed, (uint64_t)(int64_t)s->b.epoch, (uint64_t)(pos + i),
+                                                 (uint64_t)c->rank));
+            outs[i] = s->b.images + (size_t)(j + i) * l->img_floats;
+        }
+        int dec = 0;
+        int rc = vil_transform_train_file_group(w->bytes.data, w->bytes.size, &c->train, count, rngs, outs, &dec,
+                                                err, sizeof err);
+        __atomic_add_fetch(&l->decodes, dec, __ATOMIC_RELAXED);
+        if (rc == 0) {
+            for (int i = 0; i < count; i++) {
+                s->b.labels[j + i] = vil_dataset_label(l->ds, idx);
+                s->b.indices[j + i] = idx;
+            }
+            __atomic_add_fetch(&l->samples, count, __ATOMIC_RELAXED);
+            return 0;
+        }
+    }
+    for (int i = 0; i < count; i++)
+        if (fill_sample(w, s, j + i, pos + i) != 0) return -1;
+    return 0;
 }
 
 /* Targets and mixing once row j is complete: the pair (j, n-1-j) is mixed by whichever of
@@ -311,7 +356,14 @@ static int take_task(VilLoader *l, Slot **slot, int *j, long *pos, int max, int 
     *j = (int)(l->next_task - (long)k * B);
     *pos = l->next_task;
     int n = s->b.n - *j; /* what is left of this batch */
-    if (n > max) n = max;
+    if (n > max) {
+        n = max;
+        /* end the chunk where a run of one file ends, so that the run is made (and its file
+         * decoded) in one go; a run longer than the chunk is split */
+        long e = *pos + n;
+        while (l->share && e > *pos + 1 && l->order[e] == l->order[e - 1]) e--;
+        if (l->order[e] != l->order[e - 1]) n = (int)(e - *pos);
+    }
     *count = n;
     l->next_task += n;
     return 1;
@@ -331,9 +383,12 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&l->mu);
 
         int ok = 1;
-        for (int i = 0; i < n && ok; i++) {
-            ok = fill_sample(w, s, j + i, pos + i) == 0;
-            if (ok) finish_sample(l, s, j + i);
+        for (int i = 0; i < n && ok;) {
+            int r = 1; /* the run of positions holding the same file */
+            while (l->share && i + r < n && l->order[pos + i + r] == l->order[pos + i]) r++;
+            ok = (r > 1 ? fill_group(w, s, j + i, pos + i, r) : fill_sample(w, s, j + i, pos + i)) == 0;
+            for (int k = 0; k < r && ok; k++) finish_sample(l, s, j + i + k);
+            i += r;
         }
         /* a failed sample stops the loader; the rest of the chunk is not needed */
         int last = __atomic_sub_fetch(&s->pending, n, __ATOMIC_ACQ_REL) == 0;
@@ -439,6 +494,11 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, c
     l->chunk = c->batch / (2 * c->threads);
     if (l->chunk < 1) l->chunk = 1;
     if (l->chunk > 8) l->chunk = 8;
+    l->share = c->mode == VIL_LOADER_TRAIN && c->share_decode;
+    /* with one rank the copies of repeated augmentation are runs of `repeats` positions:
+     * a chunk of whole runs */
+    if (l->share && c->world == 1 && c->repeats > 1)
+        l->chunk = (l->chunk + c->repeats - 1) / c->repeats * c->repeats;
     l->workers = vil_calloc((size_t)c->threads, sizeof(Worker));
     for (int i = 0; i < c->threads; i++) {
         l->workers[i].l = l;
@@ -575,4 +635,6 @@ void vil_loader_stats(const VilLoader *l, VilLoaderStats *out) {
     out->epoch_bad = __atomic_load_n(&l->epoch_bad, __ATOMIC_RELAXED);
     out->total_bad = __atomic_load_n(&l->total_bad, __ATOMIC_RELAXED);
     out->distinct_bad = __atomic_load_n(&l->distinct_bad, __ATOMIC_RELAXED);
+    out->decodes = __atomic_load_n(&l->decodes, __ATOMIC_RELAXED);
+    out->samples = __atomic_load_n(&l->samples, __ATOMIC_RELAXED);
 }

@@ -42,11 +42,15 @@ typedef struct {
     VilMixupConfig mixup; /* soft targets: train = Mixup/CutMix + smoothing, eval = one-hot */
     VilAllocator alloc;
     int quiet;            /* 1: no per-file or per-epoch warnings on stderr (tests) */
+    int share_decode;     /* train (default 1): consecutive samples of the same file (the copies
+                             of repeated augmentation: all 3 with world 1) are decoded once, to
+                             the box of their crops; the outputs are bit-identical either way */
 } VilLoaderConfig;
 
 /* The recipe's defaults for the mode: train = DeiT (RA x3, RandAugment m9, erasing 0.25,
  * Mixup 0.8 / CutMix 1.0, smoothing 0.1, drop_last); eval = crop_pct 0.875, no shuffle,
- * one-hot targets, last partial batch kept. threads = 4, prefetch = 3, world 1, seed 0. */
+ * one-hot targets, last partial batch kept. threads = 4, prefetch = 3, world 1, seed 0,
+ * share_decode 1. */
 void vil_loader_config_default(VilLoaderConfig *c, VilLoaderMode mode, int res, int channels,
                                int batch, int num_classes);
 
@@ -65,6 +69,8 @@ typedef struct {
     long epoch_bad;      /* failed sample reads in the current epoch (each one replaced) */
     long total_bad;      /* since the loader was created */
     long distinct_bad;   /* distinct files found bad since the loader was created */
+    long decodes;        /* image decodes since the loader was created (IDX samples: none) */
+    long samples;        /* samples made since the loader was created */
 } VilLoaderStats;
 
 typedef struct VilLoader VilLoader;

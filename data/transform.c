@@ -864,31 +864,34 @@ int vil_jpeg_fast_scale(int cw, int ch, int res) {
 #define FAST_JPEG_FLAGS VIL_JPEG_MERGED
 #endif
 
-int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTransform *t, int left, int top,
-                          int cw, int ch, int scale_bias, VilTrainCrop *cr, char *err, size_t errlen) {
-    memset(cr, 0, sizeof *cr);
-    /* the scale as m / 8: exact mode's 1/d is (8/d) / 8 */
-    int m, flags = 0;
-    if (t->decode == VIL_DECODE_FAST) {
-        m = vil_jpeg_fast_scale(cw, ch, t->res);
-        for (int b = scale_bias; b < 0 && m > 1; b++) m /= 2;
-        for (int b = scale_bias; b > 0 && m < 8; b--) m *= 2;
-        flags = FAST_JPEG_FLAGS;
-    } else {
-        m = 8 / vil_jpeg_dct_denom(cw, ch, t->res);
+/* The scale m / 8 a cw x ch crop is decoded at in t->decode's mode (exact mode's 1/d is
+ * (8/d) / 8), and the decoder flags. */
+static int crop_scale(const VilTrainTransform *t, int cw, int ch, int scale_bias, int *flags) {
+    if (t->decode != VIL_DECODE_FAST) {
+        *flags = 0;
+        return 8 / vil_jpeg_dct_denom(cw, ch, t->res);
     }
-    VilImage *reg = &cr->reg;
-    int rx, ry;
-    if (vil_jpeg_decode_region_scaled(buf, n, t->channels, left, top, cw, ch, m, flags, reg, &rx, &ry, err,
-                                      errlen) != 0)
-        return -1;
+    int m = vil_jpeg_fast_scale(cw, ch, t->res);
+    for (int b = scale_bias; b < 0 && m > 1; b++) m /= 2;
+    for (int b = scale_bias; b > 0 && m < 8; b--) m *= 2;
+    *flags = FAST_JPEG_FLAGS;
+    return m;
+}
+
+/* The resize input of the crop (left, top, cw, ch) inside a region decoded at scale m / 8
+ * whose top-left scaled pixel is (rx, ry): cr's view and box (cr->reg is left alone). The
+ * view depends only on the crop and the scale, never on how far the region reaches past it,
+ * so one region can serve several crops. */
+static void crop_view(const VilImage *reg, int rx, int ry, int m, int left, int top, int cw, int ch,
+                      VilTrainCrop *cr) {
     cr->scale_num = m;
+    cr->has_box = 0;
     if (m == 8) {
         cr->vx = left - rx;
         cr->vy = top - ry;
         cr->vw = cw;
         cr->vh = ch;
-        return 0;
+        return;
     }
     /* the crop in the scaled image's coordinates (scaled pixel i covers full-resolution
      * [8 i / m, 8 (i + 1) / m)), relative to the decoded region: a sub-pixel box for the
@@ -910,19 +913,44 @@ int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTran
     cr->box[1] = by0 - iy0;
     cr->box[2] = bx1 - ix0 > cr->vw ? cr->vw : bx1 - ix0;
     cr->box[3] = by1 - iy0 > cr->vh ? cr->vh : by1 - iy0;
+}
+
+int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTransform *t, int left, int top,
+                          int cw, int ch, int scale_bias, VilTrainCrop *cr, char *err, size_t errlen) {
+    memset(cr, 0, sizeof *cr);
+    int flags, m = crop_scale(t, cw, ch, scale_bias, &flags), rx, ry;
+    if (vil_jpeg_decode_region_scaled(buf, n, t->channels, left, top, cw, ch, m, flags, &cr->reg, &rx, &ry,
+                                      err, errlen) != 0)
+        return -1;
+    crop_view(&cr->reg, rx, ry, m, left, top, cw, ch, cr);
     return 0;
 }
 
-int vil_transform_train_file_bias(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
-                                  int scale_bias, float *out, char *err, size_t errlen) {
-    if (!train_args_ok(t)) {
+static void train_from_crop(const VilTrainCrop *cr, const VilTrainTransform *t, VilRng *rng, float *out) {
+    const size_t stride = (size_t)cr->reg.w * cr->reg.c;
+    train_from_view(cr->reg.px + (size_t)cr->vy * stride + (size_t)cr->vx * cr->reg.c, cr->vw, cr->vh, stride,
+                    cr->has_box ? cr->box : NULL, t, rng, out);
+}
+
+/* Up to this many samples share one decode in vil_transform_train_file_group; a larger group
+ * is done in pieces. */
+#define GROUP_MAX 16
+
+/* vil_transform_train_file_group with scale_bias (see vil_transform_train_file_bias). */
+static int train_file_group(const unsigned char *buf, size_t n, const VilTrainTransform *t, int count,
+                            VilRng *rngs, float *const *outs, int scale_bias, int *decodes, char *err,
+                            size_t errlen) {
+    if (decodes) *decodes = 0;
+    if (!train_args_ok(t) || count < 1) {
         seterr(err, errlen, "bad training transform configuration", NULL);
         return -1;
     }
     if (vil_image_format(buf, n) != VIL_FORMAT_JPEG) {
         VilImage im;
         if (vil_image_decode(buf, n, t->channels, &im, err, errlen) != 0) return -1;
-        int rc = vil_transform_train(&im, t, rng, out);
+        if (decodes) *decodes = 1;
+        int rc = 0;
+        for (int i = 0; i < count && rc == 0; i++) rc = vil_transform_train(&im, t, &rngs[i], outs[i]);
         vil_image_free(&im);
         if (rc) seterr(err, errlen, "training transform failed", NULL);
         return rc;
@@ -933,15 +961,54 @@ int vil_transform_train_file_bias(const unsigned char *buf, size_t n, const VilT
         seterr(err, errlen, "JPEG size outside the pixel limit", NULL);
         return -1;
     }
-    int left, top, cw, ch;
-    vil_rrc_params(W, H, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, rng, &left, &top, &cw, &ch);
-    VilTrainCrop cr;
-    if (vil_train_decode_crop(buf, n, t, left, top, cw, ch, scale_bias, &cr, err, errlen) != 0) return -1;
-    const size_t stride = (size_t)cr.reg.w * cr.reg.c;
-    train_from_view(cr.reg.px + (size_t)cr.vy * stride + (size_t)cr.vx * cr.reg.c, cr.vw, cr.vh, stride,
-                    cr.has_box ? cr.box : NULL, t, rng, out);
-    vil_image_free(&cr.reg);
+    for (int g0 = 0; g0 < count; g0 += GROUP_MAX) {
+        int cnt = count - g0 < GROUP_MAX ? count - g0 : GROUP_MAX;
+        /* every crop first (each from its own stream, as a lone sample draws it) */
+        int box[GROUP_MAX][4], scale[GROUP_MAX], flags[GROUP_MAX], done[GROUP_MAX] = {0};
+        for (int i = 0; i < cnt; i++) {
+            int *b = box[i];
+            vil_rrc_params(W, H, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, &rngs[g0 + i], &b[0],
+                           &b[1], &b[2], &b[3]);
+            scale[i] = crop_scale(t, b[2], b[3], scale_bias, &flags[i]);
+        }
+        /* the crops decoded at the same scale share one region: their bounding box */
+        for (int i = 0; i < cnt; i++) {
+            if (done[i]) continue;
+            int x0 = box[i][0], y0 = box[i][1], x1 = x0 + box[i][2], y1 = y0 + box[i][3];
+            for (int k = i + 1; k < cnt; k++)
+                if (!done[k] && scale[k] == scale[i] && flags[k] == flags[i]) {
+                    if (box[k][0] < x0) x0 = box[k][0];
+                    if (box[k][1] < y0) y0 = box[k][1];
+                    if (box[k][0] + box[k][2] > x1) x1 = box[k][0] + box[k][2];
+                    if (box[k][1] + box[k][3] > y1) y1 = box[k][1] + box[k][3];
+                }
+            VilTrainCrop cr;
+            memset(&cr, 0, sizeof cr);
+            int rx, ry;
+            if (vil_jpeg_decode_region_scaled(buf, n, t->channels, x0, y0, x1 - x0, y1 - y0, scale[i], flags[i],
+                                              &cr.reg, &rx, &ry, err, errlen) != 0)
+                return -1;
+            if (decodes) (*decodes)++;
+            for (int k = i; k < cnt; k++)
+                if (!done[k] && scale[k] == scale[i] && flags[k] == flags[i]) {
+                    crop_view(&cr.reg, rx, ry, scale[k], box[k][0], box[k][1], box[k][2], box[k][3], &cr);
+                    train_from_crop(&cr, t, &rngs[g0 + k], outs[g0 + k]);
+                    done[k] = 1;
+                }
+            vil_image_free(&cr.reg);
+        }
+    }
     return 0;
+}
+
+int vil_transform_train_file_group(const unsigned char *buf, size_t n, const VilTrainTransform *t, int count,
+                                   VilRng *rngs, float *const *outs, int *decodes, char *err, size_t errlen) {
+    return train_file_group(buf, n, t, count, rngs, outs, 0, decodes, err, errlen);
+}
+
+int vil_transform_train_file_bias(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
+                                  int scale_bias, float *out, char *err, size_t errlen) {
+    return train_file_group(buf, n, t, 1, rng, &out, scale_bias, NULL, err, errlen);
 }
 
 int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,

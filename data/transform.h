@@ -62,8 +62,8 @@ void vil_normalize_chw(float *out, const unsigned char *px, int w, int h, int c,
  *   output (vil_jpeg_fast_scale), merged chroma upsampling (do_fancy_upsampling = FALSE),
  *   no margin columns; the bicubic resize then takes the scaled crop with a sub-pixel box.
  *   Pixels differ from EXACT slightly (tests/test_transform.c bounds it).
- * vil_train_transform_default sets EXACT; the training configuration (`decode` key of
- * vil/config.c) defaults to FAST. Evaluation never uses either: it always decodes exactly. */
+ * vil_train_transform_default and the training configuration (`decode` key of vil/config.c)
+ * default to EXACT. Evaluation never uses either: it always decodes exactly. */
 typedef enum { VIL_DECODE_EXACT = 0, VIL_DECODE_FAST = 1 } VilDecodeMode;
 
 typedef struct {
@@ -109,6 +109,16 @@ int vil_transform_train(const VilImage *img, const VilTrainTransform *t, VilRng 
 int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
                              float *out, char *err, size_t errlen);
 
+/* vil_transform_train_file for `count` samples of the same file, sample i with its own stream
+ * rngs[i] into outs[i] (DeiT's repeated augmentation puts the copies of an image next to each
+ * other): the JPEG is decoded once per distinct DCT scale among the samples' crops, to the
+ * bounding box of those crops, instead of once per sample. Every output is bit-identical to
+ * vil_transform_train_file of that sample alone (a region decode's pixels do not depend on how
+ * far the region reaches). *decodes (may be NULL): decodes done. 0, or -1 with err (then the
+ * outputs are undefined). */
+int vil_transform_train_file_group(const unsigned char *buf, size_t n, const VilTrainTransform *t, int count,
+                                   VilRng *rngs, float *const *outs, int *decodes, char *err, size_t errlen);
+
 /* The DCT scale 1/d vil_transform_train_file decodes a cw x ch crop at, for output res
  * (VIL_DECODE_EXACT). */
 int vil_jpeg_dct_denom(int cw, int ch, int res);
@@ -137,12 +147,6 @@ typedef struct {
 } VilTrainCrop;
 int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTransform *t, int left, int top,
                           int cw, int ch, int scale_bias, VilTrainCrop *cr, char *err, size_t errlen);
-
-/* vil_transform_train_file with the fast decode's M shifted by scale_bias (clamped to 1..8;
- * ignored in EXACT mode). Production passes 0; the tests use -1 to show that their quality
- * bound catches a scale one step too small. */
-int vil_transform_train_file_bias(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
-                                  int scale_bias, float *out, char *err, size_t errlen);
 
 /* Decode + vil_transform_eval, exact (no DCT scaling). out: (channels, size, size). */
 int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float crop_pct, int channels,

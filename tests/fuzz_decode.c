@@ -42,5 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         t.decode = k < 2 ? VIL_DECODE_EXACT : VIL_DECODE_FAST; /* fast: merged upsampling, no margin */
         if (vil_transform_train_file(data, size, &t, &rng, out, err, sizeof err) != 0 && err[0] == 0) abort();
     }
+    /* three samples from one decode per DCT scale (repeated augmentation's path) */
+    static float outs3[3][3 * 16 * 16];
+    float *o3[3] = {outs3[0], outs3[1], outs3[2]};
+    VilRng r3[3];
+    for (int i = 0; i < 3; i++) vil_rng_seed(&r3[i], (h ^ size) + (uint64_t)i);
+    t.res = 4;
+    t.decode = VIL_DECODE_EXACT;
+    if (vil_transform_train_file_group(data, size, &t, 3, r3, o3, NULL, err, sizeof err) != 0 && err[0] == 0)
+        abort();
     return 0;
 }

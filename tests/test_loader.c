@@ -249,12 +249,15 @@ static int runs_equal(const Run *a, const Run *b) {
 
 /* the train transform's JPEG decode in make_loader's loaders */
 static int g_decode = VIL_DECODE_EXACT;
+/* share_decode in make_loader's loaders */
+static int g_share = 1;
 
 static VilLoader *make_loader(const VilDataset *ds, VilLoaderMode mode, int threads, int prefetch,
                               int repeats, int quiet) {
     VilLoaderConfig c;
     vil_loader_config_default(&c, mode, 32, 3, 8, vil_dataset_num_classes(ds));
     c.train.decode = g_decode;
+    c.share_decode = g_share;
     c.threads = threads;
     c.prefetch = prefetch;
     c.seed = 1234;
@@ -274,6 +277,12 @@ static void test_determinism_mode(const VilDataset *ds, Run *ref_out) {
             "train epoch: %d samples, %d batches", vil_loader_epoch_length(l),
             vil_loader_batches_per_epoch(l));
     T_CHECK(collect(l, 0, 2, &ref) == 0 && ref.nb == 10, "2 epochs of 5 batches: %d", ref.nb);
+    VilLoaderStats st;
+    vil_loader_stats(l, &st);
+    /* 1 thread, world 1: the 3 copies of an image share a decode unless a batch boundary
+     * splits them (8-sample batches: about 1 in 3 runs) */
+    T_CHECK(st.samples == 80 && st.decodes < st.samples * 2 / 3 && st.decodes >= st.samples / 3,
+            "shared decodes: %ld decodes for %ld samples", st.decodes, st.samples);
     vil_loader_free(l);
     int mixed = 0, finite = 1;
     for (int k = 0; k < ref.nb; k++) {
@@ -295,6 +304,19 @@ static void test_determinism_mode(const VilDataset *ds, Run *ref_out) {
         T_CHECK(collect(l, 0, 2, &r) == 0 && runs_equal(&ref, &r),
                 "threads %d prefetch %d: bitwise the same batches as 1 thread", threads[t],
                 prefetch[t]);
+        run_free(&r);
+        vil_loader_free(l);
+    }
+    /* every sample decoded on its own: the same batches, one decode per sample */
+    g_share = 0;
+    l = make_loader(ds, VIL_LOADER_TRAIN, 2, 2, 3, 1);
+    g_share = 1;
+    if (l) {
+        T_CHECK(collect(l, 0, 2, &r) == 0 && runs_equal(&ref, &r),
+                "share_decode 0: bitwise the same batches as with shared decodes");
+        vil_loader_stats(l, &st);
+        T_CHECK(st.decodes == st.samples && st.samples == 80, "share_decode 0: %ld decodes for %ld samples",
+                st.decodes, st.samples);
         run_free(&r);
         vil_loader_free(l);
     }

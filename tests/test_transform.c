@@ -1479,6 +1479,94 @@ static void test_erasing_noise(void) {
     free(z);
 }
 
+/* vil_transform_train_file_group: several samples of one file (repeated augmentation's copies)
+ * from one decode per DCT scale must give, bit for bit, what each sample gives alone; the
+ * decode count must show the sharing. Baseline, progressive and 4:4:4 JPEGs, a gray JPEG to
+ * RGB, RGB to gray, a large JPEG whose crops fall on several DCT scales, and a PNG. */
+static void test_group_decode(void) {
+    const int W = 500, H = 375, BW = 1400, BH = 1100;
+    unsigned char *px = photo_like(W, H), *big = photo_like(BW, BH);
+    unsigned long n[5];
+    unsigned char *f[5];
+    f[0] = jpeg_of(px, W, H, 3, 90, 0, &n[0]);
+    f[1] = jpeg_of(px, W, H, 3, 90, 1, &n[1]);
+    f[2] = jpeg_of_samp(px, W, H, 3, 85, 0, 11, &n[2]);
+    unsigned char *gray = vil_malloc((size_t)W * H);
+    vil_rgb_to_gray(gray, px, (size_t)W * H);
+    f[3] = jpeg_of(gray, W, H, 1, 90, 0, &n[3]);
+    f[4] = jpeg_of(big, BW, BH, 3, 88, 0, &n[4]);
+    size_t pngn;
+    unsigned char *png = read_data("png_named.JPEG", &pngn);
+    const char *names[6] = {"baseline 4:2:0", "progressive", "4:4:4", "gray JPEG", "1400x1100", "PNG"};
+    int bad = 0, cases = 0, shared = 0, multi_scale = 0;
+    char err[256] = "", what[160] = "";
+    for (int fi = 0; fi < 6; fi++) {
+        const unsigned char *buf = fi < 5 ? f[fi] : png;
+        size_t bn = fi < 5 ? n[fi] : pngn;
+        if (!buf) continue;
+        for (int mode = 0; mode < 2; mode++)
+            for (int ch = 1; ch <= 3; ch += 2)
+                for (int res = 64; res <= 224; res += 160) {
+                    VilTrainTransform t;
+                    vil_train_transform_default(&t, res, ch);
+                    t.decode = mode ? VIL_DECODE_FAST : VIL_DECODE_EXACT;
+                    const int counts[4] = {1, 2, 3, 5};
+                    for (int ci = 0; ci < 4; ci++) {
+                        int cnt = counts[ci];
+                        size_t np = (size_t)ch * res * res;
+                        float *grp = vil_malloc((size_t)cnt * np * sizeof(float)), *one = vil_malloc(np * sizeof(float));
+                        float *outs[5];
+                        VilRng rngs[5];
+                        uint64_t seed = 1000 * fi + 100 * ci + 10 * mode + ch + res;
+                        for (int i = 0; i < cnt; i++) {
+                            vil_rng_seed(&rngs[i], seed + 7 * i);
+                            outs[i] = grp + (size_t)i * np;
+                        }
+                        int dec = -1;
+                        int ok = vil_transform_train_file_group(buf, bn, &t, cnt, rngs, outs, &dec, err, sizeof err) == 0;
+                        for (int i = 0; i < cnt && ok; i++) {
+                            VilRng r1;
+                            vil_rng_seed(&r1, seed + 7 * i);
+                            ok = vil_transform_train_file(buf, bn, &t, &r1, one, err, sizeof err) == 0 &&
+                                 memcmp(one, outs[i], np * sizeof(float)) == 0;
+                            /* the streams end where a lone sample's would */
+                            ok = ok && memcmp(&r1, &rngs[i], sizeof r1) == 0;
+                        }
+                        ok = ok && dec >= 1 && dec <= cnt;
+                        if (!ok && !bad)
+                            snprintf(what, sizeof what, "%s, %s, %d channels, res %d, %d samples (%s)", names[fi],
+                                     mode ? "fast" : "exact", ch, res, cnt, err);
+                        bad += !ok;
+                        cases++;
+                        shared += ok && dec < cnt;
+                        multi_scale += ok && dec > 1;
+                        free(grp);
+                        free(one);
+                    }
+                }
+    }
+    T_CHECK(bad == 0, "%d of %d group transforms differ from the samples made alone; first: %s", bad, cases, what);
+    T_CHECK(cases >= 80, "group transform cases run: %d", cases);
+    T_CHECK(shared >= 40, "groups that shared a decode: %d of %d", shared, cases);
+    T_CHECK(multi_scale > 0, "no group needed two DCT scales: the per-scale split went untested");
+    /* a broken file fails as a lone sample does */
+    VilTrainTransform t;
+    vil_train_transform_default(&t, 64, 3);
+    float *o = vil_malloc(2 * 3 * 64 * 64 * sizeof(float)), *outs[2] = {o, o + 3 * 64 * 64};
+    VilRng rngs[2];
+    vil_rng_seed(&rngs[0], 1);
+    vil_rng_seed(&rngs[1], 2);
+    err[0] = 0;
+    T_CHECK(vil_transform_train_file_group(f[0], n[0] / 2, &t, 2, rngs, outs, NULL, err, sizeof err) != 0 && err[0],
+            "a truncated JPEG was accepted by the group transform");
+    free(o);
+    for (int i = 0; i < 5; i++) free(f[i]);
+    free(png);
+    free(gray);
+    free(px);
+    free(big);
+}
+
 int main(void) {
     test_resize_pil();
     test_eval_pil();
@@ -1496,5 +1584,6 @@ int main(void) {
     test_normalize_exact();
     test_file_path();
     test_fast_decode();
+    test_group_decode();
     return t_finish();
 }
