@@ -69,11 +69,13 @@ for step in "$@"; do
         BIG=/tmp/vil_big; rm -rf $BIG
         for d in corpus/train/*/; do c=$(basename $d); mkdir -p $BIG/train/$c
             for k in $(seq 1 40); do for f in $d*; do cp "$f" "$BIG/train/$c/${k}_$(basename $f)"; done; done; done
-        for mode in exact fast; do
-            bin/vil bench-data --data corpus --threads 1 --batches 40 --decode $mode > "$OUT/data_${mode}_1.log" 2>&1
-            echo "bench-data $mode threads 1: rc=$? $(grep -E 'images/s:' "$OUT/data_${mode}_1.log")"
-            bin/vil bench-data --data $BIG --threads 16 --batch 128 --batches 300 --decode $mode > "$OUT/data_${mode}_16.log" 2>&1
-            echo "bench-data $mode threads 16 (40 copies): rc=$? $(grep -E 'images/s:|per CPU' "$OUT/data_${mode}_16.log" | tr '\n' ' ')"
+        # exact / fast decode, each with and without the shared decode of repeated augmentation's copies
+        for mode in exact exact:--no-share-decode fast fast:--no-share-decode; do
+            dec=${mode%%:*}; flag=$(echo "$mode" | cut -s -d: -f2); tag=$dec${flag:+_noshare}
+            bin/vil bench-data --data $BIG --threads 1 --batches 40 --decode $dec $flag > "$OUT/data_${tag}_1.log" 2>&1
+            echo "bench-data $tag threads 1: rc=$? $(grep -E 'images/s:|decodes:' "$OUT/data_${tag}_1.log" | cut -c1-40 | tr '\n' ' ')"
+            bin/vil bench-data --data $BIG --threads 16 --batch 128 --batches 300 --decode $dec $flag > "$OUT/data_${tag}_16.log" 2>&1
+            echo "bench-data $tag threads 16 (40 copies): rc=$? $(grep -E 'images/s:|per CPU' "$OUT/data_${tag}_16.log" | tr '\n' ' ')"
         done
         bin/vil bench-data --data corpus --threads 1 --batches 10 --stages > "$OUT/data_stages.log" 2>&1
         grep -E "decode|resize|whole" "$OUT/data_stages.log"
