@@ -245,6 +245,49 @@ static void test_conv(int B, int L, int E, int K, int rev, int acc) {
     free(db_c), free(dw0), free(db0), free(dx_g), free(dw_g), free(db_g);
 }
 
+/* both directions' backward in one pass (the mixer's path): dx overwritten with the sum, each
+ * direction's dw, db accumulated, the z half of xz untouched */
+static void test_conv_bidir(int B, int L, int E, int K) {
+    char nm[128];
+    int ldx = 2 * E;
+    size_t nx = (size_t)B * L * ldx, nu = (size_t)B * L * E;
+    float *x = rnd_bf(nx, 1.0f), *w[2], *b[2], *du[2], *dw_c[2], *db_c[2], *dw0[2], *db0[2];
+    float *d_w[2], *d_b[2], *d_dw[2], *d_db[2];
+    void *d_du[2];
+    for (int j = 0; j < 2; j++) {
+        w[j] = rnd((size_t)E * K, 0.5f), b[j] = rnd(E, 0.5f), du[j] = rnd_bf(nu, 1.0f);
+        dw_c[j] = rnd((size_t)E * K, 1.0f), db_c[j] = rnd(E, 1.0f);
+        dw0[j] = copy_f(dw_c[j], (size_t)E * K), db0[j] = copy_f(db_c[j], E);
+        d_w[j] = dev_f32(w[j], (size_t)E * K), d_b[j] = dev_f32(b[j], E), d_du[j] = dev_act(du[j], nu);
+        d_dw[j] = dev_f32(dw0[j], (size_t)E * K), d_db[j] = dev_f32(db0[j], E);
+    }
+    float *dx_c = vil_calloc(nx, sizeof(float));
+    const float *cdu[2] = {du[0], du[1]}, *cw[2] = {w[0], w[1]}, *cb[2] = {b[0], b[1]};
+    conv1d_silu_bidir_backward(dx_c, dw_c, db_c, cdu, x, cw, cb, B, L, E, K, ldx);
+    void *d_x = dev_act(x, nx), *d_dx = dev_poison(nx * 2);
+    const void *gdu[2] = {d_du[0], d_du[1]};
+    const float *gw[2] = {d_w[0], d_w[1]}, *gb[2] = {d_b[0], d_b[1]};
+    G->conv1d_silu_bidir_backward(d_dx, d_dw, d_db, gdu, d_x, gw, gb, B, L, E, K, ldx);
+    float *dx_g = get_act(d_dx, nx);
+    snprintf(nm, sizeof nm, "conv1d+silu bidir bwd dx B=%d L=%d E=%d K=%d", B, L, E, K);
+    T_CLOSE(nm, rel2(dx_g, dx_c, (size_t)B * L, E, ldx), TOL_BF16);
+    T_CHECK(untouched(d_dx, (size_t)B * L, ldx, 0, E) == 0, "conv1d bidir bwd wrote outside x's columns");
+    for (int j = 0; j < 2; j++) {
+        float *dw_g = get_f32(d_dw[j], (size_t)E * K), *db_g = get_f32(d_db[j], E);
+        for (int i = 0; i < E * K; i++) dw_g[i] -= dw0[j][i], dw_c[j][i] -= dw0[j][i];
+        for (int i = 0; i < E; i++) db_g[i] -= db0[j][i], db_c[j][i] -= db0[j][i];
+        snprintf(nm, sizeof nm, "conv1d+silu bidir bwd dw[%d] B=%d L=%d E=%d K=%d", j, B, L, E, K);
+        T_CLOSE(nm, rel(dw_g, dw_c[j], (size_t)E * K), TOL_F32);
+        snprintf(nm, sizeof nm, "conv1d+silu bidir bwd db[%d] B=%d L=%d E=%d", j, B, L, E);
+        T_CLOSE(nm, rel(db_g, db_c[j], E), TOL_F32);
+        free(dw_g), free(db_g);
+        G->free(d_w[j]), G->free(d_b[j]), G->free(d_du[j]), G->free(d_dw[j]), G->free(d_db[j]);
+        free(w[j]), free(b[j]), free(du[j]), free(dw_c[j]), free(db_c[j]), free(dw0[j]), free(db0[j]);
+    }
+    G->free(d_x), G->free(d_dx);
+    free(x), free(dx_c), free(dx_g);
+}
+
 /* ---------------- the bidirectional scan ---------------- */
 static void test_scan(int B, int L, int E, int N, int R, int mamba) {
     char nm[160];
@@ -501,6 +544,11 @@ int main(int argc, char **argv) {
         test_conv(2, Ls[i], 40, 4, !(i & 1), 1);
     }
     test_conv(2, 26, 72, 3, 1, 0);
+    for (int i = 0; i < 4; i++)
+        if (!quick || Ls[i] != 730) test_conv_bidir(2, Ls[i], 40, 4);
+    test_conv_bidir(3, 33, 72, 3);
+    test_conv_bidir(2, 20, 5, 1);
+    test_conv_bidir(1, 31, 100, 6);
 
     for (int i = 0; i < 4; i++) {
         if (quick && Ls[i] == 730) continue;

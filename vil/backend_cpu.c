@@ -67,6 +67,12 @@ static void cpu_conv1d_silu_backward(void *dx, float *dw, float *db, const void 
                                      int E, int K, int ldx, int reverse, int accumulate_dx) {
     conv1d_silu_backward(dx, dw, db, du, x, w, b, B, L, E, K, ldx, reverse, accumulate_dx);
 }
+static void cpu_conv1d_silu_bidir_backward(void *dx, float *const dw[2], float *const db[2],
+                                           const void *const du[2], const void *x,
+                                           const float *const w[2], const float *const b[2], int B,
+                                           int L, int E, int K, int ldx) {
+    conv1d_silu_bidir_backward(dx, dw, db, (const float *const *)du, x, w, b, B, L, E, K, ldx);
+}
 static void cpu_scan_bidir_forward(void *out, const void *const u[2], const void *const delta[2],
                                    const void *const xdbl[2], const void *z,
                                    const float *const D[2], const float *const A_log[2], int B,
@@ -115,6 +121,7 @@ const VilBackend vil_backend_cpu = {
     .linear_backward = cpu_linear_backward,
     .conv1d_silu_forward = cpu_conv1d_silu_forward,
     .conv1d_silu_backward = cpu_conv1d_silu_backward,
+    .conv1d_silu_bidir_backward = cpu_conv1d_silu_bidir_backward,
     .scan_bidir_forward = cpu_scan_bidir_forward,
     .scan_bidir_backward = cpu_scan_bidir_backward,
     .softmax_xent_forward = softmax_xent_forward,

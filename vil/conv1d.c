@@ -110,3 +110,10 @@ void conv1d_silu_backward(float *dx, float *dw, float *db, const float *du, cons
     free(dpre);
     free(wt);
 }
+
+void conv1d_silu_bidir_backward(float *dx, float *const dw[2], float *const db[2],
+                                const float *const du[2], const float *x, const float *const w[2],
+                                const float *const b[2], int B, int L, int E, int K, int ldx) {
+    for (int j = 0; j < 2; j++)
+        conv1d_silu_backward(dx, dw[j], db[j], du[j], x, w[j], b[j], B, L, E, K, ldx, j, j);
+}

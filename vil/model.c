@@ -409,11 +409,14 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
         /* x_proj: adds to the scan's du */
         be->linear_backward(a->du[j], Gr(m, o->x_proj[j]), NULL, a->dxdbl[j], l->u[j],
                             Wt(m, o->x_proj[j]), BL, E, W, E, 1, 0);
-        /* both directions read x: the second adds */
-        be->conv1d_silu_backward(a->dxz, Gr(m, o->conv_w[j]), Gr(m, o->conv_b[j]), a->du[j], l->xz,
-                                 Pm(m, o->conv_w[j]), Pm(m, o->conv_b[j]), B, L, E, c->d_conv,
-                                 2 * E, j, j);
     }
+    /* both directions read x: one pass writes the sum of their input gradients */
+    float *cdw[2] = {Gr(m, o->conv_w[0]), Gr(m, o->conv_w[1])};
+    float *cdb[2] = {Gr(m, o->conv_b[0]), Gr(m, o->conv_b[1])};
+    const float *cw[2] = {Pm(m, o->conv_w[0]), Pm(m, o->conv_w[1])};
+    const float *cb[2] = {Pm(m, o->conv_b[0]), Pm(m, o->conv_b[1])};
+    const void *cdu[2] = {a->du[0], a->du[1]};
+    be->conv1d_silu_bidir_backward(a->dxz, cdw, cdb, cdu, l->xz, cw, cb, B, L, E, c->d_conv, 2 * E);
     be->linear_backward(a->dnormed, Gr(m, o->in_proj), NULL, a->dxz, l->normed, Wt(m, o->in_proj),
                         BL, D, 2 * E, D, 0, 0);
 }
