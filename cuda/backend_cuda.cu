@@ -16,7 +16,7 @@ extern "C" {
 }
 
 /* the table below is positional: a new VilBackend member must be added there too */
-static_assert(sizeof(VilBackend) == 3 * sizeof(void *) + 25 * sizeof(void (*)(void)),
+static_assert(sizeof(VilBackend) == 3 * sizeof(void *) + 26 * sizeof(void (*)(void)),
               "VilBackend changed: update the table at the end of cuda/backend_cuda.cu");
 
 CuCtx g_cu;
@@ -233,6 +233,7 @@ extern "C" const VilBackend vil_backend_cuda = {
     /* .linear_backward = */ linear_backward_cuda,
     /* .conv1d_silu_forward = */ conv1d_silu_forward_cuda,
     /* .conv1d_silu_backward = */ conv1d_silu_backward_cuda,
+    /* .conv1d_silu_bidir_forward = */ conv1d_silu_bidir_forward_cuda,
     /* .conv1d_silu_bidir_backward = */ conv1d_silu_bidir_backward_cuda,
     /* .scan_bidir_forward = */ scan_bidir_forward_cuda,
     /* .scan_bidir_backward = */ scan_bidir_backward_cuda,

@@ -62,6 +62,50 @@ __global__ void __launch_bounds__(128) conv1d_silu_fwd_kernel(
     }
 }
 
+/* Both directions in one pass over x (token order): u0[t] = SiLU(b0 + sum_i w0[i] x[t-(K-1)+i]),
+ * u1[t] = SiLU(b1 + sum_i w1[i] x[t+(K-1)-i]) (the reversed filter, stored by token). */
+template <int K>
+__global__ void __launch_bounds__(128) conv1d_silu_bidir_fwd_kernel(
+    bf16 *__restrict__ u0, bf16 *__restrict__ u1, const bf16 *__restrict__ x, const float *__restrict__ w0,
+    const float *__restrict__ w1, const float *__restrict__ b0, const float *__restrict__ b1, int L, int E,
+    int ldx) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= E) return;
+    int b = blockIdx.z, t0 = blockIdx.y * CONV_TC;
+    constexpr int NX = CONV_TC + 2 * (K - 1);
+    const size_t r0 = (size_t)b * L;
+    const bf16 *xp = x + (r0 + t0) * ldx + e - (long long)(K - 1) * ldx; /* xv[k]: token t0-(K-1)+k */
+    float xv[NX];
+    bool inner = t0 - (K - 1) >= 0 && t0 + CONV_TC + K - 1 <= L;
+    if (inner) {
+#pragma unroll
+        for (int k = 0; k < NX; k++) xv[k] = bf2f(xp[(long long)k * ldx]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < NX; k++) {
+            int t = t0 - (K - 1) + k;
+            xv[k] = (t >= 0 && t < L) ? bf2f(xp[(long long)k * ldx]) : 0.0f;
+        }
+    }
+    float wa[K], wb[K];
+#pragma unroll
+    for (int i = 0; i < K; i++) wa[i] = w0[(size_t)e * K + i], wb[i] = w1[(size_t)e * K + i];
+    float ba = b0[e], bb = b1[e];
+    bf16 *pa = u0 + (r0 + t0) * E + e, *pb = u1 + (r0 + t0) * E + e;
+#pragma unroll
+    for (int k = 0; k < CONV_TC; k++) {
+        if (!inner && t0 + k >= L) break;
+        float fa = ba, fb = bb;
+#pragma unroll
+        for (int i = 0; i < K; i++) {
+            fa = fmaf(wa[i], xv[k + i], fa);
+            fb = fmaf(wb[i], xv[k + 2 * (K - 1) - i], fb);
+        }
+        pa[(long long)k * E] = f2bf(siluf(fa));
+        pb[(long long)k * E] = f2bf(siluf(fb));
+    }
+}
+
 /* part: (B * nrun, K + 1, E): per (sample, run) sums of dpre * x[tap] and of dpre */
 template <int K>
 __global__ void __launch_bounds__(128, CONV_BWD_MINB) conv1d_silu_bwd_kernel(
@@ -349,4 +393,13 @@ extern "C" void conv1d_silu_bidir_backward_cuda(void *dx, float *const dw[2], fl
         conv1d_dw_final_kernel<<<cu_blocks((size_t)E * (K + 1), 128), 128, 0, g_cu.stream>>>(dw[j], db[j], part2, E, K);
         CU_LAUNCH_CHECK();
     }
+}
+
+extern "C" void conv1d_silu_bidir_forward_cuda(void *const u[2], const void *x, const float *const w[2],
+                                               const float *const b[2], int B, int L, int E, int K, int ldx) {
+    cu_ensure_init();
+    dim3 grid((E + 127) / 128, (L + CONV_TC - 1) / CONV_TC, B);
+    CONV_DISPATCH(K, (conv1d_silu_bidir_fwd_kernel<KK><<<grid, 128, 0, g_cu.stream>>>(
+                         (bf16 *)u[0], (bf16 *)u[1], (const bf16 *)x, w[0], w[1], b[0], b[1], L, E, ldx)));
+    CU_LAUNCH_CHECK();
 }

@@ -56,6 +56,9 @@ void conv1d_silu_backward_cuda(void *dx /* (B, L, ldx) bf16 */, float *dw /* (E,
                                const float *b /* (E) */, int B, int L, int E, int K, int ldx,
                                int reverse, int accumulate_dx);
 
+void conv1d_silu_bidir_forward_cuda(void *const u[2] /* (B, L, E) bf16 */,
+                                    const void *x /* (B, L, ldx) bf16 */, const float *const w[2],
+                                    const float *const b[2], int B, int L, int E, int K, int ldx);
 void conv1d_silu_bidir_backward_cuda(void *dx /* (B, L, ldx) bf16 */, float *const dw[2],
                                      float *const db[2], const void *const du[2] /* (B, L, E) */,
                                      const void *x /* (B, L, ldx) bf16 */, const float *const w[2],

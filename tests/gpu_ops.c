@@ -245,7 +245,7 @@ static void test_conv(int B, int L, int E, int K, int rev, int acc) {
     free(db_c), free(dw0), free(db0), free(dx_g), free(dw_g), free(db_g);
 }
 
-/* both directions' backward in one pass (the mixer's path): dx overwritten with the sum, each
+/* both directions' forward and backward in one pass each (the mixer's path): dx overwritten with the sum, each
  * direction's dw, db accumulated, the z half of xz untouched */
 static void test_conv_bidir(int B, int L, int E, int K) {
     char nm[128];
@@ -263,6 +263,21 @@ static void test_conv_bidir(int B, int L, int E, int K) {
     }
     float *dx_c = vil_calloc(nx, sizeof(float));
     const float *cdu[2] = {du[0], du[1]}, *cw[2] = {w[0], w[1]}, *cb[2] = {b[0], b[1]};
+    /* forward, both directions in one pass */
+    {
+        float *uc[2] = {vil_malloc(nu * sizeof(float)), vil_malloc(nu * sizeof(float))};
+        conv1d_silu_bidir_forward(uc, x, cw, cb, B, L, E, K, ldx);
+        void *dxx = dev_act(x, nx), *du_g[2] = {dev_poison(nu * 2), dev_poison(nu * 2)};
+        const float *gw[2] = {d_w[0], d_w[1]}, *gb[2] = {d_b[0], d_b[1]};
+        G->conv1d_silu_bidir_forward(du_g, dxx, gw, gb, B, L, E, K, ldx);
+        for (int j = 0; j < 2; j++) {
+            float *ug = get_act(du_g[j], nu);
+            snprintf(nm, sizeof nm, "conv1d+silu bidir fwd u[%d] B=%d L=%d E=%d K=%d", j, B, L, E, K);
+            T_CLOSE(nm, rel(ug, uc[j], nu), TOL_BF16);
+            free(ug), free(uc[j]), G->free(du_g[j]);
+        }
+        G->free(dxx);
+    }
     conv1d_silu_bidir_backward(dx_c, dw_c, db_c, cdu, x, cw, cb, B, L, E, K, ldx);
     void *d_x = dev_act(x, nx), *d_dx = dev_poison(nx * 2);
     const void *gdu[2] = {d_du[0], d_du[1]};

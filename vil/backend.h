@@ -57,6 +57,8 @@ typedef struct VilBackend {
     void (*conv1d_silu_backward)(void *dx, float *dw, float *db, const void *du, const void *x,
                                  const float *w, const float *b, int B, int L, int E, int K,
                                  int ldx, int reverse, int accumulate_dx);
+    void (*conv1d_silu_bidir_forward)(void *const u[2], const void *x, const float *const w[2],
+                                      const float *const b[2], int B, int L, int E, int K, int ldx);
     void (*conv1d_silu_bidir_backward)(void *dx, float *const dw[2], float *const db[2],
                                        const void *const du[2], const void *x,
                                        const float *const w[2], const float *const b[2], int B,

@@ -67,6 +67,11 @@ static void cpu_conv1d_silu_backward(void *dx, float *dw, float *db, const void 
                                      int E, int K, int ldx, int reverse, int accumulate_dx) {
     conv1d_silu_backward(dx, dw, db, du, x, w, b, B, L, E, K, ldx, reverse, accumulate_dx);
 }
+static void cpu_conv1d_silu_bidir_forward(void *const u[2], const void *x, const float *const w[2],
+                                          const float *const b[2], int B, int L, int E, int K,
+                                          int ldx) {
+    conv1d_silu_bidir_forward((float *const *)u, x, w, b, B, L, E, K, ldx);
+}
 static void cpu_conv1d_silu_bidir_backward(void *dx, float *const dw[2], float *const db[2],
                                            const void *const du[2], const void *x,
                                            const float *const w[2], const float *const b[2], int B,
@@ -121,6 +126,7 @@ const VilBackend vil_backend_cpu = {
     .linear_backward = cpu_linear_backward,
     .conv1d_silu_forward = cpu_conv1d_silu_forward,
     .conv1d_silu_backward = cpu_conv1d_silu_backward,
+    .conv1d_silu_bidir_forward = cpu_conv1d_silu_bidir_forward,
     .conv1d_silu_bidir_backward = cpu_conv1d_silu_bidir_backward,
     .scan_bidir_forward = cpu_scan_bidir_forward,
     .scan_bidir_backward = cpu_scan_bidir_backward,

@@ -68,6 +68,10 @@ static void w_conv_b(void *dx, float *dw, float *db, const void *du, const void 
                      const float *b, int B, int L, int E, int K, int ldx, int rev, int acc) {
     T0; in->conv1d_silu_backward(dx, dw, db, du, x, w, b, B, L, E, K, ldx, rev, acc); T1(P_CONV_B);
 }
+static void w_conv_bf(void *const u[2], const void *x, const float *const w[2],
+                      const float *const b[2], int B, int L, int E, int K, int ldx) {
+    T0; in->conv1d_silu_bidir_forward(u, x, w, b, B, L, E, K, ldx); T1(P_CONV_F);
+}
 static void w_conv_bb(void *dx, float *const dw[2], float *const db[2], const void *const du[2],
                       const void *x, const float *const w[2], const float *const b[2], int B, int L,
                       int E, int K, int ldx) {
@@ -112,6 +116,7 @@ const VilBackend *vil_backend_profiled(const VilBackend *inner) {
     wrapped.linear_backward = w_lin_b;
     wrapped.conv1d_silu_forward = w_conv_f;
     wrapped.conv1d_silu_backward = w_conv_b;
+    wrapped.conv1d_silu_bidir_forward = w_conv_bf;
     wrapped.conv1d_silu_bidir_backward = w_conv_bb;
     wrapped.scan_bidir_forward = w_scan_f;
     wrapped.scan_bidir_backward = w_scan_b;

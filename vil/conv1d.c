@@ -117,3 +117,8 @@ void conv1d_silu_bidir_backward(float *dx, float *const dw[2], float *const db[2
     for (int j = 0; j < 2; j++)
         conv1d_silu_backward(dx, dw[j], db[j], du[j], x, w[j], b[j], B, L, E, K, ldx, j, j);
 }
+
+void conv1d_silu_bidir_forward(float *const u[2], const float *x, const float *const w[2],
+                               const float *const b[2], int B, int L, int E, int K, int ldx) {
+    for (int j = 0; j < 2; j++) conv1d_silu_forward(u[j], x, w[j], b[j], B, L, E, K, ldx, j);
+}

@@ -339,9 +339,12 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     int R = c->dt_rank, W = R + 2 * N, BL = B * L;
     int vim = c->arch_id == VIL_ARCH_VIM;
     be->linear_forward(l->xz, l->normed, Wt(m, o->in_proj), NULL, BL, D, 2 * E, D, 0);
+    /* both directions' conv1d in one pass over x */
+    void *uu[2] = {l->u[0], l->u[1]};
+    const float *cw[2] = {Pm(m, o->conv_w[0]), Pm(m, o->conv_w[1])};
+    const float *cb[2] = {Pm(m, o->conv_b[0]), Pm(m, o->conv_b[1])};
+    be->conv1d_silu_bidir_forward(uu, l->xz, cw, cb, B, L, E, c->d_conv, 2 * E);
     for (int j = 0; j < 2; j++) {
-        be->conv1d_silu_forward(l->u[j], l->xz, Pm(m, o->conv_w[j]), Pm(m, o->conv_b[j]), B, L, E,
-                                c->d_conv, 2 * E, j);
         be->linear_forward(l->xdbl[j], l->u[j], Wt(m, o->x_proj[j]), NULL, BL, E, W, E, 0);
         be->linear_forward(l->delta[j], l->xdbl[j], Wt(m, o->dt_w[j]), Pm(m, o->dt_b[j]), BL, R, E,
                            W, 0);

@@ -55,6 +55,10 @@ void conv1d_silu_backward(float *dx /* (B, L, ldx) */, float *dw /* (E, K) */, f
                           const float *du /* (B, L, E) */, const float *x /* (B, L, ldx) */,
                           const float *w /* (E, K) */, const float *b /* (E) */, int B, int L,
                           int E, int K, int ldx, int reverse, int accumulate_dx);
+/* Both directions at once: u[j] = conv1d_silu_forward(x, w[j], b[j], reverse = j). */
+void conv1d_silu_bidir_forward(float *const u[2] /* (B, L, E) */, const float *x /* (B, L, ldx) */,
+                               const float *const w[2], const float *const b[2], int B, int L, int E,
+                               int K, int ldx);
 /* Both directions' backward at once, as the mixer needs it: dx (overwritten) = the sum of the
  * forward (j = 0) and reversed (j = 1) filters' input gradients; dw[j], db[j] accumulate. */
 void conv1d_silu_bidir_backward(float *dx /* (B, L, ldx) */, float *const dw[2], float *const db[2],

@@ -97,8 +97,14 @@ int main(int argc, char **argv) {
           G->add_rmsnorm_forward(res2, normed, rstd, res, h, NULL, nw, B, L, D));
     BENCH("linear in_proj fwd", T * D * 2.0 + T * 2 * E * 2,
           G->linear_forward(xz, normed, w_in, NULL, (int)T, D, 2 * E, D, 0));
-    BENCH("conv1d+silu fwd (x1)", T * E * 4.0,
+    BENCH("conv1d+silu fwd, one direction", T * E * 4.0,
           G->conv1d_silu_forward(u[1], xz, cw, cb, B, L, E, K, 2 * E, 1));
+    {
+        void *uu2[2] = {u[0], u[1]};
+        const float *cwf[2] = {cw, cw}, *cbf[2] = {cb, cb};
+        BENCH("conv1d+silu fwd (both dirs)", T * E * 6.0,
+              G->conv1d_silu_bidir_forward(uu2, xz, cwf, cbf, B, L, E, K, 2 * E));
+    }
     BENCH("linear x_proj fwd (x1)", T * E * 2.0 + T * W * 2,
           G->linear_forward(xd[0], u[0], w_x, NULL, (int)T, E, W, E, 0));
     BENCH("linear dt_proj fwd (x1)", T * R * 2.0 + T * E * 2,
@@ -136,7 +142,7 @@ int main(int argc, char **argv) {
           G->linear_backward(NULL, g_in, NULL, dxz, normed, w_in, (int)T, D, 2 * E, D, 0, 0));
     BENCH("add_rmsnorm bwd", T * D * (4.0 * 3 + 2 * 2) + T * 4,
           G->add_rmsnorm_backward(dres, dh, g_nw, dnormed, res2, rstd, nw, NULL, B, L, D));
-    printf("%-34s %9.1f us (one block's ops as listed, without the one-direction conv1d backward; x1 ops "
+    printf("%-34s %9.1f us (one block's ops as listed, without the one-direction conv1d rows; x1 ops "
            "run twice per block)\n", "sum", total_us);
     return 0;
 }
