@@ -62,6 +62,26 @@ __global__ void __launch_bounds__(128) conv1d_silu_fwd_kernel(
     }
 }
 
+/* The x window of a token-order thread: xv[k] = x at token t0 - (K-1) + k for k < TC + 2(K-1)
+ * (zero outside [0, L)); true when the whole window lies inside (no bounds checks needed). */
+template <int K, int TC>
+__device__ __forceinline__ bool load_x_window(float (&xv)[TC + 2 * (K - 1)], const bf16 *__restrict__ x,
+                                              size_t r0, int t0, int e, int L, int ldx) {
+    const bf16 *xp = x + (r0 + t0) * ldx + e - (long long)(K - 1) * ldx;
+    bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
+    if (inner) {
+#pragma unroll
+        for (int k = 0; k < TC + 2 * (K - 1); k++) xv[k] = bf2f(xp[(long long)k * ldx]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < TC + 2 * (K - 1); k++) {
+            int t = t0 - (K - 1) + k;
+            xv[k] = (t >= 0 && t < L) ? bf2f(xp[(long long)k * ldx]) : 0.0f;
+        }
+    }
+    return inner;
+}
+
 /* Both directions in one pass over x (token order): u0[t] = SiLU(b0 + sum_i w0[i] x[t-(K-1)+i]),
  * u1[t] = SiLU(b1 + sum_i w1[i] x[t+(K-1)-i]) (the reversed filter, stored by token). */
 template <int K>
@@ -74,19 +94,8 @@ __global__ void __launch_bounds__(128) conv1d_silu_bidir_fwd_kernel(
     int b = blockIdx.z, t0 = blockIdx.y * CONV_TC;
     constexpr int NX = CONV_TC + 2 * (K - 1);
     const size_t r0 = (size_t)b * L;
-    const bf16 *xp = x + (r0 + t0) * ldx + e - (long long)(K - 1) * ldx; /* xv[k]: token t0-(K-1)+k */
-    float xv[NX];
-    bool inner = t0 - (K - 1) >= 0 && t0 + CONV_TC + K - 1 <= L;
-    if (inner) {
-#pragma unroll
-        for (int k = 0; k < NX; k++) xv[k] = bf2f(xp[(long long)k * ldx]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < NX; k++) {
-            int t = t0 - (K - 1) + k;
-            xv[k] = (t >= 0 && t < L) ? bf2f(xp[(long long)k * ldx]) : 0.0f;
-        }
-    }
+    float xv[NX]; /* xv[k]: token t0 - (K-1) + k */
+    const bool inner = load_x_window<K, CONV_TC>(xv, x, r0, t0, e, L, ldx);
     float wa[K], wb[K];
 #pragma unroll
     for (int i = 0; i < K; i++) wa[i] = w0[(size_t)e * K + i], wb[i] = w1[(size_t)e * K + i];
@@ -205,20 +214,8 @@ __global__ void __launch_bounds__(128, CONV_BI_MINB) conv1d_silu_bidir_bwd_kerne
     int b = blockIdx.z, run = blockIdx.y, t0 = run * CONV_BI_TC;
     constexpr int NP = CONV_BI_TC + K - 1, NX = CONV_BI_TC + 2 * (K - 1);
     const size_t r0 = (size_t)b * L;
-    /* xv[k] = x at token t0 - (K-1) + k */
-    const bf16 *xp = x + (r0 + t0) * ldx + e - (long long)(K - 1) * ldx;
-    float xv[NX], ov[CONV_BI_TC];
-    bool inner = t0 - (K - 1) >= 0 && t0 + CONV_BI_TC + K - 1 <= L;
-    if (inner) {
-#pragma unroll
-        for (int k = 0; k < NX; k++) xv[k] = bf2f(xp[(long long)k * ldx]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < NX; k++) {
-            int t = t0 - (K - 1) + k;
-            xv[k] = (t >= 0 && t < L) ? bf2f(xp[(long long)k * ldx]) : 0.0f;
-        }
-    }
+    float xv[NX], ov[CONV_BI_TC]; /* xv[k]: token t0 - (K-1) + k */
+    const bool inner = load_x_window<K, CONV_BI_TC>(xv, x, r0, t0, e, L, ldx);
 #pragma unroll
     for (int k = 0; k < CONV_BI_TC; k++) ov[k] = 0.0f;
     const size_t nrows = (size_t)gridDim.z * gridDim.y;
