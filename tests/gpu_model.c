@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_testing.h"
 #include "testing.h"
 #include "vil/backend.h"
 #include "vil/common.h"
@@ -79,12 +80,7 @@ static void test_model(const char *arch, float drop_path, int B) {
     /* off the init values (norms 1, D 1, biases 0) so every path carries gradient; a head of
      * unit scale so the early layers' gradients are not tiny */
     float *p = vil_malloc(mc.n_params * sizeof(float)), *p0 = vil_malloc(mc.n_params * sizeof(float));
-    vil_model_get_params(&mc, p);
-    for (size_t i = 0; i < mc.n_params; i++) p[i] += 0.1f * vil_rng_normal(&rng);
-    for (size_t i = 0; i < (size_t)c.num_classes * c.embed_dim; i++) p[mc.off.head_w + i] = vil_rng_normal(&rng);
-    for (int l = 0; l < c.depth; l++)
-        for (int j = 0; j < 2; j++)
-            for (int e = 0; e < c.d_inner; e++) p[mc.off.layer[l].dt_b[j] + e] = 0.5f * vil_rng_normal(&rng);
+    t_perturbed_params(&mc, &rng, p);
     vil_model_set_params(&mc, p);
     vil_model_set_params(&mg, p);
     memcpy(p0, p, mc.n_params * sizeof(float));

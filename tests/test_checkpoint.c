@@ -53,18 +53,6 @@ static int same_params(VilModel *a, VilModel *b) {
     return same;
 }
 
-/* run a shell command, capture stdout into out (may be NULL); return the exit status */
-static int run(const char *cmd, char *out, size_t outlen) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = 0;
-    int ch;
-    while ((ch = fgetc(p)) != EOF)
-        if (out && n + 1 < outlen) out[n++] = (char)ch;
-    if (out) out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static void test_roundtrip(const char *arch) {
     VilConfig c;
@@ -258,7 +246,7 @@ static void test_cli(void) {
     corpus_write_jpeg(gray, 20, 25, 1, 2, 3, 1);
     char cmd[8192], *out = vil_malloc(1 << 20);
     snprintf(cmd, sizeof cmd, "bin/vil classify --model %s --json --topk 2 --device cpu %s %s %s", ck, jpg, png, gray);
-    int rc = run(cmd, out, 1 << 20);
+    int rc = t_run(cmd, out, 1 << 20);
     T_CHECK(rc == 0, "classify exit %d", rc);
     /* each line: logits equal to the model run on the same transform */
     const char *files[3] = {jpg, png, gray};
@@ -301,7 +289,7 @@ static void test_cli(void) {
     }
     /* crop-pct 1 on an image of the model's size takes it as it is */
     snprintf(cmd, sizeof cmd, "bin/vil classify --model %s --json --crop-pct 1 --device cpu %s", ck, png);
-    rc = run(cmd, out, 1 << 20);
+    rc = t_run(cmd, out, 1 << 20);
     {
         VilImage im;
         char err[256];
@@ -320,7 +308,7 @@ static void test_cli(void) {
     corpus_write_truncated(path("broken.jpg"), 30, 30, 100);
     snprintf(cmd, sizeof cmd, "bin/vil classify --model %s --device cpu %s %s %s 2>%s", ck, jpg,
              path("missing.jpg"), path("broken.jpg"), path("stderr.txt"));
-    rc = run(cmd, out, 1 << 20);
+    rc = t_run(cmd, out, 1 << 20);
     T_CHECK(rc == 1, "classify with a missing image: exit %d, want 1", rc);
     T_CHECK(strstr(out, jpg) != NULL && (strstr(out, "alpha") || strstr(out, "beta") || strstr(out, "gamma")), "the good image is still classified");
     size_t n;
@@ -329,19 +317,19 @@ static void test_cli(void) {
     free(errtxt);
     /* info */
     snprintf(cmd, sizeof cmd, "bin/vil info --model %s", ck);
-    rc = run(cmd, out, 1 << 20);
+    rc = t_run(cmd, out, 1 << 20);
     char want[64];
     snprintf(want, sizeof want, "parameters:  %zu", m.n_params);
     T_CHECK(rc == 0 && strstr(out, want) && strstr(out, "alpha") && strstr(out, "step:        7"), "info output: %s", out);
     /* usage errors exit 2; help exits 0 */
-    T_CHECK(run("bin/vil 2>/dev/null", NULL, 0) == 2, "no command: exit 2");
-    T_CHECK(run("bin/vil frobnicate 2>/dev/null", NULL, 0) == 2, "unknown command: exit 2");
-    T_CHECK(run("bin/vil classify --bogus 1 x.jpg 2>/dev/null", NULL, 0) == 2, "unknown flag: exit 2");
-    T_CHECK(run("bin/vil classify --model x 2>/dev/null", NULL, 0) == 2, "no images: exit 2");
-    T_CHECK(run("bin/vil classify --topk abc --model x y 2>/dev/null", NULL, 0) == 2, "bad number: exit 2");
-    T_CHECK(run("bin/vil help >/dev/null", NULL, 0) == 0, "help: exit 0");
-    T_CHECK(run("bin/vil classify --help >/dev/null", NULL, 0) == 0, "classify --help: exit 0");
-    T_CHECK(run("bin/vil info --model /nonexistent.safetensors 2>/dev/null", NULL, 0) == 1, "missing checkpoint: exit 1");
+    T_CHECK(t_run("bin/vil 2>/dev/null", NULL, 0) == 2, "no command: exit 2");
+    T_CHECK(t_run("bin/vil frobnicate 2>/dev/null", NULL, 0) == 2, "unknown command: exit 2");
+    T_CHECK(t_run("bin/vil classify --bogus 1 x.jpg 2>/dev/null", NULL, 0) == 2, "unknown flag: exit 2");
+    T_CHECK(t_run("bin/vil classify --model x 2>/dev/null", NULL, 0) == 2, "no images: exit 2");
+    T_CHECK(t_run("bin/vil classify --topk abc --model x y 2>/dev/null", NULL, 0) == 2, "bad number: exit 2");
+    T_CHECK(t_run("bin/vil help >/dev/null", NULL, 0) == 0, "help: exit 0");
+    T_CHECK(t_run("bin/vil classify --help >/dev/null", NULL, 0) == 0, "classify --help: exit 0");
+    T_CHECK(t_run("bin/vil info --model /nonexistent.safetensors 2>/dev/null", NULL, 0) == 1, "missing checkpoint: exit 1");
     free(out);
     vil_model_free(&m);
 }

@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include "gradcheck.h"
+#include "model_testing.h"
 #include "testing.h"
 #include "vil/common.h"
 #include "vil/model.h"
@@ -98,16 +99,7 @@ static void test_gradients(const char *arch, float drop_path) {
     /* move the parameters off their init values (norms 1, D 1, biases 0) so that every path
      * carries gradient */
     float *p = vil_malloc(m.n_params * sizeof(float));
-    vil_model_get_params(&m, p);
-    for (size_t i = 0; i < m.n_params; i++) p[i] += 0.1f * vil_rng_normal(&rng);
-    /* a head of unit scale (init is std .02) so the gradients reaching the early layers stay
-     * well above the float32 rounding noise of the finite differences */
-    for (size_t i = 0; i < (size_t)c.num_classes * c.embed_dim; i++) p[m.off.head_w + i] = vil_rng_normal(&rng);
-    /* ViM's init puts softplus deep in its flat tail (dt ~ 1e-3): recentre the dt biases so the
-     * dt path's gradient is not lost under rounding noise */
-    for (int l = 0; l < c.depth; l++)
-        for (int j = 0; j < 2; j++)
-            for (int e = 0; e < c.d_inner; e++) p[m.off.layer[l].dt_b[j] + e] = 0.5f * vil_rng_normal(&rng);
+    t_perturbed_params(&m, &rng, p);
     vil_model_set_params(&m, p);
     free(p);
     m.input_grad = 1;

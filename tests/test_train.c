@@ -27,17 +27,6 @@ static const char *path(const char *name) {
     return buf[k];
 }
 
-static int run(const char *cmd, char *out, size_t outlen) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = 0;
-    int ch;
-    while ((ch = fgetc(p)) != EOF)
-        if (out && n + 1 < outlen) out[n++] = (char)ch;
-    if (out) out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* ---------------- pieces ---------------- */
 
@@ -235,7 +224,7 @@ static int same_tensors(const char *a, const char *b, const char *const *names, 
 static int no_temp_files(const char *d) {
     char cmd[4200], out[4096];
     snprintf(cmd, sizeof cmd, "ls '%s' | grep -c '\\.tmp\\.'", d);
-    run(cmd, out, sizeof out);
+    t_run(cmd, out, sizeof out);
     return atoi(out) == 0;
 }
 
@@ -322,13 +311,13 @@ static void test_train_resume(void) {
     T_CHECK(no_temp_files(outa) && no_temp_files(outb), "no temporary files left behind");
     char cmd[8400], out[1 << 16];
     snprintf(cmd, sizeof cmd, "bin/vil info --model %s/last.safetensors 2>&1", outa);
-    int rc = run(cmd, out, sizeof out);
+    int rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0 && strstr(out, "step:        24") && strstr(out, "classes:     4 (0, 1, 2, 3)"),
             "vil info reads last.safetensors: %s", out);
     snprintf(cmd, sizeof cmd, "bin/vil info --model %s/best.safetensors 2>&1", outa);
-    T_CHECK(run(cmd, out, sizeof out) == 0, "vil info reads best.safetensors");
+    T_CHECK(t_run(cmd, out, sizeof out) == 0, "vil info reads best.safetensors");
     snprintf(cmd, sizeof cmd, "bin/vil eval --model %s/last.safetensors --data %s --crop-pct 1 --device cpu --batch 10 2>&1", outa, dir);
-    rc = run(cmd, out, sizeof out);
+    rc = t_run(cmd, out, sizeof out);
     char want[64];
     snprintf(want, sizeof want, "top-1 %.2f%%", res_a.top1);
     T_CHECK(rc == 0 && strstr(out, want) && strstr(out, "(64 images, 0 bad files"),
@@ -369,20 +358,20 @@ static void test_diverge_and_errors(void) {
     char cmd[8400], out[1 << 14];
     snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s/nope --out %s/runD --device cpu 2>&1",
              path("tiny.cfg"), dir, dir);
-    int rc = run(cmd, out, sizeof out);
+    int rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 1 && strstr(out, "nope"), "missing data folder: exit 1 naming it (%d): %s", rc, out);
     snprintf(cmd, sizeof cmd, "test -e %s/runD", dir);
-    T_CHECK(run(cmd, NULL, 0) != 0, "nothing created for a run that cannot start");
+    T_CHECK(t_run(cmd, NULL, 0) != 0, "nothing created for a run that cannot start");
     snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --set epoch=3 2>&1", path("tiny.cfg"), dir);
-    rc = run(cmd, out, sizeof out);
+    rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 2 && strstr(out, "did you mean 'epochs'"), "unknown key: exit 2 with a hint: %s", out);
-    T_CHECK(run("bin/vil train --data x 2>/dev/null", NULL, 0) == 2, "no --config: exit 2");
+    T_CHECK(t_run("bin/vil train --data x 2>/dev/null", NULL, 0) == 2, "no --config: exit 2");
     snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu 2>&1", path("tiny.cfg"), dir, outc);
-    rc = run(cmd, out, sizeof out);
+    rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 1 && strstr(out, "--resume"), "a fresh run over an existing one is refused: %s", out);
-    T_CHECK(run("bin/vil eval --data x 2>/dev/null", NULL, 0) == 2, "eval without --model: exit 2");
+    T_CHECK(t_run("bin/vil eval --data x 2>/dev/null", NULL, 0) == 2, "eval without --model: exit 2");
     snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume %s/nothing.safetensors 2>&1", dir, dir);
-    rc = run(cmd, out, sizeof out);
+    rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 1 && strstr(out, "nothing.state.safetensors"), "resume from a missing state: exit 1: %s", out);
 
     /* SIGINT: the step finishes, the run is saved, exit 1 with the resume command */
@@ -392,7 +381,7 @@ static void test_diverge_and_errors(void) {
              "i=0; while ! grep -q 'step ' %s/e.log && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
              "kill -INT $pid; wait $pid; echo $?",
              path("tiny.cfg"), dir, dir, dir, dir);
-    rc = run(cmd, out, sizeof out);
+    rc = t_run(cmd, out, sizeof out);
     size_t n;
     snprintf(p, sizeof p, "%s/e.log", dir);
     char *log = (char *)vil_read_file(p, &n);
@@ -409,7 +398,7 @@ static void test_diverge_and_errors(void) {
     /* the CLI resume: the config comes from the state, the output goes to the same folder */
     snprintf(cmd, sizeof cmd, "bin/vil train --resume %s/runE/last.safetensors --data %s --device cpu --stop-after %ld 2>&1",
              dir, dir, step + 3);
-    rc = run(cmd, out, sizeof out);
+    rc = t_run(cmd, out, sizeof out);
     long step2 = -1;
     if (vil_st_read(p, &s, NULL, 0) == 0) {
         vil_parse_int(vil_st_meta(&s, "vil.step"), &step2);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
 static int t_passed = 0, t_failed = 0;
 
@@ -30,6 +31,20 @@ static int t_passed = 0, t_failed = 0;
         else t_failed++;                                                                   \
         printf("%s %-48s err %.3e  tol %.1e\n", ok_ ? "ok  " : "FAIL", name, e_, t_);      \
     } while (0)
+
+/* Run a shell command, capture its stdout into out (may be NULL); its exit status, -1 if it
+ * could not run or did not exit. */
+static inline int t_run(const char *cmd, char *out, size_t outlen) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = 0;
+    int ch;
+    while ((ch = fgetc(p)) != EOF)
+        if (out && n + 1 < outlen) out[n++] = (char)ch;
+    if (out) out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 static inline int t_finish(void) {
     printf("%d passed, %d failed\n", t_passed, t_failed);

@@ -1,0 +1,23 @@
+/* model_testing.h: helpers shared by the whole-model tests (test_model.c on the CPU,
+ * gpu_model.c against the CUDA backend). */
+#ifndef VIL_MODEL_TESTING_H
+#define VIL_MODEL_TESTING_H
+
+#include "vil/common.h"
+#include "vil/model.h"
+
+/* m's parameters into p (n_params floats), moved off their init values (norms 1, D 1, biases 0)
+ * so every path carries gradient: + 0.1 N(0, 1) everywhere, a head of unit scale (init is std
+ * .02) so the early layers' gradients stay well above float32 rounding noise, and the dt biases
+ * recentred (ViM's init puts softplus deep in its flat tail, dt ~ 1e-3). */
+static inline void t_perturbed_params(const VilModel *m, VilRng *rng, float *p) {
+    const VilConfig *c = &m->cfg;
+    vil_model_get_params(m, p);
+    for (size_t i = 0; i < m->n_params; i++) p[i] += 0.1f * vil_rng_normal(rng);
+    for (size_t i = 0; i < (size_t)c->num_classes * c->embed_dim; i++) p[m->off.head_w + i] = vil_rng_normal(rng);
+    for (int l = 0; l < c->depth; l++)
+        for (int j = 0; j < 2; j++)
+            for (int e = 0; e < c->d_inner; e++) p[m->off.layer[l].dt_b[j] + e] = 0.5f * vil_rng_normal(rng);
+}
+
+#endif
