@@ -113,28 +113,32 @@ __device__ __forceinline__ void queue_rows16(bf16 *dst, int nq, int cs, int c0, 
     }
 }
 
-/* Sum over the warp of v[lane % NV] for each lane: a butterfly reduce-scatter (each level halves
- * the values a lane holds), then plain xor-sums over the lanes that hold the same index. */
-template <int NV, int HALF>
-__device__ __forceinline__ void rs_level(float (&v)[NV], int lane) {
-    if constexpr (HALF >= 1) {
-        bool up = (lane & HALF) != 0;
-#pragma unroll
-        for (int i = 0; i < HALF; i++) {
-            float send = up ? v[i] : v[i + HALF];
-            float keep = up ? v[i + HALF] : v[i];
-            v[i] = keep + __shfl_xor_sync(FULL, send, HALF);
-        }
-        rs_level<NV, HALF / 2>(v, lane);
-    }
-}
+/* Sum over the warp's 32 lanes of v[n] for each n < NV (a power of two, 4..16), by a transpose
+ * through the warp's own shared tile tp (NV rows of TP_LD floats, 16-byte aligned): each lane
+ * writes its column, then P = 32 / NV lanes read a row each (32 / P channels apiece, float4
+ * loads) and xor-sum their parts. Lane l returns the sum of v[l / P]; the order is fixed. The
+ * row padding (TP_LD = 36) keeps both the column writes and the row reads free of bank
+ * conflicts. About 40 instructions for NV = 16, where the shuffle reduce-scatter of v9 took ~80
+ * (two selects, a shuffle and an add per exchanged pair). */
+#define TP_LD 36
 template <int NV>
-__device__ __forceinline__ float reduce_scatter(float (&v)[NV], int lane) {
-    rs_level<NV, NV / 2>(v, lane);
-    float r = v[0];
+__device__ __forceinline__ float warp_colsum(const float (&v)[NV], float *tp, int lane) {
+    constexpr int P = 32 / NV, CW = 32 / P; /* lanes per row, channels per lane */
+    __syncwarp(); /* the previous call's reads are done */
 #pragma unroll
-    for (int m = NV; m < 32; m <<= 1) r += __shfl_xor_sync(FULL, r, m);
-    return r;
+    for (int n = 0; n < NV; n++) tp[n * TP_LD + lane] = v[n];
+    __syncwarp();
+    const float4 *row = reinterpret_cast<const float4 *>(tp + (lane / P) * TP_LD + (lane % P) * CW);
+    float4 acc = row[0];
+#pragma unroll
+    for (int k = 1; k < CW / 4; k++) {
+        float4 x = row[k];
+        acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+    }
+    float s = (acc.x + acc.y) + (acc.z + acc.w);
+#pragma unroll
+    for (int m = 1; m < P; m <<= 1) s += __shfl_xor_sync(FULL, s, m);
+    return s;
 }
 
 /* Queue the copy of `rows` k|q rows of one (direction, sample) for steps s0.. (token t = s, or
@@ -244,6 +248,7 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
     __shared__ __align__(16) bf16 stage[2 * buf_elems];
     __shared__ __align__(16) float kqs[2 * CKS * KQW];
     __shared__ float red[BWD ? NW * CKS * N : 1];
+    __shared__ __align__(16) float tp[BWD ? NW * N * TP_LD : 4]; /* warp_colsum tiles */
     const int L = a.L, E = a.E;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int b = blockIdx.y, c0 = blockIdx.x * T, d = c0 + tid;
@@ -322,8 +327,8 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
                     float gy = go * zz * sigmoidf_fast(zz), v[N];
 #pragma unroll
                     for (int n = 0; n < N; n++) v[n] = gy * h[n];
-                    float r = reduce_scatter<N>(v, lane);
-                    if (lane < N) red[(warp * CKS + i) * N + lane] = r;
+                    float r = warp_colsum<N>(v, tp + warp * N * TP_LD, lane);
+                    if (lane % (32 / N) == 0) red[(warp * CKS + i) * N + lane / (32 / N)] = r;
                 }
             }
             /* phase 3: outputs */
@@ -452,7 +457,7 @@ __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], 
                                             float (&dAacc)[N], float &dDacc, const float (&hs)[N],
                                             const float *kq, const bf16 *st, int base, int n,
                                             int s0, int j, int b, int d, bool act, int col,
-                                            float Dsk, const float (&A)[N], float *red) {
+                                            float Dsk, const float (&A)[N], float *red, float *tp) {
     constexpr int KQW = KQ<N>::W, T = ADJ_T;
     const int L = a.L, E = a.E, lane = col & 31, warp = col >> 5;
     auto in = [&](int q, int i) { return bf2f(st[(q * CK + i) * T + col]); };
@@ -485,11 +490,44 @@ __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], 
         }
         dDacc = fmaf(gy, u, dDacc);
         /* this warp's sums over its channels, into red[warp][i][0..N] (N: -2 dkappa) */
-        float sum = reduce_scatter<N>(dkv, lane);
+        float sum = warp_colsum<N>(dkv, tp + warp * N * TP_LD, lane);
         float *rr = red + (warp * SUB + i) * (N + 1);
-        if (lane < N) rr[lane] = sum;
+        if (lane % (32 / N) == 0) rr[lane / (32 / N)] = sum;
         float ks = MAMBA ? 0.0f : warp_sum(dkap2);
         if (lane == N) rr[N] = ks;
+    }
+}
+
+/* The adjoint's chunk staging when every row starts 16-byte aligned (vec_act and vec_ck 16):
+ * each thread's pieces are fixed (piece tid % P of a row, rows tid / P + k * rows-per-pass), the
+ * quantity loop is unrolled, so no run-time divisions or pointer selects (the generic
+ * queue_rows loop cost ~19% of the adjoint's instructions, ~85 per 16-byte piece). */
+template <int N>
+__device__ __forceinline__ void adj_stage16(const ScanArgs &a, bf16 *dst, float *ckdst, int c,
+                                            int s0, int cs, int j, int b, int c0, int tid) {
+    constexpr int T = ADJ_T, PA = T / 8, RA = T / PA, PC = T / 4, RC = T / PC;
+    static_assert(T % 32 == 0 && CK % RA == 0 && N % RC == 0, "adjoint staging shape");
+    const int L = a.L, E = a.E;
+    const int pa = tid % PA, cha = c0 + pa * 8;
+    const bf16 *base[4] = {a.u[j], a.delta[j], a.z, a.dout};
+    const size_t ld[4] = {(size_t)E, (size_t)E, (size_t)a.ldz, (size_t)E};
+#pragma unroll
+    for (int k = 0; k < CK / RA; k++) {
+        int i = tid / PA + k * RA, ic = min(i, cs - 1), s = s0 + ic, t = j ? L - 1 - s : s;
+        bool on = i < cs && cha < E;
+        size_t row = (size_t)b * L + t;
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            cp_async<16>(dst + (q * CK + i) * T + pa * 8, on ? base[q] + row * ld[q] + cha : base[q], on ? 16 : 0);
+    }
+    if (c > 0) {
+        const int pc = tid % PC, chc = c0 + pc * 4;
+        const float *cb = a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * E;
+#pragma unroll
+        for (int k = 0; k < N / RC; k++) {
+            int n = tid / PC + k * RC;
+            cp_async<16>(ckdst + n * T + pc * 4, chc < E ? cb + (size_t)n * E + chc : cb, chc < E ? 16 : 0);
+        }
     }
 }
 
@@ -501,6 +539,7 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
     __shared__ __align__(16) float kqs[2 * CK * KQW];
     __shared__ __align__(16) float ckb[2 * N * T];
     __shared__ float red[2][NWB * SUB * (N + 1)]; /* per-warp dk | dkappa sums, by sub-chunk parity */
+    __shared__ __align__(16) float tp[NWB * N * TP_LD];  /* warp_colsum tiles */
     const int L = a.L, E = a.E;
     int tid = threadIdx.x;
     int j = blockIdx.y, b = blockIdx.z, c0 = blockIdx.x * T, d = c0 + tid;
@@ -513,9 +552,15 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
         lam[n] = anext[n] = dAacc[n] = 0.0f;
     }
     const float *kqb = a.kqt + ((size_t)j * a.B + b) * L * KQW;
+    const bool fast = a.vec_act == 16 && a.vec_ck == 16;
     auto issue = [&](int c, int slot) {
         int s0 = c * CK, cs = min(CK, L - s0);
         bf16 *dst = stage + slot * act_elems;
+        if (fast) {
+            adj_stage16<N>(a, dst, ckb + slot * N * T, c, s0, cs, j, b, c0, tid);
+            queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
+            return;
+        }
         auto row_of = [&](int q, int i) -> const bf16 * {
             int s = s0 + i, t = j ? L - 1 - s : s;
             const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : a.dout;
@@ -570,7 +615,7 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
 #pragma unroll
             for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (c > 0 ? h0[n * T] : 0.0f);
             adjoint_sub<N, MAMBA>(a, lam, anext, dAacc, dDacc, hs, kq, st, sub * SUB, nsub, s0, j, b,
-                                  d, act, tid, Dsk, A, red[par]);
+                                  d, act, tid, Dsk, A, red[par], tp);
             /* the block's sums over its warps in warp order; red[par] is written again two
              * sub-chunks later, after the next barrier */
             __syncthreads();

@@ -573,6 +573,8 @@ int main(int argc, char **argv) {
     test_scan(2, 33, 72, 8, 5, 0);
     test_scan(2, 197, 40, 16, 3, 1);
     test_scan(2, 7, 20, 8, 2, 1);
+    test_scan(2, 197, 264, 16, 9, 0); /* several channel blocks, the last one partial */
+    test_scan(1, 33, 136, 16, 4, 1);
     if (!quick) test_scan(1, 730, 72, 16, 5, 1);
 
     test_loss(3, 5);
