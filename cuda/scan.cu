@@ -96,20 +96,27 @@ __device__ __forceinline__ void queue_rows(void *dst, int nrows, int width, int 
 }
 
 /* The common case of queue_rows, with every shape known at compile time: 16-byte pieces of rows
- * of T bf16 channels, nq quantities of ROWS steps each (row q * ROWS + i of dst); steps at or past
- * cs are zero-filled. src_row(q, i) must return a readable row even then (the caller clamps).
- * The generic loop's integer divisions by run-time shapes were ~20% of the forward kernel's
- * instructions. */
-template <int T, int ROWS, typename RowFn>
+ * of T bf16 channels, nq <= NQ quantities of ROWS steps each (row q * ROWS + i of dst); steps at
+ * or past cs are zero-filled. Each thread's pieces are fixed (piece tid % P of rows tid / P +
+ * k * T / P) and the quantity loop is unrolled, so nothing is divided by a run-time shape (the
+ * generic loop's divisions were ~20% of the forward kernel's instructions, and the adjoint's
+ * staging ~85 instructions per piece). src_row(q, i) must return a readable row even for i >= cs
+ * (the caller clamps). */
+template <int T, int ROWS, int NQ, typename RowFn>
 __device__ __forceinline__ void queue_rows16(bf16 *dst, int nq, int cs, int c0, int E,
                                              RowFn src_row, int tid) {
-    constexpr int P = T * 2 / 16; /* pieces per row */
-    const int total = nq * ROWS * P;
-    for (int job = tid; job < total; job += T) {
-        int r = job / P, p = job % P, q = r / ROWS, i = r % ROWS, c = c0 + p * 8;
-        int valid = i < cs ? min(max(E - c, 0), 8) * 2 : 0;
-        const bf16 *row = src_row(q, i);
-        cp_async<16>(dst + r * T + p * 8, valid > 0 ? row + p * 8 : row, valid);
+    constexpr int P = T * 2 / 16, RA = T / P; /* pieces per row, rows per pass */
+    static_assert(T % P == 0 && ROWS % RA == 0, "queue_rows16 shape");
+    const int p = tid % P, c = c0 + p * 8, cvalid = min(max(E - c, 0), 8) * 2;
+#pragma unroll
+    for (int k = 0; k < ROWS / RA; k++) {
+        const int i = tid / P + k * RA, valid = i < cs ? cvalid : 0;
+#pragma unroll
+        for (int q = 0; q < NQ; q++) {
+            if (q >= nq) break;
+            const bf16 *row = src_row(q, i);
+            cp_async<16>(dst + (q * ROWS + i) * T + p * 8, valid > 0 ? row + p * 8 : row, valid);
+        }
     }
 }
 
@@ -280,7 +287,7 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
                 return base + ((size_t)b * L + t) * ld + c0;
             };
             if (a.vec_act == 16)
-                queue_rows16<T, CKS>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
+                queue_rows16<T, CKS, PAIR_NQ>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
             else
                 queue_rows(dst, nq * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
                     int q = r / cs;
@@ -498,36 +505,19 @@ __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], 
     }
 }
 
-/* The adjoint's chunk staging when every row starts 16-byte aligned (vec_act and vec_ck 16):
- * each thread's pieces are fixed (piece tid % P of a row, rows tid / P + k * rows-per-pass), the
- * quantity loop is unrolled, so no run-time divisions or pointer selects (the generic
- * queue_rows loop cost ~19% of the adjoint's instructions, ~85 per 16-byte piece). */
+/* The adjoint's checkpoint staging when rows start 16-byte aligned (vec_ck 16): N rows of T
+ * floats, each thread's pieces fixed, as in queue_rows16. */
 template <int N>
-__device__ __forceinline__ void adj_stage16(const ScanArgs &a, bf16 *dst, float *ckdst, int c,
-                                            int s0, int cs, int j, int b, int c0, int tid) {
-    constexpr int T = ADJ_T, PA = T / 8, RA = T / PA, PC = T / 4, RC = T / PC;
-    static_assert(T % 32 == 0 && CK % RA == 0 && N % RC == 0, "adjoint staging shape");
-    const int L = a.L, E = a.E;
-    const int pa = tid % PA, cha = c0 + pa * 8;
-    const bf16 *base[4] = {a.u[j], a.delta[j], a.z, a.dout};
-    const size_t ld[4] = {(size_t)E, (size_t)E, (size_t)a.ldz, (size_t)E};
+__device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, int c, int j, int b,
+                                               int c0, int tid) {
+    constexpr int T = ADJ_T, PC = T / 4, RC = T / PC;
+    static_assert(T % 32 == 0 && N % RC == 0, "adjoint checkpoint staging shape");
+    const int E = a.E, pc = tid % PC, chc = c0 + pc * 4;
+    const float *cb = a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * E;
 #pragma unroll
-    for (int k = 0; k < CK / RA; k++) {
-        int i = tid / PA + k * RA, ic = min(i, cs - 1), s = s0 + ic, t = j ? L - 1 - s : s;
-        bool on = i < cs && cha < E;
-        size_t row = (size_t)b * L + t;
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            cp_async<16>(dst + (q * CK + i) * T + pa * 8, on ? base[q] + row * ld[q] + cha : base[q], on ? 16 : 0);
-    }
-    if (c > 0) {
-        const int pc = tid % PC, chc = c0 + pc * 4;
-        const float *cb = a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * E;
-#pragma unroll
-        for (int k = 0; k < N / RC; k++) {
-            int n = tid / PC + k * RC;
-            cp_async<16>(ckdst + n * T + pc * 4, chc < E ? cb + (size_t)n * E + chc : cb, chc < E ? 16 : 0);
-        }
+    for (int k = 0; k < N / RC; k++) {
+        int n = tid / PC + k * RC;
+        cp_async<16>(ckdst + n * T + pc * 4, chc < E ? cb + (size_t)n * E + chc : cb, chc < E ? 16 : 0);
     }
 }
 
@@ -556,22 +546,22 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
     auto issue = [&](int c, int slot) {
         int s0 = c * CK, cs = min(CK, L - s0);
         bf16 *dst = stage + slot * act_elems;
-        if (fast) {
-            adj_stage16<N>(a, dst, ckb + slot * N * T, c, s0, cs, j, b, c0, tid);
-            queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
-            return;
-        }
         auto row_of = [&](int q, int i) -> const bf16 * {
             int s = s0 + i, t = j ? L - 1 - s : s;
             const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : a.dout;
             size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
             return base + ((size_t)b * L + t) * ld + c0;
         };
+        queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
+        if (fast) {
+            queue_rows16<T, CK, 4>(dst, 4, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
+            if (c > 0) adj_stage_ck16<N>(a, ckb + slot * N * T, c, j, b, c0, tid);
+            return;
+        }
         queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
             int q = r / cs;
             return row_of(q, r - q * cs);
         }, tid, T, cs, CK);
-        queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
         if (c > 0)
             queue_rows(ckb + slot * N * T, N, T, 4, c0, E, a.vec_ck, [&](int n) -> const void * {
                 return a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0;
