@@ -145,7 +145,7 @@ static void matmul(void *D, int d_f32, int ldd, const bf16 *A, int lda, int ta, 
 /* ---- column sums: partials over fixed chunks of rows, then the chunks in order ---- */
 #define CS_ROWS 256
 template <typename T>
-__global__ void colsum_partial_kernel(float *part /* (nchunk, OC) */, const T *x, int N, int OC) {
+__global__ void colsum_partial_kernel(float *part /* (nchunk, OC) */, const T *x, int N, int OC, int ld) {
     __shared__ float acc[8][33];
     int o = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * CS_ROWS;
     int r1 = min(N, r0 + CS_ROWS);
@@ -156,8 +156,8 @@ __global__ void colsum_partial_kernel(float *part /* (nchunk, OC) */, const T *x
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 int r = rb + 8 * k;
-                if constexpr (sizeof(T) == 2) v[k] = r < r1 ? bf2f(x[(size_t)r * OC + o]) : 0.0f;
-                else v[k] = r < r1 ? x[(size_t)r * OC + o] : 0.0f;
+                if constexpr (sizeof(T) == 2) v[k] = r < r1 ? bf2f(x[(size_t)r * ld + o]) : 0.0f;
+                else v[k] = r < r1 ? x[(size_t)r * ld + o] : 0.0f;
             }
 #pragma unroll
             for (int k = 0; k < 8; k++) s += v[k];
@@ -222,40 +222,40 @@ extern "C" void colsum_rows_accumulate_cuda(float *out, const float *part, int r
     CU_LAUNCH_CHECK();
 }
 
-extern "C" void colsum_accumulate_cuda(float *db, const void *x, int x_is_f32, int N, int OC) {
+extern "C" void colsum_accumulate_cuda(float *db, const void *x, int x_is_f32, int N, int OC, int ld) {
     cu_ensure_init();
     int nchunk = (N + CS_ROWS - 1) / CS_ROWS;
     float *part = (float *)cu_scratch(SCR_COLSUM, (size_t)nchunk * OC * sizeof(float));
     dim3 grid((OC + 31) / 32, nchunk), block(32, 8);
-    if (x_is_f32) colsum_partial_kernel<float><<<grid, block, 0, g_cu.stream>>>(part, (const float *)x, N, OC);
-    else colsum_partial_kernel<bf16><<<grid, block, 0, g_cu.stream>>>(part, (const bf16 *)x, N, OC);
+    if (x_is_f32) colsum_partial_kernel<float><<<grid, block, 0, g_cu.stream>>>(part, (const float *)x, N, OC, ld);
+    else colsum_partial_kernel<bf16><<<grid, block, 0, g_cu.stream>>>(part, (const bf16 *)x, N, OC, ld);
     CU_LAUNCH_CHECK();
     colsum_rows_accumulate_cuda(db, part, nchunk, OC, OC);
 }
 
 extern "C" void linear_forward_cuda(void *out, const void *in, const void *w, const float *b,
-                                    int N, int C, int OC, int ld_in, int flags) {
+                                    int N, int C, int OC, int ld_in, int ld_out, int flags) {
     /* out^T(OC, N) = w^T... as column-major: A = w viewed (C, OC) transposed, B = in^T (C, N) */
-    matmul(out, (flags & VIL_LINEAR_OUT_F32) != 0, OC, (const bf16 *)w, C, 1, (const bf16 *)in,
+    matmul(out, (flags & VIL_LINEAR_OUT_F32) != 0, ld_out, (const bf16 *)w, C, 1, (const bf16 *)in,
            ld_in, 0, OC, N, C, 0.0f, b);
 }
 
 extern "C" void linear_backward_cuda(void *dinp, float *dw, float *db, const void *dout,
                                      const void *in, const void *w, int N, int C, int OC, int ld_in,
-                                     int accumulate_dinp, int flags) {
+                                     int ld_out, int accumulate_dinp, int flags) {
     cu_ensure_init();
     const bf16 *g = (const bf16 *)dout;
     if (flags & VIL_LINEAR_OUT_F32) {
         /* cuBLASLt wants both operands in one type: the head's f32 dlogits go through bf16 */
-        bf16 *tmp = (bf16 *)cu_scratch(SCR_LT_BF16, (size_t)N * OC * sizeof(bf16));
-        f32_to_bf16(tmp, (const float *)dout, (size_t)N * OC);
+        bf16 *tmp = (bf16 *)cu_scratch(SCR_LT_BF16, (size_t)N * ld_out * sizeof(bf16));
+        f32_to_bf16(tmp, (const float *)dout, (size_t)N * ld_out);
         g = tmp;
     }
     /* dinp^T(C, N) = w^T(C, OC) as stored, times dout^T(OC, N) */
     if (dinp)
-        matmul(dinp, 0, ld_in, (const bf16 *)w, C, 0, g, OC, 0, C, N, OC,
+        matmul(dinp, 0, ld_in, (const bf16 *)w, C, 0, g, ld_out, 0, C, N, OC,
                accumulate_dinp ? 1.0f : 0.0f, NULL);
     /* dw^T(C, OC) += in^T(C, N) dout(N, OC) */
-    if (dw) matmul(dw, 1, C, (const bf16 *)in, ld_in, 0, g, OC, 1, C, OC, N, 1.0f, NULL);
-    if (db) colsum_accumulate_cuda(db, dout, (flags & VIL_LINEAR_OUT_F32) != 0, N, OC);
+    if (dw) matmul(dw, 1, C, (const bf16 *)in, ld_in, 0, g, ld_out, 1, C, OC, N, 1.0f, NULL);
+    if (db) colsum_accumulate_cuda(db, dout, (flags & VIL_LINEAR_OUT_F32) != 0, N, OC, ld_out);
 }

@@ -39,13 +39,14 @@ void add_rmsnorm_backward_cuda(float *dres /* (B, L, D) in/out */, void *dh /* (
                                int B, int L, int D);
 
 /* flags: VIL_LINEAR_OUT_F32 (backend.h) makes out / dout float32 */
-void linear_forward_cuda(void *out /* (N, OC) */, const void *in /* (N, ld_in) bf16 */,
+void linear_forward_cuda(void *out /* (N, ld_out) */, const void *in /* (N, ld_in) bf16 */,
                          const void *w /* (OC, C) bf16 */, const float *b /* (OC) or NULL */,
-                         int N, int C, int OC, int ld_in, int flags);
+                         int N, int C, int OC, int ld_in, int ld_out, int flags);
 void linear_backward_cuda(void *dinp /* (N, ld_in) bf16 or NULL */, float *dw /* (OC, C) or NULL */,
-                          float *db /* (OC) or NULL */, const void *dout /* (N, OC) */,
+                          float *db /* (OC) or NULL */, const void *dout /* (N, ld_out) */,
                           const void *in /* (N, ld_in) bf16 */, const void *w /* (OC, C) bf16 */,
-                          int N, int C, int OC, int ld_in, int accumulate_dinp, int flags);
+                          int N, int C, int OC, int ld_in, int ld_out, int accumulate_dinp,
+                          int flags);
 
 void conv1d_silu_forward_cuda(void *u /* (B, L, E) bf16 */, const void *x /* (B, L, ldx) bf16 */,
                               const float *w /* (E, K) */, const float *b /* (E) */, int B, int L,
@@ -65,17 +66,17 @@ void conv1d_silu_bidir_backward_cuda(void *dx /* (B, L, ldx) bf16 */, float *con
                                      const float *const b[2], int B, int L, int E, int K, int ldx);
 void scan_bidir_forward_cuda(void *out /* (B, L, E) bf16 */, const void *const u[2] /* (B, L, E) */,
                              const void *const delta[2] /* (B, L, E) */,
-                             const void *const xdbl[2] /* (B, L, R + 2N) */,
+                             const void *const xdbl[2] /* (B, L, ldx >= R + 2N) */,
                              const void *z /* (B, L, ldz) bf16 */, const float *const D[2] /* (E) */,
                              const float *const A_log[2] /* (E, N) or NULL */, int B, int L, int E,
-                             int N, int R, int ldz);
+                             int N, int R, int ldx, int ldz);
 void scan_bidir_backward_cuda(void *const du[2], void *const ddelta[2], void *const dxdbl[2],
                               void *dz /* (B, L, ldz) bf16 */, float *const dD[2],
                               float *const dA_log[2], const void *dout /* (B, L, E) bf16 */,
                               const void *const u[2], const void *const delta[2],
                               const void *const xdbl[2], const void *z, const float *const D[2],
                               const float *const A_log[2], int B, int L, int E, int N, int R,
-                              int ldz);
+                              int ldx, int ldz);
 
 void softmax_xent_forward_cuda(float *loss /* (B) */, float *probs /* (B, C) */,
                                const float *logits /* (B, C) */, const float *targets /* (B, C) */,
@@ -88,10 +89,10 @@ void adamw_update_cuda(float *p, void *work /* bf16 or NULL */, const float *g, 
                        size_t n, float lr, float beta1, float beta2, float eps, float wd, int step);
 void params_to_work_cuda(void *work /* (n) bf16 */, const float *master /* (n) */, size_t n);
 
-/* column sums of a row-major (N, OC) matrix into db (+=), in a fixed order (deterministic);
- * shared by the linear and patch-embedding bias gradients */
-void colsum_accumulate_cuda(float *db /* (OC) */, const void *x /* (N, OC) */, int x_is_f32, int N,
-                            int OC);
+/* column sums of a row-major (N, OC) matrix with rows ld apart into db (+=), in a fixed order
+ * (deterministic); shared by the linear and patch-embedding bias gradients */
+void colsum_accumulate_cuda(float *db /* (OC) */, const void *x /* (N, ld) */, int x_is_f32, int N,
+                            int OC, int ld);
 /* out[c] += sum_r part[r * ld + c] for c < cols, rows summed in a fixed order (deterministic
  * final step of every partial-sum reduction) */
 void colsum_rows_accumulate_cuda(float *out /* (cols) */, const float *part /* (rows, ld) */,

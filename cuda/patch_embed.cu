@@ -166,7 +166,7 @@ extern "C" void patch_embed_backward_cuda(float *dimg, float *dw, float *db, con
     void *ws = p->ws_bwf ? cu_scratch(SCR_DNN_WS, p->ws_bwf) : NULL;
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(g_cu.dnn, &one, p->x, img, p->y, dy, p->conv, p->bwf,
                                                ws, p->ws_bwf, &one, p->w, dw));
-    colsum_accumulate_cuda(db, dout, 0, B * M, D);
+    colsum_accumulate_cuda(db, dout, 0, B * M, D, D);
     if (dimg) {
         float *wf = weight_f32(w, (size_t)D * C * P * P);
         ws = p->ws_bwd ? cu_scratch(SCR_DNN_WS, p->ws_bwd) : NULL;

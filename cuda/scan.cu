@@ -675,7 +675,7 @@ static void set_smem(K kernel, size_t bytes) {
 static void fill_common(ScanArgs *a, const void *const u[2], const void *const delta[2],
                         const void *const xdbl[2], const void *z, const void *dout,
                         const float *const D[2], const float *const A_log[2], int B, int L, int E,
-                        int N, int R, int ldz) {
+                        int N, int R, int ldx, int ldz) {
     memset(a, 0, sizeof *a);
     for (int j = 0; j < 2; j++) {
         a->u[j] = (const bf16 *)u[j];
@@ -686,7 +686,7 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
     }
     a->z = (const bf16 *)z;
     a->dout = (const bf16 *)dout;
-    a->B = B, a->L = L, a->E = E, a->R = R, a->W = R + 2 * N, a->ldz = ldz;
+    a->B = B, a->L = L, a->E = E, a->R = R, a->W = ldx, a->ldz = ldz;
     a->nck = (L + CK - 1) / CK;
     /* act rows start at (row * ld + block * tpb) elements */
     const void *pa[6] = {u[0], u[1], delta[0], delta[1], z, dout ? dout : z};
@@ -770,10 +770,10 @@ extern "C" void scan_bidir_forward_cuda(void *out, const void *const u[2],
                                         const void *const delta[2], const void *const xdbl[2],
                                         const void *z, const float *const D[2],
                                         const float *const A_log[2], int B, int L, int E, int N,
-                                        int R, int ldz) {
+                                        int R, int ldx, int ldz) {
     cu_ensure_init();
     ScanArgs a;
-    fill_common(&a, u, delta, xdbl, z, NULL, D, A_log, B, L, E, N, R, ldz);
+    fill_common(&a, u, delta, xdbl, z, NULL, D, A_log, B, L, E, N, R, ldx, ldz);
     a.out = (bf16 *)out;
     DISPATCH_N(N, A_log != NULL, forward_impl, a);
 }
@@ -784,10 +784,10 @@ extern "C" void scan_bidir_backward_cuda(void *const du[2], void *const ddelta[2
                                          const void *const u[2], const void *const delta[2],
                                          const void *const xdbl[2], const void *z,
                                          const float *const D[2], const float *const A_log[2],
-                                         int B, int L, int E, int N, int R, int ldz) {
+                                         int B, int L, int E, int N, int R, int ldx, int ldz) {
     cu_ensure_init();
     ScanArgs a;
-    fill_common(&a, u, delta, xdbl, z, dout, D, A_log, B, L, E, N, R, ldz);
+    fill_common(&a, u, delta, xdbl, z, dout, D, A_log, B, L, E, N, R, ldx, ldz);
     a.dz = (bf16 *)dz;
     for (int j = 0; j < 2; j++) {
         a.du[j] = (bf16 *)du[j];

@@ -108,33 +108,37 @@ static int untouched(const void *d, size_t rows, size_t ld, size_t c0, size_t c1
 }
 
 /* ---------------- linear ---------------- */
-static void test_linear(int N, int C, int OC, int ld, int bias, int f32out, int acc) {
+/* out and dout rows are ldo >= OC apart (x_dbl's padded rows) */
+static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32out, int acc) {
     char nm[128];
     float *in = rnd_bf((size_t)N * ld, 1.0f), *w = rnd_bf((size_t)OC * C, 0.3f);
     float *b = bias ? rnd(OC, 1.0f) : NULL;
-    float *out_c = vil_malloc((size_t)N * OC * sizeof(float));
-    linear_forward(out_c, in, w, b, N, C, OC, ld);
+    float *out_c = vil_calloc((size_t)N * ldo, sizeof(float));
+    linear_forward(out_c, in, w, b, N, C, OC, ld, ldo);
     void *d_in = dev_act(in, (size_t)N * ld), *d_w = dev_act(w, (size_t)OC * C);
     float *d_b = b ? dev_f32(b, OC) : NULL;
-    void *d_out = dev_poison((size_t)N * OC * (f32out ? 4 : 2));
-    G->linear_forward(d_out, d_in, d_w, d_b, N, C, OC, ld, f32out ? VIL_LINEAR_OUT_F32 : 0);
-    float *out_g = f32out ? get_f32(d_out, (size_t)N * OC) : get_act(d_out, (size_t)N * OC);
-    snprintf(nm, sizeof nm, "linear fwd N=%d C=%d OC=%d ld=%d%s%s", N, C, OC, ld, bias ? " bias" : "",
-             f32out ? " f32" : "");
+    void *d_out = dev_poison((size_t)N * ldo * (f32out ? 4 : 2));
+    G->linear_forward(d_out, d_in, d_w, d_b, N, C, OC, ld, ldo, f32out ? VIL_LINEAR_OUT_F32 : 0);
+    float *out_g = f32out ? get_f32(d_out, (size_t)N * ldo) : get_act(d_out, (size_t)N * ldo);
+    snprintf(nm, sizeof nm, "linear fwd N=%d C=%d OC=%d ld=%d ldo=%d%s%s", N, C, OC, ld, ldo,
+             bias ? " bias" : "", f32out ? " f32" : "");
     /* f32 output from bf16 operands: only the summation order differs */
-    T_CLOSE(nm, rel(out_g, out_c, (size_t)N * OC), f32out ? TOL_F32 : TOL_BF16);
+    T_CLOSE(nm, rel2(out_g, out_c, N, OC, ldo), f32out ? TOL_F32 : TOL_BF16);
+    if (ldo > OC && !f32out) T_CHECK(untouched(d_out, N, ldo, 0, OC) == 0, "linear fwd wrote past OC in out");
 
     /* backward: dout random (f32 for the head: the CUDA op rounds it to bf16 internally) */
-    float *dout = f32out ? rnd((size_t)N * OC, 1.0f) : rnd_bf((size_t)N * OC, 1.0f);
+    float *dout = f32out ? rnd((size_t)N * ldo, 1.0f) : rnd_bf((size_t)N * ldo, 1.0f);
+    for (int n = 0; n < N; n++) /* dout's padding must never be read: make a read show */
+        for (int o = OC; o < ldo; o++) dout[(size_t)n * ldo + o] = 1e4f;
     float *dinp_c = acc ? rnd_bf((size_t)N * ld, 1.0f) : vil_calloc((size_t)N * ld, sizeof(float));
     float *dinp0 = copy_f(dinp_c, (size_t)N * ld);
     float *dw_c = rnd((size_t)OC * C, 1.0f), *db_c = rnd(OC, 1.0f);
     float *dw0 = copy_f(dw_c, (size_t)OC * C), *db0 = copy_f(db_c, OC);
-    linear_backward(dinp_c, dw_c, bias ? db_c : NULL, dout, in, w, N, C, OC, ld, acc);
-    void *d_dout = f32out ? (void *)dev_f32(dout, (size_t)N * OC) : dev_act(dout, (size_t)N * OC);
+    linear_backward(dinp_c, dw_c, bias ? db_c : NULL, dout, in, w, N, C, OC, ld, ldo, acc);
+    void *d_dout = f32out ? (void *)dev_f32(dout, (size_t)N * ldo) : dev_act(dout, (size_t)N * ldo);
     void *d_dinp = acc ? dev_act(dinp0, (size_t)N * ld) : dev_poison((size_t)N * ld * 2);
     float *d_dw = dev_f32(dw0, (size_t)OC * C), *d_db = dev_f32(db0, OC);
-    G->linear_backward(d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_in, d_w, N, C, OC, ld, acc,
+    G->linear_backward(d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_in, d_w, N, C, OC, ld, ldo, acc,
                        f32out ? VIL_LINEAR_OUT_F32 : 0);
     float *dinp_g = get_act(d_dinp, (size_t)N * ld), *dw_g = get_f32(d_dw, (size_t)OC * C);
     float *db_g = get_f32(d_db, OC);
@@ -304,10 +308,11 @@ static void test_conv_bidir(int B, int L, int E, int K) {
 }
 
 /* ---------------- the bidirectional scan ---------------- */
-static void test_scan(int B, int L, int E, int N, int R, int mamba) {
+/* x_dbl rows are ldx >= R + 2N apart (the model pads them to 8) */
+static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
     char nm[160];
     const char *kind = mamba ? "mamba" : "longhorn";
-    int W = R + 2 * N, ldz = 2 * E;
+    int W = ldx, ldz = 2 * E;
     size_t ne = (size_t)B * L * E, nw = (size_t)B * L * W, nz = (size_t)B * L * ldz;
     float *u[2], *dl[2], *xd[2], *Dk[2], *Al[2];
     void *d_u[2], *d_dl[2], *d_xd[2];
@@ -330,10 +335,10 @@ static void test_scan(int B, int L, int E, int N, int R, int mamba) {
     const void *gu[2] = {d_u[0], d_u[1]}, *gdl[2] = {d_dl[0], d_dl[1]}, *gxd[2] = {d_xd[0], d_xd[1]};
     const float *gD[2] = {d_Dk[0], d_Dk[1]}, *gA[2] = {d_Al[0], d_Al[1]};
     float *out_c = vil_malloc(ne * sizeof(float));
-    scan_bidir_forward(out_c, cu, cdl, cxd, xz + E, cD, mamba ? cA : NULL, B, L, E, N, R, ldz);
+    scan_bidir_forward(out_c, cu, cdl, cxd, xz + E, cD, mamba ? cA : NULL, B, L, E, N, R, ldx, ldz);
     void *d_out = dev_poison(ne * 2);
     G->scan_bidir_forward(d_out, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL, B,
-                          L, E, N, R, ldz);
+                          L, E, N, R, ldx, ldz);
     float *out_g = get_act(d_out, ne);
     snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d", kind, B, L, E, N);
     T_CLOSE(nm, rel(out_g, out_c, ne), TOL_BF16);
@@ -354,11 +359,11 @@ static void test_scan(int B, int L, int E, int N, int R, int mamba) {
     }
     float *dz_c = vil_calloc(nz, sizeof(float));
     scan_bidir_backward(du_c, ddl_c, dxd_c, dz_c + E, dD_c, mamba ? dA_c : NULL, dout, cu, cdl, cxd,
-                        xz + E, cD, mamba ? cA : NULL, B, L, E, N, R, ldz);
+                        xz + E, cD, mamba ? cA : NULL, B, L, E, N, R, ldx, ldz);
     void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2);
     G->scan_bidir_backward(g_du, g_ddl, g_dxd, (char *)d_dz + (size_t)E * 2, g_dD, mamba ? g_dA : NULL,
                            d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
-                           B, L, E, N, R, ldz);
+                           B, L, E, N, R, ldx, ldz);
     for (int j = 0; j < 2; j++) {
         float *du_g = get_act(g_du[j], ne), *ddl_g = get_act(g_ddl[j], ne), *dxd_g = get_act(g_dxd[j], nw);
         float *dD_g = get_f32(g_dD[j], E), *dA_g = get_f32(g_dA[j], (size_t)E * N);
@@ -370,7 +375,7 @@ static void test_scan(int B, int L, int E, int N, int R, int mamba) {
         T_CLOSE(nm, rel2(dxd_g + R, dxd_c[j] + R, (size_t)B * L, N, W), TOL_BF16);
         snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "C" : "q", j, B, L, E);
         T_CLOSE(nm, rel2(dxd_g + R + N, dxd_c[j] + R + N, (size_t)B * L, N, W), TOL_BF16);
-        T_CHECK(untouched(g_dxd[j], (size_t)B * L, W, R, W) == 0, "scan bwd wrote into the dt_low columns");
+        T_CHECK(untouched(g_dxd[j], (size_t)B * L, W, R, R + 2 * N) == 0, "scan bwd wrote into the dt_low or padding columns");
         for (int e = 0; e < E; e++) dD_g[e] -= dD0[j][e], dD_c[j][e] -= dD0[j][e];
         snprintf(nm, sizeof nm, "scan %s bwd dD[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(dD_g, dD_c[j], E), TOL_F32);
@@ -391,7 +396,7 @@ static void test_scan(int B, int L, int E, int N, int R, int mamba) {
     G->to_host(h1, g_dxd[0], nw * 2);
     G->scan_bidir_backward(g_du, g_ddl, g_dxd, (char *)d_dz + (size_t)E * 2, g_dD, mamba ? g_dA : NULL,
                            d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
-                           B, L, E, N, R, ldz);
+                           B, L, E, N, R, ldx, ldz);
     G->to_host(h2, g_dxd[0], nw * 2);
     T_CHECK(memcmp(h1, h2, nw * 2) == 0, "scan %s bwd: dk/dq differ between two identical runs", kind);
     free(h1), free(h2);
@@ -541,11 +546,11 @@ int main(int argc, char **argv) {
     int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     vil_rng_seed(&rng, 20261122);
 
-    test_linear(394, 40, 80, 40, 0, 0, 0);   /* in_proj-like, L = 197 */
-    test_linear(14, 6, 40, 44, 1, 0, 0);     /* dt_proj-like: a strided slice, bias */
-    test_linear(1460, 40, 44, 40, 0, 0, 1);  /* x_proj-like, L = 730, dinp accumulates */
-    test_linear(3, 24, 5, 24 * 26, 1, 1, 0); /* the head: class-token rows, f32 out */
-    test_linear(2, 40, 24, 40, 0, 0, 0);     /* L = 1 */
+    test_linear(394, 40, 80, 40, 80, 0, 0, 0);   /* in_proj-like, L = 197 */
+    test_linear(14, 6, 40, 48, 40, 1, 0, 0);     /* dt_proj-like: a strided slice, bias */
+    test_linear(1460, 40, 44, 40, 48, 0, 0, 1);  /* x_proj-like, L = 730, dinp accumulates */
+    test_linear(3, 24, 5, 24 * 26, 5, 1, 1, 0); /* the head: class-token rows, f32 out */
+    test_linear(2, 40, 24, 40, 24, 0, 0, 0);     /* L = 1 */
 
     test_norm(2, 197, 40, 1, 1);
     test_norm(3, 7, 20, 1, 0);
@@ -567,15 +572,16 @@ int main(int argc, char **argv) {
 
     for (int i = 0; i < 4; i++) {
         if (quick && Ls[i] == 730) continue;
-        test_scan(2, Ls[i], 40, 16, 3, 0);
+        test_scan(2, Ls[i], 40, 16, 3, 35, 0);
     }
-    test_scan(2, 26, 48, 4, 2, 0);
-    test_scan(2, 33, 72, 8, 5, 0);
-    test_scan(2, 197, 40, 16, 3, 1);
-    test_scan(2, 7, 20, 8, 2, 1);
-    test_scan(2, 197, 264, 16, 9, 0); /* several channel blocks, the last one partial */
-    test_scan(1, 33, 136, 16, 4, 1);
-    if (!quick) test_scan(1, 730, 72, 16, 5, 1);
+    test_scan(2, 26, 48, 4, 2, 10, 0);
+    test_scan(2, 33, 72, 8, 5, 21, 0);
+    test_scan(2, 197, 40, 16, 3, 35, 1);
+    test_scan(2, 7, 20, 8, 2, 18, 1);
+    test_scan(2, 197, 264, 16, 9, 48, 0); /* several channel blocks, the last one partial */
+    test_scan(1, 33, 136, 16, 4, 40, 1);
+    test_scan(2, 197, 72, 16, 12, 48, 0); /* ViL-Tiny's R + 2N = 44, padded to 48 */
+    if (!quick) test_scan(1, 730, 72, 16, 5, 37, 1);
 
     test_loss(3, 5);
     test_loss(7, 1000);

@@ -15,9 +15,9 @@
 #include "testing.h"
 #include "vil/common.h"
 
-void linear_forward(float *, const float *, const float *, const float *, int, int, int, int);
+void linear_forward(float *, const float *, const float *, const float *, int, int, int, int, int);
 void linear_backward(float *, float *, float *, const float *, const float *, const float *, int,
-                     int, int, int, int);
+                     int, int, int, int, int);
 
 static double maxdiff(const float *a, const float *b, size_t n) {
     double e = 0;
@@ -28,34 +28,34 @@ static double maxdiff(const float *a, const float *b, size_t n) {
 int main(void) {
     VilRng r;
     vil_rng_seed(&r, 5);
-    int N = 37, C = 19, OC = 23, ld = 21;
+    int N = 37, C = 19, OC = 23, ld = 21, ldo = 28; /* out / dout rows padded past OC */
     float *in = vil_malloc(sizeof(float) * N * ld), *w = vil_malloc(sizeof(float) * OC * C);
-    float *b = vil_malloc(sizeof(float) * OC), *g = vil_malloc(sizeof(float) * N * OC);
+    float *b = vil_malloc(sizeof(float) * OC), *g = vil_malloc(sizeof(float) * N * ldo);
     for (int i = 0; i < N * ld; i++) in[i] = vil_rng_normal(&r);
     for (int i = 0; i < OC * C; i++) w[i] = vil_rng_normal(&r);
     for (int i = 0; i < OC; i++) b[i] = vil_rng_normal(&r);
-    for (int i = 0; i < N * OC; i++) g[i] = vil_rng_normal(&r);
-    float *o1 = vil_calloc((size_t)N * OC, 4), *o2 = vil_calloc((size_t)N * OC, 4);
-    double *ref = vil_malloc(sizeof(double) * N * OC);
+    for (int i = 0; i < N * ldo; i++) g[i] = i % ldo < OC ? vil_rng_normal(&r) : 1e6f; /* never read */
+    float *o1 = vil_calloc((size_t)N * ldo, 4), *o2 = vil_calloc((size_t)N * ldo, 4);
+    double *ref = vil_malloc(sizeof(double) * N * ldo);
     for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            double s = b[o];
-            for (int c = 0; c < C; c++) s += (double)in[n * ld + c] * w[o * C + c];
-            ref[n * OC + o] = s;
+        for (int o = 0; o < ldo; o++) {
+            double s = o < OC ? b[o] : 0.0; /* the padding stays 0 */
+            for (int c = 0; c < C && o < OC; c++) s += (double)in[n * ld + c] * w[o * C + c];
+            ref[n * ldo + o] = s;
         }
-    linear_forward_loops(o1, in, w, b, N, C, OC, ld);
-    linear_forward(o2, in, w, b, N, C, OC, ld);
+    linear_forward_loops(o1, in, w, b, N, C, OC, ld, ldo);
+    linear_forward(o2, in, w, b, N, C, OC, ld, ldo);
     double e = 0;
-    for (int i = 0; i < N * OC; i++) e = fmax(e, fabs(o1[i] - ref[i]));
+    for (int i = 0; i < N * ldo; i++) e = fmax(e, fabs(o1[i] - ref[i]));
     T_CLOSE("loops forward vs double reference", e, 1e-4);
-    T_CLOSE("loops forward vs library forward", maxdiff(o1, o2, (size_t)N * OC), 1e-4);
+    T_CLOSE("loops forward vs library forward", maxdiff(o1, o2, (size_t)N * ldo), 1e-4);
     for (int acc = 0; acc < 2; acc++) {
         float *dx1 = vil_malloc(sizeof(float) * N * ld), *dx2 = vil_malloc(sizeof(float) * N * ld);
         float *dw1 = vil_calloc((size_t)OC * C, 4), *dw2 = vil_calloc((size_t)OC * C, 4);
         float *db1 = vil_calloc(OC, 4), *db2 = vil_calloc(OC, 4);
         for (int i = 0; i < N * ld; i++) dx1[i] = dx2[i] = 0.5f; /* pad columns must survive */
-        linear_backward_loops(dx1, dw1, db1, g, in, w, N, C, OC, ld, acc);
-        linear_backward(dx2, dw2, db2, g, in, w, N, C, OC, ld, acc);
+        linear_backward_loops(dx1, dw1, db1, g, in, w, N, C, OC, ld, ldo, acc);
+        linear_backward(dx2, dw2, db2, g, in, w, N, C, OC, ld, ldo, acc);
         T_CLOSE(acc ? "loops backward dinp (accumulate)" : "loops backward dinp", maxdiff(dx1, dx2, (size_t)N * ld), 1e-4);
         T_CLOSE("loops backward dw", maxdiff(dw1, dw2, (size_t)OC * C), 1e-4);
         T_CLOSE("loops backward db", maxdiff(db1, db2, OC), 1e-4);

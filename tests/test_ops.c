@@ -32,32 +32,36 @@ static double rel_err(const float *a, const double *ref, size_t n) {
 
 /* ---------------- linear ---------------- */
 typedef struct {
-    int N, C, OC, ld;
+    int N, C, OC, ld, ldo;
     float *in, *w, *b, *out, *R;
 } LinCtx;
 static double lin_loss(void *p) {
     LinCtx *c = p;
-    linear_forward(c->out, c->in, c->w, c->b, c->N, c->C, c->OC, c->ld);
-    return gc_dot(c->out, c->R, (size_t)c->N * c->OC);
+    linear_forward(c->out, c->in, c->w, c->b, c->N, c->C, c->OC, c->ld, c->ldo);
+    return gc_dot(c->out, c->R, (size_t)c->N * c->ldo);
 }
+/* out and dout rows are ldo = OC + 3 apart: out's padding must stay 0 (the loss would see it),
+ * and dout's padding holds 1e6, which would wreck the gradients if the backward read it */
 static void test_linear(void) {
-    LinCtx c = {.N = 13, .C = 7, .OC = 5, .ld = 9};
+    LinCtx c = {.N = 13, .C = 7, .OC = 5, .ld = 9, .ldo = 8};
     c.in = rnd((size_t)c.N * c.ld, 1), c.w = rnd((size_t)c.OC * c.C, 1), c.b = rnd(c.OC, 1);
-    c.out = zeros((size_t)c.N * c.OC), c.R = rnd((size_t)c.N * c.OC, 1);
+    c.out = zeros((size_t)c.N * c.ldo), c.R = rnd((size_t)c.N * c.ldo, 1);
+    for (int n = 0; n < c.N; n++)
+        for (int o = c.OC; o < c.ldo; o++) c.R[n * c.ldo + o] = 1e6f;
     /* forward against a double loop */
     lin_loss(&c);
-    double *ref = vil_malloc(sizeof(double) * c.N * c.OC);
+    double *ref = vil_malloc(sizeof(double) * c.N * c.ldo);
     for (int n = 0; n < c.N; n++)
-        for (int o = 0; o < c.OC; o++) {
-            double s = c.b[o];
-            for (int k = 0; k < c.C; k++) s += (double)c.in[n * c.ld + k] * c.w[o * c.C + k];
-            ref[n * c.OC + o] = s;
+        for (int o = 0; o < c.ldo; o++) {
+            double s = o < c.OC ? c.b[o] : 0.0;
+            for (int k = 0; k < c.C && o < c.OC; k++) s += (double)c.in[n * c.ld + k] * c.w[o * c.C + k];
+            ref[n * c.ldo + o] = s;
         }
-    T_CLOSE("linear forward", rel_err(c.out, ref, (size_t)c.N * c.OC), 1e-6);
+    T_CLOSE("linear forward (strided out, padding untouched)", rel_err(c.out, ref, (size_t)c.N * c.ldo), 1e-6);
     float *din = zeros((size_t)c.N * c.ld), *dw = zeros((size_t)c.OC * c.C), *db = zeros(c.OC);
     /* the padding columns of din must stay untouched: fill them with a sentinel */
     for (size_t i = 0; i < (size_t)c.N * c.ld; i++) din[i] = 7.0f;
-    linear_backward(din, dw, db, c.R, c.in, c.w, c.N, c.C, c.OC, c.ld, 0);
+    linear_backward(din, dw, db, c.R, c.in, c.w, c.N, c.C, c.OC, c.ld, c.ldo, 0);
     int pad_ok = 1;
     for (int n = 0; n < c.N; n++)
         for (int k = c.C; k < c.ld; k++) pad_ok &= din[n * c.ld + k] == 7.0f;
@@ -72,7 +76,7 @@ static void test_linear(void) {
     float *din2 = zeros((size_t)c.N * c.ld);
     for (size_t i = 0; i < (size_t)c.N * c.ld; i++) din2[i] = 1.0f;
     float *dw2 = zeros((size_t)c.OC * c.C);
-    linear_backward(din2, dw2, NULL, c.R, c.in, c.w, c.N, c.C, c.OC, c.ld, 1);
+    linear_backward(din2, dw2, NULL, c.R, c.in, c.w, c.N, c.C, c.OC, c.ld, c.ldo, 1);
     double e = 0;
     for (int n = 0; n < c.N; n++)
         for (int k = 0; k < c.C; k++) e = fmax(e, fabs(din2[n * c.ld + k] - 1.0f - din[n * c.ld + k]));
@@ -353,19 +357,20 @@ static void test_scan_small_gate(void) {
 
 /* ---------------- bidirectional core (gate + average) ---------------- */
 typedef struct {
-    int B, L, E, N, R, ldz, mamba;
+    int B, L, E, N, R, ldx, ldz, mamba;
     float *u[2], *delta[2], *xdbl[2], *z, *D[2], *A[2], *out, *Rw;
 } BiCtx;
 static double bi_loss(void *p) {
     BiCtx *c = p;
     const float *u[2] = {c->u[0], c->u[1]}, *dl[2] = {c->delta[0], c->delta[1]}, *xd[2] = {c->xdbl[0], c->xdbl[1]};
     const float *D[2] = {c->D[0], c->D[1]}, *A[2] = {c->A[0], c->A[1]};
-    scan_bidir_forward(c->out, u, dl, xd, c->z, D, c->mamba ? A : NULL, c->B, c->L, c->E, c->N, c->R, c->ldz);
+    scan_bidir_forward(c->out, u, dl, xd, c->z, D, c->mamba ? A : NULL, c->B, c->L, c->E, c->N, c->R, c->ldx, c->ldz);
     return gc_dot(c->out, c->Rw, (size_t)c->B * c->L * c->E);
 }
 static void test_bidir(int mamba) {
     BiCtx c = {.B = 2, .L = 7, .E = 5, .N = 4, .R = 2, .ldz = 9, .mamba = mamba};
-    int W = c.R + 2 * c.N;
+    int W = c.R + 2 * c.N + 3; /* x_dbl rows padded past R + 2N: the padding is never touched */
+    c.ldx = W;
     size_t n = (size_t)c.B * c.L * c.E, nx = (size_t)c.B * c.L * W, nz = (size_t)c.B * c.L * c.ldz;
     for (int j = 0; j < 2; j++) {
         c.u[j] = rnd(n, 1), c.delta[j] = rnd(n, 1), c.xdbl[j] = rnd(nx, 0.7f), c.D[j] = rnd(c.E, 1);
@@ -389,13 +394,23 @@ static void test_bidir(int mamba) {
     T_CLOSE(mamba ? "bidir mamba forward (gate, average)" : "bidir longhorn forward (gate, average)", rel_err(c.out, ref, n), 1e-6);
     float *du[2], *ddl[2], *dxd[2], *dD[2], *dA[2], *dz = zeros(nz);
     for (int j = 0; j < 2; j++) du[j] = zeros(n), ddl[j] = zeros(n), dxd[j] = zeros(nx), dD[j] = zeros(c.E), dA[j] = zeros((size_t)c.E * c.N);
-    const float *u[2] = {c.u[0], c.u[1]}, *dl[2] = {c.delta[0], c.delta[1]}, *xd[2] = {c.xdbl[0], c.xdbl[1]};
-    const float *D[2] = {c.D[0], c.D[1]}, *A[2] = {c.A[0], c.A[1]};
-    scan_bidir_backward(du, ddl, dxd, dz, dD, mamba ? dA : NULL, c.Rw, u, dl, xd, c.z, D, mamba ? A : NULL, c.B, c.L, c.E, c.N, c.R, c.ldz);
-    /* dt_low columns belong to dt_proj's backward: zero them for the check of the k, q columns */
     for (int j = 0; j < 2; j++)
         for (size_t r = 0; r < (size_t)c.B * c.L; r++)
-            for (int k = 0; k < c.R; k++) dxd[j][r * W + k] = 0;
+            for (int k = c.R + 2 * c.N; k < W; k++) dxd[j][r * W + k] = 5.0f;
+    const float *u[2] = {c.u[0], c.u[1]}, *dl[2] = {c.delta[0], c.delta[1]}, *xd[2] = {c.xdbl[0], c.xdbl[1]};
+    const float *D[2] = {c.D[0], c.D[1]}, *A[2] = {c.A[0], c.A[1]};
+    scan_bidir_backward(du, ddl, dxd, dz, dD, mamba ? dA : NULL, c.Rw, u, dl, xd, c.z, D, mamba ? A : NULL, c.B, c.L, c.E, c.N, c.R, c.ldx, c.ldz);
+    int xpad_ok = 1;
+    for (int j = 0; j < 2; j++)
+        for (size_t r = 0; r < (size_t)c.B * c.L; r++)
+            for (int k = c.R + 2 * c.N; k < W; k++) xpad_ok &= dxd[j][r * W + k] == 5.0f;
+    T_CHECK(xpad_ok, "scan_bidir_backward wrote into the padding of dx_dbl's rows");
+    /* dt_low columns belong to dt_proj's backward, the padding to no one: zero them for the check
+     * of the k, q columns */
+    for (int j = 0; j < 2; j++)
+        for (size_t r = 0; r < (size_t)c.B * c.L; r++)
+            for (int k = 0; k < W; k++)
+                if (k < c.R || k >= c.R + 2 * c.N) dxd[j][r * W + k] = 0;
     /* z's gradient only for the E columns the gate reads; the others must be left alone */
     for (size_t r = 0; r < (size_t)c.B * c.L; r++)
         for (int k = c.E; k < c.ldz; k++) dz[r * c.ldz + k] = 0;

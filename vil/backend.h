@@ -48,10 +48,10 @@ typedef struct VilBackend {
                                  const float *res_out, const float *rstd, const float *w,
                                  const float *scale, int B, int L, int D);
     void (*linear_forward)(void *out, const void *in, const void *w, const float *b, int N, int C,
-                           int OC, int ld_in, int flags);
+                           int OC, int ld_in, int ld_out, int flags);
     void (*linear_backward)(void *dinp, float *dw, float *db, const void *dout, const void *in,
-                            const void *w, int N, int C, int OC, int ld_in, int accumulate_dinp,
-                            int flags);
+                            const void *w, int N, int C, int OC, int ld_in, int ld_out,
+                            int accumulate_dinp, int flags);
     void (*conv1d_silu_forward)(void *u, const void *x, const float *w, const float *b, int B,
                                 int L, int E, int K, int ldx, int reverse);
     void (*conv1d_silu_backward)(void *dx, float *dw, float *db, const void *du, const void *x,
@@ -66,13 +66,13 @@ typedef struct VilBackend {
     void (*scan_bidir_forward)(void *out, const void *const u[2], const void *const delta[2],
                                const void *const xdbl[2], const void *z, const float *const D[2],
                                const float *const A_log[2], int B, int L, int E, int N, int R,
-                               int ldz);
+                               int ldx, int ldz);
     void (*scan_bidir_backward)(void *const du[2], void *const ddelta[2], void *const dxdbl[2],
                                 void *dz, float *const dD[2], float *const dA_log[2],
                                 const void *dout, const void *const u[2],
                                 const void *const delta[2], const void *const xdbl[2],
                                 const void *z, const float *const D[2], const float *const A_log[2],
-                                int B, int L, int E, int N, int R, int ldz);
+                                int B, int L, int E, int N, int R, int ldx, int ldz);
     void (*softmax_xent_forward)(float *loss, float *probs, const float *logits,
                                  const float *targets, int B, int C);
     void (*softmax_xent_backward)(float *dlogits, const float *probs, const float *targets, int B,

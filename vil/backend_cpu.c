@@ -50,13 +50,13 @@ static void cpu_add_rmsnorm_backward(float *dres, void *dh, float *dw, const voi
     add_rmsnorm_backward(dres, dh, dw, dnormed, res_out, rstd, w, scale, B, L, D);
 }
 static void cpu_linear_forward(void *out, const void *in, const void *w, const float *b, int N,
-                               int C, int OC, int ld_in, int flags) {
-    linear_forward(out, in, w, b, N, C, OC, ld_in);
+                               int C, int OC, int ld_in, int ld_out, int flags) {
+    linear_forward(out, in, w, b, N, C, OC, ld_in, ld_out);
 }
 static void cpu_linear_backward(void *dinp, float *dw, float *db, const void *dout,
                                 const void *in, const void *w, int N, int C, int OC, int ld_in,
-                                int accumulate_dinp, int flags) {
-    linear_backward(dinp, dw, db, dout, in, w, N, C, OC, ld_in, accumulate_dinp);
+                                int ld_out, int accumulate_dinp, int flags) {
+    linear_backward(dinp, dw, db, dout, in, w, N, C, OC, ld_in, ld_out, accumulate_dinp);
 }
 static void cpu_conv1d_silu_forward(void *u, const void *x, const float *w, const float *b, int B,
                                     int L, int E, int K, int ldx, int reverse) {
@@ -81,9 +81,9 @@ static void cpu_conv1d_silu_bidir_backward(void *dx, float *const dw[2], float *
 static void cpu_scan_bidir_forward(void *out, const void *const u[2], const void *const delta[2],
                                    const void *const xdbl[2], const void *z,
                                    const float *const D[2], const float *const A_log[2], int B,
-                                   int L, int E, int N, int R, int ldz) {
+                                   int L, int E, int N, int R, int ldx, int ldz) {
     scan_bidir_forward(out, (const float *const *)u, (const float *const *)delta,
-                       (const float *const *)xdbl, z, D, A_log, B, L, E, N, R, ldz);
+                       (const float *const *)xdbl, z, D, A_log, B, L, E, N, R, ldx, ldz);
 }
 static void cpu_scan_bidir_backward(void *const du[2], void *const ddelta[2],
                                     void *const dxdbl[2], void *dz, float *const dD[2],
@@ -91,10 +91,10 @@ static void cpu_scan_bidir_backward(void *const du[2], void *const ddelta[2],
                                     const void *const u[2], const void *const delta[2],
                                     const void *const xdbl[2], const void *z,
                                     const float *const D[2], const float *const A_log[2], int B,
-                                    int L, int E, int N, int R, int ldz) {
+                                    int L, int E, int N, int R, int ldx, int ldz) {
     scan_bidir_backward((float *const *)du, (float *const *)ddelta, (float *const *)dxdbl, dz, dD,
                         dA_log, dout, (const float *const *)u, (const float *const *)delta,
-                        (const float *const *)xdbl, z, D, A_log, B, L, E, N, R, ldz);
+                        (const float *const *)xdbl, z, D, A_log, B, L, E, N, R, ldx, ldz);
 }
 static void cpu_adamw_update(float *p, void *work, const float *g, float *m, float *v,
                              const unsigned char *decay, size_t n, float lr, float beta1,

@@ -53,12 +53,12 @@ static void w_norm_b(float *dres, void *dh, float *dw, const void *dn, const flo
     T0; in->add_rmsnorm_backward(dres, dh, dw, dn, ro, rs, w, sc, B, L, D); T1(P_NORM_B);
 }
 static void w_lin_f(void *out, const void *x, const void *w, const float *b, int N, int C, int OC,
-                    int ld, int flags) {
-    T0; in->linear_forward(out, x, w, b, N, C, OC, ld, flags); T1(P_LIN_F);
+                    int ld, int ldo, int flags) {
+    T0; in->linear_forward(out, x, w, b, N, C, OC, ld, ldo, flags); T1(P_LIN_F);
 }
 static void w_lin_b(void *dx, float *dw, float *db, const void *dout, const void *x, const void *w,
-                    int N, int C, int OC, int ld, int acc, int flags) {
-    T0; in->linear_backward(dx, dw, db, dout, x, w, N, C, OC, ld, acc, flags); T1(P_LIN_B);
+                    int N, int C, int OC, int ld, int ldo, int acc, int flags) {
+    T0; in->linear_backward(dx, dw, db, dout, x, w, N, C, OC, ld, ldo, acc, flags); T1(P_LIN_B);
 }
 static void w_conv_f(void *u, const void *x, const float *w, const float *b, int B, int L, int E,
                      int K, int ldx, int rev) {
@@ -79,15 +79,15 @@ static void w_conv_bb(void *dx, float *const dw[2], float *const db[2], const vo
 }
 static void w_scan_f(void *out, const void *const u[2], const void *const dl[2],
                      const void *const xd[2], const void *z, const float *const D[2],
-                     const float *const A[2], int B, int L, int E, int N, int R, int ldz) {
-    T0; in->scan_bidir_forward(out, u, dl, xd, z, D, A, B, L, E, N, R, ldz); T1(P_SCAN_F);
+                     const float *const A[2], int B, int L, int E, int N, int R, int ldx, int ldz) {
+    T0; in->scan_bidir_forward(out, u, dl, xd, z, D, A, B, L, E, N, R, ldx, ldz); T1(P_SCAN_F);
 }
 static void w_scan_b(void *const du[2], void *const ddl[2], void *const dxd[2], void *dz,
                      float *const dD[2], float *const dA[2], const void *dout,
                      const void *const u[2], const void *const dl[2], const void *const xd[2],
                      const void *z, const float *const D[2], const float *const A[2], int B, int L,
-                     int E, int N, int R, int ldz) {
-    T0; in->scan_bidir_backward(du, ddl, dxd, dz, dD, dA, dout, u, dl, xd, z, D, A, B, L, E, N, R, ldz);
+                     int E, int N, int R, int ldx, int ldz) {
+    T0; in->scan_bidir_backward(du, ddl, dxd, dz, dD, dA, dout, u, dl, xd, z, D, A, B, L, E, N, R, ldx, ldz);
     T1(P_SCAN_B);
 }
 static void w_xent_f(float *loss, float *probs, const float *logits, const float *t, int B, int C) {

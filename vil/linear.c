@@ -32,7 +32,7 @@ static inline void chunk(int n, int k, int size, int *a, int *b) {
 #endif
 
 void linear_forward(float *out, const float *in, const float *w, const float *b, int N, int C,
-                    int OC, int ld_in) {
+                    int OC, int ld_in, int ld_out) {
 #ifdef VIL_BLAS
     blas_single_thread();
     int parts = (N + ROW_CHUNK - 1) / ROW_CHUNK;
@@ -42,12 +42,12 @@ void linear_forward(float *out, const float *in, const float *w, const float *b,
         chunk(N, k, ROW_CHUNK, &r0, &r1);
         if (r1 > r0)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, OC, C, 1.0f,
-                        in + (size_t)r0 * ld_in, ld_in, w, C, 0.0f, out + (size_t)r0 * OC, OC);
+                        in + (size_t)r0 * ld_in, ld_in, w, C, 0.0f, out + (size_t)r0 * ld_out, ld_out);
     }
     if (b) {
 #pragma omp parallel for
         for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += b[o];
+            for (int o = 0; o < OC; o++) out[(size_t)n * ld_out + o] += b[o];
     }
 #else
 #pragma omp parallel for
@@ -57,14 +57,15 @@ void linear_forward(float *out, const float *in, const float *w, const float *b,
             const float *wr = w + (size_t)o * C;
             float acc = b ? b[o] : 0.0f;
             for (int c = 0; c < C; c++) acc += x[c] * wr[c];
-            out[(size_t)n * OC + o] = acc;
+            out[(size_t)n * ld_out + o] = acc;
         }
     }
 #endif
 }
 
 void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *in,
-                     const float *w, int N, int C, int OC, int ld_in, int accumulate_dinp) {
+                     const float *w, int N, int C, int OC, int ld_in, int ld_out,
+                     int accumulate_dinp) {
 #ifdef VIL_BLAS
     blas_single_thread();
     int rparts = dinp ? (N + ROW_CHUNK - 1) / ROW_CHUNK : 0;
@@ -76,19 +77,19 @@ void linear_backward(float *dinp, float *dw, float *db, const float *dout, const
         else chunk(OC, k - rparts, OC_CHUNK, &o0, &o1);
         if (dinp && r1 > r0)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, C, OC, 1.0f,
-                        dout + (size_t)r0 * OC, OC, w, C, accumulate_dinp ? 1.0f : 0.0f,
+                        dout + (size_t)r0 * ld_out, ld_out, w, C, accumulate_dinp ? 1.0f : 0.0f,
                         dinp + (size_t)r0 * ld_in, ld_in);
         /* dw rows [o0, o1) = dout[:, o0:o1]^T @ in: the sum over N stays inside one call */
         if (dw && o1 > o0)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, C, N, 1.0f, dout + o0,
-                        OC, in, ld_in, 1.0f, dw + (size_t)o0 * C, C);
+                        ld_out, in, ld_in, 1.0f, dw + (size_t)o0 * C, C);
     }
 #else
     if (dinp) {
 #pragma omp parallel for
         for (int n = 0; n < N; n++) {
             float *dx = dinp + (size_t)n * ld_in;
-            const float *g = dout + (size_t)n * OC;
+            const float *g = dout + (size_t)n * ld_out;
             if (!accumulate_dinp) memset(dx, 0, (size_t)C * sizeof(float));
             for (int o = 0; o < OC; o++) {
                 const float *wr = w + (size_t)o * C;
@@ -101,7 +102,7 @@ void linear_backward(float *dinp, float *dw, float *db, const float *dout, const
     for (int o = 0; o < (dw ? OC : 0); o++) {
         float *dwr = dw + (size_t)o * C;
         for (int n = 0; n < N; n++) {
-            float go = dout[(size_t)n * OC + o];
+            float go = dout[(size_t)n * ld_out + o];
             const float *x = in + (size_t)n * ld_in;
             for (int c = 0; c < C; c++) dwr[c] += go * x[c];
         }
@@ -111,7 +112,7 @@ void linear_backward(float *dinp, float *dw, float *db, const float *dout, const
 #pragma omp parallel for
         for (int o = 0; o < OC; o++) {
             float acc = 0.0f;
-            for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
+            for (int n = 0; n < N; n++) acc += dout[(size_t)n * ld_out + o];
             db[o] += acc;
         }
     }

@@ -37,14 +37,15 @@ void add_rmsnorm_backward(float *dres /* (B, L, D) in/out */, float *dh /* (B, L
                           int L, int D);
 
 /* linear.c: out = in @ w^T + b. Rows of `in` are ld_in floats apart (ld_in >= C), so a slice of
- * a wider tensor (dt_low in x_dbl, the class-token row of each sample) needs no copy. */
-void linear_forward(float *out /* (N, OC) */, const float *in /* (N, ld_in) */,
+ * a wider tensor (dt_low in x_dbl, the class-token row of each sample) needs no copy; rows of
+ * out (and of dout in the backward) are ld_out >= OC apart (x_dbl rows padded to 16 bytes). */
+void linear_forward(float *out /* (N, ld_out) */, const float *in /* (N, ld_in) */,
                     const float *w /* (OC, C) */, const float *b /* (OC) or NULL */, int N, int C,
-                    int OC, int ld_in);
+                    int OC, int ld_in, int ld_out);
 void linear_backward(float *dinp /* (N, ld_in) or NULL */, float *dw /* (OC, C) or NULL */,
-                     float *db /* (OC) or NULL */, const float *dout /* (N, OC) */,
+                     float *db /* (OC) or NULL */, const float *dout /* (N, ld_out) */,
                      const float *in /* (N, ld_in) */, const float *w /* (OC, C) */, int N, int C,
-                     int OC, int ld_in, int accumulate_dinp);
+                     int OC, int ld_in, int ld_out, int accumulate_dinp);
 
 /* conv1d.c: u = SiLU(causal depthwise conv1d(x)) along L, width K. reverse = 1 runs the
  * causal filter on the reversed sequence (the "backward" direction) without copying. */
@@ -91,20 +92,20 @@ void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *
 /* The whole bidirectional core of a mixer: for each direction j (0 forward, 1 reversed) the
  * scan on (u[j], delta[j], x_dbl[j]) gated by SiLU(z) at the same token, then
  * out = (y_0 + y_1) / 2. A_log == NULL selects Longhorn, otherwise Mamba. x_dbl rows are
- * R + 2N wide ([dt_low | k | q]); z rows are ldz apart. Backward writes du, ddelta, the k and q
+ * ldx >= R + 2N apart ([dt_low | k | q]); z rows are ldz apart. Backward writes du, ddelta, the k and q
  * columns of dx_dbl and dz (all overwritten) and accumulates dD, dA_log. */
 void scan_bidir_forward(float *out /* (B, L, E) */, const float *const u[2] /* (B, L, E) */,
                         const float *const delta[2] /* (B, L, E) */,
-                        const float *const xdbl[2] /* (B, L, R + 2N) */,
+                        const float *const xdbl[2] /* (B, L, ldx) */,
                         const float *z /* (B, L, ldz) */, const float *const Dskip[2] /* (E) */,
                         const float *const A_log[2] /* (E, N) or NULL */, int B, int L, int E,
-                        int N, int R, int ldz);
+                        int N, int R, int ldx, int ldz);
 void scan_bidir_backward(float *const du[2], float *const ddelta[2], float *const dxdbl[2],
                          float *dz /* (B, L, ldz) */, float *const dD[2], float *const dA_log[2],
                          const float *dout /* (B, L, E) */, const float *const u[2],
                          const float *const delta[2], const float *const xdbl[2], const float *z,
                          const float *const Dskip[2], const float *const A_log[2], int B, int L,
-                         int E, int N, int R, int ldz);
+                         int E, int N, int R, int ldx, int ldz);
 
 /* loss.c: softmax cross-entropy against soft targets (rows summing to 1: label smoothing and
  * mixup give those). loss[b] per sample; the mean over the batch is what is minimized, so

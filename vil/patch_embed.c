@@ -28,7 +28,7 @@ void patch_embed_forward(float *out, const float *img, const float *w, const flo
     int M = ((H - P) / S + 1) * ((W - P) / S + 1), K = C * P * P;
     float *col = vil_malloc((size_t)B * M * K * sizeof(float));
     im2col(col, img, B, C, H, W, P, S);
-    linear_forward(out, col, w, b, B * M, K, D, K);
+    linear_forward(out, col, w, b, B * M, K, D, K, D);
     free(col);
 }
 
@@ -37,11 +37,11 @@ void patch_embed_backward(float *dimg, float *dw, float *db, const float *dout, 
     int GH = (H - P) / S + 1, GW = (W - P) / S + 1, M = GH * GW, K = C * P * P;
     float *col = vil_malloc((size_t)B * M * K * sizeof(float));
     im2col(col, img, B, C, H, W, P, S);
-    linear_backward(NULL, dw, db, dout, col, w, B * M, K, D, K, 0);
+    linear_backward(NULL, dw, db, dout, col, w, B * M, K, D, K, D, 0);
     if (dimg) {
         /* the input gradient (saliency, gradient checks): dcol = dout @ w, then col2im. Patches
          * overlap when S < P, so each (sample, channel) plane is summed by one thread. */
-        linear_backward(col, NULL, NULL, dout, NULL, w, B * M, K, D, K, 0);
+        linear_backward(col, NULL, NULL, dout, NULL, w, B * M, K, D, K, D, 0);
 #pragma omp parallel for collapse(2)
         for (int b = 0; b < B; b++)
             for (int c = 0; c < C; c++) {

@@ -292,8 +292,7 @@ void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *
 
 static void scan_dir_forward(float *y, const float *u, const float *delta, const float *xdbl,
                              const float *Dskip, const float *A_log, int B, int L, int E, int N,
-                             int R, int reverse) {
-    int ld = R + 2 * N;
+                             int R, int ld, int reverse) {
     if (A_log)
         mamba_scan_forward(y, u, delta, xdbl + R, xdbl + R + N, A_log, Dskip, B, L, E, N, ld,
                            reverse);
@@ -304,12 +303,13 @@ static void scan_dir_forward(float *y, const float *u, const float *delta, const
 
 void scan_bidir_forward(float *out, const float *const u[2], const float *const delta[2],
                         const float *const xdbl[2], const float *z, const float *const Dskip[2],
-                        const float *const A_log[2], int B, int L, int E, int N, int R, int ldz) {
+                        const float *const A_log[2], int B, int L, int E, int N, int R, int ldx,
+                        int ldz) {
     size_t BL = (size_t)B * L;
     float *y = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
         scan_dir_forward(y, u[j], delta[j], xdbl[j], Dskip[j], A_log ? A_log[j] : NULL, B, L, E,
-                         N, R, j);
+                         N, R, ldx, j);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {
@@ -325,14 +325,15 @@ void scan_bidir_backward(float *const du[2], float *const ddelta[2], float *cons
                          float *dz, float *const dD[2], float *const dA_log[2], const float *dout,
                          const float *const u[2], const float *const delta[2],
                          const float *const xdbl[2], const float *z, const float *const Dskip[2],
-                         const float *const A_log[2], int B, int L, int E, int N, int R, int ldz) {
+                         const float *const A_log[2], int B, int L, int E, int N, int R, int ldx,
+                         int ldz) {
     size_t BL = (size_t)B * L;
-    int ld = R + 2 * N;
+    const int ld = ldx;
     float *y = vil_malloc(BL * E * sizeof(float));
     float *gy = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
         const float *Al = A_log ? A_log[j] : NULL;
-        scan_dir_forward(y, u[j], delta[j], xdbl[j], Dskip[j], Al, B, L, E, N, R, j);
+        scan_dir_forward(y, u[j], delta[j], xdbl[j], Dskip[j], Al, B, L, E, N, R, ldx, j);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {

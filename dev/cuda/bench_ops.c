@@ -51,7 +51,7 @@ static float *f32(size_t n, float scale) {
             double us_ = (vil_now() - t0_) / iters * 1e6;                                     \
             printf("%-34s %9.1f us %8.1f MB %7.0f GB/s %5.1f%%\n", name, us_, (bytes) / 1e6,   \
                    (bytes) / us_ / 1e3, 100.0 * (bytes) / us_ / 1e3 / 3350.0);                 \
-            if (!strstr(name, "one direction")) total_us += us_;                             \
+            if (!strstr(name, "one direction") && !strstr(name, "probe")) total_us += us_;                             \
         }                                                                                     \
     } while (0)
 
@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
     G = &vil_backend_cuda;
     vil_rng_seed(&rng, 1);
     int L = 197, E = 2 * D, N = 16, R = (D + 15) / 16, W = R + 2 * N, K = 4;
+    int Wp = (W + 7) / 8 * 8; /* x_dbl's row stride in the model: 16-byte aligned bf16 rows */
     size_t T = (size_t)B * L;
     printf("one ViL block: D=%d E=%d N=%d R=%d B=%d L=%d (T=%zu tokens), %d calls each\n", D, E, N,
            R, B, L, T, iters);
@@ -76,9 +77,9 @@ int main(int argc, char **argv) {
     float *nw = f32(D, 1);
     void *h = act(T * D, 1), *normed = act(T * D, 1), *xz = act(T * 2 * E, 1), *dxz = act(T * 2 * E, 1);
     void *u[2] = {act(T * E, 1), act(T * E, 1)}, *dl[2] = {act(T * E, 1), act(T * E, 1)};
-    void *xd[2] = {act(T * W, 0.5f), act(T * W, 0.5f)};
+    void *xd[2] = {act(T * Wp, 0.5f), act(T * Wp, 0.5f)};
     void *du[2] = {act(T * E, 1), act(T * E, 1)}, *ddl[2] = {act(T * E, 1), act(T * E, 1)};
-    void *dxd[2] = {act(T * W, 1), act(T * W, 1)};
+    void *dxd[2] = {act(T * Wp, 1), act(T * Wp, 1)};
     void *ysum = act(T * E, 1), *dysum = act(T * E, 1), *dh = act(T * D, 1), *dnormed = act(T * D, 1);
     /* weights (bf16 working copies) and f32 parameters / gradients */
     void *w_in = act((size_t)2 * E * D, 0.05f), *w_x = act((size_t)W * E, 0.05f);
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
     BENCH("add_rmsnorm fwd", T * D * (4.0 + 2 + 4 + 2) + T * 4,
           G->add_rmsnorm_forward(res2, normed, rstd, res, h, NULL, nw, B, L, D));
     BENCH("linear in_proj fwd", T * D * 2.0 + T * 2 * E * 2,
-          G->linear_forward(xz, normed, w_in, NULL, (int)T, D, 2 * E, D, 0));
+          G->linear_forward(xz, normed, w_in, NULL, (int)T, D, 2 * E, D, 2 * E, 0));
     BENCH("conv1d+silu fwd, one direction", T * E * 4.0,
           G->conv1d_silu_forward(u[1], xz, cw, cb, B, L, E, K, 2 * E, 1));
     {
@@ -106,29 +107,49 @@ int main(int argc, char **argv) {
               G->conv1d_silu_bidir_forward(uu2, xz, cwf, cbf, B, L, E, K, 2 * E));
     }
     BENCH("linear x_proj fwd (x1)", T * E * 2.0 + T * W * 2,
-          G->linear_forward(xd[0], u[0], w_x, NULL, (int)T, E, W, E, 0));
+          G->linear_forward(xd[0], u[0], w_x, NULL, (int)T, E, W, E, Wp, 0));
     BENCH("linear dt_proj fwd (x1)", T * R * 2.0 + T * E * 2,
-          G->linear_forward(dl[0], xd[0], w_dt, b_dt, (int)T, R, E, W, 0));
+          G->linear_forward(dl[0], xd[0], w_dt, b_dt, (int)T, R, E, Wp, E, 0));
     BENCH("scan fwd (both dirs)", T * E * 2.0 * 6 + 2.0 * T * 2 * N * 2,
-          G->scan_bidir_forward(ysum, cu_, cdl, cxd, z, cD, NULL, B, L, E, N, R, 2 * E));
+          G->scan_bidir_forward(ysum, cu_, cdl, cxd, z, cD, NULL, B, L, E, N, R, Wp, 2 * E));
     BENCH("linear out_proj fwd", T * E * 2.0 + T * D * 2,
-          G->linear_forward(h, ysum, w_out, NULL, (int)T, E, D, E, 0));
+          G->linear_forward(h, ysum, w_out, NULL, (int)T, E, D, E, D, 0));
     printf("-- backward\n");
     BENCH("linear out_proj bwd dinp", T * D * 2.0 + T * E * 2,
-          G->linear_backward(dysum, NULL, NULL, dh, ysum, w_out, (int)T, E, D, E, 0, 0));
+          G->linear_backward(dysum, NULL, NULL, dh, ysum, w_out, (int)T, E, D, E, D, 0, 0));
     BENCH("linear out_proj bwd dW", T * D * 2.0 + T * E * 2,
-          G->linear_backward(NULL, g_out, NULL, dh, ysum, w_out, (int)T, E, D, E, 0, 0));
+          G->linear_backward(NULL, g_out, NULL, dh, ysum, w_out, (int)T, E, D, E, D, 0, 0));
     BENCH("scan bwd (both dirs)", T * E * 2.0 * 11 + 4.0 * T * 2 * N * 2,
           G->scan_bidir_backward(du, ddl, dxd, dz, g_D, NULL, dysum, cu_, cdl, cxd, z, cD, NULL, B,
-                                 L, E, N, R, 2 * E));
+                                 L, E, N, R, Wp, 2 * E));
     BENCH("linear dt_proj bwd dinp (x1)", T * E * 2.0 + T * R * 2,
-          G->linear_backward(dxd[0], NULL, NULL, ddl[0], xd[0], w_dt, (int)T, R, E, W, 0, 0));
+          G->linear_backward(dxd[0], NULL, NULL, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
     BENCH("linear dt_proj bwd dW+db (x1)", T * E * 2.0 * 2 + T * R * 2,
-          G->linear_backward(NULL, g_dt, g_dtb, ddl[0], xd[0], w_dt, (int)T, R, E, W, 0, 0));
+          G->linear_backward(NULL, g_dt, g_dtb, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
     BENCH("linear x_proj bwd dinp+= (x1)", T * W * 2.0 + T * E * 4,
-          G->linear_backward(du[0], NULL, NULL, dxd[0], u[0], w_x, (int)T, E, W, E, 1, 0));
+          G->linear_backward(du[0], NULL, NULL, dxd[0], u[0], w_x, (int)T, E, W, E, Wp, 1, 0));
     BENCH("linear x_proj bwd dW (x1)", T * W * 2.0 + T * E * 2,
-          G->linear_backward(NULL, g_x, NULL, dxd[0], u[0], w_x, (int)T, E, W, E, 0, 0));
+          G->linear_backward(NULL, g_x, NULL, dxd[0], u[0], w_x, (int)T, E, W, E, Wp, 0, 0));
+    {
+        /* probes (not in the sum): the x_dbl products on unpadded rows (R + 2N = 44 wide for
+         * ViL-Tiny, 88-byte rows: what the model ran before session 4), and dt_proj's dW and db
+         * parts apart */
+        void *xdu = act(T * W, 0.5f), *dxdu = act(T * W, 1);
+        BENCH("probe x_proj fwd, unpadded rows", T * E * 2.0 + T * W * 2,
+              G->linear_forward(xdu, u[0], w_x, NULL, (int)T, E, W, E, W, 0));
+        BENCH("probe dt_proj fwd, unpadded rows", T * R * 2.0 + T * E * 2,
+              G->linear_forward(dl[0], xdu, w_dt, b_dt, (int)T, R, E, W, E, 0));
+        BENCH("probe dt_proj bwd dinp, unpadded rows", T * E * 2.0 + T * R * 2,
+              G->linear_backward(dxdu, NULL, NULL, ddl[0], xdu, w_dt, (int)T, R, E, W, E, 0, 0));
+        BENCH("probe dt_proj bwd dW", T * E * 2.0 + T * R * 2,
+              G->linear_backward(NULL, g_dt, NULL, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
+        BENCH("probe dt_proj bwd db", T * E * 2.0,
+              G->linear_backward(NULL, NULL, g_dtb, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
+        BENCH("probe x_proj bwd dinp+=, unpadded rows", T * W * 2.0 + T * E * 4,
+              G->linear_backward(du[0], NULL, NULL, dxdu, u[0], w_x, (int)T, E, W, E, W, 1, 0));
+        BENCH("probe x_proj bwd dW, unpadded rows", T * W * 2.0 + T * E * 2,
+              G->linear_backward(NULL, g_x, NULL, dxdu, u[0], w_x, (int)T, E, W, E, W, 0, 0));
+    }
     BENCH("conv1d+silu bwd, one direction +=", T * E * 2.0 * 4,
           G->conv1d_silu_backward(dxz, g_cw, g_cb, du[1], xz, cw, cb, B, L, E, K, 2 * E, 1, 1));
     float *g_cw2[2] = {g_cw, g_cw}, *g_cb2[2] = {g_cb, g_cb};
@@ -137,9 +158,9 @@ int main(int argc, char **argv) {
     BENCH("conv1d+silu bwd (both dirs)", T * E * 2.0 * 4,
           G->conv1d_silu_bidir_backward(dxz, g_cw2, g_cb2, du2, xz, cw2, cb2, B, L, E, K, 2 * E));
     BENCH("linear in_proj bwd dinp", T * 2 * E * 2.0 + T * D * 2,
-          G->linear_backward(dnormed, NULL, NULL, dxz, normed, w_in, (int)T, D, 2 * E, D, 0, 0));
+          G->linear_backward(dnormed, NULL, NULL, dxz, normed, w_in, (int)T, D, 2 * E, D, 2 * E, 0, 0));
     BENCH("linear in_proj bwd dW", T * 2 * E * 2.0 + T * D * 2,
-          G->linear_backward(NULL, g_in, NULL, dxz, normed, w_in, (int)T, D, 2 * E, D, 0, 0));
+          G->linear_backward(NULL, g_in, NULL, dxz, normed, w_in, (int)T, D, 2 * E, D, 2 * E, 0, 0));
     BENCH("add_rmsnorm bwd", T * D * (4.0 * 3 + 2 * 2) + T * 4,
           G->add_rmsnorm_backward(dres, dh, g_nw, dnormed, res2, rstd, nw, NULL, B, L, D));
     printf("%-34s %9.1f us (one block's ops as listed, without the one-direction conv1d rows; x1 ops "
