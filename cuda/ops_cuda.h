@@ -72,7 +72,8 @@ void scan_bidir_forward_cuda(void *out /* (B, L, E) bf16 */, const void *const u
                              int N, int R, int ldx, int ldz);
 void scan_bidir_backward_cuda(void *const du[2], void *const ddelta[2], void *const dxdbl[2],
                               void *dz /* (B, L, ldz) bf16 */, float *const dD[2],
-                              float *const dA_log[2], const void *dout /* (B, L, E) bf16 */,
+                              float *const dA_log[2], float *const ddelta_sum[2] /* or NULL */,
+                              const void *dout /* (B, L, E) bf16 */,
                               const void *const u[2], const void *const delta[2],
                               const void *const xdbl[2], const void *z, const float *const D[2],
                               const float *const A_log[2], int B, int L, int E, int N, int R,

@@ -36,12 +36,12 @@ typedef struct {
     const float *Dsk[2], *A_log[2];
     const float *kqt; /* (2, B, L, KQ<N>::W) the k|q rows in float with k^2, -2k, kappa */
     bf16 *out, *dz, *du[2], *ddelta[2], *dxdbl[2];
-    float *dD[2], *dA[2];
+    float *dD[2], *dA[2], *dbs[2]; /* dbs: dt_proj's bias gradient (sum of ddelta), or NULL */
     float *ckpt; /* (B, 2, nck-1, N, E) state at the start of CK-chunks 1.. */
     float *pq;   /* (B, nblk1, 2, L, N) dq partials of the pair kernel's blocks */
     float *pk;   /* (B, 2, nblk2, L, N) dk partials of the adjoint kernel's blocks */
     float *pkap; /* (B, 2, nblk2, L) -2 dkappa partials (Longhorn): dk += k * their sum */
-    float *pd;   /* (B, 2, E) dD partials */
+    float *pd;   /* (B, 2, E) dD partials, then (B, 2, E) sum-of-ddelta partials */
     float *pa;   /* (B, 2, E, N) dA_log partials (Mamba) */
     int B, L, E, R, W, ldz, nck, nblk1, nblk2;
     int vec_act, vec_ck; /* bytes per async copy: 16, 8, 4, or 2 (plain loads) */
@@ -461,7 +461,8 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
 #endif
 template <int N, bool MAMBA>
 __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], float (&anext)[N],
-                                            float (&dAacc)[N], float &dDacc, const float (&hs)[N],
+                                            float (&dAacc)[N], float &dDacc, float &dbacc,
+                                            const float (&hs)[N],
                                             const float *kq, const bf16 *st, int base, int n,
                                             int s0, int j, int b, int d, bool act, int col,
                                             float Dsk, const float (&A)[N], float *red, float *tp) {
@@ -496,6 +497,7 @@ __device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], 
             a.ddelta[j][r * E + d] = f2bf(ddl);
         }
         dDacc = fmaf(gy, u, dDacc);
+        dbacc += ddl;
         /* this warp's sums over its channels, into red[warp][i][0..N] (N: -2 dkappa) */
         float sum = warp_colsum<N>(dkv, tp + warp * N * TP_LD, lane);
         float *rr = red + (warp * SUB + i) * (N + 1);
@@ -535,7 +537,7 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
     int j = blockIdx.y, b = blockIdx.z, c0 = blockIdx.x * T, d = c0 + tid;
     bool act = d < E;
     float Dsk = act ? a.Dsk[j][d] : 0.0f;
-    float A[N], lam[N], anext[N], dAacc[N], dDacc = 0.0f;
+    float A[N], lam[N], anext[N], dAacc[N], dDacc = 0.0f, dbacc = 0.0f;
 #pragma unroll
     for (int n = 0; n < N; n++) {
         A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
@@ -604,7 +606,7 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
             int nsub = min(SUB, cs - sub * SUB);
 #pragma unroll
             for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (c > 0 ? h0[n * T] : 0.0f);
-            adjoint_sub<N, MAMBA>(a, lam, anext, dAacc, dDacc, hs, kq, st, sub * SUB, nsub, s0, j, b,
+            adjoint_sub<N, MAMBA>(a, lam, anext, dAacc, dDacc, dbacc, hs, kq, st, sub * SUB, nsub, s0, j, b,
                                   d, act, tid, Dsk, A, red[par], tp);
             /* the block's sums over its warps in warp order; red[par] is written again two
              * sub-chunks later, after the next barrier */
@@ -623,6 +625,7 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
     }
     if (act) {
         a.pd[((size_t)b * 2 + j) * E + d] = dDacc;
+        a.pd[((size_t)a.B * 2 + b * 2 + j) * E + d] = dbacc;
         if (MAMBA)
 #pragma unroll
             for (int n = 0; n < N; n++) a.pa[(((size_t)b * 2 + j) * E + d) * N + n] = dAacc[n] * A[n];
@@ -730,7 +733,7 @@ static void backward_impl(ScanArgs a) {
     size_t sz[5] = {B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float), /* ckpt */
                     B * a.nblk1 * 2 * L * N * sizeof(float),                      /* pq */
                     B * 2 * a.nblk2 * L * (N + 1) * sizeof(float),                /* pk, pkap */
-                    B * 2 * E * (MAMBA ? N + 1 : 1) * sizeof(float),              /* pd, pa */
+                    B * 2 * E * (MAMBA ? N + 2 : 2) * sizeof(float),              /* pd, pb, pa */
                     kq_bytes<N>(&a)};
     size_t off[6] = {0};
     for (int i = 0; i < 5; i++) off[i + 1] = off[i] + (sz[i] + 4095) / 4096 * 4096;
@@ -740,7 +743,7 @@ static void backward_impl(ScanArgs a) {
     a.pk = (float *)(base + off[2]);
     a.pkap = a.pk + B * 2 * a.nblk2 * L * N;
     a.pd = (float *)(base + off[3]);
-    a.pa = a.pd + B * 2 * E;
+    a.pa = a.pd + 2 * B * 2 * E;
     make_kq<N>(&a, (float *)(base + off[4]));
     scan_pair_kernel<N, MAMBA, true><<<dim3(a.nblk1, a.B), PAIR_T, 0, g_cu.stream>>>(a);
     CU_LAUNCH_CHECK();
@@ -753,6 +756,8 @@ static void backward_impl(ScanArgs a) {
     /* dD[j] (+ dA_log[j]) += the per-sample partials, summed in sample order */
     for (int j = 0; j < 2; j++) {
         colsum_rows_accumulate_cuda(a.dD[j], a.pd + (size_t)j * E, (int)B, (int)E, (int)(2 * E));
+        if (a.dbs[j])
+            colsum_rows_accumulate_cuda(a.dbs[j], a.pd + (B * 2 + j) * E, (int)B, (int)E, (int)(2 * E));
         if (MAMBA)
             colsum_rows_accumulate_cuda(a.dA[j], a.pa + (size_t)j * E * N, (int)B, (int)(E * N), (int)(2 * E * N));
     }
@@ -780,7 +785,8 @@ extern "C" void scan_bidir_forward_cuda(void *out, const void *const u[2],
 
 extern "C" void scan_bidir_backward_cuda(void *const du[2], void *const ddelta[2],
                                          void *const dxdbl[2], void *dz, float *const dD[2],
-                                         float *const dA_log[2], const void *dout,
+                                         float *const dA_log[2], float *const ddelta_sum[2],
+                                         const void *dout,
                                          const void *const u[2], const void *const delta[2],
                                          const void *const xdbl[2], const void *z,
                                          const float *const D[2], const float *const A_log[2],
@@ -795,6 +801,7 @@ extern "C" void scan_bidir_backward_cuda(void *const du[2], void *const ddelta[2
         a.dxdbl[j] = (bf16 *)dxdbl[j];
         a.dD[j] = dD[j];
         a.dA[j] = dA_log ? dA_log[j] : NULL;
+        a.dbs[j] = ddelta_sum ? ddelta_sum[j] : NULL;
     }
     DISPATCH_N(N, A_log != NULL, backward_impl, a);
 }

@@ -345,24 +345,26 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
 
     /* backward */
     float *dout = rnd_bf(ne, 1.0f);
-    float *du_c[2], *ddl_c[2], *dxd_c[2], *dD_c[2], *dA_c[2], *dD0[2], *dA0[2];
+    float *du_c[2], *ddl_c[2], *dxd_c[2], *dD_c[2], *dA_c[2], *dD0[2], *dA0[2], *db_c[2], *db0[2];
     void *g_du[2], *g_ddl[2], *g_dxd[2];
-    float *g_dD[2], *g_dA[2];
+    float *g_dD[2], *g_dA[2], *g_db[2];
     for (int j = 0; j < 2; j++) {
         du_c[j] = vil_malloc(ne * sizeof(float));
         ddl_c[j] = vil_malloc(ne * sizeof(float));
         dxd_c[j] = vil_calloc(nw, sizeof(float));
         dD_c[j] = rnd(E, 1.0f), dA_c[j] = rnd((size_t)E * N, 1.0f);
         dD0[j] = copy_f(dD_c[j], E), dA0[j] = copy_f(dA_c[j], (size_t)E * N);
+        db_c[j] = rnd(E, 1.0f), db0[j] = copy_f(db_c[j], E);
+        g_db[j] = dev_f32(db0[j], E);
         g_du[j] = dev_poison(ne * 2), g_ddl[j] = dev_poison(ne * 2), g_dxd[j] = dev_poison(nw * 2);
         g_dD[j] = dev_f32(dD0[j], E), g_dA[j] = dev_f32(dA0[j], (size_t)E * N);
     }
     float *dz_c = vil_calloc(nz, sizeof(float));
-    scan_bidir_backward(du_c, ddl_c, dxd_c, dz_c + E, dD_c, mamba ? dA_c : NULL, dout, cu, cdl, cxd,
+    scan_bidir_backward(du_c, ddl_c, dxd_c, dz_c + E, dD_c, mamba ? dA_c : NULL, db_c, dout, cu, cdl, cxd,
                         xz + E, cD, mamba ? cA : NULL, B, L, E, N, R, ldx, ldz);
     void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2);
     G->scan_bidir_backward(g_du, g_ddl, g_dxd, (char *)d_dz + (size_t)E * 2, g_dD, mamba ? g_dA : NULL,
-                           d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
+                           g_db, d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
                            B, L, E, N, R, ldx, ldz);
     for (int j = 0; j < 2; j++) {
         float *du_g = get_act(g_du[j], ne), *ddl_g = get_act(g_ddl[j], ne), *dxd_g = get_act(g_dxd[j], nw);
@@ -379,6 +381,13 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
         for (int e = 0; e < E; e++) dD_g[e] -= dD0[j][e], dD_c[j][e] -= dD0[j][e];
         snprintf(nm, sizeof nm, "scan %s bwd dD[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(dD_g, dD_c[j], E), TOL_F32);
+        /* dt_proj's bias gradient, summed by the scan (the GPU sums its fp32 ddelta before the
+         * bf16 rounding of the stored one) */
+        float *db_g = get_f32(g_db[j], E);
+        for (int e = 0; e < E; e++) db_g[e] -= db0[j][e], db_c[j][e] -= db0[j][e];
+        snprintf(nm, sizeof nm, "scan %s bwd sum ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
+        T_CLOSE(nm, rel(db_g, db_c[j], E), TOL_BF16);
+        free(db_g);
         if (mamba) {
             for (size_t i = 0; i < (size_t)E * N; i++) dA_g[i] -= dA0[j][i], dA_c[j][i] -= dA0[j][i];
             snprintf(nm, sizeof nm, "scan %s bwd dA_log[%d] B=%d L=%d E=%d", kind, j, B, L, E);
@@ -395,7 +404,7 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
     uint16_t *h1 = vil_malloc(nw * 2), *h2 = vil_malloc(nw * 2);
     G->to_host(h1, g_dxd[0], nw * 2);
     G->scan_bidir_backward(g_du, g_ddl, g_dxd, (char *)d_dz + (size_t)E * 2, g_dD, mamba ? g_dA : NULL,
-                           d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
+                           g_db, d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
                            B, L, E, N, R, ldx, ldz);
     G->to_host(h2, g_dxd[0], nw * 2);
     T_CHECK(memcmp(h1, h2, nw * 2) == 0, "scan %s bwd: dk/dq differ between two identical runs", kind);
@@ -406,6 +415,7 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
         G->free(g_du[j]), G->free(g_ddl[j]), G->free(g_dxd[j]), G->free(g_dD[j]), G->free(g_dA[j]);
         free(u[j]), free(dl[j]), free(xd[j]), free(Dk[j]), free(Al[j]), free(du_c[j]), free(ddl_c[j]);
         free(dxd_c[j]), free(dD_c[j]), free(dA_c[j]), free(dD0[j]), free(dA0[j]);
+        G->free(g_db[j]), free(db_c[j]), free(db0[j]);
     }
     G->free(d_xz), G->free(d_out), G->free(d_dout), G->free(d_dz);
     free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g);

@@ -399,7 +399,20 @@ static void test_bidir(int mamba) {
             for (int k = c.R + 2 * c.N; k < W; k++) dxd[j][r * W + k] = 5.0f;
     const float *u[2] = {c.u[0], c.u[1]}, *dl[2] = {c.delta[0], c.delta[1]}, *xd[2] = {c.xdbl[0], c.xdbl[1]};
     const float *D[2] = {c.D[0], c.D[1]}, *A[2] = {c.A[0], c.A[1]};
-    scan_bidir_backward(du, ddl, dxd, dz, dD, mamba ? dA : NULL, c.Rw, u, dl, xd, c.z, D, mamba ? A : NULL, c.B, c.L, c.E, c.N, c.R, c.ldx, c.ldz);
+    float *dbs[2] = {rnd(c.E, 1), rnd(c.E, 1)}, *dbs0[2] = {vil_malloc(c.E * sizeof(float)), vil_malloc(c.E * sizeof(float))};
+    for (int j = 0; j < 2; j++) memcpy(dbs0[j], dbs[j], c.E * sizeof(float));
+    scan_bidir_backward(du, ddl, dxd, dz, dD, mamba ? dA : NULL, dbs, c.Rw, u, dl, xd, c.z, D, mamba ? A : NULL, c.B, c.L, c.E, c.N, c.R, c.ldx, c.ldz);
+    /* ddelta_sum adds the column sums of ddelta (dt_proj's bias gradient; ddelta itself is checked
+     * against finite differences below) */
+    double dbs_err = 0;
+    for (int j = 0; j < 2; j++)
+        for (int e = 0; e < c.E; e++) {
+            double s = dbs0[j][e];
+            for (size_t r = 0; r < (size_t)c.B * c.L; r++) s += ddl[j][r * c.E + e];
+            dbs_err = fmax(dbs_err, fabs(dbs[j][e] - s));
+        }
+    T_CLOSE(mamba ? "bidir mamba ddelta_sum" : "bidir longhorn ddelta_sum", dbs_err, 1e-5);
+    for (int j = 0; j < 2; j++) free(dbs[j]), free(dbs0[j]);
     int xpad_ok = 1;
     for (int j = 0; j < 2; j++)
         for (size_t r = 0; r < (size_t)c.B * c.L; r++)

@@ -69,6 +69,7 @@ typedef struct VilBackend {
                                int ldx, int ldz);
     void (*scan_bidir_backward)(void *const du[2], void *const ddelta[2], void *const dxdbl[2],
                                 void *dz, float *const dD[2], float *const dA_log[2],
+                                float *const ddelta_sum[2],
                                 const void *dout, const void *const u[2],
                                 const void *const delta[2], const void *const xdbl[2],
                                 const void *z, const float *const D[2], const float *const A_log[2],

@@ -87,13 +87,14 @@ static void cpu_scan_bidir_forward(void *out, const void *const u[2], const void
 }
 static void cpu_scan_bidir_backward(void *const du[2], void *const ddelta[2],
                                     void *const dxdbl[2], void *dz, float *const dD[2],
-                                    float *const dA_log[2], const void *dout,
+                                    float *const dA_log[2], float *const ddelta_sum[2],
+                                    const void *dout,
                                     const void *const u[2], const void *const delta[2],
                                     const void *const xdbl[2], const void *z,
                                     const float *const D[2], const float *const A_log[2], int B,
                                     int L, int E, int N, int R, int ldx, int ldz) {
     scan_bidir_backward((float *const *)du, (float *const *)ddelta, (float *const *)dxdbl, dz, dD,
-                        dA_log, dout, (const float *const *)u, (const float *const *)delta,
+                        dA_log, ddelta_sum, dout, (const float *const *)u, (const float *const *)delta,
                         (const float *const *)xdbl, z, D, A_log, B, L, E, N, R, ldx, ldz);
 }
 static void cpu_adamw_update(float *p, void *work, const float *g, float *m, float *v,

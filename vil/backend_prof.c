@@ -83,11 +83,11 @@ static void w_scan_f(void *out, const void *const u[2], const void *const dl[2],
     T0; in->scan_bidir_forward(out, u, dl, xd, z, D, A, B, L, E, N, R, ldx, ldz); T1(P_SCAN_F);
 }
 static void w_scan_b(void *const du[2], void *const ddl[2], void *const dxd[2], void *dz,
-                     float *const dD[2], float *const dA[2], const void *dout,
+                     float *const dD[2], float *const dA[2], float *const dbs[2], const void *dout,
                      const void *const u[2], const void *const dl[2], const void *const xd[2],
                      const void *z, const float *const D[2], const float *const A[2], int B, int L,
                      int E, int N, int R, int ldx, int ldz) {
-    T0; in->scan_bidir_backward(du, ddl, dxd, dz, dD, dA, dout, u, dl, xd, z, D, A, B, L, E, N, R, ldx, ldz);
+    T0; in->scan_bidir_backward(du, ddl, dxd, dz, dD, dA, dbs, dout, u, dl, xd, z, D, A, B, L, E, N, R, ldx, ldz);
     T1(P_SCAN_B);
 }
 static void w_xent_f(float *loss, float *probs, const float *logits, const float *t, int B, int C) {

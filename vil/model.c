@@ -408,12 +408,15 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     const float *Al[2] = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL};
     float *dD[2] = {Gr(m, o->D[0]), Gr(m, o->D[1])};
     float *dA[2] = {vim ? Gr(m, o->A_log[0]) : NULL, vim ? Gr(m, o->A_log[1]) : NULL};
-    be->scan_bidir_backward(a->du, a->ddelta, a->dxdbl, Ao(m, a->dxz, E), dD, vim ? dA : NULL,
+    /* the scan also sums ddelta over the tokens: dt_proj's bias gradient */
+    float *dtb[2] = {Gr(m, o->dt_b[0]), Gr(m, o->dt_b[1])};
+    be->scan_bidir_backward(a->du, a->ddelta, a->dxdbl, Ao(m, a->dxz, E), dD, vim ? dA : NULL, dtb,
                             a->dysum, u, dl, xd, Ao(m, l->xz, E), Dk, vim ? Al : NULL, B, L, E, N,
                             R, ldx, 2 * E);
     for (int j = 0; j < 2; j++) {
-        /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the scan) */
-        be->linear_backward(a->dxdbl[j], Gr(m, o->dt_w[j]), Gr(m, o->dt_b[j]), a->ddelta[j],
+        /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the
+         * scan); its bias gradient came from the scan too */
+        be->linear_backward(a->dxdbl[j], Gr(m, o->dt_w[j]), NULL, a->ddelta[j],
                             l->xdbl[j], Wt(m, o->dt_w[j]), BL, R, E, ldx, E, 0, 0);
         /* x_proj: adds to the scan's du */
         be->linear_backward(a->du[j], Gr(m, o->x_proj[j]), NULL, a->dxdbl[j], l->u[j],

@@ -93,7 +93,9 @@ void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *
  * scan on (u[j], delta[j], x_dbl[j]) gated by SiLU(z) at the same token, then
  * out = (y_0 + y_1) / 2. A_log == NULL selects Longhorn, otherwise Mamba. x_dbl rows are
  * ldx >= R + 2N apart ([dt_low | k | q]); z rows are ldz apart. Backward writes du, ddelta, the k and q
- * columns of dx_dbl and dz (all overwritten) and accumulates dD, dA_log. */
+ * columns of dx_dbl and dz (all overwritten) and accumulates dD, dA_log and, unless NULL,
+ * ddelta_sum[j][e] += sum over (B, L) of ddelta[j] (dt_proj's bias gradient, which the scan has
+ * at hand: this saves dt_proj's backward a pass over ddelta). */
 void scan_bidir_forward(float *out /* (B, L, E) */, const float *const u[2] /* (B, L, E) */,
                         const float *const delta[2] /* (B, L, E) */,
                         const float *const xdbl[2] /* (B, L, ldx) */,
@@ -102,6 +104,7 @@ void scan_bidir_forward(float *out /* (B, L, E) */, const float *const u[2] /* (
                         int N, int R, int ldx, int ldz);
 void scan_bidir_backward(float *const du[2], float *const ddelta[2], float *const dxdbl[2],
                          float *dz /* (B, L, ldz) */, float *const dD[2], float *const dA_log[2],
+                         float *const ddelta_sum[2] /* (E) each, or NULL */,
                          const float *dout /* (B, L, E) */, const float *const u[2],
                          const float *const delta[2], const float *const xdbl[2], const float *z,
                          const float *const Dskip[2], const float *const A_log[2], int B, int L,

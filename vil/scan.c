@@ -322,7 +322,8 @@ void scan_bidir_forward(float *out, const float *const u[2], const float *const 
 }
 
 void scan_bidir_backward(float *const du[2], float *const ddelta[2], float *const dxdbl[2],
-                         float *dz, float *const dD[2], float *const dA_log[2], const float *dout,
+                         float *dz, float *const dD[2], float *const dA_log[2],
+                         float *const ddelta_sum[2], const float *dout,
                          const float *const u[2], const float *const delta[2],
                          const float *const xdbl[2], const float *z, const float *const Dskip[2],
                          const float *const A_log[2], int B, int L, int E, int N, int R, int ldx,
@@ -352,6 +353,14 @@ void scan_bidir_backward(float *const du[2], float *const ddelta[2], float *cons
             longhorn_scan_backward(du[j], ddelta[j], dxdbl[j] + R, dxdbl[j] + R + N, dD[j], gy,
                                    u[j], delta[j], xdbl[j] + R, xdbl[j] + R + N, Dskip[j], B, L,
                                    E, N, ld, j);
+        if (ddelta_sum) {
+#pragma omp parallel for
+            for (int e = 0; e < E; e++) {
+                float s = 0.0f;
+                for (size_t r = 0; r < BL; r++) s += ddelta[j][r * E + e];
+                ddelta_sum[j][e] += s;
+            }
+        }
     }
     free(gy);
     free(y);
