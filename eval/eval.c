@@ -148,7 +148,7 @@ int vil_cmd_eval(int argc, char **argv) {
         vil_error("%s", err);
         goto done;
     }
-    printf("eval: %s (%s, %zu parameters, %d x %d) on %s\n", model, c->name, m.n_params,
+    printf("eval: %s (%s, %zu parameters, %d x %d) on %s\n", model, c->name, m.param_count,
            c->img_size, c->img_size, be->name);
     printf("data: %s: %d images, %d classes; resize %d, center crop %d (crop_pct %g)\n",
            vil_dataset_source(ds), vil_dataset_size(ds), K, vil_eval_scale_size(c->img_size, crop_pct),

@@ -36,7 +36,7 @@ int vil_cmd_info(int argc, char **argv) {
     printf("model:       %s (%s: %s scan)%s\n", c->name, c->arch,
            c->arch_id == VIL_ARCH_VIL ? "Longhorn" : "Mamba",
            meta.config_inferred ? ", architecture inferred from tensor shapes" : "");
-    printf("parameters:  %zu\n", m.n_params);
+    printf("parameters:  %zu\n", m.param_count);
     printf("image size:  %d x %d, %d channel%s\n", c->img_size, c->img_size, c->in_chans,
            c->in_chans == 1 ? "" : "s");
     printf("patches:     %d x %d of %d px, stride %d; %d tokens, class token at %d\n", c->grid,

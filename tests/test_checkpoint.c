@@ -319,7 +319,7 @@ static void test_cli(void) {
     snprintf(cmd, sizeof cmd, "bin/vil info --model %s", ck);
     rc = t_run(cmd, out, 1 << 20);
     char want[64];
-    snprintf(want, sizeof want, "parameters:  %zu", m.n_params);
+    snprintf(want, sizeof want, "parameters:  %zu", m.param_count);
     T_CHECK(rc == 0 && strstr(out, want) && strstr(out, "alpha") && strstr(out, "step:        7"), "info output: %s", out);
     /* usage errors exit 2; help exits 0 */
     T_CHECK(t_run("bin/vil 2>/dev/null", NULL, 0) == 2, "no command: exit 2");

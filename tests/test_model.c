@@ -112,6 +112,15 @@ static void test_gradients(const char *arch, float drop_path) {
     vil_model_backward(&m);
     float *g = vil_malloc(m.n_params * sizeof(float));
     memcpy(g, m.grads, m.n_params * sizeof(float));
+    /* x_proj's padding rows (VilParamInfo.pad): set_params zeroed what the perturbed buffer held
+     * there, and their gradient is exactly 0 (dx_dbl's padding columns are 0) */
+    size_t npad = 0, padbad = 0;
+    for (int i = 0; i < m.n_tensors; i++)
+        for (size_t k = 0; k < m.info[i].pad; k++, npad++) {
+            size_t at = m.info[i].offset + m.info[i].numel + k;
+            padbad += m.params[at] != 0.0f || g[at] != 0.0f;
+        }
+    T_CHECK(npad > 0 && padbad == 0, "%s: %zu of %zu x_proj padding elements nonzero (params or grads)", arch, padbad, npad);
     double worst = 0;
     char name[160];
     for (int i = 0; i < m.n_tensors; i++) {

@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < m.n_tensors; i++) free(names[i]);
     free(names);
     free(p);
-    printf("ref_dump: %s model (%zu parameters), batch %d, loss %.6f -> %s\n", arch, m.n_params, B, lossf, dir);
+    printf("ref_dump: %s model (%zu parameters), batch %d, loss %.6f -> %s\n", arch, m.param_count, B, lossf, dir);
     vil_model_free(&m);
     return rc ? 1 : 0;
 }

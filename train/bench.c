@@ -84,7 +84,7 @@ int vil_cmd_bench(int argc, char **argv) {
     if (vil_model_init(&m, &cfg, be) != 0) return 1;
     vil_model_init_weights(&m, 0);
     printf("bench: %s (%s) on %s, %zu parameters, %dx%d, batch %d, %d tokens\n", cfg.name,
-           cfg.arch, be->name, m.n_params, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
+           cfg.arch, be->name, m.param_count, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
     fflush(stdout);
 
     vil_model_alloc_acts(&m, batch, 1);

@@ -502,7 +502,7 @@ static void print_header(Trainer *T) {
     const VilTrainConfig *t = T->tc;
     FILE *f = T->log;
     fprintf(f, "train: %s (%s, %zu parameters, %d x %d x %d) on %s\n", c->name, c->arch,
-            T->m.n_params, c->in_chans, c->img_size, c->img_size, T->be->name);
+            T->m.param_count, c->in_chans, c->img_size, c->img_size, T->be->name);
     fprintf(f, "data:  %s: %d images, %d classes", vil_dataset_source(T->ds),
             vil_dataset_size(T->ds), T->n_classes);
     if (T->val_ds) fprintf(f, "; val %s: %d images", vil_dataset_source(T->val_ds), vil_dataset_size(T->val_ds));

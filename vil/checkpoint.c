@@ -246,7 +246,7 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hin
     }
     if (vil_model_init(m, &cfg, be) != 0) goto out;
     /* every expected tensor, with its shape; then nothing unexpected */
-    float *host = vil_malloc(m->n_params * sizeof(float));
+    float *host = vil_calloc(m->n_params, sizeof(float)); /* padding (VilParamInfo.pad) stays 0 */
     int bad = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const VilParamInfo *p = &m->info[i];

@@ -11,10 +11,19 @@
 
 /* ---------------- parameter table ---------------- */
 
+/* Row stride of x_dbl and dx_dbl ([dt_low | k | q], R + 2N wide), padded to a multiple of 8
+ * elements, and x_proj's output count in the products: x_proj's weight carries zero rows up to
+ * it (pad_last), and dx_dbl's padding columns are zeroed once and never written, so they add
+ * nothing to x_proj's input gradient (0 times a finite weight) or to its weight gradient (the
+ * padding rows get 0). cuBLASLt runs ViL-Tiny's x_proj products (R + 2N = 44 -> 48) 1.2-2.5x
+ * faster (cuda/PERF_NOTES.md). No other op reads the padding. */
+static int xdbl_ld(const VilConfig *c) { return (c->dt_rank + 2 * c->d_state + 7) / 8 * 8; }
+
+
 typedef struct {
     VilParamInfo *info;
     int n, cap;
-    size_t total;
+    size_t total, count; /* elements with padding; parameters */
 } Table;
 
 static size_t add(Table *t, int decay, int ndim, const int64_t *shape, const char *fmt, ...)
@@ -40,7 +49,13 @@ static size_t add(Table *t, int decay, int ndim, const int64_t *shape, const cha
     p->offset = t->total;
     p->decay = decay;
     t->total += p->numel;
+    t->count += p->numel;
     return p->offset;
+}
+/* zero padding after the last tensor added (see VilParamInfo.pad) */
+static void pad_last(Table *t, size_t pad) {
+    t->info[t->n - 1].pad = pad;
+    t->total += pad;
 }
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
@@ -73,6 +88,9 @@ static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
             l.conv_w[j] = ADD(1, (E, 1, K), "layers.%d.mixer.conv1d%s.weight", i, sfx[j]);
             l.conv_b[j] = ADD(0, (E), "layers.%d.mixer.conv1d%s.bias", i, sfx[j]);
             l.x_proj[j] = ADD(1, (R + 2 * N, E), "layers.%d.mixer.x_proj%s.weight", i, sfx[j]);
+            /* zero rows up to x_dbl's padded width: the x_proj products then run on a multiple
+             * of 8 outputs (xdbl_ld) */
+            pad_last(&t, (size_t)(xdbl_ld(c) - (R + 2 * N)) * E);
             l.dt_w[j] = ADD(1, (E, R), "layers.%d.mixer.dt_proj%s.weight", i, sfx[j]);
             l.dt_b[j] = ADD(0, (E), "layers.%d.mixer.dt_proj%s.bias", i, sfx[j]);
         }
@@ -89,7 +107,7 @@ size_t vil_model_count_params(const VilConfig *cfg) {
     Table t;
     build_table(cfg, &t, NULL);
     free(t.info);
-    return t.total;
+    return t.count;
 }
 
 int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
@@ -101,6 +119,7 @@ int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
     m->info = t.info;
     m->n_tensors = t.n;
     m->n_params = t.total;
+    m->param_count = t.count;
     m->params = be->alloc(m->n_params * sizeof(float));
     m->grads = be->alloc(m->n_params * sizeof(float));
     be->zero(m->grads, m->n_params * sizeof(float));
@@ -140,6 +159,9 @@ void vil_model_get_params(const VilModel *m, float *host) {
 
 void vil_model_set_params(VilModel *m, const float *host) {
     m->be->to_device(m->params, host, m->n_params * sizeof(float));
+    for (int i = 0; i < m->n_tensors; i++) /* whatever the host buffer held there */
+        if (m->info[i].pad)
+            m->be->zero(m->params + m->info[i].offset + m->info[i].numel, m->info[i].pad * sizeof(float));
     if (m->be->params_to_work) m->be->params_to_work(m->work, m->params, m->n_params);
 }
 
@@ -226,11 +248,6 @@ static void *carve(Arena *a, size_t n, size_t elem) {
     return p;
 }
 
-/* Row stride of x_dbl and dx_dbl ([dt_low | k | q], R + 2N wide), padded to 8 elements so that
- * bf16 rows start 16-byte aligned: cuBLASLt's x_proj products run 1.3-2.5x faster on aligned rows
- * (ViL-Tiny: R + 2N = 44 -> 48; cuda/PERF_NOTES.md). The padding columns are never read. */
-static int xdbl_ld(const VilConfig *c) { return (c->dt_rank + 2 * c->d_state + 7) / 8 * 8; }
-
 static void layout_acts(VilModel *m, Arena *a, int B, int training) {
     const VilConfig *c = &m->cfg;
     VilActs *x = &m->acts;
@@ -295,6 +312,9 @@ void vil_model_alloc_acts(VilModel *m, int B, int training) {
     m->acts.base = a.base;
     m->acts.B = B;
     m->acts.training = training;
+    if (training) /* dx_dbl's padding columns must be 0 (xdbl_ld); nothing writes them later */
+        for (int j = 0; j < 2; j++)
+            m->be->zero(m->acts.dxdbl[j], (size_t)B * m->cfg.seq_len * xdbl_ld(&m->cfg) * m->be->act_bytes);
 }
 
 /* ---------------- forward / backward ---------------- */
@@ -341,7 +361,7 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     int B = m->acts.B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int R = c->dt_rank, W = R + 2 * N, ldx = xdbl_ld(c), BL = B * L;
+    int R = c->dt_rank, ldx = xdbl_ld(c), BL = B * L;
     int vim = c->arch_id == VIL_ARCH_VIM;
     be->linear_forward(l->xz, l->normed, Wt(m, o->in_proj), NULL, BL, D, 2 * E, D, 2 * E, 0);
     /* both directions' conv1d in one pass over x */
@@ -350,7 +370,7 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     const float *cb[2] = {Pm(m, o->conv_b[0]), Pm(m, o->conv_b[1])};
     be->conv1d_silu_bidir_forward(uu, l->xz, cw, cb, B, L, E, c->d_conv, 2 * E);
     for (int j = 0; j < 2; j++) {
-        be->linear_forward(l->xdbl[j], l->u[j], Wt(m, o->x_proj[j]), NULL, BL, E, W, E, ldx, 0);
+        be->linear_forward(l->xdbl[j], l->u[j], Wt(m, o->x_proj[j]), NULL, BL, E, ldx, E, ldx, 0);
         be->linear_forward(l->delta[j], l->xdbl[j], Wt(m, o->dt_w[j]), Pm(m, o->dt_b[j]), BL, R, E,
                            ldx, E, 0);
     }
@@ -398,7 +418,7 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     const VilConfig *c = &m->cfg;
     VilActs *a = &m->acts;
     int B = a->B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int R = c->dt_rank, W = R + 2 * N, ldx = xdbl_ld(c), BL = B * L;
+    int R = c->dt_rank, ldx = xdbl_ld(c), BL = B * L;
     int vim = c->arch_id == VIL_ARCH_VIM;
     be->linear_backward(a->dysum, Gr(m, o->out_proj), NULL, a->dh, l->ysum, Wt(m, o->out_proj),
                         BL, E, D, E, D, 0, 0);
@@ -418,9 +438,10 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
          * scan); its bias gradient came from the scan too */
         be->linear_backward(a->dxdbl[j], Gr(m, o->dt_w[j]), NULL, a->ddelta[j],
                             l->xdbl[j], Wt(m, o->dt_w[j]), BL, R, E, ldx, E, 0, 0);
-        /* x_proj: adds to the scan's du */
+        /* x_proj: adds to the scan's du; ldx outputs with the weight's zero padding rows (dx_dbl's
+         * padding columns are 0) */
         be->linear_backward(a->du[j], Gr(m, o->x_proj[j]), NULL, a->dxdbl[j], l->u[j],
-                            Wt(m, o->x_proj[j]), BL, E, W, E, ldx, 1, 0);
+                            Wt(m, o->x_proj[j]), BL, E, ldx, E, ldx, 1, 0);
     }
     /* both directions read x: one pass writes the sum of their input gradients */
     float *cdw[2] = {Gr(m, o->conv_w[0]), Gr(m, o->conv_w[1])};

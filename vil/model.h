@@ -18,6 +18,8 @@ typedef struct {
     int64_t shape[VIL_MAX_NDIM];
     size_t numel;
     size_t offset;  /* in elements, into the parameter buffers */
+    size_t pad;     /* zero elements after the tensor, owned by it (x_proj's row padding):
+                     * no weight decay, never saved; vil_model_set_params zeroes them */
     int decay;      /* 1: AdamW weight decay applies */
 } VilParamInfo;
 
@@ -70,7 +72,8 @@ typedef struct {
     const VilBackend *be;
     int n_tensors;
     VilParamInfo *info;  /* (n_tensors) in checkpoint order */
-    size_t n_params;
+    size_t n_params;     /* elements of the parameter buffers: the tensors and their padding */
+    size_t param_count;  /* parameters of the model (the tensors' elements) */
     VilParamOffsets off;
     float *params;       /* (n_params) f32 master, backend memory */
     void *work;          /* working copy the ops read (== params when work_bytes == 0) */
@@ -86,7 +89,7 @@ typedef struct {
  * until vil_model_init_weights or vil_model_set_params. Returns 0 or -1 (reported). */
 int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be);
 void vil_model_free(VilModel *m);
-/* Parameter count of a configuration without allocating anything. */
+/* Parameter count of a configuration (the tensors' elements) without allocating anything. */
 size_t vil_model_count_params(const VilConfig *cfg);
 /* Initialization of models.md from a seed (computed on the host, then uploaded). */
 void vil_model_init_weights(VilModel *m, uint64_t seed);

@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
     G = &vil_backend_cuda;
     vil_rng_seed(&rng, 1);
     int L = 197, E = 2 * D, N = 16, R = (D + 15) / 16, W = R + 2 * N, K = 4;
-    int Wp = (W + 7) / 8 * 8; /* x_dbl's row stride in the model: 16-byte aligned bf16 rows */
+    int Wp = (W + 7) / 8 * 8; /* x_dbl's row stride and x_proj's output count in the model */
     size_t T = (size_t)B * L;
     printf("one ViL block: D=%d E=%d N=%d R=%d B=%d L=%d (T=%zu tokens), %d calls each\n", D, E, N,
            R, B, L, T, iters);
@@ -82,11 +82,11 @@ int main(int argc, char **argv) {
     void *dxd[2] = {act(T * Wp, 1), act(T * Wp, 1)};
     void *ysum = act(T * E, 1), *dysum = act(T * E, 1), *dh = act(T * D, 1), *dnormed = act(T * D, 1);
     /* weights (bf16 working copies) and f32 parameters / gradients */
-    void *w_in = act((size_t)2 * E * D, 0.05f), *w_x = act((size_t)W * E, 0.05f);
+    void *w_in = act((size_t)2 * E * D, 0.05f), *w_x = act((size_t)Wp * E, 0.05f);
     void *w_dt = act((size_t)E * R, 0.2f), *w_out = act((size_t)D * E, 0.05f);
     float *b_dt = f32(E, 0.1f), *cw = f32((size_t)E * K, 0.5f), *cb = f32(E, 0.1f);
     float *Dk[2] = {f32(E, 1), f32(E, 1)}, *g_dbs[2] = {f32(E, 0), f32(E, 0)};
-    float *g_in = f32((size_t)2 * E * D, 0), *g_x = f32((size_t)W * E, 0), *g_dt = f32((size_t)E * R, 0);
+    float *g_in = f32((size_t)2 * E * D, 0), *g_x = f32((size_t)Wp * E, 0), *g_dt = f32((size_t)E * R, 0);
     float *g_dtb = f32(E, 0), *g_out = f32((size_t)D * E, 0), *g_cw = f32((size_t)E * K, 0);
     float *g_cb = f32(E, 0), *g_D[2] = {f32(E, 0), f32(E, 0)}, *g_nw = f32(D, 0);
     const void *cu_[2] = {u[0], u[1]}, *cdl[2] = {dl[0], dl[1]}, *cxd[2] = {xd[0], xd[1]};
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
               G->conv1d_silu_bidir_forward(uu2, xz, cwf, cbf, B, L, E, K, 2 * E));
     }
     BENCH("linear x_proj fwd (x1)", T * E * 2.0 + T * W * 2,
-          G->linear_forward(xd[0], u[0], w_x, NULL, (int)T, E, W, E, Wp, 0));
+          G->linear_forward(xd[0], u[0], w_x, NULL, (int)T, E, Wp, E, Wp, 0));
     BENCH("linear dt_proj fwd (x1)", T * R * 2.0 + T * E * 2,
           G->linear_forward(dl[0], xd[0], w_dt, b_dt, (int)T, R, E, Wp, E, 0));
     BENCH("scan fwd (both dirs)", T * E * 2.0 * 6 + 2.0 * T * 2 * N * 2,
@@ -127,9 +127,9 @@ int main(int argc, char **argv) {
     BENCH("linear dt_proj bwd dW (x1; db comes from the scan)", T * E * 2.0 + T * R * 2,
           G->linear_backward(NULL, g_dt, NULL, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
     BENCH("linear x_proj bwd dinp+= (x1)", T * W * 2.0 + T * E * 4,
-          G->linear_backward(du[0], NULL, NULL, dxd[0], u[0], w_x, (int)T, E, W, E, Wp, 1, 0));
+          G->linear_backward(du[0], NULL, NULL, dxd[0], u[0], w_x, (int)T, E, Wp, E, Wp, 1, 0));
     BENCH("linear x_proj bwd dW (x1)", T * W * 2.0 + T * E * 2,
-          G->linear_backward(NULL, g_x, NULL, dxd[0], u[0], w_x, (int)T, E, W, E, Wp, 0, 0));
+          G->linear_backward(NULL, g_x, NULL, dxd[0], u[0], w_x, (int)T, E, Wp, E, Wp, 0, 0));
     {
         /* probes (not in the sum): the x_dbl products on unpadded rows (R + 2N = 44 wide for
          * ViL-Tiny, 88-byte rows: what the model ran before session 4), and dt_proj's dW and db
