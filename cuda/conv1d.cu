@@ -198,11 +198,16 @@ __global__ void __launch_bounds__(128, CONV_BWD_MINB) conv1d_silu_bwd_kernel(
 #ifndef CONV_BI_MINB
 #define CONV_BI_MINB 4
 #endif
+#ifndef CONV_BI_RPB
+#define CONV_BI_RPB 4 /* runs of CONV_BI_TC tokens per block: the dw / db partial rows (written,
+                       * then summed) shrink by this factor */
+#endif
 /* Both directions' backward in one pass over x (token order): dx[t] = the forward filter's
  * input gradient sum_i wf0[i] dpre0[t + i] plus the reversed one's sum_i wf1[i] dpre1[t - i],
  * written once (the one-direction kernel twice reads x twice and dx three times). A thread
  * keeps the x window of its TC tokens plus K-1 on each side, then runs one direction after the
- * other on it. part: (2, B * nrun, K + 1, E) per-direction partial sums of dpre x[tap], dpre. */
+ * other on it, for CONV_BI_RPB runs of tokens in turn. part: (2, B * ngrp, K + 1, E) per-direction
+ * partial sums over a block's runs of dpre x[tap], dpre. */
 template <int K>
 __global__ void __launch_bounds__(128, CONV_BI_MINB) conv1d_silu_bidir_bwd_kernel(
     bf16 *__restrict__ dx, float *__restrict__ part, const bf16 *__restrict__ du0,
@@ -211,72 +216,82 @@ __global__ void __launch_bounds__(128, CONV_BI_MINB) conv1d_silu_bidir_bwd_kerne
     int L, int E, int ldx) {
     int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= E) return;
-    int b = blockIdx.z, run = blockIdx.y, t0 = run * CONV_BI_TC;
     constexpr int NP = CONV_BI_TC + K - 1, NX = CONV_BI_TC + 2 * (K - 1);
+    const int b = blockIdx.z, nrun = (L + CONV_BI_TC - 1) / CONV_BI_TC;
     const size_t r0 = (size_t)b * L;
-    float xv[NX], ov[CONV_BI_TC]; /* xv[k]: token t0 - (K-1) + k */
-    const bool inner = load_x_window<K, CONV_BI_TC>(xv, x, r0, t0, e, L, ldx);
+    /* the dw / db sums of both directions over the block's CONV_BI_RPB runs */
+    float acc[2][K + 1];
 #pragma unroll
-    for (int k = 0; k < CONV_BI_TC; k++) ov[k] = 0.0f;
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int i = 0; i <= K; i++) acc[j][i] = 0.0f;
+    for (int rr = 0; rr < CONV_BI_RPB; rr++) {
+        const int run = blockIdx.y * CONV_BI_RPB + rr, t0 = run * CONV_BI_TC;
+        if (run >= nrun) break;
+        float xv[NX], ov[CONV_BI_TC]; /* xv[k]: token t0 - (K-1) + k */
+        const bool inner = load_x_window<K, CONV_BI_TC>(xv, x, r0, t0, e, L, ldx);
+#pragma unroll
+        for (int k = 0; k < CONV_BI_TC; k++) ov[k] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const float *w = j ? w1 : w0;
+            float wr[K], wf[K];
+#pragma unroll
+            for (int i = 0; i < K; i++) {
+                wr[i] = w[(size_t)e * K + i];
+                wf[i] = w[(size_t)e * K + K - 1 - i];
+            }
+            float bb = (j ? b1 : b0)[e];
+            /* dpre at tokens tb .. tb + NP - 1: the forward filter needs t0 .. t0 + TC + K - 2,
+             * the reversed one t0 - (K-1) .. t0 + TC - 1 */
+            const int tb = j ? t0 - (K - 1) : t0;
+            const bf16 *gp = (j ? du1 : du0) + (r0 + tb) * E + e;
+            float gv[NP];
+            if (inner) {
+#pragma unroll
+                for (int k = 0; k < NP; k++) gv[k] = bf2f(gp[(long long)k * E]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < NP; k++) gv[k] = (tb + k >= 0 && tb + k < L) ? bf2f(gp[(long long)k * E]) : 0.0f;
+            }
+            float dp[NP];
+#pragma unroll
+            for (int k = 0; k < NP; k++) {
+                /* token t = tb + k; xv[m] is token t0 - (K-1) + m: forward taps x[t - (K-1) + i]
+                 * = xv[k + i]; reversed taps x[t + (K-1) - i] = xv[k + (K-1) - i] */
+                float pre = bb;
+#pragma unroll
+                for (int i = 0; i < K; i++) pre = fmaf(wr[i], j ? xv[k + K - 1 - i] : xv[k + i], pre);
+                float sg = sigmoidf_fast(pre);
+                dp[k] = gv[k] * sg * (1.0f + pre * (1.0f - sg));
+                /* the run's own tokens feed dw, db: forward k < TC; reversed k >= K-1 */
+                if (j ? k >= K - 1 : k < CONV_BI_TC) {
+                    acc[j][K] += dp[k];
+#pragma unroll
+                    for (int i = 0; i < K; i++)
+                        acc[j][i] = fmaf(dp[k], j ? xv[k + K - 1 - i] : xv[k + i], acc[j][i]);
+                }
+            }
+            /* forward: dx[t0+k] += sum_i wf[i] dpre[t0+k+i] = dp[k + i]; reversed: dpre at token
+             * t0+k-i = dp[k + (K-1) - i] */
+#pragma unroll
+            for (int k = 0; k < CONV_BI_TC; k++)
+#pragma unroll
+                for (int i = 0; i < K; i++) ov[k] = fmaf(wf[i], j ? dp[k + K - 1 - i] : dp[k + i], ov[k]);
+        }
+        bf16 *op = dx + (r0 + t0) * ldx + e;
+#pragma unroll
+        for (int k = 0; k < CONV_BI_TC; k++) {
+            if (!inner && t0 + k >= L) break;
+            op[(long long)k * ldx] = f2bf(ov[k]);
+        }
+    }
     const size_t nrows = (size_t)gridDim.z * gridDim.y;
 #pragma unroll
     for (int j = 0; j < 2; j++) {
-        const float *w = j ? w1 : w0;
-        float wr[K], wf[K];
+        size_t prow = ((size_t)j * nrows + (size_t)b * gridDim.y + blockIdx.y) * (K + 1);
 #pragma unroll
-        for (int i = 0; i < K; i++) {
-            wr[i] = w[(size_t)e * K + i];
-            wf[i] = w[(size_t)e * K + K - 1 - i];
-        }
-        float bb = (j ? b1 : b0)[e];
-        /* dpre at tokens tb .. tb + NP - 1: the forward filter needs t0 .. t0 + TC + K - 2, the
-         * reversed one t0 - (K-1) .. t0 + TC - 1 */
-        const int tb = j ? t0 - (K - 1) : t0;
-        const bf16 *gp = (j ? du1 : du0) + (r0 + tb) * E + e;
-        float gv[NP];
-        if (inner) {
-#pragma unroll
-            for (int k = 0; k < NP; k++) gv[k] = bf2f(gp[(long long)k * E]);
-        } else {
-#pragma unroll
-            for (int k = 0; k < NP; k++) gv[k] = (tb + k >= 0 && tb + k < L) ? bf2f(gp[(long long)k * E]) : 0.0f;
-        }
-        float acc[K], accb = 0.0f, dp[NP];
-#pragma unroll
-        for (int i = 0; i < K; i++) acc[i] = 0.0f;
-#pragma unroll
-        for (int k = 0; k < NP; k++) {
-            /* token t = tb + k; xv[m] is token t0 - (K-1) + m: forward taps x[t - (K-1) + i]
-             * = xv[k + i]; reversed taps x[t + (K-1) - i] = xv[k + (K-1) - i] */
-            float pre = bb;
-#pragma unroll
-            for (int i = 0; i < K; i++) pre = fmaf(wr[i], j ? xv[k + K - 1 - i] : xv[k + i], pre);
-            float sg = sigmoidf_fast(pre);
-            dp[k] = gv[k] * sg * (1.0f + pre * (1.0f - sg));
-            /* the run's own tokens feed dw, db: forward k < TC; reversed k >= K-1 */
-            if (j ? k >= K - 1 : k < CONV_BI_TC) {
-                accb += dp[k];
-#pragma unroll
-                for (int i = 0; i < K; i++)
-                    acc[i] = fmaf(dp[k], j ? xv[k + K - 1 - i] : xv[k + i], acc[i]);
-            }
-        }
-        /* forward: dx[t0+k] += sum_i wf[i] dpre[t0+k+i] = dp[k + i]; reversed: dpre at token
-         * t0+k-i = dp[k + (K-1) - i] */
-#pragma unroll
-        for (int k = 0; k < CONV_BI_TC; k++)
-#pragma unroll
-            for (int i = 0; i < K; i++) ov[k] = fmaf(wf[i], j ? dp[k + K - 1 - i] : dp[k + i], ov[k]);
-        size_t prow = ((size_t)j * nrows + (size_t)b * gridDim.y + run) * (K + 1);
-#pragma unroll
-        for (int i = 0; i < K; i++) part[(prow + i) * E + e] = acc[i];
-        part[(prow + K) * E + e] = accb;
-    }
-    bf16 *op = dx + (r0 + t0) * ldx + e;
-#pragma unroll
-    for (int k = 0; k < CONV_BI_TC; k++) {
-        if (!inner && t0 + k >= L) break;
-        op[(long long)k * ldx] = f2bf(ov[k]);
+        for (int i = 0; i <= K; i++) part[(prow + i) * E + e] = acc[j][i];
     }
 }
 
@@ -374,18 +389,18 @@ extern "C" void conv1d_silu_bidir_backward_cuda(void *dx, float *const dw[2], fl
                                                 const float *const w[2], const float *const b[2],
                                                 int B, int L, int E, int K, int ldx) {
     cu_ensure_init();
-    int nrun = (L + CONV_BI_TC - 1) / CONV_BI_TC;
-    size_t np = (size_t)B * nrun * (K + 1) * E;
+    int nrun = (L + CONV_BI_TC - 1) / CONV_BI_TC, ngrp = (nrun + CONV_BI_RPB - 1) / CONV_BI_RPB;
+    size_t np = (size_t)B * ngrp * (K + 1) * E;
     float *part = (float *)cu_scratch(SCR_OP, (2 * np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
     float *part2 = part + 2 * np;
-    dim3 grid((E + 127) / 128, nrun, B);
+    dim3 grid((E + 127) / 128, ngrp, B);
     CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK><<<grid, 128, 0, g_cu.stream>>>(
                          (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x,
                          w[0], w[1], b[0], b[1], L, E, ldx)));
     CU_LAUNCH_CHECK();
     for (int j = 0; j < 2; j++) {
         conv1d_dw_split_kernel<<<dim3((E + 31) / 32, K + 1, CONV_SPLITS), dim3(32, 8), 0, g_cu.stream>>>(
-            part2, part + j * np, B * nrun, E, K);
+            part2, part + j * np, B * ngrp, E, K);
         CU_LAUNCH_CHECK();
         conv1d_dw_final_kernel<<<cu_blocks((size_t)E * (K + 1), 128), 128, 0, g_cu.stream>>>(dw[j], db[j], part2, E, K);
         CU_LAUNCH_CHECK();

@@ -141,6 +141,19 @@ int main(int argc, char **argv) {
               G->linear_forward(dl[0], xdu, w_dt, b_dt, (int)T, R, E, W, E, 0));
         BENCH("probe dt_proj bwd dinp, unpadded rows", T * E * 2.0 + T * R * 2,
               G->linear_backward(dxdu, NULL, NULL, ddl[0], xdu, w_dt, (int)T, R, E, W, E, 0, 0));
+        /* dt_proj with K = R padded to 16 (a weight of 16 columns; x_dbl's dt_low slice read 16
+         * wide): does cuBLASLt's K = 12 path cost what its bandwidth suggests? */
+        int R16 = (R + 15) / 16 * 16;
+        void *w_dt16 = act((size_t)E * R16, 0.2f), *dxd16 = act(T * (Wp > R16 ? Wp : R16), 1);
+        float *g_dt16 = f32((size_t)E * R16, 0);
+        if (R16 <= Wp) {
+            BENCH("probe dt_proj fwd, K padded to 16", T * R * 2.0 + T * E * 2,
+                  G->linear_forward(dl[0], xd[0], w_dt16, b_dt, (int)T, R16, E, Wp, E, 0));
+            BENCH("probe dt_proj bwd dinp, K padded to 16", T * E * 2.0 + T * R * 2,
+                  G->linear_backward(dxd16, NULL, NULL, ddl[0], xd[0], w_dt16, (int)T, R16, E, Wp, E, 0, 0));
+            BENCH("probe dt_proj bwd dW, K padded to 16", T * E * 2.0 + T * R * 2,
+                  G->linear_backward(NULL, g_dt16, NULL, ddl[0], xd[0], w_dt16, (int)T, R16, E, Wp, E, 0, 0));
+        }
         BENCH("probe dt_proj bwd db", T * E * 2.0,
               G->linear_backward(NULL, NULL, g_dtb, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
         BENCH("probe x_proj bwd dinp+=, unpadded rows", T * W * 2.0 + T * E * 4,
