@@ -198,9 +198,8 @@ __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : lo
 template <int N, bool MAMBA>
 __device__ __forceinline__ void step_pre(float &p0, float &p1, const float *row, float u, float dl) {
     if (!MAMBA) {
-        float kap = row[KQ<N>::KAP];
-        float beta = sigmoidf_fast(dl);
-        p0 = beta * rcp_fast(fmaf(beta, kap, 1.0f));
+        /* eps = beta / (1 + beta kappa) = 1 / (1 + e^-dl + kappa): one reciprocal */
+        p0 = rcp_fast(1.0f + __expf(-dl) + row[KQ<N>::KAP]);
         p1 = u;
     } else {
         p0 = softplusf_(dl);
