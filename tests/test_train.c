@@ -298,6 +298,19 @@ static void test_train_resume(void) {
     snprintf(sa, sizeof sa, "%s/last.state.safetensors", outa);
     snprintf(sb, sizeof sb, "%s/last.state.safetensors", outb);
     T_CHECK(same_tensors(sa, sb, st_names, 4), "resumed run: weights, moments and EMA bitwise equal");
+    {
+        /* the state holds the tensors packed (no parameter-buffer padding: this config's x_proj
+         * has 6 padding rows), in table order: "params" starts with cls_token, then pos_embed */
+        VilSafetensors st;
+        VilConfig c;
+        vil_config_default(&c);
+        int ok = vil_config_load(&c, path("tiny.cfg")) == 0 && vil_config_finalize(&c) == 0 &&
+                 vil_st_read(sa, &st, NULL, 0) == 0;
+        const VilStTensor *t = ok ? vil_st_find(&st, "params") : NULL;
+        T_CHECK(t && (size_t)vil_st_numel(t) == vil_model_count_params(&c) && c.dt_rank + 2 * c.d_state == 34,
+                "the state file's params are the %zu model parameters, packed", ok ? vil_model_count_params(&c) : 0);
+        if (ok) vil_st_free(&st);
+    }
     const char *ck_names[2] = {"pos_embed", "layers.1.mixer.out_proj.weight"};
     snprintf(sa, sizeof sa, "%s/last.safetensors", outa);
     snprintf(sb, sizeof sb, "%s/last.safetensors", outb);

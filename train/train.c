@@ -193,10 +193,12 @@ static const VilStTensor *state_tensor(const VilSafetensors *st, const char *nam
     return t;
 }
 
-/* Upload one state tensor (its data may sit at any alignment in the file buffer). */
-static void upload(const VilBackend *be, float *dst, const VilStTensor *t, float *host) {
+/* Upload one state tensor (packed: vil_model_pack; its data may sit at any alignment in the
+ * file buffer) into a parameter-shaped buffer. */
+static void upload(const VilModel *m, float *dst, const VilStTensor *t, float *host) {
     memcpy(host, t->data, t->nbytes);
-    be->to_device(dst, host, t->nbytes);
+    vil_model_unpack(m, host, host);
+    m->be->to_device(dst, host, m->n_params * sizeof(float));
 }
 
 static int state_restore(Trainer *T, const char *path) {
@@ -239,24 +241,25 @@ static int state_restore(Trainer *T, const char *path) {
     const char *best = vil_st_meta(&st, "vil.best_top1");
     double bv;
     T->best_top1 = best && vil_parse_float(best, &bv) == 0 ? (float)bv : -1.0f;
-    size_t n = m->n_params;
+    size_t n = m->param_count; /* the files hold the tensors packed, without buffer padding */
     const VilStTensor *tp = state_tensor(&st, "params", n), *tm = state_tensor(&st, "adam_m", n),
                       *tv = state_tensor(&st, "adam_v", n);
     if (!tp || !tm || !tv) goto done;
     memcpy(host, tp->data, n * sizeof(float));
+    vil_model_unpack(m, host, host);
     vil_model_set_params(m, host);
-    upload(be, m->m, tm, host);
-    upload(be, m->v, tv, host);
+    upload(m, m->m, tm, host);
+    upload(m, m->v, tv, host);
     m->step = (int)adam_step;
     if (T->ema) {
         const VilStTensor *te = vil_st_find(&st, "ema");
         if (te) {
             if (!(te = state_tensor(&st, "ema", n))) goto done;
-            upload(be, T->ema, te, host);
+            upload(m, T->ema, te, host);
         } else {
             vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
             vil_model_get_params(m, host);
-            be->to_device(T->ema, host, n * sizeof(float));
+            be->to_device(T->ema, host, m->n_params * sizeof(float));
         }
     }
     T->step = step;
@@ -298,8 +301,14 @@ static int save_all(Trainer *T) {
     be->to_host(mm, m->m, bytes);
     be->to_host(vv, m->v, bytes);
     if (e) be->to_host(e, T->ema, bytes);
+    /* packed: the tensors without the parameter buffer's padding, so a state file does not
+     * depend on the build's internal layout */
+    vil_model_pack(m, p, p);
+    vil_model_pack(m, mm, mm);
+    vil_model_pack(m, vv, vv);
+    if (e) vil_model_pack(m, e, e);
     VilStWriter *w = vil_st_writer_new();
-    int64_t shape[1] = {(int64_t)n};
+    int64_t shape[1] = {(int64_t)m->param_count};
     vil_st_writer_add(w, "params", VIL_ST_F32, 1, shape, p);
     vil_st_writer_add(w, "adam_m", VIL_ST_F32, 1, shape, mm);
     vil_st_writer_add(w, "adam_v", VIL_ST_F32, 1, shape, vv);

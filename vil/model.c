@@ -153,6 +153,24 @@ const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name) {
     return NULL;
 }
 
+void vil_model_pack(const VilModel *m, float *packed, const float *buf) {
+    size_t at = 0; /* packed offsets never pass buffer offsets: forward memmove is safe in place */
+    for (int i = 0; i < m->n_tensors; i++) {
+        memmove(packed + at, buf + m->info[i].offset, m->info[i].numel * sizeof(float));
+        at += m->info[i].numel;
+    }
+}
+
+void vil_model_unpack(const VilModel *m, float *buf, const float *packed) {
+    size_t at = m->param_count; /* backwards, so that in place the sources are read first */
+    for (int i = m->n_tensors - 1; i >= 0; i--) {
+        const VilParamInfo *p = &m->info[i];
+        at -= p->numel;
+        memmove(buf + p->offset, packed + at, p->numel * sizeof(float));
+        memset(buf + p->offset + p->numel, 0, p->pad * sizeof(float));
+    }
+}
+
 void vil_model_get_params(const VilModel *m, float *host) {
     m->be->to_host(host, m->params, m->n_params * sizeof(float));
 }

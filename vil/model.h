@@ -93,6 +93,11 @@ void vil_model_free(VilModel *m);
 size_t vil_model_count_params(const VilConfig *cfg);
 /* Initialization of models.md from a seed (computed on the host, then uploaded). */
 void vil_model_init_weights(VilModel *m, uint64_t seed);
+/* A parameter-buffer-shaped host array (n_params floats) to and from its packed form
+ * (param_count floats, the tensors in table order without their padding: what files hold).
+ * Both work in place (buf == packed); unpacking zeroes the padding. */
+void vil_model_pack(const VilModel *m, float *packed, const float *buf);
+void vil_model_unpack(const VilModel *m, float *buf, const float *packed);
 /* Host float32 copies of all parameters, in table order (n_params floats). */
 void vil_model_get_params(const VilModel *m, float *host);
 void vil_model_set_params(VilModel *m, const float *host);
