@@ -19,8 +19,10 @@
  *                        sums of dk (dB) and dkappa.
  *   finalize kernels     sum the partials over channel blocks (dk, dq, dkappa) and samples (dD,
  *                        dA_log) in a fixed order.
- * Sums over channels (dq, dk, dkappa) are fp32: a warp reduce-scatter, then the warps of a block
- * in order (shared memory), then the blocks in order: deterministic, no atomics. */
+ * Sums over channels (dq, dk, dkappa) are fp32: within a warp by a transpose through shared
+ * memory (warp_colsum; dkappa by shuffles), then the warps of a block in order (shared memory),
+ * then the blocks in order: deterministic, no atomics. The backward also sums ddelta over the
+ * tokens (dt_proj's bias gradient) per (sample, direction, channel), then over the samples. */
 #include <math.h>
 #include <string.h>
 
