@@ -1,10 +1,23 @@
-/* patch_embed.cu: the patch embedding through cuDNN (convolution forward, backward filter and,
- * when dimg is wanted, backward data) and the token assembly (middle class token, position
- * embedding). The convolution runs in float32 NCHW with TF32 tensor ops on the image as given,
- * so no bf16 copy of the image is made and the filter gradient accumulates straight into the
- * float32 gradient (beta = 1) in the weight's own (D, C, P, P) layout; the (B, D, G, G) output
- * is transposed to the (B, M, D) bf16 token layout with the bias added. Deterministic
- * algorithms only. dw, db, dcls, dpos accumulate; dpatches, dimg overwrite. */
+/* patch_embed.cu: the patch embedding and the token assembly (middle class token, position
+ * embedding).
+ *
+ * Non-overlapping patches (stride == patch size, every ViL / ViM model): the convolution is one
+ * matrix product. patchify_kernel rearranges the float32 image into bf16 rows of C*P*P values,
+ * one row per patch in the (c, py, px) order of the weight's (D, C, P, P) layout, and cuBLASLt
+ * does the rest (linear_forward/backward_cuda: bias in the epilogue, fp32 accumulation, the
+ * filter gradient added into the float32 gradient). The (B, M, D) output is the token layout
+ * itself, so no transpose. The patch rows are rebuilt in the backward rather than kept (77 MB at
+ * batch 256, one pass over the image). Measured 1,225 -> ~0.1 ms forward on the lent H100
+ * (cuda/PERF_NOTES.md): cuDNN ran the float32 NCHW convolution at ~12 TFLOP/s.
+ *
+ * Overlapping patches (stride < patch, e.g. ViM's stride-8 fine-tuned models): cuDNN
+ * (convolution forward, backward filter and, when dimg is wanted, backward data), float32 NCHW
+ * with TF32 tensor ops on the image as given, the filter gradient accumulated straight into the
+ * float32 gradient (beta = 1); the (B, D, G, G) output is transposed to the (B, M, D) bf16
+ * token layout with the bias added. Deterministic algorithms only.
+ *
+ * dw, db, dcls, dpos accumulate; dpatches, dimg overwrite. */
+#include <stdint.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
@@ -129,6 +142,56 @@ __global__ void tokens_to_nchw_kernel(float *dy, const bf16 *dout, int D, int M)
     }
 }
 
+/* ---- non-overlapping patches: the patch rows of a matrix product ---- */
+/* img (B, C, H, W) f32 <-> xp (B * G * GW, C * P * P) bf16, for stride == P. One thread per run
+ * of V pixels of one image row inside one patch (V = 8 when P % 8 == 0 and W % 4 == 0: two
+ * 16-byte loads, one 16-byte store; else V = 1). Consecutive threads walk an image row, so the
+ * reads are coalesced; a patch row's 2P bytes are written by P / V consecutive threads.
+ * to_img: the reverse (dimg from the patch rows' gradient; dimg was zeroed, pixels outside every
+ * patch stay 0). */
+template <int V, bool TO_IMG>
+__global__ void patchify_kernel(bf16 *xp, float *img_out, const float *img, const bf16 *dxp, int B,
+                                int C, int H, int W, int P, int G, int GW) {
+    const int runs = P / V, K = C * P * P;
+    const size_t n = (size_t)B * C * G * P * GW * runs;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i;
+        int run = (int)(r % runs); r /= runs;
+        int gx = (int)(r % GW); r /= GW;
+        int y = (int)(r % ((size_t)G * P)); r /= (size_t)G * P;
+        int c = (int)(r % C), b = (int)(r / C);
+        int gy = y / P, py = y - gy * P, x0 = gx * P + run * V;
+        size_t pix = (((size_t)b * C + c) * H + y) * W + x0;
+        size_t e = ((size_t)b * G * GW + (size_t)gy * GW + gx) * K + (size_t)c * P * P + py * P + run * V;
+        if (TO_IMG) {
+#pragma unroll
+            for (int v = 0; v < V; v++) img_out[pix + v] = bf2f(dxp[e + v]);
+        } else if (V == 8) {
+            float4 a = *reinterpret_cast<const float4 *>(img + pix);
+            float4 bb = *reinterpret_cast<const float4 *>(img + pix + 4);
+            __nv_bfloat162 o[4] = {__floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w),
+                                   __floats2bfloat162_rn(bb.x, bb.y), __floats2bfloat162_rn(bb.z, bb.w)};
+            *reinterpret_cast<uint4 *>(xp + e) = *reinterpret_cast<const uint4 *>(o);
+        } else {
+#pragma unroll
+            for (int v = 0; v < V; v++) xp[e + v] = f2bf(img[pix + v]);
+        }
+    }
+}
+
+static void patchify(bf16 *xp, float *img_out, const float *img, const bf16 *dxp, int B, int C,
+                     int H, int W, int P) {
+    int G = (H - P) / P + 1, GW = (W - P) / P + 1;
+    /* the 16-byte path: rows of W floats and runs of 8 start 16-byte aligned (cudaMalloc'd) */
+    bool vec = P % 8 == 0 && W % 4 == 0 && ((uintptr_t)img % 16) == 0;
+    size_t n = (size_t)B * C * G * P * GW * (vec ? P / 8 : P);
+    int blocks = cu_blocks(n, 256);
+    if (img_out) patchify_kernel<1, true><<<blocks, 256, 0, g_cu.stream>>>(NULL, img_out, NULL, dxp, B, C, H, W, P, G, GW);
+    else if (vec) patchify_kernel<8, false><<<blocks, 256, 0, g_cu.stream>>>(xp, NULL, img, NULL, B, C, H, W, P, G, GW);
+    else patchify_kernel<1, false><<<blocks, 256, 0, g_cu.stream>>>(xp, NULL, img, NULL, B, C, H, W, P, G, GW);
+    CU_LAUNCH_CHECK();
+}
+
 static float *weight_f32(const void *w, size_t n) {
     float *wf = (float *)cu_scratch(SCR_PATCH_W, n * sizeof(float));
     bf16_to_f32_kernel<<<cu_blocks(n, 256), 256, 0, g_cu.stream>>>(wf, (const bf16 *)w, n);
@@ -139,8 +202,14 @@ static float *weight_f32(const void *w, size_t n) {
 extern "C" void patch_embed_forward_cuda(void *out, const float *img, const void *w, const float *b,
                                          int B, int C, int H, int W, int P, int S, int D) {
     cu_ensure_init();
+    int M = ((H - P) / S + 1) * ((W - P) / S + 1), K = C * P * P;
+    if (S == P) {
+        bf16 *xp = (bf16 *)cu_scratch(SCR_OP, (size_t)B * M * K * sizeof(bf16));
+        patchify(xp, NULL, img, NULL, B, C, H, W, P);
+        linear_forward_cuda(out, xp, w, b, B * M, K, D, K, D, 0);
+        return;
+    }
     ConvPlan *p = conv_plan(B, C, H, W, P, S, D);
-    int M = ((H - P) / S + 1) * ((W - P) / S + 1);
     float *wf = weight_f32(w, (size_t)D * C * P * P);
     float *y = (float *)cu_scratch(SCR_OP, (size_t)B * D * M * sizeof(float));
     void *ws = p->ws_fwd ? cu_scratch(SCR_DNN_WS, p->ws_fwd) : NULL;
@@ -156,8 +225,22 @@ extern "C" void patch_embed_backward_cuda(float *dimg, float *dw, float *db, con
                                           const void *w, const float *img, int B, int C, int H,
                                           int W, int P, int S, int D) {
     cu_ensure_init();
+    int M = ((H - P) / S + 1) * ((W - P) / S + 1), K = C * P * P;
+    if (S == P) {
+        /* the filter and bias gradients from the rebuilt patch rows, then (when wanted) the
+         * patch rows' gradient into the same scratch, scattered back to the image */
+        bf16 *xp = (bf16 *)cu_scratch(SCR_OP, (size_t)B * M * K * sizeof(bf16));
+        patchify(xp, NULL, img, NULL, B, C, H, W, P);
+        linear_backward_cuda(NULL, dw, db, dout, xp, w, B * M, K, D, K, D, 0, 0);
+        if (dimg) {
+            linear_backward_cuda(xp, NULL, NULL, dout, xp, w, B * M, K, D, K, D, 0, 0);
+            CUDA_CHECK(cudaMemsetAsync(dimg, 0, (size_t)B * C * H * W * sizeof(float), g_cu.stream));
+            patchify(NULL, dimg, NULL, xp, B, C, H, W, P);
+        }
+        if (g_cu.debug_sync) CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+        return;
+    }
     ConvPlan *p = conv_plan(B, C, H, W, P, S, D);
-    int M = ((H - P) / S + 1) * ((W - P) / S + 1);
     float *dy = (float *)cu_scratch(SCR_OP, (size_t)B * D * M * sizeof(float));
     dim3 grid((M + 31) / 32, (D + 31) / 32, B), block(32, 8);
     tokens_to_nchw_kernel<<<grid, block, 0, g_cu.stream>>>(dy, (const bf16 *)dout, D, M);

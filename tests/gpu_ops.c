@@ -489,7 +489,8 @@ static void test_patch(int B, int C, int H, int P, int S, int D) {
     void *d_w = dev_act(w, nw), *d_out = dev_poison(no * 2);
     G->patch_embed_forward(d_out, d_img, d_w, d_b, B, C, H, H, P, S, D);
     float *out_g = get_act(d_out, no);
-    /* cuDNN may run the float32 convolution with TF32 tensor ops (~1e-3 relative): bf16 tolerance */
+    /* stride == patch: a bf16 matrix product on the patch rows; overlapping patches: cuDNN's
+     * float32 convolution, possibly with TF32 tensor ops (~1e-3 relative): bf16 tolerance */
     snprintf(nm, sizeof nm, "patch_embed fwd B=%d C=%d H=%d P=%d S=%d D=%d", B, C, H, P, S, D);
     T_CLOSE(nm, rel(out_g, out_c, no), TOL_BF16);
     float *dout = rnd_bf(no, 1.0f), *dw_c = rnd(nw, 1.0f), *db_c = rnd(D, 1.0f);
@@ -601,6 +602,10 @@ int main(int argc, char **argv) {
     test_patch(2, 3, 16, 4, 3, 20);
     test_patch(2, 3, 32, 16, 16, 40);
     test_patch(1, 1, 28, 4, 4, 24);
+    /* image sides not a multiple of the patch: the last pixels belong to no patch (dimg 0 there);
+     * P = 8 takes the 16-byte patch-row path, P = 7 the one-pixel path */
+    test_patch(2, 3, 36, 8, 8, 24);
+    test_patch(1, 2, 30, 7, 7, 16);
     test_tokens(2, 196, 40, 98);
     test_tokens(2, 25, 20, 12);
     test_tokens(3, 1, 8, 0);

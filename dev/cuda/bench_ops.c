@@ -176,5 +176,17 @@ int main(int argc, char **argv) {
           G->add_rmsnorm_backward(dres, dh, g_nw, dnormed, res2, rstd, nw, NULL, B, L, D));
     printf("%-34s %9.1f us (one block's ops as listed, without the one-direction conv1d rows; x1 ops "
            "run twice per block)\n", "sum", total_us);
+    {
+        /* once per step, not in the block sum: the patch embedding at 224 x 224, patch 16 */
+        int C = 3, H = 224, P = 16, M = (H / P) * (H / P), KP = C * P * P;
+        size_t ni = (size_t)B * C * H * H;
+        float *img = f32(ni, 1), *g_pw = f32((size_t)D * KP, 0), *g_pb = f32(D, 0), *pb = f32(D, 0.1f);
+        void *pw = act((size_t)D * KP, 0.02f), *pt = act((size_t)B * M * D, 1), *dpt = act((size_t)B * M * D, 1);
+        printf("-- once per step (224 x 224, patch 16)\n");
+        BENCH("patch_embed fwd", ni * 4.0 + (double)B * M * D * 2,
+              G->patch_embed_forward(pt, img, pw, pb, B, C, H, H, P, P, D));
+        BENCH("patch_embed bwd (dw, db)", ni * 4.0 + (double)B * M * D * 2,
+              G->patch_embed_backward(NULL, g_pw, g_pb, dpt, pw, img, B, C, H, H, P, P, D));
+    }
     return 0;
 }
