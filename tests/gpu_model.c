@@ -112,7 +112,7 @@ static void test_model(const char *arch, float drop_path, int B) {
     const char *worst_name = "";
     for (int i = 0; i < mc.n_tensors; i++) {
         const VilParamInfo *pi = &mc.info[i];
-        double e = rel(gg + pi->offset, mc.grads + pi->offset, pi->numel);
+        double e = rel(gg + pi->offset, mc.grads + pi->offset, vil_param_extent(pi));
         snprintf(nm, sizeof nm, "%s%s grad %s", arch, drop_path > 0 ? " dp" : "", pi->name);
         T_CLOSE(nm, e, TOL_GRAD);
         if (!(e <= worst)) worst = e, worst_name = pi->name;

@@ -112,22 +112,31 @@ static void test_gradients(const char *arch, float drop_path) {
     vil_model_backward(&m);
     float *g = vil_malloc(m.n_params * sizeof(float));
     memcpy(g, m.grads, m.n_params * sizeof(float));
-    /* x_proj's padding rows (VilParamInfo.pad): set_params zeroed what the perturbed buffer held
-     * there, and their gradient is exactly 0 (dx_dbl's padding columns are 0) */
+    /* the padding of x_proj's and dt_proj's weights (VilParamInfo ld, gap, pad): set_params
+     * zeroed what the perturbed buffer held there, and the gradient there is exactly 0. The
+     * padding is where vil_param_store of an all-ones tensor leaves 0. */
     size_t npad = 0, padbad = 0;
-    for (int i = 0; i < m.n_tensors; i++)
-        for (size_t k = 0; k < m.info[i].pad; k++, npad++) {
-            size_t at = m.info[i].offset + m.info[i].numel + k;
-            padbad += m.params[at] != 0.0f || g[at] != 0.0f;
-        }
-    T_CHECK(npad > 0 && padbad == 0, "%s: %zu of %zu x_proj padding elements nonzero (params or grads)", arch, padbad, npad);
+    for (int i = 0; i < m.n_tensors; i++) {
+        const VilParamInfo *pi = &m.info[i];
+        size_t ext = vil_param_extent(pi);
+        float *ones = vil_malloc(pi->numel * sizeof(float)), *lay = vil_malloc(ext * sizeof(float));
+        for (size_t k = 0; k < pi->numel; k++) ones[k] = 1.0f;
+        vil_param_store(pi, lay, ones);
+        for (size_t k = 0; k < ext; k++)
+            if (lay[k] == 0.0f) {
+                npad++;
+                padbad += m.params[pi->offset + k] != 0.0f || g[pi->offset + k] != 0.0f;
+            }
+        free(ones), free(lay);
+    }
+    T_CHECK(npad > 0 && padbad == 0, "%s: %zu of %zu padding elements nonzero (params or grads)", arch, padbad, npad);
     double worst = 0;
     char name[160];
     for (int i = 0; i < m.n_tensors; i++) {
         const VilParamInfo *pi = &m.info[i];
         snprintf(name, sizeof name, "%s[%s%s] %s", arch, drop_path > 0 ? "dp " : "", "", pi->name);
         double e = gc_check_dir(name, model_loss, &ctx, m.params + pi->offset, g + pi->offset,
-                                pi->numel, 3, 3e-3f, 1e-1, &rng);
+                                vil_param_extent(pi), 3, 3e-3f, 1e-1, &rng);
         worst = fmax(worst, e);
     }
     size_t ni = (size_t)m.acts.B * c.in_chans * c.img_size * c.img_size;

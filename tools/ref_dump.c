@@ -68,17 +68,22 @@ int main(int argc, char **argv) {
     vil_st_writer_add(w, "loss", VIL_ST_F32, 1, &one, &lossf);
     vil_st_writer_add(w, "grad.img", VIL_ST_F32, 4, ishape, m.acts.dimg);
     char **names = vil_malloc((size_t)m.n_tensors * sizeof(char *));
+    float *g = vil_malloc(m.param_count * sizeof(float));
+    vil_model_pack(&m, g, m.grads); /* the tensors without the buffer's padding */
+    size_t at = 0;
     for (int i = 0; i < m.n_tensors; i++) {
         const VilParamInfo *pi = &m.info[i];
         names[i] = vil_malloc(strlen(pi->name) + 8);
         sprintf(names[i], "grad.%s", pi->name);
-        vil_st_writer_add(w, names[i], VIL_ST_F32, pi->ndim, pi->shape, m.grads + pi->offset);
+        vil_st_writer_add(w, names[i], VIL_ST_F32, pi->ndim, pi->shape, g + at);
+        at += pi->numel;
     }
     snprintf(path, sizeof path, "%s/ours.safetensors", dir);
     int rc = vil_st_writer_save(w, path);
     vil_st_writer_free(w);
     for (int i = 0; i < m.n_tensors; i++) free(names[i]);
     free(names);
+    free(g);
     free(p);
     printf("ref_dump: %s model (%zu parameters), batch %d, loss %.6f -> %s\n", arch, m.param_count, B, lossf, dir);
     vil_model_free(&m);

@@ -21,10 +21,13 @@ int vil_checkpoint_save(const VilModel *m, const char *path, long step,
                         char *const *class_names, int n_classes) {
     float *host = vil_malloc(m->n_params * sizeof(float));
     vil_model_get_params(m, host);
+    vil_model_pack(m, host, host); /* the tensors without the buffer's padding */
     VilStWriter *w = vil_st_writer_new();
+    size_t at = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const VilParamInfo *p = &m->info[i];
-        vil_st_writer_add(w, p->name, VIL_ST_F32, p->ndim, p->shape, host + p->offset);
+        vil_st_writer_add(w, p->name, VIL_ST_F32, p->ndim, p->shape, host + at);
+        at += p->numel;
     }
     /* "format": "pt" is what safetensors.torch writes; it lets the Python loaders accept it */
     vil_st_writer_meta(w, "format", "pt");
@@ -246,7 +249,7 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hin
     }
     if (vil_model_init(m, &cfg, be) != 0) goto out;
     /* every expected tensor, with its shape; then nothing unexpected */
-    float *host = vil_calloc(m->n_params, sizeof(float)); /* padding (VilParamInfo.pad) stays 0 */
+    float *host = vil_calloc(m->n_params, sizeof(float));
     int bad = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const VilParamInfo *p = &m->info[i];
@@ -281,6 +284,8 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hin
         }
         if (vil_st_to_f32(t, host + p->offset) != 0) {
             if (bad++ < 10) vil_error("'%s': tensor '%s' has dtype %s, which vil cannot read", path, p->name, vil_st_dtype_name(t->dtype));
+        } else {
+            vil_param_store(p, host + p->offset, host + p->offset); /* the buffer's layout */
         }
     }
     for (int i = 0; i < st.n_tensors; i++)

@@ -11,13 +11,44 @@
 
 /* ---------------- parameter table ---------------- */
 
-/* Row stride of x_dbl and dx_dbl ([dt_low | k | q], R + 2N wide), padded to a multiple of 8
- * elements, and x_proj's output count in the products: x_proj's weight carries zero rows up to
- * it (pad_last), and dx_dbl's padding columns are zeroed once and never written, so they add
- * nothing to x_proj's input gradient (0 times a finite weight) or to its weight gradient (the
- * padding rows get 0). cuBLASLt runs ViL-Tiny's x_proj products (R + 2N = 44 -> 48) 1.2-2.5x
- * faster (cuda/PERF_NOTES.md). No other op reads the padding. */
-static int xdbl_ld(const VilConfig *c) { return (c->dt_rank + 2 * c->d_state + 7) / 8 * 8; }
+/* The x_dbl layout: [dt_low | 0 | k | q | 0]. cuBLASLt runs a product 1.2-2.5x faster when its
+ * inner size and row strides are multiples of 8 elements (cuda/PERF_NOTES.md), so
+ *  - dt_low is padded with zero columns to dt_ld = R rounded up to 8, which is dt_proj's inner
+ *    size (ViL-Tiny 12 -> 16): x_proj's weight carries zero rows between its dt rows and its B
+ *    rows (VilParamInfo.gap), and dt_proj's weight rows are dt_ld apart with zero columns
+ *    (VilParamInfo.ld);
+ *  - the rows are xdbl_ld = dt_ld + 2N rounded up to 8 wide, x_proj's output count: its weight
+ *    carries zero rows after the C rows (VilParamInfo.pad).
+ * The zero rows of x_proj's weight make x_dbl's padding columns exactly 0, so dt_proj's padded
+ * weight columns (0) meet 0 and its weight gradient there is 0; dt_proj's input gradient writes
+ * 0 into dx_dbl's gap columns and the trailing ones are zeroed at allocation, so x_proj's weight
+ * gradient is 0 on its padding rows and its input gradient gets nothing from them. The scan
+ * finds k at column dt_ld. */
+static int dt_ld(const VilConfig *c) { return (c->dt_rank + 7) / 8 * 8; }
+static int xdbl_ld(const VilConfig *c) { return (dt_ld(c) + 2 * c->d_state + 7) / 8 * 8; }
+
+static size_t p_rows(const VilParamInfo *p) { return p->ndim ? (size_t)p->shape[0] : 1; }
+static size_t p_srow(const VilParamInfo *p, size_t r) { return r < p->gap_at ? r : r + p->gap; }
+static int p_padded(const VilParamInfo *p) { return p->gap || p->pad || p->ld != p->numel / p_rows(p); }
+
+size_t vil_param_extent(const VilParamInfo *p) { return (p_rows(p) + p->gap) * p->ld + p->pad; }
+
+void vil_param_load(const VilParamInfo *p, float *dense, const float *stored) {
+    size_t rows = p_rows(p), cols = p->numel / rows;
+    for (size_t r = 0; r < rows; r++) /* forward: dense row r never passes stored row r */
+        memmove(dense + r * cols, stored + p_srow(p, r) * p->ld, cols * sizeof(float));
+}
+
+void vil_param_store(const VilParamInfo *p, float *stored, const float *dense) {
+    size_t rows = p_rows(p), cols = p->numel / rows;
+    memset(stored + vil_param_extent(p) - p->pad, 0, p->pad * sizeof(float));
+    for (size_t r = rows; r-- > 0;) { /* backward, so that in place the sources are read first */
+        float *row = stored + p_srow(p, r) * p->ld;
+        memmove(row, dense + r * cols, cols * sizeof(float));
+        memset(row + cols, 0, (p->ld - cols) * sizeof(float));
+    }
+    memset(stored + p->gap_at * p->ld, 0, p->gap * p->ld * sizeof(float));
+}
 
 
 typedef struct {
@@ -48,14 +79,16 @@ static size_t add(Table *t, int decay, int ndim, const int64_t *shape, const cha
     }
     p->offset = t->total;
     p->decay = decay;
+    p->ld = p->numel / p_rows(p), p->gap_at = p_rows(p);
     t->total += p->numel;
     t->count += p->numel;
     return p->offset;
 }
-/* zero padding after the last tensor added (see VilParamInfo.pad) */
-static void pad_last(Table *t, size_t pad) {
-    t->info[t->n - 1].pad = pad;
-    t->total += pad;
+/* the stored layout of the last tensor added (see VilParamInfo) */
+static void relayout_last(Table *t, size_t ld, size_t gap_at, size_t gap, size_t pad) {
+    VilParamInfo *p = &t->info[t->n - 1];
+    p->ld = ld, p->gap_at = gap_at, p->gap = gap, p->pad = pad;
+    t->total = p->offset + vil_param_extent(p);
 }
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
@@ -87,11 +120,11 @@ static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
         for (int j = 0; j < 2; j++) {
             l.conv_w[j] = ADD(1, (E, 1, K), "layers.%d.mixer.conv1d%s.weight", i, sfx[j]);
             l.conv_b[j] = ADD(0, (E), "layers.%d.mixer.conv1d%s.bias", i, sfx[j]);
+            /* padded to x_dbl's layout (dt_ld, xdbl_ld) */
             l.x_proj[j] = ADD(1, (R + 2 * N, E), "layers.%d.mixer.x_proj%s.weight", i, sfx[j]);
-            /* zero rows up to x_dbl's padded width: the x_proj products then run on a multiple
-             * of 8 outputs (xdbl_ld) */
-            pad_last(&t, (size_t)(xdbl_ld(c) - (R + 2 * N)) * E);
+            relayout_last(&t, E, R, dt_ld(c) - R, (size_t)(xdbl_ld(c) - dt_ld(c) - 2 * N) * E);
             l.dt_w[j] = ADD(1, (E, R), "layers.%d.mixer.dt_proj%s.weight", i, sfx[j]);
+            relayout_last(&t, dt_ld(c), E, 0, 0);
             l.dt_b[j] = ADD(0, (E), "layers.%d.mixer.dt_proj%s.bias", i, sfx[j]);
         }
         l.out_proj = ADD(1, (D, E), "layers.%d.mixer.out_proj.weight", i);
@@ -154,9 +187,9 @@ const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name) {
 }
 
 void vil_model_pack(const VilModel *m, float *packed, const float *buf) {
-    size_t at = 0; /* packed offsets never pass buffer offsets: forward memmove is safe in place */
+    size_t at = 0; /* packed offsets never pass buffer offsets: forward is safe in place */
     for (int i = 0; i < m->n_tensors; i++) {
-        memmove(packed + at, buf + m->info[i].offset, m->info[i].numel * sizeof(float));
+        vil_param_load(&m->info[i], packed + at, buf + m->info[i].offset);
         at += m->info[i].numel;
     }
 }
@@ -166,8 +199,7 @@ void vil_model_unpack(const VilModel *m, float *buf, const float *packed) {
     for (int i = m->n_tensors - 1; i >= 0; i--) {
         const VilParamInfo *p = &m->info[i];
         at -= p->numel;
-        memmove(buf + p->offset, packed + at, p->numel * sizeof(float));
-        memset(buf + p->offset + p->numel, 0, p->pad * sizeof(float));
+        vil_param_store(p, buf + p->offset, packed + at);
     }
 }
 
@@ -176,14 +208,30 @@ void vil_model_get_params(const VilModel *m, float *host) {
 }
 
 void vil_model_set_params(VilModel *m, const float *host) {
-    m->be->to_device(m->params, host, m->n_params * sizeof(float));
-    for (int i = 0; i < m->n_tensors; i++) /* whatever the host buffer held there */
-        if (m->info[i].pad)
-            m->be->zero(m->params + m->info[i].offset + m->info[i].numel, m->info[i].pad * sizeof(float));
+    /* the padding is zeroed whatever the host buffer held there */
+    float *tmp = NULL;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const VilParamInfo *p = &m->info[i];
+        if (!p_padded(p)) continue;
+        if (!tmp) {
+            tmp = vil_malloc(m->n_params * sizeof(float));
+            memcpy(tmp, host, m->n_params * sizeof(float));
+        }
+        vil_param_load(p, tmp + p->offset, tmp + p->offset);
+        vil_param_store(p, tmp + p->offset, tmp + p->offset);
+    }
+    m->be->to_device(m->params, tmp ? tmp : host, m->n_params * sizeof(float));
+    free(tmp);
     if (m->be->params_to_work) m->be->params_to_work(m->work, m->params, m->n_params);
 }
 
 /* ---------------- initialization (models.md) ---------------- */
+
+static const VilParamInfo *param_at(const VilModel *m, size_t offset) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->info[i].offset == offset) return &m->info[i];
+    VIL_FATAL("no parameter at offset %zu", offset);
+}
 
 /* standard normal truncated to [lo, hi] by rejection */
 static float trunc_normal(VilRng *r, float lo, float hi) {
@@ -228,8 +276,11 @@ void vil_model_init_weights(VilModel *m, uint64_t seed) {
             /* conv1d: PyTorch default, fan_in = K (depthwise) */
             fill_uniform(h + lo->conv_w[j], (size_t)E * K, 1.0f / sqrtf((float)K), &r);
             fill_uniform(h + lo->conv_b[j], (size_t)E, 1.0f / sqrtf((float)K), &r);
+            /* drawn as the dense tensors, then laid out with their padding */
             fill_uniform(h + lo->x_proj[j], (size_t)(R + 2 * N) * E, 1.0f / sqrtf((float)E), &r);
+            vil_param_store(param_at(m, lo->x_proj[j]), h + lo->x_proj[j], h + lo->x_proj[j]);
             fill_uniform(h + lo->dt_w[j], (size_t)E * R, 1.0f / sqrtf((float)R), &r);
+            vil_param_store(param_at(m, lo->dt_w[j]), h + lo->dt_w[j], h + lo->dt_w[j]);
             /* dt_proj bias: ViL "zero" (official Longhorn) leaves 0, beta starts at 0.5;
              * ViM's forward direction and ViL's "vim" option draw dt0 ~ logUniform[1e-3, 1e-1]
              * (>= 1e-4) and invert the activation (softplus for ViM, sigmoid for ViL). */
@@ -379,7 +430,7 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     int B = m->acts.B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int R = c->dt_rank, ldx = xdbl_ld(c), BL = B * L;
+    int R = dt_ld(c), ldx = xdbl_ld(c), BL = B * L; /* R: dt_low's padded width (dt_ld) */
     int vim = c->arch_id == VIL_ARCH_VIM;
     be->linear_forward(l->xz, l->normed, Wt(m, o->in_proj), NULL, BL, D, 2 * E, D, 2 * E, 0);
     /* both directions' conv1d in one pass over x */
@@ -436,7 +487,7 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     const VilConfig *c = &m->cfg;
     VilActs *a = &m->acts;
     int B = a->B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int R = c->dt_rank, ldx = xdbl_ld(c), BL = B * L;
+    int R = dt_ld(c), ldx = xdbl_ld(c), BL = B * L; /* R: dt_low's padded width (dt_ld) */
     int vim = c->arch_id == VIL_ARCH_VIM;
     be->linear_backward(a->dysum, Gr(m, o->out_proj), NULL, a->dh, l->ysum, Wt(m, o->out_proj),
                         BL, E, D, E, D, 0, 0);
@@ -516,7 +567,7 @@ void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float
          * a byte per element saying whether weight decay applies */
         unsigned char *h = vil_calloc(m->n_params, 1);
         for (int i = 0; i < m->n_tensors; i++)
-            memset(h + m->info[i].offset, m->info[i].decay ? 1 : 0, m->info[i].numel);
+            memset(h + m->info[i].offset, m->info[i].decay ? 1 : 0, vil_param_extent(&m->info[i]));
         m->decay_mask = be->alloc(m->n_params);
         be->to_device(m->decay_mask, h, m->n_params);
         free(h);

@@ -18,10 +18,23 @@ typedef struct {
     int64_t shape[VIL_MAX_NDIM];
     size_t numel;
     size_t offset;  /* in elements, into the parameter buffers */
-    size_t pad;     /* zero elements after the tensor, owned by it (x_proj's row padding):
-                     * no weight decay, never saved; vil_model_set_params zeroes them */
+    /* The stored layout, which may hold zeros that the tensor does not (padding for the matrix
+     * products, model.c): the shape[0] rows are `ld` elements apart (ld >= the row length:
+     * dt_proj's input width), `gap` zero rows follow the first `gap_at` rows (x_proj: between
+     * the dt rows and the B rows), and `pad` zero elements follow the whole. The padding is
+     * never saved (vil_param_load/store convert), gets zero gradients and stays 0;
+     * vil_model_set_params zeroes it. */
+    size_t ld, gap_at, gap, pad;
     int decay;      /* 1: AdamW weight decay applies */
 } VilParamInfo;
+
+/* elements the tensor occupies in the parameter buffers, padding included */
+size_t vil_param_extent(const VilParamInfo *p);
+/* stored (the parameter buffer's layout, at buf + p->offset) <-> dense (the tensor as in a
+ * checkpoint, numel elements); store writes the padding's zeros. Either works in place when
+ * dense sits at or before stored in one buffer. */
+void vil_param_load(const VilParamInfo *p, float *dense, const float *stored);
+void vil_param_store(const VilParamInfo *p, float *stored, const float *dense);
 
 /* element offsets of each named parameter; [j] is direction j (0 forward, 1 backward) */
 typedef struct {

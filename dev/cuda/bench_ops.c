@@ -67,7 +67,9 @@ int main(int argc, char **argv) {
     G = &vil_backend_cuda;
     vil_rng_seed(&rng, 1);
     int L = 197, E = 2 * D, N = 16, R = (D + 15) / 16, W = R + 2 * N, K = 4;
-    int Wp = (W + 7) / 8 * 8; /* x_dbl's row stride and x_proj's output count in the model */
+    /* the model's x_dbl layout (vil/model.c): dt_low padded to Rp columns (dt_proj's K), rows
+     * Wp wide (x_proj's output count) */
+    int Rp = (R + 7) / 8 * 8, Wp = (Rp + 2 * N + 7) / 8 * 8;
     size_t T = (size_t)B * L;
     printf("one ViL block: D=%d E=%d N=%d R=%d B=%d L=%d (T=%zu tokens), %d calls each\n", D, E, N,
            R, B, L, T, iters);
@@ -83,10 +85,10 @@ int main(int argc, char **argv) {
     void *ysum = act(T * E, 1), *dysum = act(T * E, 1), *dh = act(T * D, 1), *dnormed = act(T * D, 1);
     /* weights (bf16 working copies) and f32 parameters / gradients */
     void *w_in = act((size_t)2 * E * D, 0.05f), *w_x = act((size_t)Wp * E, 0.05f);
-    void *w_dt = act((size_t)E * R, 0.2f), *w_out = act((size_t)D * E, 0.05f);
+    void *w_dt = act((size_t)E * Rp, 0.2f), *w_out = act((size_t)D * E, 0.05f);
     float *b_dt = f32(E, 0.1f), *cw = f32((size_t)E * K, 0.5f), *cb = f32(E, 0.1f);
     float *Dk[2] = {f32(E, 1), f32(E, 1)}, *g_dbs[2] = {f32(E, 0), f32(E, 0)};
-    float *g_in = f32((size_t)2 * E * D, 0), *g_x = f32((size_t)Wp * E, 0), *g_dt = f32((size_t)E * R, 0);
+    float *g_in = f32((size_t)2 * E * D, 0), *g_x = f32((size_t)Wp * E, 0), *g_dt = f32((size_t)E * Rp, 0);
     float *g_dtb = f32(E, 0), *g_out = f32((size_t)D * E, 0), *g_cw = f32((size_t)E * K, 0);
     float *g_cb = f32(E, 0), *g_D[2] = {f32(E, 0), f32(E, 0)}, *g_nw = f32(D, 0);
     const void *cu_[2] = {u[0], u[1]}, *cdl[2] = {dl[0], dl[1]}, *cxd[2] = {xd[0], xd[1]};
@@ -109,9 +111,9 @@ int main(int argc, char **argv) {
     BENCH("linear x_proj fwd (x1)", T * E * 2.0 + T * W * 2,
           G->linear_forward(xd[0], u[0], w_x, NULL, (int)T, E, Wp, E, Wp, 0));
     BENCH("linear dt_proj fwd (x1)", T * R * 2.0 + T * E * 2,
-          G->linear_forward(dl[0], xd[0], w_dt, b_dt, (int)T, R, E, Wp, E, 0));
+          G->linear_forward(dl[0], xd[0], w_dt, b_dt, (int)T, Rp, E, Wp, E, 0));
     BENCH("scan fwd (both dirs)", T * E * 2.0 * 6 + 2.0 * T * 2 * N * 2,
-          G->scan_bidir_forward(ysum, cu_, cdl, cxd, z, cD, NULL, B, L, E, N, R, Wp, 2 * E));
+          G->scan_bidir_forward(ysum, cu_, cdl, cxd, z, cD, NULL, B, L, E, N, Rp, Wp, 2 * E));
     BENCH("linear out_proj fwd", T * E * 2.0 + T * D * 2,
           G->linear_forward(h, ysum, w_out, NULL, (int)T, E, D, E, D, 0));
     printf("-- backward\n");
@@ -121,11 +123,11 @@ int main(int argc, char **argv) {
           G->linear_backward(NULL, g_out, NULL, dh, ysum, w_out, (int)T, E, D, E, D, 0, 0));
     BENCH("scan bwd (both dirs)", T * E * 2.0 * 11 + 4.0 * T * 2 * N * 2,
           G->scan_bidir_backward(du, ddl, dxd, dz, g_D, NULL, g_dbs, dysum, cu_, cdl, cxd, z, cD, NULL, B,
-                                 L, E, N, R, Wp, 2 * E));
+                                 L, E, N, Rp, Wp, 2 * E));
     BENCH("linear dt_proj bwd dinp (x1)", T * E * 2.0 + T * R * 2,
-          G->linear_backward(dxd[0], NULL, NULL, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
+          G->linear_backward(dxd[0], NULL, NULL, ddl[0], xd[0], w_dt, (int)T, Rp, E, Wp, E, 0, 0));
     BENCH("linear dt_proj bwd dW (x1; db comes from the scan)", T * E * 2.0 + T * R * 2,
-          G->linear_backward(NULL, g_dt, NULL, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
+          G->linear_backward(NULL, g_dt, NULL, ddl[0], xd[0], w_dt, (int)T, Rp, E, Wp, E, 0, 0));
     BENCH("linear x_proj bwd dinp+= (x1)", T * W * 2.0 + T * E * 4,
           G->linear_backward(du[0], NULL, NULL, dxd[0], u[0], w_x, (int)T, E, Wp, E, Wp, 1, 0));
     BENCH("linear x_proj bwd dW (x1)", T * W * 2.0 + T * E * 2,
@@ -141,18 +143,14 @@ int main(int argc, char **argv) {
               G->linear_forward(dl[0], xdu, w_dt, b_dt, (int)T, R, E, W, E, 0));
         BENCH("probe dt_proj bwd dinp, unpadded rows", T * E * 2.0 + T * R * 2,
               G->linear_backward(dxdu, NULL, NULL, ddl[0], xdu, w_dt, (int)T, R, E, W, E, 0, 0));
-        /* dt_proj with K = R padded to 16 (a weight of 16 columns; x_dbl's dt_low slice read 16
-         * wide): does cuBLASLt's K = 12 path cost what its bandwidth suggests? */
-        int R16 = (R + 15) / 16 * 16;
-        void *w_dt16 = act((size_t)E * R16, 0.2f), *dxd16 = act(T * (Wp > R16 ? Wp : R16), 1);
-        float *g_dt16 = f32((size_t)E * R16, 0);
-        if (R16 <= Wp) {
-            BENCH("probe dt_proj fwd, K padded to 16", T * R * 2.0 + T * E * 2,
-                  G->linear_forward(dl[0], xd[0], w_dt16, b_dt, (int)T, R16, E, Wp, E, 0));
-            BENCH("probe dt_proj bwd dinp, K padded to 16", T * E * 2.0 + T * R * 2,
-                  G->linear_backward(dxd16, NULL, NULL, ddl[0], xd[0], w_dt16, (int)T, R16, E, Wp, E, 0, 0));
-            BENCH("probe dt_proj bwd dW, K padded to 16", T * E * 2.0 + T * R * 2,
-                  G->linear_backward(NULL, g_dt16, NULL, ddl[0], xd[0], w_dt16, (int)T, R16, E, Wp, E, 0, 0));
+        /* dt_proj with its K = R unpadded (what the model ran before session 5; ViL-Tiny 12) */
+        if (Rp != R) {
+            BENCH("probe dt_proj fwd, K = R unpadded", T * R * 2.0 + T * E * 2,
+                  G->linear_forward(dl[0], xd[0], w_dt, b_dt, (int)T, R, E, Wp, E, 0));
+            BENCH("probe dt_proj bwd dinp, K = R unpadded", T * E * 2.0 + T * R * 2,
+                  G->linear_backward(dxd[0], NULL, NULL, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
+            BENCH("probe dt_proj bwd dW, K = R unpadded", T * E * 2.0 + T * R * 2,
+                  G->linear_backward(NULL, g_dt, NULL, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
         }
         BENCH("probe dt_proj bwd db", T * E * 2.0,
               G->linear_backward(NULL, NULL, g_dtb, ddl[0], xd[0], w_dt, (int)T, R, E, Wp, E, 0, 0));
