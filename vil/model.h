@@ -53,7 +53,7 @@ typedef struct {
     void *normed;   /* (B, L, D) act */
     void *xz;       /* (B, L, 2E) act: x | z */
     void *u[2];     /* (B, L, E) act: SiLU(conv1d(x)) per direction */
-    void *xdbl[2];  /* (B, L, R + 2N) act: dt_low | k | q */
+    void *xdbl[2];  /* (B, L, xdbl_ld) act: dt_low | 0 | k | q | 0 (model.c) */
     void *delta[2]; /* (B, L, E) act: dt_proj(dt_low) */
     void *ysum;     /* (B, L, E) act: gated, averaged scan output */
 } VilLayerActs;

@@ -92,7 +92,8 @@ void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *
 /* The whole bidirectional core of a mixer: for each direction j (0 forward, 1 reversed) the
  * scan on (u[j], delta[j], x_dbl[j]) gated by SiLU(z) at the same token, then
  * out = (y_0 + y_1) / 2. A_log == NULL selects Longhorn, otherwise Mamba. x_dbl rows are
- * ldx >= R + 2N apart ([dt_low | k | q]); z rows are ldz apart. Backward writes du, ddelta, the k and q
+ * ldx >= R + 2N apart, k at column R and q at R + N (the model passes dt_low's padded width as
+ * R); z rows are ldz apart. Backward writes du, ddelta, the k and q
  * columns of dx_dbl and dz (all overwritten) and accumulates dD, dA_log and, unless NULL,
  * ddelta_sum[j][e] += sum over (B, L) of ddelta[j] (dt_proj's bias gradient, which the scan has
  * at hand: this saves dt_proj's backward a pass over ddelta). */
