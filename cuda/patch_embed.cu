@@ -147,8 +147,7 @@ __global__ void tokens_to_nchw_kernel(float *dy, const bf16 *dout, int D, int M)
  * of V pixels of one image row inside one patch (V = 8 when P % 8 == 0 and W % 4 == 0: two
  * 16-byte loads, one 16-byte store; else V = 1). Consecutive threads walk an image row, so the
  * reads are coalesced; a patch row's 2P bytes are written by P / V consecutive threads.
- * to_img: the reverse (dimg from the patch rows' gradient; dimg was zeroed, pixels outside every
- * patch stay 0). */
+ * TO_IMG: the reverse (unpatchify: dimg from the patch rows' gradient). */
 template <int V, bool TO_IMG>
 __global__ void patchify_kernel(bf16 *xp, float *img_out, const float *img, const bf16 *dxp, int B,
                                 int C, int H, int W, int P, int G, int GW) {
@@ -179,16 +178,31 @@ __global__ void patchify_kernel(bf16 *xp, float *img_out, const float *img, cons
     }
 }
 
-static void patchify(bf16 *xp, float *img_out, const float *img, const bf16 *dxp, int B, int C,
-                     int H, int W, int P) {
+/* threads of patchify_kernel: one per run of `run` pixels */
+static int patch_blocks(int B, int C, int H, int W, int P, int run) {
+    int G = (H - P) / P + 1, GW = (W - P) / P + 1;
+    return cu_blocks((size_t)B * C * G * P * GW * (P / run), 256);
+}
+
+/* img -> the patch rows xp */
+static void patchify(bf16 *xp, const float *img, int B, int C, int H, int W, int P) {
     int G = (H - P) / P + 1, GW = (W - P) / P + 1;
     /* the 16-byte path: rows of W floats and runs of 8 start 16-byte aligned (cudaMalloc'd) */
-    bool vec = P % 8 == 0 && W % 4 == 0 && ((uintptr_t)img % 16) == 0;
-    size_t n = (size_t)B * C * G * P * GW * (vec ? P / 8 : P);
-    int blocks = cu_blocks(n, 256);
-    if (img_out) patchify_kernel<1, true><<<blocks, 256, 0, g_cu.stream>>>(NULL, img_out, NULL, dxp, B, C, H, W, P, G, GW);
-    else if (vec) patchify_kernel<8, false><<<blocks, 256, 0, g_cu.stream>>>(xp, NULL, img, NULL, B, C, H, W, P, G, GW);
-    else patchify_kernel<1, false><<<blocks, 256, 0, g_cu.stream>>>(xp, NULL, img, NULL, B, C, H, W, P, G, GW);
+    if (P % 8 == 0 && W % 4 == 0 && ((uintptr_t)img % 16) == 0)
+        patchify_kernel<8, false><<<patch_blocks(B, C, H, W, P, 8), 256, 0, g_cu.stream>>>(
+            xp, NULL, img, NULL, B, C, H, W, P, G, GW);
+    else
+        patchify_kernel<1, false><<<patch_blocks(B, C, H, W, P, 1), 256, 0, g_cu.stream>>>(
+            xp, NULL, img, NULL, B, C, H, W, P, G, GW);
+    CU_LAUNCH_CHECK();
+}
+
+/* the patch rows' gradient dxp -> dimg (overwritten; pixels outside every patch get 0) */
+static void unpatchify(float *dimg, const bf16 *dxp, int B, int C, int H, int W, int P) {
+    int G = (H - P) / P + 1, GW = (W - P) / P + 1;
+    CUDA_CHECK(cudaMemsetAsync(dimg, 0, (size_t)B * C * H * W * sizeof(float), g_cu.stream));
+    patchify_kernel<1, true><<<patch_blocks(B, C, H, W, P, 1), 256, 0, g_cu.stream>>>(
+        NULL, dimg, NULL, dxp, B, C, H, W, P, G, GW);
     CU_LAUNCH_CHECK();
 }
 
@@ -205,7 +219,7 @@ extern "C" void patch_embed_forward_cuda(void *out, const float *img, const void
     int M = ((H - P) / S + 1) * ((W - P) / S + 1), K = C * P * P;
     if (S == P) {
         bf16 *xp = (bf16 *)cu_scratch(SCR_OP, (size_t)B * M * K * sizeof(bf16));
-        patchify(xp, NULL, img, NULL, B, C, H, W, P);
+        patchify(xp, img, B, C, H, W, P);
         linear_forward_cuda(out, xp, w, b, B * M, K, D, K, D, 0);
         return;
     }
@@ -230,12 +244,11 @@ extern "C" void patch_embed_backward_cuda(float *dimg, float *dw, float *db, con
         /* the filter and bias gradients from the rebuilt patch rows, then (when wanted) the
          * patch rows' gradient into the same scratch, scattered back to the image */
         bf16 *xp = (bf16 *)cu_scratch(SCR_OP, (size_t)B * M * K * sizeof(bf16));
-        patchify(xp, NULL, img, NULL, B, C, H, W, P);
+        patchify(xp, img, B, C, H, W, P);
         linear_backward_cuda(NULL, dw, db, dout, xp, w, B * M, K, D, K, D, 0, 0);
         if (dimg) {
             linear_backward_cuda(xp, NULL, NULL, dout, xp, w, B * M, K, D, K, D, 0, 0);
-            CUDA_CHECK(cudaMemsetAsync(dimg, 0, (size_t)B * C * H * W * sizeof(float), g_cu.stream));
-            patchify(NULL, dimg, NULL, xp, B, C, H, W, P);
+            unpatchify(dimg, xp, B, C, H, W, P);
         }
         if (g_cu.debug_sync) CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
         return;
