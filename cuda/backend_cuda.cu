@@ -16,7 +16,7 @@ extern "C" {
 }
 
 /* the table below is positional: a new VilBackend member must be added there too */
-static_assert(sizeof(VilBackend) == 3 * sizeof(void *) + 26 * sizeof(void (*)(void)),
+static_assert(sizeof(VilBackend) == 3 * sizeof(void *) + 33 * sizeof(void (*)(void)),
               "VilBackend changed: update the table at the end of cuda/backend_cuda.cu");
 
 CuCtx g_cu;
@@ -110,9 +110,32 @@ void *cu_scratch(int slot, size_t bytes) {
     return scratch[slot];
 }
 
+/* ---- the input feed: a copy stream and, per slot, "uploaded" and "released" events ---- */
+static cudaStream_t feed_stream;
+static cudaEvent_t feed_loaded[2], feed_freed[2];
+
+static void feed_init(void) {
+    cu_ensure_init();
+    if (feed_stream) return;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&feed_stream, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&feed_loaded[i], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&feed_freed[i], cudaEventDisableTiming));
+    }
+}
+
 static void cu_cleanup(void) {
     if (!g_cu.init) return;
     cudaStreamSynchronize(g_cu.stream);
+    if (feed_stream) {
+        cudaStreamSynchronize(feed_stream);
+        for (int i = 0; i < 2; i++) {
+            cudaEventDestroy(feed_loaded[i]);
+            cudaEventDestroy(feed_freed[i]);
+        }
+        cudaStreamDestroy(feed_stream);
+        feed_stream = NULL;
+    }
     for (int i = 0; i < SCR_COUNT; i++)
         if (scratch[i]) {
             cu_free(scratch[i]);
@@ -194,6 +217,39 @@ static void b_sync(void) {
 }
 static size_t b_peak(void) { return cu_peak_bytes(); }
 
+/* pinned host memory: copies from it are DMA transfers that run while the host goes on */
+static void *b_host_alloc(size_t bytes) {
+    cu_ensure_init();
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError(); /* clear it: the caller reports the failure */
+        return NULL;
+    }
+    return p;
+}
+static void b_host_free(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+/* An event never recorded counts as complete, so the first upload into a slot waits for nothing. */
+static void b_feed_upload(int slot, void *dst, const void *src, size_t bytes) {
+    feed_init();
+    CUDA_CHECK(cudaStreamWaitEvent(feed_stream, feed_freed[slot], 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, feed_stream));
+    CUDA_CHECK(cudaEventRecord(feed_loaded[slot], feed_stream));
+}
+static void b_feed_acquire(int slot) {
+    feed_init();
+    CUDA_CHECK(cudaStreamWaitEvent(g_cu.stream, feed_loaded[slot], 0));
+}
+static void b_feed_release(int slot) {
+    feed_init();
+    CUDA_CHECK(cudaEventRecord(feed_freed[slot], g_cu.stream));
+}
+static void b_feed_wait(int slot) {
+    feed_init();
+    CUDA_CHECK(cudaEventSynchronize(feed_loaded[slot]));
+}
+
 static float bf16_bits_to_float(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -223,6 +279,12 @@ extern "C" const VilBackend vil_backend_cuda = {
     /* .peak_bytes = */ b_peak,
     /* .act_to_host_f32 = */ b_act_to_host_f32,
     /* .params_to_work = */ b_params_to_work,
+    /* .host_alloc = */ b_host_alloc,
+    /* .host_free = */ b_host_free,
+    /* .feed_upload = */ b_feed_upload,
+    /* .feed_acquire = */ b_feed_acquire,
+    /* .feed_release = */ b_feed_release,
+    /* .feed_wait = */ b_feed_wait,
     /* .patch_embed_forward = */ patch_embed_forward_cuda,
     /* .patch_embed_backward = */ patch_embed_backward_cuda,
     /* .tokens_forward = */ tokens_forward_cuda,
@@ -240,4 +302,5 @@ extern "C" const VilBackend vil_backend_cuda = {
     /* .softmax_xent_forward = */ softmax_xent_forward_cuda,
     /* .softmax_xent_backward = */ softmax_xent_backward_cuda,
     /* .adamw_update = */ adamw_update_cuda,
+    /* .grad_clip = */ grad_clip_cuda,
 };

@@ -95,6 +95,7 @@ enum {
     SCR_DNN_WS,      /* cuDNN workspace */
     SCR_BIAS_BF16,   /* linear: bf16 copy of a bias when cuBLASLt takes no f32 bias */
     SCR_SUM_MID,     /* colsum_rows_accumulate: the first of its two levels */
+    SCR_GNORM,       /* grad_clip: per-block sums of squares */
     SCR_COUNT
 };
 void *cu_scratch(int slot, size_t bytes);

@@ -89,6 +89,7 @@ void adamw_update_cuda(float *p, void *work /* bf16 or NULL */, const float *g, 
                        const unsigned char *decay,
                        size_t n, float lr, float beta1, float beta2, float eps, float wd, int step);
 void params_to_work_cuda(void *work /* (n) bf16 */, const float *master /* (n) */, size_t n);
+void grad_clip_cuda(float *g /* (n) */, size_t n, float max_norm, float *norm /* device, (1) */);
 
 /* column sums of a row-major (N, OC) matrix with rows ld apart into db (+=), in a fixed order
  * (deterministic); shared by the linear and patch-embedding bias gradients */

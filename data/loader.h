@@ -15,9 +15,9 @@
 extern "C" {
 #endif
 
-/* Where batch memory comes from: the CUDA build passes cudaHostAlloc / cudaFreeHost wrappers
- * so batches are pinned and copy to the device asynchronously. alloc NULL: 64-byte aligned
- * malloc. alloc returns NULL on failure. */
+/* Where batch memory comes from: `vil train` and `vil eval` pass the backend's host_alloc
+ * (vil_feed_allocator in data/feed.h; pinned memory on CUDA) so that batches copy to the device
+ * while the host goes on. alloc NULL: 64-byte aligned malloc. alloc returns NULL on failure. */
 typedef struct {
     void *(*alloc)(size_t bytes, void *ctx);
     void (*free)(void *p, void *ctx);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "data/feed.h"
 #include "vil/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
@@ -25,6 +26,35 @@ void vil_topk_count(const float *logits, const int *labels, int n, int C, long *
     }
 }
 
+/* A batch the model cannot take: reported, -1. */
+static int check_batch(const VilModel *m, const VilBatch *b) {
+    if (b->num_classes <= m->cfg.num_classes && b->channels == m->cfg.in_chans &&
+        b->res == m->cfg.img_size)
+        return 0;
+    vil_error("evaluation batch (%d classes, %d x %d x %d) does not fit the model (%d classes, %d "
+              "x %d x %d)", b->num_classes, b->channels, b->res, b->res, m->cfg.num_classes,
+              m->cfg.in_chans, m->cfg.img_size, m->cfg.img_size);
+    return -1;
+}
+
+/* Queues b's images on the feed (its upload overlaps the forward in flight); -1 if it does not
+ * fit the model (then it is given back). */
+static int put_batch(VilFeed *f, VilLoader *l, const VilModel *m, const VilBatch *b) {
+    size_t bytes = (size_t)b->batch * b->channels * b->res * b->res * sizeof(float);
+    int bad = check_batch(m, b);
+    if (!bad && bytes != f->bytes[0]) {
+        vil_error("evaluation batch of %d images after batches of %zu bytes", b->batch, f->bytes[0]);
+        bad = -1;
+    }
+    if (bad) {
+        vil_loader_release_batch(l, b);
+        return -1;
+    }
+    const void *src[1] = {b->images};
+    vil_feed_put(f, b, src);
+    return 0;
+}
+
 int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
                  VilEvalResult *r) {
     memset(r, 0, sizeof *r);
@@ -34,25 +64,42 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
     VilLoaderStats s0;
     vil_loader_stats(l, &s0);
     float *logits = NULL;
-    int every = nb >= 10 ? nb / 10 : 1;
-    for (int k = 0;; k++) {
-        const VilBatch *b = vil_loader_next_batch(l);
-        if (!b) break;
-        int C = m->cfg.num_classes;
-        if (b->num_classes > C || b->channels != m->cfg.in_chans || b->res != m->cfg.img_size) {
-            vil_error("evaluation batch (%d classes, %d x %d x %d) does not fit the model (%d "
-                      "classes, %d x %d x %d)", b->num_classes, b->channels, b->res, b->res, C,
-                      m->cfg.in_chans, m->cfg.img_size, m->cfg.img_size);
+    int every = nb >= 10 ? nb / 10 : 1, rc = -1;
+    const int C = m->cfg.num_classes;
+    VilFeed feed = {0};
+    /* the first batch sizes the model's buffers; each later one is uploaded while the device
+     * runs the forward of the one before */
+    const VilBatch *b = vil_loader_next_batch(l);
+    if (b) {
+        if (check_batch(m, b) != 0) {
             vil_loader_release_batch(l, b);
-            free(logits);
             return -1;
         }
         vil_model_alloc_acts(m, b->batch, 0);
-        if (!logits) logits = vil_malloc((size_t)b->batch * C * sizeof(float));
-        be->to_device(m->acts.img, b->images, (size_t)b->batch * b->channels * b->res * b->res * sizeof(float));
+        logits = vil_malloc((size_t)b->batch * C * sizeof(float));
+        void *dev0[1] = {m->acts.img};
+        size_t bytes[1] = {(size_t)b->batch * b->channels * b->res * b->res * sizeof(float)};
+        if (vil_feed_init(&feed, be, 1, dev0, bytes) != 0) {
+            vil_loader_release_batch(l, b);
+            goto out;
+        }
+        if (put_batch(&feed, l, m, b) != 0) goto out;
+    }
+    for (int k = 0;; k++) {
+        void *in[1];
+        b = vil_feed_take(&feed, in);
+        if (!b) break;
+        m->acts.img = in[0];
         int n = b->n;
         if (max_images > 0 && r->images + n > max_images) n = (int)(max_images - r->images);
         vil_model_forward(m, 0);
+        vil_feed_done(&feed);
+        int last = max_images > 0 && r->images + n >= max_images;
+        const VilBatch *nx = last ? NULL : vil_loader_next_batch(l);
+        if (nx && put_batch(&feed, l, m, nx) != 0) {
+            vil_loader_release_batch(l, b);
+            goto out;
+        }
         be->to_host(logits, m->acts.logits, (size_t)b->batch * C * sizeof(float));
         vil_topk_count(logits, b->labels, n, C, &r->top1, &r->top5);
         r->images += n;
@@ -63,19 +110,26 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
                     100.0 * r->top5 / r->images, r->images / (vil_now() - t0));
             fflush(log);
         }
-        if (max_images > 0 && r->images >= max_images) break;
+        if (last) break;
     }
-    free(logits);
     const char *err = vil_loader_error(l);
     if (err) {
         vil_error("evaluation: %s", err);
-        return -1;
+        goto out;
     }
     VilLoaderStats s1;
     vil_loader_stats(l, &s1);
     r->bad = s1.total_bad - s0.total_bad;
     r->seconds = vil_now() - t0;
-    return 0;
+    rc = 0;
+out:
+    if (feed.be) {
+        vil_feed_drain(&feed, l);
+        m->acts.img = feed.dev[0][0];
+        vil_feed_free(&feed);
+    }
+    free(logits);
+    return rc;
 }
 
 int vil_cmd_eval(int argc, char **argv) {
@@ -143,6 +197,7 @@ int vil_cmd_eval(int argc, char **argv) {
     lc.crop_pct = crop_pct;
     lc.threads = workers;
     lc.prefetch = workers + 1;
+    lc.alloc = vil_feed_allocator(be); /* pinned on CUDA: the feed uploads while the forward runs */
     l = vil_loader_create(ds, &lc, err, sizeof err);
     if (!l) {
         vil_error("%s", err);

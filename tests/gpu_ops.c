@@ -477,6 +477,23 @@ static void test_adamw(size_t n) {
     free(decay), free(p), free(m), free(v), free(p_g), free(m_g), free(v_g), free(w_g);
 }
 
+/* clip_grad_norm_: the norm (double sums in another order) and the scaled gradient */
+static void test_grad_clip(size_t n, float max_norm) {
+    char nm[96];
+    float *g = rnd(n, 1.0f), norm_c = 0, norm_g = 0;
+    float *d_g = dev_f32(g, n), *d_norm = G->alloc(sizeof(float));
+    grad_clip(g, n, max_norm, &norm_c);
+    G->grad_clip(d_g, n, max_norm, d_norm);
+    G->to_host(&norm_g, d_norm, sizeof(float));
+    float *g_g = get_f32(d_g, n);
+    snprintf(nm, sizeof nm, "grad_clip norm n=%zu max %g", n, max_norm);
+    T_CLOSE(nm, fabs((double)norm_g - norm_c) / norm_c, 1e-6);
+    snprintf(nm, sizeof nm, "grad_clip g n=%zu max %g", n, max_norm);
+    T_CLOSE(nm, rel(g_g, g, n), 1e-6);
+    G->free(d_g), G->free(d_norm);
+    free(g), free(g_g);
+}
+
 /* ---------------- patch embedding and tokens ---------------- */
 static void test_patch(int B, int C, int H, int P, int S, int D) {
     char nm[128];
@@ -598,6 +615,9 @@ int main(int argc, char **argv) {
     test_loss(7, 1000);
     test_adamw(1001);
     test_adamw(7);
+    test_grad_clip(7, 0.5f);
+    test_grad_clip(1000003, 10.0f);
+    test_grad_clip(1000003, 1e4f); /* under the limit */
 
     test_patch(2, 3, 16, 4, 3, 20);
     test_patch(2, 3, 32, 16, 16, 40);

@@ -516,6 +516,30 @@ static void test_adamw(void) {
     free(p), free(g), free(m), free(v), free(pd), free(md), free(vd);
 }
 
+/* clip_grad_norm_ against torch's formula in long double: a clipping case, a case under the
+ * limit (g untouched), and a NaN (the norm says so and g is scaled by NaN, as torch does) */
+static void test_grad_clip(void) {
+    size_t n = 1003;
+    float *g = rnd(n, 1), *g0 = vil_malloc(n * sizeof(float));
+    memcpy(g0, g, n * sizeof(float));
+    long double s = 0;
+    for (size_t i = 0; i < n; i++) s += (long double)g[i] * g[i];
+    double want = sqrtl(s);
+    float norm = -1;
+    grad_clip(g, n, 2.0f, &norm);
+    T_CHECK(fabs(norm - want) <= 1e-6 * want, "grad_clip norm %.9g, want %.9g", norm, want);
+    double c = 2.0 / ((double)norm + 1e-6), worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(g[i] - g0[i] * c));
+    T_CHECK(worst <= 1e-6, "grad_clip scales by max_norm / (norm + 1e-6): worst %.3g", worst);
+    memcpy(g, g0, n * sizeof(float));
+    grad_clip(g, n, 1e3f, &norm);
+    T_CHECK(memcmp(g, g0, n * sizeof(float)) == 0, "grad_clip under the limit leaves g as it is");
+    g[5] = NAN;
+    grad_clip(g, n, 2.0f, &norm);
+    T_CHECK(isnan(norm) && isnan(g[0]), "grad_clip of a NaN gradient: norm %g, g[0] %g", norm, g[0]);
+    free(g), free(g0);
+}
+
 int main(void) {
     vil_rng_seed(&rng, 1234);
     test_linear();
@@ -540,5 +564,6 @@ int main(void) {
     test_bidir(1);
     test_xent();
     test_adamw();
+    test_grad_clip();
     return t_finish();
 }

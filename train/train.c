@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "data/feed.h"
 #include "data/loader.h"
 #include "eval/eval.h"
 #include "vil/args.h"
@@ -46,6 +47,11 @@ typedef struct {
     double peak_lr;
     float best_top1, last_loss;
     char *path_last, *path_state, *path_best, *path_ema;
+    /* the inputs go to the device one step ahead (data/feed.h): images, targets and, with drop
+     * path, the step's drop-path scales, staged per feed slot in dp_host */
+    VilFeed feed;
+    float *dp_host[2];
+    float *gnorm; /* backend float: the last step's gradient norm (with clip_grad) */
 } Trainer;
 
 /* ---------------- small helpers ---------------- */
@@ -356,25 +362,6 @@ done:
 
 /* ---------------- the steps ---------------- */
 
-/* Global gradient norm, computed on the host: the backend has no reduction op yet, so this
- * costs a download (and an upload when it clips) per step, only when clip_grad > 0. */
-static double clip_gradients(Trainer *T, float *host, float max_norm) {
-    VilModel *m = &T->m;
-    size_t n = m->n_params;
-    T->be->to_host(host, m->grads, n * sizeof(float));
-    double s = 0;
-#pragma omp parallel for reduction(+ : s)
-    for (size_t i = 0; i < n; i++) s += (double)host[i] * host[i];
-    double norm = sqrt(s);
-    if (isfinite(norm) && norm > max_norm) {
-        /* torch.nn.utils.clip_grad_norm_ */
-        float c = (float)(max_norm / (norm + 1e-6));
-        for (size_t i = 0; i < n; i++) host[i] *= c;
-        T->be->to_device(m->grads, host, n * sizeof(float));
-    }
-    return norm;
-}
-
 static float read_loss(Trainer *T, float *host_losses) {
     int B = T->m.acts.B;
     T->be->to_host(host_losses, T->m.acts.losses, (size_t)B * sizeof(float));
@@ -484,6 +471,7 @@ static int make_loaders(Trainer *T) {
     lc.mixup.prob = t->mixup_prob;
     lc.mixup.switch_prob = t->mixup_switch_prob;
     lc.mixup.smoothing = t->label_smoothing;
+    lc.alloc = vil_feed_allocator(T->be);
     T->loader = vil_loader_create(T->ds, &lc, err, sizeof err);
     if (!T->loader) {
         vil_error("%s", err);
@@ -497,6 +485,7 @@ static int make_loaders(Trainer *T) {
         ec.prefetch = t->workers + 1;
         ec.crop_pct = t->crop_pct;
         ec.quiet = T->run->quiet;
+        ec.alloc = vil_feed_allocator(T->be);
         T->val_loader = vil_loader_create(T->val_ds, &ec, err, sizeof err);
         if (!T->val_loader) {
             vil_error("%s", err);
@@ -522,7 +511,7 @@ static void print_header(Trainer *T) {
             (long)t->epochs * T->spe);
     if (T->total_steps < (long)t->epochs * T->spe) fprintf(f, ", stopping at max_steps %ld", T->total_steps);
     fprintf(f, "; AdamW wd %g; drop path %g; EMA %g; clip %s\n", t->weight_decay, c->drop_path,
-            t->ema_decay, t->clip_grad > 0 ? "on (global norm, host-side)" : "off");
+            t->ema_decay, t->clip_grad > 0 ? "on (global norm, on the device)" : "off");
     fprintf(f, "aug:   %s JPEG decode, crop scale (%g, 1), flip %g, ", t->decode, t->scale_min, t->hflip);
     if (t->randaug_n > 0) fprintf(f, "RandAugment n%d m%g mstd%g, ", t->randaug_n, t->randaug_m, t->randaug_mstd);
     else fprintf(f, "no RandAugment, ");
@@ -537,6 +526,9 @@ static void print_header(Trainer *T) {
 }
 
 static void trainer_free(Trainer *T) {
+    for (int i = 0; i < 2; i++)
+        if (T->dp_host[i]) T->be->host_free(T->dp_host[i]);
+    if (T->gnorm) T->be->free(T->gnorm);
     if (T->model_ready) {
         if (T->ema) T->be->free(T->ema);
         if (T->scratch) T->be->free(T->scratch);
@@ -551,6 +543,52 @@ static void trainer_free(Trainer *T) {
     free(T->path_state);
     free(T->path_best);
     free(T->path_ema);
+}
+
+/* ---------------- the input feed ---------------- */
+
+/* Starts the feed over the model's input buffers (after vil_model_alloc_acts). */
+static int feed_start(Trainer *T) {
+    VilModel *m = &T->m;
+    const VilConfig *c = T->mc;
+    size_t B = (size_t)T->tc->batch;
+    size_t bytes[3] = {B * c->in_chans * c->img_size * c->img_size * sizeof(float),
+                       B * c->num_classes * sizeof(float), vil_model_drop_path_bytes(m)};
+    void *dev0[3] = {m->acts.img, m->acts.targets, m->acts.dp_scale};
+    int n = bytes[2] ? 3 : 2;
+    for (int i = 0; i < 2 && n == 3; i++)
+        if (!T->dp_host[i] && !(T->dp_host[i] = T->be->host_alloc(bytes[2]))) {
+            vil_error("cannot allocate %zu bytes of host memory for the drop-path scales", bytes[2]);
+            return -1;
+        }
+    return vil_feed_init(&T->feed, T->be, n, dev0, bytes);
+}
+
+/* Waits for the device, gives queued batches back and points the model at its own buffers. */
+static void feed_stop(Trainer *T) {
+    VilFeed *f = &T->feed;
+    if (!f->be) return;
+    vil_feed_drain(f, T->loader);
+    T->m.acts.img = f->dev[0][0];
+    T->m.acts.targets = f->dev[0][1];
+    if (f->n > 2) T->m.acts.dp_scale = f->dev[0][2];
+    vil_feed_free(f);
+}
+
+/* Queues the batch of global step `step` (its upload overlaps the step in flight); -1 when the
+ * loader has none (vil_loader_error says why, or the epoch ended early). */
+static int feed_next(Trainer *T, long step) {
+    const VilBatch *b = vil_loader_next_batch(T->loader);
+    if (!b) return -1;
+    const void *src[3] = {b->images, b->targets, NULL};
+    if (T->feed.n > 2) {
+        float *h = T->dp_host[vil_feed_next_slot(&T->feed)];
+        vil_model_drop_path_rows(&T->m, vil_hash_seed((uint64_t)T->tc->seed, TAG_DROP_PATH,
+                                                      (uint64_t)step, 0), h);
+        src[2] = h;
+    }
+    vil_feed_put(&T->feed, b, src);
+    return 0;
 }
 
 /* ---------------- the run ---------------- */
@@ -624,6 +662,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
         T->be->zero(m->v, bytes);
     }
     host = vil_malloc(bytes);
+    if (t->clip_grad > 0.0f) T->gnorm = T->be->alloc(sizeof(float));
     if (t->ema_decay > 0.0f) {
         T->ema = T->be->alloc(bytes);
         T->scratch = T->be->alloc(bytes);
@@ -644,10 +683,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
         goto out;
     }
 
-    const VilConfig *c = T->mc;
     int B = t->batch;
-    size_t img_bytes = (size_t)B * c->in_chans * c->img_size * c->img_size * sizeof(float);
-    size_t tgt_bytes = (size_t)B * c->num_classes * sizeof(float);
     host_losses = vil_malloc((size_t)B * sizeof(float));
     /* timing of the current log interval and of this process's steps */
     double t_int = vil_now(), wait_int = 0, train_time = 0;
@@ -673,10 +709,13 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
             }
             t_int = vil_now();
         }
+        if (feed_start(T) != 0) goto out;
+        double tw = vil_now();
+        feed_next(T, T->step); /* a failure shows as no batch at the take below */
+        wait_int += vil_now() - tw;
         while (T->epoch_batch < T->spe && T->step < T->total_steps) {
-            double t0 = vil_now();
-            const VilBatch *b = vil_loader_next_batch(T->loader);
-            double t1 = vil_now();
+            void *in[3];
+            const VilBatch *b = vil_feed_take(&T->feed, in);
             if (!b) {
                 const char *e = vil_loader_error(T->loader);
                 vil_error("the data loader stopped at epoch %d, batch %d: %s", T->epoch + 1,
@@ -685,32 +724,26 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
                 if (save_all(T) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
                 goto out;
             }
-            wait_int += t1 - t0;
-            T->be->to_device(m->acts.img, b->images, img_bytes);
-            T->be->to_device(m->acts.targets, b->targets, tgt_bytes);
-            vil_model_sample_drop_path(m, vil_hash_seed((uint64_t)t->seed, TAG_DROP_PATH,
-                                                        (uint64_t)T->step, 0));
+            m->acts.img = in[0];
+            m->acts.targets = in[1];
+            if (T->feed.n > 2) m->acts.dp_scale = in[2];
             vil_model_zero_grad(m);
             vil_model_forward(m, 1);
             vil_model_backward(m);
-            if (t->clip_grad > 0.0f) {
-                double gn = clip_gradients(T, host, t->clip_grad);
-                grad_norm = (float)gn;
-                if (!isfinite(gn)) {
-                    vil_loader_release_batch(T->loader, b);
-                    vil_error("the gradient norm is %g at step %ld (epoch %d): training diverged. "
-                              "The weights were not updated; the last good checkpoint %s is "
-                              "kept. Lower base_lr or clip_grad.", gn, T->step + 1, T->epoch + 1,
-                              T->path_last);
-                    status = VIL_TRAIN_DIVERGED;
-                    goto out;
-                }
-            }
+            /* on the device; the norm is read when the step is logged */
+            if (t->clip_grad > 0.0f) T->be->grad_clip(m->grads, n, t->clip_grad, T->gnorm);
             float lr = (float)vil_lr_at(T->step, T->total_steps, T->warmup_steps, T->peak_lr,
                                         t->warmup_lr, t->min_lr);
             vil_model_adamw_step(m, lr, t->beta1, t->beta2, t->adam_eps, t->weight_decay);
             if (T->ema) vil_ema_update(T->be, T->ema, m->params, T->scratch, n, t->ema_decay);
-            /* released after the step: a backend may still be reading the batch */
+            vil_feed_done(&T->feed);
+            /* the next batch of this epoch: its upload runs while the device does this step */
+            if (T->epoch_batch + 1 < T->spe && T->step + 1 < T->total_steps) {
+                tw = vil_now();
+                feed_next(T, T->step + 1);
+                wait_int += vil_now() - tw;
+            }
+            /* the feed has finished copying the batch (vil_feed_take waited for it) */
             vil_loader_release_batch(T->loader, b);
             T->step++;
             T->epoch_batch++;
@@ -720,8 +753,16 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
             int last_of_epoch = T->epoch_batch == T->spe || T->step == T->total_steps;
             if (T->step % t->log_every == 0 || last_of_epoch) {
                 T->last_loss = read_loss(T, host_losses);
+                if (t->clip_grad > 0.0f) T->be->to_host(&grad_norm, T->gnorm, sizeof grad_norm);
                 double now = vil_now(), dt = now - t_int;
                 train_time += dt;
+                if (t->clip_grad > 0.0f && !isfinite(grad_norm)) {
+                    vil_error("the gradient norm is %g at step %ld (epoch %d): training diverged. "
+                              "The last good checkpoint %s is kept; lower base_lr or clip_grad.",
+                              grad_norm, T->step, T->epoch + 1, T->path_last);
+                    status = VIL_TRAIN_DIVERGED;
+                    goto out;
+                }
                 if (!isfinite(T->last_loss)) {
                     vil_error("the loss is %g at step %ld (epoch %d): training diverged. The last "
                               "good checkpoint %s is kept; lower base_lr or set clip_grad.",
@@ -777,6 +818,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
         }
 
         /* end of an epoch, or of the schedule inside one (max_steps) */
+        feed_stop(T);
         double t_end = vil_now();
         int finished = T->step >= T->total_steps;
         int epoch_done = T->epoch_batch >= T->spe;
@@ -836,6 +878,7 @@ out:
     res->best_top1 = T->best_top1;
     res->last_loss = T->last_loss;
     res->seconds = vil_now() - t_start;
+    feed_stop(T);
     free(host);
     free(host_losses);
     free(state_in);

@@ -31,6 +31,22 @@ typedef struct VilBackend {
     void (*act_to_host_f32)(float *dst, const void *src, size_t n);
     /* working parameter copy from the float32 master (NULL work: the ops read the master) */
     void (*params_to_work)(void *work, const float *master, size_t n);
+    /* Host memory the device copies from without the host waiting (CUDA: pinned; CPU: 64-byte
+     * aligned malloc). NULL when it cannot be had. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    /* The input feed's copies (data/feed.h): two slots of input buffers, filled on a copy stream
+     * while the compute stream works on the other slot.
+     *   feed_upload(slot, dst, src, n): copy n bytes from host_alloc'd src to dst once the compute
+     *     queued before the last feed_release(slot) is done; returns at once.
+     *   feed_acquire(slot): compute queued from now on waits for slot's uploads.
+     *   feed_release(slot): compute queued so far is the last to read slot's buffers.
+     *   feed_wait(slot): the host waits for slot's uploads (their src may then be reused).
+     * The CPU backend copies in feed_upload; the other three do nothing there. */
+    void (*feed_upload)(int slot, void *dst, const void *src, size_t bytes);
+    void (*feed_acquire)(int slot);
+    void (*feed_release)(int slot);
+    void (*feed_wait)(int slot);
 
     void (*patch_embed_forward)(void *out, const float *img, const void *w, const float *b, int B,
                                 int C, int H, int W, int P, int S, int D);
@@ -83,6 +99,9 @@ typedef struct VilBackend {
     void (*adamw_update)(float *p, void *work, const float *g, float *m, float *v,
                          const unsigned char *decay, size_t n, float lr, float beta1, float beta2,
                          float eps, float wd, int step);
+    /* clip_grad_norm_ on the device: norm is a backend float (f32) that receives ||g||_2, read
+     * by the caller when it likes (nothing is read back here) */
+    void (*grad_clip)(float *g, size_t n, float max_norm, float *norm);
 } VilBackend;
 
 extern const VilBackend vil_backend_cpu;

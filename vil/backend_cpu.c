@@ -21,6 +21,17 @@ static size_t cpu_peak_bytes(void) {
 static void cpu_act_to_host(float *dst, const void *src, size_t n) {
     memcpy(dst, src, n * sizeof(float));
 }
+static void *cpu_host_alloc(size_t bytes) {
+    void *p = NULL;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    return posix_memalign(&p, 64, rounded ? rounded : 64) == 0 ? p : NULL;
+}
+/* the feed's slots live in host memory: an upload is a copy, and there is nothing to wait for */
+static void cpu_feed_upload(int slot, void *dst, const void *src, size_t bytes) {
+    (void)slot;
+    memcpy(dst, src, bytes);
+}
+static void cpu_feed_nop(int slot) { (void)slot; }
 
 static void cpu_patch_embed_forward(void *out, const float *img, const void *w, const float *b,
                                     int B, int C, int H, int W, int P, int S, int D) {
@@ -117,6 +128,12 @@ const VilBackend vil_backend_cpu = {
     .peak_bytes = cpu_peak_bytes,
     .act_to_host_f32 = cpu_act_to_host,
     .params_to_work = NULL,
+    .host_alloc = cpu_host_alloc,
+    .host_free = free,
+    .feed_upload = cpu_feed_upload,
+    .feed_acquire = cpu_feed_nop,
+    .feed_release = cpu_feed_nop,
+    .feed_wait = cpu_feed_nop,
     .patch_embed_forward = cpu_patch_embed_forward,
     .patch_embed_backward = cpu_patch_embed_backward,
     .tokens_forward = cpu_tokens_forward,
@@ -134,6 +151,7 @@ const VilBackend vil_backend_cpu = {
     .softmax_xent_forward = softmax_xent_forward,
     .softmax_xent_backward = softmax_xent_backward,
     .adamw_update = cpu_adamw_update,
+    .grad_clip = grad_clip,
 };
 
 const VilBackend *vil_backend_get(const char *name) {

@@ -406,11 +406,14 @@ static const float *dp_row(const VilModel *m, int i) {
     return m->acts.dp_scale + (size_t)i * m->acts.B;
 }
 
-void vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
+size_t vil_model_drop_path_bytes(const VilModel *m) {
+    if (!m->acts.training || m->cfg.drop_path <= 0.0f) return 0;
+    return (size_t)(m->cfg.depth + 1) * m->acts.B * sizeof(float);
+}
+
+void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, float *h) {
     const VilConfig *c = &m->cfg;
-    if (!m->acts.training || c->drop_path <= 0.0f) return;
     int B = m->acts.B;
-    float *h = vil_malloc((size_t)(c->depth + 1) * B * sizeof(float));
     VilRng r;
     vil_rng_seed(&r, seed);
     for (int i = 0; i <= c->depth; i++) {
@@ -422,7 +425,14 @@ void vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
         for (int b = 0; b < B; b++)
             h[(size_t)i * B + b] = p > 0.0f ? (vil_rng_uniform(&r) < p ? 0.0f : 1.0f / (1.0f - p)) : 1.0f;
     }
-    m->be->to_device(m->acts.dp_scale, h, (size_t)(c->depth + 1) * B * sizeof(float));
+}
+
+void vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
+    size_t bytes = vil_model_drop_path_bytes(m);
+    if (!bytes) return;
+    float *h = vil_malloc(bytes);
+    vil_model_drop_path_rows(m, seed, h);
+    m->be->to_device(m->acts.dp_scale, h, bytes);
     free(h);
 }
 

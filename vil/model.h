@@ -128,6 +128,10 @@ void vil_model_backward(VilModel *m);
 void vil_model_zero_grad(VilModel *m);
 /* Draw the drop-path scales of this step (training only; no-op when drop_path is 0). */
 void vil_model_sample_drop_path(VilModel *m, uint64_t seed);
+/* The same in two parts, for callers that upload the scales themselves (the trainer's feed):
+ * the bytes of acts.dp_scale that a step draws (0: drop path is off), and the host rows. */
+size_t vil_model_drop_path_bytes(const VilModel *m);
+void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, float *h);
 /* One AdamW step over all parameters (weight decay on the tensors with decay = 1). */
 void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd);
 

@@ -124,5 +124,9 @@ void softmax_xent_backward(float *dlogits /* (B, C) */, const float *probs /* (B
  * elements whose decay[i] is nonzero; decay = NULL: on all). */
 void adamw_update(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, int step);
+/* optimizer.c: torch.nn.utils.clip_grad_norm_ over n contiguous gradients: *norm = ||g||_2 (the
+ * squares summed in double, in index order), then g *= max_norm / (norm + 1e-6) when that is
+ * below 1. A non-finite norm scales by NaN, as torch does: the caller stops on the norm. */
+void grad_clip(float *g, size_t n, float max_norm, float *norm);
 
 #endif

@@ -20,3 +20,14 @@ void adamw_update(float *p, const float *g, float *m, float *v, const unsigned c
         p[i] -= lr * (wdi * p[i] + (mi / bc1) / (sqrtf(vi / bc2) + eps));
     }
 }
+
+void grad_clip(float *g, size_t n, float max_norm, float *norm) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    *norm = (float)sqrt(s);
+    /* from the float norm, as the CUDA twin (which reads it back from memory) */
+    float c = (float)((double)max_norm / ((double)*norm + 1e-6));
+    if (c >= 1.0f) return;
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) g[i] *= c;
+}

@@ -14,6 +14,14 @@ t0=$(date +%s)
 make -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 [ $# -eq 0 ] && set -- tests sanitize bench:configs/vil_tiny.cfg:256
+# 40 copies of the corpus's training images (16,120 files): an epoch of the size ImageNet's steady
+# state sees, for the data and train steps
+big_corpus() {
+    BIG=/tmp/vil_big
+    [ -d $BIG/train ] && return
+    for d in corpus/train/*/; do c=$(basename $d); mkdir -p $BIG/train/$c
+        for k in $(seq 1 40); do for f in $d*; do cp "$f" "$BIG/train/$c/${k}_$(basename $f)"; done; done; done
+}
 for step in "$@"; do
     case "$step" in
     tests)
@@ -66,9 +74,7 @@ for step in "$@"; do
         # the corpus's 405 files make a 256-sample epoch (DeiT's rule), and the loader drains at
         # every epoch boundary: the 16-thread runs use 40 copies of it (an epoch of 16,128
         # samples, the steady state ImageNet would see)
-        BIG=/tmp/vil_big; rm -rf $BIG
-        for d in corpus/train/*/; do c=$(basename $d); mkdir -p $BIG/train/$c
-            for k in $(seq 1 40); do for f in $d*; do cp "$f" "$BIG/train/$c/${k}_$(basename $f)"; done; done; done
+        big_corpus
         # exact / fast decode, each with and without the shared decode of repeated augmentation's copies
         for mode in exact exact:--no-share-decode fast fast:--no-share-decode; do
             dec=${mode%%:*}; flag=$(echo "$mode" | cut -s -d: -f2); tag=$dec${flag:+_noshare}
@@ -79,6 +85,22 @@ for step in "$@"; do
         done
         bin/vil bench-data --data corpus --threads 1 --batches 10 --stages > "$OUT/data_stages.log" 2>&1
         grep -E "decode|resize|whole" "$OUT/data_stages.log"
+        ;;
+    train:*)
+        # `vil train` with the real loader and the full recipe on the big corpus, 60 steps, then
+        # `vil eval` of the result on 10,240 of its images: train:CFG:BATCH[:VIL] (VIL: another
+        # build's binary, e.g. .old/bin/vil, to compare)
+        big_corpus
+        cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); vil=$(echo "$step" | cut -s -d: -f4)
+        vil=${vil:-bin/vil}; tag=$(basename "$cfg" .cfg)_$(echo "$vil" | tr -c 'a-z0-9\n' '_')
+        R=/tmp/vil_tp_$tag; rm -rf $R
+        $vil train --config "$cfg" --data $BIG --device cuda --out $R --set num_classes=10 --set batch=$bs \
+            --set workers=14 --set epochs=1 --set max_steps=60 --set warmup_epochs=0 --set log_every=10 --set eval_every_epochs=0 \
+            > "$OUT/train_$tag.log" 2>&1
+        echo "train $cfg batch $bs with $vil: rc=$?"; grep -E "img/s" "$OUT/train_$tag.log" | cut -c1-140
+        $vil eval --device cuda --model $R/last.safetensors --data $BIG --split train --batch $bs \
+            --workers 14 --limit 10240 > "$OUT/eval_$tag.log" 2>&1
+        echo "eval with $vil: rc=$?"; tail -2 "$OUT/eval_$tag.log"
         ;;
     bench:*)
         cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3)
