@@ -578,6 +578,10 @@ int main(int argc, char **argv) {
     test_linear(14, 6, 40, 48, 40, 1, 0, 0);     /* dt_proj-like: a strided slice, bias */
     test_linear(1460, 40, 44, 40, 48, 0, 0, 1);  /* x_proj-like, L = 730, dinp accumulates */
     test_linear(3, 24, 5, 24 * 26, 5, 1, 1, 0); /* the head: class-token rows, f32 out */
+    /* output counts not a multiple of 8: a 1001-class head, and a bf16 output of 12 with a bias
+     * and an accumulated input gradient */
+    test_linear(37, 24, 1001, 24 * 3, 1001, 1, 1, 0);
+    test_linear(30, 16, 12, 16, 12, 1, 0, 1);
     test_linear(2, 40, 24, 40, 24, 0, 0, 0);     /* L = 1 */
 
     test_norm(2, 197, 40, 1, 1);

@@ -13,7 +13,12 @@
 static inline void t_perturbed_params(const VilModel *m, VilRng *rng, float *p) {
     const VilConfig *c = &m->cfg;
     vil_model_get_params(m, p);
-    for (size_t i = 0; i < m->n_params; i++) p[i] += 0.1f * vil_rng_normal(rng);
+    /* tensor by tensor over their extents, not over the whole buffer: the values each tensor gets
+     * do not depend on the gaps between tensors (set_params zeroes the padding again) */
+    for (int t = 0; t < m->n_tensors; t++) {
+        float *q = p + m->info[t].offset;
+        for (size_t i = 0, n = vil_param_extent(&m->info[t]); i < n; i++) q[i] += 0.1f * vil_rng_normal(rng);
+    }
     for (size_t i = 0; i < (size_t)c->num_classes * c->embed_dim; i++) p[m->off.head_w + i] = vil_rng_normal(rng);
     for (int l = 0; l < c->depth; l++)
         for (int j = 0; j < 2; j++)

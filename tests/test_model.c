@@ -130,6 +130,19 @@ static void test_gradients(const char *arch, float drop_path) {
         free(ones), free(lay);
     }
     T_CHECK(npad > 0 && padbad == 0, "%s: %zu of %zu padding elements nonzero (params or grads)", arch, padbad, npad);
+    /* every tensor starts 64-element aligned (the bf16 weights cuBLASLt reads: 128 bytes), and the
+     * gaps between tensors hold zeros in the parameters (set_params zeroed the perturbed values
+     * there) and in the gradients */
+    size_t end = 0, gaps = 0, gapbad = 0, misaligned = 0;
+    for (int i = 0; i <= m.n_tensors; i++) {
+        size_t start = i < m.n_tensors ? m.info[i].offset : m.n_params;
+        for (size_t k = end; k < start; k++, gaps++) gapbad += m.params[k] != 0.0f || g[k] != 0.0f;
+        if (i == m.n_tensors) break;
+        misaligned += start % 64 != 0;
+        end = start + vil_param_extent(&m.info[i]);
+    }
+    T_CHECK(misaligned == 0 && gaps > 0 && gapbad == 0,
+            "%s: %zu tensors not 64-element aligned; %zu of %zu gap elements nonzero", arch, misaligned, gapbad, gaps);
     double worst = 0;
     char name[160];
     for (int i = 0; i < m.n_tensors; i++) {

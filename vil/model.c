@@ -51,6 +51,8 @@ void vil_param_store(const VilParamInfo *p, float *stored, const float *dense) {
 }
 
 
+#define PARAM_ALIGN 64 /* elements: 256 bytes of the f32 master, 128 of the bf16 working copy */
+
 typedef struct {
     VilParamInfo *info;
     int n, cap;
@@ -77,6 +79,11 @@ static size_t add(Table *t, int decay, int ndim, const int64_t *shape, const cha
         p->shape[i] = shape[i];
         p->numel *= (size_t)shape[i];
     }
+    /* every tensor starts at a multiple of PARAM_ALIGN elements: with tensors packed end to end,
+     * a head of 10 or 1001 classes (added early) left every layer's bf16 weights only 4- or
+     * 2-byte aligned, and cuBLASLt's products slowed down by 15-35% (ViL-Tiny at batch 256:
+     * 57.1 ms per step with 1000 classes, 65.1 with 10, 75.9 with 1001). The gaps hold zeros. */
+    t->total = (t->total + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN;
     p->offset = t->total;
     p->decay = decay;
     p->ld = p->numel / p_rows(p), p->gap_at = p_rows(p);
@@ -194,6 +201,17 @@ void vil_model_pack(const VilModel *m, float *packed, const float *buf) {
     }
 }
 
+/* zeros between the tensors' extents (PARAM_ALIGN gaps) and after the last */
+static void zero_gaps(const VilModel *m, float *buf) {
+    size_t end = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const VilParamInfo *p = &m->info[i];
+        memset(buf + end, 0, (p->offset - end) * sizeof(float));
+        end = p->offset + vil_param_extent(p);
+    }
+    memset(buf + end, 0, (m->n_params - end) * sizeof(float));
+}
+
 void vil_model_unpack(const VilModel *m, float *buf, const float *packed) {
     size_t at = m->param_count; /* backwards, so that in place the sources are read first */
     for (int i = m->n_tensors - 1; i >= 0; i--) {
@@ -201,6 +219,7 @@ void vil_model_unpack(const VilModel *m, float *buf, const float *packed) {
         at -= p->numel;
         vil_param_store(p, buf + p->offset, packed + at);
     }
+    zero_gaps(m, buf);
 }
 
 void vil_model_get_params(const VilModel *m, float *host) {
@@ -208,19 +227,18 @@ void vil_model_get_params(const VilModel *m, float *host) {
 }
 
 void vil_model_set_params(VilModel *m, const float *host) {
-    /* the padding is zeroed whatever the host buffer held there */
-    float *tmp = NULL;
+    /* the padding (inside tensors, and the gaps between them) is zeroed whatever the host buffer
+     * held there */
+    float *tmp = vil_malloc(m->n_params * sizeof(float));
+    memcpy(tmp, host, m->n_params * sizeof(float));
+    zero_gaps(m, tmp);
     for (int i = 0; i < m->n_tensors; i++) {
         const VilParamInfo *p = &m->info[i];
         if (!p_padded(p)) continue;
-        if (!tmp) {
-            tmp = vil_malloc(m->n_params * sizeof(float));
-            memcpy(tmp, host, m->n_params * sizeof(float));
-        }
         vil_param_load(p, tmp + p->offset, tmp + p->offset);
         vil_param_store(p, tmp + p->offset, tmp + p->offset);
     }
-    m->be->to_device(m->params, tmp ? tmp : host, m->n_params * sizeof(float));
+    m->be->to_device(m->params, tmp, m->n_params * sizeof(float));
     free(tmp);
     if (m->be->params_to_work) m->be->params_to_work(m->work, m->params, m->n_params);
 }

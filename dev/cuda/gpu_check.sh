@@ -88,16 +88,23 @@ for step in "$@"; do
         ;;
     train:*)
         # `vil train` with the real loader and the full recipe on the big corpus, 60 steps, then
-        # `vil eval` of the result on 10,240 of its images: train:CFG:BATCH[:VIL] (VIL: another
-        # build's binary, e.g. .old/bin/vil, to compare)
+        # `vil eval` of the result on 10,240 of its images: train:CFG:BATCH[:VIL[:K=V,K=V]]
+        # (VIL: another build's binary, e.g. .old/bin/vil, to compare; K=V: more --set keys).
+        # The GPU's SM clock, power and utilization are sampled every 250 ms meanwhile.
         big_corpus
-        cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); vil=$(echo "$step" | cut -s -d: -f4)
-        vil=${vil:-bin/vil}; tag=$(basename "$cfg" .cfg)_$(echo "$vil" | tr -c 'a-z0-9\n' '_')
+        cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3)
+        vil=$(echo "$step" | cut -s -d: -f4); sets=$(echo "$step" | cut -s -d: -f5)
+        vil=${vil:-bin/vil}; tag=$(basename "$cfg" .cfg)_$(echo "$vil$sets" | tr -c 'a-z0-9\n' '_')
+        extra=""; for kv in $(echo "$sets" | tr ',' ' '); do extra="$extra --set $kv"; done
         R=/tmp/vil_tp_$tag; rm -rf $R
+        nvidia-smi --query-gpu=clocks.sm,power.draw,utilization.gpu --format=csv,noheader,nounits -lms 250 > "$OUT/smi_$tag.log" 2>&1 &
+        smi=$!
         $vil train --config "$cfg" --data $BIG --device cuda --out $R --set num_classes=10 --set batch=$bs \
             --set workers=14 --set epochs=1 --set max_steps=60 --set warmup_epochs=0 --set log_every=10 --set eval_every_epochs=0 \
-            > "$OUT/train_$tag.log" 2>&1
-        echo "train $cfg batch $bs with $vil: rc=$?"; grep -E "img/s" "$OUT/train_$tag.log" | cut -c1-140
+            $extra > "$OUT/train_$tag.log" 2>&1
+        rc=$?; kill $smi 2>/dev/null
+        echo "train $cfg batch $bs with $vil $extra: rc=$rc; GPU (median of samples at >50% utilization): $(awk -F', ' '$3 > 50 {print $1, $2}' "$OUT/smi_$tag.log" | sort -n | awk '{a[NR]=$0} END {print "SM MHz, W:", a[int((NR+1)/2)], "of", NR, "samples"}')"
+        grep -E "img/s" "$OUT/train_$tag.log" | cut -c1-140
         $vil eval --device cuda --model $R/last.safetensors --data $BIG --split train --batch $bs \
             --workers 14 --limit 10240 > "$OUT/eval_$tag.log" 2>&1
         echo "eval with $vil: rc=$?"; tail -2 "$OUT/eval_$tag.log"
