@@ -7,7 +7,7 @@
 
 enum { FREE = 0, QUEUED = 1, TAKEN = 2 };
 
-int vil_feed_init(VilFeed *f, const VilBackend *be, int n, void *const dev0[],
+void vil_feed_init(VilFeed *f, const VilBackend *be, int n, void *const dev0[],
                   const size_t bytes[]) {
     memset(f, 0, sizeof *f);
     if (n < 1 || n > VIL_FEED_INPUTS) VIL_FATAL("feed: %d inputs (1..%d)", n, VIL_FEED_INPUTS);
@@ -17,9 +17,8 @@ int vil_feed_init(VilFeed *f, const VilBackend *be, int n, void *const dev0[],
     for (int i = 0; i < n; i++) {
         f->bytes[i] = bytes[i];
         f->dev[0][i] = dev0[i];
-        f->dev[1][i] = be->alloc(bytes[i]); /* the backends' alloc reports and exits on failure */
+        f->dev[1][i] = be->alloc(bytes[i]);
     }
-    return 0;
 }
 
 static int state_of(const VilFeed *f, int s) {

