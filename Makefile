@@ -23,7 +23,7 @@ ifneq ($(DEPS_PREFIX),)
   LDFLAGS += -L$(DEPS_PREFIX)/lib/x86_64-linux-gnu -Wl,-rpath,$(DEPS_PREFIX)/lib/x86_64-linux-gnu
 endif
 
-# ---- required: libjpeg-turbo, stb_image, cJSON, zlib ----
+# ---- required: libjpeg-turbo, stb_image, cJSON, libzip, zlib ----
 ifeq ($(call have_pkg,libjpeg),yes)
   CFLAGS += $(shell $(PKG_CONFIG) --cflags libjpeg)
   LDLIBS += $(shell $(PKG_CONFIG) --libs libjpeg)
@@ -43,6 +43,14 @@ ifeq ($(call have_pkg,libcjson),yes)
 else
   CFLAGS += -I/usr/include/cjson
   LDLIBS += -lcjson
+endif
+
+# libzip reads PyTorch's .pth checkpoints (zip archives)
+ifeq ($(call have_pkg,libzip),yes)
+  CFLAGS += $(shell $(PKG_CONFIG) --cflags libzip)
+  LDLIBS += $(shell $(PKG_CONFIG) --libs libzip)
+else
+  LDLIBS += -lzip
 endif
 
 ifeq ($(call have_pkg,zlib),yes)
@@ -87,14 +95,14 @@ ifeq ($(CUDA),1)
 endif
 
 LIB_SRC := $(wildcard vil/*.c data/*.c train/*.c eval/*.c)
-LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(CU_OBJ)
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/gen/imagenet_names.o $(CU_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
 TOOL_SRC := $(wildcard tools/*.c)
 TOOL_BIN := $(patsubst tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
-HDR := $(wildcard vil/*.h data/*.h train/*.h eval/*.h cuda/*.h cuda/*.cuh)
+HDR := $(wildcard vil/*.h data/*.h train/*.h eval/*.h cli/*.h cuda/*.h cuda/*.cuh)
 
 .PHONY: all test test-run test-gpu clean fuzz demo deps dev-cuda
 all: bin/vil $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
@@ -107,11 +115,27 @@ $(BUILD)/cuda/%.o: cuda/%.cu $(HDR) Makefile
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# ImageNet-1k's class names as a C table (vil/imagenet_names.h), from the names file users also
+# pass to `vil train --names`: one source for both
+$(BUILD)/gen/imagenet_names.c: data/imagenet_classes.tsv Makefile
+	@mkdir -p $(dir $@)
+	awk -F'\t' 'BEGIN { print "/* generated from data/imagenet_classes.tsv by the Makefile */"; \
+	    print "#include \"vil/imagenet_names.h\""; \
+	    print "const char *const vil_imagenet_class_names[1000] = {" } \
+	    /^#/ || NF < 3 { next } \
+	    { gsub(/\\/, "\\\\", $$3); gsub(/"/, "\\\"", $$3); printf "    \"%s\",\n", $$3; n++ } \
+	    END { print "};"; if (n != 1000) { print "imagenet_classes.tsv: " n " names, not 1000" > "/dev/stderr"; exit 1 } }' \
+	    $< > $@.tmp && mv $@.tmp $@
+$(BUILD)/gen/imagenet_names.o: $(BUILD)/gen/imagenet_names.c vil/imagenet_names.h
+	$(CC) $(CFLAGS) -c $< -o $@
+
 $(BUILD)/libvil.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-bin/vil: $(BUILD)/cli/vil.o $(BUILD)/libvil.a
+CLI_SRC := $(wildcard cli/*.c)
+CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
+bin/vil: $(CLI_OBJ) $(BUILD)/libvil.a
 	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

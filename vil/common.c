@@ -16,6 +16,37 @@
 
 const char *vil_errno_str(void) { return strerror(errno); }
 
+/* Returns the offset of the first byte that breaks UTF-8, or n when all is valid. Overlong
+ * forms, surrogates and code points past U+10FFFF are invalid, as for Rust's from_utf8. */
+size_t vil_utf8_invalid_at(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len;
+        uint32_t cp, min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            len = 2, cp = c & 0x1F, min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            len = 3, cp = c & 0x0F, min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            len = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return i;
+        }
+        if (n - i < len) return i;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += len;
+    }
+    return n;
+}
+
 static void vmsg(const char *kind, const char *fmt, va_list ap) {
     fprintf(stderr, "vil: %s: ", kind);
     vfprintf(stderr, fmt, ap);

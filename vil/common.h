@@ -65,6 +65,9 @@ double vil_now(void); /* seconds, monotonic */
 /* Strict number parsing: the whole string must be a number in range. 0 on success. */
 int vil_parse_int(const char *s, long *out);
 int vil_parse_float(const char *s, double *out);
+/* The offset of the first byte of s[0..n) that breaks UTF-8, or n when all of it is valid.
+ * Overlong forms, surrogates and code points past U+10FFFF are invalid (as Rust's from_utf8). */
+size_t vil_utf8_invalid_at(const unsigned char *s, size_t n);
 /* Edit distance, for "did you mean" suggestions. */
 int vil_edit_distance(const char *a, const char *b);
 

@@ -68,37 +68,6 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
     return -1;
 }
 
-/* Returns the offset of the first byte that breaks UTF-8, or n when all is valid. Overlong
- * forms, surrogates and code points past U+10FFFF are invalid, as for Rust's from_utf8. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t len;
-        uint32_t cp, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            len = 2, cp = c & 0x1F, min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3, cp = c & 0x0F, min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            len = 4, cp = c & 0x07, min = 0x10000;
-        } else {
-            return i;
-        }
-        if (n - i < len) return i;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-        i += len;
-    }
-    return n;
-}
-
 /* JSON numbers arrive as doubles: accept only integers that a double holds exactly. */
 static int json_uint(const cJSON *v, uint64_t *out) {
     if (!cJSON_IsNumber(v)) return -1;
@@ -139,6 +108,21 @@ static int cmp_by_offset(const void *a, const void *b) {
 
 static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* st->by_name, refusing a repeated name; p: scratch for n_tensors pointers */
+static int index_names(VilSafetensors *st, VilStTensor **p, char *err, size_t errlen) {
+    int nt = st->n_tensors;
+    for (int i = 0; i < nt; i++)
+        p[i] = &st->tensors[i];
+    qsort(p, (size_t)nt, sizeof(*p), cmp_by_name);
+    st->by_name = vil_malloc((size_t)(nt ? nt : 1) * sizeof(int));
+    for (int i = 0; i < nt; i++) {
+        st->by_name[i] = (int)(p[i] - st->tensors);
+        if (i > 0 && strcmp(p[i - 1]->name, p[i]->name) == 0)
+            return fail(err, errlen, "tensor name '%.*s' appears twice", SHOWN(p[i]->name));
+    }
+    return 0;
 }
 
 /* One tensor entry: {"dtype": .., "shape": [..], "data_offsets": [b, e]}. Unknown keys are
@@ -273,18 +257,8 @@ static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st, ch
     }
     int nt = st->n_tensors;
     VilStTensor **p = vil_malloc((size_t)(nt ? nt : 1) * sizeof(*p));
-    int rc = 0;
-    for (int i = 0; i < nt; i++)
-        p[i] = &st->tensors[i];
-    qsort(p, (size_t)nt, sizeof(*p), cmp_by_name);
-    st->by_name = vil_malloc((size_t)(nt ? nt : 1) * sizeof(int));
-    for (int i = 0; i < nt; i++) {
-        st->by_name[i] = (int)(p[i] - st->tensors);
-        if (i > 0 && strcmp(p[i - 1]->name, p[i]->name) == 0) {
-            rc = fail(err, errlen, "tensor name '%.*s' appears twice", SHOWN(p[i]->name));
-            goto done;
-        }
-    }
+    int rc = index_names(st, p, err, errlen);
+    if (rc != 0) goto done;
     /* The tensors, in offset order, must tile the buffer: an overlap would let two tensors
      * alias, a gap or a short cover means the header and the data disagree. */
     qsort(p, (size_t)nt, sizeof(*p), cmp_by_offset);
@@ -338,7 +312,7 @@ int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *e
     const unsigned char *hdr = buf + 8;
     const unsigned char *nul = memchr(hdr, 0, (size_t)hlen);
     if (nul) return fail(err, errlen, "header has a NUL byte at offset %zu", (size_t)(nul - hdr));
-    size_t bad = utf8_invalid_at(hdr, (size_t)hlen);
+    size_t bad = vil_utf8_invalid_at(hdr, (size_t)hlen);
     if (bad != hlen) return fail(err, errlen, "header is not valid UTF-8 (byte %zu)", bad);
 
     /* cJSON gets its own NUL-terminated copy so that no parser path can read past it */
@@ -374,6 +348,33 @@ int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *e
 out:
     cJSON_Delete(root);
     free(text);
+    if (rc != 0) vil_st_free(st);
+    return rc;
+}
+
+int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
+                       const VilStTensor *t, int n, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    st->buf = buf;
+    st->buf_size = buf_size;
+    st->tensors = vil_calloc((size_t)(n ? n : 1), sizeof(VilStTensor));
+    for (int i = 0; i < n; i++) {
+        VilStTensor *d = &st->tensors[st->n_tensors++];
+        *d = t[i];
+        d->name = vil_strdup(t[i].name);
+        int64_t numel = 1;
+        for (int k = 0; k < d->ndim; k++) numel *= d->shape[k];
+        if ((unsigned)d->dtype >= VIL_ST_NUM_DTYPES || d->ndim < 0 || d->ndim > VIL_ST_MAX_DIMS ||
+            d->offset > buf_size || d->nbytes > buf_size - d->offset ||
+            (uint64_t)numel * vil_st_dtype_size(d->dtype) != d->nbytes) {
+            vil_st_free(st);
+            return fail(err, errlen, "tensor '%.*s': its bytes do not match its shape and dtype", SHOWN(t[i].name));
+        }
+        d->data = buf + d->offset;
+    }
+    VilStTensor **p = vil_malloc((size_t)(n ? n : 1) * sizeof(*p));
+    int rc = index_names(st, p, err, errlen);
+    free(p);
     if (rc != 0) vil_st_free(st);
     return rc;
 }
@@ -588,7 +589,7 @@ static int cmp_wentry_name(const void *a, const void *b) {
 
 static int valid_utf8(const char *s) {
     size_t n = strlen(s);
-    return utf8_invalid_at((const unsigned char *)s, n) == n;
+    return vil_utf8_invalid_at((const unsigned char *)s, n) == n;
 }
 
 /* Adds item to obj under key; takes ownership of item either way. */

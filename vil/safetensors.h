@@ -74,6 +74,12 @@ int vil_st_read(const char *path, VilSafetensors *st, char *err, size_t errlen);
 /* The same checks on bytes in memory. Copies what it keeps (the caller's buf stays the
  * caller's), so buf may be freed right after. Messages carry no file name. */
 int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *err, size_t errlen);
+/* Fill *st from tensors assembled in memory (a .pth file's state dict): buf (from
+ * vil_malloc_aligned, buf_size bytes) becomes st's, even on failure; names are copied. Each
+ * tensor's offset and nbytes (its shape's bytes) must lie in buf; a repeated name is an error.
+ * The callers' shapes are already bounded, so numel cannot overflow here. 0 or -1 (err). */
+int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
+                       const VilStTensor *t, int n, char *err, size_t errlen);
 const VilStTensor *vil_st_find(const VilSafetensors *st, const char *name); /* NULL if absent */
 const char *vil_st_meta(const VilSafetensors *st, const char *key);         /* NULL if absent */
 void vil_st_free(VilSafetensors *st);

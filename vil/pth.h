@@ -1,0 +1,41 @@
+/* pth.h: PyTorch checkpoint files (torch.save's zip format, torch >= 1.6), read without running
+ * anything from them: libzip for the archive, the restricted unpickler of pickle.h for data.pkl.
+ * One state dict of the file (a training checkpoint's model or model_ema, or the file itself when
+ * it is a state dict) comes back as a VilSafetensors, with what the checkpoint says of itself. */
+#ifndef VIL_PTH_H
+#define VIL_PTH_H
+
+#include <stddef.h>
+
+#include "safetensors.h"
+
+/* the largest archive entry read (a storage or data.pkl) */
+#define VIL_PTH_MAX_ENTRY ((size_t)16 << 30)
+
+typedef struct {
+    char weights[16];  /* the dict the tensors came from: "model", "model_ema", "state_dict", or
+                        * "" when the file is itself a state dict */
+    int has_ema;       /* the file holds a model_ema state dict */
+    char keys[256];    /* the top-level keys, comma-separated (for messages and `vil info`) */
+    long epoch;        /* -1: the file does not say */
+    int img_size;      /* args.input_size; 0: no args */
+    char model[128];   /* args.model, "" without; cut to fit */
+    char data_set[32]; /* args.data_set, "" without */
+} VilPthInfo;
+
+/* 1 when head (the first n >= 4 bytes of a file) starts a zip archive, as every torch.save file
+ * since torch 1.6 does; 2 for the legacy (pre-1.6) torch.save format, which is not read. */
+int vil_pth_sniff(const unsigned char *head, size_t n);
+
+/* Read the file's state dict: with ema, model_ema (an error when there is none); without, model,
+ * else state_dict, else the top-level dict when it holds tensors only. Tensors keep their dtype
+ * (F32, F16, BF16, F64, I64, I32, BOOL) and come out contiguous; a "module." prefix on every
+ * name (a DataParallel model's) is dropped. 0, or -1 with a message naming the file and what is
+ * wrong (the opcode, global, entry or tensor) in err; *st is then empty. */
+int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info, char *err,
+                 size_t errlen);
+/* The same from bytes in memory (the tests and the fuzzer); messages carry no file name. */
+int vil_pth_parse(const unsigned char *buf, size_t n, int ema, VilSafetensors *st,
+                  VilPthInfo *info, char *err, size_t errlen);
+
+#endif
