@@ -2,7 +2,7 @@
 #   make            build bin/vil (and compile the CUDA sources when nvcc is found)
 #   make test       build and run every CPU test; closes with "N passed, N failed"
 #   make test-gpu   CUDA-against-CPU tests (needs a GPU)
-#   make fuzz       libFuzzer harness for the image decoder (clang)
+#   make fuzz       libFuzzer harnesses for the image decoder and the .pth reader (clang)
 #   make deps       check for the Debian packages of the build and the demo; install the missing
 #   make demo       deps, build, a short CPU training run on Fashion-MNIST, eval and classify
 # Knobs: CUDA=0 forces a CPU-only build; CUDA_HOME; DEPS_PREFIX=/path/usr adds an unpacked
@@ -153,7 +153,7 @@ test:
 	@$(MAKE) --no-print-directory test-run
 
 test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump
-	@sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh
+	@sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_pth_reference.sh
 
 test-gpu: bin/vil $(GPU_TEST_BIN)
 	@sh tests/run_all.sh $(GPU_TEST_BIN)

@@ -9,5 +9,7 @@ int vil_cmd_bench(int argc, char **argv);      /* train/bench.c */
 int vil_cmd_bench_data(int argc, char **argv); /* data/bench_data.c */
 int vil_cmd_train(int argc, char **argv);      /* train/train.c */
 int vil_cmd_eval(int argc, char **argv);       /* eval/eval.c */
+int vil_cmd_convert(int argc, char **argv);    /* cli/convert.c */
+int vil_cmd_compare(int argc, char **argv);    /* cli/compare.c */
 
 #endif

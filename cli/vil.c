@@ -20,6 +20,8 @@ static const Command COMMANDS[] = {
     {"eval", vil_cmd_eval, "top-1 / top-5 of a checkpoint on a dataset split"},
     {"classify", vil_cmd_classify, "classify images with a checkpoint (top-k, or --json)"},
     {"info", vil_cmd_info, "describe a checkpoint: architecture, parameters, image size, classes"},
+    {"convert", vil_cmd_convert, "a PyTorch .pth (e.g. the published ViM files) to a vil safetensors checkpoint"},
+    {"compare", vil_cmd_compare, "models side by side: accuracy, speed, memory, GFLOPs per resolution"},
     {"bench", vil_cmd_bench, "training and inference throughput of a model config on cpu or cuda"},
     {"bench-data", vil_cmd_bench_data, "throughput of the data pipeline (decode + augmentation)"},
     {"help", cmd_help, "this list, or `vil help CMD` for one command"},

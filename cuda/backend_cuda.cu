@@ -16,7 +16,7 @@ extern "C" {
 }
 
 /* the table below is positional: a new VilBackend member must be added there too */
-static_assert(sizeof(VilBackend) == 3 * sizeof(void *) + 33 * sizeof(void (*)(void)),
+static_assert(sizeof(VilBackend) == 3 * sizeof(void *) + 34 * sizeof(void (*)(void)),
               "VilBackend changed: update the table at the end of cuda/backend_cuda.cu");
 
 CuCtx g_cu;
@@ -93,6 +93,7 @@ void cu_free(void *p) {
 }
 
 size_t cu_peak_bytes(void) { return peak_bytes; }
+void cu_peak_reset(void) { peak_bytes = cur_bytes; }
 
 static void *scratch[SCR_COUNT];
 static size_t scratch_bytes[SCR_COUNT];
@@ -216,6 +217,7 @@ static void b_sync(void) {
     CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
 }
 static size_t b_peak(void) { return cu_peak_bytes(); }
+static void b_peak_reset(void) { cu_peak_reset(); }
 
 /* pinned host memory: copies from it are DMA transfers that run while the host goes on */
 static void *b_host_alloc(size_t bytes) {
@@ -277,6 +279,7 @@ extern "C" const VilBackend vil_backend_cuda = {
     /* .to_host = */ b_to_host,
     /* .sync = */ b_sync,
     /* .peak_bytes = */ b_peak,
+    /* .peak_reset = */ b_peak_reset,
     /* .act_to_host_f32 = */ b_act_to_host_f32,
     /* .params_to_work = */ b_params_to_work,
     /* .host_alloc = */ b_host_alloc,

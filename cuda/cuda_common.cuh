@@ -78,6 +78,7 @@ void cu_ensure_init(void);
 void *cu_malloc(size_t bytes);
 void cu_free(void *p);
 size_t cu_peak_bytes(void);
+void cu_peak_reset(void);
 
 /* Grow-only scratch, one buffer per slot, reused by every call of the op that owns the slot.
  * Ops run in order on the one stream, so a slot is never read by two ops at once; growing

@@ -78,6 +78,10 @@ int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *
  * or a bare name per line (in class order). A file with more classes than the dataset
  * raises num_classes to match (a validation split may lack some classes). 0 or -1 + err. */
 int vil_dataset_load_names(VilDataset *ds, const char *path, char *err, size_t errlen);
+/* The n names of a model's classes from a names file of the same forms (by index, or by line
+ * order without one): every class 0..n-1 named exactly once. *names: n malloc'd strings in a
+ * malloc'd array. 0, or -1 with err. */
+int vil_names_read(const char *path, int n, char ***names, char *err, size_t errlen);
 /* Set class c's readable name (copied). */
 void vil_dataset_set_class_name(VilDataset *ds, int c, const char *name);
 /* Raise the class count (never lowers it): a split may lack the last classes of the model. */

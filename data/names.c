@@ -28,7 +28,18 @@ static char *strip(char *s) {
     return s;
 }
 
-int vil_dataset_load_names(VilDataset *ds, const char *path, char *err, size_t errlen) {
+static void free_rows(NameRow *rows, int nrows) {
+    for (int k = 0; k < nrows; k++) {
+        free(rows[k].id);
+        free(rows[k].name);
+    }
+    free(rows);
+}
+
+/* The rows of a names file (see dataset.h for the forms). 0, or -1 with err. */
+static int read_rows(const char *path, NameRow **out, int *nout, char *err, size_t errlen) {
+    *out = NULL;
+    *nout = 0;
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, errlen, "cannot open class-names file '%s': %s", path, strerror(errno));
@@ -79,6 +90,51 @@ int vil_dataset_load_names(VilDataset *ds, const char *path, char *err, size_t e
         snprintf(err, errlen, "class-names file '%s' holds no names", path);
         rc = -1;
     }
+    if (rc != 0) {
+        free_rows(rows, nrows);
+        return -1;
+    }
+    *out = rows;
+    *nout = nrows;
+    return 0;
+}
+
+int vil_names_read(const char *path, int n, char ***names, char *err, size_t errlen) {
+    *names = NULL;
+    NameRow *rows;
+    int nrows;
+    if (read_rows(path, &rows, &nrows, err, errlen) != 0) return -1;
+    char **out = vil_calloc((size_t)n, sizeof(char *));
+    int rc = 0;
+    for (int k = 0; k < nrows && rc == 0; k++) {
+        long idx = rows[k].index >= 0 ? rows[k].index : k;
+        if (idx >= n || out[idx]) {
+            snprintf(err, errlen, "class-names file '%s': %s class %ld (the model has %d classes)",
+                     path, idx >= n ? "no" : "a second name for", idx, n);
+            rc = -1;
+        } else {
+            out[idx] = vil_strdup(rows[k].name);
+        }
+    }
+    for (int c = 0; c < n && rc == 0; c++)
+        if (!out[c]) {
+            snprintf(err, errlen, "class-names file '%s' has no name for class %d of %d", path, c, n);
+            rc = -1;
+        }
+    free_rows(rows, nrows);
+    if (rc != 0) {
+        for (int c = 0; c < n; c++) free(out[c]);
+        free(out);
+        return -1;
+    }
+    *names = out;
+    return 0;
+}
+
+int vil_dataset_load_names(VilDataset *ds, const char *path, char *err, size_t errlen) {
+    NameRow *rows;
+    int nrows, rc = 0;
+    if (read_rows(path, &rows, &nrows, err, errlen) != 0) return -1;
     if (rc == 0) {
         /* class folders are matched by name (wnid) when the file gives ids; else by index */
         int C = vil_dataset_num_classes(ds), by_id = 0;
@@ -127,10 +183,6 @@ int vil_dataset_load_names(VilDataset *ds, const char *path, char *err, size_t e
             }
         }
     }
-    for (int k = 0; k < nrows; k++) {
-        free(rows[k].id);
-        free(rows[k].name);
-    }
-    free(rows);
+    free_rows(rows, nrows);
     return rc;
 }

@@ -71,20 +71,21 @@ static void print_result(const char *file, const float *logits, int C, int topk,
 
 int vil_cmd_classify(int argc, char **argv) {
     const char *model = NULL, *device = "auto";
-    int img_size = 0, topk = 5, json = 0;
+    int img_size = 0, topk = 5, json = 0, ema = 0;
     float crop_pct = 0.875f;
     VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors)"},
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
+        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
         {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed"},
         {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "center-crop fraction: resize the shorter side to size / crop_pct"},
         {"--topk", VIL_ARG_INT, &topk, "classes to print per image"},
         {"--json", VIL_ARG_FLAG, &json, "one JSON object per image: file, logits, topk"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
     };
-    VilArgSpec spec = {"classify", "--model CKPT [--img-size N] [--crop-pct F] [--topk K] [--json] IMAGE...",
+    VilArgSpec spec = {"classify", "--model CKPT [--ema] [--img-size N] [--crop-pct F] [--topk K] [--json] IMAGE...",
                        "Classifies images (JPEG, PNG, BMP, GIF, PNM, ...; the format is read from the\n"
                        "bytes) and prints the top-k classes with their probabilities.",
-                       args, 6, 1, -1};
+                       args, (int)(sizeof args / sizeof args[0]), 1, -1};
     char **pos;
     int npos;
     int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
@@ -109,7 +110,8 @@ int vil_cmd_classify(int argc, char **argv) {
     if (strcmp(device, "auto") == 0) fprintf(stderr, "vil classify: running on %s\n", be->name);
     VilModel m;
     VilCheckpointMeta meta;
-    if (vil_checkpoint_load(model, be, img_size, &m, &meta) != 0) {
+    VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
+    if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) {
         free(pos);
         return 1;
     }

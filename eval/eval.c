@@ -129,12 +129,49 @@ out:
     return rc;
 }
 
+int vil_eval_dataset(VilModel *m, VilDataset *ds, int batch, int workers, float crop_pct,
+                     long max_images, FILE *log, const char *prefix, VilEvalResult *r) {
+    const VilConfig *c = &m->cfg;
+    int K = vil_dataset_num_classes(ds);
+    if (K > c->num_classes) {
+        vil_error("the data has %d classes but the model %d: is this the dataset the model was "
+                  "trained on?", K, c->num_classes);
+        return -1;
+    }
+    vil_dataset_set_num_classes(ds, c->num_classes);
+    VilLoaderConfig lc;
+    vil_loader_config_default(&lc, VIL_LOADER_EVAL, c->img_size, c->in_chans, batch, c->num_classes);
+    lc.crop_pct = crop_pct;
+    lc.threads = workers;
+    lc.prefetch = workers + 1;
+    lc.alloc = vil_feed_allocator(m->be); /* pinned on CUDA: the feed uploads while the forward runs */
+    char err[2048];
+    VilLoader *l = vil_loader_create(ds, &lc, err, sizeof err);
+    if (!l) {
+        vil_error("%s", err);
+        return -1;
+    }
+    int rc = vil_eval_run(m, l, max_images, log, prefix, r);
+    vil_loader_free(l);
+    return rc;
+}
+
+double vil_time_forward(VilModel *m, int warmup, int steps) {
+    for (int i = 0; i < warmup; i++) vil_model_forward(m, 0);
+    m->be->sync();
+    double t0 = vil_now();
+    for (int i = 0; i < steps; i++) vil_model_forward(m, 0);
+    m->be->sync();
+    return (vil_now() - t0) / (steps > 0 ? steps : 1);
+}
+
 int vil_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto";
-    int batch = 64, img_size = 0, workers = 4, limit = 0;
+    int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0;
     float crop_pct = 0.875f;
     VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors)"},
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
+        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
         {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
         {"--split", VIL_ARG_STR, &split, "split to evaluate: val (test for IDX), train"},
         {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
@@ -175,39 +212,22 @@ int vil_cmd_eval(int argc, char **argv) {
     }
     VilModel m;
     VilCheckpointMeta meta;
-    if (vil_checkpoint_load(model, be, img_size, &m, &meta) != 0) {
+    VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
+    if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) {
         vil_dataset_free(ds);
         return 1;
     }
     const VilConfig *c = &m.cfg;
     int K = vil_dataset_num_classes(ds);
     rc = 1;
-    VilLoader *l = NULL;
-    if (K > c->num_classes) {
-        vil_error("the data has %d classes but the model %d: is this the dataset the model was "
-                  "trained on?", K, c->num_classes);
-        goto done;
-    }
-    vil_dataset_set_num_classes(ds, c->num_classes);
-    VilLoaderConfig lc;
-    vil_loader_config_default(&lc, VIL_LOADER_EVAL, c->img_size, c->in_chans, batch, c->num_classes);
-    lc.crop_pct = crop_pct;
-    lc.threads = workers;
-    lc.prefetch = workers + 1;
-    lc.alloc = vil_feed_allocator(be); /* pinned on CUDA: the feed uploads while the forward runs */
-    l = vil_loader_create(ds, &lc, err, sizeof err);
-    if (!l) {
-        vil_error("%s", err);
-        goto done;
-    }
-    printf("eval: %s (%s, %zu parameters, %d x %d) on %s\n", model, c->name, m.param_count,
-           c->img_size, c->img_size, be->name);
+    printf("eval: %s%s%s (%s, %zu parameters, %d x %d) on %s\n", model, meta.weights[0] ? ":" : "",
+           meta.weights, c->name, m.param_count, c->img_size, c->img_size, be->name);
     printf("data: %s: %d images, %d classes; resize %d, center crop %d (crop_pct %g)\n",
            vil_dataset_source(ds), vil_dataset_size(ds), K, vil_eval_scale_size(c->img_size, crop_pct),
            c->img_size, crop_pct);
     fflush(stdout);
     VilEvalResult r;
-    if (vil_eval_run(&m, l, limit, stdout, "  ", &r) != 0) goto done;
+    if (vil_eval_dataset(&m, ds, batch, workers, crop_pct, limit, stdout, "  ", &r) != 0) goto done;
     if (r.images == 0) {
         vil_error("no images were evaluated");
         goto done;
@@ -216,7 +236,6 @@ int vil_cmd_eval(int argc, char **argv) {
            100.0 * r.top1 / r.images, 100.0 * r.top5 / r.images, r.images, r.bad, r.seconds);
     rc = 0;
 done:
-    vil_loader_free(l);
     vil_checkpoint_meta_free(&meta);
     vil_model_free(&m);
     vil_dataset_free(ds);

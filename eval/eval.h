@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "data/dataset.h"
 #include "data/loader.h"
 #include "vil/model.h"
 
@@ -25,5 +26,17 @@ void vil_topk_count(const float *logits, const int *labels, int n, int C, long *
  * every ~10% (prefix names the pass). 0, or -1 with the loader's error reported. */
 int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
                  VilEvalResult *r);
+
+/* The evaluation of m on a dataset as `vil eval` runs it: an eval-mode loader of `batch` images
+ * (resize to img_size / crop_pct, center crop, the model's normalization; pinned buffers on
+ * CUDA) with `workers` threads, then vil_eval_run. The dataset's class count is raised to the
+ * model's; data with more classes than the model is an error. 0, or -1 (reported). */
+int vil_eval_dataset(VilModel *m, VilDataset *ds, int batch, int workers, float crop_pct,
+                     long max_images, FILE *log, const char *prefix, VilEvalResult *r);
+
+/* Seconds per forward pass of m on what its inference activations hold now (m->acts allocated
+ * for inference), after `warmup` untimed passes; the backend is synchronized around the timed
+ * `steps`. The same measurement for `vil bench` and `vil compare`. */
+double vil_time_forward(VilModel *m, int warmup, int steps);
 
 #endif

@@ -2,6 +2,7 @@
  * image size, classes, training step. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
 #include "vil/args.h"
@@ -10,15 +11,16 @@
 
 int vil_cmd_info(int argc, char **argv) {
     const char *model = NULL, *device = "cpu";
-    int img_size = 0;
+    int img_size = 0, ema = 0;
     VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors)"},
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
+        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
         {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed"},
         {"--device", VIL_ARG_STR, &device, "cpu or cuda: where to load it"},
     };
-    VilArgSpec spec = {"info", "--model CKPT [--img-size N]",
+    VilArgSpec spec = {"info", "--model CKPT [--ema] [--img-size N]",
                        "Prints a checkpoint's architecture, parameter count, image size and classes.",
-                       args, 3, 0, 0};
+                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
     if (!model) {
@@ -30,9 +32,20 @@ int vil_cmd_info(int argc, char **argv) {
     if (!be) return 1;
     VilModel m;
     VilCheckpointMeta meta;
-    if (vil_checkpoint_load(model, be, img_size, &m, &meta) != 0) return 1;
+    VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
+    if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) return 1;
     const VilConfig *c = &m.cfg;
     printf("file:        %s\n", model);
+    if (strcmp(meta.format, "pth") == 0) {
+        printf("format:      PyTorch checkpoint (torch.save zip), read without running its pickle\n");
+        if (meta.file_keys[0]) printf("holds:       %s\n", meta.file_keys);
+        printf("weights:     %s%s\n", meta.weights[0] ? meta.weights : "the file's state dict",
+               meta.has_ema && !ema ? " (--ema selects model_ema)" : "");
+        if (meta.source_model[0]) printf("trained as:  %s\n", meta.source_model);
+        if (meta.epoch >= 0) printf("epoch:       %ld\n", meta.epoch);
+    } else {
+        printf("format:      safetensors\n");
+    }
     printf("model:       %s (%s: %s scan)%s\n", c->name, c->arch,
            c->arch_id == VIL_ARCH_VIL ? "Longhorn" : "Mamba",
            meta.config_inferred ? ", architecture inferred from tensor shapes" : "");
@@ -50,12 +63,15 @@ int vil_cmd_info(int argc, char **argv) {
     if (meta.class_names) {
         printf(" (");
         int show = c->num_classes < 5 ? c->num_classes : 5;
-        for (int i = 0; i < show; i++) printf("%s%s", i ? ", " : "", meta.class_names[i]);
+        for (int i = 0; i < show; i++) { /* ImageNet's names list synonyms: the first will do */
+            const char *nm = meta.class_names[i], *comma = strstr(nm, ", ");
+            printf("%s%.*s", i ? ", " : "", comma ? (int)(comma - nm) : (int)strlen(nm), nm);
+        }
         printf("%s)\n", c->num_classes > show ? ", ..." : "");
     } else {
         printf(" (no class names in the file)\n");
     }
-    printf("step:        %ld\n", meta.step);
+    if (strcmp(meta.format, "pth") != 0) printf("step:        %ld\n", meta.step);
     vil_checkpoint_meta_free(&meta);
     vil_model_free(&m);
     return 0;

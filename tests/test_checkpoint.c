@@ -71,7 +71,7 @@ static void test_roundtrip(const char *arch) {
     const char *f = path("rt.safetensors");
     T_CHECK(vil_checkpoint_save(&m, f, 1234, names, 3) == 0, "save");
     VilCheckpointMeta meta;
-    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, 0, &r, &meta) == 0, "load");
+    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, NULL, &r, &meta) == 0, "load");
     T_CHECK(same_params(&m, &r), "%s: parameters differ after a round trip", arch);
     T_CHECK(meta.step == 1234 && meta.img_size == 16 && !meta.config_inferred, "metadata");
     T_CHECK(meta.class_names && strcmp(meta.class_names[2], "\"quoted\" name") == 0, "class names");
@@ -101,7 +101,7 @@ static void test_roundtrip(const char *arch) {
     const char *g = path("bare.safetensors");
     T_CHECK(vil_st_writer_save(w, g) == 0, "save bare");
     vil_st_writer_free(w);
-    T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, 16, &r, &meta) == 0, "load bare");
+    T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 16}, &r, &meta) == 0, "load bare");
     T_CHECK(meta.config_inferred, "inferred flag");
     int cfg_same = r.cfg.embed_dim == c.embed_dim && r.cfg.depth == c.depth && r.cfg.d_state == c.d_state &&
                    r.cfg.dt_rank == c.dt_rank && r.cfg.d_inner == c.d_inner && r.cfg.stride == c.stride &&
@@ -111,7 +111,7 @@ static void test_roundtrip(const char *arch) {
     vil_checkpoint_meta_free(&meta);
     vil_model_free(&r);
     /* a bare file at the wrong image size: the grid does not fit */
-    T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, 17, &r, &meta) != 0, "bare file at a size the grid does not fit must fail");
+    T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 17}, &r, &meta) != 0, "bare file at a size the grid does not fit must fail");
     free(host);
     vil_model_free(&m);
 }
@@ -129,12 +129,12 @@ static void test_broken(void) {
     unsigned char *bytes = vil_read_file(f, &n);
     fprintf(stderr, "---- expected errors follow ----\n");
     /* missing */
-    T_CHECK(vil_checkpoint_load(path("nope.safetensors"), &vil_backend_cpu, 0, &r, &meta) != 0, "missing file");
+    T_CHECK(vil_checkpoint_load(path("nope.safetensors"), &vil_backend_cpu, NULL, &r, &meta) != 0, "missing file");
     /* truncated, empty */
     corpus_write(path("trunc.safetensors"), bytes, n - 7);
-    T_CHECK(vil_checkpoint_load(path("trunc.safetensors"), &vil_backend_cpu, 0, &r, &meta) != 0, "truncated file");
+    T_CHECK(vil_checkpoint_load(path("trunc.safetensors"), &vil_backend_cpu, NULL, &r, &meta) != 0, "truncated file");
     corpus_write(path("empty.safetensors"), bytes, 0);
-    T_CHECK(vil_checkpoint_load(path("empty.safetensors"), &vil_backend_cpu, 0, &r, &meta) != 0, "empty file");
+    T_CHECK(vil_checkpoint_load(path("empty.safetensors"), &vil_backend_cpu, NULL, &r, &meta) != 0, "empty file");
     /* a tensor missing, a wrong shape, an extra tensor, NaN */
     float *host = vil_malloc(m.n_params * 4);
     vil_model_get_params(&m, host);
@@ -166,11 +166,11 @@ static void test_broken(void) {
         vil_st_writer_save(w, g);
         vil_st_writer_free(w);
         const char *what[4] = {"missing tensor", "transposed tensor", "unexpected tensor", "NaN parameter"};
-        T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, 0, &r, &meta) != 0, "%s must fail", what[cse]);
+        T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, NULL, &r, &meta) != 0, "%s must fail", what[cse]);
         if (cse == 3) vil_model_get_params(&m, host);
     }
     /* trained at 16, asked for 18: the grid cannot fit (stride 4) */
-    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, 18, &r, &meta) != 0, "--img-size that does not fit the stride");
+    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 18}, &r, &meta) != 0, "--img-size that does not fit the stride");
     fprintf(stderr, "---- end of expected errors ----\n");
     free(host);
     free(bytes);
@@ -227,7 +227,7 @@ static void test_pos_resize(void) {
     const char *f = path("res.safetensors");
     vil_checkpoint_save(&m, f, 0, NULL, 0);
     VilCheckpointMeta meta;
-    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, 28, &r2, &meta) == 0, "load at 28");
+    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 28}, &r2, &meta) == 0, "load at 28");
     T_CHECK(r2.cfg.img_size == 28 && r2.cfg.grid == 7 && r2.cfg.seq_len == 50 && meta.pos_interpolated_from == 4,
             "evaluating at 28: grid %d, L %d", r2.cfg.grid, r2.cfg.seq_len);
     vil_checkpoint_meta_free(&meta);

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "data/feed.h"
+#include "eval/eval.h"
 #include "vil/args.h"
 #include "vil/backend_prof.h"
 #include "vil/common.h"
@@ -168,12 +169,7 @@ int vil_cmd_bench(int argc, char **argv) {
 
     vil_model_alloc_acts(&m, batch, 0);
     upload_batch(&m, 2);
-    for (int i = 0; i < warmup; i++) vil_model_forward(&m, 0);
-    be->sync();
-    t0 = vil_now();
-    for (int i = 0; i < steps; i++) vil_model_forward(&m, 0);
-    be->sync();
-    double t_inf = vil_now() - t0;
+    double t_inf = steps * vil_time_forward(&m, warmup, steps);
     printf("inference (forward):        %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_inf,
            1e3 * t_inf / steps);
     printf("peak memory (training):     %10.2f GiB (%.1f MiB)%s\n", peak_train / 1073741824.0,

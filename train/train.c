@@ -655,6 +655,16 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     T->model_ready = 1;
     size_t n = m->n_params, bytes = n * sizeof(float);
     vil_model_init_weights(m, (uint64_t)t->seed);
+    char init_note[1024] = "";
+    if (run->init && !state_in) {
+        VilCheckpointMeta im;
+        if (vil_checkpoint_init(m, run->init, run->init_ema, &im) != 0) goto out;
+        snprintf(init_note, sizeof init_note, "init:  %s%s%s%s%s\n", run->init,
+                 im.weights[0] ? ":" : "", im.weights,
+                 im.pos_interpolated_from ? "; pos_embed interpolated onto the run's grid" : "",
+                 im.head_kept ? "; its head (other classes) not taken: the head starts fresh" : "");
+        vil_checkpoint_meta_free(&im);
+    }
     /* the moments exist from the start so that a save before the first update is complete */
     if (!m->m) {
         m->m = T->be->alloc(bytes);
@@ -674,6 +684,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     if (state_in && state_restore(T, state_in) != 0) goto out;
     if (!run->quiet) {
         print_header(T);
+        fputs(init_note, T->log);
         if (state_in)
             fprintf(T->log, "resume: %s at step %ld (epoch %d, batch %d)\n", state_in, T->step,
                     T->epoch + 1, T->epoch_batch);
@@ -897,8 +908,8 @@ static void on_signal(int sig) {
 
 int vil_cmd_train(int argc, char **argv) {
     const char *config = NULL, *data = NULL, *device = "auto", *out = NULL, *resume = NULL,
-               *names = NULL, *val_labels = NULL;
-    int stop_after = 0, quiet = 0, print_config = 0;
+               *names = NULL, *val_labels = NULL, *init = NULL;
+    int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0;
     const char *decode = NULL;
     VilArgList sets = {0};
     VilArg args[] = {
@@ -908,6 +919,8 @@ int vil_cmd_train(int argc, char **argv) {
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
         {"--out", VIL_ARG_STR, &out, "output folder (default out/NAME, or the --resume run's)"},
         {"--resume", VIL_ARG_STR, &resume, "continue a run: OUT/last.safetensors, its .state file or OUT"},
+        {"--init", VIL_ARG_STR, &init, "start from these weights (.safetensors or a PyTorch .pth): fine-tuning"},
+        {"--init-ema", VIL_ARG_FLAG, &init_ema, "with --init FILE.pth: take its model_ema"},
         {"--names", VIL_ARG_STR, &names, "class names file (imagenet_classes.tsv form, or one per line)"},
         {"--val-labels", VIL_ARG_STR, &val_labels, "labels file (\"filename label\" lines) of a flat DIR/val folder"},
         {"--stop-after", VIL_ARG_INT, &stop_after, "save and stop after this global step (the schedule is unchanged)"},
@@ -928,6 +941,15 @@ int vil_cmd_train(int argc, char **argv) {
     if ((!config && !resume) || !data) {
         fprintf(stderr, "vil train: --data and --config (or --resume) are required\n");
         vil_args_usage(&spec, 1);
+        return 2;
+    }
+    if (init && resume) {
+        fprintf(stderr, "vil train: --init starts a new run from weights, --resume continues one: "
+                        "give one of them\n");
+        return 2;
+    }
+    if (init_ema && !init) {
+        fprintf(stderr, "vil train: --init-ema needs --init FILE.pth\n");
         return 2;
     }
     if (stop_after < 0) {
@@ -972,6 +994,8 @@ int vil_cmd_train(int argc, char **argv) {
     run.val_labels = val_labels;
     run.out_dir = out;
     run.resume = resume;
+    run.init = init;
+    run.init_ema = init_ema;
     run.stop_after = stop_after;
     run.interrupt = &g_interrupt;
     run.quiet = quiet;

@@ -39,6 +39,9 @@ typedef struct {
     const char *val_labels;   /* labels file of a flat validation folder, or NULL */
     const char *out_dir;      /* created when missing */
     const char *resume;       /* NULL, or a checkpoint, its .state file, or a run folder */
+    const char *init;         /* NULL, or a checkpoint (.safetensors or .pth) to start from
+                               * (fine-tuning; vil_checkpoint_init): a fresh run only */
+    int init_ema;             /* take init's model_ema (a .pth training checkpoint) */
     const VilBackend *be;
     long stop_after;          /* > 0: save and stop after this global step, the schedule unchanged */
     volatile sig_atomic_t *interrupt; /* set from a signal handler: finish the step, save, stop */

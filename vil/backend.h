@@ -25,8 +25,11 @@ typedef struct VilBackend {
     void (*to_device)(void *dst, const void *src, size_t bytes);
     void (*to_host)(void *dst, const void *src, size_t bytes);
     void (*sync)(void);
-    /* peak bytes of device memory held so far (the CPU backend: the process's peak RSS) */
+    /* peak bytes of device memory held since the start or the last peak_reset (the CPU
+     * backend: the process's peak RSS) */
     size_t (*peak_bytes)(void);
+    /* start a new peak from what is held now */
+    void (*peak_reset)(void);
     /* act buffer <-> host float32 (for tests and for reading logits) */
     void (*act_to_host_f32)(float *dst, const void *src, size_t n);
     /* working parameter copy from the float32 master (NULL work: the ops read the master) */

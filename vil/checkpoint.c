@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "common.h"
+#include "imagenet_names.h"
+#include "pth.h"
 #include "safetensors.h"
 
 #define META_CONFIG "vil.config"
@@ -17,8 +19,10 @@
 #define META_STEP "vil.step"
 #define META_CLASSES "vil.class_names"
 
-int vil_checkpoint_save(const VilModel *m, const char *path, long step,
-                        char *const *class_names, int n_classes) {
+#define META_SOURCE "vil.source"
+
+static int save(const VilModel *m, const char *path, long step, char *const *class_names,
+                int n_classes, const char *source) {
     float *host = vil_malloc(m->n_params * sizeof(float));
     vil_model_get_params(m, host);
     vil_model_pack(m, host, host); /* the tensors without the buffer's padding */
@@ -48,10 +52,21 @@ int vil_checkpoint_save(const VilModel *m, const char *path, long step,
         cJSON_free(s);
         cJSON_Delete(arr);
     }
+    if (source) vil_st_writer_meta(w, META_SOURCE, source);
     int rc = vil_st_writer_save(w, path);
     vil_st_writer_free(w);
     free(host);
     return rc;
+}
+
+int vil_checkpoint_save(const VilModel *m, const char *path, long step,
+                        char *const *class_names, int n_classes) {
+    return save(m, path, step, class_names, n_classes, NULL);
+}
+
+int vil_checkpoint_save_from(const VilModel *m, const char *path, char *const *class_names,
+                             int n_classes, const char *source) {
+    return save(m, path, 0, class_names, n_classes, source);
 }
 
 /* torch.nn.functional.interpolate(mode='bicubic', align_corners=False) of one axis:
@@ -115,70 +130,6 @@ void vil_pos_embed_resize(float *dst, const float *src, int G, int G2, int D) {
     free(wt);
 }
 
-static const VilStTensor *need(const VilSafetensors *st, const char *path, const char *name,
-                               int ndim) {
-    const VilStTensor *t = vil_st_find(st, name);
-    if (!t) {
-        vil_error("'%s': tensor '%s' is missing, so the architecture cannot be inferred", path,
-                  name);
-        return NULL;
-    }
-    if (t->ndim != ndim) {
-        vil_error("'%s': tensor '%s' has %d dimensions, expected %d", path, name, t->ndim, ndim);
-        return NULL;
-    }
-    return t;
-}
-
-/* models.md, "Architecture from a checkpoint alone" */
-static int infer_config(const VilSafetensors *st, const char *path, int img, VilConfig *c) {
-    vil_config_default(c);
-    const VilStTensor *pw = need(st, path, "patch_embed.proj.weight", 4);
-    const VilStTensor *pos = need(st, path, "pos_embed", 3);
-    const VilStTensor *head = need(st, path, "head.weight", 2);
-    const VilStTensor *inp = need(st, path, "layers.0.mixer.in_proj.weight", 2);
-    const VilStTensor *dtw = need(st, path, "layers.0.mixer.dt_proj.weight", 2);
-    const VilStTensor *xp = need(st, path, "layers.0.mixer.x_proj.weight", 2);
-    const VilStTensor *cw = need(st, path, "layers.0.mixer.conv1d.weight", 3);
-    if (!pw || !pos || !head || !inp || !dtw || !xp || !cw) return -1;
-    int depth = 0;
-    for (int i = 0; i < st->n_tensors; i++) {
-        int l;
-        if (sscanf(st->tensors[i].name, "layers.%d.", &l) == 1 && l + 1 > depth) depth = l + 1;
-    }
-    int D = (int)pw->shape[0], E = (int)inp->shape[0] / 2, R = (int)dtw->shape[1];
-    c->embed_dim = D;
-    c->in_chans = (int)pw->shape[1];
-    c->patch_size = (int)pw->shape[2];
-    c->depth = depth;
-    c->dt_rank = R;
-    c->d_state = ((int)xp->shape[0] - R) / 2;
-    c->d_conv = (int)cw->shape[2];
-    c->num_classes = (int)head->shape[0];
-    if (E % D != 0) {
-        vil_error("'%s': in_proj has %d rows, not a multiple of 2 * embed_dim %d", path, 2 * E, D);
-        return -1;
-    }
-    c->expand = E / D;
-    strcpy(c->arch, vil_st_find(st, "layers.0.mixer.A_log") ? "vim" : "vil");
-    snprintf(c->name, sizeof c->name, "%s_d%d", c->arch, D);
-    long rows = (long)pos->shape[1] - 1;
-    int G = (int)lround(sqrt((double)rows));
-    if (rows < 1 || (long)G * G != rows) {
-        vil_error("'%s': pos_embed has %ld patch rows, not a square grid", path, rows);
-        return -1;
-    }
-    c->img_size = img;
-    if (G == 1) c->stride = c->patch_size;
-    else if ((img - c->patch_size) % (G - 1) != 0 || img < c->patch_size) {
-        vil_error("'%s': a %dx%d patch grid with patch %d does not fit image size %d; pass the "
-                  "size the model was trained at with --img-size",
-                  path, G, G, c->patch_size, img);
-        return -1;
-    } else c->stride = (img - c->patch_size) / (G - 1);
-    return 0;
-}
-
 void vil_checkpoint_meta_free(VilCheckpointMeta *meta) {
     if (meta->class_names)
         for (int i = 0; i < meta->n_classes; i++) free(meta->class_names[i]);
@@ -209,75 +160,203 @@ static int read_class_names(const char *json, const char *path, int n, VilCheckp
     return 0;
 }
 
-int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hint, VilModel *m,
-                        VilCheckpointMeta *meta) {
-    memset(meta, 0, sizeof *meta);
-    memset(m, 0, sizeof *m);
+/* ---- reading: a file of either format as tensors plus the architecture it holds ---- */
+
+typedef struct {
     VilSafetensors st;
-    char err[512];
-    if (vil_st_read(path, &st, err, sizeof err) != 0) {
-        vil_error("cannot load checkpoint: %s", err);
+    VilConfig cfg;  /* the file's network at the size it was trained at (not finalized) */
+    int img_known;  /* the file says that size (vil metadata, or a .pth's args.input_size) */
+    int imagenet;   /* a .pth whose args say ImageNet-1k (data_set IMNET) */
+} Source;
+
+static const VilStTensor *need(const VilSafetensors *st, const char *path, const char *name,
+                               int ndim) {
+    const VilStTensor *t = vil_st_find(st, name);
+    if (!t) {
+        vil_error("'%s': tensor '%s' is missing, so the architecture cannot be inferred", path,
+                  name);
+        return NULL;
+    }
+    if (t->ndim != ndim) {
+        vil_error("'%s': tensor '%s' has %d dimensions, expected %d", path, name, t->ndim, ndim);
+        return NULL;
+    }
+    for (int d = 0; d < ndim; d++)
+        if (t->shape[d] < 1 || t->shape[d] > (1 << 20)) {
+            vil_error("'%s': tensor '%s' has size %lld in dimension %d", path, name,
+                      (long long)t->shape[d], d);
+            return NULL;
+        }
+    return t;
+}
+
+/* vim_tiny, vil_small_stride8, vim_d96: the names the ViM and ViL papers use */
+static void name_config(VilConfig *c) {
+    const char *size = c->embed_dim == 192 ? "tiny" : c->embed_dim == 384 ? "small"
+                       : c->embed_dim == 768 ? "base" : NULL;
+    char d[16], s[16] = "";
+    snprintf(d, sizeof d, "d%d", c->embed_dim);
+    if (c->stride != c->patch_size) snprintf(s, sizeof s, "_stride%d", c->stride);
+    snprintf(c->name, sizeof c->name, "%s_%s%s", c->arch, size ? size : d, s);
+}
+
+/* models.md, "Architecture from a checkpoint alone" */
+static int infer_config(const VilSafetensors *st, const char *path, int img, VilConfig *c) {
+    vil_config_default(c);
+    const VilStTensor *pw = need(st, path, "patch_embed.proj.weight", 4);
+    const VilStTensor *pos = need(st, path, "pos_embed", 3);
+    const VilStTensor *head = need(st, path, "head.weight", 2);
+    const VilStTensor *inp = need(st, path, "layers.0.mixer.in_proj.weight", 2);
+    const VilStTensor *dtw = need(st, path, "layers.0.mixer.dt_proj.weight", 2);
+    const VilStTensor *xp = need(st, path, "layers.0.mixer.x_proj.weight", 2);
+    const VilStTensor *cw = need(st, path, "layers.0.mixer.conv1d.weight", 3);
+    if (!pw || !pos || !head || !inp || !dtw || !xp || !cw) return -1;
+    int depth = 0;
+    for (int i = 0; i < st->n_tensors; i++) {
+        int l;
+        if (sscanf(st->tensors[i].name, "layers.%d.", &l) == 1 && l >= 0 && l < 4096 && l + 1 > depth) depth = l + 1;
+    }
+    int D = (int)pw->shape[0], E = (int)inp->shape[0] / 2, R = (int)dtw->shape[1];
+    c->embed_dim = D;
+    c->in_chans = (int)pw->shape[1];
+    c->patch_size = (int)pw->shape[2];
+    c->depth = depth;
+    c->dt_rank = R;
+    c->d_state = ((int)xp->shape[0] - R) / 2;
+    c->d_conv = (int)cw->shape[2];
+    c->num_classes = (int)head->shape[0];
+    if (E % D != 0 || E == 0) {
+        vil_error("'%s': in_proj has %d rows, not a multiple of 2 * embed_dim %d", path, 2 * E, D);
         return -1;
     }
-    VilConfig cfg;
-    vil_config_default(&cfg);
-    const char *cj = vil_st_meta(&st, META_CONFIG);
-    int rc = -1, train_grid = 0;
+    c->expand = E / D;
+    strcpy(c->arch, vil_st_find(st, "layers.0.mixer.A_log") ? "vim" : "vil");
+    long rows = (long)pos->shape[1] - 1;
+    int G = (int)lround(sqrt((double)rows));
+    if (rows < 1 || (long)G * G != rows) {
+        vil_error("'%s': pos_embed has %ld patch rows, not a square grid", path, rows);
+        return -1;
+    }
+    c->img_size = img;
+    if (G == 1) c->stride = c->patch_size;
+    else if (img < c->patch_size || (img - c->patch_size) % (G - 1) != 0 ||
+             (img - c->patch_size) / (G - 1) < 1) {
+        vil_error("'%s': a %dx%d patch grid with patch %d does not fit image size %d; pass the "
+                  "size the model was trained at with --img-size",
+                  path, G, G, c->patch_size, img);
+        return -1;
+    } else c->stride = (img - c->patch_size) / (G - 1);
+    name_config(c);
+    return 0;
+}
+
+/* The first bytes tell the format: a zip archive is a .pth, anything else must be safetensors. */
+static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
+                       VilCheckpointMeta *meta) {
+    memset(s, 0, sizeof *s);
+    unsigned char head[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        vil_error("cannot load checkpoint '%s': %s", path, vil_errno_str());
+        return -1;
+    }
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    char err[1024];
+    int kind = vil_pth_sniff(head, got), img = 0;
+    if (kind == 2) {
+        vil_error("'%s' is in torch.save's legacy format (PyTorch before 1.6), which vil does not "
+                  "read: re-save it with a newer torch (torch.save(torch.load(f), f2))", path);
+        return -1;
+    }
+    if (kind == 1) {
+        VilPthInfo info;
+        if (vil_pth_read(path, o->ema, &s->st, &info, err, sizeof err) != 0) {
+            vil_error("cannot load checkpoint %s", err);
+            return -1;
+        }
+        snprintf(meta->format, sizeof meta->format, "pth");
+        snprintf(meta->weights, sizeof meta->weights, "%s", info.weights);
+        snprintf(meta->file_keys, sizeof meta->file_keys, "%s", info.keys);
+        snprintf(meta->source_model, sizeof meta->source_model, "%s", info.model);
+        meta->has_ema = info.has_ema;
+        meta->epoch = info.epoch;
+        img = info.img_size;
+        s->imagenet = strcmp(info.data_set, "IMNET") == 0;
+    } else {
+        if (o->ema) {
+            vil_error("--ema: '%s' is a safetensors file, which holds one set of weights (a vil "
+                      "run keeps its EMA in OUT/ema.safetensors); --ema picks model_ema out of a "
+                      "PyTorch training checkpoint (.pth)", path);
+            return -1;
+        }
+        if (vil_st_read(path, &s->st, err, sizeof err) != 0) {
+            vil_error("cannot load checkpoint: %s", err);
+            return -1;
+        }
+        snprintf(meta->format, sizeof meta->format, "safetensors");
+        meta->epoch = -1;
+    }
+    const char *cj = vil_st_meta(&s->st, META_CONFIG);
     if (cj) {
-        if (vil_config_from_json(&cfg, cj) != 0) {
+        vil_config_default(&s->cfg);
+        if (vil_config_from_json(&s->cfg, cj) != 0) {
             vil_error("'%s': bad %s metadata", path, META_CONFIG);
-            goto out;
+            goto fail;
         }
-        if (img_size_hint > 0 && img_size_hint != cfg.img_size) {
-            /* evaluate at another resolution: same patches and stride, a larger grid, and the
-             * position embedding interpolated onto it (recipe.md) */
-            train_grid = (cfg.img_size - cfg.patch_size) / cfg.stride + 1;
-            cfg.img_size = img_size_hint;
-            if (cfg.img_size < cfg.patch_size || (cfg.img_size - cfg.patch_size) % cfg.stride != 0) {
-                vil_error("'%s': --img-size %d does not fit patch %d with stride %d (it needs "
-                          "img_size = patch + k * stride)", path, img_size_hint, cfg.patch_size, cfg.stride);
-                goto out;
-            }
-        }
+        s->img_known = 1;
     } else {
         meta->config_inferred = 1;
-        if (infer_config(&st, path, img_size_hint > 0 ? img_size_hint : 224, &cfg) != 0) goto out;
+        s->img_known = img > 0;
+        if (!img) img = o->img_size > 0 ? o->img_size : 224;
+        if (infer_config(&s->st, path, img, &s->cfg) != 0) goto fail;
     }
-    if (vil_config_finalize(&cfg) != 0) {
-        vil_error("'%s': the model config it describes is invalid", path);
-        goto out;
-    }
-    if (vil_model_init(m, &cfg, be) != 0) goto out;
-    /* every expected tensor, with its shape; then nothing unexpected */
-    float *host = vil_calloc(m->n_params, sizeof(float));
+    return 0;
+fail:
+    vil_st_free(&s->st);
+    return -1;
+}
+
+static void shape_text(char *s, size_t cap, int ndim, const int64_t *shape) {
+    s[0] = 0;
+    for (int d = 0; d < ndim; d++)
+        snprintf(s + strlen(s), cap - strlen(s), "%s%lld", d ? ", " : "", (long long)shape[d]);
+}
+
+/* m's parameters (host, in the parameter buffers' layout) from the file's tensors. src_grid > 0:
+ * pos_embed comes from a src_grid x src_grid grid and is resized onto m's. keep_head: head.* are
+ * left as they are (fine-tuning on other classes). Every expected tensor, with its shape; then
+ * nothing unexpected. Reports up to 10 problems and returns -1 when there are any. */
+static int fill_params(const Source *s, const char *path, const VilModel *m, int src_grid,
+                       int keep_head, float *host) {
+    const VilConfig *cfg = &m->cfg;
     int bad = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const VilParamInfo *p = &m->info[i];
-        const VilStTensor *t = vil_st_find(&st, p->name);
+        if (keep_head && (p->offset == m->off.head_w || p->offset == m->off.head_b)) continue;
+        const VilStTensor *t = vil_st_find(&s->st, p->name);
         if (!t) {
             if (bad++ < 10) vil_error("'%s': tensor '%s' is missing", path, p->name);
             continue;
         }
-        if (train_grid && p->offset == m->off.pos) {
-            int G = train_grid, D = cfg.embed_dim;
-            if (t->ndim != 3 || t->shape[1] != (int64_t)G * G + 1 || t->shape[2] != D) {
+        if (src_grid && p->offset == m->off.pos) {
+            int G = src_grid, D = cfg->embed_dim;
+            if (t->ndim != 3 || t->shape[0] != 1 || t->shape[1] != (int64_t)G * G + 1 || t->shape[2] != D) {
                 if (bad++ < 10) vil_error("'%s': pos_embed does not match the config's %dx%d grid", path, G, G);
                 continue;
             }
             float *src = vil_malloc(((size_t)G * G + 1) * D * sizeof(float));
             if (vil_st_to_f32(t, src) != 0) bad++;
-            else vil_pos_embed_resize(host + p->offset, src, G, cfg.grid, D);
+            else vil_pos_embed_resize(host + p->offset, src, G, cfg->grid, D);
             free(src);
             continue;
         }
         int same = t->ndim == p->ndim;
         for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
         if (!same) {
-            char want[96] = "", got[96] = "";
-            for (int d = 0; d < p->ndim; d++)
-                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)p->shape[d]);
-            for (int d = 0; d < t->ndim; d++)
-                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            char want[96], got[96];
+            shape_text(want, sizeof want, p->ndim, p->shape);
+            shape_text(got, sizeof got, t->ndim, t->shape);
             if (bad++ < 10)
                 vil_error("'%s': tensor '%s' has shape [%s], the model needs [%s]", path, p->name, got, want);
             continue;
@@ -288,39 +367,124 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hin
             vil_param_store(p, host + p->offset, host + p->offset); /* the buffer's layout */
         }
     }
-    for (int i = 0; i < st.n_tensors; i++)
-        if (!vil_model_find_param(m, st.tensors[i].name))
+    for (int i = 0; i < s->st.n_tensors; i++)
+        if (!vil_model_find_param(m, s->st.tensors[i].name))
             if (bad++ < 10)
                 vil_error("'%s': unexpected tensor '%s' for a %s model of depth %d", path,
-                          st.tensors[i].name, cfg.arch, cfg.depth);
-    if (bad) {
-        if (bad > 10) vil_error("'%s': ... %d problems in all", path, bad);
+                          s->st.tensors[i].name, cfg->arch, cfg->depth);
+    if (bad > 10) vil_error("'%s': ... %d problems in all", path, bad);
+    if (bad) return -1;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (!isfinite(host[i])) {
+            vil_error("'%s': parameters contain NaN or Inf (a diverged run?)", path);
+            return -1;
+        }
+    return 0;
+}
+
+static int set_class_names(const Source *s, const char *path, int n, VilCheckpointMeta *meta) {
+    meta->n_classes = n;
+    const char *names = vil_st_meta(&s->st, META_CLASSES);
+    if (names) return read_class_names(names, path, n, meta);
+    if (s->imagenet && n == 1000) { /* the published ViM checkpoints: ImageNet-1k's classes */
+        meta->class_names = vil_calloc((size_t)n, sizeof(char *));
+        for (int i = 0; i < n; i++) meta->class_names[i] = vil_strdup(vil_imagenet_class_names[i]);
+    }
+    return 0;
+}
+
+int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpointOpts *opt,
+                        VilModel *m, VilCheckpointMeta *meta) {
+    static const VilCheckpointOpts none = {0};
+    const VilCheckpointOpts *o = opt ? opt : &none;
+    memset(meta, 0, sizeof *meta);
+    memset(m, 0, sizeof *m);
+    Source s;
+    if (source_open(path, o, &s, meta) != 0) return -1;
+    VilConfig cfg = s.cfg;
+    int rc = -1, train_grid = 0;
+    if (s.img_known && o->img_size > 0 && o->img_size != cfg.img_size) {
+        /* evaluate at another resolution: same patches and stride, a larger grid, and the
+         * position embedding interpolated onto it (recipe.md) */
+        if (cfg.stride < 1 || cfg.img_size < cfg.patch_size) {
+            vil_error("'%s': the file's patch %d, stride %d and image size %d do not fit", path,
+                      cfg.patch_size, cfg.stride, cfg.img_size);
+            goto out;
+        }
+        train_grid = (cfg.img_size - cfg.patch_size) / cfg.stride + 1;
+        cfg.img_size = o->img_size;
+        if (cfg.img_size < cfg.patch_size || (cfg.img_size - cfg.patch_size) % cfg.stride != 0) {
+            vil_error("'%s': --img-size %d does not fit patch %d with stride %d (it needs "
+                      "img_size = patch + k * stride)", path, o->img_size, cfg.patch_size, cfg.stride);
+            goto out;
+        }
+    }
+    if (vil_config_finalize(&cfg) != 0) {
+        vil_error("'%s': the model config it describes is invalid", path);
+        goto out;
+    }
+    if (vil_model_init(m, &cfg, be) != 0) goto out;
+    float *host = vil_calloc(m->n_params, sizeof(float));
+    if (fill_params(&s, path, m, train_grid, 0, host) != 0 ||
+        set_class_names(&s, path, cfg.num_classes, meta) != 0) {
         free(host);
         vil_model_free(m);
         goto out;
     }
-    for (size_t i = 0; i < m->n_params; i++)
-        if (!isfinite(host[i])) {
-            vil_error("'%s': parameters contain NaN or Inf (a diverged run?)", path);
-            free(host);
-            vil_model_free(m);
-            goto out;
-        }
     vil_model_set_params(m, host);
     free(host);
     meta->img_size = cfg.img_size;
     meta->pos_interpolated_from = train_grid;
-    const char *s = vil_st_meta(&st, META_STEP);
+    const char *st = vil_st_meta(&s.st, META_STEP);
     long v;
-    meta->step = s && vil_parse_int(s, &v) == 0 ? v : 0;
-    const char *names = vil_st_meta(&st, META_CLASSES);
-    meta->n_classes = cfg.num_classes;
-    if (names && read_class_names(names, path, cfg.num_classes, meta) != 0) {
-        vil_model_free(m);
-        goto out;
-    }
+    meta->step = st && vil_parse_int(st, &v) == 0 ? v : 0;
     rc = 0;
 out:
-    vil_st_free(&st);
+    vil_st_free(&s.st);
+    return rc;
+}
+
+int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMeta *meta) {
+    memset(meta, 0, sizeof *meta);
+    VilCheckpointOpts o = {.ema = ema};
+    Source s;
+    if (source_open(path, &o, &s, meta) != 0) return -1;
+    VilConfig fc = s.cfg;
+    const VilConfig *c = &m->cfg;
+    int rc = -1;
+    if (vil_config_finalize(&fc) != 0) {
+        vil_error("'%s': the model config it describes is invalid", path);
+        goto out;
+    }
+    /* everything but the image grid and the classes must be the same network */
+#define SAME(field)                                                                             \
+    if (fc.field != c->field) {                                                                 \
+        vil_error("--init '%s': the checkpoint's " #field " is %d, the config's %d: it is not "   \
+                  "the same network (%s against %s)", path, fc.field, c->field, fc.name, c->name); \
+        goto out;                                                                               \
+    }
+    if (fc.arch_id != c->arch_id) {
+        vil_error("--init '%s' holds a %s model, the config asks for %s", path, fc.arch, c->arch);
+        goto out;
+    }
+    SAME(embed_dim) SAME(depth) SAME(d_state) SAME(dt_rank) SAME(expand) SAME(d_conv)
+    SAME(patch_size) SAME(in_chans)
+#undef SAME
+    float *host = vil_malloc(m->n_params * sizeof(float));
+    vil_model_get_params(m, host); /* the head keeps its fresh weights when the classes differ */
+    int keep_head = fc.num_classes != c->num_classes;
+    if (fill_params(&s, path, m, fc.grid != c->grid ? fc.grid : 0, keep_head, host) != 0) {
+        free(host);
+        goto out;
+    }
+    vil_model_set_params(m, host);
+    free(host);
+    meta->img_size = fc.img_size;
+    meta->n_classes = fc.num_classes;
+    meta->pos_interpolated_from = fc.grid != c->grid ? fc.grid : 0;
+    meta->head_kept = keep_head;
+    rc = 0;
+out:
+    vil_st_free(&s.st);
     return rc;
 }

@@ -1,10 +1,17 @@
-/* checkpoint.h: ViL / ViM checkpoints as safetensors files: tensors under the official ViM
- * key names (models.md), metadata with the model config, image size, class names and training
- * step. A file that holds only tensors also loads: the architecture is inferred from shapes. */
+/* checkpoint.h: ViL / ViM checkpoints. vil writes safetensors files: tensors under the official
+ * ViM key names (models.md), metadata with the model config, image size, class names and
+ * training step. It reads those, safetensors files that hold only tensors, and PyTorch .pth
+ * files (the published ViM checkpoints; pth.h), told apart by their first bytes; without a
+ * config in the file the architecture is inferred from the tensor shapes. */
 #ifndef VIL_CHECKPOINT_H
 #define VIL_CHECKPOINT_H
 
 #include "model.h"
+
+typedef struct {
+    int img_size; /* evaluate at this resolution (0: the file's own, 224 when it does not say) */
+    int ema;      /* 1: a .pth training checkpoint's model_ema instead of its model */
+} VilCheckpointOpts;
 
 typedef struct {
     int img_size;       /* resolution the model was trained at */
@@ -12,21 +19,39 @@ typedef struct {
     int n_classes;
     char **class_names; /* (n_classes) or NULL when the file has none */
     int config_inferred;/* 1: no config in the metadata, the architecture came from shapes */
-    int pos_interpolated_from; /* > 0: pos_embed was resized from this grid side (img_size_hint) */
+    int pos_interpolated_from; /* > 0: pos_embed was resized from this grid side */
+    char format[16];    /* "safetensors" or "pth" */
+    /* .pth files only */
+    char weights[16];   /* the state dict read: "model", "model_ema", "state_dict", "" (the file is one) */
+    int has_ema;        /* the file holds model_ema */
+    long epoch;         /* -1: not said */
+    char source_model[128]; /* args.model of the run that wrote it */
+    char file_keys[256];    /* the file's top-level keys */
+    int head_kept;      /* vil_checkpoint_init: the head was not taken (other classes) */
 } VilCheckpointMeta;
 
 /* Write m's parameters (float32) and metadata atomically. class_names may be NULL. */
 int vil_checkpoint_save(const VilModel *m, const char *path, long step,
                         char *const *class_names, int n_classes);
+/* The same for weights that came from elsewhere (vil convert): step 0, and source (such as
+ * "vim_t.pth:model_ema") recorded in the metadata. */
+int vil_checkpoint_save_from(const VilModel *m, const char *path, char *const *class_names,
+                             int n_classes, const char *source);
 
 /* Read a checkpoint's config (from its metadata, or inferred from the tensor shapes with the
- * image size img_size_hint, 0 meaning 224) and validate every tensor. A file with a config
- * loaded at another img_size_hint keeps its patches and stride and gets its position
- * embedding interpolated bicubically onto the new grid (the class-token row unchanged). On success *m is
- * initialized on backend be with the file's parameters and *meta is filled. Errors name the
- * file and what is wrong; returns -1 then and leaves nothing allocated. */
-int vil_checkpoint_load(const char *path, const VilBackend *be, int img_size_hint, VilModel *m,
-                        VilCheckpointMeta *meta);
+ * image size the file states, else opt->img_size, else 224) and validate every tensor. A file
+ * that states its image size, loaded at another opt->img_size, keeps its patches and stride and
+ * gets its position embedding interpolated bicubically onto the new grid (the class-token row
+ * unchanged). On success *m is initialized on backend be with the file's parameters and *meta
+ * is filled. Errors name the file and what is wrong; returns -1 then and leaves nothing
+ * allocated. opt may be NULL (the file's own size, its model weights). */
+int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpointOpts *opt,
+                        VilModel *m, VilCheckpointMeta *meta);
+/* Initialize the parameters of m (allocated, weights drawn) from a checkpoint of the same
+ * network, for fine-tuning: every tensor must match, except that pos_embed is interpolated when
+ * m's grid differs (another image size or stride) and the head keeps its fresh weights when m
+ * has another number of classes (meta->head_kept). 0, or -1 with every problem reported. */
+int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMeta *meta);
 void vil_checkpoint_meta_free(VilCheckpointMeta *meta);
 
 /* pos_embed (G*G + 1, D) with the class token at row G*G/2 -> (G2*G2 + 1, D), bicubic on the

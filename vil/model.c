@@ -149,6 +149,17 @@ size_t vil_model_count_params(const VilConfig *cfg) {
     return t.count;
 }
 
+double vil_model_macs(const VilConfig *c) {
+    double L = c->seq_len, M = c->n_patches, D = c->embed_dim, E = c->d_inner, N = c->d_state;
+    double R = c->dt_rank, K = c->d_conv, P = c->patch_size;
+    double dir = L * E * K               /* causal depthwise conv1d */
+                 + L * E * (R + 2 * N)   /* x_proj */
+                 + L * R * E             /* dt_proj */
+                 + 3 * L * E * N;        /* the scan: state update (2) and readout (1) per element */
+    double layer = L * D * 2 * E + 2 * dir + L * E * D; /* in_proj, both directions, out_proj */
+    return M * D * c->in_chans * P * P + c->depth * layer + D * c->num_classes;
+}
+
 int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;

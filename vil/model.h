@@ -104,6 +104,11 @@ int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be);
 void vil_model_free(VilModel *m);
 /* Parameter count of a configuration (the tensors' elements) without allocating anything. */
 size_t vil_model_count_params(const VilConfig *cfg);
+/* Multiply-adds of one image's forward pass (cfg finalized), counted as fvcore counts the
+ * "FLOPs" of the ViM, DeiT and Longhorn tables: the products, the patch embedding, the
+ * convolutions and the scans (3 per state element and token). Norms and element-wise ops are
+ * left out, as there. ViM-Tiny at 224: 1.467e9. */
+double vil_model_macs(const VilConfig *cfg);
 /* Initialization of models.md from a seed (computed on the host, then uploaded). */
 void vil_model_init_weights(VilModel *m, uint64_t seed);
 /* A parameter-buffer-shaped host array (n_params floats) to and from its packed form

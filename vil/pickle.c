@@ -567,6 +567,8 @@ static int step(Rd *r) {
 VilPickle *vil_pickle_load(const unsigned char *buf, size_t n, char *err, size_t errlen) {
     Rd r = {.base = buf, .p = buf, .end = buf + n, .err = err, .errlen = errlen};
     r.pk = vil_calloc(1, sizeof *r.pk);
+    r.scap = 256; /* never NULL: TUPLE after a MARK on an empty stack takes stack + 0 */
+    r.stack = vil_malloc(r.scap * sizeof *r.stack);
     int rc = 0;
     if (n > VIL_PK_MAX_BYTES) rc = fail(&r, "the pickle is %zu bytes, over the %u-byte limit", n, VIL_PK_MAX_BYTES);
     while (rc == 0) rc = step(&r);

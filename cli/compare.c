@@ -1,0 +1,355 @@
+/* compare.c: `vil compare --models A B ... --data DIR`: checkpoints side by side (ViL against ViM,
+ * a run against the published files) on the same data, device and kernels. Per model and
+ * resolution: family, parameters, GFLOPs per image, top-1 / top-5, inference images/s and peak
+ * memory; printed as a table and written as CSV, JSON and an SVG chart (accuracy and throughput
+ * against resolution, one line per model). Other resolutions than a checkpoint's own interpolate
+ * its pos_embed, as `vil eval --img-size` does. */
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/commands.h"
+#include "data/dataset.h"
+#include "eval/chart.h"
+#include "eval/eval.h"
+#include "vil/args.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+
+#define MAX_MODELS 32
+#define MAX_RES 16
+
+typedef struct {
+    const char *file;
+    char label[96];
+    char family[4];      /* "ViL" or "ViM" */
+    char weights[16];    /* a .pth's state dict ("model", "model_ema"); "" for safetensors */
+    int res;             /* image size evaluated */
+    int ok;              /* measured; else why says what went wrong */
+    char why[160];
+    size_t params;
+    double gflops;       /* multiply-adds per image / 1e9 (the papers' "FLOPs") */
+    double top1, top5;   /* % */
+    long images;
+    double images_per_s; /* forward passes at the batch size, on the device */
+    size_t peak_bytes;
+} Row;
+
+/* "224,384,512" -> sizes; 0 on a malformed list */
+static int parse_sizes(const char *s, int *out, int max) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > 8192 || n == max || (*end && *end != ',')) return 0;
+        out[n++] = (int)v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) return 0;
+    }
+    return n;
+}
+
+/* file name without folders and extension; the whole path when two models share it */
+static void make_labels(Row *rows, int nm, int ema) {
+    for (int i = 0; i < nm; i++) {
+        const char *f = rows[i].file, *b = strrchr(f, '/');
+        b = b ? b + 1 : f;
+        int dup = 0;
+        for (int j = 0; j < nm; j++) {
+            const char *g = rows[j].file, *c = strrchr(g, '/');
+            c = c ? c + 1 : g;
+            dup |= j != i && strcmp(b, c) == 0;
+        }
+        const char *name = dup ? f : b, *dot = strrchr(name, '.');
+        int len = dot && dot != name ? (int)(dot - name) : (int)strlen(name);
+        snprintf(rows[i].label, sizeof rows[i].label, "%.*s%s", len > 80 ? 80 : len, name,
+                 ema && strstr(rows[i].weights, "ema") ? " (EMA)" : "");
+    }
+}
+
+static void measure(Row *r, const VilBackend *be, VilDataset *ds, int ema, int batch, int workers,
+                    float crop_pct, long limit, int steps) {
+    VilModel m;
+    VilCheckpointMeta meta;
+    VilCheckpointOpts o = {.img_size = r->res, .ema = ema};
+    be->sync();
+    if (be->peak_reset) be->peak_reset();
+    if (vil_checkpoint_load(r->file, be, &o, &m, &meta) != 0) {
+        snprintf(r->why, sizeof r->why, "does not load at %d px (see above)", r->res);
+        return;
+    }
+    const VilConfig *c = &m.cfg;
+    r->res = c->img_size; /* the model's own when none was asked for */
+    snprintf(r->family, sizeof r->family, "%s", c->arch_id == VIL_ARCH_VIL ? "ViL" : "ViM");
+    snprintf(r->weights, sizeof r->weights, "%s", meta.weights);
+    r->params = m.param_count;
+    r->gflops = vil_model_macs(c) / 1e9;
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "  %s @ %d: ", r->file, c->img_size);
+    VilEvalResult er;
+    if (vil_eval_dataset(&m, ds, batch, workers, crop_pct, limit, stdout, prefix, &er) != 0) {
+        snprintf(r->why, sizeof r->why, "evaluation failed (see above)");
+    } else if (er.images == 0) {
+        snprintf(r->why, sizeof r->why, "no images were evaluated");
+    } else {
+        r->top1 = 100.0 * er.top1 / er.images;
+        r->top5 = 100.0 * er.top5 / er.images;
+        r->images = er.images;
+        /* the model's own speed at this batch: the loader and the host are out of it */
+        vil_model_alloc_acts(&m, batch, 0);
+        be->zero(m.acts.img, (size_t)batch * c->in_chans * c->img_size * c->img_size * sizeof(float));
+        r->images_per_s = batch / vil_time_forward(&m, 2, steps);
+        r->peak_bytes = be->peak_bytes ? be->peak_bytes() : 0;
+        r->ok = 1;
+    }
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&m);
+}
+
+static void print_table(FILE *f, const Row *rows, int n, const char *device) {
+    int w = 5;
+    for (int i = 0; i < n; i++) w = (int)strlen(rows[i].label) > w ? (int)strlen(rows[i].label) : w;
+    fprintf(f, "%-*s  %-6s %5s %11s %7s %7s %7s %10s %10s\n", w, "model", "family", "px", "params",
+            "GFLOPs", "top-1", "top-5", "images/s", strcmp(device, "cpu") ? "peak MiB" : "peak RSS");
+    for (int i = 0; i < n; i++) {
+        const Row *r = &rows[i];
+        if (!r->ok) {
+            fprintf(f, "%-*s  %-6s %5d  %s\n", w, r->label, r->family[0] ? r->family : "-", r->res, r->why);
+            continue;
+        }
+        fprintf(f, "%-*s  %-6s %5d %11zu %7.*f %7.2f %7.2f %10.1f %10.1f\n", w, r->label, r->family,
+                r->res, r->params, r->gflops < 0.1 ? 4 : 2, r->gflops, r->top1, r->top5,
+                r->images_per_s, r->peak_bytes / 1048576.0);
+    }
+    fprintf(f, "GFLOPs: multiply-adds per image (as the ViM, DeiT and Longhorn tables count them); "
+               "images/s: forward passes on %s, data loading excluded\n", device);
+}
+
+static int write_csv(const char *path, const Row *rows, int n, const char *device) {
+    size_t cap = 4096 + (size_t)n * 1024, k = 0;
+    char *s = vil_malloc(cap);
+    k += (size_t)snprintf(s + k, cap - k, "model,file,weights,family,img_size,params,gflops,top1,top5,"
+                                          "images,images_per_s,peak_bytes,device,error\n");
+    for (int i = 0; i < n; i++) {
+        const Row *r = &rows[i];
+        /* file names may hold commas: quoted, with quotes doubled */
+        char q[2][1100];
+        const char *src[2] = {r->label, r->file};
+        for (int j = 0; j < 2; j++) {
+            size_t o = 0;
+            q[j][o++] = '"';
+            for (const char *p = src[j]; *p && o < sizeof q[j] - 3; p++) {
+                if (*p == '"') q[j][o++] = '"';
+                q[j][o++] = *p;
+            }
+            q[j][o++] = '"';
+            q[j][o] = 0;
+        }
+        if (r->ok)
+            k += (size_t)snprintf(s + k, cap - k, "%s,%s,%s,%s,%d,%zu,%.4f,%.4f,%.4f,%ld,%.2f,%zu,%s,\n",
+                                  q[0], q[1], r->weights, r->family, r->res, r->params, r->gflops,
+                                  r->top1, r->top5, r->images, r->images_per_s, r->peak_bytes, device);
+        else
+            k += (size_t)snprintf(s + k, cap - k, "%s,%s,,%s,%d,,,,,,,,%s,\"%s\"\n", q[0], q[1],
+                                  r->family, r->res, device, r->why);
+        if (k >= cap) k = cap - 1;
+    }
+    int rc = vil_write_file_atomic(path, s, k);
+    free(s);
+    return rc;
+}
+
+static int write_json(const char *path, const Row *rows, int n, const char *device,
+                      const char *data, const char *split, int batch, float crop_pct) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "device", device);
+    cJSON_AddStringToObject(o, "data", data);
+    cJSON_AddStringToObject(o, "split", split);
+    cJSON_AddNumberToObject(o, "batch", batch);
+    cJSON_AddNumberToObject(o, "crop_pct", crop_pct);
+    cJSON_AddStringToObject(o, "gflops", "multiply-adds per image / 1e9");
+    cJSON *a = cJSON_AddArrayToObject(o, "rows");
+    for (int i = 0; i < n; i++) {
+        const Row *r = &rows[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "model", r->label);
+        cJSON_AddStringToObject(e, "file", r->file);
+        cJSON_AddStringToObject(e, "weights", r->weights);
+        cJSON_AddStringToObject(e, "family", r->family);
+        cJSON_AddNumberToObject(e, "img_size", r->res);
+        if (r->ok) {
+            cJSON_AddNumberToObject(e, "params", (double)r->params);
+            cJSON_AddNumberToObject(e, "gflops", r->gflops);
+            cJSON_AddNumberToObject(e, "top1", r->top1);
+            cJSON_AddNumberToObject(e, "top5", r->top5);
+            cJSON_AddNumberToObject(e, "images", (double)r->images);
+            cJSON_AddNumberToObject(e, "images_per_s", r->images_per_s);
+            cJSON_AddNumberToObject(e, "peak_bytes", (double)r->peak_bytes);
+        } else {
+            cJSON_AddStringToObject(e, "error", r->why);
+        }
+        cJSON_AddItemToArray(a, e);
+    }
+    char *s = cJSON_Print(o);
+    int rc = vil_write_file_atomic(path, s, strlen(s));
+    cJSON_free(s);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* top-1 and images/s against resolution, one line per model */
+static int write_chart(const char *path, const Row *rows, int nm, int nr, int fixed_ticks,
+                       const char *title) {
+    VilChartSeries acc[MAX_MODELS], ips[MAX_MODELS];
+    double x[MAX_MODELS][MAX_RES], y1[MAX_MODELS][MAX_RES], y2[MAX_MODELS][MAX_RES], ticks[MAX_RES];
+    for (int i = 0; i < nm; i++) {
+        for (int j = 0; j < nr; j++) {
+            const Row *r = &rows[i * nr + j];
+            x[i][j] = r->res;
+            y1[i][j] = r->ok ? r->top1 : NAN;
+            y2[i][j] = r->ok ? r->images_per_s : NAN;
+        }
+        acc[i] = (VilChartSeries){rows[i * nr].label, nr, x[i], y1[i], 0, -1};
+        ips[i] = (VilChartSeries){rows[i * nr].label, nr, x[i], y2[i], 0, -1};
+    }
+    for (int j = 0; j < nr; j++) ticks[j] = rows[j].res;
+    VilChartPanel p[2] = {
+        {"Accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, acc, nm, fixed_ticks ? ticks : NULL, nr},
+        {"Throughput", "image size (px)", "images/s", 0, 1, 1, ips, nm, fixed_ticks ? ticks : NULL, nr},
+    };
+    return vil_chart_write(path, title, p, 2, 2);
+}
+
+static int mkdir_p(const char *dir) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1;; p++) {
+        char c = *p;
+        if (c == '/' || c == 0) {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                vil_error("cannot create '%s': %s", buf, vil_errno_str());
+                return -1;
+            }
+            *p = c;
+        }
+        if (!c) return 0;
+    }
+}
+
+int vil_cmd_compare(int argc, char **argv) {
+    const char *data = NULL, *split = "val", *labels = NULL, *device = "auto", *sizes = NULL,
+               *out = "out/compare";
+    int batch = 64, ema = 0, workers = 4, limit = 0, steps = 0;
+    float crop_pct = 0.875f;
+    VilArgList models = {0};
+    VilArg args[] = {
+        {"--models", VIL_ARG_LIST, &models, "checkpoints (.safetensors or .pth); the files after it count too"},
+        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
+        {"--split", VIL_ARG_STR, &split, "split to evaluate: val (test for IDX), train"},
+        {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
+        {"--img-size", VIL_ARG_STR, &sizes, "resolutions, e.g. 224,384,512 (default: each model's own)"},
+        {"--batch", VIL_ARG_INT, &batch, "batch size of the evaluation and of the timed forward passes"},
+        {"--ema", VIL_ARG_FLAG, &ema, "the model_ema of every .pth training checkpoint (safetensors files are taken as they are)"},
+        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop"},
+        {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
+        {"--steps", VIL_ARG_INT, &steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)"},
+        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
+        {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
+        {"--out", VIL_ARG_STR, &out, "folder for compare.csv, compare.json and compare.svg"},
+    };
+    VilArgSpec spec = {"compare", "--models A.pth B.safetensors ... --data DIR [--img-size 224,384,512] [--batch B] [--ema] [--out DIR]",
+                       "Evaluates each model at each resolution on the same data and device and\n"
+                       "prints one table: family (ViL / ViM), parameters, GFLOPs per image, top-1,\n"
+                       "top-5, inference images/s and peak memory. Writes it as OUT/compare.csv and\n"
+                       "OUT/compare.json, and OUT/compare.svg charts accuracy and throughput against\n"
+                       "resolution. Resolutions other than a model's own interpolate its pos_embed.",
+                       args, (int)(sizeof args / sizeof args[0]), 0, -1};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    const char *files[MAX_MODELS];
+    int nm = 0;
+    for (int i = 0; i < models.n + npos; i++) {
+        if (nm == MAX_MODELS) {
+            fprintf(stderr, "vil compare: at most %d models\n", MAX_MODELS);
+            free(pos);
+            return 2;
+        }
+        files[nm++] = i < models.n ? models.v[i] : pos[i - models.n];
+    }
+    free(pos);
+    int res[MAX_RES], nr = 1;
+    res[0] = 0; /* each model's own */
+    if (sizes && !(nr = parse_sizes(sizes, res, MAX_RES))) {
+        fprintf(stderr, "vil compare: --img-size wants sizes like 224,384,512 (at most %d, each 1..8192)\n", MAX_RES);
+        return 2;
+    }
+    if (nm == 0 || !data) {
+        fprintf(stderr, "vil compare: --models and --data are required\n");
+        vil_args_usage(&spec, 1);
+        return 2;
+    }
+    if (batch < 1 || workers < 1 || limit < 0 || steps < 0 || !(crop_pct > 0.0f && crop_pct <= 1.0f)) {
+        fprintf(stderr, "vil compare: --batch and --workers must be >= 1, --limit and --steps >= 0, --crop-pct in (0, 1]\n");
+        return 2;
+    }
+    char err[2048];
+    VilDataset *ds = vil_dataset_open(data, split, labels, err, sizeof err);
+    if (!ds) {
+        vil_error("%s", err);
+        return 1;
+    }
+    const VilBackend *be = vil_backend_get(device);
+    if (!be) {
+        vil_dataset_free(ds);
+        return 1;
+    }
+    if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 3 : 20;
+    long n_img = limit > 0 && limit < vil_dataset_size(ds) ? limit : vil_dataset_size(ds);
+    printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, crop_pct %g\n", nm,
+           nm == 1 ? "" : "s", nr, nr == 1 ? "" : "s", be->name, vil_dataset_source(ds), n_img,
+           batch, crop_pct);
+    fflush(stdout);
+    Row *rows = vil_calloc((size_t)nm * nr, sizeof(Row));
+    int failed = 0;
+    for (int i = 0; i < nm; i++)
+        for (int j = 0; j < nr; j++) {
+            Row *r = &rows[i * nr + j];
+            r->file = files[i];
+            r->res = res[j];
+            measure(r, be, ds, ema, batch, workers, crop_pct, limit, steps);
+            if (!r->ok) failed++;
+        }
+    make_labels(rows, nm * nr, ema);
+    for (int i = 0; i < nm; i++) /* one label per model, from its first row */
+        for (int j = 1; j < nr; j++) memcpy(rows[i * nr + j].label, rows[i * nr].label, sizeof rows[0].label);
+    printf("\n");
+    print_table(stdout, rows, nm * nr, be->name);
+    rc = failed ? 1 : 0;
+    if (mkdir_p(out) == 0) {
+        char p[3][4200], title[512];
+        snprintf(p[0], sizeof p[0], "%s/compare.csv", out);
+        snprintf(p[1], sizeof p[1], "%s/compare.json", out);
+        snprintf(p[2], sizeof p[2], "%s/compare.svg", out);
+        snprintf(title, sizeof title, "vil compare: %s (%ld images) on %s", vil_dataset_source(ds), n_img, be->name);
+        int w = write_csv(p[0], rows, nm * nr, be->name) | write_json(p[1], rows, nm * nr, be->name, data, split, batch, crop_pct) |
+                write_chart(p[2], rows, nm, nr, sizes != NULL, title);
+        if (w) rc = 1;
+        else printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);
+    } else {
+        rc = 1;
+    }
+    if (failed) vil_error("%d of %d measurements failed (see the table)", failed, nm * nr);
+    free(rows);
+    vil_dataset_free(ds);
+    return rc;
+}

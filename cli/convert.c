@@ -1,0 +1,100 @@
+/* convert.c: `vil convert IN OUT.safetensors`: a checkpoint vil reads (a PyTorch .pth such as the
+ * published ViM files, or a bare safetensors state dict) rewritten as a vil checkpoint: the same
+ * tensors under the official names plus vil's metadata (config, image size, class names), which
+ * safetensors.torch.load_file also reads. The written file is read back and compared. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "data/dataset.h"
+#include "vil/args.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+
+/* the parameters of two models, bit for bit */
+static int same_params(const VilModel *a, const VilModel *b) {
+    if (a->n_params != b->n_params) return 0;
+    float *x = vil_malloc(a->n_params * sizeof(float)), *y = vil_malloc(b->n_params * sizeof(float));
+    vil_model_get_params(a, x);
+    vil_model_get_params(b, y);
+    int same = memcmp(x, y, a->n_params * sizeof(float)) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+int vil_cmd_convert(int argc, char **argv) {
+    const char *names = NULL;
+    int ema = 0, img_size = 0;
+    VilArg args[] = {
+        {"--ema", VIL_ARG_FLAG, &ema, "convert a .pth training checkpoint's model_ema instead of its model"},
+        {"--img-size", VIL_ARG_INT, &img_size, "image size of a file that does not state it (a bare state dict); for one that does, another size interpolates pos_embed"},
+        {"--names", VIL_ARG_STR, &names, "class names to store (imagenet_classes.tsv form, or one per line)"},
+    };
+    VilArgSpec spec = {"convert", "IN.pth OUT.safetensors [--ema] [--img-size N] [--names FILE]",
+                       "Rewrites a checkpoint (a PyTorch .pth such as the published ViM files, read\n"
+                       "without running its pickle, or a safetensors state dict) as a vil checkpoint:\n"
+                       "the same tensors under the official names plus vil's metadata (config, image\n"
+                       "size, class names). ImageNet-1k checkpoints get ImageNet's class names.",
+                       args, (int)(sizeof args / sizeof args[0]), 2, 2};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    const char *in = pos[0], *out = pos[1];
+    free(pos);
+    if (img_size < 0) {
+        fprintf(stderr, "vil convert: --img-size must be >= 0\n");
+        return 2;
+    }
+    VilModel m, back;
+    VilCheckpointMeta meta, mb;
+    VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
+    if (vil_checkpoint_load(in, &vil_backend_cpu, &lo, &m, &meta) != 0) return 1;
+    const VilConfig *c = &m.cfg;
+    char **class_names = meta.class_names, **own = NULL;
+    char err[1024];
+    rc = 1;
+    if (names) {
+        if (vil_names_read(names, c->num_classes, &own, err, sizeof err) != 0) {
+            vil_error("%s", err);
+            goto out;
+        }
+        class_names = own;
+    }
+    char source[1024];
+    snprintf(source, sizeof source, "%s%s%s", in, meta.weights[0] ? ":" : "", meta.weights);
+    if (vil_checkpoint_save_from(&m, out, class_names, class_names ? c->num_classes : 0, source) != 0)
+        goto out;
+    /* what was written must read back as the same network with the same weights */
+    if (vil_checkpoint_load(out, &vil_backend_cpu, NULL, &back, &mb) != 0) {
+        vil_error("'%s' was written but does not read back", out);
+        goto out;
+    }
+    int same = back.cfg.img_size == c->img_size && back.cfg.stride == c->stride && same_params(&m, &back);
+    vil_checkpoint_meta_free(&mb);
+    vil_model_free(&back);
+    if (!same) {
+        vil_error("'%s' reads back with other weights or another architecture: not converted", out);
+        remove(out);
+        goto out;
+    }
+    printf("%s%s%s -> %s\n", in, meta.weights[0] ? ":" : "", meta.weights, out);
+    printf("  %s (%s scan), %zu parameters, %d x %d, patch %d stride %d, %d classes%s\n", c->name,
+           c->arch_id == VIL_ARCH_VIL ? "Longhorn" : "Mamba", m.param_count, c->img_size,
+           c->img_size, c->patch_size, c->stride, c->num_classes,
+           class_names ? (own ? ", names from --names" : ", with class names") : ", no class names");
+    if (meta.pos_interpolated_from)
+        printf("  pos_embed interpolated from the %d x %d grid it was trained on\n",
+               meta.pos_interpolated_from, meta.pos_interpolated_from);
+    rc = 0;
+out:
+    if (own)
+        for (int i = 0; i < c->num_classes; i++) free(own[i]);
+    free(own);
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&m);
+    return rc;
+}
