@@ -1,0 +1,800 @@
+#define _GNU_SOURCE
+/* test_pth.c: PyTorch checkpoints. The restricted unpickler on hand-made pickles (every value
+ * kind, and each refusal: a forbidden global, an opcode torch.save does not write, nesting,
+ * memo abuse, a view past its storage, truncation); the zip side on archives written here with
+ * libzip (a missing storage, a wrong entry size, a flipped byte, a big-endian file); then the
+ * files of tests/data/pth, written by torch.save in the official ViM layout
+ * (tests/reference/make_vim_pth.py): architecture, model / model_ema selection and logits
+ * against float64 PyTorch, bare state dicts, fine-tuning init, and the `vil` commands (info,
+ * classify, convert) with their exit codes. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zip.h>
+
+#include "testing.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+#include "vil/pickle.h"
+#include "vil/pth.h"
+#include "vil/safetensors.h"
+
+#define DATA "tests/data/pth/"
+static char dir[] = "/tmp/vil_test_pth_XXXXXX";
+
+static char *path(const char *name) {
+    static char buf[8][1024];
+    static int k = 0;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+/* ---------------- a pickle writer for hand-made pickles ---------------- */
+typedef struct {
+    unsigned char *b;
+    size_t n, cap;
+} Buf;
+
+static void put(Buf *p, const void *x, size_t n) {
+    if (p->n + n > p->cap) {
+        p->cap = (p->n + n) * 2 + 64;
+        p->b = vil_realloc(p->b, p->cap);
+    }
+    memcpy(p->b + p->n, x, n);
+    p->n += n;
+}
+static void op(Buf *p, unsigned char o) { put(p, &o, 1); }
+static void ustr(Buf *p, const char *s) {
+    uint32_t n = (uint32_t)strlen(s);
+    op(p, 'X');
+    put(p, &n, 4);
+    put(p, s, n);
+}
+static void glob(Buf *p, const char *mod, const char *name) {
+    op(p, 'c');
+    put(p, mod, strlen(mod));
+    op(p, '\n');
+    put(p, name, strlen(name));
+    op(p, '\n');
+}
+static void int1(Buf *p, unsigned v) {
+    op(p, 'K');
+    op(p, (unsigned char)v);
+}
+static void ordered_dict(Buf *p) {
+    glob(p, "collections", "OrderedDict");
+    op(p, ')');
+    op(p, 'R');
+}
+
+typedef struct {
+    const char *global_mod, *global_name; /* storage type */
+    const char *key;
+    int numel, offset, ndim;
+    int size[4], stride[4];
+} TensorSpec;
+
+/* {'model': OrderedDict{'w': tensor}} as torch.save writes it */
+static Buf checkpoint_pickle(const TensorSpec *t) {
+    Buf p = {0};
+    op(&p, 0x80);
+    op(&p, 2);
+    op(&p, '}');
+    ustr(&p, "model");
+    ordered_dict(&p);
+    op(&p, '(');
+    ustr(&p, "w");
+    glob(&p, "torch._utils", "_rebuild_tensor_v2");
+    op(&p, '(');
+    op(&p, '(');
+    ustr(&p, "storage");
+    glob(&p, t->global_mod, t->global_name);
+    ustr(&p, t->key);
+    ustr(&p, "cuda:0");
+    int1(&p, (unsigned)t->numel);
+    op(&p, 't');
+    op(&p, 'Q');
+    int1(&p, (unsigned)t->offset);
+    op(&p, '(');
+    for (int i = 0; i < t->ndim; i++) int1(&p, (unsigned)t->size[i]);
+    op(&p, 't');
+    op(&p, '(');
+    for (int i = 0; i < t->ndim; i++) int1(&p, (unsigned)t->stride[i]);
+    op(&p, 't');
+    op(&p, 0x89);
+    ordered_dict(&p);
+    op(&p, 't');
+    op(&p, 'R');
+    op(&p, 'u');
+    op(&p, 's');
+    op(&p, '.');
+    return p;
+}
+
+/* ---------------- zip archives written with libzip ---------------- */
+typedef struct {
+    const char *name;
+    const void *data;
+    size_t n;
+} Entry;
+
+static int write_zip(const char *file, const Entry *e, int n) {
+    int err;
+    zip_t *za = zip_open(file, ZIP_CREATE | ZIP_TRUNCATE, &err);
+    if (!za) return -1;
+    for (int i = 0; i < n; i++) {
+        zip_source_t *s = zip_source_buffer(za, e[i].data, e[i].n, 0);
+        zip_int64_t idx = s ? zip_file_add(za, e[i].name, s, ZIP_FL_ENC_UTF_8) : -1;
+        if (idx < 0 || zip_set_file_compression(za, (zip_uint64_t)idx, ZIP_CM_STORE, 0) != 0) {
+            zip_discard(za);
+            return -1;
+        }
+    }
+    return zip_close(za);
+}
+
+/* a whole archive: archive/data.pkl from p, archive/data/0 with `bytes` bytes of 0, 1, 2, ... */
+static unsigned char *archive(const Buf *p, size_t bytes, const char *byteorder, size_t *n) {
+    float *data = vil_malloc(bytes + 4);
+    for (size_t i = 0; i < bytes / 4 + 1; i++) data[i] = (float)i;
+    Entry e[3] = {{"archive/data.pkl", p->b, p->n}, {"archive/data/0", data, bytes},
+                  {"archive/byteorder", byteorder, byteorder ? strlen(byteorder) : 0}};
+    const char *f = path("a.zip");
+    unsigned char *out = NULL;
+    if (write_zip(f, e, byteorder ? 3 : 2) == 0) out = vil_read_file(f, n);
+    free(data);
+    return out;
+}
+
+/* vil_pth_parse of an archive made from t; err gets the message */
+static int parse_spec(const TensorSpec *t, size_t bytes, const char *byteorder, VilSafetensors *st,
+                      char *err, size_t errlen) {
+    Buf p = checkpoint_pickle(t);
+    size_t n;
+    unsigned char *z = archive(&p, bytes, byteorder, &n);
+    VilPthInfo info;
+    int rc = z ? vil_pth_parse(z, n, 0, st, &info, err, errlen) : -2;
+    free(z);
+    free(p.b);
+    return rc;
+}
+
+static void test_archives(void) {
+    const TensorSpec good = {"torch", "FloatStorage", "0", 6, 0, 2, {2, 3}, {3, 1}};
+    VilSafetensors st;
+    char err[1024];
+    int rc = parse_spec(&good, 24, NULL, &st, err, sizeof err);
+    T_CHECK(rc == 0, "a hand-made checkpoint must parse: %s", err);
+    if (rc == 0) {
+        const VilStTensor *w = vil_st_find(&st, "w");
+        T_CHECK(w && w->dtype == VIL_ST_F32 && w->ndim == 2 && w->shape[0] == 2 && w->shape[1] == 3,
+                "tensor w as [2, 3] F32");
+        float v[6];
+        if (w && vil_st_to_f32(w, v) == 0)
+            T_CHECK(v[0] == 0 && v[4] == 4 && v[5] == 5, "contiguous values");
+        vil_st_free(&st);
+    }
+    /* a transposed view: size (3, 2), stride (1, 3) of the same 6 elements */
+    TensorSpec tr = good;
+    tr.size[0] = 3, tr.size[1] = 2, tr.stride[0] = 1, tr.stride[1] = 3;
+    if (parse_spec(&tr, 24, "little", &st, err, sizeof err) == 0) {
+        float v[6];
+        vil_st_to_f32(vil_st_find(&st, "w"), v);
+        T_CHECK(v[0] == 0 && v[1] == 3 && v[2] == 1 && v[3] == 4 && v[4] == 2 && v[5] == 5,
+                "a strided view is gathered into row-major order (%g %g %g %g %g %g)", v[0], v[1], v[2], v[3], v[4], v[5]);
+        vil_st_free(&st);
+    } else {
+        T_CHECK(0, "transposed view: %s", err);
+    }
+    /* an offset view: 2 elements from element 4 */
+    TensorSpec off = good;
+    off.offset = 4, off.ndim = 1, off.size[0] = 2, off.stride[0] = 1;
+    if (parse_spec(&off, 24, NULL, &st, err, sizeof err) == 0) {
+        float v[2];
+        vil_st_to_f32(vil_st_find(&st, "w"), v);
+        T_CHECK(v[0] == 4 && v[1] == 5, "a view at an offset");
+        vil_st_free(&st);
+    }
+    TensorSpec half = good;
+    half.global_name = "HalfStorage";
+    if (parse_spec(&half, 12, NULL, &st, err, sizeof err) == 0) {
+        T_CHECK(vil_st_find(&st, "w")->dtype == VIL_ST_F16, "HalfStorage gives F16");
+        vil_st_free(&st);
+    } else {
+        T_CHECK(0, "HalfStorage: %s", err);
+    }
+
+    /* each refusal: rc -1 with a message naming the cause */
+    struct {
+        const char *what, *want;
+        TensorSpec t;
+        size_t bytes;
+        const char *byteorder;
+    } bad[] = {
+        {"view past its storage", "reaches element", {"torch", "FloatStorage", "0", 6, 0, 2, {3, 3}, {3, 1}}, 24, NULL},
+        {"offset past its storage", "reaches element", {"torch", "FloatStorage", "0", 6, 5, 1, {2}, {1}}, 24, NULL},
+        {"entry shorter than the storage", "its tensors need", {"torch", "FloatStorage", "0", 6, 0, 2, {2, 3}, {3, 1}}, 20, NULL},
+        {"missing storage entry", "no entry 'archive/data/1'", {"torch", "FloatStorage", "1", 6, 0, 2, {2, 3}, {3, 1}}, 24, NULL},
+        {"storage key with a path", "holds a character", {"torch", "FloatStorage", "../0", 6, 0, 2, {2, 3}, {3, 1}}, 24, NULL},
+        {"forbidden storage global", "torch.UntypedStorage", {"torch", "UntypedStorage", "0", 6, 0, 2, {2, 3}, {3, 1}}, 24, NULL},
+        {"os.system as the storage type", "'os.system' is not allowed", {"os", "system", "0", 6, 0, 2, {2, 3}, {3, 1}}, 24, NULL},
+        {"big-endian storages", "not little-endian", {"torch", "FloatStorage", "0", 6, 0, 2, {2, 3}, {3, 1}}, 24, "big"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        rc = parse_spec(&bad[i].t, bad[i].bytes, bad[i].byteorder, &st, err, sizeof err);
+        T_CHECK(rc == -1 && strstr(err, bad[i].want), "%s: rc %d, message '%s' (want '%s')",
+                bad[i].what, rc, err, bad[i].want);
+        if (rc == 0) vil_st_free(&st);
+    }
+    /* not a zip; a zip without data.pkl */
+    VilPthInfo info;
+    const char junk[] = "PK\003\004 this is not really a zip archive";
+    T_CHECK(vil_pth_parse((const unsigned char *)junk, sizeof junk, 0, &st, &info, err, sizeof err) == -1 &&
+                strstr(err, "zip"), "junk after a zip signature: '%s'", err);
+    Entry e = {"hello.txt", "hi", 2};
+    size_t n;
+    unsigned char *z = write_zip(path("b.zip"), &e, 1) == 0 ? vil_read_file(path("b.zip"), &n) : NULL;
+    T_CHECK(z && vil_pth_parse(z, n, 0, &st, &info, err, sizeof err) == -1 && strstr(err, "data.pkl"),
+            "a zip without data.pkl: '%s'", err);
+    free(z);
+    /* the good archive cut short at every length: never a crash, always an error */
+    Buf p = checkpoint_pickle(&good);
+    unsigned char *full = archive(&p, 24, NULL, &n);
+    int cut_fail = 0;
+    for (size_t k = 0; full && k < n; k += 7) {
+        if (vil_pth_parse(full, k, 0, &st, &info, err, sizeof err) == 0) {
+            cut_fail++;
+            vil_st_free(&st);
+        }
+    }
+    T_CHECK(full && cut_fail == 0, "%d truncated archives parsed", cut_fail);
+    free(full);
+    free(p.b);
+}
+
+/* ---------------- the unpickler on its own ---------------- */
+static VilPickle *load(const Buf *p, char *err) { return vil_pickle_load(p->b, p->n, err, 512); }
+
+static void test_pickle_values(void) {
+    /* (1, -2, 300, 70000, -2**40, 1.5, 'héllo', None, True, False, [7, 7] via memo, {'k': 'v'}) */
+    Buf p = {0};
+    op(&p, 0x80);
+    op(&p, 2);
+    op(&p, '(');
+    int1(&p, 1);
+    op(&p, 'J');
+    int32_t m2 = -2;
+    put(&p, &m2, 4);
+    op(&p, 'M');
+    uint16_t v300 = 300;
+    put(&p, &v300, 2);
+    op(&p, 'J');
+    int32_t v7 = 70000;
+    put(&p, &v7, 4);
+    op(&p, 0x8a); /* LONG1: -2**40 in 6 bytes, two's complement */
+    op(&p, 6);
+    const unsigned char l1[6] = {0, 0, 0, 0, 0, 0xff};
+    put(&p, l1, 6);
+    op(&p, 'G');
+    const unsigned char f15[8] = {0x3f, 0xf8, 0, 0, 0, 0, 0, 0};
+    put(&p, f15, 8);
+    ustr(&p, "h\xc3\xa9llo");
+    op(&p, 'N');
+    op(&p, 0x88);
+    op(&p, 0x89);
+    op(&p, ']');
+    op(&p, 'q');
+    op(&p, 3); /* memo[3] = the list */
+    int1(&p, 7);
+    op(&p, 'a');
+    op(&p, 'h');
+    op(&p, 3);
+    op(&p, '0' + 0); /* POP is not allowed: the list pushed by BINGET must instead be used */
+    p.n--;           /* (take the POP back out) */
+    int1(&p, 7);
+    op(&p, 'a'); /* the memo holds the same list: [7, 7] */
+    op(&p, '0');
+    p.n--;
+    op(&p, '}');
+    ustr(&p, "k");
+    ustr(&p, "old");
+    op(&p, 's');
+    ustr(&p, "k");
+    ustr(&p, "v");
+    op(&p, 's'); /* a repeated key: the last one wins */
+    op(&p, 't');
+    op(&p, '.');
+    char err[512] = "";
+    VilPickle *pk = load(&p, err);
+    T_CHECK(pk != NULL, "a pickle of plain values must load: %s", err);
+    if (pk) {
+        const VilPkObj *t = vil_pickle_root(pk);
+        T_CHECK(t->kind == VIL_PK_TUPLE && t->n == 13, "a 13-tuple (got %s of %d)", vil_pk_kind_name(t), t->n);
+        if (t->kind == VIL_PK_TUPLE && t->n == 13) {
+            T_CHECK(t->items[0]->i == 1 && t->items[1]->i == -2 && t->items[2]->i == 300 &&
+                        t->items[3]->i == 70000 && t->items[4]->i == -((int64_t)1 << 40),
+                    "ints: %lld %lld %lld %lld %lld", (long long)t->items[0]->i, (long long)t->items[1]->i,
+                    (long long)t->items[2]->i, (long long)t->items[3]->i, (long long)t->items[4]->i);
+            T_CHECK(t->items[5]->kind == VIL_PK_FLOAT && t->items[5]->f == 1.5, "BINFLOAT 1.5");
+            T_CHECK(t->items[6]->kind == VIL_PK_STR && strcmp(t->items[6]->s, "h\xc3\xa9llo") == 0, "UTF-8 string");
+            T_CHECK(t->items[7]->kind == VIL_PK_NONE && t->items[8]->i == 1 && t->items[9]->i == 0, "None True False");
+            T_CHECK(t->items[10]->kind == VIL_PK_LIST && t->items[10]->n == 2 && t->items[10] == t->items[11],
+                    "the memo gives back the same list, with both appends");
+            const VilPkObj *v = vil_pk_get(t->items[12], "k");
+            T_CHECK(v && strcmp(v->s, "v") == 0, "a repeated dict key: the last value wins");
+        }
+        vil_pickle_free(pk);
+    }
+    free(p.b);
+}
+
+static void expect_refused(const char *what, const Buf *p, const char *want) {
+    char err[512] = "";
+    VilPickle *pk = load(p, err);
+    T_CHECK(!pk && strstr(err, want), "%s: refused with '%s' (want '%s')", what, err, want);
+    vil_pickle_free(pk);
+}
+
+static void test_pickle_refusals(void) {
+    Buf p = {0};
+    /* the classic: os.system('touch FILE') via REDUCE */
+    op(&p, 0x80), op(&p, 2);
+    glob(&p, "posix", "system");
+    ustr(&p, "touch /tmp/vil_pwned");
+    op(&p, 0x85), op(&p, 'R'), op(&p, '.');
+    expect_refused("posix.system", &p, "'posix.system' is not allowed");
+    FILE *f = fopen("/tmp/vil_pwned", "r");
+    T_CHECK(!f, "nothing ran");
+    if (f) fclose(f);
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2);
+    glob(&p, "builtins", "eval");
+    op(&p, '.');
+    expect_refused("builtins.eval", &p, "'builtins.eval' is not allowed");
+    /* opcodes torch.save does not write */
+    const struct {
+        unsigned char op;
+        const char *name;
+    } ops[] = {{'i', "INST"}, {0x93, "STACK_GLOBAL"}, {'o', "OBJ"}, {'S', "STRING"},
+               {0x95, "FRAME"}, {'0', "POP"}, {0x82, "EXT1"}, {0xff, "not a pickle opcode"}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        p.n = 0;
+        op(&p, 0x80), op(&p, 2), op(&p, 'N'), op(&p, ops[i].op), op(&p, '.');
+        expect_refused(ops[i].name, &p, ops[i].name);
+    }
+    p.n = 0;
+    put(&p, "(tochr._nsc(", 12); /* fuzz_pickle found UB here: TUPLE after a MARK on an empty stack */
+    expect_refused("an empty TUPLE, then OBJ", &p, "OBJ");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 4), op(&p, 'N'), op(&p, '.');
+    expect_refused("protocol 4", &p, "protocol 4");
+    /* nesting, memo and stack bounds */
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2);
+    for (int i = 0; i < 300; i++) op(&p, ']'), op(&p, '(');
+    expect_refused("300 nested lists", &p, "nested deeper");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2), op(&p, 'N'), op(&p, 'r');
+    uint32_t big = 0xfffffff0u;
+    put(&p, &big, 4);
+    op(&p, '.');
+    expect_refused("a memo index of 4 billion", &p, "memo index");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2), op(&p, 'h'), op(&p, 9), op(&p, '.');
+    expect_refused("BINGET of nothing", &p, "never stored");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2), op(&p, 'a'), op(&p, '.');
+    expect_refused("APPEND on an empty stack", &p, "stack is empty");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2), op(&p, 'N'), op(&p, 'N'), op(&p, '.');
+    expect_refused("two objects at STOP", &p, "STOP with 2 objects");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2), op(&p, 'N'), op(&p, 'N'), op(&p, 'a'), op(&p, '.');
+    expect_refused("APPEND to None", &p, "APPEND on None");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2);
+    ustr(&p, "bad \xff utf-8");
+    op(&p, '.');
+    expect_refused("invalid UTF-8", &p, "UTF-8");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2), op(&p, 'X');
+    uint32_t huge = 0x7fffffff;
+    put(&p, &huge, 4);
+    put(&p, "abc", 3);
+    expect_refused("a string longer than the pickle", &p, "truncated");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2);
+    glob(&p, "collections", "OrderedDict");
+    int1(&p, 5);
+    op(&p, 0x85), op(&p, 'R'), op(&p, '.');
+    expect_refused("OrderedDict with arguments", &p, "OrderedDict called with 1");
+    p.n = 0;
+    op(&p, 0x80), op(&p, 2), op(&p, ']'), op(&p, '}'), op(&p, 'b'), op(&p, '.');
+    expect_refused("BUILD on a list", &p, "BUILD of a list");
+    /* every prefix of a valid checkpoint pickle: an error, never a crash */
+    const TensorSpec good = {"torch", "FloatStorage", "0", 6, 0, 2, {2, 3}, {3, 1}};
+    Buf c = checkpoint_pickle(&good);
+    int loaded = 0;
+    for (size_t k = 0; k < c.n; k++) {
+        char err[512];
+        VilPickle *pk = vil_pickle_load(c.b, k, err, sizeof err);
+        loaded += pk != NULL;
+        vil_pickle_free(pk);
+    }
+    char err[512];
+    VilPickle *pk = vil_pickle_load(c.b, c.n, err, sizeof err);
+    T_CHECK(loaded == 0 && pk, "every proper prefix refused (%d loaded), the whole loads", loaded);
+    vil_pickle_free(pk);
+    free(c.b);
+    free(p.b);
+}
+
+/* ---------------- the files torch.save wrote ---------------- */
+typedef struct {
+    char name[32], arch[8];
+    int img, patch, stride, grid, dim, depth, state, classes;
+    long params;
+} Case;
+
+static int read_cases(Case *cs, int max) {
+    FILE *f = fopen(DATA "cases.txt", "r");
+    if (!f) return 0;
+    char line[512];
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        Case *c = &cs[n];
+        if (line[0] == '#') continue;
+        if (sscanf(line, "%31s %7s img %d patch %d stride %d grid %d dim %d depth %d state %d classes %d params %ld",
+                   c->name, c->arch, &c->img, &c->patch, &c->stride, &c->grid, &c->dim, &c->depth,
+                   &c->state, &c->classes, &c->params) == 11)
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static float *read_inputs(int n_img, size_t per) {
+    size_t n;
+    unsigned char *b = vil_read_file(DATA "inputs.f32", &n);
+    if (!b || n != n_img * per * sizeof(float)) {
+        free(b);
+        return NULL;
+    }
+    return (float *)b;
+}
+
+static double *read_ref(const char *name, const char *which, size_t count) {
+    char f[256];
+    snprintf(f, sizeof f, DATA "%.64s.%.8s.f64", name, which);
+    size_t n;
+    unsigned char *b = vil_read_file(f, &n);
+    if (!b || n != count * sizeof(double)) {
+        free(b);
+        return NULL;
+    }
+    return (double *)b;
+}
+
+/* forward of the model on the inputs, logits (n_img, classes) on the host */
+static float *logits_of(VilModel *m, const float *inputs, int n_img) {
+    const VilConfig *c = &m->cfg;
+    size_t per = (size_t)c->in_chans * c->img_size * c->img_size;
+    vil_model_alloc_acts(m, n_img, 0);
+    m->be->to_device(m->acts.img, inputs, n_img * per * sizeof(float));
+    vil_model_forward(m, 0);
+    float *lg = vil_malloc((size_t)n_img * c->num_classes * sizeof(float));
+    m->be->to_host(lg, m->acts.logits, (size_t)n_img * c->num_classes * sizeof(float));
+    return lg;
+}
+
+static double rel_err(const float *got, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1e-300));
+}
+
+static void test_files(void) {
+    Case cs[8];
+    int nc = read_cases(cs, 8);
+    T_CHECK(nc == 3, "tests/data/pth/cases.txt lists 3 cases (got %d)", nc);
+    const int NI = 3;
+    for (int k = 0; k < nc; k++) {
+        Case *c = &cs[k];
+        char file[256], what[128];
+        snprintf(file, sizeof file, DATA "%.31s.pth", c->name);
+        float *inputs = read_inputs(NI, (size_t)3 * c->img * c->img);
+        T_CHECK(inputs != NULL, "inputs.f32");
+        if (!inputs) return;
+        float *lg[2] = {NULL, NULL};
+        for (int ema = 0; ema < 2; ema++) {
+            VilModel m;
+            VilCheckpointMeta meta;
+            VilCheckpointOpts o = {.ema = ema};
+            int rc = vil_checkpoint_load(file, &vil_backend_cpu, &o, &m, &meta);
+            T_CHECK(rc == 0, "%s%s loads", file, ema ? " --ema" : "");
+            if (rc != 0) continue;
+            const VilConfig *g = &m.cfg;
+            T_CHECK(strcmp(g->arch, c->arch) == 0 && g->img_size == c->img && g->patch_size == c->patch &&
+                        g->stride == c->stride && g->grid == c->grid && g->embed_dim == c->dim &&
+                        g->depth == c->depth && g->d_state == c->state && g->num_classes == c->classes &&
+                        (long)m.param_count == c->params,
+                    "%s: architecture inferred (%s img %d P %d S %d G %d D %d depth %d N %d K %d, %zu params)",
+                    c->name, g->arch, g->img_size, g->patch_size, g->stride, g->grid, g->embed_dim,
+                    g->depth, g->d_state, g->num_classes, m.param_count);
+            T_CHECK(strcmp(meta.format, "pth") == 0 && strcmp(meta.weights, ema ? "model_ema" : "model") == 0 &&
+                        meta.has_ema && meta.epoch == 299 && strstr(meta.source_model, c->name[2] == 'm' ? "vim_test" : "vil_test"),
+                    "%s: meta format %s weights %s epoch %ld model %s", c->name, meta.format,
+                    meta.weights, meta.epoch, meta.source_model);
+            lg[ema] = logits_of(&m, inputs, NI);
+            double *ref = read_ref(c->name, ema ? "ema" : "model", (size_t)NI * c->classes);
+            snprintf(what, sizeof what, "%.31s %s logits vs float64 torch", c->name, ema ? "model_ema" : "model");
+            T_CLOSE(what, ref ? rel_err(lg[ema], ref, (size_t)NI * c->classes) : 1.0, 1e-5);
+            free(ref);
+            vil_checkpoint_meta_free(&meta);
+            vil_model_free(&m);
+        }
+        if (lg[0] && lg[1]) {
+            double d = 0;
+            for (int i = 0; i < NI * c->classes; i++) d = fmax(d, fabs(lg[0][i] - lg[1][i]));
+            T_CHECK(d > 1e-2, "%s: model and model_ema give different logits (max diff %g)", c->name, d);
+        }
+        free(lg[0]);
+        free(lg[1]);
+        free(inputs);
+    }
+
+    /* a bare state dict: needs the image size; then the same network as the checkpoint's model */
+    VilModel a, b;
+    VilCheckpointMeta ma, mb;
+    T_CHECK(vil_checkpoint_load(DATA "vim_p4s4_state_dict.pth", &vil_backend_cpu, NULL, &a, &ma) != 0,
+            "a state dict without args at the default 224 must fail (4x4 grid of patch 4)");
+    int ra = vil_checkpoint_load(DATA "vim_p4s4_state_dict.pth", &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 16}, &a, &ma);
+    int rb = vil_checkpoint_load(DATA "vim_p4s4.pth", &vil_backend_cpu, NULL, &b, &mb);
+    T_CHECK(ra == 0 && rb == 0, "state dict at --img-size 16 and the checkpoint load");
+    if (ra == 0 && rb == 0) {
+        float *x = vil_malloc(a.n_params * 4), *y = vil_malloc(b.n_params * 4);
+        vil_model_get_params(&a, x);
+        vil_model_get_params(&b, y);
+        T_CHECK(a.n_params == b.n_params && memcmp(x, y, a.n_params * 4) == 0,
+                "the bare state dict holds the checkpoint's model");
+        T_CHECK(ma.weights[0] == 0 && ma.epoch == -1, "a state dict: no weights key, no epoch");
+        free(x);
+        free(y);
+        /* at another resolution: pos_embed interpolated from the stated 16 */
+        VilModel r;
+        VilCheckpointMeta mr;
+        T_CHECK(vil_checkpoint_load(DATA "vim_p4s4.pth", &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 24}, &r, &mr) == 0 &&
+                    r.cfg.grid == 6 && mr.pos_interpolated_from == 4,
+                "a checkpoint that states 16 px, loaded at 24: grid 6 from 4");
+        vil_checkpoint_meta_free(&mr);
+        vil_model_free(&r);
+        vil_checkpoint_meta_free(&ma);
+        vil_checkpoint_meta_free(&mb);
+        vil_model_free(&a);
+        vil_model_free(&b);
+    }
+    VilSafetensors st;
+    VilPthInfo info;
+    char err[1024] = "";
+    T_CHECK(vil_pth_read(DATA "vim_p4s4_noema.pth", 1, &st, &info, err, sizeof err) == -1 &&
+                strstr(err, "no model_ema") && strstr(err, "model, epoch, args"),
+            "--ema on a file without model_ema: '%s'", err);
+    T_CHECK(vil_pth_read(DATA "vim_p4s4_state_dict.pth", 1, &st, &info, err, sizeof err) == -1 &&
+                strstr(err, "state dict"), "--ema on a bare state dict: '%s'", err);
+    /* the file's tensors in the order torch.save wrote them are vil's table order */
+    if (vil_pth_read(DATA "vim_p4s4.pth", 0, &st, &info, err, sizeof err) == 0) {
+        VilModel m;
+        VilCheckpointMeta mm;
+        if (vil_checkpoint_load(DATA "vim_p4s4.pth", &vil_backend_cpu, NULL, &m, &mm) == 0) {
+            int same = st.n_tensors == m.n_tensors;
+            for (int i = 0; same && i < m.n_tensors; i++) same = strcmp(st.tensors[i].name, m.info[i].name) == 0;
+            T_CHECK(same, "the official state_dict order is vil's parameter table order");
+            vil_checkpoint_meta_free(&mm);
+            vil_model_free(&m);
+        }
+        vil_st_free(&st);
+    }
+}
+
+/* a copy of a real file with one thing broken: every case must be an error, not a crash */
+static void test_broken_files(void) {
+    size_t n;
+    unsigned char *full = vil_read_file(DATA "vim_p4s4.pth", &n);
+    T_CHECK(full != NULL, "read vim_p4s4.pth");
+    if (!full) return;
+    VilSafetensors st;
+    VilPthInfo info;
+    char err[1024];
+    int parsed = 0;
+    for (size_t k = 0; k < n; k += n / 97 + 1)
+        if (vil_pth_parse(full, k, 0, &st, &info, err, sizeof err) == 0) {
+            parsed++;
+            vil_st_free(&st);
+        }
+    T_CHECK(parsed == 0, "98 truncations of a real checkpoint: %d parsed", parsed);
+    /* one flipped byte inside the first storage (cls_token, read for the model): CRC error */
+    zip_t *za = zip_open(DATA "vim_p4s4.pth", ZIP_RDONLY, NULL);
+    unsigned char first[64];
+    zip_file_t *zf = za ? zip_fopen(za, "vim_p4s4/data/0", 0) : NULL;
+    zip_int64_t got = zf ? zip_fread(zf, first, sizeof first) : -1;
+    if (zf) zip_fclose(zf);
+    if (za) zip_discard(za);
+    unsigned char *at = got == 64 ? memmem(full, n, first, sizeof first) : NULL;
+    T_CHECK(at != NULL, "found the first storage's bytes in the file");
+    if (at) {
+        at[10] ^= 0x40;
+        err[0] = 0;
+        int rc = vil_pth_parse(full, n, 0, &st, &info, err, sizeof err);
+        T_CHECK(rc == -1 && strstr(err, "data/0"), "a flipped storage byte is caught: '%s'", err);
+        if (rc == 0) vil_st_free(&st);
+        at[10] ^= 0x40;
+    }
+    /* the archive without its first storage */
+    FILE *f = fopen(path("nostorage.pth"), "wb");
+    if (f) {
+        fwrite(full, 1, n, f);
+        fclose(f);
+    }
+    za = zip_open(path("nostorage.pth"), 0, NULL);
+    zip_int64_t idx = za ? zip_name_locate(za, "vim_p4s4/data/0", 0) : -1;
+    T_CHECK(idx >= 0 && zip_delete(za, (zip_uint64_t)idx) == 0 && zip_close(za) == 0, "deleted data/0");
+    err[0] = 0;
+    T_CHECK(vil_pth_read(path("nostorage.pth"), 0, &st, &info, err, sizeof err) == -1 &&
+                strstr(err, "cls_token") && strstr(err, "no entry"),
+            "a missing storage names the tensor: '%s'", err);
+    free(full);
+}
+
+/* fine-tuning init: same network, another image size and class count */
+static void test_init(void) {
+    VilModel src;
+    VilCheckpointMeta ms;
+    if (vil_checkpoint_load(DATA "vim_p4s4.pth", &vil_backend_cpu, &(VilCheckpointOpts){.ema = 1}, &src, &ms) != 0) {
+        T_CHECK(0, "load vim_p4s4.pth --ema");
+        return;
+    }
+    VilConfig c = src.cfg;
+    c.img_size = 24; /* grid 6 */
+    c.num_classes = 7;
+    vil_config_finalize(&c);
+    VilModel m;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 5);
+    float *fresh = vil_malloc(m.n_params * 4), *got = vil_malloc(m.n_params * 4), *s = vil_malloc(src.n_params * 4);
+    vil_model_get_params(&m, fresh);
+    vil_model_get_params(&src, s);
+    VilCheckpointMeta mi;
+    int rc = vil_checkpoint_init(&m, DATA "vim_p4s4.pth", 1, &mi);
+    T_CHECK(rc == 0 && mi.head_kept && mi.pos_interpolated_from == 4, "init from a 16-px 5-class EMA into 24 px / 7 classes");
+    vil_model_get_params(&m, got);
+    const VilParamInfo *pi = vil_model_find_param(&m, "layers.1.mixer.x_proj_b.weight");
+    const VilParamInfo *ps = vil_model_find_param(&src, "layers.1.mixer.x_proj_b.weight");
+    T_CHECK(pi && ps && memcmp(got + pi->offset, s + ps->offset, vil_param_extent(pi) * 4) == 0, "layer weights taken");
+    T_CHECK(memcmp(got + m.off.head_w, fresh + m.off.head_w, (size_t)7 * c.embed_dim * 4) == 0, "the head keeps its fresh weights");
+    float *want = vil_malloc((size_t)(6 * 6 + 1) * c.embed_dim * 4);
+    vil_pos_embed_resize(want, s + src.off.pos, 4, 6, c.embed_dim);
+    T_CHECK(memcmp(got + m.off.pos, want, (size_t)(6 * 6 + 1) * c.embed_dim * 4) == 0, "pos_embed interpolated 4x4 -> 6x6");
+    vil_checkpoint_meta_free(&mi);
+    vil_model_free(&m);
+    /* another network: refused */
+    VilConfig d = src.cfg;
+    d.depth = 3;
+    vil_config_finalize(&d);
+    vil_model_init(&m, &d, &vil_backend_cpu);
+    vil_model_init_weights(&m, 5);
+    T_CHECK(vil_checkpoint_init(&m, DATA "vim_p4s4.pth", 0, &mi) != 0, "depth 3 from a depth-2 file is refused");
+    vil_model_free(&m);
+    strcpy(d.arch, "vil");
+    d.depth = 2;
+    vil_config_finalize(&d);
+    vil_model_init(&m, &d, &vil_backend_cpu);
+    T_CHECK(vil_checkpoint_init(&m, DATA "vim_p4s4.pth", 0, &mi) != 0, "ViL from a ViM file is refused");
+    vil_model_free(&m);
+    free(want);
+    free(fresh);
+    free(got);
+    free(s);
+    vil_checkpoint_meta_free(&ms);
+    vil_model_free(&src);
+}
+
+/* classify --json's logits of one image */
+static int classify_logits(const char *args, double *lg, int k) {
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof cmd, "bin/vil classify --device cpu --crop-pct 1 --json %s " DATA "img1.png 2>/dev/null", args);
+    if (t_run(cmd, out, sizeof out) != 0) return -1;
+    cJSON *o = cJSON_Parse(out);
+    cJSON *l = cJSON_GetObjectItem(o, "logits");
+    int n = cJSON_GetArraySize(l);
+    for (int i = 0; i < n && i < k; i++) lg[i] = cJSON_GetArrayItem(l, i)->valuedouble;
+    cJSON_Delete(o);
+    return n == k ? 0 : -1;
+}
+
+static void test_cli(void) {
+    char cmd[2048], out[16384];
+    snprintf(cmd, sizeof cmd, "bin/vil convert " DATA "vim_p4s2.pth %s --ema", path("conv.safetensors"));
+    T_CHECK(t_run(cmd, out, sizeof out) == 0 && strstr(out, "model_ema"), "vil convert --ema: %s", out);
+    double a[5], b[5], c[5];
+    char args[1024];
+    snprintf(args, sizeof args, "--model %s", path("conv.safetensors"));
+    int ra = classify_logits(args, a, 5);
+    int rb = classify_logits("--model " DATA "vim_p4s2.pth --ema", b, 5);
+    int rc = classify_logits("--model " DATA "vim_p4s2.pth", c, 5);
+    T_CHECK(ra == 0 && rb == 0 && rc == 0, "classify the .pth, its model_ema, and the converted file");
+    if (ra == 0 && rb == 0) {
+        T_CHECK(memcmp(a, b, sizeof a) == 0, "converted and .pth --ema give the same logits (%.9g vs %.9g)", a[0], b[0]);
+        double *ref = read_ref("vim_p4s2", "ema", 15);
+        float got[5];
+        for (int i = 0; i < 5; i++) got[i] = (float)a[i];
+        /* img1.png is the second image of inputs.f32: classify's transform gives the same input */
+        T_CLOSE("classify img1.png (PNG, normalize) vs float64 torch", ref ? rel_err(got, ref + 5, 5) : 1, 1e-5);
+        free(ref);
+        T_CHECK(rc == 0 && fabs(a[0] - c[0]) > 1e-3, "without --ema the model's logits differ");
+    }
+    /* the converted file: vil metadata, the source recorded, official names */
+    VilSafetensors st;
+    char err[512];
+    if (vil_st_read(path("conv.safetensors"), &st, err, sizeof err) == 0) {
+        const char *src = vil_st_meta(&st, "vil.source");
+        T_CHECK(vil_st_meta(&st, "vil.config") && vil_st_meta(&st, "vil.img_size") &&
+                    src && strstr(src, "vim_p4s2.pth:model_ema"),
+                "converted metadata: config, image size, source '%s'", src ? src : "");
+        T_CHECK(st.n_tensors > 0 && strcmp(st.tensors[0].name, "cls_token") == 0 &&
+                    vil_st_find(&st, "layers.1.mixer.A_b_log"), "official tensor names");
+        vil_st_free(&st);
+    }
+    /* info on a .pth */
+    T_CHECK(t_run("bin/vil info --model " DATA "vil_p4s4.pth --ema", out, sizeof out) == 0 &&
+                strstr(out, "model_ema") && strstr(out, "epoch:       299") && strstr(out, "Longhorn"),
+            "info on a .pth --ema: %s", out);
+    /* exit codes: a hostile file and misuse */
+    Buf p = {0};
+    op(&p, 0x80), op(&p, 2);
+    glob(&p, "posix", "system");
+    ustr(&p, "touch /tmp/vil_pwned_cli");
+    op(&p, 0x85), op(&p, 'R'), op(&p, '.');
+    Entry e = {"evil/data.pkl", p.b, p.n};
+    write_zip(path("evil.pth"), &e, 1);
+    snprintf(cmd, sizeof cmd, "bin/vil info --model %s 2>&1", path("evil.pth"));
+    int r = t_run(cmd, out, sizeof out);
+    FILE *f = fopen("/tmp/vil_pwned_cli", "r");
+    T_CHECK(r == 1 && strstr(out, "posix.system") && !f, "a pickle calling os.system: exit %d, '%s'", r, out);
+    if (f) fclose(f);
+    free(p.b);
+    snprintf(cmd, sizeof cmd, "bin/vil classify --model %s --crop-pct 1 " DATA "img0.png 2>&1", path("evil.pth"));
+    T_CHECK(t_run(cmd, out, sizeof out) == 1, "classify with it: exit 1");
+    T_CHECK(t_run("bin/vil info --model " DATA "vim_p4s4_noema.pth --ema 2>&1", out, sizeof out) == 1 &&
+                strstr(out, "no model_ema"), "--ema without model_ema: exit 1, '%s'", out);
+    T_CHECK(t_run("bin/vil info --model " DATA "img0.png --ema 2>&1", out, sizeof out) == 1 &&
+                strstr(out, "safetensors"), "--ema on a non-.pth file: exit 1: %s", out);
+    T_CHECK(t_run("bin/vil convert " DATA "vim_p4s4.pth 2>/dev/null", NULL, 0) == 2, "convert with one file: exit 2");
+    snprintf(cmd, sizeof cmd, "bin/vil convert " DATA "vim_p4s4.pth %s --names %s 2>&1", path("n.safetensors"), DATA "cases.txt");
+    T_CHECK(t_run(cmd, out, sizeof out) == 1, "--names with the wrong count: exit 1: %s", out);
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_pickle_values();
+    test_pickle_refusals();
+    test_archives();
+    test_files();
+    test_broken_files();
+    test_init();
+    test_cli();
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return t_finish();
+}
