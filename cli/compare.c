@@ -64,7 +64,7 @@ static void make_labels(Row *rows, int nm, int ema) {
         for (int j = 0; j < nm; j++) {
             const char *g = rows[j].file, *c = strrchr(g, '/');
             c = c ? c + 1 : g;
-            dup |= j != i && strcmp(b, c) == 0;
+            dup |= strcmp(f, g) != 0 && strcmp(b, c) == 0; /* another file of the same name */
         }
         const char *name = dup ? f : b, *dot = strrchr(name, '.');
         int len = dot && dot != name ? (int)(dot - name) : (int)strlen(name);
@@ -220,27 +220,10 @@ static int write_chart(const char *path, const Row *rows, int nm, int nr, int fi
     }
     for (int j = 0; j < nr; j++) ticks[j] = rows[j].res;
     VilChartPanel p[2] = {
-        {"Accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, acc, nm, fixed_ticks ? ticks : NULL, nr},
-        {"Throughput", "image size (px)", "images/s", 0, 1, 1, ips, nm, fixed_ticks ? ticks : NULL, nr},
+        {"Accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, acc, nm, fixed_ticks ? ticks : NULL, fixed_ticks ? nr : 0},
+        {"Throughput", "image size (px)", "images/s", 0, 1, 1, ips, nm, fixed_ticks ? ticks : NULL, fixed_ticks ? nr : 0},
     };
     return vil_chart_write(path, title, p, 2, 2);
-}
-
-static int mkdir_p(const char *dir) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1;; p++) {
-        char c = *p;
-        if (c == '/' || c == 0) {
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-                vil_error("cannot create '%s': %s", buf, vil_errno_str());
-                return -1;
-            }
-            *p = c;
-        }
-        if (!c) return 0;
-    }
 }
 
 int vil_cmd_compare(int argc, char **argv) {
@@ -335,7 +318,7 @@ int vil_cmd_compare(int argc, char **argv) {
     printf("\n");
     print_table(stdout, rows, nm * nr, be->name);
     rc = failed ? 1 : 0;
-    if (mkdir_p(out) == 0) {
+    if (vil_mkdir_p(out) == 0) {
         char p[3][4200], title[512];
         snprintf(p[0], sizeof p[0], "%s/compare.csv", out);
         snprintf(p[1], sizeof p[1], "%s/compare.json", out);

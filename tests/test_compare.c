@@ -102,7 +102,7 @@ static void test_command(void) {
              dir, dir);
     int rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0, "vil compare exits 0 (%d): %s", rc, out);
-    T_CHECK(strstr(out, "vim_p4s4 (EMA)") && strstr(out, "vil_p4s4 (EMA)") && strstr(out, "ViM") &&
+    T_CHECK(strstr(out, "\nvim_p4s4 (EMA)") && strstr(out, "\nvil_p4s4 (EMA)") && strstr(out, "ViM") &&
                 strstr(out, "ViL") && strstr(out, "GFLOPs"), "the table names both models and families");
     char p[1200];
     snprintf(p, sizeof p, "%s/cmp/compare.json", dir);
@@ -163,6 +163,15 @@ static void test_command(void) {
     rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 1 && strstr(out, "does not load at 18 px") && strstr(out, "1 of 2 measurements failed"),
             "a resolution that does not fit: exit 1 (%d), %s", rc, out);
+    /* each model at its own size (no --img-size): one row each, the chart still drawn */
+    snprintf(cmd, sizeof cmd,
+             "bin/vil compare --device cpu --models " DATA "vil_p4s4.pth " DATA "vim_p4s2.pth --data %s "
+             "--crop-pct 1 --batch 4 --steps 1 --workers 1 --out %s/cmp3 2>&1", dir, dir);
+    rc = t_run(cmd, out, sizeof out);
+    snprintf(p, sizeof p, "%s/cmp3/compare.svg", dir);
+    struct stat sb;
+    T_CHECK(rc == 0 && stat(p, &sb) == 0 && strstr(out, "vim_p4s2  ViM       16"),
+            "each model at its own size: exit %d, chart written: %s", rc, out);
     /* usage errors */
     snprintf(cmd, sizeof cmd, "bin/vil compare --data %s 2>/dev/null", dir);
     T_CHECK(t_run(cmd, NULL, 0) == 2, "no models: exit 2");

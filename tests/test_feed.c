@@ -19,7 +19,7 @@ static void check_misuse(void) {
             const void *src[1] = {h};
             VilBatch b[3];
             VilFeed f;
-            freopen("/dev/null", "w", stderr);
+            if (!freopen("/dev/null", "w", stderr)) abort();
             vil_feed_init(&f, be, 1, dev0, bytes);
             vil_feed_put(&f, &b[0], src);
             if (t == 0) { /* three queued */

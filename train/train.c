@@ -68,29 +68,6 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static int mkdir_p(const char *dir) {
-    char *p = vil_strdup(dir);
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == 0) {
-            char c = *s;
-            *s = 0;
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                vil_error("cannot create the output folder '%s': %s", p, vil_errno_str());
-                free(p);
-                return -1;
-            }
-            *s = c;
-            if (!c) break;
-        }
-    }
-    free(p);
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        vil_error("the output path '%s' exists and is not a folder", dir);
-        return -1;
-    }
-    return 0;
-}
 
 static void fmt_duration(char *buf, size_t n, double s) {
     if (!(s >= 0) || s > 1e8) snprintf(buf, n, "?");
@@ -633,7 +610,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
             goto out;
         }
     }
-    if (mkdir_p(run->out_dir) != 0) goto out;
+    if (vil_mkdir_p(run->out_dir) != 0) goto out;
     T->path_best = join(run->out_dir, "best.safetensors");
     T->path_ema = join(run->out_dir, "ema.safetensors");
     if (make_loaders(T) != 0) goto out;

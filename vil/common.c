@@ -60,6 +60,16 @@ void vil_error(const char *fmt, ...) {
     va_end(ap);
 }
 
+int vil_err_set(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 void vil_warn(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -135,6 +145,30 @@ unsigned char *vil_read_file(const char *path, size_t *size_out) {
     buf[n] = 0;
     *size_out = n;
     return buf;
+}
+
+int vil_mkdir_p(const char *dir) {
+    char *p = vil_strdup(dir);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == 0) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                vil_error("cannot create the folder '%s': %s", p, vil_errno_str());
+                free(p);
+                return -1;
+            }
+            *s = c;
+            if (!c) break;
+        }
+    }
+    free(p);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        vil_error("'%s' exists and is not a folder", dir);
+        return -1;
+    }
+    return 0;
 }
 
 int vil_write_file_atomic(const char *path, const void *data, size_t size) {

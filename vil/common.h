@@ -16,6 +16,9 @@ extern "C" {
 /* Print "vil: error: ..." to stderr. Never exits. */
 void vil_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vil_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* For readers that hand their message to the caller: format into err (errlen bytes; err may be
+ * NULL) and return -1. */
+int vil_err_set(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Print the message and exit(1): for failures the program cannot continue from
  * (out of memory, a broken invariant). */
 void vil_fatal(const char *file, int line, const char *fmt, ...)
@@ -43,6 +46,9 @@ void *vil_malloc_aligned(size_t bytes);
 /* ---- files ---- */
 /* Read a whole file. Returns NULL and reports (with the path) on failure. */
 unsigned char *vil_read_file(const char *path, size_t *size_out);
+/* Create dir and its missing parents (mkdir -p). 0, or -1 with a vil_error message (also when
+ * dir exists as something other than a folder). */
+int vil_mkdir_p(const char *dir);
 /* Write atomically: PATH.tmp.PID, fsync, rename, fsync the directory. 0 on success. */
 int vil_write_file_atomic(const char *path, const void *data, size_t size);
 

@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +17,6 @@
 #define MAX_ENTRIES (1 << 20)
 #define MAX_NAME 255 /* a state-dict key */
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 int vil_pth_sniff(const unsigned char *head, size_t n) {
     if (n >= 4 && head[0] == 'P' && head[1] == 'K' &&
@@ -57,18 +46,18 @@ static int read_entry(zip_t *za, const char *name, size_t want, size_t max, unsi
                       size_t *n, char *err, size_t errlen) {
     *out = NULL;
     zip_int64_t idx = zip_name_locate(za, name, ZIP_FL_ENC_RAW);
-    if (idx < 0) return fail(err, errlen, "the archive has no entry '%s'", name);
+    if (idx < 0) return vil_err_set(err, errlen, "the archive has no entry '%s'", name);
     zip_stat_t zs;
     if (zip_stat_index(za, (zip_uint64_t)idx, 0, &zs) != 0 || !(zs.valid & ZIP_STAT_SIZE))
-        return fail(err, errlen, "entry '%s': %s", name, zip_strerror(za));
+        return vil_err_set(err, errlen, "entry '%s': %s", name, zip_strerror(za));
     if (want != (size_t)-1 && zs.size != want)
-        return fail(err, errlen, "entry '%s' holds %" PRIu64 " bytes, its tensors need %zu", name,
+        return vil_err_set(err, errlen, "entry '%s' holds %" PRIu64 " bytes, its tensors need %zu", name,
                     (uint64_t)zs.size, want);
     if (zs.size > max)
-        return fail(err, errlen, "entry '%s' is %" PRIu64 " bytes, over the limit of %zu", name,
+        return vil_err_set(err, errlen, "entry '%s' is %" PRIu64 " bytes, over the limit of %zu", name,
                     (uint64_t)zs.size, max);
     zip_file_t *f = zip_fopen_index(za, (zip_uint64_t)idx, 0);
-    if (!f) return fail(err, errlen, "entry '%s': %s", name, zip_strerror(za));
+    if (!f) return vil_err_set(err, errlen, "entry '%s': %s", name, zip_strerror(za));
     size_t size = (size_t)zs.size;
     unsigned char *buf = vil_malloc_aligned(size ? size : 1);
     size_t got = 0;
@@ -82,7 +71,7 @@ static int read_entry(zip_t *za, const char *name, size_t want, size_t max, unsi
     zip_int64_t tail = got == size ? zip_fread(f, &extra, 1) : -1;
     int rc = 0;
     if (got != size || tail != 0)
-        rc = fail(err, errlen, "entry '%s' cannot be read whole (%zu of %zu bytes): %s", name, got,
+        rc = vil_err_set(err, errlen, "entry '%s' cannot be read whole (%zu of %zu bytes): %s", name, got,
                   size, zip_file_strerror(f));
     zip_fclose(f);
     if (rc != 0) {
@@ -98,20 +87,20 @@ static int read_entry(zip_t *za, const char *name, size_t want, size_t max, unsi
 static int find_prefix(zip_t *za, char *prefix, size_t cap, char *err, size_t errlen) {
     zip_int64_t n = zip_get_num_entries(za, 0);
     if (n < 0 || n > MAX_ENTRIES)
-        return fail(err, errlen, "the archive lists %lld entries (at most %d are read)", (long long)n, MAX_ENTRIES);
+        return vil_err_set(err, errlen, "the archive lists %lld entries (at most %d are read)", (long long)n, MAX_ENTRIES);
     int found = 0;
     for (zip_int64_t i = 0; i < n; i++) {
         const char *nm = zip_get_name(za, (zip_uint64_t)i, ZIP_FL_ENC_RAW);
         if (!nm) continue;
         const char *slash = strchr(nm, '/');
         if (!slash || slash == nm || strcmp(slash, "/data.pkl") != 0) continue;
-        if ((size_t)(slash - nm) >= cap) return fail(err, errlen, "archive folder name too long");
-        if (found++) return fail(err, errlen, "the archive holds more than one data.pkl");
+        if ((size_t)(slash - nm) >= cap) return vil_err_set(err, errlen, "archive folder name too long");
+        if (found++) return vil_err_set(err, errlen, "the archive holds more than one data.pkl");
         memcpy(prefix, nm, (size_t)(slash - nm));
         prefix[slash - nm] = 0;
     }
     if (!found)
-        return fail(err, errlen, "a zip archive without NAME/data.pkl: not a file torch.save wrote");
+        return vil_err_set(err, errlen, "a zip archive without NAME/data.pkl: not a file torch.save wrote");
     return 0;
 }
 
@@ -148,7 +137,7 @@ static int all_tensors(const VilPkObj *d) {
 static const VilPkObj *select_dict(const VilPkObj *root, int ema, VilPthInfo *info, char *err,
                                    size_t errlen) {
     if (root->kind != VIL_PK_DICT) {
-        fail(err, errlen, "data.pkl holds %s, not a checkpoint dict", vil_pk_kind_name(root));
+        vil_err_set(err, errlen, "data.pkl holds %s, not a checkpoint dict", vil_pk_kind_name(root));
         return NULL;
     }
     int is_state_dict = all_tensors(root);
@@ -156,7 +145,7 @@ static const VilPkObj *select_dict(const VilPkObj *root, int ema, VilPthInfo *in
     if (ema) {
         const VilPkObj *e = vil_pk_get(root, "model_ema");
         if (!e || e->kind != VIL_PK_DICT) {
-            fail(err, errlen, "--ema: the file has no model_ema state dict (its keys: %s)",
+            vil_err_set(err, errlen, "--ema: the file has no model_ema state dict (its keys: %s)",
                  info->keys[0] ? info->keys : "tensor names only: it is a state dict");
             return NULL;
         }
@@ -172,7 +161,7 @@ static const VilPkObj *select_dict(const VilPkObj *root, int ema, VilPthInfo *in
         }
     }
     if (is_state_dict) return root;
-    fail(err, errlen, "no state dict in the file: no 'model' or 'state_dict' entry, and the "
+    vil_err_set(err, errlen, "no state dict in the file: no 'model' or 'state_dict' entry, and the "
                       "top level is not all tensors (its keys: %s)", info->keys);
     return NULL;
 }
@@ -207,17 +196,17 @@ static int read_tensors(zip_t *za, const char *prefix, const VilPkObj *d, VilSaf
     for (int i = 0; i < n && rc == 0; i++) {
         const VilPkObj *k = d->items[2 * i], *v = d->items[2 * i + 1];
         if (k->kind != VIL_PK_STR || k->len == 0 || k->len > MAX_NAME || strlen(k->s) != k->len) {
-            rc = fail(err, errlen, "state dict key %d is %s, not a tensor name", i, vil_pk_kind_name(k));
+            rc = vil_err_set(err, errlen, "state dict key %d is %s, not a tensor name", i, vil_pk_kind_name(k));
             break;
         }
         if (v->kind != VIL_PK_TENSOR) {
-            rc = fail(err, errlen, "state dict entry '%s' is %s, not a tensor", k->s, vil_pk_kind_name(v));
+            rc = vil_err_set(err, errlen, "state dict entry '%s' is %s, not a tensor", k->s, vil_pk_kind_name(v));
             break;
         }
         const VilPkTensor *t = v->tensor;
         size_t es = vil_pk_dtype_size(v->dtype);
         if ((uint64_t)t->numel > VIL_PTH_MAX_ENTRY / es || total + (size_t)t->numel * es > VIL_PTH_MAX_ENTRY) {
-            rc = fail(err, errlen, "tensor '%s' takes the state dict over %zu bytes", k->s, VIL_PTH_MAX_ENTRY);
+            rc = vil_err_set(err, errlen, "tensor '%s' takes the state dict over %zu bytes", k->s, VIL_PTH_MAX_ENTRY);
             break;
         }
         ts[i].name = k->s;
@@ -247,7 +236,7 @@ static int read_tensors(zip_t *za, const char *prefix, const VilPkObj *d, VilSaf
             if (read_entry(za, name, (size_t)s->i * es, VIL_PTH_MAX_ENTRY, &sbuf, &got, err, errlen) != 0) {
                 char inner[512];
                 snprintf(inner, sizeof inner, "%s", err ? err : "");
-                rc = fail(err, errlen, "tensor '%s': %s", d->items[2 * i]->s, inner);
+                rc = vil_err_set(err, errlen, "tensor '%s': %s", d->items[2 * i]->s, inner);
                 break;
             }
         }
@@ -276,14 +265,14 @@ static int read_archive(zip_t *za, int ema, VilSafetensors *st, VilPthInfo *info
         if (read_entry(za, name, (size_t)-1, 64, &b, &n, err, errlen) != 0) return -1;
         int little = n == 6 && memcmp(b, "little", 6) == 0;
         free(b);
-        if (!little) return fail(err, errlen, "the storages are not little-endian (byteorder entry)");
+        if (!little) return vil_err_set(err, errlen, "the storages are not little-endian (byteorder entry)");
     }
     snprintf(name, sizeof name, "%s/data.pkl", prefix);
     if (read_entry(za, name, (size_t)-1, VIL_PK_MAX_BYTES, &b, &n, err, errlen) != 0) return -1;
     char perr[400];
     VilPickle *pk = vil_pickle_load(b, n, perr, sizeof perr);
     free(b);
-    if (!pk) return fail(err, errlen, "data.pkl: %s", perr);
+    if (!pk) return vil_err_set(err, errlen, "data.pkl: %s", perr);
     const VilPkObj *root = vil_pickle_root(pk);
     if (root->kind == VIL_PK_DICT) describe(root, info);
     const VilPkObj *d = select_dict(root, ema, info, err, errlen);
@@ -297,7 +286,7 @@ static zip_t *open_source(zip_source_t *src, char *err, size_t errlen) {
     zip_error_init(&ze);
     zip_t *za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
     if (!za) {
-        fail(err, errlen, "not a readable zip archive: %s", zip_error_strerror(&ze));
+        vil_err_set(err, errlen, "not a readable zip archive: %s", zip_error_strerror(&ze));
         zip_source_free(src);
     }
     zip_error_fini(&ze);
@@ -313,7 +302,7 @@ int vil_pth_parse(const unsigned char *buf, size_t n, int ema, VilSafetensors *s
     zip_error_init(&ze);
     zip_source_t *src = zip_source_buffer_create(buf, n, 0, &ze);
     zip_error_fini(&ze);
-    if (!src) return fail(err, errlen, "cannot read the bytes as a zip archive");
+    if (!src) return vil_err_set(err, errlen, "cannot read the bytes as a zip archive");
     zip_t *za = open_source(src, err, errlen);
     if (!za) return -1;
     int rc = read_archive(za, ema, st, info, err, errlen);
@@ -332,7 +321,7 @@ int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info
     int rc = -1;
     char inner[768];
     if (!src) {
-        fail(inner, sizeof inner, "cannot open: %s", zip_error_strerror(&ze));
+        vil_err_set(inner, sizeof inner, "cannot open: %s", zip_error_strerror(&ze));
     } else {
         zip_t *za = open_source(src, inner, sizeof inner);
         if (za) {
@@ -341,6 +330,6 @@ int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info
         }
     }
     zip_error_fini(&ze);
-    if (rc != 0) return fail(err, errlen, "'%s': %s", path, inner);
+    if (rc != 0) return vil_err_set(err, errlen, "'%s': %s", path, inner);
     return 0;
 }

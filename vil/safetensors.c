@@ -56,17 +56,6 @@ static int dtype_from_name(const char *s, VilStDtype *out) {
 #define NAME_MAX_SHOWN 160
 #define SHOWN(s) NAME_MAX_SHOWN, (s)
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* JSON numbers arrive as doubles: accept only integers that a double holds exactly. */
 static int json_uint(const cJSON *v, uint64_t *out) {
@@ -120,7 +109,7 @@ static int index_names(VilSafetensors *st, VilStTensor **p, char *err, size_t er
     for (int i = 0; i < nt; i++) {
         st->by_name[i] = (int)(p[i] - st->tensors);
         if (i > 0 && strcmp(p[i - 1]->name, p[i]->name) == 0)
-            return fail(err, errlen, "tensor name '%.*s' appears twice", SHOWN(p[i]->name));
+            return vil_err_set(err, errlen, "tensor name '%.*s' appears twice", SHOWN(p[i]->name));
     }
     return 0;
 }
@@ -131,7 +120,7 @@ static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t, char
                         size_t errlen) {
     const char *nm = t->name;
     if (!cJSON_IsObject(item))
-        return fail(err, errlen, "tensor '%.*s': entry is %s, not an object", SHOWN(nm),
+        return vil_err_set(err, errlen, "tensor '%.*s': entry is %s, not an object", SHOWN(nm),
                     json_kind(item));
     const cJSON *dt = NULL, *shape = NULL, *offs = NULL;
     for (const cJSON *c = item->child; c; c = c->next) {
@@ -141,31 +130,31 @@ static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t, char
                                                                       : NULL;
         if (!slot) continue;
         if (*slot)
-            return fail(err, errlen, "tensor '%.*s': key '%s' appears twice", SHOWN(nm), c->string);
+            return vil_err_set(err, errlen, "tensor '%.*s': key '%s' appears twice", SHOWN(nm), c->string);
         *slot = c;
     }
     if (!dt || !shape || !offs)
-        return fail(err, errlen, "tensor '%.*s': missing \"%s\"", SHOWN(nm),
+        return vil_err_set(err, errlen, "tensor '%.*s': missing \"%s\"", SHOWN(nm),
                     !dt      ? "dtype"
                     : !shape ? "shape"
                              : "data_offsets");
     if (!cJSON_IsString(dt))
-        return fail(err, errlen, "tensor '%.*s': dtype is %s, not a string", SHOWN(nm),
+        return vil_err_set(err, errlen, "tensor '%.*s': dtype is %s, not a string", SHOWN(nm),
                     json_kind(dt));
     if (dtype_from_name(dt->valuestring, &t->dtype) != 0)
-        return fail(err, errlen, "tensor '%.*s': unknown dtype '%.*s'", SHOWN(nm), 32,
+        return vil_err_set(err, errlen, "tensor '%.*s': unknown dtype '%.*s'", SHOWN(nm), 32,
                     dt->valuestring);
     if (!cJSON_IsArray(shape))
-        return fail(err, errlen, "tensor '%.*s': shape is %s, not an array", SHOWN(nm),
+        return vil_err_set(err, errlen, "tensor '%.*s': shape is %s, not an array", SHOWN(nm),
                     json_kind(shape));
     int ndim = 0;
     for (const cJSON *c = shape->child; c; c = c->next) {
         if (ndim == VIL_ST_MAX_DIMS)
-            return fail(err, errlen, "tensor '%.*s': shape has more than %d dimensions", SHOWN(nm),
+            return vil_err_set(err, errlen, "tensor '%.*s': shape has more than %d dimensions", SHOWN(nm),
                         VIL_ST_MAX_DIMS);
         uint64_t d;
         if (json_uint(c, &d) != 0)
-            return fail(err, errlen, "tensor '%.*s': shape[%d] is not a non-negative integer",
+            return vil_err_set(err, errlen, "tensor '%.*s': shape[%d] is not a non-negative integer",
                         SHOWN(nm), ndim);
         t->shape[ndim++] = (int64_t)d;
     }
@@ -173,11 +162,11 @@ static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t, char
     uint64_t begin, end;
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
         json_uint(offs->child, &begin) != 0 || json_uint(offs->child->next, &end) != 0)
-        return fail(err, errlen,
+        return vil_err_set(err, errlen,
                     "tensor '%.*s': data_offsets must be [begin, end], two non-negative integers",
                     SHOWN(nm));
     if (end < begin)
-        return fail(err, errlen,
+        return vil_err_set(err, errlen,
                     "tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin",
                     SHOWN(nm), begin, end);
     /* product(shape) * size, refusing anything that overflows */
@@ -188,17 +177,17 @@ static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t, char
     for (int i = 0; i < ndim; i++) {
         uint64_t d = (uint64_t)t->shape[i];
         if (d && nbytes > UINT64_MAX / d)
-            return fail(err, errlen, "tensor '%.*s': shape %s %s overflows a 64-bit byte count",
+            return vil_err_set(err, errlen, "tensor '%.*s': shape %s %s overflows a 64-bit byte count",
                         SHOWN(nm), sh, DTYPES[t->dtype].name);
         nbytes *= d;
     }
     if (nbytes != end - begin)
-        return fail(err, errlen,
+        return vil_err_set(err, errlen,
                     "tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64
                     "] but shape %s %s needs %" PRIu64 " bytes",
                     SHOWN(nm), begin, end, sh, DTYPES[t->dtype].name, nbytes);
     if (end > buf_size)
-        return fail(err, errlen,
+        return vil_err_set(err, errlen,
                     "tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64
                     "] reach past the end of the %zu-byte buffer (truncated file?)",
                     SHOWN(nm), begin, end, buf_size);
@@ -209,13 +198,13 @@ static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t, char
 
 static int parse_meta(const cJSON *meta, VilSafetensors *st, char *err, size_t errlen) {
     if (!cJSON_IsObject(meta))
-        return fail(err, errlen, "__metadata__ is %s, not an object of strings", json_kind(meta));
+        return vil_err_set(err, errlen, "__metadata__ is %s, not an object of strings", json_kind(meta));
     int n = cJSON_GetArraySize(meta);
     st->meta_keys = vil_calloc((size_t)n, sizeof(char *));
     st->meta_vals = vil_calloc((size_t)n, sizeof(char *));
     for (const cJSON *c = meta->child; c; c = c->next) {
         if (!cJSON_IsString(c))
-            return fail(err, errlen,
+            return vil_err_set(err, errlen,
                         "__metadata__ key '%.*s' is %s; metadata values must be strings",
                         SHOWN(c->string), json_kind(c));
         st->meta_keys[st->n_meta] = vil_strdup(c->string);
@@ -227,7 +216,7 @@ static int parse_meta(const cJSON *meta, VilSafetensors *st, char *err, size_t e
     qsort(keys, (size_t)n, sizeof(char *), cmp_str_ptr);
     for (int i = 1; i < n; i++) {
         if (strcmp(keys[i - 1], keys[i]) == 0) {
-            fail(err, errlen, "__metadata__ key '%.*s' appears twice", SHOWN(keys[i]));
+            vil_err_set(err, errlen, "__metadata__ key '%.*s' appears twice", SHOWN(keys[i]));
             free(keys);
             return -1;
         }
@@ -240,13 +229,13 @@ static int parse_meta(const cJSON *meta, VilSafetensors *st, char *err, size_t e
 static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st, char *err,
                       size_t errlen) {
     if (!cJSON_IsObject(root))
-        return fail(err, errlen, "header is %s, not a JSON object", json_kind(root));
+        return vil_err_set(err, errlen, "header is %s, not a JSON object", json_kind(root));
     int n = cJSON_GetArraySize(root);
     st->tensors = vil_calloc((size_t)n, sizeof(VilStTensor));
     const cJSON *meta = NULL;
     for (const cJSON *c = root->child; c; c = c->next) {
         if (strcmp(c->string, "__metadata__") == 0) {
-            if (meta) return fail(err, errlen, "key '__metadata__' appears twice");
+            if (meta) return vil_err_set(err, errlen, "key '__metadata__' appears twice");
             meta = c;
             if (parse_meta(c, st, err, errlen) != 0) return -1;
             continue;
@@ -267,14 +256,14 @@ static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st, ch
         const VilStTensor *t = p[i];
         if (t->offset < covered) {
             const VilStTensor *q = p[i - 1];
-            rc = fail(err, errlen,
+            rc = vil_err_set(err, errlen,
                       "tensors '%.*s' (bytes [%zu, %zu]) and '%.*s' (bytes [%zu, %zu]) overlap",
                       SHOWN(q->name), q->offset, q->offset + q->nbytes, SHOWN(t->name), t->offset,
                       t->offset + t->nbytes);
             goto done;
         }
         if (t->offset > covered) {
-            rc = fail(
+            rc = vil_err_set(
                 err, errlen,
                 "bytes [%zu, %zu] of the buffer belong to no tensor (gap before tensor '%.*s')",
                 covered, t->offset, SHOWN(t->name));
@@ -283,7 +272,7 @@ static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st, ch
         covered = t->offset + t->nbytes;
     }
     if (covered != buf_size)
-        rc = fail(err, errlen, "tensors cover %zu bytes but the buffer after the header has %zu",
+        rc = vil_err_set(err, errlen, "tensors cover %zu bytes but the buffer after the header has %zu",
                   covered, buf_size);
 done:
     free(p);
@@ -293,27 +282,27 @@ done:
 int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *err, size_t errlen) {
     memset(st, 0, sizeof *st);
     if (n < 8)
-        return fail(err, errlen,
+        return vil_err_set(err, errlen,
                     "file is %zu bytes, shorter than the 8-byte header length (empty or truncated)",
                     n);
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++)
         hlen |= (uint64_t)buf[i] << (8 * i);
     if (hlen > VIL_ST_MAX_HEADER)
-        return fail(err, errlen,
+        return vil_err_set(err, errlen,
                     "header length %" PRIu64 " is over the %u-byte limit (not a safetensors file?)",
                     hlen, VIL_ST_MAX_HEADER);
     if (hlen > n - 8)
-        return fail(err, errlen,
+        return vil_err_set(err, errlen,
                     "header length %" PRIu64 " but only %zu bytes follow it (truncated file?)",
                     hlen, n - 8);
     if (hlen == 0)
-        return fail(err, errlen, "header length is 0; the header must be at least \"{}\"");
+        return vil_err_set(err, errlen, "header length is 0; the header must be at least \"{}\"");
     const unsigned char *hdr = buf + 8;
     const unsigned char *nul = memchr(hdr, 0, (size_t)hlen);
-    if (nul) return fail(err, errlen, "header has a NUL byte at offset %zu", (size_t)(nul - hdr));
+    if (nul) return vil_err_set(err, errlen, "header has a NUL byte at offset %zu", (size_t)(nul - hdr));
     size_t bad = vil_utf8_invalid_at(hdr, (size_t)hlen);
-    if (bad != hlen) return fail(err, errlen, "header is not valid UTF-8 (byte %zu)", bad);
+    if (bad != hlen) return vil_err_set(err, errlen, "header is not valid UTF-8 (byte %zu)", bad);
 
     /* cJSON gets its own NUL-terminated copy so that no parser path can read past it */
     char *text = vil_malloc((size_t)hlen + 1);
@@ -324,14 +313,14 @@ int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *e
     int rc = 0;
     if (!root) {
         size_t at = end && end >= text && end <= text + hlen ? (size_t)(end - text) : 0;
-        rc = fail(err, errlen,
+        rc = vil_err_set(err, errlen,
                   "header is not valid JSON (near byte %zu of %" PRIu64 ", or nested too deeply)",
                   at, hlen);
         goto out;
     }
     for (const char *q = end; q < text + hlen; q++) {
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-            rc = fail(err, errlen, "unexpected byte 0x%02x after the JSON header (byte %zu)",
+            rc = vil_err_set(err, errlen, "unexpected byte 0x%02x after the JSON header (byte %zu)",
                       (unsigned char)*q, (size_t)(q - text));
             goto out;
         }
@@ -368,7 +357,7 @@ int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
             d->offset > buf_size || d->nbytes > buf_size - d->offset ||
             (uint64_t)numel * vil_st_dtype_size(d->dtype) != d->nbytes) {
             vil_st_free(st);
-            return fail(err, errlen, "tensor '%.*s': its bytes do not match its shape and dtype", SHOWN(t[i].name));
+            return vil_err_set(err, errlen, "tensor '%.*s': its bytes do not match its shape and dtype", SHOWN(t[i].name));
         }
         d->data = buf + d->offset;
     }
@@ -383,15 +372,15 @@ int vil_st_read(const char *path, VilSafetensors *st, char *err, size_t errlen) 
     memset(st, 0, sizeof *st);
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return fail(err, errlen, "'%s': cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return fail(err, errlen, "'%s': not a regular file", path);
+        return vil_err_set(err, errlen, "'%s': cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return vil_err_set(err, errlen, "'%s': not a regular file", path);
     size_t n = 0;
     unsigned char *buf = vil_read_file(path, &n);
-    if (!buf) return fail(err, errlen, "'%s': cannot read the file (see the message above)", path);
+    if (!buf) return vil_err_set(err, errlen, "'%s': cannot read the file (see the message above)", path);
     char inner[1024];
     int rc = vil_st_parse(buf, n, st, inner, sizeof inner);
     free(buf);
-    if (rc != 0) return fail(err, errlen, "'%s': %s", path, inner);
+    if (rc != 0) return vil_err_set(err, errlen, "'%s': %s", path, inner);
     return 0;
 }
 
