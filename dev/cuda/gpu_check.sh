@@ -2,7 +2,7 @@
 # gpu_check.sh: one call on the lent GPU machine: build, `make test-gpu`, compute-sanitizer
 # memcheck on both GPU tests, then `vil bench` for the configs given (default: ViL-Tiny).
 # Full logs go to $OUT (or ./out); the summary printed last fits the reply's tail.
-#   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [e2e] [data]
+#   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [e2e] [data] [pth]
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
 # e2e trains ViL-Tiny on it on the GPU, evaluates, and classifies with --device cuda and cpu;
 # data runs bench-data with 1 and 16 threads.
@@ -53,6 +53,23 @@ for step in "$@"; do
             build/dev/cuda/bench_ops 192 256 1 "$filt" > "$OUT/ncu_$cnt.log" 2>&1
         echo "ncu: rc=$?"
         grep -iE "void |Duration|Executed Ipc A|Executed Instructions   |Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Warp Per|No Eligible|Warp Cycles Per Issued|stall|Eligible Warps" "$OUT/ncu_$cnt.log" | cut -c1-200 | head -90
+        ;;
+    pth)
+        # .pth files: convert against torch.load + safetensors.torch.load_file, the test files as
+        # this torch writes them (test_pth, gpu_pth), then vil compare of random-weight stand-ins
+        # of the four published sizes on Fashion-MNIST's test split (carry .deps/fmnist: the two
+        # t10k files of Debian's dataset-fashion-mnist)
+        sh tests/test_pth_reference.sh > "$OUT/pth_ref.log" 2>&1; echo "convert vs torch: $(tail -1 "$OUT/pth_ref.log")"
+        P=/tmp/vil_pth; rm -rf $P; python3 tests/reference/make_vim_pth.py $P > /dev/null
+        rm -rf /tmp/pth_keep; cp -r tests/data/pth /tmp/pth_keep
+        cp $P/* tests/data/pth/ && echo "torch $(python3 -c 'import torch; print(torch.__version__)') files:" \
+            "test_pth $(build/tests/test_pth 2>/dev/null | tail -1), gpu_pth $(build/tests/gpu_pth | tail -1)"
+        cp /tmp/pth_keep/* tests/data/pth/
+        for a in "vil_t 16 vil tiny" "vim_t 16 vim tiny" "vil_s 16 vil small" "vim_s 16 vim small" "vim_t8 8 vim tiny"; do
+            set -- $a; python3 tests/reference/make_vim_pth.py --full $P/$1.pth $2 $3 $4 > /dev/null; done
+        bin/vil compare --models $P/vil_t.pth $P/vim_t.pth $P/vil_s.pth $P/vim_s.pth --ema --data .deps/fmnist \
+            --split test --limit 4096 --img-size 224,384,512 --batch 128 --device cuda --out "$OUT/cmp" | grep -v "images  top-1"
+        bin/vil compare --models $P/vim_t8.pth --data .deps/fmnist --split test --limit 2048 --batch 128 --device cuda --out /tmp/c8 | tail -3
         ;;
     e2e)
         R=/tmp/vil_e2e; rm -rf $R
