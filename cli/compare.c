@@ -19,6 +19,7 @@
 #include "vil/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
+#include "vil/limits.h"
 
 #define MAX_MODELS 32
 #define MAX_RES 16
@@ -37,6 +38,8 @@ typedef struct {
     long images;
     double images_per_s; /* forward passes at the batch size, on the device */
     size_t peak_bytes;
+    float crop_pct;      /* the evaluation crop used (the checkpoint's unless --crop-pct) */
+    long bad;            /* images that could not be read (not counted) */
 } Row;
 
 /* "224,384,512" -> sizes; 0 on a malformed list */
@@ -74,7 +77,7 @@ static void make_labels(Row *rows, int nm, int ema) {
 }
 
 static void measure(Row *r, const VilBackend *be, VilDataset *ds, int ema, int batch, int workers,
-                    float crop_pct, long limit, int steps) {
+                    float crop_pct, int skip_bad, long limit, int steps) {
     VilModel m;
     VilCheckpointMeta meta;
     VilCheckpointOpts o = {.img_size = r->res, .ema = ema};
@@ -92,12 +95,18 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int ema, int b
     r->gflops = vil_model_macs(c) / 1e9;
     char prefix[160];
     snprintf(prefix, sizeof prefix, "  %s @ %d: ", r->file, c->img_size);
+    VilEvalSpec ev;
+    vil_eval_spec_resolve(&ev, &meta, crop_pct, c->in_chans, NULL, 0);
+    r->crop_pct = ev.crop_pct;
     VilEvalResult er;
-    if (vil_eval_dataset(&m, ds, batch, workers, crop_pct, limit, stdout, prefix, &er) != 0) {
+    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, stdout, prefix, &er) != 0) {
         snprintf(r->why, sizeof r->why, "evaluation failed (see above)");
     } else if (er.images == 0) {
         snprintf(r->why, sizeof r->why, "no images were evaluated");
+    } else if (er.bad && !skip_bad) {
+        snprintf(r->why, sizeof r->why, "%ld images could not be read (named above; --skip-bad leaves them out)", er.bad);
     } else {
+        r->bad = er.bad;
         r->top1 = 100.0 * er.top1 / er.images;
         r->top5 = 100.0 * er.top5 / er.images;
         r->images = er.images;
@@ -134,8 +143,8 @@ static void print_table(FILE *f, const Row *rows, int n, const char *device) {
 static int write_csv(const char *path, const Row *rows, int n, const char *device) {
     size_t cap = 4096 + (size_t)n * 1024, k = 0;
     char *s = vil_malloc(cap);
-    k += (size_t)snprintf(s + k, cap - k, "model,file,weights,family,img_size,params,gflops,top1,top5,"
-                                          "images,images_per_s,peak_bytes,device,error\n");
+    k += (size_t)snprintf(s + k, cap - k, "model,file,weights,family,img_size,crop_pct,params,gflops,"
+                                          "top1,top5,images,images_per_s,peak_bytes,device,error\n");
     for (int i = 0; i < n; i++) {
         const Row *r = &rows[i];
         /* file names may hold commas: quoted, with quotes doubled */
@@ -152,11 +161,12 @@ static int write_csv(const char *path, const Row *rows, int n, const char *devic
             q[j][o] = 0;
         }
         if (r->ok)
-            k += (size_t)snprintf(s + k, cap - k, "%s,%s,%s,%s,%d,%zu,%.4f,%.4f,%.4f,%ld,%.2f,%zu,%s,\n",
-                                  q[0], q[1], r->weights, r->family, r->res, r->params, r->gflops,
-                                  r->top1, r->top5, r->images, r->images_per_s, r->peak_bytes, device);
+            k += (size_t)snprintf(s + k, cap - k, "%s,%s,%s,%s,%d,%g,%zu,%.4f,%.4f,%.4f,%ld,%.2f,%zu,%s,\n",
+                                  q[0], q[1], r->weights, r->family, r->res, r->crop_pct, r->params,
+                                  r->gflops, r->top1, r->top5, r->images, r->images_per_s,
+                                  r->peak_bytes, device);
         else
-            k += (size_t)snprintf(s + k, cap - k, "%s,%s,,%s,%d,,,,,,,,%s,\"%s\"\n", q[0], q[1],
+            k += (size_t)snprintf(s + k, cap - k, "%s,%s,,%s,%d,,,,,,,,,%s,\"%s\"\n", q[0], q[1],
                                   r->family, r->res, device, r->why);
         if (k >= cap) k = cap - 1;
     }
@@ -166,13 +176,12 @@ static int write_csv(const char *path, const Row *rows, int n, const char *devic
 }
 
 static int write_json(const char *path, const Row *rows, int n, const char *device,
-                      const char *data, const char *split, int batch, float crop_pct) {
+                      const char *data, const char *split, int batch) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "device", device);
     cJSON_AddStringToObject(o, "data", data);
     cJSON_AddStringToObject(o, "split", split);
     cJSON_AddNumberToObject(o, "batch", batch);
-    cJSON_AddNumberToObject(o, "crop_pct", crop_pct);
     cJSON_AddStringToObject(o, "gflops", "multiply-adds per image / 1e9");
     cJSON *a = cJSON_AddArrayToObject(o, "rows");
     for (int i = 0; i < n; i++) {
@@ -184,11 +193,13 @@ static int write_json(const char *path, const Row *rows, int n, const char *devi
         cJSON_AddStringToObject(e, "family", r->family);
         cJSON_AddNumberToObject(e, "img_size", r->res);
         if (r->ok) {
+            cJSON_AddNumberToObject(e, "crop_pct", r->crop_pct);
             cJSON_AddNumberToObject(e, "params", (double)r->params);
             cJSON_AddNumberToObject(e, "gflops", r->gflops);
             cJSON_AddNumberToObject(e, "top1", r->top1);
             cJSON_AddNumberToObject(e, "top5", r->top5);
             cJSON_AddNumberToObject(e, "images", (double)r->images);
+            cJSON_AddNumberToObject(e, "unreadable", (double)r->bad);
             cJSON_AddNumberToObject(e, "images_per_s", r->images_per_s);
             cJSON_AddNumberToObject(e, "peak_bytes", (double)r->peak_bytes);
         } else {
@@ -229,8 +240,8 @@ static int write_chart(const char *path, const Row *rows, int nm, int nr, int fi
 int vil_cmd_compare(int argc, char **argv) {
     const char *data = NULL, *split = "val", *labels = NULL, *device = "auto", *sizes = NULL,
                *out = "out/compare";
-    int batch = 64, ema = 0, workers = 4, limit = 0, steps = 0;
-    float crop_pct = 0.875f;
+    int batch = 64, ema = 0, workers = 4, limit = 0, steps = 0, skip_bad = 0;
+    float crop_pct = 0;
     VilArgList models = {0};
     VilArg args[] = {
         {"--models", VIL_ARG_LIST, &models, "checkpoints (.safetensors or .pth); the files after it count too"},
@@ -240,7 +251,8 @@ int vil_cmd_compare(int argc, char **argv) {
         {"--img-size", VIL_ARG_STR, &sizes, "resolutions, e.g. 224,384,512 (default: each model's own)"},
         {"--batch", VIL_ARG_INT, &batch, "batch size of the evaluation and of the timed forward passes"},
         {"--ema", VIL_ARG_FLAG, &ema, "the model_ema of every .pth training checkpoint (safetensors files are taken as they are)"},
-        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop"},
+        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: each checkpoint's, else 0.875)"},
+        {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "leave out images that cannot be read (else such a row fails)"},
         {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
         {"--steps", VIL_ARG_INT, &steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
@@ -281,8 +293,14 @@ int vil_cmd_compare(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
-    if (batch < 1 || workers < 1 || limit < 0 || steps < 0 || !(crop_pct > 0.0f && crop_pct <= 1.0f)) {
-        fprintf(stderr, "vil compare: --batch and --workers must be >= 1, --limit and --steps >= 0, --crop-pct in (0, 1]\n");
+    if (batch < 1 || batch > VIL_MAX_BATCH || workers < 1 || workers > 256 || limit < 0 ||
+        steps < 0 || !(crop_pct >= 0.0f && crop_pct <= 1.0f)) {
+        fprintf(stderr, "vil compare: --batch must be in 1..%d, --workers in 1..256, --limit and "
+                        "--steps >= 0, --crop-pct in (0, 1]\n", VIL_MAX_BATCH);
+        return 2;
+    }
+    if (!vil_device_name_ok(device) || !vil_dataset_split_ok(split)) {
+        fprintf(stderr, "vil compare: --device takes cpu, cuda or auto, --split val, test or train\n");
         return 2;
     }
     char err[2048];
@@ -298,9 +316,11 @@ int vil_cmd_compare(int argc, char **argv) {
     }
     if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 3 : 20;
     long n_img = limit > 0 && limit < vil_dataset_size(ds) ? limit : vil_dataset_size(ds);
-    printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, crop_pct %g\n", nm,
+    char crop[64] = "each checkpoint's crop_pct";
+    if (crop_pct > 0) snprintf(crop, sizeof crop, "crop_pct %g", crop_pct);
+    printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, %s\n", nm,
            nm == 1 ? "" : "s", nr, nr == 1 ? "" : "s", be->name, vil_dataset_source(ds), n_img,
-           batch, crop_pct);
+           batch, crop);
     fflush(stdout);
     Row *rows = vil_calloc((size_t)nm * nr, sizeof(Row));
     int failed = 0;
@@ -309,7 +329,7 @@ int vil_cmd_compare(int argc, char **argv) {
             Row *r = &rows[i * nr + j];
             r->file = files[i];
             r->res = res[j];
-            measure(r, be, ds, ema, batch, workers, crop_pct, limit, steps);
+            measure(r, be, ds, ema, batch, workers, crop_pct, skip_bad, limit, steps);
             if (!r->ok) failed++;
         }
     make_labels(rows, nm * nr, ema);
@@ -324,7 +344,7 @@ int vil_cmd_compare(int argc, char **argv) {
         snprintf(p[1], sizeof p[1], "%s/compare.json", out);
         snprintf(p[2], sizeof p[2], "%s/compare.svg", out);
         snprintf(title, sizeof title, "vil compare: %s (%ld images) on %s", vil_dataset_source(ds), n_img, be->name);
-        int w = write_csv(p[0], rows, nm * nr, be->name) | write_json(p[1], rows, nm * nr, be->name, data, split, batch, crop_pct) |
+        int w = write_csv(p[0], rows, nm * nr, be->name) | write_json(p[1], rows, nm * nr, be->name, data, split, batch) |
                 write_chart(p[2], rows, nm, nr, sizes != NULL, title);
         if (w) rc = 1;
         else printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);

@@ -66,7 +66,8 @@ int vil_cmd_convert(int argc, char **argv) {
     }
     char source[1024];
     snprintf(source, sizeof source, "%s%s%s", in, meta.weights[0] ? ":" : "", meta.weights);
-    if (vil_checkpoint_save_from(&m, out, class_names, class_names ? c->num_classes : 0, source) != 0)
+    if (vil_checkpoint_save_from(&m, out, class_names, class_names ? c->num_classes : 0,
+                                 meta.eval.crop_pct > 0 ? &meta.eval : NULL, source) != 0)
         goto out;
     /* what was written must read back as the same network with the same weights */
     if (vil_checkpoint_load(out, &vil_backend_cpu, NULL, &back, &mb) != 0) {

@@ -16,7 +16,7 @@ extern "C" {
 }
 
 /* the table below is positional: a new VilBackend member must be added there too */
-static_assert(sizeof(VilBackend) == 3 * sizeof(void *) + 34 * sizeof(void (*)(void)),
+static_assert(sizeof(VilBackend) == 3 * sizeof(void *) + 35 * sizeof(void (*)(void)),
               "VilBackend changed: update the table at the end of cuda/backend_cuda.cu");
 
 CuCtx g_cu;
@@ -218,6 +218,15 @@ static void b_sync(void) {
 }
 static size_t b_peak(void) { return cu_peak_bytes(); }
 static void b_peak_reset(void) { cu_peak_reset(); }
+static size_t b_mem_free(void) {
+    cu_ensure_init();
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return fr;
+}
 
 /* pinned host memory: copies from it are DMA transfers that run while the host goes on */
 static void *b_host_alloc(size_t bytes) {
@@ -280,6 +289,7 @@ extern "C" const VilBackend vil_backend_cuda = {
     /* .sync = */ b_sync,
     /* .peak_bytes = */ b_peak,
     /* .peak_reset = */ b_peak_reset,
+    /* .mem_free = */ b_mem_free,
     /* .act_to_host_f32 = */ b_act_to_host_f32,
     /* .params_to_work = */ b_params_to_work,
     /* .host_alloc = */ b_host_alloc,

@@ -219,7 +219,10 @@ int vil_cmd_bench_data(int argc, char **argv) {
     else if (batches < 1) bad = "--batches must be >= 1";
     else if (warmup < 0) bad = "--warmup must be >= 0";
     else if (res < 8 || res > 4096) bad = "--res must be in [8, 4096]";
-    else if (batch < 1) bad = "--batch must be >= 1";
+    else if (batch < 1 || batch > 65536) bad = "--batch must be in [1, 65536]";
+    else if (!(reprob == -1.0f || (reprob >= 0.0f && reprob <= 1.0f))) bad = "--reprob must be in [0, 1] (-1: the recipe's)";
+    else if (randaug_n < -1 || randaug_n > 16) bad = "--randaug-n must be in [0, 16] (-1: the recipe's)";
+    else if (!vil_dataset_split_ok(split)) bad = "--split must be train, val or test";
     else if (prefetch < 0) bad = "--prefetch must be >= 0";
     else if (channels != 0 && channels != 1 && channels != 3) bad = "--channels must be 0, 1 or 3";
     else if (strcmp(decode, "fast") != 0 && strcmp(decode, "exact") != 0) bad = "--decode must be fast or exact";

@@ -569,6 +569,10 @@ static void fill_class_ids(VilDataset *ds) {
     }
 }
 
+int vil_dataset_split_ok(const char *split) {
+    return strcmp(split, "train") == 0 || strcmp(split, "val") == 0 || strcmp(split, "test") == 0;
+}
+
 VilDataset *vil_dataset_open(const char *path, const char *split, const char *labels_file,
                              char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;

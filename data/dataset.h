@@ -71,6 +71,9 @@ int vil_dataset_raw_image(const VilDataset *ds, int i, VilImage *view);
 int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *out,
                            VilBuffer *scratch, char *err, size_t errlen);
 
+/* 1 for the split names a command line may give: train, val, test */
+int vil_dataset_split_ok(const char *split);
+
 /* ---- class names (names.c) ---- */
 /* Read class names from a file and attach them. Accepted forms, one class per line, '#'
  * comments: "index<TAB>wnid<TAB>names" (ImageNet's imagenet_classes.tsv: matched to folder

@@ -177,8 +177,9 @@ static void note_bad(VilLoader *l, int idx, const char *reason) {
         if (!l->cfg.quiet) {
             char path[4096];
             vil_dataset_path(l->ds, idx, path, sizeof path);
-            vil_warn("skipping bad image '%s': %s (replaced by another image of its class)", path,
-                     reason);
+            vil_warn("bad image '%s': %s (%s)", path, reason,
+                     l->cfg.mode == VIL_LOADER_EVAL ? "not evaluated"
+                                                    : "replaced by another image of its class");
         }
     }
 }
@@ -213,7 +214,9 @@ static int fill_sample(Worker *w, Slot *s, int j, long pos) {
     float *out = s->b.images + (size_t)j * l->img_floats;
     int cand = idx;
     char err[512];
-    for (int t = 0; t < MAX_TRIES; t++) {
+    /* training replaces a bad file (the epoch keeps its size); evaluation never does */
+    int tries = c->mode == VIL_LOADER_EVAL ? 1 : MAX_TRIES;
+    for (int t = 0; t < tries; t++) {
         if (t > 0) cand = pick_replacement(l, idx, key, t);
         /* a file found bad before fails again at once; skipping the read keeps the same
          * sequence of tries, so the outcome stays independent of timing */
@@ -234,6 +237,12 @@ static int fill_sample(Worker *w, Slot *s, int j, long pos) {
         note_bad(l, cand, err[0] ? err : "unknown error");
     }
     memset(out, 0, l->img_floats * sizeof(float));
+    if (c->mode == VIL_LOADER_EVAL) {
+        /* evaluation counts real images only: the row stays empty, with no label (-1) */
+        s->b.labels[j] = -1;
+        s->b.indices[j] = idx;
+        return 0;
+    }
     s->b.labels[j] = vil_dataset_label(l->ds, idx);
     s->b.indices[j] = idx;
     char path[4096];

@@ -57,7 +57,8 @@ void vil_loader_config_default(VilLoaderConfig *c, VilLoaderMode mode, int res, 
 typedef struct {
     float *images;   /* (batch, channels, res, res); rows past n are zero */
     float *targets;  /* (batch, num_classes) soft targets; rows past n are zero */
-    int *labels;     /* (batch) hard label of the sample used; -1 past n */
+    int *labels;     /* (batch) hard label of the sample used; -1 past n, and in eval mode
+                      * for a file that could not be read (its row is zeros: not replaced) */
     int *indices;    /* (batch) dataset index actually used (after a bad-file replacement) */
     int n;           /* valid samples: batch, or fewer in eval's last batch */
     int batch, channels, res, num_classes;
@@ -66,7 +67,8 @@ typedef struct {
 } VilBatch;
 
 typedef struct {
-    long epoch_bad;      /* failed sample reads in the current epoch (each one replaced) */
+    long epoch_bad;      /* failed sample reads in the current epoch (each one replaced in
+                          * train mode; left out, label -1, in eval mode) */
     long total_bad;      /* since the loader was created */
     long distinct_bad;   /* distinct files found bad since the loader was created */
     long decodes;        /* image decodes since the loader was created (IDX samples: none) */

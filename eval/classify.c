@@ -14,6 +14,8 @@
 #include "vil/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
+#include "vil/limits.h"
+#include "eval/eval.h"
 
 #define CHUNK 16
 
@@ -61,8 +63,11 @@ static void print_result(const char *file, const float *logits, int C, int topk,
         cJSON_Delete(o);
     } else {
         printf("%s\n", file);
-        for (int j = 0; j < K; j++)
-            printf("  %6.2f%%  %4d  %s\n", 100.0 * p[idx[j]], idx[j], names ? names[idx[j]] : "");
+        for (int j = 0; j < K; j++) { /* names come from the file: nothing raw to the terminal */
+            char shown[160];
+            printf("  %6.2f%%  %4d  %s\n", 100.0 * p[idx[j]], idx[j],
+                   names ? vil_printable(shown, sizeof shown, names[idx[j]]) : "");
+        }
     }
     fflush(stdout);
     free(idx);
@@ -72,12 +77,12 @@ static void print_result(const char *file, const float *logits, int C, int topk,
 int vil_cmd_classify(int argc, char **argv) {
     const char *model = NULL, *device = "auto";
     int img_size = 0, topk = 5, json = 0, ema = 0;
-    float crop_pct = 0.875f;
+    float crop_pct = 0;
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
         {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
         {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed"},
-        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "center-crop fraction: resize the shorter side to size / crop_pct"},
+        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "center-crop fraction: resize the shorter side to size / crop_pct (0: the checkpoint's, else 0.875)"},
         {"--topk", VIL_ARG_INT, &topk, "classes to print per image"},
         {"--json", VIL_ARG_FLAG, &json, "one JSON object per image: file, logits, topk"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
@@ -97,8 +102,10 @@ int vil_cmd_classify(int argc, char **argv) {
         free(pos);
         return 2;
     }
-    if (!(crop_pct > 0.0f && crop_pct <= 1.0f) || topk < 1) {
-        fprintf(stderr, "vil classify: --crop-pct must be in (0, 1] and --topk >= 1\n");
+    if (!(crop_pct >= 0.0f && crop_pct <= 1.0f) || topk < 1 || img_size < 0 ||
+        img_size > VIL_MAX_IMG_SIZE || !vil_device_name_ok(device)) {
+        fprintf(stderr, "vil classify: --crop-pct must be in (0, 1], --topk >= 1, --img-size in "
+                        "0..%d, --device cpu, cuda or auto\n", VIL_MAX_IMG_SIZE);
         free(pos);
         return 2;
     }
@@ -117,9 +124,16 @@ int vil_cmd_classify(int argc, char **argv) {
     }
     const VilConfig *c = &m.cfg;
     int S = c->img_size, C = c->in_chans, NC = c->num_classes;
-    /* normalization of the training transform for this channel count */
-    VilTrainTransform tt;
-    vil_train_transform_default(&tt, S, C);
+    VilEvalSpec ev;
+    char note[128];
+    vil_eval_spec_resolve(&ev, &meta, crop_pct, C, note, sizeof note);
+    fprintf(stderr, "vil classify: %d x %d, %s\n", S, S, note);
+    if (vil_model_check_acts(&m, CHUNK, 0) != 0) {
+        free(pos);
+        vil_checkpoint_meta_free(&meta);
+        vil_model_free(&m);
+        return 1;
+    }
     size_t per = (size_t)C * S * S;
     float *batch = vil_malloc(CHUNK * per * sizeof(float));
     float *logits = vil_malloc((size_t)CHUNK * NC * sizeof(float));
@@ -138,7 +152,7 @@ int vil_cmd_classify(int argc, char **argv) {
                 failed++;
                 continue;
             }
-            if (vil_transform_eval(&im, S, crop_pct, tt.mean, tt.std, batch + (size_t)good * per) != 0) {
+            if (vil_transform_eval(&im, S, ev.crop_pct, ev.mean, ev.std, batch + (size_t)good * per) != 0) {
                 vil_error("cannot classify '%s': the evaluation transform failed", items[i].file);
                 failed++;
                 vil_image_free(&im);

@@ -9,9 +9,11 @@
 
 #include "cli/commands.h"
 #include "data/feed.h"
+#include "data/transform.h"
 #include "vil/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
+#include "vil/limits.h"
 
 void vil_topk_count(const float *logits, const int *labels, int n, int C, long *top1, long *top5) {
     for (int i = 0; i < n; i++) {
@@ -61,8 +63,6 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
     const VilBackend *be = m->be;
     double t0 = vil_now();
     int nb = vil_loader_start_epoch(l, 0);
-    VilLoaderStats s0;
-    vil_loader_stats(l, &s0);
     float *logits = NULL;
     int every = nb >= 10 ? nb / 10 : 1, rc = -1;
     const int C = m->cfg.num_classes;
@@ -99,7 +99,9 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
         }
         be->to_host(logits, m->acts.logits, (size_t)b->batch * C * sizeof(float));
         vil_topk_count(logits, b->labels, n, C, &r->top1, &r->top5);
-        r->images += n;
+        for (int i = 0; i < n; i++) /* a file the loader could not read has no label */
+            if (b->labels[i] >= 0) r->images++;
+            else r->bad++;
         vil_loader_release_batch(l, b);
         if (log && ((k + 1) % every == 0 || k + 1 == nb)) {
             fprintf(log, "%s%6ld images  top-1 %6.2f%%  top-5 %6.2f%%  %7.1f images/s\n",
@@ -114,9 +116,6 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
         vil_error("evaluation: %s", err);
         goto out;
     }
-    VilLoaderStats s1;
-    vil_loader_stats(l, &s1);
-    r->bad = s1.total_bad - s0.total_bad;
     r->seconds = vil_now() - t0;
     rc = 0;
 out:
@@ -129,19 +128,42 @@ out:
     return rc;
 }
 
-int vil_eval_dataset(VilModel *m, VilDataset *ds, int batch, int workers, float crop_pct,
+void vil_eval_spec_resolve(VilEvalSpec *ev, const VilCheckpointMeta *meta, float user_crop,
+                           int channels, char *note, size_t notelen) {
+    memset(ev, 0, sizeof *ev);
+    const char *from;
+    if (user_crop > 0) ev->crop_pct = user_crop, from = "--crop-pct";
+    else if (meta && meta->eval.crop_pct > 0) ev->crop_pct = meta->eval.crop_pct, from = meta->eval_from;
+    else ev->crop_pct = 0.875f, from = "the default: the file does not say";
+    if (meta && meta->eval.has_norm) {
+        memcpy(ev->mean, meta->eval.mean, sizeof ev->mean);
+        memcpy(ev->std, meta->eval.std, sizeof ev->std);
+    } else {
+        VilTrainTransform tt;
+        vil_train_transform_default(&tt, 224, channels);
+        memcpy(ev->mean, tt.mean, sizeof ev->mean);
+        memcpy(ev->std, tt.std, sizeof ev->std);
+    }
+    ev->has_norm = 1;
+    if (note) snprintf(note, notelen, "crop_pct %g from %s", ev->crop_pct, from);
+}
+
+int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
                      long max_images, FILE *log, const char *prefix, VilEvalResult *r) {
     const VilConfig *c = &m->cfg;
     int K = vil_dataset_num_classes(ds);
-    if (K > c->num_classes) {
-        vil_error("the data has %d classes but the model %d: is this the dataset the model was "
-                  "trained on?", K, c->num_classes);
+    if (K != c->num_classes) {
+        vil_error("the data (%s) has %d classes but the model %d: the labels would not be the "
+                  "model's classes; evaluate on the data it was trained on", vil_dataset_source(ds),
+                  K, c->num_classes);
         return -1;
     }
-    vil_dataset_set_num_classes(ds, c->num_classes);
+    if (vil_model_check_acts(m, batch, 0) != 0) return -1;
     VilLoaderConfig lc;
     vil_loader_config_default(&lc, VIL_LOADER_EVAL, c->img_size, c->in_chans, batch, c->num_classes);
-    lc.crop_pct = crop_pct;
+    lc.crop_pct = ev->crop_pct;
+    memcpy(lc.mean, ev->mean, sizeof lc.mean);
+    memcpy(lc.std, ev->std, sizeof lc.std);
     lc.threads = workers;
     lc.prefetch = workers + 1;
     lc.alloc = vil_feed_allocator(m->be); /* pinned on CUDA: the feed uploads while the forward runs */
@@ -167,25 +189,28 @@ double vil_time_forward(VilModel *m, int warmup, int steps) {
 
 int vil_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto";
-    int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0;
-    float crop_pct = 0.875f;
+    int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0, skip_bad = 0;
+    float crop_pct = 0;
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
         {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
         {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
-        {"--split", VIL_ARG_STR, &split, "split to evaluate: val (test for IDX), train"},
+        {"--split", VIL_ARG_STR, &split, "split to evaluate: val, test or train"},
         {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
         {"--batch", VIL_ARG_INT, &batch, "batch size"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
-        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop"},
+        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
         {"--img-size", VIL_ARG_INT, &img_size, "evaluation resolution (0: the checkpoint's); another size interpolates pos_embed"},
         {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
         {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
+        {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "images that cannot be read are named and left out, and the exit code stays 0"},
     };
     VilArgSpec spec = {"eval", "--model CKPT --data DIR [--split val] [--batch B] [options]",
                        "Top-1 and top-5 accuracy of a checkpoint on a whole split with the\n"
-                       "evaluation transform of recipe.md (resize to size / crop_pct, bicubic,\n"
-                       "center crop, normalize). The last line holds the result.",
+                       "evaluation transform it was trained with (resize to size / crop_pct,\n"
+                       "bicubic, center crop, normalize). The last line holds the result. An image\n"
+                       "that cannot be read is named and not counted, and the exit code is then 1\n"
+                       "unless --skip-bad.",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
@@ -194,8 +219,14 @@ int vil_cmd_eval(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
-    if (batch < 1 || workers < 1 || limit < 0 || !(crop_pct > 0.0f && crop_pct <= 1.0f)) {
-        fprintf(stderr, "vil eval: --batch and --workers must be >= 1, --limit >= 0, --crop-pct in (0, 1]\n");
+    if (batch < 1 || batch > VIL_MAX_BATCH || workers < 1 || workers > 256 || limit < 0 ||
+        img_size < 0 || img_size > VIL_MAX_IMG_SIZE || !(crop_pct >= 0.0f && crop_pct <= 1.0f)) {
+        fprintf(stderr, "vil eval: --batch must be in 1..%d, --workers in 1..256, --limit >= 0, "
+                        "--img-size in 0..%d, --crop-pct in (0, 1]\n", VIL_MAX_BATCH, VIL_MAX_IMG_SIZE);
+        return 2;
+    }
+    if (!vil_device_name_ok(device) || !vil_dataset_split_ok(split)) {
+        fprintf(stderr, "vil eval: --device takes cpu, cuda or auto, --split val, test or train\n");
         return 2;
     }
     char err[2048];
@@ -218,22 +249,31 @@ int vil_cmd_eval(int argc, char **argv) {
         return 1;
     }
     const VilConfig *c = &m.cfg;
-    int K = vil_dataset_num_classes(ds);
+    VilEvalSpec ev;
+    char note[128];
+    vil_eval_spec_resolve(&ev, &meta, crop_pct, c->in_chans, note, sizeof note);
     rc = 1;
+    char name[96];
     printf("eval: %s%s%s (%s, %zu parameters, %d x %d) on %s\n", model, meta.weights[0] ? ":" : "",
-           meta.weights, c->name, m.param_count, c->img_size, c->img_size, be->name);
-    printf("data: %s: %d images, %d classes; resize %d, center crop %d (crop_pct %g)\n",
-           vil_dataset_source(ds), vil_dataset_size(ds), K, vil_eval_scale_size(c->img_size, crop_pct),
-           c->img_size, crop_pct);
+           meta.weights, vil_printable(name, sizeof name, c->name), m.param_count, c->img_size,
+           c->img_size, be->name);
+    printf("data: %s: %d images, %d classes; resize %d, center crop %d (%s)\n",
+           vil_dataset_source(ds), vil_dataset_size(ds), vil_dataset_num_classes(ds),
+           vil_eval_scale_size(c->img_size, ev.crop_pct), c->img_size, note);
     fflush(stdout);
     VilEvalResult r;
-    if (vil_eval_dataset(&m, ds, batch, workers, crop_pct, limit, stdout, "  ", &r) != 0) goto done;
+    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, stdout, "  ", &r) != 0) goto done;
     if (r.images == 0) {
-        vil_error("no images were evaluated");
+        vil_error("no images were evaluated%s", r.bad ? ": none could be read" : "");
         goto done;
     }
-    printf("top-1 %.2f%%  top-5 %.2f%%  (%ld images, %ld bad files replaced, %.1f s)\n",
+    printf("top-1 %.2f%%  top-5 %.2f%%  (%ld images; %ld unreadable, not counted; %.1f s)\n",
            100.0 * r.top1 / r.images, 100.0 * r.top5 / r.images, r.images, r.bad, r.seconds);
+    if (r.bad && !skip_bad) {
+        vil_error("%ld images could not be read (named above) and are not in the result: fix "
+                  "the data, or pass --skip-bad to accept a result without them", r.bad);
+        goto done;
+    }
     rc = 0;
 done:
     vil_checkpoint_meta_free(&meta);

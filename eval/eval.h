@@ -7,12 +7,13 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "vil/checkpoint.h"
 #include "vil/model.h"
 
 typedef struct {
-    long images;     /* samples counted */
+    long images;     /* images evaluated (readable ones only) */
     long top1, top5; /* correct within the first 1 / 5 classes */
-    long bad;        /* bad file reads the loader replaced during the pass */
+    long bad;        /* images that could not be read: named on stderr, not counted */
     double seconds;
 } VilEvalResult;
 
@@ -27,11 +28,17 @@ void vil_topk_count(const float *logits, const int *labels, int n, int C, long *
 int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
                  VilEvalResult *r);
 
+/* The evaluation transform to use for a checkpoint: crop_pct the user's when > 0, else the
+ * checkpoint's (meta->eval), else 0.875; the checkpoint's normalization, else the channel
+ * count's defaults. note (may be NULL) gets where the crop came from, for the header line. */
+void vil_eval_spec_resolve(VilEvalSpec *ev, const VilCheckpointMeta *meta, float user_crop,
+                           int channels, char *note, size_t notelen);
+
 /* The evaluation of m on a dataset as `vil eval` runs it: an eval-mode loader of `batch` images
- * (resize to img_size / crop_pct, center crop, the model's normalization; pinned buffers on
- * CUDA) with `workers` threads, then vil_eval_run. The dataset's class count is raised to the
- * model's; data with more classes than the model is an error. 0, or -1 (reported). */
-int vil_eval_dataset(VilModel *m, VilDataset *ds, int batch, int workers, float crop_pct,
+ * (the transform ev; pinned buffers on CUDA) with `workers` threads, then vil_eval_run. The data
+ * must have the model's classes (else the labels would not mean the model's classes), and the
+ * batch must fit (vil_model_check_acts). 0, or -1 (reported). */
+int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
                      long max_images, FILE *log, const char *prefix, VilEvalResult *r);
 
 /* Seconds per forward pass of m on what its inference activations hold now (m->acts allocated

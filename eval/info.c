@@ -8,6 +8,7 @@
 #include "vil/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
+#include "vil/limits.h"
 
 int vil_cmd_info(int argc, char **argv) {
     const char *model = NULL, *device = "cpu";
@@ -28,6 +29,10 @@ int vil_cmd_info(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
+    if (img_size < 0 || img_size > VIL_MAX_IMG_SIZE || !vil_device_name_ok(device)) {
+        fprintf(stderr, "vil info: --img-size must be in 0..%d, --device cpu, cuda or auto\n", VIL_MAX_IMG_SIZE);
+        return 2;
+    }
     const VilBackend *be = vil_backend_get(device);
     if (!be) return 1;
     VilModel m;
@@ -35,18 +40,19 @@ int vil_cmd_info(int argc, char **argv) {
     VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
     if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) return 1;
     const VilConfig *c = &m.cfg;
+    char shown[256];
     printf("file:        %s\n", model);
     if (strcmp(meta.format, "pth") == 0) {
         printf("format:      PyTorch checkpoint (torch.save zip), read without running its pickle\n");
-        if (meta.file_keys[0]) printf("holds:       %s\n", meta.file_keys);
+        if (meta.file_keys[0]) printf("holds:       %s\n", vil_printable(shown, sizeof shown, meta.file_keys));
         printf("weights:     %s%s\n", meta.weights[0] ? meta.weights : "the file's state dict",
                meta.has_ema && !ema ? " (--ema selects model_ema)" : "");
-        if (meta.source_model[0]) printf("trained as:  %s\n", meta.source_model);
+        if (meta.source_model[0]) printf("trained as:  %s\n", vil_printable(shown, sizeof shown, meta.source_model));
         if (meta.epoch >= 0) printf("epoch:       %ld\n", meta.epoch);
     } else {
         printf("format:      safetensors\n");
     }
-    printf("model:       %s (%s: %s scan)%s\n", c->name, c->arch,
+    printf("model:       %s (%s: %s scan)%s\n", vil_printable(shown, sizeof shown, c->name), c->arch,
            c->arch_id == VIL_ARCH_VIL ? "Longhorn" : "Mamba",
            meta.config_inferred ? ", architecture inferred from tensor shapes" : "");
     printf("parameters:  %zu\n", m.param_count);
@@ -64,14 +70,17 @@ int vil_cmd_info(int argc, char **argv) {
         printf(" (");
         int show = c->num_classes < 5 ? c->num_classes : 5;
         for (int i = 0; i < show; i++) { /* ImageNet's names list synonyms: the first will do */
+            char first[256];
             const char *nm = meta.class_names[i], *comma = strstr(nm, ", ");
-            printf("%s%.*s", i ? ", " : "", comma ? (int)(comma - nm) : (int)strlen(nm), nm);
+            snprintf(first, sizeof first, "%.*s", comma ? (int)(comma - nm) : (int)strlen(nm), nm);
+            printf("%s%s", i ? ", " : "", vil_printable(shown, sizeof shown, first));
         }
         printf("%s)\n", c->num_classes > show ? ", ..." : "");
     } else {
         printf(" (no class names in the file)\n");
     }
     if (strcmp(meta.format, "pth") != 0) printf("step:        %ld\n", meta.step);
+    if (meta.eval.crop_pct > 0) printf("evaluation:  crop_pct %g (from %s)\n", meta.eval.crop_pct, meta.eval_from);
     vil_checkpoint_meta_free(&meta);
     vil_model_free(&m);
     return 0;

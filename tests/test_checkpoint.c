@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include "data/image.h"
@@ -174,6 +175,145 @@ static void test_broken(void) {
     fprintf(stderr, "---- end of expected errors ----\n");
     free(host);
     free(bytes);
+    vil_model_free(&m);
+}
+
+/* the peak RSS of this process, to show a hostile file allocated nothing big */
+static long peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024;
+}
+
+/* m's tensors (packed host copy) into a writer, with `drop` left out */
+static VilStWriter *tensors_of(const VilModel *m, const float *packed, const char *drop) {
+    VilStWriter *w = vil_st_writer_new();
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!drop || strcmp(m->info[i].name, drop) != 0)
+            vil_st_writer_add(w, m->info[i].name, VIL_ST_F32, m->info[i].ndim, m->info[i].shape, packed + packed_at(m, i));
+    return w;
+}
+
+/* issue 13's crafted files, one per class: each must fail with a message, quickly, and without
+ * allocating what the file claims */
+static void test_hostile(void) {
+    VilConfig c;
+    small(&c, "vil", 3);
+    VilModel m, r;
+    VilCheckpointMeta meta;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 2);
+    float *host = vil_malloc(m.n_params * 4);
+    vil_model_get_params(&m, host);
+    vil_model_pack(&m, host, host);
+    long rss0 = peak_rss_mb();
+    fprintf(stderr, "---- expected errors follow ----\n");
+    /* 1. no metadata, a zero-sized patch embedding: inference must not divide by it */
+    VilStWriter *w = tensors_of(&m, host, "patch_embed.proj.weight");
+    int64_t zero_shape[4] = {0, 1, 4, 4};
+    vil_st_writer_add(w, "patch_embed.proj.weight", VIL_ST_F32, 4, zero_shape, host);
+    vil_st_writer_save(w, path("zero.safetensors"));
+    vil_st_writer_free(w);
+    T_CHECK(vil_checkpoint_load(path("zero.safetensors"), &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 16}, &r, &meta) != 0,
+            "patch_embed.proj.weight [0, 1, 4, 4] without metadata is refused");
+    /* 2a. one extra zero-byte tensor of layer 99999: depth 100000 inferred from one name */
+    w = tensors_of(&m, host, NULL);
+    int64_t none = 0;
+    vil_st_writer_add(w, "layers.99999.mixer.D", VIL_ST_F32, 1, &none, host);
+    vil_st_writer_save(w, path("deep.safetensors"));
+    vil_st_writer_free(w);
+    double t0 = vil_now();
+    T_CHECK(vil_checkpoint_load(path("deep.safetensors"), &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 16}, &r, &meta) != 0 &&
+                vil_now() - t0 < 2.0, "a stray layers.99999 tensor is refused at once (%.2f s)", vil_now() - t0);
+    /* 2b. metadata configs the tensors do not back up: 10,000,000 classes; sizes of 1e9; a
+     * depth of 500 with the tensors of 2 layers */
+    const char *keys[] = {"num_classes", "embed_dim", "img_size", "depth", "depth", "name"};
+    const char *vals[] = {"10000000", "1000000000", "1000000000", "500", "6.7",
+                          "a_name_of_more_than_sixty_three_characters_xxxxxxxxxxxxxxxxxxxxxxxxxxxx"};
+    for (int k = 0; k < 6; k++) {
+        w = tensors_of(&m, host, NULL);
+        char *cj = vil_config_to_json(&m.cfg);
+        cJSON *o = cJSON_Parse(cj);
+        cJSON_DeleteItemFromObject(o, keys[k]);
+        if (k == 5) cJSON_AddStringToObject(o, keys[k], vals[k]);
+        else cJSON_AddRawToObject(o, keys[k], vals[k]);
+        char *mod = cJSON_PrintUnformatted(o);
+        vil_st_writer_meta(w, "vil.config", mod);
+        vil_st_writer_save(w, path("meta.safetensors"));
+        vil_st_writer_free(w);
+        T_CHECK(vil_checkpoint_load(path("meta.safetensors"), &vil_backend_cpu, NULL, &r, &meta) != 0,
+                "metadata %s = %s is refused", keys[k], vals[k]);
+        cJSON_free(mod);
+        cJSON_Delete(o);
+        free(cj);
+    }
+    long grown = peak_rss_mb() - rss0;
+    T_CHECK(grown < 200, "no hostile file made a large allocation (peak RSS grew %ld MB)", grown);
+    /* 13. a training state file is named as one */
+    w = vil_st_writer_new();
+    int64_t one = 1;
+    vil_st_writer_add(w, "params", VIL_ST_F32, 1, &one, host);
+    vil_st_writer_meta(w, "vil.format", "vil-train-state");
+    vil_st_writer_save(w, path("last.state.safetensors"));
+    vil_st_writer_free(w);
+    char cmd[2400], out[8192];
+    snprintf(cmd, sizeof cmd, "bin/vil info --model %s 2>&1", path("last.state.safetensors"));
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "is a training state") && !strstr(out, "is missing"),
+            "info on a state file says what it is (exit %d): %s", rc, out);
+    /* 10. untrusted names are escaped on the terminal */
+    char *names[3] = {"plain", "esc\x1b[31mred", "bell\a"};
+    vil_checkpoint_save(&m, path("names.safetensors"), 0, names, 3);
+    snprintf(cmd, sizeof cmd, "bin/vil info --model %s 2>&1", path("names.safetensors"));
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && !strchr(out, 0x1b) && !strchr(out, 0x07) && strstr(out, "esc\\x1b[31mred"),
+            "class names with escape sequences print escaped: %s", out);
+    fprintf(stderr, "---- end of expected errors ----\n");
+    free(host);
+    vil_model_free(&m);
+}
+
+/* 11. the evaluation transform travels with the checkpoint */
+static void test_eval_spec(void) {
+    VilConfig c;
+    small(&c, "vil", 1);
+    VilModel m, r;
+    VilCheckpointMeta meta;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 3);
+    VilEvalSpec ev = {.crop_pct = 1.0f, .has_norm = 1, .mean = {0.286f}, .std = {0.353f}};
+    vil_checkpoint_save_eval(&m, path("ev.safetensors"), 0, NULL, 0, &ev);
+    T_CHECK(vil_checkpoint_load(path("ev.safetensors"), &vil_backend_cpu, NULL, &r, &meta) == 0 &&
+                meta.eval.crop_pct == 1.0f && meta.eval.has_norm && meta.eval.mean[0] == 0.286f &&
+                meta.eval.std[0] == 0.353f && strcmp(meta.eval_from, "the checkpoint") == 0,
+            "crop_pct and normalization read back (crop %g, mean %g, std %g)", meta.eval.crop_pct,
+            meta.eval.mean[0], meta.eval.std[0]);
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&r);
+    VilStWriter *w;
+    size_t n;
+    VilSafetensors st;
+    char err[256];
+    T_CHECK(vil_st_read(path("ev.safetensors"), &st, err, sizeof err) == 0 &&
+                strcmp(vil_st_meta(&st, "vil.eval"), "{\"crop_pct\":1,\"resize\":\"bicubic\",\"mean\":[0.286],\"std\":[0.353]}") == 0,
+            "vil.eval holds clean numbers: %s", vil_st_meta(&st, "vil.eval"));
+    /* a bad one is an error, not a silent default */
+    float *host = vil_malloc(m.n_params * 4);
+    vil_model_get_params(&m, host);
+    vil_model_pack(&m, host, host);
+    w = tensors_of(&m, host, NULL);
+    char *cj = vil_config_to_json(&m.cfg);
+    vil_st_writer_meta(w, "vil.config", cj);
+    vil_st_writer_meta(w, "vil.eval", "{\"crop_pct\": 7}");
+    vil_st_writer_save(w, path("ev_bad.safetensors"));
+    vil_st_writer_free(w);
+    fprintf(stderr, "---- expected errors follow ----\n");
+    T_CHECK(vil_checkpoint_load(path("ev_bad.safetensors"), &vil_backend_cpu, NULL, &r, &meta) != 0, "crop_pct 7 is refused");
+    fprintf(stderr, "---- end of expected errors ----\n");
+    (void)n;
+    free(cj);
+    free(host);
+    vil_st_free(&st);
     vil_model_free(&m);
 }
 
@@ -348,6 +488,8 @@ int main(void) {
     test_roundtrip("vil");
     test_roundtrip("vim");
     test_broken();
+    test_hostile();
+    test_eval_spec();
     test_pos_resize();
     test_cli();
     corpus_rmtree(dir);

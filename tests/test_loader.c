@@ -488,6 +488,35 @@ static void test_bad_files(const VilDataset *ds, const char *root) {
     run_free(&r1);
 }
 
+/* evaluation never stands another image in for a bad one: its row is empty with label -1 */
+static void test_eval_bad_files(const VilDataset *ds) {
+    VilLoader *l = make_loader(ds, VIL_LOADER_EVAL, 2, 2, 1, 1);
+    if (!l) return;
+    int nb = vil_loader_start_epoch(l, 0), missing = 0, good = 0, wrong = 0;
+    char path[4096];
+    for (int k = 0; k < nb; k++) {
+        const VilBatch *b = vil_loader_next_batch(l);
+        if (!b) break;
+        for (int j = 0; j < b->n; j++) {
+            vil_dataset_path(ds, b->indices[j], path, sizeof path);
+            int is_bad = 0;
+            for (int q = 0; q < 4; q++) is_bad |= strstr(path, k_bad[q]) != NULL;
+            if (is_bad) {
+                missing += b->labels[j] == -1;
+                wrong += b->labels[j] != -1;
+            } else {
+                good += b->labels[j] == vil_dataset_label(ds, b->indices[j]);
+            }
+        }
+        vil_loader_release_batch(l, b);
+    }
+    T_CHECK(!vil_loader_error(l), "bad files do not stop an evaluation pass");
+    T_CHECK(missing == 4 && wrong == 0 && good == 36,
+            "eval mode: the 4 bad files come back unlabelled (%d, %d wrong), the 36 others as themselves (%d)",
+            missing, wrong, good);
+    vil_loader_free(l);
+}
+
 static void test_eval(const char *root) {
     VilDataset *ds = vil_dataset_open(root, "val", NULL, g_err, sizeof g_err);
     T_CHECK(ds != NULL, "val: %s", g_err);
@@ -652,6 +681,7 @@ int main(void) {
         test_determinism(ds);
         test_contract(ds);
         test_bad_files(ds, root);
+        test_eval_bad_files(ds);
         test_allocator_and_misuse(ds);
         vil_dataset_free(ds);
     }

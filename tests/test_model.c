@@ -304,8 +304,39 @@ static void test_thread_determinism(void) {
     free(g[1]);
 }
 
+static size_t tiny_free(void) { return (size_t)32 << 20; } /* a device with 32 MiB free */
+
+/* the memory and size checks that turn "cannot allocate" into a message before anything runs */
+static void test_fits(void) {
+    VilConfig c;
+    vil_config_default(&c); /* ViL-Tiny */
+    vil_config_finalize(&c);
+    VilBackend small = vil_backend_cpu;
+    small.mem_free = tiny_free;
+    VilModel m;
+    fprintf(stderr, "---- expected errors follow ----\n");
+    T_CHECK(vil_model_init(&m, &c, &small) != 0, "ViL-Tiny's 55 MB of parameters and gradients do not fit 32 MiB");
+    c.depth = 2;
+    vil_config_finalize(&c);
+    T_CHECK(vil_model_init(&m, &c, &small) == 0, "a 2-block model fits");
+    size_t one = vil_model_acts_bytes(&m, 1, 1), four = vil_model_acts_bytes(&m, 4, 1);
+    T_CHECK(one > 0 && four > 3 * one && four < 5 * one, "activations grow with the batch (%zu, %zu)", one, four);
+    T_CHECK(vil_model_check_acts(&m, 1, 0) == 0, "one image fits");
+    T_CHECK(vil_model_check_acts(&m, 4096, 1) != 0, "4096 training images do not fit 32 MiB");
+    vil_model_free(&m);
+    /* past the ops' 32-bit indexing: refused whatever memory says */
+    c.img_size = 4092;
+    c.patch_size = 4;
+    c.stride = 4; /* 1023 x 1023 + 1 = 1,046,530 tokens, just under VIL_MAX_TOKENS */
+    T_CHECK(vil_config_finalize(&c) == 0 && vil_model_init(&m, &c, &vil_backend_cpu) == 0, "a 4092 px model initializes");
+    T_CHECK(vil_model_check_acts(&m, 4, 0) != 0, "4 x 1,046,530 tokens x 768 channels is past 2^31 elements");
+    vil_model_free(&m);
+    fprintf(stderr, "---- end of expected errors ----\n");
+}
+
 int main(void) {
     vil_rng_seed(&rng, 4321);
+    test_fits();
     test_counts();
     test_init();
     test_gradients("vil", 0.0f);

@@ -1,11 +1,18 @@
 /* test_train.c: the training run on the CPU backend: lr schedule values against the formula, the
  * EMA update, top-1 / top-5 counting, the config tables, a tiny synthetic IDX dataset trained
  * for a few steps (the loss falls), resume equal to an uninterrupted run bit for bit, the
- * checkpoint files (atomic, readable by `vil info` and `vil eval`), divergence and CLI errors. */
+ * checkpoint files (atomic, readable by `vil info` and `vil eval`), divergence and CLI errors,
+ * and the run folder's consistency: checkpoints behind the state after a kill brought up to it
+ * on resume, failed saves reported, stale temporaries removed, used or unwritable folders
+ * refused before any work. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "data_corpus.h"
 #include "eval/eval.h"
@@ -333,7 +340,7 @@ static void test_train_resume(void) {
     rc = t_run(cmd, out, sizeof out);
     char want[64];
     snprintf(want, sizeof want, "top-1 %.2f%%", res_a.top1);
-    T_CHECK(rc == 0 && strstr(out, want) && strstr(out, "(64 images, 0 bad files"),
+    T_CHECK(rc == 0 && strstr(out, want) && strstr(out, "(64 images; 0 unreadable"),
             "vil eval on the IDX test split agrees with the training run's pass (%s): %s", want, out);
 }
 
@@ -421,6 +428,415 @@ static void test_diverge_and_errors(void) {
             step, step2, out);
 }
 
+/* ---------------- the run folder: kills, failed saves, temporaries, refusals ---------------- */
+
+static int exists(const char *p) {
+    struct stat sb;
+    return lstat(p, &sb) == 0;
+}
+
+static void copy_file(const char *src, const char *dst) {
+    size_t n;
+    unsigned char *b = vil_read_file(src, &n);
+    if (!b) {
+        printf("FAIL: cannot read %s\n", src);
+        exit(1);
+    }
+    corpus_write(dst, b, n);
+    free(b);
+}
+
+/* Everything the library writes to stderr between begin and end, echoed after capture so the
+ * test log keeps it. */
+static int cap_saved = -1;
+
+static void capture_begin(void) {
+    fflush(stderr);
+    cap_saved = dup(2);
+    int fd = open(path("stderr.log"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+}
+
+static char *capture_end(void) {
+    fflush(stderr);
+    dup2(cap_saved, 2);
+    close(cap_saved);
+    size_t n;
+    char *s = (char *)vil_read_file(path("stderr.log"), &n);
+    if (!s) return vil_strdup("");
+    fputs(s, stderr);
+    return s;
+}
+
+/* A metadata value of a safetensors file as a number; -1 when the file or the key is missing. */
+static long meta_num(const char *file, const char *key) {
+    VilSafetensors st;
+    if (vil_st_read(file, &st, NULL, 0) != 0) return -1;
+    long v = -1;
+    const char *s = vil_st_meta(&st, key);
+    if (!s || vil_parse_int(s, &v) != 0) v = -1;
+    vil_st_free(&st);
+    return v;
+}
+
+/* 1 when the checkpoint's tensors, taken in file order, are the state's tensor `name` bit for
+ * bit: both hold the parameters packed in table order. */
+static int ckpt_is_state(const char *ckpt, const char *state, const char *name) {
+    VilSafetensors c, s;
+    if (vil_st_read(ckpt, &c, NULL, 0) != 0) return 0;
+    if (vil_st_read(state, &s, NULL, 0) != 0) {
+        vil_st_free(&c);
+        return 0;
+    }
+    const VilStTensor *t = vil_st_find(&s, name);
+    int same = t != NULL;
+    size_t at = 0;
+    for (int i = 0; same && i < c.n_tensors; i++) {
+        const VilStTensor *x = &c.tensors[i];
+        same = at + x->nbytes <= t->nbytes &&
+               memcmp(x->data, (const unsigned char *)t->data + at, x->nbytes) == 0;
+        at += x->nbytes;
+    }
+    same = same && at == t->nbytes;
+    vil_st_free(&c);
+    vil_st_free(&s);
+    return same;
+}
+
+/* Rewrites a state file without one metadata key: a state as an older vil wrote it. */
+static int drop_meta(const char *file, const char *key) {
+    VilSafetensors st;
+    if (vil_st_read(file, &st, NULL, 0) != 0) return -1;
+    VilStWriter *w = vil_st_writer_new();
+    for (int i = 0; i < st.n_tensors; i++) {
+        const VilStTensor *t = &st.tensors[i];
+        vil_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data);
+    }
+    for (int i = 0; i < st.n_meta; i++)
+        if (strcmp(st.meta_keys[i], key) != 0) vil_st_writer_meta(w, st.meta_keys[i], st.meta_vals[i]);
+    int rc = vil_st_writer_save(w, file);
+    vil_st_writer_free(w);
+    vil_st_free(&st);
+    return rc;
+}
+
+/* What the run folder holds when the resumed run logs its first step, before any save. */
+typedef struct {
+    const char *out;
+    int calls;
+    long state_step, last_step, ema_step;
+    int last_same, ema_same;
+} FileProbe;
+
+static void on_log_files(void *ctx, const VilTrainProgress *p) {
+    FileProbe *f = ctx;
+    (void)p;
+    if (f->calls++) return;
+    char st[4200], last[4200], ema[4200];
+    snprintf(st, sizeof st, "%s/last.state.safetensors", f->out);
+    snprintf(last, sizeof last, "%s/last.safetensors", f->out);
+    snprintf(ema, sizeof ema, "%s/ema.safetensors", f->out);
+    f->state_step = meta_num(st, "vil.step");
+    f->last_step = meta_num(last, "vil.step");
+    f->ema_step = meta_num(ema, "vil.step");
+    f->last_same = ckpt_is_state(last, st, "params");
+    f->ema_same = ckpt_is_state(ema, st, "ema");
+}
+
+/* A kill between the state and the checkpoints of a save (or a full disk there) leaves
+ * last / ema (/ best) behind the state or missing: a resume brings each to the state's step
+ * from the restored buffers, whether it goes on training or finds nothing to do. */
+static void test_resume_repairs(void) {
+    char out[4096], st[4200], last[4200], ema[4200], best[4200], old_last[4200], old_ema[4200];
+    snprintf(out, sizeof out, "%s", path("runF"));
+    snprintf(st, sizeof st, "%s/last.state.safetensors", out);
+    snprintf(last, sizeof last, "%s/last.safetensors", out);
+    snprintf(ema, sizeof ema, "%s/ema.safetensors", out);
+    snprintf(best, sizeof best, "%s/best.safetensors", out);
+    snprintf(old_last, sizeof old_last, "%s", path("old_last.safetensors"));
+    snprintf(old_ema, sizeof old_ema, "%s", path("old_ema.safetensors"));
+    VilTrainRun r;
+    Trace t = {0};
+    VilTrainResult res;
+    setup(&r, out, &t);
+    r.train.epochs = 1;
+    r.stop_after = 4;
+    VilTrainStatus s = vil_train(&r, &res);
+    T_CHECK(s == VIL_TRAIN_STOPPED && res.step == 4, "repairs: a run stopped at step 4 (status %d)", s);
+    copy_file(last, old_last);
+    copy_file(ema, old_ema);
+    setup(&r, out, &t);
+    r.train.epochs = 1;
+    r.resume = out;
+    r.stop_after = 8;
+    s = vil_train(&r, &res);
+    T_CHECK(s == VIL_TRAIN_STOPPED && res.step == 8 && meta_num(st, "vil.best_step") == -1,
+            "repairs: resumed and stopped at step 8, no best yet (status %d, best_step %ld)", s,
+            meta_num(st, "vil.best_step"));
+
+    /* killed after the state of step 8: last.safetensors still at step 4, ema.safetensors not
+     * yet renamed into place; the resume goes on training */
+    copy_file(old_last, last);
+    unlink(ema);
+    setup(&r, out, &t);
+    r.train.epochs = 1;
+    r.resume = out;
+    FileProbe fp = {out, 0, -1, -1, -1, 0, 0};
+    r.on_log = on_log_files;
+    r.ctx = &fp;
+    capture_begin();
+    s = vil_train(&r, &res);
+    char *err = capture_end();
+    T_CHECK(s == VIL_TRAIN_DONE && res.step == 12, "repairs: the resume trains to the end (status %d, step %ld)",
+            s, res.step);
+    T_CHECK(fp.calls > 0 && fp.state_step == 8 && fp.last_step == 8 && fp.ema_step == 8,
+            "repairs: at the first step after the resume, before any save, last and ema hold the "
+            "state's step (state %ld, last %ld, ema %ld)", fp.state_step, fp.last_step, fp.ema_step);
+    T_CHECK(fp.last_same && fp.ema_same,
+            "repairs: ... and the state's parameters and EMA, bit for bit (last %d, ema %d)",
+            fp.last_same, fp.ema_same);
+    T_CHECK(strstr(err, "last.safetensors' was at step 4, the state is at step 8") &&
+                strstr(err, "ema.safetensors' was missing, the state is at step 8"),
+            "repairs: one line per file says from which step to which: %s", err);
+    free(err);
+    /* the evaluation at the end improved the best: the state says at which step it was written */
+    T_CHECK(meta_num(st, "vil.best_step") == 12 && meta_num(best, "vil.step") == 12 &&
+                ckpt_is_state(best, st, "params"),
+            "repairs: best.safetensors at step 12, recorded in the state (vil.best_step %ld)",
+            meta_num(st, "vil.best_step"));
+
+    /* killed inside the last save: a torn last.safetensors, ema at step 4, best not written; the
+     * resume finds nothing to train and must not call the run done with its files behind */
+    corpus_write(last, "torn", 4);
+    copy_file(old_ema, ema);
+    unlink(best);
+    t.n = 0;
+    setup(&r, out, &t);
+    r.train.epochs = 1;
+    r.resume = out;
+    capture_begin();
+    s = vil_train(&r, &res);
+    err = capture_end();
+    T_CHECK(s == VIL_TRAIN_DONE && res.step == 12 && t.n == 0,
+            "repairs: nothing to do at step 12 (status %d, %d steps logged)", s, t.n);
+    T_CHECK(meta_num(last, "vil.step") == 12 && meta_num(ema, "vil.step") == 12 &&
+                meta_num(best, "vil.step") == 12,
+            "repairs: last, ema and best rewritten at the state's step 12 (%ld, %ld, %ld)",
+            meta_num(last, "vil.step"), meta_num(ema, "vil.step"), meta_num(best, "vil.step"));
+    T_CHECK(ckpt_is_state(last, st, "params") && ckpt_is_state(ema, st, "ema") &&
+                ckpt_is_state(best, st, "params"),
+            "repairs: their tensors are the state's parameters / EMA, bit for bit");
+    T_CHECK(strstr(err, "last.safetensors' was unreadable") && strstr(err, "ema.safetensors' was at step 4") &&
+                strstr(err, "best.safetensors' was missing"),
+            "repairs: the torn, the old and the missing file each named: %s", err);
+    free(err);
+    T_CHECK(no_temp_files(out), "repairs: no temporary files left");
+
+    /* a state from before vil.best_step: which step best.safetensors should hold is unknown,
+     * so it is left alone (not rewritten from weights that may not be the best) */
+    T_CHECK(drop_meta(st, "vil.best_step") == 0 && meta_num(st, "vil.best_step") == -1,
+            "repairs: an older state without vil.best_step");
+    unlink(best);
+    t.n = 0;
+    setup(&r, out, &t);
+    r.train.epochs = 1;
+    r.resume = out;
+    capture_begin();
+    s = vil_train(&r, &res);
+    err = capture_end();
+    T_CHECK(s == VIL_TRAIN_DONE && !exists(best) && !strstr(err, "best.safetensors"),
+            "repairs: an older state resumes and leaves best.safetensors alone (status %d)", s);
+    free(err);
+}
+
+/* A save that cannot write last.safetensors fails the run (after the state, which a resume
+ * then uses to bring the files up to date); a resume that cannot bring a file up refuses. */
+static void test_failed_saves(void) {
+    char out[4096], blocker[4200], st[4200], last[4200], ema[4200];
+    snprintf(out, sizeof out, "%s", path("runG"));
+    snprintf(st, sizeof st, "%s/last.state.safetensors", out);
+    snprintf(last, sizeof last, "%s/last.safetensors", out);
+    snprintf(ema, sizeof ema, "%s/ema.safetensors", out);
+    /* the temporary name of this process's atomic write taken by a folder: open() fails even
+     * for root, as a full disk would */
+    snprintf(blocker, sizeof blocker, "%s/last.safetensors.tmp.%ld", out, (long)getpid());
+    corpus_mkdir("%s%s", out, "");
+    corpus_mkdir("%s%s", blocker, "");
+    VilTrainRun r;
+    Trace t = {0};
+    VilTrainResult res;
+    setup(&r, out, &t);
+    r.train.epochs = 1;
+    r.stop_after = 2;
+    capture_begin();
+    VilTrainStatus s = vil_train(&r, &res);
+    char *err = capture_end();
+    T_CHECK(s == VIL_TRAIN_FAILED && strstr(err, "error") && strstr(err, "last.safetensors"),
+            "failed save of last.safetensors: VIL_TRAIN_FAILED with an error (status %d): %s", s, err);
+    free(err);
+    T_CHECK(meta_num(st, "vil.step") == 2 && !exists(last) && !exists(ema),
+            "failed save: the state (written first) at step 2, no checkpoint (state %ld)",
+            meta_num(st, "vil.step"));
+    rmdir(blocker);
+    setup(&r, out, &t);
+    r.train.epochs = 1;
+    r.resume = out;
+    r.stop_after = 3;
+    capture_begin();
+    s = vil_train(&r, &res);
+    err = capture_end();
+    T_CHECK(s == VIL_TRAIN_STOPPED && res.step == 3 && meta_num(last, "vil.step") == 3 &&
+                strstr(err, "last.safetensors' was missing, the state is at step 2"),
+            "failed save: the next resume writes the missing checkpoints, then goes on (status %d): %s", s, err);
+    free(err);
+
+    /* a folder where ema.safetensors must go: the resume cannot bring it up, so it refuses */
+    unlink(ema);
+    corpus_mkdir("%s%s", ema, "");
+    t.n = 0;
+    setup(&r, out, &t);
+    r.train.epochs = 1;
+    r.resume = out;
+    capture_begin();
+    s = vil_train(&r, &res);
+    err = capture_end();
+    T_CHECK(s == VIL_TRAIN_FAILED && t.n == 0 && strstr(err, "cannot resume") && strstr(err, "ema.safetensors"),
+            "a resume that cannot rewrite ema.safetensors refuses before training (status %d): %s", s, err);
+    free(err);
+    rmdir(ema);
+}
+
+/* NAME.tmp.PID of dead writers go; live writers' temporaries and other files stay. */
+static void test_stale_temps(void) {
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0);
+    long dead = (long)child;
+    T_CHECK(kill(child, 0) != 0 && errno == ESRCH, "stale temps: pid %ld is gone", dead);
+    char d[4096], p[4400];
+    snprintf(d, sizeof d, "%s", path("temps"));
+    corpus_mkdir("%s%s", d, "");
+    const char *keep[4] = {"x.tmp.%ld", "notes.txt", "a.tmp.12ab", ".tmp.%ld"};
+    long keep_pid[4] = {(long)getpid(), 0, 0, dead};
+    snprintf(p, sizeof p, "%s/last.safetensors.tmp.%ld", d, dead);
+    corpus_write(p, "x", 1);
+    char name[256];
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, keep[i], keep_pid[i]);
+        snprintf(p, sizeof p, "%s/%s", d, name);
+        corpus_write(p, "x", 1);
+    }
+    snprintf(p, sizeof p, "%s/sub.tmp.%ld", d, dead); /* not a regular file */
+    corpus_mkdir("%s%s", p, "");
+    int n = vil_remove_stale_temps(d);
+    snprintf(p, sizeof p, "%s/last.safetensors.tmp.%ld", d, dead);
+    int gone = !exists(p);
+    int kept = 1;
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, keep[i], keep_pid[i]);
+        snprintf(p, sizeof p, "%s/%s", d, name);
+        kept &= exists(p);
+    }
+    snprintf(p, sizeof p, "%s/sub.tmp.%ld", d, dead);
+    kept &= exists(p);
+    T_CHECK(n == 1 && gone && kept,
+            "stale temps: the dead writer's file removed (%d), own-pid temp, unrelated names and a "
+            "folder kept (%d)", n, kept);
+    fprintf(stderr, "(an expected error follows)\n");
+    T_CHECK(vil_remove_stale_temps(path("no-such-folder")) == -1, "stale temps: a missing folder is reported");
+
+    /* a run removes them when it starts, and says so */
+    char out[4096], logp[4200];
+    snprintf(out, sizeof out, "%s", path("runH"));
+    corpus_mkdir("%s%s", out, "");
+    snprintf(p, sizeof p, "%s/ema.safetensors.tmp.%ld", out, dead);
+    corpus_write(p, "x", 1);
+    snprintf(logp, sizeof logp, "%s", path("h.log"));
+    VilTrainRun r;
+    Trace t = {0};
+    VilTrainResult res;
+    setup(&r, out, &t);
+    r.train.epochs = 1;
+    r.stop_after = 1;
+    r.quiet = 0;
+    r.log = fopen(logp, "w");
+    VilTrainStatus s = vil_train(&r, &res);
+    fclose(r.log);
+    size_t ln;
+    char *log = (char *)vil_read_file(logp, &ln);
+    T_CHECK(s == VIL_TRAIN_STOPPED && !exists(p) && log && strstr(log, "removed 1 temporary file of interrupted saves"),
+            "stale temps: a run start removes them and prints one line (status %d)", s);
+    free(log);
+}
+
+/* A fresh run refuses a folder that holds any one of a run's files, naming it. */
+static void test_used_folder(void) {
+    const char *files[4] = {"last.safetensors", "last.state.safetensors", "best.safetensors", "ema.safetensors"};
+    for (int i = 0; i < 4; i++) {
+        char out[4096], f[4300], dirname[64];
+        snprintf(dirname, sizeof dirname, "used%d", i);
+        snprintf(out, sizeof out, "%s", path(dirname));
+        corpus_mkdir("%s%s", out, "");
+        snprintf(f, sizeof f, "%s/%s", out, files[i]);
+        corpus_write(f, "someone's weights", 17);
+        VilTrainRun r;
+        Trace t = {0};
+        VilTrainResult res;
+        setup(&r, out, &t);
+        capture_begin();
+        VilTrainStatus s = vil_train(&r, &res);
+        char *err = capture_end();
+        size_t n;
+        unsigned char *b = vil_read_file(f, &n);
+        int untouched = b && n == 17 && memcmp(b, "someone's weights", 17) == 0;
+        free(b);
+        const char *hint = i == 1 ? "--resume" : "another --out";
+        T_CHECK(s == VIL_TRAIN_FAILED && t.n == 0 && untouched && strstr(err, files[i]) && strstr(err, hint),
+                "a fresh run refuses a folder holding only %s, naming it and saying '%s' (status %d): %s",
+                files[i], hint, s, err);
+        free(err);
+    }
+    /* other files do not make a folder a run's */
+    char out[4096], f[4300];
+    snprintf(out, sizeof out, "%s", path("used_other"));
+    corpus_mkdir("%s%s", out, "");
+    snprintf(f, sizeof f, "%s/notes.txt", out);
+    corpus_write(f, "x", 1);
+    VilTrainRun r;
+    Trace t = {0};
+    VilTrainResult res;
+    setup(&r, out, &t);
+    r.stop_after = 1;
+    T_CHECK(vil_train(&r, &res) == VIL_TRAIN_STOPPED, "a folder holding other files only is used");
+}
+
+/* An output folder that cannot be written fails the run before its first step. */
+static void test_unwritable_out(void) {
+    char afile[4096], inside[4200];
+    snprintf(afile, sizeof afile, "%s", path("a_file"));
+    corpus_write(afile, "x", 1);
+    snprintf(inside, sizeof inside, "%s/out", afile);
+    /* /proc exists as a folder and takes no new files, not even from root */
+    const char *outs[2] = {"/proc", inside};
+    const char *want[2] = {"'/proc' cannot be written", "a_file"};
+    for (int i = 0; i < 2; i++) {
+        VilTrainRun r;
+        Trace t = {0};
+        VilTrainResult res;
+        setup(&r, outs[i], &t);
+        double t0 = vil_now();
+        capture_begin();
+        VilTrainStatus s = vil_train(&r, &res);
+        char *err = capture_end();
+        double secs = vil_now() - t0;
+        T_CHECK(s == VIL_TRAIN_FAILED && t.n == 0 && res.step == 0 && secs < 5 && strstr(err, want[i]),
+                "unwritable --out %s: fails before the first step (status %d, %.2f s): %s", outs[i], s,
+                secs, err);
+        free(err);
+    }
+}
+
 int main(void) {
     dir = corpus_mkdtemp("train");
     test_schedule();
@@ -429,6 +845,11 @@ int main(void) {
     test_config();
     test_train_resume();
     test_diverge_and_errors();
+    test_resume_repairs();
+    test_failed_saves();
+    test_stale_temps();
+    test_used_folder();
+    test_unwritable_out();
     corpus_rmtree(dir);
     return t_finish();
 }

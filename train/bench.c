@@ -11,6 +11,7 @@
 #include "vil/args.h"
 #include "vil/backend_prof.h"
 #include "vil/common.h"
+#include "vil/limits.h"
 #include "vil/model.h"
 
 static void upload_batch(VilModel *m, uint64_t seed) {
@@ -118,21 +119,26 @@ int vil_cmd_bench(int argc, char **argv) {
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
     profile = !no_profile;
-    if (batch < 1) {
-        vil_error("--batch must be >= 1");
+    if (batch < 1 || batch > VIL_MAX_BATCH || steps < 0 || warmup < 0 || !vil_device_name_ok(device)) {
+        fprintf(stderr, "vil bench: --batch must be in 1..%d, --steps and --warmup >= 0, --device "
+                        "cpu, cuda or auto\n", VIL_MAX_BATCH);
         return 2;
     }
-    const VilBackend *be = vil_backend_get(device);
-    if (!be) return 1;
-    if (steps <= 0) steps = strcmp(be->name, "cpu") == 0 ? 5 : 30;
     VilConfig cfg;
     vil_config_default(&cfg);
-    if (vil_config_load(&cfg, model) != 0) return 1;
-    for (int i = 0; i < sets.n; i++)
-        if (vil_config_set_kv(&cfg, sets.v[i]) != 0) return 2;
-    if (vil_config_finalize(&cfg) != 0) return 1;
+    int r = vil_config_load(&cfg, model);
+    for (int i = 0; r == 0 && i < sets.n; i++) r = vil_config_set_kv(&cfg, sets.v[i]);
+    if (r == 0) r = vil_config_finalize(&cfg);
+    if (r != 0) return vil_exit_code(r);
+    const VilBackend *be = vil_backend_get(device);
+    if (!be) return 1;
+    if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 5 : 30;
     VilModel m;
     if (vil_model_init(&m, &cfg, be) != 0) return 1;
+    if (vil_model_check_acts(&m, batch, 1) != 0) {
+        vil_model_free(&m);
+        return 1;
+    }
     vil_model_init_weights(&m, 0);
     printf("bench: %s (%s) on %s, %zu parameters, %dx%d, batch %d, %d tokens\n", cfg.name,
            cfg.arch, be->name, m.param_count, cfg.img_size, cfg.img_size, batch, cfg.seq_len);

@@ -11,10 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "data/feed.h"
 #include "data/loader.h"
+#include "data/transform.h"
 #include "eval/eval.h"
 #include "vil/args.h"
 #include "vil/checkpoint.h"
@@ -46,6 +48,8 @@ typedef struct {
     long spe, total_steps, warmup_steps, global_batch;
     double peak_lr;
     float best_top1, last_loss;
+    long best_step; /* the step best.safetensors holds; -1: none yet, or a state too old to say */
+    int stale_removed; /* temporaries of killed saves removed from the output folder */
     char *path_last, *path_state, *path_best, *path_ema;
     /* the inputs go to the device one step ahead (data/feed.h): images, targets and, with drop
      * path, the step's drop-path scales, staged per feed slot in dp_host */
@@ -224,6 +228,10 @@ static int state_restore(Trainer *T, const char *path) {
     const char *best = vil_st_meta(&st, "vil.best_top1");
     double bv;
     T->best_top1 = best && vil_parse_float(best, &bv) == 0 ? (float)bv : -1.0f;
+    /* states of older vils lack it: unknown, and best.safetensors is then left as it is */
+    const char *bs = vil_st_meta(&st, "vil.best_step");
+    T->best_step = -1;
+    if (bs && meta_long(&st, "vil.best_step", &T->best_step) != 0) goto done;
     size_t n = m->param_count; /* the files hold the tensors packed, without buffer padding */
     const VilStTensor *tp = state_tensor(&st, "params", n), *tm = state_tensor(&st, "adam_m", n),
                       *tv = state_tensor(&st, "adam_v", n);
@@ -264,10 +272,29 @@ static int all_finite(const float *x, size_t n) {
     return ok;
 }
 
+/* One checkpoint of the run at the current step: the model's parameters, or another buffer
+ * of the parameter layout (the EMA) read in their place. */
+static int save_checkpoint(Trainer *T, const char *path, float *params) {
+    /* a shallow copy that reads the buffer as its parameters: the save only reads */
+    VilModel cm = T->m;
+    cm.params = params;
+    /* the evaluation transform of this run's validation pass, so that eval and classify feed
+     * the model what it was validated on */
+    VilEvalSpec ev = {.crop_pct = T->tc->crop_pct, .has_norm = 1};
+    VilTrainTransform tt;
+    vil_train_transform_default(&tt, T->mc->img_size, T->mc->in_chans);
+    memcpy(ev.mean, tt.mean, sizeof ev.mean);
+    memcpy(ev.std, tt.std, sizeof ev.std);
+    return vil_checkpoint_save_eval(&cm, path, T->step, T->class_names, T->n_classes, &ev);
+}
+
 /* Write the state (first: it is what a resume reads), then the model checkpoint, then the EMA
- * checkpoint. Each write is atomic. Weights that are not finite are never written over the
- * last good ones: returns -2 then. */
-static int save_all(Trainer *T) {
+ * checkpoint, then, when new_best is given (the top-1 of an evaluation that improved on the
+ * best), best.safetensors. The state records every file's step before the files are written,
+ * so a resume after a kill in between can tell which are behind and bring them up to it
+ * (sync_run_files). Each write is atomic. Weights that are not finite are never written over
+ * the last good ones: returns -2 then. */
+static int save_all(Trainer *T, const float *new_best) {
     VilModel *m = &T->m;
     const VilBackend *be = T->be;
     size_t n = m->n_params, bytes = n * sizeof(float);
@@ -280,6 +307,10 @@ static int save_all(Trainer *T) {
                   "checkpoint %s", T->step, T->path_last);
         rc = -2;
         goto done;
+    }
+    if (new_best) {
+        T->best_top1 = *new_best;
+        T->best_step = T->step;
     }
     be->to_host(mm, m->m, bytes);
     be->to_host(vv, m->v, bytes);
@@ -311,6 +342,7 @@ static int save_all(Trainer *T) {
     META("vil.adam_step", "%d", m->step);
     META("vil.steps_per_epoch", "%ld", T->spe);
     META("vil.best_top1", "%.9g", T->best_top1);
+    META("vil.best_step", "%ld", T->best_step);
     META("vil.world", "%d", 1);
 #undef META
     /* nothing else is random state: every stream is a pure function of (seed, epoch, step) */
@@ -320,13 +352,13 @@ static int save_all(Trainer *T) {
     free(mj);
     free(tj);
     if (src != 0) goto done;
-    if (vil_checkpoint_save(m, T->path_last, T->step, T->class_names, T->n_classes) != 0) goto done;
-    if (T->ema) {
-        /* a shallow copy that reads the EMA buffer as its parameters: the save only reads */
-        VilModel em = *m;
-        em.params = T->ema;
-        if (vil_checkpoint_save(&em, T->path_ema, T->step, T->class_names, T->n_classes) != 0)
-            goto done;
+    if (save_checkpoint(T, T->path_last, m->params) != 0 ||
+        (T->ema && save_checkpoint(T, T->path_ema, T->ema) != 0) ||
+        (new_best && save_checkpoint(T, T->path_best, m->params) != 0)) {
+        vil_error("the training state %s is saved at step %ld but the checkpoints are not: free "
+                  "space or fix the folder, then --resume brings them up to that step",
+                  T->path_state, T->step);
+        goto done;
     }
     rc = 0;
 done:
@@ -335,6 +367,65 @@ done:
     free(vv);
     free(e);
     return rc;
+}
+
+/* The step a checkpoint holds (its "vil.step"), or -1 with what is wrong in `why`: missing,
+ * unreadable (a torn or foreign file), or without a step. */
+static long checkpoint_step(const char *path, char *why, size_t n) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        snprintf(why, n, "missing");
+        return -1;
+    }
+    VilSafetensors st;
+    char err[512];
+    if (vil_st_read(path, &st, err, sizeof err) != 0) {
+        snprintf(why, n, "unreadable (%s)", err);
+        return -1;
+    }
+    long step = -1;
+    const char *v = vil_st_meta(&st, "vil.step");
+    if (!v || vil_parse_int(v, &step) != 0 || step < 0) {
+        snprintf(why, n, "without a valid vil.step");
+        step = -1;
+    } else {
+        snprintf(why, n, "at step %ld", step);
+    }
+    vil_st_free(&st);
+    return step;
+}
+
+/* After a resume's state_restore: save_all writes the state first, so a kill or a full disk
+ * between its writes leaves checkpoints behind the state (or none). Every checkpoint the run
+ * keeps current (last, ema, and best when the state says it was written at this very step) is
+ * checked against the state's step and rewritten from the restored buffers when it differs,
+ * so that a run is never reported done or continued while its files disagree. 0, or -1 when a
+ * file could not be rewritten (reported). */
+static int sync_run_files(Trainer *T) {
+    struct {
+        const char *path;
+        float *params;
+    } files[3];
+    int nf = 0;
+    files[nf].path = T->path_last, files[nf++].params = T->m.params;
+    if (T->ema) files[nf].path = T->path_ema, files[nf++].params = T->ema;
+    /* the restored parameters are the best weights only when the best was saved at this step;
+     * at any other step (or unknown: an older state) best.safetensors is left as it is */
+    if (T->best_step >= 0 && T->best_step == T->step)
+        files[nf].path = T->path_best, files[nf++].params = T->m.params;
+    for (int i = 0; i < nf; i++) {
+        char why[700];
+        if (checkpoint_step(files[i].path, why, sizeof why) == T->step) continue;
+        if (save_checkpoint(T, files[i].path, files[i].params) != 0) {
+            vil_error("cannot resume: '%s' was %s, the state is at step %ld, and rewriting it "
+                      "failed (see above): free space or fix the folder, then resume again",
+                      files[i].path, why, T->step);
+            return -1;
+        }
+        vil_warn("resume: '%s' was %s, the state is at step %ld: rewrote it from the state",
+                 files[i].path, why, T->step);
+    }
+    return 0;
 }
 
 /* ---------------- the steps ---------------- */
@@ -392,11 +483,17 @@ static int open_data(Trainer *T) {
         vil_error("%s", err);
         return -1;
     }
+    int K0 = vil_dataset_num_classes(T->ds);
     if (run->names && vil_dataset_load_names(T->ds, run->names, err, sizeof err) != 0) {
         vil_error("%s", err);
         return -1;
     }
     int K = vil_dataset_num_classes(T->ds);
+    if (K != K0) {
+        vil_error("the class-names file '%s' names %d classes, the training data (%s) has %d: is "
+                  "it the names file of this dataset?", run->names, K, vil_dataset_source(T->ds), K0);
+        return -1;
+    }
     if (K != T->mc->num_classes) {
         vil_error("the training data (%s) has %d classes but the model config says num_classes = "
                   "%d: set --set num_classes=%d", vil_dataset_source(T->ds), K,
@@ -522,6 +619,54 @@ static void trainer_free(Trainer *T) {
     free(T->path_ema);
 }
 
+/* ---------------- the output folder ---------------- */
+
+/* A fresh run refuses a folder that holds any file of a run: with the state, the run can be
+ * continued; without it (a kill before the first state, or files copied in), the files are
+ * still someone's weights. */
+static int refuse_used_folder(Trainer *T) {
+    const char *out = T->run->out_dir;
+    const char *paths[4] = {T->path_state, T->path_last, T->path_best, T->path_ema};
+    char found[1024] = "";
+    size_t len = 0;
+    int state = 0;
+    for (int i = 0; i < 4; i++) {
+        struct stat sb;
+        if (lstat(paths[i], &sb) != 0) continue;
+        const char *name = strrchr(paths[i], '/') + 1;
+        len += (size_t)snprintf(found + len, len < sizeof found ? sizeof found - len : 0, "%s%s",
+                                len ? ", " : "", name);
+        if (len >= sizeof found) len = sizeof found - 1;
+        state |= i == 0;
+    }
+    if (!len) return 0;
+    if (state)
+        vil_error("'%s' holds a training run already (%s): continue it with --resume %s, or "
+                  "choose another --out (or delete that run)", out, found, out);
+    else
+        vil_error("'%s' holds files of an earlier run (%s) and no training state to resume "
+                  "from: choose another --out, or delete those files", out, found);
+    return -1;
+}
+
+/* Run once the folder exists, before any work: removes what killed saves left (their
+ * temporaries can be as large as a checkpoint each, and a full disk is one way saves die) and
+ * proves the folder writable through the path every save takes, so that a read-only or full
+ * folder shows now and not after the first epoch. */
+static int prepare_out_dir(Trainer *T) {
+    const char *out = T->run->out_dir;
+    if ((T->stale_removed = vil_remove_stale_temps(out)) < 0) return -1;
+    char *probe = join(out, ".vil-write-probe");
+    int rc = vil_write_file_atomic(probe, "vil", 3);
+    int err = errno;
+    if (rc != 0)
+        vil_error("the output folder '%s' cannot be written (%s): fix its permissions or free "
+                  "space, or choose another --out", out, strerror(err));
+    else unlink(probe);
+    free(probe);
+    return rc;
+}
+
 /* ---------------- the input feed ---------------- */
 
 /* Starts the feed over the model's input buffers (after vil_model_alloc_acts). */
@@ -583,6 +728,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     T->be = run->be;
     T->log = run->log ? run->log : stdout;
     T->best_top1 = -1.0f;
+    T->best_step = -1;
     T->last_loss = NAN;
     const VilTrainConfig *t = T->tc;
     double t_start = vil_now();
@@ -600,19 +746,12 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     }
     T->path_last = join(run->out_dir, "last.safetensors");
     T->path_state = join(run->out_dir, "last.state.safetensors");
-    if (!state_in) {
-        /* a fresh run never overwrites another one's state: weeks of ImageNet are one typo away */
-        struct stat st;
-        if (stat(T->path_state, &st) == 0) {
-            vil_error("'%s' holds a training run already (%s): continue it with --resume %s, or "
-                      "choose another --out (or delete that run)", run->out_dir, T->path_state,
-                      run->out_dir);
-            goto out;
-        }
-    }
-    if (vil_mkdir_p(run->out_dir) != 0) goto out;
     T->path_best = join(run->out_dir, "best.safetensors");
     T->path_ema = join(run->out_dir, "ema.safetensors");
+    /* a fresh run never overwrites another one's files: weeks of ImageNet are one typo away */
+    if (!state_in && refuse_used_folder(T) != 0) goto out;
+    if (vil_mkdir_p(run->out_dir) != 0) goto out;
+    if (prepare_out_dir(T) != 0) goto out;
     if (make_loaders(T) != 0) goto out;
 
     T->spe = vil_loader_batches_per_epoch(T->loader);
@@ -662,10 +801,15 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     if (!run->quiet) {
         print_header(T);
         fputs(init_note, T->log);
+        if (T->stale_removed > 0)
+            fprintf(T->log, "out:   removed %d temporary file%s of interrupted saves\n",
+                    T->stale_removed, T->stale_removed == 1 ? "" : "s");
         if (state_in)
             fprintf(T->log, "resume: %s at step %ld (epoch %d, batch %d)\n", state_in, T->step,
                     T->epoch + 1, T->epoch_batch);
     }
+    /* before "nothing to do" too: a finished run whose last save was cut short is not done */
+    if (state_in && sync_run_files(T) != 0) goto out;
     if (T->step >= T->total_steps) {
         if (!run->quiet) fprintf(T->log, "nothing to do: the run is at step %ld of %ld\n", T->step, T->total_steps);
         status = VIL_TRAIN_DONE;
@@ -710,7 +854,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
                 vil_error("the data loader stopped at epoch %d, batch %d: %s", T->epoch + 1,
                           T->epoch_batch, e ? e : "the epoch ended early");
                 /* the weights are those of a completed step: keep them */
-                if (save_all(T) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
+                if (save_all(T, NULL) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
                 goto out;
             }
             m->acts.img = in[0];
@@ -791,7 +935,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
             int stop = run->stop_after > 0 && T->step >= run->stop_after;
             int intr = run->interrupt && *run->interrupt;
             if ((stop || intr) && !last_of_epoch) {
-                int src = save_all(T);
+                int src = save_all(T, NULL);
                 if (src != 0) {
                     status = src == -2 ? VIL_TRAIN_DIVERGED : VIL_TRAIN_FAILED;
                     goto out;
@@ -816,23 +960,17 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
             T->epoch++;
             T->epoch_batch = 0;
         }
-        int every = t->eval_every_epochs;
+        int every = t->eval_every_epochs, improved = 0;
         if (T->val_loader && (finished || (epoch_done && (ep + 1) % every == 0))) {
             if (evaluate(T, ep, res) != 0) {
-                if (save_all(T) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
+                if (save_all(T, NULL) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
                 goto out;
             }
-            if (res->top1 > T->best_top1) {
-                int finite;
-                vil_model_get_params(m, host);
-                finite = all_finite(host, n);
-                if (finite && vil_checkpoint_save(m, T->path_best, T->step, T->class_names, T->n_classes) != 0)
-                    goto out;
-                if (finite) T->best_top1 = res->top1;
-            }
+            improved = res->top1 > T->best_top1;
             vil_model_alloc_acts(m, B, 1);
         }
-        int src = save_all(T);
+        /* best.safetensors goes last, after the state that records its step (save_all) */
+        int src = save_all(T, improved ? &res->top1 : NULL);
         if (src != 0) {
             status = src == -2 ? VIL_TRAIN_DIVERGED : VIL_TRAIN_FAILED;
             goto out;
@@ -929,8 +1067,8 @@ int vil_cmd_train(int argc, char **argv) {
         fprintf(stderr, "vil train: --init-ema needs --init FILE.pth\n");
         return 2;
     }
-    if (stop_after < 0) {
-        fprintf(stderr, "vil train: --stop-after must be >= 0\n");
+    if (stop_after < 0 || !vil_device_name_ok(device)) {
+        fprintf(stderr, "vil train: --stop-after must be >= 0, --device cpu, cuda or auto\n");
         return 2;
     }
     VilTrainRun run = {0};
@@ -943,11 +1081,13 @@ int vil_cmd_train(int argc, char **argv) {
         free(state);
         if (r != 0) return 1;
     }
-    if (config && vil_train_config_load(&run.model, &run.train, config) != 0) return 1;
-    for (int i = 0; i < sets.n; i++)
-        if (vil_train_config_set_kv(&run.model, &run.train, sets.v[i]) != 0) return 2;
-    if (decode && vil_train_config_set(&run.model, &run.train, "decode", decode) != 0) return 2;
-    if (vil_config_finalize(&run.model) != 0 || vil_train_config_finalize(&run.train) != 0) return 1;
+    /* a config's or an override's wrong value exits 2, an unreadable file 1 (vil_exit_code) */
+    int r = config ? vil_train_config_load(&run.model, &run.train, config) : 0;
+    for (int i = 0; r == 0 && i < sets.n; i++) r = vil_train_config_set_kv(&run.model, &run.train, sets.v[i]);
+    if (r == 0 && decode) r = vil_train_config_set(&run.model, &run.train, "decode", decode);
+    if (r == 0) r = vil_config_finalize(&run.model);
+    if (r == 0) r = vil_train_config_finalize(&run.train);
+    if (r != 0) return vil_exit_code(r);
     if (print_config) {
         vil_config_print(&run.model, stdout);
         vil_train_config_print(&run.train, stdout);

@@ -30,6 +30,8 @@ typedef struct VilBackend {
     size_t (*peak_bytes)(void);
     /* start a new peak from what is held now */
     void (*peak_reset)(void);
+    /* bytes the device could still allocate (the CPU: the system's MemAvailable); 0: unknown */
+    size_t (*mem_free)(void);
     /* act buffer <-> host float32 (for tests and for reading logits) */
     void (*act_to_host_f32)(float *dst, const void *src, size_t n);
     /* working parameter copy from the float32 master (NULL work: the ops read the master) */
@@ -114,6 +116,8 @@ extern const VilBackend vil_backend_cuda;
 int vil_cuda_available(char *why, size_t n);
 #endif
 
+/* 1 for the device names a command line may give: cpu, cuda, auto */
+int vil_device_name_ok(const char *name);
 /* "cpu" or "cuda" (or "auto": cuda when available) -> backend; NULL with an error reported */
 const VilBackend *vil_backend_get(const char *name);
 

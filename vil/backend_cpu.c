@@ -27,6 +27,15 @@ static size_t cpu_peak_bytes(void) {
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
     return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
+static size_t cpu_mem_free(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long kib = -1;
+    while (f && kib < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %ld kB", &kib) != 1) kib = -1;
+    if (f) fclose(f);
+    return kib > 0 ? (size_t)kib * 1024 : 0;
+}
 static void cpu_peak_reset(void) {
     FILE *f = fopen("/proc/self/clear_refs", "w");
     if (!f) return; /* the peak then runs from the start, as getrusage's does */
@@ -142,6 +151,7 @@ const VilBackend vil_backend_cpu = {
     .sync = cpu_sync,
     .peak_bytes = cpu_peak_bytes,
     .peak_reset = cpu_peak_reset,
+    .mem_free = cpu_mem_free,
     .act_to_host_f32 = cpu_act_to_host,
     .params_to_work = NULL,
     .host_alloc = cpu_host_alloc,
@@ -169,6 +179,10 @@ const VilBackend vil_backend_cpu = {
     .adamw_update = cpu_adamw_update,
     .grad_clip = grad_clip,
 };
+
+int vil_device_name_ok(const char *name) {
+    return strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0 || strcmp(name, "auto") == 0;
+}
 
 const VilBackend *vil_backend_get(const char *name) {
     if (strcmp(name, "cpu") == 0) return &vil_backend_cpu;

@@ -21,8 +21,58 @@
 
 #define META_SOURCE "vil.source"
 
+#define META_EVAL "vil.eval"
+
+/* a float as the short decimal it was written as (0.485, not 0.48500001430511475) */
+static double clean(float f) {
+    char b[32];
+    snprintf(b, sizeof b, "%.7g", f);
+    return strtod(b, NULL);
+}
+
+static char *eval_to_json(const VilEvalSpec *ev, int chans) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "crop_pct", clean(ev->crop_pct));
+    cJSON_AddStringToObject(o, "resize", "bicubic");
+    if (ev->has_norm) {
+        cJSON *mean = cJSON_AddArrayToObject(o, "mean"), *std = cJSON_AddArrayToObject(o, "std");
+        for (int c = 0; c < chans; c++) {
+            cJSON_AddItemToArray(mean, cJSON_CreateNumber(clean(ev->mean[c])));
+            cJSON_AddItemToArray(std, cJSON_CreateNumber(clean(ev->std[c])));
+        }
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char *r = vil_strdup(s);
+    cJSON_free(s);
+    return r;
+}
+
+/* 0, or -1 (reported) when the metadata is not a valid evaluation transform */
+static int eval_from_json(const char *json, const char *path, int chans, VilEvalSpec *ev) {
+    cJSON *o = cJSON_Parse(json);
+    cJSON *crop = cJSON_GetObjectItemCaseSensitive(o, "crop_pct");
+    cJSON *mean = cJSON_GetObjectItemCaseSensitive(o, "mean"), *std = cJSON_GetObjectItemCaseSensitive(o, "std");
+    int ok = cJSON_IsObject(o) && cJSON_IsNumber(crop) && crop->valuedouble > 0 && crop->valuedouble <= 1;
+    memset(ev, 0, sizeof *ev);
+    if (ok) ev->crop_pct = (float)crop->valuedouble;
+    if (ok && (mean || std)) {
+        ok = cJSON_GetArraySize(mean) == chans && cJSON_GetArraySize(std) == chans;
+        for (int c = 0; ok && c < chans; c++) {
+            cJSON *a = cJSON_GetArrayItem(mean, c), *b = cJSON_GetArrayItem(std, c);
+            ok = cJSON_IsNumber(a) && cJSON_IsNumber(b) && isfinite(a->valuedouble) &&
+                 fabs(a->valuedouble) < 1e6 && b->valuedouble > 1e-6 && b->valuedouble < 1e6;
+            if (ok) ev->mean[c] = (float)a->valuedouble, ev->std[c] = (float)b->valuedouble;
+        }
+        ev->has_norm = ok;
+    }
+    cJSON_Delete(o);
+    if (!ok) vil_error("'%s': metadata %s is not {crop_pct in (0, 1], mean and std of %d channels}", path, META_EVAL, chans);
+    return ok ? 0 : -1;
+}
+
 static int save(const VilModel *m, const char *path, long step, char *const *class_names,
-                int n_classes, const char *source) {
+                int n_classes, const VilEvalSpec *ev, const char *source) {
     float *host = vil_malloc(m->n_params * sizeof(float));
     vil_model_get_params(m, host);
     vil_model_pack(m, host, host); /* the tensors without the buffer's padding */
@@ -53,6 +103,11 @@ static int save(const VilModel *m, const char *path, long step, char *const *cla
         cJSON_Delete(arr);
     }
     if (source) vil_st_writer_meta(w, META_SOURCE, source);
+    if (ev && ev->crop_pct > 0) {
+        char *e = eval_to_json(ev, m->cfg.in_chans);
+        vil_st_writer_meta(w, META_EVAL, e);
+        free(e);
+    }
     int rc = vil_st_writer_save(w, path);
     vil_st_writer_free(w);
     free(host);
@@ -61,12 +116,17 @@ static int save(const VilModel *m, const char *path, long step, char *const *cla
 
 int vil_checkpoint_save(const VilModel *m, const char *path, long step,
                         char *const *class_names, int n_classes) {
-    return save(m, path, step, class_names, n_classes, NULL);
+    return save(m, path, step, class_names, n_classes, NULL, NULL);
+}
+
+int vil_checkpoint_save_eval(const VilModel *m, const char *path, long step,
+                             char *const *class_names, int n_classes, const VilEvalSpec *ev) {
+    return save(m, path, step, class_names, n_classes, ev, NULL);
 }
 
 int vil_checkpoint_save_from(const VilModel *m, const char *path, char *const *class_names,
-                             int n_classes, const char *source) {
-    return save(m, path, 0, class_names, n_classes, source);
+                             int n_classes, const VilEvalSpec *ev, const char *source) {
+    return save(m, path, 0, class_names, n_classes, ev, source);
 }
 
 /* torch.nn.functional.interpolate(mode='bicubic', align_corners=False) of one axis:
@@ -167,6 +227,7 @@ typedef struct {
     VilConfig cfg;  /* the file's network at the size it was trained at (not finalized) */
     int img_known;  /* the file says that size (vil metadata, or a .pth's args.input_size) */
     int imagenet;   /* a .pth whose args say ImageNet-1k (data_set IMNET) */
+    float pth_crop; /* a .pth's args.eval_crop_ratio; 0: none */
 } Source;
 
 static const VilStTensor *need(const VilSafetensors *st, const char *path, const char *name,
@@ -283,6 +344,7 @@ static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
         meta->epoch = info.epoch;
         img = info.img_size;
         s->imagenet = strcmp(info.data_set, "IMNET") == 0;
+        s->pth_crop = info.crop_pct;
     } else {
         if (o->ema) {
             vil_error("--ema: '%s' is a safetensors file, which holds one set of weights (a vil "
@@ -292,6 +354,14 @@ static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
         }
         if (vil_st_read(path, &s->st, err, sizeof err) != 0) {
             vil_error("cannot load checkpoint: %s", err);
+            return -1;
+        }
+        const char *fmt = vil_st_meta(&s->st, "vil.format");
+        if (fmt && strcmp(fmt, "vil-train-state") == 0) {
+            vil_error("'%s' is a training state (what `vil train --resume` reads), not a model "
+                      "checkpoint: give the run's last.safetensors, ema.safetensors or "
+                      "best.safetensors beside it", path);
+            vil_st_free(&s->st);
             return -1;
         }
         snprintf(meta->format, sizeof meta->format, "safetensors");
@@ -323,57 +393,81 @@ static void shape_text(char *s, size_t cap, int ndim, const int64_t *shape) {
         snprintf(s + strlen(s), cap - strlen(s), "%s%lld", d ? ", " : "", (long long)shape[d]);
 }
 
-/* m's parameters (host, in the parameter buffers' layout) from the file's tensors. src_grid > 0:
- * pos_embed comes from a src_grid x src_grid grid and is resized onto m's. keep_head: head.* are
- * left as they are (fine-tuning on other classes). Every expected tensor, with its shape; then
- * nothing unexpected. Reports up to 10 problems and returns -1 when there are any. */
-static int fill_params(const Source *s, const char *path, const VilModel *m, int src_grid,
-                       int keep_head, float *host) {
-    const VilConfig *cfg = &m->cfg;
-    int bad = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const VilParamInfo *p = &m->info[i];
-        if (keep_head && (p->offset == m->off.head_w || p->offset == m->off.head_b)) continue;
+static int is_head(const char *name) {
+    return strcmp(name, "head.weight") == 0 || strcmp(name, "head.bias") == 0;
+}
+
+/* Before anything is allocated: the file's tensors against the parameter table of cfg, every
+ * expected tensor with its shape and dtype, then nothing unexpected, so a config (from the
+ * metadata, or inferred from one tensor) that the file's own tensors do not back up never sizes
+ * an allocation. src_grid > 0: pos_embed is read from a src_grid x src_grid grid (another
+ * resolution). keep_head: head.* are not taken (fine-tuning on other classes). Reports up to 10
+ * problems, naming the file and the tensor; -1 when there are any. */
+static int check_tensors(const Source *s, const char *path, const VilConfig *cfg, int src_grid,
+                         int keep_head) {
+    int n, bad = 0;
+    VilParamInfo *info = vil_model_param_table(cfg, &n);
+    for (int i = 0; i < n; i++) {
+        const VilParamInfo *p = &info[i];
+        if (keep_head && is_head(p->name)) continue;
         const VilStTensor *t = vil_st_find(&s->st, p->name);
         if (!t) {
             if (bad++ < 10) vil_error("'%s': tensor '%s' is missing", path, p->name);
             continue;
         }
+        int64_t want[VIL_MAX_NDIM];
+        memcpy(want, p->shape, sizeof want);
+        if (src_grid && strcmp(p->name, "pos_embed") == 0) want[1] = (int64_t)src_grid * src_grid + 1;
+        int same = t->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == want[d];
+        if (!same) {
+            char w[96], got[96];
+            shape_text(w, sizeof w, p->ndim, want);
+            shape_text(got, sizeof got, t->ndim, t->shape);
+            if (bad++ < 10)
+                vil_error("'%s': tensor '%s' has shape [%s], the model needs [%s]", path, p->name, got, w);
+        } else if (t->dtype != VIL_ST_F32 && t->dtype != VIL_ST_F16 && t->dtype != VIL_ST_BF16 &&
+                   t->dtype != VIL_ST_F64) {
+            if (bad++ < 10)
+                vil_error("'%s': tensor '%s' has dtype %s, which vil cannot read", path, p->name,
+                          vil_st_dtype_name(t->dtype));
+        }
+    }
+    for (int i = 0; i < s->st.n_tensors; i++) {
+        const char *nm = s->st.tensors[i].name;
+        int found = 0;
+        for (int k = 0; k < n && !found; k++) found = strcmp(info[k].name, nm) == 0;
+        if (!found && bad++ < 10) {
+            char shown[160];
+            vil_error("'%s': unexpected tensor '%s' for a %s model of depth %d", path,
+                      vil_printable(shown, sizeof shown, nm), cfg->arch, cfg->depth);
+        }
+    }
+    free(info);
+    if (bad > 10) vil_error("'%s': ... %d problems in all", path, bad);
+    return bad ? -1 : 0;
+}
+
+/* m's parameters (host, in the parameter buffers' layout) from the file's tensors, which
+ * check_tensors has passed for m's config. -1 when a value is not finite. */
+static int fill_params(const Source *s, const char *path, const VilModel *m, int src_grid,
+                       int keep_head, float *host) {
+    const VilConfig *cfg = &m->cfg;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const VilParamInfo *p = &m->info[i];
+        if (keep_head && is_head(p->name)) continue;
+        const VilStTensor *t = vil_st_find(&s->st, p->name);
         if (src_grid && p->offset == m->off.pos) {
             int G = src_grid, D = cfg->embed_dim;
-            if (t->ndim != 3 || t->shape[0] != 1 || t->shape[1] != (int64_t)G * G + 1 || t->shape[2] != D) {
-                if (bad++ < 10) vil_error("'%s': pos_embed does not match the config's %dx%d grid", path, G, G);
-                continue;
-            }
             float *src = vil_malloc(((size_t)G * G + 1) * D * sizeof(float));
-            if (vil_st_to_f32(t, src) != 0) bad++;
-            else vil_pos_embed_resize(host + p->offset, src, G, cfg->grid, D);
+            vil_st_to_f32(t, src);
+            vil_pos_embed_resize(host + p->offset, src, G, cfg->grid, D);
             free(src);
             continue;
         }
-        int same = t->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
-        if (!same) {
-            char want[96], got[96];
-            shape_text(want, sizeof want, p->ndim, p->shape);
-            shape_text(got, sizeof got, t->ndim, t->shape);
-            if (bad++ < 10)
-                vil_error("'%s': tensor '%s' has shape [%s], the model needs [%s]", path, p->name, got, want);
-            continue;
-        }
-        if (vil_st_to_f32(t, host + p->offset) != 0) {
-            if (bad++ < 10) vil_error("'%s': tensor '%s' has dtype %s, which vil cannot read", path, p->name, vil_st_dtype_name(t->dtype));
-        } else {
-            vil_param_store(p, host + p->offset, host + p->offset); /* the buffer's layout */
-        }
+        vil_st_to_f32(t, host + p->offset);
+        vil_param_store(p, host + p->offset, host + p->offset); /* the buffer's layout */
     }
-    for (int i = 0; i < s->st.n_tensors; i++)
-        if (!vil_model_find_param(m, s->st.tensors[i].name))
-            if (bad++ < 10)
-                vil_error("'%s': unexpected tensor '%s' for a %s model of depth %d", path,
-                          s->st.tensors[i].name, cfg->arch, cfg->depth);
-    if (bad > 10) vil_error("'%s': ... %d problems in all", path, bad);
-    if (bad) return -1;
     for (size_t i = 0; i < m->n_params; i++)
         if (!isfinite(host[i])) {
             vil_error("'%s': parameters contain NaN or Inf (a diverged run?)", path);
@@ -423,6 +517,7 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
         vil_error("'%s': the model config it describes is invalid", path);
         goto out;
     }
+    if (check_tensors(&s, path, &cfg, train_grid, 0) != 0) goto out;
     if (vil_model_init(m, &cfg, be) != 0) goto out;
     float *host = vil_calloc(m->n_params, sizeof(float));
     if (fill_params(&s, path, m, train_grid, 0, host) != 0 ||
@@ -430,6 +525,17 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
         free(host);
         vil_model_free(m);
         goto out;
+    }
+    const char *ej = vil_st_meta(&s.st, META_EVAL);
+    if (ej && eval_from_json(ej, path, cfg.in_chans, &meta->eval) != 0) {
+        free(host);
+        vil_model_free(m);
+        goto out;
+    }
+    if (ej) snprintf(meta->eval_from, sizeof meta->eval_from, "the checkpoint");
+    else if (s.pth_crop > 0) {
+        meta->eval.crop_pct = s.pth_crop;
+        snprintf(meta->eval_from, sizeof meta->eval_from, "the .pth's args");
     }
     vil_model_set_params(m, host);
     free(host);
@@ -470,9 +576,10 @@ int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMet
     SAME(embed_dim) SAME(depth) SAME(d_state) SAME(dt_rank) SAME(expand) SAME(d_conv)
     SAME(patch_size) SAME(in_chans)
 #undef SAME
+    int keep_head = fc.num_classes != c->num_classes;
+    if (check_tensors(&s, path, c, fc.grid != c->grid ? fc.grid : 0, keep_head) != 0) goto out;
     float *host = vil_malloc(m->n_params * sizeof(float));
     vil_model_get_params(m, host); /* the head keeps its fresh weights when the classes differ */
-    int keep_head = fc.num_classes != c->num_classes;
     if (fill_params(&s, path, m, fc.grid != c->grid ? fc.grid : 0, keep_head, host) != 0) {
         free(host);
         goto out;

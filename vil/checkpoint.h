@@ -8,6 +8,15 @@
 
 #include "model.h"
 
+/* How a model's inputs are made for evaluation: the shorter side resized to img_size / crop_pct
+ * (bicubic), a center crop, then (x - mean) / std per channel. Training records it in its
+ * checkpoints ("vil.eval"), so eval and classify feed a model what it was validated on. */
+typedef struct {
+    float crop_pct;        /* (0, 1]; 0: not known */
+    int has_norm;          /* mean and std are set (else the channel count's defaults) */
+    float mean[3], std[3];
+} VilEvalSpec;
+
 typedef struct {
     int img_size; /* evaluate at this resolution (0: the file's own, 224 when it does not say) */
     int ema;      /* 1: a .pth training checkpoint's model_ema instead of its model */
@@ -28,15 +37,21 @@ typedef struct {
     char source_model[128]; /* args.model of the run that wrote it */
     char file_keys[256];    /* the file's top-level keys */
     int head_kept;      /* vil_checkpoint_init: the head was not taken (other classes) */
+    VilEvalSpec eval;   /* the evaluation transform the file states (crop_pct 0: none) */
+    char eval_from[32]; /* where eval came from: "the checkpoint", "the .pth's args" or "" */
 } VilCheckpointMeta;
 
-/* Write m's parameters (float32) and metadata atomically. class_names may be NULL. */
+/* Write m's parameters (float32) and metadata atomically. class_names may be NULL; ev (may be
+ * NULL) is the evaluation transform the model was validated with. */
+int vil_checkpoint_save_eval(const VilModel *m, const char *path, long step,
+                             char *const *class_names, int n_classes, const VilEvalSpec *ev);
+/* TRANSITION: the same without ev, until train.c passes its eval transform */
 int vil_checkpoint_save(const VilModel *m, const char *path, long step,
                         char *const *class_names, int n_classes);
 /* The same for weights that came from elsewhere (vil convert): step 0, and source (such as
  * "vim_t.pth:model_ema") recorded in the metadata. */
 int vil_checkpoint_save_from(const VilModel *m, const char *path, char *const *class_names,
-                             int n_classes, const char *source);
+                             int n_classes, const VilEvalSpec *ev, const char *source);
 
 /* Read a checkpoint's config (from its metadata, or inferred from the tensor shapes with the
  * image size the file states, else opt->img_size, else 224) and validate every tensor. A file

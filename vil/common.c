@@ -3,10 +3,12 @@
 #define _GNU_SOURCE
 #include "common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,30 @@ static void vmsg(const char *kind, const char *fmt, va_list ap) {
     fprintf(stderr, "vil: %s: ", kind);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+}
+
+int vil_exit_code(int rc) { return rc == 0 ? 0 : rc == VIL_EUSAGE ? 2 : 1; }
+
+char *vil_printable(char *dst, size_t cap, const char *s) {
+    size_t o = 0, n = s ? strlen(s) : 0;
+    if (!cap) return dst;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c >= 0x20 && c < 0x7f ? 1 : 0;
+        if (c >= 0x80) {
+            size_t want = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+            if (want && i + want <= n && vil_utf8_invalid_at((const unsigned char *)s + i, want) == want) len = want;
+        }
+        size_t need = len ? len : 4;
+        if (o + need + 4 > cap) { /* room for "..." and the NUL */
+            if (o + 4 <= cap) memcpy(dst + o, "...", 3), o += 3;
+            break;
+        }
+        if (len) memcpy(dst + o, s + i, len), o += len, i += len;
+        else o += (size_t)snprintf(dst + o, cap - o, "\\x%02x", c), i++;
+    }
+    dst[o < cap ? o : cap - 1] = 0;
+    return dst;
 }
 
 void vil_error(const char *fmt, ...) {
@@ -321,4 +347,51 @@ int vil_edit_distance(const char *a, const char *b) {
     free(prev);
     free(cur);
     return r;
+}
+
+/* ---- temporary files of killed writers ---- */
+
+/* The pid of a vil_write_file_atomic temporary name ("NAME.tmp.PID": NAME not empty, PID
+ * digits without a leading zero), or 0 when the name is not one. */
+static long temp_owner(const char *name) {
+    const char *tag = NULL;
+    for (const char *s = strstr(name, ".tmp."); s; s = strstr(s + 1, ".tmp.")) tag = s;
+    if (!tag || tag == name) return 0;
+    const char *d = tag + 5;
+    if (*d < '1' || *d > '9' || strlen(d) > 9) return 0; /* Linux pids stay below 2^22 */
+    long pid = 0;
+    for (; *d; d++) {
+        if (*d < '0' || *d > '9') return 0;
+        pid = pid * 10 + (*d - '0');
+    }
+    return pid;
+}
+
+int vil_remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        vil_error("cannot list the folder '%s': %s", dir, strerror(errno));
+        return -1;
+    }
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid = temp_owner(e->d_name);
+        if (pid <= 0) continue;
+        /* EPERM means the process exists (someone else's): only ESRCH proves the writer gone.
+         * A writer on another host sharing the folder looks dead here: a folder shared that
+         * way is not a layout vil supports (two runs would also write the same files). */
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0) {
+            vil_warn("cannot remove the stale temporary file '%s/%s': %s", dir, e->d_name,
+                     strerror(errno));
+            continue;
+        }
+        removed++;
+    }
+    closedir(d);
+    return removed;
 }

@@ -13,6 +13,16 @@ extern "C" {
 #endif
 
 /* ---- error reporting ---- */
+/* A failure that is the caller's misuse, not the environment's: a value no run could take,
+ * from the command line or a config. Functions that can tell return it instead of -1, and the
+ * commands exit 2 for it (1 for -1: a file, the machine, the data). */
+#define VIL_EUSAGE (-2)
+/* The process exit code for a library return code: 0, 2 (VIL_EUSAGE) or 1. */
+int vil_exit_code(int rc);
+/* s for a terminal: control characters, DEL and bytes that are not UTF-8 written as \xNN, cut
+ * to fit cap (with "..."); untrusted text (file metadata, names) goes through it before it is
+ * printed. Returns dst. */
+char *vil_printable(char *dst, size_t cap, const char *s);
 /* Print "vil: error: ..." to stderr. Never exits. */
 void vil_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vil_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -51,6 +61,11 @@ unsigned char *vil_read_file(const char *path, size_t *size_out);
 int vil_mkdir_p(const char *dir);
 /* Write atomically: PATH.tmp.PID, fsync, rename, fsync the directory. 0 on success. */
 int vil_write_file_atomic(const char *path, const void *data, size_t size);
+/* Remove from dir the regular files named NAME.tmp.PID (vil_write_file_atomic's temporaries)
+ * whose process no longer exists (kill(PID, 0) fails with ESRCH): what killed saves leave.
+ * Other files and live writers' temporaries stay. The number removed, or -1 (reported) when
+ * dir cannot be listed. */
+int vil_remove_stale_temps(const char *dir);
 
 /* ---- deterministic RNG (splitmix64 seeding, xoshiro256**) ---- */
 typedef struct {

@@ -2,6 +2,7 @@
  * table in the official checkpoint order, initialization, the activation layout, and the
  * forward, backward and AdamW sequences. Nothing here knows which backend runs it. */
 #include "model.h"
+#include "limits.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -149,6 +150,23 @@ size_t vil_model_count_params(const VilConfig *cfg) {
     return t.count;
 }
 
+VilParamInfo *vil_model_param_table(const VilConfig *cfg, int *n) {
+    Table t;
+    build_table(cfg, &t, NULL);
+    *n = t.n;
+    return t.info;
+}
+
+/* with more bytes than a device reports free, an allocation would fail deep inside a run: say
+ * so up front with the numbers (mem_free 0: the backend cannot tell) */
+static int fits(const VilBackend *be, size_t bytes, const char *what, const char *hint) {
+    size_t avail = be->mem_free ? be->mem_free() : 0;
+    if (!avail || bytes <= avail) return 0;
+    vil_error("%s need %.2f GiB, and the %s device has %.2f GiB free: %s", what,
+              bytes / 1073741824.0, be->name, avail / 1073741824.0, hint);
+    return -1;
+}
+
 double vil_model_macs(const VilConfig *c) {
     double L = c->seq_len, M = c->n_patches, D = c->embed_dim, E = c->d_inner, N = c->d_state;
     double R = c->dt_rank, K = c->d_conv, P = c->patch_size;
@@ -162,6 +180,16 @@ double vil_model_macs(const VilConfig *c) {
 
 int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
     memset(m, 0, sizeof *m);
+    size_t count = vil_model_count_params(cfg);
+    if (count > (size_t)VIL_MAX_PARAMS) {
+        vil_error("%s: %zu parameters, more than vil takes (%lld)", cfg->name, count, (long long)VIL_MAX_PARAMS);
+        return -1;
+    }
+    /* master, gradients and the working copy */
+    size_t bytes = count * (2 * sizeof(float) + be->work_bytes);
+    char what[128];
+    snprintf(what, sizeof what, "the parameters of %s (%zu)", cfg->name, count);
+    if (fits(be, bytes, what, "a smaller model, or another device") != 0) return -1;
     m->cfg = *cfg;
     m->be = be;
     Table t;
@@ -387,6 +415,30 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
         x->dlogits = carve(a, (size_t)B * NC, f);
         if (m->input_grad) x->dimg = carve(a, (size_t)B * c->in_chans * c->img_size * c->img_size, f);
     }
+}
+
+size_t vil_model_acts_bytes(const VilModel *m, int B, int training) {
+    VilModel t = *m;
+    memset(&t.acts, 0, sizeof t.acts);
+    t.acts.layer = vil_calloc((size_t)m->cfg.depth, sizeof(VilLayerActs));
+    Arena a = {0};
+    layout_acts(&t, &a, B, training);
+    free(t.acts.layer);
+    return a.off;
+}
+
+int vil_model_check_acts(const VilModel *m, int B, int training) {
+    const VilConfig *c = &m->cfg;
+    char what[160];
+    snprintf(what, sizeof what, "%s activations of a batch of %d at %d px",
+             training ? "The training" : "The", B, c->img_size);
+    /* the ops index a (B * L, 2E) tensor with 32-bit integers */
+    if (B < 1 || (double)B * c->seq_len * 2 * c->d_inner >= 2147483648.0) {
+        vil_error("%s: %d x %d tokens x %d channels is past what the ops index (2^31 elements): "
+                  "lower the batch or the image size", what, B, c->seq_len, 2 * c->d_inner);
+        return -1;
+    }
+    return fits(m->be, vil_model_acts_bytes(m, B, training), what, "lower the batch or the image size");
 }
 
 void vil_model_alloc_acts(VilModel *m, int B, int training) {

@@ -99,11 +99,22 @@ typedef struct {
 } VilModel;
 
 /* Lay out and allocate the parameters for cfg (finalized) on backend be. Contents undefined
- * until vil_model_init_weights or vil_model_set_params. Returns 0 or -1 (reported). */
+ * until vil_model_init_weights or vil_model_set_params. Returns 0, or -1 (reported) when the
+ * model is past VIL_MAX_PARAMS or its parameters would not fit the device's free memory. */
 int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be);
 void vil_model_free(VilModel *m);
 /* Parameter count of a configuration (the tensors' elements) without allocating anything. */
 size_t vil_model_count_params(const VilConfig *cfg);
+/* The parameter table of cfg (finalized), as vil_model_init lays it out, without allocating
+ * the model: *n tensors, malloc'd (free()). For checking a file against a config before the
+ * memory is taken. */
+VilParamInfo *vil_model_param_table(const VilConfig *cfg, int *n);
+/* Bytes of the activations of a batch of B (what vil_model_alloc_acts takes). */
+size_t vil_model_acts_bytes(const VilModel *m, int B, int training);
+/* 0 when a batch of B fits: within the ops' 32-bit indexing and the device's free memory;
+ * else -1 with a message giving the numbers and what to lower. Commands call it before
+ * vil_model_alloc_acts, which cannot fail gracefully. */
+int vil_model_check_acts(const VilModel *m, int B, int training);
 /* Multiply-adds of one image's forward pass (cfg finalized), counted as fvcore counts the
  * "FLOPs" of the ViM, DeiT and Longhorn tables: the products, the patch embedding, the
  * convolutions and the scans (3 per state element and token). Norms and element-wise ops are

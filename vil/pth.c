@@ -122,6 +122,8 @@ static void describe(const VilPkObj *root, VilPthInfo *info) {
     const VilPkObj *args = vil_pk_get(root, "args");
     const VilPkObj *in = vil_pk_get(args, "input_size");
     if (in && in->kind == VIL_PK_INT && in->i > 0 && in->i <= 65536) info->img_size = (int)in->i;
+    const VilPkObj *cr = vil_pk_get(args, "eval_crop_ratio");
+    if (cr && cr->kind == VIL_PK_FLOAT && cr->f > 0 && cr->f <= 1) info->crop_pct = (float)cr->f;
     copy_str(info->model, sizeof info->model, vil_pk_get(args, "model"));
     copy_str(info->data_set, sizeof info->data_set, vil_pk_get(args, "data_set"));
 }

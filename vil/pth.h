@@ -19,6 +19,7 @@ typedef struct {
     char keys[256];    /* the top-level keys, comma-separated (for messages and `vil info`) */
     long epoch;        /* -1: the file does not say */
     int img_size;      /* args.input_size; 0: no args */
+    float crop_pct;    /* args.eval_crop_ratio (ViM's evaluation crop); 0: not said */
     char model[128];   /* args.model, "" without; cut to fit */
     char data_set[32]; /* args.data_set, "" without */
 } VilPthInfo;

@@ -1,0 +1,134 @@
+/* test_cli.c: the exit codes of the `vil` commands, one rule for all: misuse of the command line
+ * or of a config (a value no run could take) exits 2 with the usage or the key named; a failure
+ * of the environment or of a file exits 1 with a message; nothing of it ends in the internal
+ * out-of-memory message. Runs bin/vil. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_corpus.h"
+#include "testing.h"
+#include "vil/checkpoint.h"
+#include "vil/common.h"
+
+static char *dir;
+
+typedef struct {
+    const char *args; /* after "bin/vil "; %1$s is the temp folder */
+    int want;
+    const char *says; /* a piece of the output that must be there (NULL: any) */
+} Case;
+
+static void run_cases(const Case *cs, int n) {
+    for (int i = 0; i < n; i++) {
+        char args[2048], cmd[4096], out[16384];
+        snprintf(args, sizeof args, cs[i].args, dir);
+        snprintf(cmd, sizeof cmd, "bin/vil %s 2>&1", args);
+        int rc = t_run(cmd, out, sizeof out);
+        int said = !cs[i].says || strstr(out, cs[i].says);
+        T_CHECK(rc == cs[i].want && said && !strstr(out, "out of memory"),
+                "vil %s: exit %d (want %d)%s%s: %.300s", args, rc, cs[i].want,
+                said ? "" : ", missing: ", said ? "" : cs[i].says, out);
+    }
+}
+
+int main(void) {
+    dir = corpus_mkdtemp("cli");
+    /* a small checkpoint and a cfg to work with */
+    VilConfig c;
+    vil_config_default(&c);
+    c.img_size = 16, c.patch_size = 4, c.stride = 4, c.embed_dim = 8, c.depth = 2, c.d_state = 4,
+    c.num_classes = 3;
+    vil_config_finalize(&c);
+    VilModel m;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 1);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/m.safetensors", dir);
+    vil_checkpoint_save(&m, p, 0, NULL, 0);
+    vil_model_free(&m);
+    snprintf(p, sizeof p, "%s/tiny.cfg", dir);
+    const char *cfg = "img_size = 16\npatch_size = 4\nstride = 4\nembed_dim = 8\ndepth = 2\nd_state = 4\n";
+    corpus_write(p, cfg, strlen(cfg));
+    snprintf(p, sizeof p, "%s/bad.cfg", dir);
+    corpus_write(p, "depth = 0\n", 10);
+
+    const Case cases[] = {
+        /* misuse: 2 */
+        {"info --model %s/m.safetensors --device foo", 2, "--device"},
+        {"info --model %s/m.safetensors --img-size 2147483644", 2, "--img-size"},
+        {"info --model %s/m.safetensors --img-size -5", 2, "--img-size"},
+        {"classify --model %s/m.safetensors --img-size 100000 x.png", 2, "--img-size"},
+        {"classify --model %s/m.safetensors --topk 0 x.png", 2, NULL},
+        {"eval --model %1$s/m.safetensors --data %1$s --batch 100000", 2, "--batch"},
+        {"eval --model %1$s/m.safetensors --data %1$s --split foo", 2, "--split"},
+        {"eval --model %1$s/m.safetensors --data %1$s --crop-pct 2", 2, "--crop-pct"},
+        {"bench --model %s/tiny.cfg --warmup -1", 2, "--warmup"},
+        {"bench --model %s/tiny.cfg --steps -1", 2, "--steps"},
+        {"bench --model %s/tiny.cfg --batch 0", 2, "--batch"},
+        {"bench --model %s/tiny.cfg --set depth=0", 2, "depth"},
+        {"bench --model %s/tiny.cfg --set img_size=3", 2, "img_size"},
+        {"bench --model %s/tiny.cfg --set arch=foo", 2, "arch"},
+        {"bench --model %s/bad.cfg", 2, "depth"},
+        {"bench --model %s/tiny.cfg --set img_size=-5", 2, "img_size"},
+        {"bench-data --data %s --reprob 2", 2, "--reprob"},
+        {"bench-data --data %s --split foo", 2, "--split"},
+        {"compare --models %1$s/m.safetensors --data %1$s --device foo", 2, "--device"},
+        {"convert", 2, NULL},
+        {"nonsense", 2, "unknown command"},
+        {"info --modle x", 2, "did you mean --model"},
+        /* the environment or a file: 1 */
+        {"info --model %s/nope.safetensors", 1, "nope.safetensors"},
+        {"bench --model %s", 1, "not a file"},
+        {"eval --model %1$s/m.safetensors --data %1$s/nope", 1, NULL},
+        {"classify --model %s/tiny.cfg x.png", 1, NULL},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+
+    /* evaluation counts real images only, and the data must have the model's classes */
+    const char *cls[4] = {"c0", "c1", "c2", "c3"};
+    const char *sub[4] = {"d3", "d3/val", "d4", "d4/val"};
+    for (int k = 0; k < 4; k++) corpus_mkdir("%s/%s", dir, sub[k]);
+    for (int k = 0; k < 4; k++) {
+        snprintf(p, sizeof p, "%s/d3/val", dir);
+        if (k < 3) corpus_mkdir("%s/%s", p, cls[k]);
+        snprintf(p, sizeof p, "%s/d4/val", dir);
+        corpus_mkdir("%s/%s", p, cls[k]);
+        for (int i = 0; i < 2; i++) {
+            if (k < 3) {
+                snprintf(p, sizeof p, "%s/d3/val/%s/%d.png", dir, cls[k], i);
+                corpus_write_png(p, 20, 18, k, i);
+            }
+            snprintf(p, sizeof p, "%s/d4/val/%s/%d.png", dir, cls[k], i);
+            corpus_write_png(p, 20, 18, k, i);
+        }
+    }
+    snprintf(p, sizeof p, "%s/d3/val/c1/broken.png", dir);
+    corpus_write(p, "not a png", 9);
+    const Case evals[] = {
+        {"eval --model %1$s/m.safetensors --data %1$s/d3 --device cpu", 1, "broken.png"},
+        {"eval --model %1$s/m.safetensors --data %1$s/d3 --device cpu --skip-bad", 0, "(6 images; 1 unreadable"},
+        {"eval --model %1$s/m.safetensors --data %1$s/d4 --device cpu", 1, "has 4 classes but the model 3"},
+    };
+    run_cases(evals, 3);
+
+    /* train: config values are usage errors; a names file that does not fit names itself */
+    corpus_mkdir("%s/%s", dir, "idx");
+    snprintf(p, sizeof p, "%s/idx", dir);
+    corpus_write_idx_set(p, "train", 20, 16, 16, 3, 1);
+    const Case trains[] = {
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --decode foo", 2, "decode"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --set depth=0", 2, "depth"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --set img_size=3", 2, "img_size"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --set arch=foo", 2, "arch"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --set warmup_epochs=1e30", 2, "warmup_epochs"},
+        {"train --config %1$s/bad.cfg --data %1$s/idx", 2, "bad.cfg:1"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --device foo", 2, "--device"},
+        {"train --config %1$s/nope.cfg --data %1$s/idx", 1, "nope.cfg"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --set num_classes=3 --names /etc/passwd --device cpu --out %1$s/run", 1,
+         "class-names file '/etc/passwd'"},
+    };
+    run_cases(trains, (int)(sizeof trains / sizeof trains[0]));
+    corpus_rmtree(dir);
+    return t_finish();
+}
