@@ -2,7 +2,8 @@
 #   make            build bin/vil (and compile the CUDA sources when nvcc is found)
 #   make test       build and run every CPU test; closes with "N passed, N failed"
 #   make test-gpu   CUDA-against-CPU tests (needs a GPU)
-#   make fuzz       libFuzzer harnesses for the image decoder and the .pth reader (clang)
+#   make test-asan  every CPU test again, built with AddressSanitizer + UBSan (in build/asan)
+#   make fuzz       libFuzzer harnesses: image decoder, .pth reader, unpickler, checkpoint load (clang)
 #   make deps       check for the Debian packages of the build and the demo; install the missing
 #   make demo       deps, build, a short CPU training run on Fashion-MNIST, eval and classify
 # Knobs: CUDA=0 forces a CPU-only build; CUDA_HOME; DEPS_PREFIX=/path/usr adds an unpacked
@@ -157,6 +158,31 @@ test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump
 
 test-gpu: bin/vil $(GPU_TEST_BIN)
 	@sh tests/run_all.sh $(GPU_TEST_BIN)
+
+# The CPU library, vil (as build/asan/bin/vil: bin/vil stays as it is), every test and ref_dump
+# built with AddressSanitizer + UBSan in build/asan by a recursive make, then the suite run
+# against them (the tests run $VIL_BIN where they say bin/vil). A report also fails the target
+# when it came from a vil run whose stderr a test discards: ASan and LeakSanitizer (and UBSan
+# under clang; gcc's prints to stderr only) log to build/asan/reports/, and every sanitizer
+# exits 99, a status no test expects.
+ASAN_OPT := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+.PHONY: test-asan
+ifneq ($(ASAN_BUILD),1)
+test-asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan CUDA=0 OPT="$(ASAN_OPT)" ASAN_BUILD=1 test-asan
+else
+$(BUILD)/bin/vil: $(CLI_OBJ) $(BUILD)/libvil.a
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump
+	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
+	@VIL_BIN=$(BUILD)/bin/vil VIL_BUILD=$(BUILD) \
+	    ASAN_OPTIONS=detect_leaks=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/asan \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/ubsan \
+	    sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_pth_reference.sh; \
+	rc=$$?; if [ -n "$$(ls $(BUILD)/reports)" ]; then cat $(BUILD)/reports/*; \
+	    echo "test-asan: sanitizer reports above (in $(BUILD)/reports)"; exit 1; fi; exit $$rc
+endif
 
 fuzz:
 	$(MAKE) -f tests/fuzz.mk

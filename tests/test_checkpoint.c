@@ -70,7 +70,7 @@ static void test_roundtrip(const char *arch) {
     vil_model_init_weights(&m, 11);
     char *names[3] = {"cat", "dog, large", "\"quoted\" name"};
     const char *f = path("rt.safetensors");
-    T_CHECK(vil_checkpoint_save(&m, f, 1234, names, 3) == 0, "save");
+    T_CHECK(vil_checkpoint_save(&m, f, 1234, names, 3, NULL) == 0, "save");
     VilCheckpointMeta meta;
     T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, NULL, &r, &meta) == 0, "load");
     T_CHECK(same_params(&m, &r), "%s: parameters differ after a round trip", arch);
@@ -125,7 +125,7 @@ static void test_broken(void) {
     vil_model_init(&m, &c, &vil_backend_cpu);
     vil_model_init_weights(&m, 1);
     const char *f = path("ok.safetensors");
-    vil_checkpoint_save(&m, f, 0, NULL, 0);
+    vil_checkpoint_save(&m, f, 0, NULL, 0, NULL);
     size_t n;
     unsigned char *bytes = vil_read_file(f, &n);
     fprintf(stderr, "---- expected errors follow ----\n");
@@ -263,7 +263,7 @@ static void test_hostile(void) {
             "info on a state file says what it is (exit %d): %s", rc, out);
     /* 10. untrusted names are escaped on the terminal */
     char *names[3] = {"plain", "esc\x1b[31mred", "bell\a"};
-    vil_checkpoint_save(&m, path("names.safetensors"), 0, names, 3);
+    vil_checkpoint_save(&m, path("names.safetensors"), 0, names, 3, NULL);
     snprintf(cmd, sizeof cmd, "bin/vil info --model %s 2>&1", path("names.safetensors"));
     rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0 && !strchr(out, 0x1b) && !strchr(out, 0x07) && strstr(out, "esc\\x1b[31mred"),
@@ -282,7 +282,7 @@ static void test_eval_spec(void) {
     vil_model_init(&m, &c, &vil_backend_cpu);
     vil_model_init_weights(&m, 3);
     VilEvalSpec ev = {.crop_pct = 1.0f, .has_norm = 1, .mean = {0.286f}, .std = {0.353f}};
-    vil_checkpoint_save_eval(&m, path("ev.safetensors"), 0, NULL, 0, &ev);
+    vil_checkpoint_save(&m, path("ev.safetensors"), 0, NULL, 0, &ev);
     T_CHECK(vil_checkpoint_load(path("ev.safetensors"), &vil_backend_cpu, NULL, &r, &meta) == 0 &&
                 meta.eval.crop_pct == 1.0f && meta.eval.has_norm && meta.eval.mean[0] == 0.286f &&
                 meta.eval.std[0] == 0.353f && strcmp(meta.eval_from, "the checkpoint") == 0,
@@ -365,7 +365,7 @@ static void test_pos_resize(void) {
     vil_model_init(&m, &c, &vil_backend_cpu);
     vil_model_init_weights(&m, 2);
     const char *f = path("res.safetensors");
-    vil_checkpoint_save(&m, f, 0, NULL, 0);
+    vil_checkpoint_save(&m, f, 0, NULL, 0, NULL);
     VilCheckpointMeta meta;
     T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 28}, &r2, &meta) == 0, "load at 28");
     T_CHECK(r2.cfg.img_size == 28 && r2.cfg.grid == 7 && r2.cfg.seq_len == 50 && meta.pos_interpolated_from == 4,
@@ -384,7 +384,7 @@ static void test_cli(void) {
     char *names[3] = {"alpha", "beta", "gamma"};
     char ck[1024]; /* path() recycles its buffers */
     snprintf(ck, sizeof ck, "%s", path("cli.safetensors"));
-    vil_checkpoint_save(&m, ck, 7, names, 3);
+    vil_checkpoint_save(&m, ck, 7, names, 3, NULL);
     /* images: a JPEG larger than the model, a PNG of exactly the model's size, a gray JPEG */
     char jpg[1024], png[1024], gray[1024];
     snprintf(jpg, sizeof jpg, "%s", path("a.jpg"));

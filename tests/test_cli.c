@@ -45,7 +45,7 @@ int main(void) {
     vil_model_init_weights(&m, 1);
     char p[1024];
     snprintf(p, sizeof p, "%s/m.safetensors", dir);
-    vil_checkpoint_save(&m, p, 0, NULL, 0);
+    vil_checkpoint_save(&m, p, 0, NULL, 0, NULL);
     vil_model_free(&m);
     snprintf(p, sizeof p, "%s/tiny.cfg", dir);
     const char *cfg = "img_size = 16\npatch_size = 4\nstride = 4\nembed_dim = 8\ndepth = 2\nd_state = 4\n";

@@ -13,7 +13,7 @@ failed=0
 for f in tests/data/pth/vim_p4s4.pth tests/data/pth/vim_p4s2.pth tests/data/pth/vil_p4s4.pth; do
     for ema in "" --ema; do
         out="$dir/$(basename "$f" .pth)$ema.safetensors"
-        if ! bin/vil convert "$f" "$out" $ema >/dev/null; then
+        if ! "${VIL_BIN:-bin/vil}" convert "$f" "$out" $ema >/dev/null; then
             echo "FAIL vil convert $f $ema"
             failed=$((failed + 1))
             continue

@@ -16,7 +16,7 @@ passed=0
 failed=0
 for arch in vil vim; do
     mkdir -p "$dir/$arch"
-    if ! build/tools/ref_dump "$dir/$arch" "$arch"; then
+    if ! "${VIL_BUILD:-build}"/tools/ref_dump "$dir/$arch" "$arch"; then
         echo "FAIL ref_dump $arch"
         failed=$((failed + 1))
         continue

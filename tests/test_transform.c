@@ -1499,7 +1499,7 @@ static void test_group_decode(void) {
     unsigned char *png = read_data("png_named.JPEG", &pngn);
     const char *names[6] = {"baseline 4:2:0", "progressive", "4:4:4", "gray JPEG", "1400x1100", "PNG"};
     int bad = 0, cases = 0, shared = 0, multi_scale = 0;
-    char err[256] = "", what[160] = "";
+    char err[256] = "", what[400] = "";
     for (int fi = 0; fi < 6; fi++) {
         const unsigned char *buf = fi < 5 ? f[fi] : png;
         size_t bn = fi < 5 ? n[fi] : pngn;
@@ -1534,7 +1534,7 @@ static void test_group_decode(void) {
                         }
                         ok = ok && dec >= 1 && dec <= cnt;
                         if (!ok && !bad)
-                            snprintf(what, sizeof what, "%s, %s, %d channels, res %d, %d samples (%s)", names[fi],
+                            snprintf(what, sizeof what, "%s, %s, %d channels, res %d, %d samples (%.200s)", names[fi],
                                      mode ? "fast" : "exact", ch, res, cnt, err);
                         bad += !ok;
                         cases++;

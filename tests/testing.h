@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 static int t_passed = 0, t_failed = 0;
@@ -33,8 +34,15 @@ static int t_passed = 0, t_failed = 0;
     } while (0)
 
 /* Run a shell command, capture its stdout into out (may be NULL); its exit status, -1 if it
- * could not run or did not exit. */
+ * could not run or did not exit. A command that starts with "bin/vil " runs $VIL_BIN instead
+ * when that is set (make test-asan: the sanitized build's binary). */
 static inline int t_run(const char *cmd, char *out, size_t outlen) {
+    const char *bin = getenv("VIL_BIN");
+    char alt[16384];
+    if (bin && *bin && strncmp(cmd, "bin/vil ", 8) == 0) {
+        if (snprintf(alt, sizeof alt, "%s%s", bin, cmd + 7) >= (int)sizeof alt) return -1;
+        cmd = alt;
+    }
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     size_t n = 0;

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     vil_model_backward(&m);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (vil_checkpoint_save(&m, path, 0, NULL, 0) != 0) return 1;
+    if (vil_checkpoint_save(&m, path, 0, NULL, 0, NULL) != 0) return 1;
     VilStWriter *w = vil_st_writer_new();
     int64_t ishape[4] = {B, c.in_chans, c.img_size, c.img_size}, tshape[2] = {B, c.num_classes};
     vil_st_writer_add(w, "img", VIL_ST_F32, 4, ishape, m.acts.img);

@@ -285,7 +285,7 @@ static int save_checkpoint(Trainer *T, const char *path, float *params) {
     vil_train_transform_default(&tt, T->mc->img_size, T->mc->in_chans);
     memcpy(ev.mean, tt.mean, sizeof ev.mean);
     memcpy(ev.std, tt.std, sizeof ev.std);
-    return vil_checkpoint_save_eval(&cm, path, T->step, T->class_names, T->n_classes, &ev);
+    return vil_checkpoint_save(&cm, path, T->step, T->class_names, T->n_classes, &ev);
 }
 
 /* Write the state (first: it is what a resume reads), then the model checkpoint, then the EMA

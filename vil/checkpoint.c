@@ -115,12 +115,7 @@ static int save(const VilModel *m, const char *path, long step, char *const *cla
 }
 
 int vil_checkpoint_save(const VilModel *m, const char *path, long step,
-                        char *const *class_names, int n_classes) {
-    return save(m, path, step, class_names, n_classes, NULL, NULL);
-}
-
-int vil_checkpoint_save_eval(const VilModel *m, const char *path, long step,
-                             char *const *class_names, int n_classes, const VilEvalSpec *ev) {
+                        char *const *class_names, int n_classes, const VilEvalSpec *ev) {
     return save(m, path, step, class_names, n_classes, ev, NULL);
 }
 

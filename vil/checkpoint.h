@@ -43,11 +43,8 @@ typedef struct {
 
 /* Write m's parameters (float32) and metadata atomically. class_names may be NULL; ev (may be
  * NULL) is the evaluation transform the model was validated with. */
-int vil_checkpoint_save_eval(const VilModel *m, const char *path, long step,
-                             char *const *class_names, int n_classes, const VilEvalSpec *ev);
-/* TRANSITION: the same without ev, until train.c passes its eval transform */
 int vil_checkpoint_save(const VilModel *m, const char *path, long step,
-                        char *const *class_names, int n_classes);
+                        char *const *class_names, int n_classes, const VilEvalSpec *ev);
 /* The same for weights that came from elsewhere (vil convert): step 0, and source (such as
  * "vim_t.pth:model_ema") recorded in the metadata. */
 int vil_checkpoint_save_from(const VilModel *m, const char *path, char *const *class_names,
