@@ -57,8 +57,8 @@ for step in "$@"; do
     pth)
         # .pth files: convert against torch.load + safetensors.torch.load_file, the test files as
         # this torch writes them (test_pth, gpu_pth), then vil compare of random-weight stand-ins
-        # of the four published sizes on Fashion-MNIST's test split (carry .deps/fmnist: the two
-        # t10k files of Debian's dataset-fashion-mnist)
+        # of the four published sizes on a made-up 1000-class folder (2 random PNGs per class:
+        # speed and memory only, the accuracy means nothing)
         sh tests/test_pth_reference.sh > "$OUT/pth_ref.log" 2>&1; echo "convert vs torch: $(tail -1 "$OUT/pth_ref.log")"
         P=/tmp/vil_pth; rm -rf $P; python3 tests/reference/make_vim_pth.py $P > /dev/null
         rm -rf /tmp/pth_keep; cp -r tests/data/pth /tmp/pth_keep
@@ -67,9 +67,20 @@ for step in "$@"; do
         cp /tmp/pth_keep/* tests/data/pth/
         for a in "vil_t 16 vil tiny" "vim_t 16 vim tiny" "vil_s 16 vil small" "vim_s 16 vim small" "vim_t8 8 vim tiny"; do
             set -- $a; python3 tests/reference/make_vim_pth.py --full $P/$1.pth $2 $3 $4 > /dev/null; done
-        bin/vil compare --models $P/vil_t.pth $P/vim_t.pth $P/vil_s.pth $P/vim_s.pth --ema --data .deps/fmnist \
-            --split test --limit 4096 --img-size 224,384,512 --batch 128 --device cuda --out "$OUT/cmp" | grep -v "images  top-1"
-        bin/vil compare --models $P/vim_t8.pth --data .deps/fmnist --split test --limit 2048 --batch 128 --device cuda --out /tmp/c8 | tail -3
+        python3 -c "
+import os, numpy as np
+from PIL import Image
+r = np.random.RandomState(0)
+for c in range(1000):
+    d = '$P/in1k/val/n%08d' % c
+    os.makedirs(d, exist_ok=True)
+    for i in range(2):
+        Image.fromarray(r.randint(0, 256, (80, 80, 3), dtype=np.uint8)).save('%s/%d.png' % (d, i))"
+        bin/vil compare --models $P/vil_t.pth $P/vim_t.pth $P/vil_s.pth $P/vim_s.pth --ema --data $P/in1k \
+            --img-size 224,384,512 --batch 128 --device cuda --out "$OUT/cmp" | grep -v "images  top-1"
+        bin/vil compare --models $P/vim_t8.pth --data $P/in1k --batch 128 --device cuda --out /tmp/c8 | tail -3
+        # a batch that cannot fit says so before it allocates
+        bin/vil bench --device cuda --model configs/vil_tiny.cfg --set img_size=1024 --batch 512 2>&1 | tail -1
         ;;
     e2e)
         R=/tmp/vil_e2e; rm -rf $R
