@@ -469,6 +469,14 @@ static char *capture_end(void) {
     return s;
 }
 
+/* vil_train with its stderr captured into *err (malloc'd) */
+static VilTrainStatus train_captured(VilTrainRun *r, VilTrainResult *res, char **err) {
+    capture_begin();
+    VilTrainStatus s = vil_train(r, res);
+    *err = capture_end();
+    return s;
+}
+
 /* A metadata value of a safetensors file as a number; -1 when the file or the key is missing. */
 static long meta_num(const char *file, const char *key) {
     VilSafetensors st;
@@ -585,9 +593,8 @@ static void test_resume_repairs(void) {
     FileProbe fp = {out, 0, -1, -1, -1, 0, 0};
     r.on_log = on_log_files;
     r.ctx = &fp;
-    capture_begin();
-    s = vil_train(&r, &res);
-    char *err = capture_end();
+    char *err;
+    s = train_captured(&r, &res, &err);
     T_CHECK(s == VIL_TRAIN_DONE && res.step == 12, "repairs: the resume trains to the end (status %d, step %ld)",
             s, res.step);
     T_CHECK(fp.calls > 0 && fp.state_step == 8 && fp.last_step == 8 && fp.ema_step == 8,
@@ -615,9 +622,7 @@ static void test_resume_repairs(void) {
     setup(&r, out, &t);
     r.train.epochs = 1;
     r.resume = out;
-    capture_begin();
-    s = vil_train(&r, &res);
-    err = capture_end();
+    s = train_captured(&r, &res, &err);
     T_CHECK(s == VIL_TRAIN_DONE && res.step == 12 && t.n == 0,
             "repairs: nothing to do at step 12 (status %d, %d steps logged)", s, t.n);
     T_CHECK(meta_num(last, "vil.step") == 12 && meta_num(ema, "vil.step") == 12 &&
@@ -642,9 +647,7 @@ static void test_resume_repairs(void) {
     setup(&r, out, &t);
     r.train.epochs = 1;
     r.resume = out;
-    capture_begin();
-    s = vil_train(&r, &res);
-    err = capture_end();
+    s = train_captured(&r, &res, &err);
     T_CHECK(s == VIL_TRAIN_DONE && !exists(best) && !strstr(err, "best.safetensors"),
             "repairs: an older state resumes and leaves best.safetensors alone (status %d)", s);
     free(err);
@@ -669,9 +672,8 @@ static void test_failed_saves(void) {
     setup(&r, out, &t);
     r.train.epochs = 1;
     r.stop_after = 2;
-    capture_begin();
-    VilTrainStatus s = vil_train(&r, &res);
-    char *err = capture_end();
+    char *err;
+    VilTrainStatus s = train_captured(&r, &res, &err);
     T_CHECK(s == VIL_TRAIN_FAILED && strstr(err, "error") && strstr(err, "last.safetensors"),
             "failed save of last.safetensors: VIL_TRAIN_FAILED with an error (status %d): %s", s, err);
     free(err);
@@ -683,9 +685,7 @@ static void test_failed_saves(void) {
     r.train.epochs = 1;
     r.resume = out;
     r.stop_after = 3;
-    capture_begin();
-    s = vil_train(&r, &res);
-    err = capture_end();
+    s = train_captured(&r, &res, &err);
     T_CHECK(s == VIL_TRAIN_STOPPED && res.step == 3 && meta_num(last, "vil.step") == 3 &&
                 strstr(err, "last.safetensors' was missing, the state is at step 2"),
             "failed save: the next resume writes the missing checkpoints, then goes on (status %d): %s", s, err);
@@ -698,9 +698,7 @@ static void test_failed_saves(void) {
     setup(&r, out, &t);
     r.train.epochs = 1;
     r.resume = out;
-    capture_begin();
-    s = vil_train(&r, &res);
-    err = capture_end();
+    s = train_captured(&r, &res, &err);
     T_CHECK(s == VIL_TRAIN_FAILED && t.n == 0 && strstr(err, "cannot resume") && strstr(err, "ema.safetensors"),
             "a resume that cannot rewrite ema.safetensors refuses before training (status %d): %s", s, err);
     free(err);
@@ -784,9 +782,8 @@ static void test_used_folder(void) {
         Trace t = {0};
         VilTrainResult res;
         setup(&r, out, &t);
-        capture_begin();
-        VilTrainStatus s = vil_train(&r, &res);
-        char *err = capture_end();
+        char *err;
+        VilTrainStatus s = train_captured(&r, &res, &err);
         size_t n;
         unsigned char *b = vil_read_file(f, &n);
         int untouched = b && n == 17 && memcmp(b, "someone's weights", 17) == 0;
@@ -826,9 +823,8 @@ static void test_unwritable_out(void) {
         VilTrainResult res;
         setup(&r, outs[i], &t);
         double t0 = vil_now();
-        capture_begin();
-        VilTrainStatus s = vil_train(&r, &res);
-        char *err = capture_end();
+        char *err;
+        VilTrainStatus s = train_captured(&r, &res, &err);
         double secs = vil_now() - t0;
         T_CHECK(s == VIL_TRAIN_FAILED && t.n == 0 && res.step == 0 && secs < 5 && strstr(err, want[i]),
                 "unwritable --out %s: fails before the first step (status %d, %.2f s): %s", outs[i], s,
