@@ -32,7 +32,7 @@ trained=$(date +%s)
 
 echo
 echo "== vil eval on the Fashion-MNIST test set"
-bin/vil eval --model "$OUT/best.safetensors" --data "$DATA" --split test --crop-pct 1 \
+bin/vil eval --model "$OUT/best.safetensors" --data "$DATA" --split test \
     --device "$DEVICE" | tee "$OUT/eval.txt"
 result=$(tail -n 1 "$OUT/eval.txt")
 
@@ -40,7 +40,7 @@ echo
 echo "== vil classify on 6 test images exported as PNG (file, true label, class)"
 mkdir -p "$OUT/png"
 build/tools/export_png "$DATA" test 6 "$OUT/png" | tee "$OUT/png/labels.tsv"
-bin/vil classify --model "$OUT/best.safetensors" --crop-pct 1 --topk 2 --device "$DEVICE" \
+bin/vil classify --model "$OUT/best.safetensors" --topk 2 --device "$DEVICE" \
     "$OUT"/png/test_*.png
 
 end=$(date +%s)
