@@ -81,8 +81,8 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int ema, int b
     VilModel m;
     VilCheckpointMeta meta;
     VilCheckpointOpts o = {.img_size = r->res, .ema = ema};
-    be->sync();
-    if (be->peak_reset) be->peak_reset();
+    be->sync(be);
+    if (be->peak_reset) be->peak_reset(be);
     if (vil_checkpoint_load(r->file, be, &o, &m, &meta) != 0) {
         snprintf(r->why, sizeof r->why, "does not load at %d px (see above)", r->res);
         return;
@@ -112,9 +112,9 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int ema, int b
         r->images = er.images;
         /* the model's own speed at this batch: the loader and the host are out of it */
         vil_model_alloc_acts(&m, batch, 0);
-        be->zero(m.acts.img, (size_t)batch * c->in_chans * c->img_size * c->img_size * sizeof(float));
+        be->zero(be, m.acts.img, (size_t)batch * c->in_chans * c->img_size * c->img_size * sizeof(float));
         r->images_per_s = batch / vil_time_forward(&m, 2, steps);
-        r->peak_bytes = be->peak_bytes ? be->peak_bytes() : 0;
+        r->peak_bytes = be->peak_bytes ? be->peak_bytes(be) : 0;
         r->ok = 1;
     }
     vil_checkpoint_meta_free(&meta);

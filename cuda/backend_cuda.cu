@@ -1,6 +1,7 @@
-/* backend_cuda.cu: the CUDA backend: the context (one stream, cuBLASLt and cuDNN handles,
- * created on first use, destroyed at exit), tracked allocations and scratch, the memory ops, and
- * the VilBackend table pointing at the _cuda twins of ops_cuda.h. */
+/* backend_cuda.cu: the CUDA backend: the device context (cuda_common.cuh's CuCtx: one per
+ * backend instance, for a chosen GPU, its stream, handles, allocations, scratch and feed events,
+ * created on first use), the memory ops, and the VilBackend table, filled by name from VIL_OPS,
+ * whose every entry binds its backend's context before it runs the _cuda twin of ops_cuda.h. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,11 +16,9 @@ extern "C" {
 #include "vil/backend.h"
 }
 
-/* the table below is positional: a new VilBackend member must be added there too */
-static_assert(sizeof(VilBackend) == 3 * sizeof(void *) + 35 * sizeof(void (*)(void)),
-              "VilBackend changed: update the table at the end of cuda/backend_cuda.cu");
-
-CuCtx g_cu;
+thread_local CuCtx *cu_cur;
+/* the context of vil_backend_cuda: device 0, for a process with one GPU */
+static CuCtx default_ctx;
 
 const char *cu_hint_cuda(cudaError_t e) {
     switch (e) {
@@ -39,37 +38,103 @@ const char *cu_hint_cuda(cudaError_t e) {
     }
 }
 
-/* ---- tracked allocations: a small open list of (pointer, size) ---- */
-typedef struct {
-    void *p;
-    size_t n;
-} Alloc;
-static Alloc *allocs;
-static size_t n_allocs, cap_allocs, cur_bytes, peak_bytes;
+/* ---- binding and creating a context ---- */
 
-static void track_add(void *p, size_t n) {
-    if (n_allocs == cap_allocs) {
-        cap_allocs = cap_allocs ? 2 * cap_allocs : 64;
-        allocs = (Alloc *)vil_realloc(allocs, cap_allocs * sizeof(Alloc));
+static void ctx_cleanup(CuCtx *c);
+static void default_cleanup(void) { ctx_cleanup(&default_ctx); }
+
+CuCtx *cu_bind(const VilBackend *be) {
+    CuCtx *c = (CuCtx *)be->ctx;
+    if (cu_cur != c) {
+        /* another context of this thread may be on another GPU */
+        if (!cu_cur || cu_cur->device != c->device) CUDA_CHECK(cudaSetDevice(c->device));
+        cu_cur = c;
     }
-    allocs[n_allocs].p = p;
-    allocs[n_allocs].n = n;
-    n_allocs++;
-    cur_bytes += n;
-    if (cur_bytes > peak_bytes) peak_bytes = cur_bytes;
+    cu_ensure_init();
+    return c;
 }
-static void track_remove(void *p) {
-    for (size_t i = 0; i < n_allocs; i++)
-        if (allocs[i].p == p) {
-            cur_bytes -= allocs[i].n;
-            allocs[i] = allocs[--n_allocs];
+
+void cu_ensure_init(void) {
+    CuCtx *c = cu();
+    if (c->init) return;
+    CUDA_CHECK(cudaSetDevice(c->device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, c->device));
+    c->num_sms = prop.multiProcessorCount;
+    c->smem_optin = prop.sharedMemPerBlockOptin;
+    const char *s = getenv("VIL_CUDA_SYNC");
+    c->debug_sync = s && s[0] && s[0] != '0';
+    CUDA_CHECK(cudaStreamCreate(&c->stream));
+    CUBLAS_CHECK(cublasLtCreate(&c->lt));
+    CUDNN_CHECK(cudnnCreate(&c->dnn));
+    CUDNN_CHECK(cudnnSetStream(c->dnn, c->stream));
+    c->init = 1;
+    c->lt_ws_bytes = (size_t)32 << 20;
+    c->lt_ws = cu_malloc(c->lt_ws_bytes);
+    if (c == &default_ctx) atexit(default_cleanup);
+}
+
+/* Everything the context holds; the tracked allocations of the caller (the model's buffers)
+ * must be freed first, and anything left is reported. */
+static void ctx_cleanup(CuCtx *c) {
+    if (!c->init) return;
+    CuCtx *prev = cu_cur;
+    cu_cur = c;
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    if (c->feed_stream) {
+        cudaStreamSynchronize(c->feed_stream);
+        for (int i = 0; i < 2; i++) {
+            cudaEventDestroy(c->feed_loaded[i]);
+            cudaEventDestroy(c->feed_freed[i]);
+        }
+        cudaStreamDestroy(c->feed_stream);
+        c->feed_stream = NULL;
+    }
+    for (int i = 0; i < SCR_COUNT; i++)
+        if (c->scratch[i]) {
+            cu_free(c->scratch[i]);
+            c->scratch[i] = NULL;
+            c->scratch_bytes[i] = 0;
+        }
+    cu_linear_plans_free();
+    cu_conv_plans_free();
+    if (c->lt_ws) cu_free(c->lt_ws);
+    c->lt_ws = NULL;
+    cublasLtDestroy(c->lt);
+    cudnnDestroy(c->dnn);
+    cudaStreamDestroy(c->stream);
+    free(c->allocs);
+    c->allocs = NULL;
+    c->n_allocs = c->cap_allocs = c->cur_bytes = 0;
+    c->init = 0;
+    cu_cur = prev == c ? NULL : prev;
+}
+
+/* ---- tracked allocations: a small open list of (pointer, size) per context ---- */
+static void track_add(CuCtx *c, void *p, size_t n) {
+    if (c->n_allocs == c->cap_allocs) {
+        c->cap_allocs = c->cap_allocs ? 2 * c->cap_allocs : 64;
+        c->allocs = (CuAlloc *)vil_realloc(c->allocs, c->cap_allocs * sizeof(CuAlloc));
+    }
+    c->allocs[c->n_allocs].p = p;
+    c->allocs[c->n_allocs].n = n;
+    c->n_allocs++;
+    c->cur_bytes += n;
+    if (c->cur_bytes > c->peak_bytes) c->peak_bytes = c->cur_bytes;
+}
+static void track_remove(CuCtx *c, void *p) {
+    for (size_t i = 0; i < c->n_allocs; i++)
+        if (c->allocs[i].p == p) {
+            c->cur_bytes -= c->allocs[i].n;
+            c->allocs[i] = c->allocs[--c->n_allocs];
             return;
         }
-    VIL_FATAL("cu_free of a pointer this backend did not allocate (%p)", p);
+    VIL_FATAL("cu_free of a pointer this context did not allocate (%p)", p);
 }
 
 void *cu_malloc(size_t bytes) {
-    cu_ensure_init();
+    CuCtx *c = cu();
     void *p = NULL;
     if (bytes == 0) bytes = 256;
     cudaError_t e = cudaMalloc(&p, bytes);
@@ -77,97 +142,45 @@ void *cu_malloc(size_t bytes) {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
         vil_fatal(__FILE__, __LINE__,
-                  "cudaMalloc of %.2f MiB failed: %s (%.2f GiB held by vil, %.2f GiB free of %.2f; "
-                  "lower --batch)",
-                  bytes / 1048576.0, cudaGetErrorString(e), cur_bytes / 1073741824.0,
-                  fr / 1073741824.0, tot / 1073741824.0);
+                  "cudaMalloc of %.2f MiB failed on GPU %d: %s (%.2f GiB held by this context, "
+                  "%.2f GiB free of %.2f; lower --batch)",
+                  bytes / 1048576.0, c->device, cudaGetErrorString(e),
+                  c->cur_bytes / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
     }
-    track_add(p, bytes);
+    track_add(c, p, bytes);
     return p;
 }
 
 void cu_free(void *p) {
     if (!p) return;
-    track_remove(p);
+    track_remove(cu(), p);
     CUDA_CHECK(cudaFree(p));
 }
 
-size_t cu_peak_bytes(void) { return peak_bytes; }
-void cu_peak_reset(void) { peak_bytes = cur_bytes; }
-
-static void *scratch[SCR_COUNT];
-static size_t scratch_bytes[SCR_COUNT];
-
 void *cu_scratch(int slot, size_t bytes) {
-    if (bytes <= scratch_bytes[slot]) return scratch[slot];
-    if (scratch[slot]) {
+    CuCtx *c = cu();
+    if (bytes <= c->scratch_bytes[slot]) return c->scratch[slot];
+    if (c->scratch[slot]) {
         /* the old buffer may still be read by queued kernels */
-        CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
-        cu_free(scratch[slot]);
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        cu_free(c->scratch[slot]);
     }
     bytes = (bytes + 4095) / 4096 * 4096;
-    scratch[slot] = cu_malloc(bytes);
-    scratch_bytes[slot] = bytes;
-    return scratch[slot];
+    c->scratch[slot] = cu_malloc(bytes);
+    c->scratch_bytes[slot] = bytes;
+    return c->scratch[slot];
 }
 
 /* ---- the input feed: a copy stream and, per slot, "uploaded" and "released" events ---- */
-static cudaStream_t feed_stream;
-static cudaEvent_t feed_loaded[2], feed_freed[2];
-
-static void feed_init(void) {
-    cu_ensure_init();
-    if (feed_stream) return;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&feed_stream, cudaStreamNonBlocking));
+static CuCtx *feed_init(const VilBackend *be) {
+    CuCtx *c = cu_bind(be);
+    if (c->feed_stream) return c;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->feed_stream, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
-        CUDA_CHECK(cudaEventCreateWithFlags(&feed_loaded[i], cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&feed_freed[i], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&c->feed_loaded[i], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&c->feed_freed[i], cudaEventDisableTiming));
     }
-}
-
-static void cu_cleanup(void) {
-    if (!g_cu.init) return;
-    cudaStreamSynchronize(g_cu.stream);
-    if (feed_stream) {
-        cudaStreamSynchronize(feed_stream);
-        for (int i = 0; i < 2; i++) {
-            cudaEventDestroy(feed_loaded[i]);
-            cudaEventDestroy(feed_freed[i]);
-        }
-        cudaStreamDestroy(feed_stream);
-        feed_stream = NULL;
-    }
-    for (int i = 0; i < SCR_COUNT; i++)
-        if (scratch[i]) {
-            cu_free(scratch[i]);
-            scratch[i] = NULL;
-            scratch_bytes[i] = 0;
-        }
-    if (g_cu.lt_ws) cu_free(g_cu.lt_ws);
-    cublasLtDestroy(g_cu.lt);
-    cudnnDestroy(g_cu.dnn);
-    cudaStreamDestroy(g_cu.stream);
-    g_cu.init = 0;
-}
-
-void cu_ensure_init(void) {
-    if (g_cu.init) return;
-    int dev = 0;
-    CUDA_CHECK(cudaSetDevice(dev));
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    g_cu.num_sms = prop.multiProcessorCount;
-    g_cu.smem_optin = prop.sharedMemPerBlockOptin;
-    const char *s = getenv("VIL_CUDA_SYNC");
-    g_cu.debug_sync = s && s[0] && s[0] != '0';
-    CUDA_CHECK(cudaStreamCreate(&g_cu.stream));
-    CUBLAS_CHECK(cublasLtCreate(&g_cu.lt));
-    CUDNN_CHECK(cudnnCreate(&g_cu.dnn));
-    CUDNN_CHECK(cudnnSetStream(g_cu.dnn, g_cu.stream));
-    g_cu.init = 1;
-    g_cu.lt_ws_bytes = (size_t)32 << 20;
-    g_cu.lt_ws = cu_malloc(g_cu.lt_ws_bytes);
-    atexit(cu_cleanup);
+    return c;
 }
 
 extern "C" int vil_cuda_available(char *why, size_t n) {
@@ -195,31 +208,40 @@ extern "C" int vil_cuda_available(char *why, size_t n) {
 }
 
 /* ---- memory ops ---- */
-static void *b_alloc(size_t bytes) { return cu_malloc(bytes); }
-static void b_free(void *p) { cu_free(p); }
-static void b_zero(void *p, size_t bytes) {
-    cu_ensure_init();
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g_cu.stream));
+static void *b_alloc(const VilBackend *be, size_t bytes) {
+    cu_bind(be);
+    return cu_malloc(bytes);
 }
-static void b_to_device(void *dst, const void *src, size_t bytes) {
-    cu_ensure_init();
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cu.stream));
+static void b_free(const VilBackend *be, void *p) {
+    cu_bind(be);
+    cu_free(p);
+}
+static void b_zero(const VilBackend *be, void *p, size_t bytes) {
+    CuCtx *c = cu_bind(be);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, c->stream));
+}
+static void b_to_device(const VilBackend *be, void *dst, const void *src, size_t bytes) {
+    CuCtx *c = cu_bind(be);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
     /* the caller may reuse or free src as soon as we return */
-    CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
-static void b_to_host(void *dst, const void *src, size_t bytes) {
-    cu_ensure_init();
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_cu.stream));
-    CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+static void b_to_host(const VilBackend *be, void *dst, const void *src, size_t bytes) {
+    CuCtx *c = cu_bind(be);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
-static void b_sync(void) {
-    cu_ensure_init();
-    CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+static void b_sync(const VilBackend *be) {
+    CuCtx *c = cu_bind(be);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
-static size_t b_peak(void) { return cu_peak_bytes(); }
-static void b_peak_reset(void) { cu_peak_reset(); }
-static size_t b_mem_free(void) {
-    cu_ensure_init();
+static size_t b_peak(const VilBackend *be) { return cu_bind(be)->peak_bytes; }
+static void b_peak_reset(const VilBackend *be) {
+    CuCtx *c = cu_bind(be);
+    c->peak_bytes = c->cur_bytes;
+}
+static size_t b_mem_free(const VilBackend *be) {
+    cu_bind(be);
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
         cudaGetLastError();
@@ -229,8 +251,8 @@ static size_t b_mem_free(void) {
 }
 
 /* pinned host memory: copies from it are DMA transfers that run while the host goes on */
-static void *b_host_alloc(size_t bytes) {
-    cu_ensure_init();
+static void *b_host_alloc(const VilBackend *be, size_t bytes) {
+    cu_bind(be);
     void *p = NULL;
     if (cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault) != cudaSuccess) {
         cudaGetLastError(); /* clear it: the caller reports the failure */
@@ -238,27 +260,28 @@ static void *b_host_alloc(size_t bytes) {
     }
     return p;
 }
-static void b_host_free(void *p) {
+static void b_host_free(const VilBackend *be, void *p) {
+    cu_bind(be);
     if (p) CUDA_CHECK(cudaFreeHost(p));
 }
 /* An event never recorded counts as complete, so the first upload into a slot waits for nothing. */
-static void b_feed_upload(int slot, void *dst, const void *src, size_t bytes) {
-    feed_init();
-    CUDA_CHECK(cudaStreamWaitEvent(feed_stream, feed_freed[slot], 0));
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, feed_stream));
-    CUDA_CHECK(cudaEventRecord(feed_loaded[slot], feed_stream));
+static void b_feed_upload(const VilBackend *be, int slot, void *dst, const void *src, size_t bytes) {
+    CuCtx *c = feed_init(be);
+    CUDA_CHECK(cudaStreamWaitEvent(c->feed_stream, c->feed_freed[slot], 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->feed_stream));
+    CUDA_CHECK(cudaEventRecord(c->feed_loaded[slot], c->feed_stream));
 }
-static void b_feed_acquire(int slot) {
-    feed_init();
-    CUDA_CHECK(cudaStreamWaitEvent(g_cu.stream, feed_loaded[slot], 0));
+static void b_feed_acquire(const VilBackend *be, int slot) {
+    CuCtx *c = feed_init(be);
+    CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->feed_loaded[slot], 0));
 }
-static void b_feed_release(int slot) {
-    feed_init();
-    CUDA_CHECK(cudaEventRecord(feed_freed[slot], g_cu.stream));
+static void b_feed_release(const VilBackend *be, int slot) {
+    CuCtx *c = feed_init(be);
+    CUDA_CHECK(cudaEventRecord(c->feed_freed[slot], c->stream));
 }
-static void b_feed_wait(int slot) {
-    feed_init();
-    CUDA_CHECK(cudaEventSynchronize(feed_loaded[slot]));
+static void b_feed_wait(const VilBackend *be, int slot) {
+    CuCtx *c = feed_init(be);
+    CUDA_CHECK(cudaEventSynchronize(c->feed_loaded[slot]));
 }
 
 static float bf16_bits_to_float(uint16_t h) {
@@ -267,53 +290,65 @@ static float bf16_bits_to_float(uint16_t h) {
     memcpy(&f, &u, sizeof f);
     return f;
 }
-static void b_act_to_host_f32(float *dst, const void *src, size_t n) {
+static void b_act_to_host_f32(const VilBackend *be, float *dst, const void *src, size_t n) {
     uint16_t *tmp = (uint16_t *)vil_malloc(n * sizeof(uint16_t) + 1);
-    b_to_host(tmp, src, n * sizeof(uint16_t));
+    b_to_host(be, tmp, src, n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) dst[i] = bf16_bits_to_float(tmp[i]);
     free(tmp);
 }
-static void b_params_to_work(void *work, const float *master, size_t n) {
+static void b_params_to_work(const VilBackend *be, void *work, const float *master, size_t n) {
+    cu_bind(be);
     params_to_work_cuda(work, master, n);
 }
 
-extern "C" const VilBackend vil_backend_cuda = {
-    /* .name = */ "cuda",
-    /* .act_bytes = */ 2,
-    /* .work_bytes = */ 2,
-    /* .alloc = */ b_alloc,
-    /* .free = */ b_free,
-    /* .zero = */ b_zero,
-    /* .to_device = */ b_to_device,
-    /* .to_host = */ b_to_host,
-    /* .sync = */ b_sync,
-    /* .peak_bytes = */ b_peak,
-    /* .peak_reset = */ b_peak_reset,
-    /* .mem_free = */ b_mem_free,
-    /* .act_to_host_f32 = */ b_act_to_host_f32,
-    /* .params_to_work = */ b_params_to_work,
-    /* .host_alloc = */ b_host_alloc,
-    /* .host_free = */ b_host_free,
-    /* .feed_upload = */ b_feed_upload,
-    /* .feed_acquire = */ b_feed_acquire,
-    /* .feed_release = */ b_feed_release,
-    /* .feed_wait = */ b_feed_wait,
-    /* .patch_embed_forward = */ patch_embed_forward_cuda,
-    /* .patch_embed_backward = */ patch_embed_backward_cuda,
-    /* .tokens_forward = */ tokens_forward_cuda,
-    /* .tokens_backward = */ tokens_backward_cuda,
-    /* .add_rmsnorm_forward = */ add_rmsnorm_forward_cuda,
-    /* .add_rmsnorm_backward = */ add_rmsnorm_backward_cuda,
-    /* .linear_forward = */ linear_forward_cuda,
-    /* .linear_backward = */ linear_backward_cuda,
-    /* .conv1d_silu_forward = */ conv1d_silu_forward_cuda,
-    /* .conv1d_silu_backward = */ conv1d_silu_backward_cuda,
-    /* .conv1d_silu_bidir_forward = */ conv1d_silu_bidir_forward_cuda,
-    /* .conv1d_silu_bidir_backward = */ conv1d_silu_bidir_backward_cuda,
-    /* .scan_bidir_forward = */ scan_bidir_forward_cuda,
-    /* .scan_bidir_backward = */ scan_bidir_backward_cuda,
-    /* .softmax_xent_forward = */ softmax_xent_forward_cuda,
-    /* .softmax_xent_backward = */ softmax_xent_backward_cuda,
-    /* .adamw_update = */ adamw_update_cuda,
-    /* .grad_clip = */ grad_clip_cuda,
-};
+/* the ops: bind the backend's context, then the _cuda twin */
+#define VIL_CUDA_ENTRY(op, Args, label)                          \
+    static void b_##op(const VilBackend *be, const Args *args) { \
+        cu_bind(be);                                             \
+        op##_cuda(args);                                         \
+    }
+VIL_OPS(VIL_CUDA_ENTRY)
+#undef VIL_CUDA_ENTRY
+
+/* the table, by name: a slot cannot be misplaced, and a missing twin does not compile */
+#define VIL_CUDA_TABLE(ctx_ptr)                                                               \
+    {                                                                                         \
+        .name = "cuda", .act_bytes = 2, .work_bytes = 2, .ctx = (ctx_ptr), .device = 0,       \
+        .alloc = b_alloc, .free = b_free, .zero = b_zero, .to_device = b_to_device,           \
+        .to_host = b_to_host, .sync = b_sync, .peak_bytes = b_peak, .peak_reset = b_peak_reset, \
+        .mem_free = b_mem_free, .act_to_host_f32 = b_act_to_host_f32,                        \
+        .params_to_work = b_params_to_work, .host_alloc = b_host_alloc,                       \
+        .host_free = b_host_free, .feed_upload = b_feed_upload,                               \
+        .feed_acquire = b_feed_acquire, .feed_release = b_feed_release,                       \
+        .feed_wait = b_feed_wait, VIL_OPS(VIL_CUDA_SLOT)                                      \
+    }
+#define VIL_CUDA_SLOT(op, Args, label) .op = b_##op,
+extern "C" const VilBackend vil_backend_cuda = VIL_CUDA_TABLE(&default_ctx);
+static const VilBackend cuda_template = VIL_CUDA_TABLE(NULL);
+#undef VIL_CUDA_SLOT
+#undef VIL_CUDA_TABLE
+
+extern "C" const VilBackend *vil_cuda_open(int index) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || index < 0 || index >= count) {
+        vil_error("--device cuda: no GPU %d (%s; %d found)", index,
+                  e != cudaSuccess ? cudaGetErrorString(e) : "out of range", count);
+        return NULL;
+    }
+    CuCtx *c = (CuCtx *)vil_calloc(1, sizeof(CuCtx));
+    c->device = index;
+    VilBackend *be = (VilBackend *)vil_malloc(sizeof(VilBackend));
+    memcpy(be, &cuda_template, sizeof *be);
+    be->ctx = c;
+    be->device = index;
+    return be;
+}
+
+extern "C" void vil_cuda_close(const VilBackend *be) {
+    CuCtx *c = (CuCtx *)be->ctx;
+    if (c == &default_ctx) return;
+    ctx_cleanup(c);
+    free(c);
+    free((void *)be);
+}

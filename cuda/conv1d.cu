@@ -355,63 +355,71 @@ __global__ void conv1d_dw_final_kernel(float *__restrict__ dw, float *__restrict
         }                                                                                 \
     } while (0)
 
-extern "C" void conv1d_silu_forward_cuda(void *u, const void *x, const float *w, const float *b,
-                                         int B, int L, int E, int K, int ldx, int reverse) {
-    cu_ensure_init();
+extern "C" void conv1d_silu_forward_cuda(const VilConvFwd *a) {
+    void *u = a->u;
+    const void *x = a->x;
+    const float *w = a->w, *b = a->b;
+    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx, reverse = a->reverse;
     dim3 grid((E + 127) / 128, (L + CONV_TC - 1) / CONV_TC, B);
-    CONV_DISPATCH(K, (conv1d_silu_fwd_kernel<KK><<<grid, 128, 0, g_cu.stream>>>(
+    CONV_DISPATCH(K, (conv1d_silu_fwd_kernel<KK><<<grid, 128, 0, cu()->stream>>>(
                          (bf16 *)u, (const bf16 *)x, w, b, L, E, ldx, reverse)));
     CU_LAUNCH_CHECK();
 }
 
-extern "C" void conv1d_silu_backward_cuda(void *dx, float *dw, float *db, const void *du,
-                                          const void *x, const float *w, const float *b, int B,
-                                          int L, int E, int K, int ldx, int reverse,
-                                          int accumulate_dx) {
-    cu_ensure_init();
+extern "C" void conv1d_silu_backward_cuda(const VilConvBwd *a) {
+    void *dx = a->dx;
+    float *dw = a->dw, *db = a->db;
+    const void *du = a->du, *x = a->x;
+    const float *w = a->w, *b = a->b;
+    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx, reverse = a->reverse,
+        accumulate_dx = a->accumulate_dx;
     int nrun = (L + CONV_TC - 1) / CONV_TC;
     size_t np = (size_t)B * nrun * (K + 1) * E;
     float *part = (float *)cu_scratch(SCR_OP, (np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
     float *part2 = part + np;
     dim3 grid((E + 127) / 128, nrun, B);
-    CONV_DISPATCH(K, (conv1d_silu_bwd_kernel<KK><<<grid, 128, 0, g_cu.stream>>>(
+    CONV_DISPATCH(K, (conv1d_silu_bwd_kernel<KK><<<grid, 128, 0, cu()->stream>>>(
                          (bf16 *)dx, part, (const bf16 *)du, (const bf16 *)x, w, b, L, E, ldx,
                          reverse, accumulate_dx)));
     CU_LAUNCH_CHECK();
-    conv1d_dw_split_kernel<<<dim3((E + 31) / 32, K + 1, CONV_SPLITS), dim3(32, 8), 0, g_cu.stream>>>(part2, part, B * nrun, E, K);
+    conv1d_dw_split_kernel<<<dim3((E + 31) / 32, K + 1, CONV_SPLITS), dim3(32, 8), 0, cu()->stream>>>(part2, part, B * nrun, E, K);
     CU_LAUNCH_CHECK();
-    conv1d_dw_final_kernel<<<cu_blocks((size_t)E * (K + 1), 128), 128, 0, g_cu.stream>>>(dw, db, part2, E, K);
+    conv1d_dw_final_kernel<<<cu_blocks((size_t)E * (K + 1), 128), 128, 0, cu()->stream>>>(dw, db, part2, E, K);
     CU_LAUNCH_CHECK();
 }
 
-extern "C" void conv1d_silu_bidir_backward_cuda(void *dx, float *const dw[2], float *const db[2],
-                                                const void *const du[2], const void *x,
-                                                const float *const w[2], const float *const b[2],
-                                                int B, int L, int E, int K, int ldx) {
-    cu_ensure_init();
+extern "C" void conv1d_silu_bidir_backward_cuda(const VilConvBidirBwd *a) {
+    void *dx = a->dx;
+    float *const *dw = a->dw, *const *db = a->db;
+    const void *const *du = a->du;
+    const void *x = a->x;
+    const float *const *w = a->w, *const *b = a->b;
+    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx;
     int nrun = (L + CONV_BI_TC - 1) / CONV_BI_TC, ngrp = (nrun + CONV_BI_RPB - 1) / CONV_BI_RPB;
     size_t np = (size_t)B * ngrp * (K + 1) * E;
     float *part = (float *)cu_scratch(SCR_OP, (2 * np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
     float *part2 = part + 2 * np;
     dim3 grid((E + 127) / 128, ngrp, B);
-    CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK><<<grid, 128, 0, g_cu.stream>>>(
+    CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK><<<grid, 128, 0, cu()->stream>>>(
                          (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x,
                          w[0], w[1], b[0], b[1], L, E, ldx)));
     CU_LAUNCH_CHECK();
     for (int j = 0; j < 2; j++) {
-        conv1d_dw_split_kernel<<<dim3((E + 31) / 32, K + 1, CONV_SPLITS), dim3(32, 8), 0, g_cu.stream>>>(
+        conv1d_dw_split_kernel<<<dim3((E + 31) / 32, K + 1, CONV_SPLITS), dim3(32, 8), 0, cu()->stream>>>(
             part2, part + j * np, B * ngrp, E, K);
         CU_LAUNCH_CHECK();
-        conv1d_dw_final_kernel<<<cu_blocks((size_t)E * (K + 1), 128), 128, 0, g_cu.stream>>>(dw[j], db[j], part2, E, K);
+        conv1d_dw_final_kernel<<<cu_blocks((size_t)E * (K + 1), 128), 128, 0, cu()->stream>>>(dw[j], db[j], part2, E, K);
         CU_LAUNCH_CHECK();
     }
 }
 
-extern "C" void conv1d_silu_bidir_forward_cuda(void *const u[2], const void *x, const float *const w[2],
-                                               const float *const b[2], int B, int L, int E, int K, int ldx) {
-    cu_ensure_init();
+extern "C" void conv1d_silu_bidir_forward_cuda(const VilConvBidirFwd *a) {
+    void *const *u = a->u;
+    const void *x = a->x;
+    const float *const *w = a->w, *const *b = a->b;
+    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx;
     dim3 grid((E + 127) / 128, (L + CONV_TC - 1) / CONV_TC, B);
-    CONV_DISPATCH(K, (conv1d_silu_bidir_fwd_kernel<KK><<<grid, 128, 0, g_cu.stream>>>(
+    CONV_DISPATCH(K, (conv1d_silu_bidir_fwd_kernel<KK><<<grid, 128, 0, cu()->stream>>>(
                          (bf16 *)u[0], (bf16 *)u[1], (const bf16 *)x, w[0], w[1], b[0], b[1], L, E, ldx)));
     CU_LAUNCH_CHECK();
 }

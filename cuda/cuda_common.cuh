@@ -1,7 +1,7 @@
 /* cuda_common.cuh: what every CUDA op file shares: the CHECK macro family (CUDA, cuBLAS, cuDNN,
- * NCCL: file, line, expression, a hint), the process-wide context (one stream, the cuBLASLt and
- * cuDNN handles, created lazily once and destroyed at exit), tracked device allocations (for the
- * peak-memory figure), grow-only scratch buffers, and bf16 helpers. */
+ * NCCL: file, line, expression, a hint), the device context a backend instance owns (its GPU,
+ * stream, cuBLASLt and cuDNN handles, tracked allocations, scratch, feed events, plan caches)
+ * and how ops reach it, and bf16 helpers. */
 #ifndef VIL_CUDA_COMMON_CUH
 #define VIL_CUDA_COMMON_CUH
 
@@ -54,35 +54,12 @@ const char *cu_hint_cuda(cudaError_t e);
 #define CU_LAUNCH_CHECK()                                                                   \
     do {                                                                                    \
         CUDA_CHECK(cudaGetLastError());                                                     \
-        if (g_cu.debug_sync) CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));                \
+        if (cu()->debug_sync) CUDA_CHECK(cudaStreamSynchronize(cu()->stream));              \
     } while (0)
 
-/* ---- context ---- */
-typedef struct {
-    int init;
-    int debug_sync;
-    int num_sms;
-    size_t smem_optin;        /* largest dynamic shared memory a block may ask for */
-    cudaStream_t stream;
-    cublasLtHandle_t lt;
-    cudnnHandle_t dnn;
-    void *lt_ws;              /* cuBLASLt workspace */
-    size_t lt_ws_bytes;
-} CuCtx;
-extern CuCtx g_cu;
-
-/* Creates the stream and handles on first use; every op calls it first. */
-void cu_ensure_init(void);
-
-/* tracked device allocations (peak_bytes reports the high-water mark of these) */
-void *cu_malloc(size_t bytes);
-void cu_free(void *p);
-size_t cu_peak_bytes(void);
-void cu_peak_reset(void);
-
 /* Grow-only scratch, one buffer per slot, reused by every call of the op that owns the slot.
- * Ops run in order on the one stream, so a slot is never read by two ops at once; growing
- * synchronizes first (it happens in the first step only). */
+ * Ops run in order on the context's one stream, so a slot is never read by two ops at once;
+ * growing synchronizes first (it happens in the first step only). */
 enum {
     SCR_LT_BF16,     /* linear: f32 -> bf16 copy of the head's dlogits */
     SCR_COLSUM,      /* column-sum partials (bias gradients) */
@@ -99,7 +76,51 @@ enum {
     SCR_GNORM,       /* grad_clip: per-block sums of squares */
     SCR_COUNT
 };
+
+/* ---- the device context: everything a backend instance owns on its GPU ---- */
+typedef struct {
+    void *p;
+    size_t n;
+} CuAlloc;
+typedef struct CuCtx {
+    int device;               /* the GPU index (cudaSetDevice) */
+    int init;                 /* the stream and handles exist */
+    int debug_sync;           /* VIL_CUDA_SYNC=1: synchronize after every launch */
+    int num_sms;
+    size_t smem_optin;        /* largest dynamic shared memory a block may ask for */
+    cudaStream_t stream;      /* every op of this context runs on it, in order */
+    cublasLtHandle_t lt;
+    cudnnHandle_t dnn;
+    void *lt_ws;              /* cuBLASLt workspace */
+    size_t lt_ws_bytes;
+    /* tracked allocations: the peak-memory figure, and a check that only ours are freed */
+    CuAlloc *allocs;
+    size_t n_allocs, cap_allocs, cur_bytes, peak_bytes;
+    void *scratch[SCR_COUNT];
+    size_t scratch_bytes[SCR_COUNT];
+    /* the input feed (data/feed.h): a copy stream and, per slot, "uploaded" / "released" */
+    cudaStream_t feed_stream;
+    cudaEvent_t feed_loaded[2], feed_freed[2];
+    /* per-handle plan caches of linear.cu and patch_embed.cu (opaque here) */
+    struct LtPlans *lt_plans;
+    struct ConvPlans *conv_plans;
+} CuCtx;
+
+/* The context the calling thread works on: every entry point of the backend table binds its
+ * backend's context first (cu_bind), and everything below it reads cu(). */
+extern thread_local CuCtx *cu_cur;
+static inline CuCtx *cu(void) { return cu_cur; }
+CuCtx *cu_bind(const struct VilBackend *be);
+/* Creates the current context's stream and handles on first use. */
+void cu_ensure_init(void);
+
+/* tracked device allocations of the current context */
+void *cu_malloc(size_t bytes);
+void cu_free(void *p);
 void *cu_scratch(int slot, size_t bytes);
+/* release what linear.cu / patch_embed.cu cached for the current context */
+void cu_linear_plans_free(void);
+void cu_conv_plans_free(void);
 
 static inline int cu_blocks(size_t n, int threads) {
     size_t b = (n + threads - 1) / threads;
@@ -107,7 +128,7 @@ static inline int cu_blocks(size_t n, int threads) {
 }
 /* blocks for a grid-stride loop over n elements: at most per_sm blocks per SM */
 static inline int cu_blocks_capped(size_t n, int threads, int per_sm) {
-    int b = cu_blocks(n, threads), cap = g_cu.num_sms * per_sm;
+    int b = cu_blocks(n, threads), cap = cu()->num_sms * per_sm;
     return b < cap ? b : cap;
 }
 

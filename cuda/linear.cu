@@ -26,8 +26,32 @@ typedef struct {
 } LtPlan;
 
 #define MAX_PLANS 128
-static LtPlan plans[MAX_PLANS];
-static int n_plans;
+/* per context: a plan holds descriptors and an algorithm chosen for its cuBLASLt handle */
+struct LtPlans {
+    LtPlan plan[MAX_PLANS];
+    int n;
+};
+
+static struct LtPlans *plans_of_ctx(void) {
+    CuCtx *c = cu();
+    if (!c->lt_plans) c->lt_plans = (struct LtPlans *)vil_calloc(1, sizeof(struct LtPlans));
+    return c->lt_plans;
+}
+
+void cu_linear_plans_free(void) {
+    struct LtPlans *ps = cu()->lt_plans;
+    if (!ps) return;
+    for (int i = 0; i < ps->n; i++) {
+        LtPlan *p = &ps->plan[i];
+        if (!p->ok) continue;
+        cublasLtMatrixLayoutDestroy(p->la);
+        cublasLtMatrixLayoutDestroy(p->lb);
+        cublasLtMatrixLayoutDestroy(p->ld);
+        cublasLtMatmulDescDestroy(p->desc);
+    }
+    free(ps);
+    cu()->lt_plans = NULL;
+}
 
 static int align_of(const void *p, int ld, int elem) {
     size_t a = (size_t)p | (size_t)ld * elem | 16;
@@ -35,15 +59,17 @@ static int align_of(const void *p, int ld, int elem) {
 }
 
 static LtPlan *plan_get(const LtKey *k) {
-    for (int i = 0; i < n_plans; i++)
-        if (memcmp(&plans[i].key, k, sizeof *k) == 0) return &plans[i];
+    struct LtPlans *ps = plans_of_ctx();
+    for (int i = 0; i < ps->n; i++)
+        if (memcmp(&ps->plan[i].key, k, sizeof *k) == 0) return &ps->plan[i];
     return NULL;
 }
 
 /* Builds a plan; one with ok = 0 when cuBLASLt has no kernel for it. */
 static LtPlan *plan_make(const LtKey *k) {
-    if (n_plans == MAX_PLANS) VIL_FATAL("too many distinct matrix-product shapes (%d)", MAX_PLANS);
-    LtPlan *p = &plans[n_plans];
+    struct LtPlans *ps = plans_of_ctx();
+    if (ps->n == MAX_PLANS) VIL_FATAL("too many distinct matrix-product shapes (%d)", MAX_PLANS);
+    LtPlan *p = &ps->plan[ps->n];
     memset(p, 0, sizeof *p);
     p->key = *k;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -64,7 +90,7 @@ static LtPlan *plan_make(const LtKey *k) {
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, dt, k->m, k->n, k->ldd));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = g_cu.lt_ws_bytes;
+    uint64_t ws = cu()->lt_ws_bytes;
     uint32_t aa = k->al_a, ab = k->al_b, ad = k->al_d;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
@@ -73,7 +99,7 @@ static LtPlan *plan_make(const LtKey *k) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cu.lt, p->desc, p->la, p->lb, p->ld, p->ld,
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cu()->lt, p->desc, p->la, p->lb, p->ld, p->ld,
                                                        pref, 1, &res, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
@@ -82,12 +108,12 @@ static LtPlan *plan_make(const LtKey *k) {
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
         CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
         p->ok = 0;
-        n_plans++;
+        ps->n++;
         return p;
     }
     p->algo = res.algo;
     p->ok = 1;
-    n_plans++;
+    ps->n++;
     return p;
 }
 
@@ -96,14 +122,13 @@ static __global__ void f32_to_bf16_kernel(bf16 *out, const float *in, size_t n) 
         out[i] = f2bf(in[i]);
 }
 static void f32_to_bf16(bf16 *out, const float *in, size_t n) {
-    f32_to_bf16_kernel<<<cu_blocks(n, 256) < 4096 ? cu_blocks(n, 256) : 4096, 256, 0, g_cu.stream>>>(out, in, n);
+    f32_to_bf16_kernel<<<cu_blocks(n, 256) < 4096 ? cu_blocks(n, 256) : 4096, 256, 0, cu()->stream>>>(out, in, n);
     CU_LAUNCH_CHECK();
 }
 
 /* D(m, n) (ldd) = op(A)(m, k) op(B)(k, n) [+ bias(m)] + beta D */
 static void matmul(void *D, int d_f32, int ldd, const bf16 *A, int lda, int ta, const bf16 *B,
                    int ldb, int tb, int m, int n, int k, float beta, const float *bias) {
-    cu_ensure_init();
     LtKey key;
     memset(&key, 0, sizeof key);
     key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
@@ -137,9 +162,9 @@ static void matmul(void *D, int d_f32, int ldd, const bf16 *A, int lda, int ta, 
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias_ptr, sizeof bias_ptr));
     float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(g_cu.lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D,
-                                p->ld, &p->algo, g_cu.lt_ws, g_cu.lt_ws_bytes, g_cu.stream));
-    if (g_cu.debug_sync) CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+    CUBLAS_CHECK(cublasLtMatmul(cu()->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D,
+                                p->ld, &p->algo, cu()->lt_ws, cu()->lt_ws_bytes, cu()->stream));
+    if (cu()->debug_sync) CUDA_CHECK(cudaStreamSynchronize(cu()->stream));
 }
 
 /* ---- column sums: partials over fixed chunks of rows, then the chunks in order ---- */
@@ -206,44 +231,43 @@ __global__ void sum_rows_kernel(float *__restrict__ out, const float *__restrict
 }
 
 extern "C" void colsum_rows_accumulate_cuda(float *out, const float *part, int rows, int cols, int ld) {
-    cu_ensure_init();
     dim3 block(32, 8);
     if (rows <= 2 * SUM_SPLIT_ROWS) {
-        sum_rows_kernel<<<dim3((cols + 31) / 32, 1), block, 0, g_cu.stream>>>(out, part, rows, cols, ld, rows, 0, 1);
+        sum_rows_kernel<<<dim3((cols + 31) / 32, 1), block, 0, cu()->stream>>>(out, part, rows, cols, ld, rows, 0, 1);
         CU_LAUNCH_CHECK();
         return;
     }
     /* two fixed-order levels, so that enough blocks run */
     int nsp = (rows + SUM_SPLIT_ROWS - 1) / SUM_SPLIT_ROWS;
     float *mid = (float *)cu_scratch(SCR_SUM_MID, (size_t)nsp * cols * sizeof(float));
-    sum_rows_kernel<<<dim3((cols + 31) / 32, nsp), block, 0, g_cu.stream>>>(mid, part, rows, cols, ld, SUM_SPLIT_ROWS, cols, 0);
+    sum_rows_kernel<<<dim3((cols + 31) / 32, nsp), block, 0, cu()->stream>>>(mid, part, rows, cols, ld, SUM_SPLIT_ROWS, cols, 0);
     CU_LAUNCH_CHECK();
-    sum_rows_kernel<<<dim3((cols + 31) / 32, 1), block, 0, g_cu.stream>>>(out, mid, nsp, cols, cols, nsp, 0, 1);
+    sum_rows_kernel<<<dim3((cols + 31) / 32, 1), block, 0, cu()->stream>>>(out, mid, nsp, cols, cols, nsp, 0, 1);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void colsum_accumulate_cuda(float *db, const void *x, int x_is_f32, int N, int OC, int ld) {
-    cu_ensure_init();
     int nchunk = (N + CS_ROWS - 1) / CS_ROWS;
     float *part = (float *)cu_scratch(SCR_COLSUM, (size_t)nchunk * OC * sizeof(float));
     dim3 grid((OC + 31) / 32, nchunk), block(32, 8);
-    if (x_is_f32) colsum_partial_kernel<float><<<grid, block, 0, g_cu.stream>>>(part, (const float *)x, N, OC, ld);
-    else colsum_partial_kernel<bf16><<<grid, block, 0, g_cu.stream>>>(part, (const bf16 *)x, N, OC, ld);
+    if (x_is_f32) colsum_partial_kernel<float><<<grid, block, 0, cu()->stream>>>(part, (const float *)x, N, OC, ld);
+    else colsum_partial_kernel<bf16><<<grid, block, 0, cu()->stream>>>(part, (const bf16 *)x, N, OC, ld);
     CU_LAUNCH_CHECK();
     colsum_rows_accumulate_cuda(db, part, nchunk, OC, OC);
 }
 
-extern "C" void linear_forward_cuda(void *out, const void *in, const void *w, const float *b,
-                                    int N, int C, int OC, int ld_in, int ld_out, int flags) {
+extern "C" void linear_forward_cuda(const VilLinearFwd *a) {
     /* out^T(OC, N) = w^T... as column-major: A = w viewed (C, OC) transposed, B = in^T (C, N) */
-    matmul(out, (flags & VIL_LINEAR_OUT_F32) != 0, ld_out, (const bf16 *)w, C, 1, (const bf16 *)in,
-           ld_in, 0, OC, N, C, 0.0f, b);
+    matmul(a->out, (a->flags & VIL_LINEAR_OUT_F32) != 0, a->ld_out, (const bf16 *)a->w, a->C, 1,
+           (const bf16 *)a->in, a->ld_in, 0, a->OC, a->N, a->C, 0.0f, a->b);
 }
 
-extern "C" void linear_backward_cuda(void *dinp, float *dw, float *db, const void *dout,
-                                     const void *in, const void *w, int N, int C, int OC, int ld_in,
-                                     int ld_out, int accumulate_dinp, int flags) {
-    cu_ensure_init();
+extern "C" void linear_backward_cuda(const VilLinearBwd *a) {
+    void *dinp = a->dinp;
+    float *dw = a->dw, *db = a->db;
+    const void *dout = a->dout, *in = a->in, *w = a->w;
+    int N = a->N, C = a->C, OC = a->OC, ld_in = a->ld_in, ld_out = a->ld_out;
+    int accumulate_dinp = a->accumulate_dinp, flags = a->flags;
     const bf16 *g = (const bf16 *)dout;
     if (flags & VIL_LINEAR_OUT_F32) {
         /* cuBLASLt wants both operands in one type: the head's f32 dlogits go through bf16 */

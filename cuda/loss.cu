@@ -47,17 +47,14 @@ __global__ void xent_bwd_kernel(float *dlogits, const float *probs, const float 
         dlogits[i] = (probs[i] - targets[i]) * inv;
 }
 
-extern "C" void softmax_xent_forward_cuda(float *loss, float *probs, const float *logits,
-                                          const float *targets, int B, int C) {
-    cu_ensure_init();
-    xent_fwd_kernel<<<B, 256, 0, g_cu.stream>>>(loss, probs, logits, targets, C);
+extern "C" void softmax_xent_forward_cuda(const VilXentFwd *a) {
+    xent_fwd_kernel<<<a->B, 256, 0, cu()->stream>>>(a->loss, a->probs, a->logits, a->targets, a->C);
     CU_LAUNCH_CHECK();
 }
 
-extern "C" void softmax_xent_backward_cuda(float *dlogits, const float *probs, const float *targets,
-                                           int B, int C) {
-    cu_ensure_init();
-    size_t n = (size_t)B * C;
-    xent_bwd_kernel<<<cu_blocks(n, 256), 256, 0, g_cu.stream>>>(dlogits, probs, targets, n, 1.0f / (float)B);
+extern "C" void softmax_xent_backward_cuda(const VilXentBwd *a) {
+    size_t n = (size_t)a->B * a->C;
+    xent_bwd_kernel<<<cu_blocks(n, 256), 256, 0, cu()->stream>>>(a->dlogits, a->probs, a->targets, n,
+                                                                 1.0f / (float)a->B);
     CU_LAUNCH_CHECK();
 }

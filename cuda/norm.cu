@@ -109,24 +109,27 @@ __global__ void __launch_bounds__(256) add_rmsnorm_bwd_kernel(
         else VIL_FATAL("add_rmsnorm: D = %d is over the 1024 this kernel holds in registers", (D)); \
     } while (0)
 
-extern "C" void add_rmsnorm_forward_cuda(float *res_out, void *normed, float *rstd,
-                                         const float *res_in, const void *h, const float *scale,
-                                         const float *w, int B, int L, int D) {
-    cu_ensure_init();
-    int rows = B * L;
+extern "C" void add_rmsnorm_forward_cuda(const VilNormFwd *a) {
+    float *res_out = a->res_out, *rstd = a->rstd;
+    void *normed = a->normed;
+    const float *res_in = a->res_in, *scale = a->scale, *w = a->w;
+    const void *h = a->h;
+    int L = a->L, D = a->D, rows = a->B * a->L;
     int blocks = cu_blocks((size_t)rows * 32, 256);
-    DISPATCH_VPL(D, (add_rmsnorm_fwd_kernel<VPL><<<blocks, 256, 0, g_cu.stream>>>(
+    DISPATCH_VPL(D, (add_rmsnorm_fwd_kernel<VPL><<<blocks, 256, 0, cu()->stream>>>(
                         res_out, (bf16 *)normed, rstd, res_in, (const bf16 *)h, scale, w, rows, L, D)));
     CU_LAUNCH_CHECK();
 }
 
-extern "C" void add_rmsnorm_backward_cuda(float *dres, void *dh, float *dw, const void *dnormed,
-                                          const float *res_out, const float *rstd, const float *w,
-                                          const float *scale, int B, int L, int D) {
-    cu_ensure_init();
-    int rows = B * L, nblk = (rows + 8 * NORM_RPW - 1) / (8 * NORM_RPW);
+extern "C" void add_rmsnorm_backward_cuda(const VilNormBwd *a) {
+    float *dres = a->dres, *dw = a->dw;
+    void *dh = a->dh;
+    const void *dnormed = a->dnormed;
+    const float *res_out = a->res_out, *rstd = a->rstd, *w = a->w, *scale = a->scale;
+    int L = a->L, D = a->D;
+    int rows = a->B * L, nblk = (rows + 8 * NORM_RPW - 1) / (8 * NORM_RPW);
     float *part = (float *)cu_scratch(SCR_NORM_PART, (size_t)nblk * D * sizeof(float));
-    DISPATCH_VPL(D, (add_rmsnorm_bwd_kernel<VPL><<<nblk, 256, 0, g_cu.stream>>>(
+    DISPATCH_VPL(D, (add_rmsnorm_bwd_kernel<VPL><<<nblk, 256, 0, cu()->stream>>>(
                         dres, (bf16 *)dh, part, (const bf16 *)dnormed, res_out, rstd, w, scale,
                         rows, L, D)));
     CU_LAUNCH_CHECK();

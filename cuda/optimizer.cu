@@ -72,29 +72,41 @@ __global__ void clip_kernel(float *g, size_t n, float max_norm, const float *nor
         g[i] *= c;
 }
 
-extern "C" void grad_clip_cuda(float *g, size_t n, float max_norm, float *norm) {
-    cu_ensure_init();
+extern "C" void grad_clip_cuda(const VilGradClip *a) {
+    float *g = a->g, *norm = a->norm, max_norm = a->max_norm;
+    size_t n = a->n;
     double *part = (double *)cu_scratch(SCR_GNORM, GN_BLOCKS * sizeof(double));
-    sumsq_kernel<<<GN_BLOCKS, GN_T, 0, g_cu.stream>>>(part, g, n);
+    sumsq_kernel<<<GN_BLOCKS, GN_T, 0, cu()->stream>>>(part, g, n);
     CU_LAUNCH_CHECK();
-    norm_kernel<<<1, GN_T, 0, g_cu.stream>>>(norm, part);
+    norm_kernel<<<1, GN_T, 0, cu()->stream>>>(norm, part);
     CU_LAUNCH_CHECK();
-    clip_kernel<<<grid_for(n), 256, 0, g_cu.stream>>>(g, n, max_norm, norm);
+    clip_kernel<<<grid_for(n), 256, 0, cu()->stream>>>(g, n, max_norm, norm);
     CU_LAUNCH_CHECK();
 }
 
-extern "C" void adamw_update_cuda(float *p, void *work, const float *g, float *m, float *v,
-                                  const unsigned char *decay, size_t n, float lr, float beta1,
-                                  float beta2, float eps, float wd, int step) {
-    cu_ensure_init();
-    float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
-    adamw_kernel<<<grid_for(n), 256, 0, g_cu.stream>>>(p, (bf16 *)work, g, m, v, decay, n, lr, beta1,
-                                                       beta2, eps, wd, bc1, bc2);
+extern "C" void adamw_update_cuda(const VilAdamW *a) {
+    float bc1 = 1.0f - powf(a->beta1, (float)a->step), bc2 = 1.0f - powf(a->beta2, (float)a->step);
+    adamw_kernel<<<grid_for(a->n), 256, 0, cu()->stream>>>(a->p, (bf16 *)a->work, a->g, a->m, a->v,
+                                                          a->decay, a->n, a->lr, a->beta1,
+                                                          a->beta2, a->eps, a->wd, bc1, bc2);
+    CU_LAUNCH_CHECK();
+}
+
+/* the same arithmetic as AdamW's first moment, which the EMA borrowed before it had an op */
+__global__ void ema_kernel(float *ema, const float *p, size_t n, float decay) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float gi = p[i];
+        float mi = decay * ema[i] + (1.0f - decay) * gi;
+        ema[i] = mi;
+    }
+}
+
+extern "C" void ema_update_cuda(const VilEma *a) {
+    ema_kernel<<<grid_for(a->n), 256, 0, cu()->stream>>>(a->ema, a->p, a->n, a->decay);
     CU_LAUNCH_CHECK();
 }
 
 extern "C" void params_to_work_cuda(void *work, const float *master, size_t n) {
-    cu_ensure_init();
-    to_bf16_kernel<<<grid_for(n), 256, 0, g_cu.stream>>>((bf16 *)work, master, n);
+    to_bf16_kernel<<<grid_for(n), 256, 0, cu()->stream>>>((bf16 *)work, master, n);
     CU_LAUNCH_CHECK();
 }

@@ -39,11 +39,33 @@ typedef struct {
 } ConvPlan;
 
 #define MAX_CONV_PLANS 8
-static ConvPlan cplans[MAX_CONV_PLANS];
-static int n_cplans;
+/* per context: descriptors and algorithms chosen for its cuDNN handle */
+struct ConvPlans {
+    ConvPlan plan[MAX_CONV_PLANS];
+    int n;
+};
 static const size_t WS_LIMIT = (size_t)512 << 20;
 
+static void conv_plan_destroy(ConvPlan *o) {
+    CUDNN_CHECK(cudnnDestroyTensorDescriptor(o->x));
+    CUDNN_CHECK(cudnnDestroyTensorDescriptor(o->y));
+    CUDNN_CHECK(cudnnDestroyFilterDescriptor(o->w));
+    CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(o->conv));
+}
+
+void cu_conv_plans_free(void) {
+    struct ConvPlans *ps = cu()->conv_plans;
+    if (!ps) return;
+    for (int i = 0; i < ps->n; i++) conv_plan_destroy(&ps->plan[i]);
+    free(ps);
+    cu()->conv_plans = NULL;
+}
+
 static ConvPlan *conv_plan(int B, int C, int H, int W, int P, int S, int D) {
+    if (!cu()->conv_plans) cu()->conv_plans = (struct ConvPlans *)vil_calloc(1, sizeof(struct ConvPlans));
+    struct ConvPlans *ps = cu()->conv_plans;
+    ConvPlan *cplans = ps->plan;
+    int n_cplans = ps->n;
     for (int i = 0; i < n_cplans; i++) {
         ConvPlan *p = &cplans[i];
         if (p->B == B && p->C == C && p->H == H && p->W == W && p->P == P && p->S == S && p->D == D)
@@ -51,13 +73,9 @@ static ConvPlan *conv_plan(int B, int C, int H, int W, int P, int S, int D) {
     }
     if (n_cplans == MAX_CONV_PLANS) {
         /* shapes change only between runs (batch size, config): drop the oldest */
-        ConvPlan *o = &cplans[0];
-        CUDNN_CHECK(cudnnDestroyTensorDescriptor(o->x));
-        CUDNN_CHECK(cudnnDestroyTensorDescriptor(o->y));
-        CUDNN_CHECK(cudnnDestroyFilterDescriptor(o->w));
-        CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(o->conv));
+        conv_plan_destroy(&cplans[0]);
         memmove(cplans, cplans + 1, (MAX_CONV_PLANS - 1) * sizeof(ConvPlan));
-        n_cplans--;
+        n_cplans = --ps->n;
     }
     ConvPlan *p = &cplans[n_cplans];
     memset(p, 0, sizeof *p);
@@ -77,7 +95,7 @@ static ConvPlan *conv_plan(int B, int C, int H, int W, int P, int S, int D) {
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, CUDNN_DEFAULT_MATH));
     int n = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(g_cu.dnn, p->x, p->w, p->conv, p->y,
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cu()->dnn, p->x, p->w, p->conv, p->y,
                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fp));
     int ok = 0;
     for (int i = 0; i < n && !ok; i++)
@@ -87,7 +105,7 @@ static ConvPlan *conv_plan(int B, int C, int H, int W, int P, int S, int D) {
     if (!ok) VIL_FATAL("cuDNN offers no deterministic forward algorithm for the patch embedding");
     cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        g_cu.dnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
+        cu()->dnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
     ok = 0;
     for (int i = 0; i < n && !ok; i++)
         if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].memory <= WS_LIMIT &&
@@ -96,14 +114,14 @@ static ConvPlan *conv_plan(int B, int C, int H, int W, int P, int S, int D) {
     if (!ok) VIL_FATAL("cuDNN offers no deterministic filter-gradient algorithm for the patch embedding");
     cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        g_cu.dnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
+        cu()->dnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
     ok = 0;
     for (int i = 0; i < n && !ok; i++)
         if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].memory <= WS_LIMIT &&
             bd[i].determinism == CUDNN_DETERMINISTIC)
             p->bwd = bd[i].algo, p->ws_bwd = bd[i].memory, ok = 1;
     if (!ok) VIL_FATAL("cuDNN offers no deterministic data-gradient algorithm for the patch embedding");
-    n_cplans++;
+    ps->n++;
     return p;
 }
 
@@ -189,10 +207,10 @@ static void patchify(bf16 *xp, const float *img, int B, int C, int H, int W, int
     int G = (H - P) / P + 1, GW = (W - P) / P + 1;
     /* the 16-byte path: rows of W floats and runs of 8 start 16-byte aligned (cudaMalloc'd) */
     if (P % 8 == 0 && W % 4 == 0 && ((uintptr_t)img % 16) == 0)
-        patchify_kernel<8, false><<<patch_blocks(B, C, H, W, P, 8), 256, 0, g_cu.stream>>>(
+        patchify_kernel<8, false><<<patch_blocks(B, C, H, W, P, 8), 256, 0, cu()->stream>>>(
             xp, NULL, img, NULL, B, C, H, W, P, G, GW);
     else
-        patchify_kernel<1, false><<<patch_blocks(B, C, H, W, P, 1), 256, 0, g_cu.stream>>>(
+        patchify_kernel<1, false><<<patch_blocks(B, C, H, W, P, 1), 256, 0, cu()->stream>>>(
             xp, NULL, img, NULL, B, C, H, W, P, G, GW);
     CU_LAUNCH_CHECK();
 }
@@ -200,27 +218,31 @@ static void patchify(bf16 *xp, const float *img, int B, int C, int H, int W, int
 /* the patch rows' gradient dxp -> dimg (overwritten; pixels outside every patch get 0) */
 static void unpatchify(float *dimg, const bf16 *dxp, int B, int C, int H, int W, int P) {
     int G = (H - P) / P + 1, GW = (W - P) / P + 1;
-    CUDA_CHECK(cudaMemsetAsync(dimg, 0, (size_t)B * C * H * W * sizeof(float), g_cu.stream));
-    patchify_kernel<1, true><<<patch_blocks(B, C, H, W, P, 1), 256, 0, g_cu.stream>>>(
+    CUDA_CHECK(cudaMemsetAsync(dimg, 0, (size_t)B * C * H * W * sizeof(float), cu()->stream));
+    patchify_kernel<1, true><<<patch_blocks(B, C, H, W, P, 1), 256, 0, cu()->stream>>>(
         NULL, dimg, NULL, dxp, B, C, H, W, P, G, GW);
     CU_LAUNCH_CHECK();
 }
 
 static float *weight_f32(const void *w, size_t n) {
     float *wf = (float *)cu_scratch(SCR_PATCH_W, n * sizeof(float));
-    bf16_to_f32_kernel<<<cu_blocks(n, 256), 256, 0, g_cu.stream>>>(wf, (const bf16 *)w, n);
+    bf16_to_f32_kernel<<<cu_blocks(n, 256), 256, 0, cu()->stream>>>(wf, (const bf16 *)w, n);
     CU_LAUNCH_CHECK();
     return wf;
 }
 
-extern "C" void patch_embed_forward_cuda(void *out, const float *img, const void *w, const float *b,
-                                         int B, int C, int H, int W, int P, int S, int D) {
-    cu_ensure_init();
+extern "C" void patch_embed_forward_cuda(const VilPatchEmbedFwd *a) {
+    void *out = a->out;
+    const float *img = a->img, *b = a->b;
+    const void *w = a->w;
+    int B = a->B, C = a->C, H = a->H, W = a->W, P = a->P, S = a->S, D = a->D;
     int M = ((H - P) / S + 1) * ((W - P) / S + 1), K = C * P * P;
     if (S == P) {
         bf16 *xp = (bf16 *)cu_scratch(SCR_OP, (size_t)B * M * K * sizeof(bf16));
         patchify(xp, img, B, C, H, W, P);
-        linear_forward_cuda(out, xp, w, b, B * M, K, D, K, D, 0);
+        VilLinearFwd lf = {};
+        lf.out = out, lf.in = xp, lf.w = w, lf.b = b, lf.N = B * M, lf.C = K, lf.OC = D, lf.ld_in = K, lf.ld_out = D;
+        linear_forward_cuda(&lf);
         return;
     }
     ConvPlan *p = conv_plan(B, C, H, W, P, S, D);
@@ -228,48 +250,53 @@ extern "C" void patch_embed_forward_cuda(void *out, const float *img, const void
     float *y = (float *)cu_scratch(SCR_OP, (size_t)B * D * M * sizeof(float));
     void *ws = p->ws_fwd ? cu_scratch(SCR_DNN_WS, p->ws_fwd) : NULL;
     float one = 1.0f, zero = 0.0f;
-    CUDNN_CHECK(cudnnConvolutionForward(g_cu.dnn, &one, p->x, img, p->w, wf, p->conv, p->fwd, ws,
+    CUDNN_CHECK(cudnnConvolutionForward(cu()->dnn, &one, p->x, img, p->w, wf, p->conv, p->fwd, ws,
                                         p->ws_fwd, &zero, p->y, y));
     dim3 grid((M + 31) / 32, (D + 31) / 32, B), block(32, 8);
-    nchw_to_tokens_kernel<<<grid, block, 0, g_cu.stream>>>((bf16 *)out, y, b, D, M);
+    nchw_to_tokens_kernel<<<grid, block, 0, cu()->stream>>>((bf16 *)out, y, b, D, M);
     CU_LAUNCH_CHECK();
 }
 
-extern "C" void patch_embed_backward_cuda(float *dimg, float *dw, float *db, const void *dout,
-                                          const void *w, const float *img, int B, int C, int H,
-                                          int W, int P, int S, int D) {
-    cu_ensure_init();
+extern "C" void patch_embed_backward_cuda(const VilPatchEmbedBwd *a) {
+    float *dimg = a->dimg, *dw = a->dw, *db = a->db;
+    const void *dout = a->dout, *w = a->w;
+    const float *img = a->img;
+    int B = a->B, C = a->C, H = a->H, W = a->W, P = a->P, S = a->S, D = a->D;
     int M = ((H - P) / S + 1) * ((W - P) / S + 1), K = C * P * P;
     if (S == P) {
         /* the filter and bias gradients from the rebuilt patch rows, then (when wanted) the
          * patch rows' gradient into the same scratch, scattered back to the image */
         bf16 *xp = (bf16 *)cu_scratch(SCR_OP, (size_t)B * M * K * sizeof(bf16));
         patchify(xp, img, B, C, H, W, P);
-        linear_backward_cuda(NULL, dw, db, dout, xp, w, B * M, K, D, K, D, 0, 0);
+        VilLinearBwd lb = {};
+        lb.dw = dw, lb.db = db, lb.dout = dout, lb.in = xp, lb.w = w;
+        lb.N = B * M, lb.C = K, lb.OC = D, lb.ld_in = K, lb.ld_out = D;
+        linear_backward_cuda(&lb);
         if (dimg) {
-            linear_backward_cuda(xp, NULL, NULL, dout, xp, w, B * M, K, D, K, D, 0, 0);
+            lb.dinp = xp, lb.dw = NULL, lb.db = NULL;
+            linear_backward_cuda(&lb);
             unpatchify(dimg, xp, B, C, H, W, P);
         }
-        if (g_cu.debug_sync) CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+        if (cu()->debug_sync) CUDA_CHECK(cudaStreamSynchronize(cu()->stream));
         return;
     }
     ConvPlan *p = conv_plan(B, C, H, W, P, S, D);
     float *dy = (float *)cu_scratch(SCR_OP, (size_t)B * D * M * sizeof(float));
     dim3 grid((M + 31) / 32, (D + 31) / 32, B), block(32, 8);
-    tokens_to_nchw_kernel<<<grid, block, 0, g_cu.stream>>>(dy, (const bf16 *)dout, D, M);
+    tokens_to_nchw_kernel<<<grid, block, 0, cu()->stream>>>(dy, (const bf16 *)dout, D, M);
     CU_LAUNCH_CHECK();
     float one = 1.0f, zero = 0.0f;
     void *ws = p->ws_bwf ? cu_scratch(SCR_DNN_WS, p->ws_bwf) : NULL;
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(g_cu.dnn, &one, p->x, img, p->y, dy, p->conv, p->bwf,
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cu()->dnn, &one, p->x, img, p->y, dy, p->conv, p->bwf,
                                                ws, p->ws_bwf, &one, p->w, dw));
     colsum_accumulate_cuda(db, dout, 0, B * M, D, D);
     if (dimg) {
         float *wf = weight_f32(w, (size_t)D * C * P * P);
         ws = p->ws_bwd ? cu_scratch(SCR_DNN_WS, p->ws_bwd) : NULL;
-        CUDNN_CHECK(cudnnConvolutionBackwardData(g_cu.dnn, &one, p->w, wf, p->y, dy, p->conv,
+        CUDNN_CHECK(cudnnConvolutionBackwardData(cu()->dnn, &one, p->w, wf, p->y, dy, p->conv,
                                                  p->bwd, ws, p->ws_bwd, &zero, p->x, dimg));
     }
-    if (g_cu.debug_sync) CUDA_CHECK(cudaStreamSynchronize(g_cu.stream));
+    if (cu()->debug_sync) CUDA_CHECK(cudaStreamSynchronize(cu()->stream));
 }
 
 /* ---- tokens ---- */
@@ -309,21 +336,22 @@ __global__ void tokens_pos_grad_kernel(float *dcls, float *dpos, const float *dx
     if ((int)(i / D) == t) dcls[i % D] += s;
 }
 
-extern "C" void tokens_forward_cuda(float *x, const void *patches, const float *cls,
-                                    const float *pos, int B, int M, int D, int t) {
-    cu_ensure_init();
-    size_t n = (size_t)B * (M + 1) * D;
-    tokens_fwd_kernel<<<cu_blocks(n, 256), 256, 0, g_cu.stream>>>(x, (const bf16 *)patches, cls, pos, B, M, D, t);
+extern "C" void tokens_forward_cuda(const VilTokensFwd *a) {
+    size_t n = (size_t)a->B * (a->M + 1) * a->D;
+    tokens_fwd_kernel<<<cu_blocks(n, 256), 256, 0, cu()->stream>>>(a->x, (const bf16 *)a->patches, a->cls, a->pos,
+                                                                   a->B, a->M, a->D, a->t);
     CU_LAUNCH_CHECK();
 }
 
-extern "C" void tokens_backward_cuda(void *dpatches, float *dcls, float *dpos, const float *dx,
-                                     int B, int M, int D, int t) {
-    cu_ensure_init();
+extern "C" void tokens_backward_cuda(const VilTokensBwd *a) {
+    void *dpatches = a->dpatches;
+    float *dcls = a->dcls, *dpos = a->dpos;
+    const float *dx = a->dx;
+    int B = a->B, M = a->M, D = a->D, t = a->t;
     size_t n = (size_t)B * M * D;
-    tokens_gather_kernel<<<cu_blocks(n, 256), 256, 0, g_cu.stream>>>((bf16 *)dpatches, dx, B, M, D, t);
+    tokens_gather_kernel<<<cu_blocks(n, 256), 256, 0, cu()->stream>>>((bf16 *)dpatches, dx, B, M, D, t);
     CU_LAUNCH_CHECK();
     size_t np = (size_t)(M + 1) * D;
-    tokens_pos_grad_kernel<<<cu_blocks(np, 128), 128, 0, g_cu.stream>>>(dcls, dpos, dx, B, M + 1, D, t);
+    tokens_pos_grad_kernel<<<cu_blocks(np, 128), 128, 0, cu()->stream>>>(dcls, dpos, dx, B, M + 1, D, t);
     CU_LAUNCH_CHECK();
 }

@@ -708,7 +708,7 @@ template <int N>
 static void make_kq(ScanArgs *a, float *kqt) {
     size_t BL = (size_t)a->B * a->L;
     int blocks = cu_blocks_capped(2 * BL * N, 256, 16);
-    scan_kq_kernel<N><<<blocks, 256, 0, g_cu.stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->R);
+    scan_kq_kernel<N><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->R);
     CU_LAUNCH_CHECK();
     a->kqt = kqt;
 }
@@ -717,7 +717,7 @@ template <int N, bool MAMBA>
 static void forward_impl(ScanArgs a) {
     make_kq<N>(&a, (float *)cu_scratch(SCR_OP, kq_bytes<N>(&a)));
     dim3 grid((a.E + PAIR_T - 1) / PAIR_T, a.B);
-    scan_pair_kernel<N, MAMBA, false><<<grid, PAIR_T, 0, g_cu.stream>>>(a);
+    scan_pair_kernel<N, MAMBA, false><<<grid, PAIR_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
 }
 
@@ -743,13 +743,13 @@ static void backward_impl(ScanArgs a) {
     a.pd = (float *)(base + off[3]);
     a.pa = a.pd + 2 * B * 2 * E;
     make_kq<N>(&a, (float *)(base + off[4]));
-    scan_pair_kernel<N, MAMBA, true><<<dim3(a.nblk1, a.B), PAIR_T, 0, g_cu.stream>>>(a);
+    scan_pair_kernel<N, MAMBA, true><<<dim3(a.nblk1, a.B), PAIR_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
-    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), ADJ_T, 0, g_cu.stream>>>(a);
+    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), ADJ_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
     size_t tot = B * 2 * L * N;
     int blocks = cu_blocks_capped(tot, 256, 16);
-    scan_dkdq_kernel<N, MAMBA><<<blocks, 256, 0, g_cu.stream>>>(a);
+    scan_dkdq_kernel<N, MAMBA><<<blocks, 256, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
     /* dD[j] (+ dA_log[j]) += the per-sample partials, summed in sample order */
     for (int j = 0; j < 2; j++) {
@@ -769,37 +769,28 @@ static void backward_impl(ScanArgs a) {
         else VIL_FATAL("scan: d_state = %d; the CUDA scan is built for 4, 8 and 16", (N_));     \
     } while (0)
 
-extern "C" void scan_bidir_forward_cuda(void *out, const void *const u[2],
-                                        const void *const delta[2], const void *const xdbl[2],
-                                        const void *z, const float *const D[2],
-                                        const float *const A_log[2], int B, int L, int E, int N,
-                                        int R, int ldx, int ldz) {
-    cu_ensure_init();
+extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
+    int mamba = p->rec == VIL_REC_MAMBA;
     ScanArgs a;
-    fill_common(&a, u, delta, xdbl, z, NULL, D, A_log, B, L, E, N, R, ldx, ldz);
-    a.out = (bf16 *)out;
-    DISPATCH_N(N, A_log != NULL, forward_impl, a);
+    fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, mamba ? p->A_log : NULL, p->B, p->L,
+                p->E, p->N, p->dt_ld, p->ldx, p->ldz);
+    a.out = (bf16 *)p->out;
+    DISPATCH_N(p->N, mamba, forward_impl, a);
 }
 
-extern "C" void scan_bidir_backward_cuda(void *const du[2], void *const ddelta[2],
-                                         void *const dxdbl[2], void *dz, float *const dD[2],
-                                         float *const dA_log[2], float *const ddelta_sum[2],
-                                         const void *dout,
-                                         const void *const u[2], const void *const delta[2],
-                                         const void *const xdbl[2], const void *z,
-                                         const float *const D[2], const float *const A_log[2],
-                                         int B, int L, int E, int N, int R, int ldx, int ldz) {
-    cu_ensure_init();
+extern "C" void scan_bidir_backward_cuda(const VilScanBwd *p) {
+    int mamba = p->rec == VIL_REC_MAMBA;
     ScanArgs a;
-    fill_common(&a, u, delta, xdbl, z, dout, D, A_log, B, L, E, N, R, ldx, ldz);
-    a.dz = (bf16 *)dz;
+    fill_common(&a, p->u, p->delta, p->xdbl, p->z, p->dout, p->D, mamba ? p->A_log : NULL, p->B,
+                p->L, p->E, p->N, p->dt_ld, p->ldx, p->ldz);
+    a.dz = (bf16 *)p->dz;
     for (int j = 0; j < 2; j++) {
-        a.du[j] = (bf16 *)du[j];
-        a.ddelta[j] = (bf16 *)ddelta[j];
-        a.dxdbl[j] = (bf16 *)dxdbl[j];
-        a.dD[j] = dD[j];
-        a.dA[j] = dA_log ? dA_log[j] : NULL;
-        a.dbs[j] = ddelta_sum ? ddelta_sum[j] : NULL;
+        a.du[j] = (bf16 *)p->du[j];
+        a.ddelta[j] = (bf16 *)p->ddelta[j];
+        a.dxdbl[j] = (bf16 *)p->dxdbl[j];
+        a.dD[j] = p->dD[j];
+        a.dA[j] = mamba ? p->dA_log[j] : NULL;
+        a.dbs[j] = p->ddelta_sum[j];
     }
-    DISPATCH_N(N, A_log != NULL, backward_impl, a);
+    DISPATCH_N(p->N, mamba, backward_impl, a);
 }

@@ -17,7 +17,7 @@ void vil_feed_init(VilFeed *f, const VilBackend *be, int n, void *const dev0[],
     for (int i = 0; i < n; i++) {
         f->bytes[i] = bytes[i];
         f->dev[0][i] = dev0[i];
-        f->dev[1][i] = be->alloc(bytes[i]);
+        f->dev[1][i] = be->alloc(be, bytes[i]);
     }
 }
 
@@ -34,7 +34,7 @@ void vil_feed_put(VilFeed *f, const VilBatch *b, const void *const src[]) {
         VIL_FATAL("feed: put into slot %d, which is still %s", s,
                   state_of(f, s) == QUEUED ? "queued" : "read by the step in flight");
     for (int i = 0; i < f->n; i++)
-        if (f->bytes[i]) f->be->feed_upload(s, f->dev[s][i], src[i], f->bytes[i]);
+        if (f->bytes[i]) f->be->feed_upload(f->be, s, f->dev[s][i], src[i], f->bytes[i]);
     f->batch[s] = b;
     f->queue[f->nq++] = s;
     f->next = s ^ 1;
@@ -48,8 +48,8 @@ const VilBatch *vil_feed_take(VilFeed *f, void *dev[]) {
     int s = f->queue[0];
     f->queue[0] = f->queue[1];
     f->nq--;
-    f->be->feed_acquire(s);
-    f->be->feed_wait(s);
+    f->be->feed_acquire(f->be, s);
+    f->be->feed_wait(f->be, s);
     for (int i = 0; i < f->n; i++) dev[i] = f->dev[s][i];
     f->cur = s;
     const VilBatch *b = f->batch[s];
@@ -59,17 +59,17 @@ const VilBatch *vil_feed_take(VilFeed *f, void *dev[]) {
 
 void vil_feed_done(VilFeed *f) {
     if (f->cur < 0) return;
-    f->be->feed_release(f->cur);
+    f->be->feed_release(f->be, f->cur);
     f->cur = -1;
 }
 
 void vil_feed_drain(VilFeed *f, VilLoader *l) {
     if (!f->be) return;
     vil_feed_done(f);
-    f->be->sync();
+    f->be->sync(f->be);
     for (int k = 0; k < f->nq; k++) {
         int s = f->queue[k];
-        f->be->feed_wait(s);
+        f->be->feed_wait(f->be, s);
         if (f->batch[s] && l) vil_loader_release_batch(l, f->batch[s]);
         f->batch[s] = NULL;
     }
@@ -78,14 +78,18 @@ void vil_feed_drain(VilFeed *f, VilLoader *l) {
 
 void vil_feed_free(VilFeed *f) {
     if (!f->be) return;
-    for (int i = 0; i < f->n; i++) f->be->free(f->dev[1][i]);
+    for (int i = 0; i < f->n; i++) f->be->free(f->be, f->dev[1][i]);
     memset(f, 0, sizeof *f);
 }
 
 static void *feed_host_alloc(size_t bytes, void *ctx) {
-    return ((const VilBackend *)ctx)->host_alloc(bytes);
+    const VilBackend *be = ctx;
+    return be->host_alloc(be, bytes);
 }
-static void feed_host_free(void *p, void *ctx) { ((const VilBackend *)ctx)->host_free(p); }
+static void feed_host_free(void *p, void *ctx) {
+    const VilBackend *be = ctx;
+    be->host_free(be, p);
+}
 
 VilAllocator vil_feed_allocator(const VilBackend *be) {
     VilAllocator a = {feed_host_alloc, feed_host_free, (void *)be};

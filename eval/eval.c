@@ -97,7 +97,7 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
             vil_loader_release_batch(l, b);
             goto out;
         }
-        be->to_host(logits, m->acts.logits, (size_t)b->batch * C * sizeof(float));
+        be->to_host(be, logits, m->acts.logits, (size_t)b->batch * C * sizeof(float));
         vil_topk_count(logits, b->labels, n, C, &r->top1, &r->top5);
         for (int i = 0; i < n; i++) /* a file the loader could not read has no label */
             if (b->labels[i] >= 0) r->images++;
@@ -180,10 +180,10 @@ int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int bat
 
 double vil_time_forward(VilModel *m, int warmup, int steps) {
     for (int i = 0; i < warmup; i++) vil_model_forward(m, 0);
-    m->be->sync();
+    m->be->sync(m->be);
     double t0 = vil_now();
     for (int i = 0; i < steps; i++) vil_model_forward(m, 0);
-    m->be->sync();
+    m->be->sync(m->be);
     return (vil_now() - t0) / (steps > 0 ? steps : 1);
 }
 

@@ -19,7 +19,7 @@
 /* 1 when the n floats at device pointer dev equal host[] */
 static int feed_dev_equals(const VilBackend *be, const void *dev, const float *host, size_t n) {
     float *tmp = vil_malloc(n * sizeof(float) + 1);
-    be->to_host(tmp, dev, n * sizeof(float));
+    be->to_host(be, tmp, dev, n * sizeof(float));
     int same = memcmp(tmp, host, n * sizeof(float)) == 0;
     free(tmp);
     return same;
@@ -34,7 +34,7 @@ static void check_feed_order(const VilBackend *be) {
     void *dev0[3];
     for (int i = 0; i < 3; i++) {
         bytes[i] = n[i] * sizeof(float);
-        dev0[i] = be->alloc(bytes[i]);
+        dev0[i] = be->alloc(be, bytes[i]);
     }
     float *host[NB][3];
     VilBatch batch[NB];
@@ -42,7 +42,7 @@ static void check_feed_order(const VilBackend *be) {
         memset(&batch[k], 0, sizeof batch[k]);
         batch[k].step = k;
         for (int i = 0; i < 3; i++) {
-            host[k][i] = be->host_alloc(bytes[i]);
+            host[k][i] = be->host_alloc(be, bytes[i]);
             T_CHECK(host[k][i] != NULL, "host_alloc of %zu bytes", bytes[i]);
             if (!host[k][i]) return;
             for (size_t e = 0; e < n[i]; e++) host[k][i][e] = (float)(k * 100000 + i * 10000 + (int)e);
@@ -92,8 +92,8 @@ static void check_feed_order(const VilBackend *be) {
     vil_feed_drain(&f, NULL);
     vil_feed_free(&f);
     for (int k = 0; k < NB; k++)
-        for (int i = 0; i < 3; i++) be->host_free(host[k][i]);
-    for (int i = 0; i < 3; i++) be->free(dev0[i]);
+        for (int i = 0; i < 3; i++) be->host_free(be, host[k][i]);
+    for (int i = 0; i < 3; i++) be->free(be, dev0[i]);
 }
 
 /* vil_eval_run (the feed, one batch ahead) against a plain loop (upload, forward, read back)
@@ -139,9 +139,9 @@ static void check_eval_feed(const VilBackend *be, const char *dir) {
         float logits[8 * 4];
         while ((b = vil_loader_next_batch(l)) != NULL) {
             vil_model_alloc_acts(&m, b->batch, 0);
-            be->to_device(m.acts.img, b->images, (size_t)b->batch * 16 * 16 * sizeof(float));
+            be->to_device(be, m.acts.img, b->images, (size_t)b->batch * 16 * 16 * sizeof(float));
             vil_model_forward(&m, 0);
-            be->to_host(logits, m.acts.logits, sizeof logits);
+            be->to_host(be, logits, m.acts.logits, sizeof logits);
             int nn = b->n;
             if (limits[t] > 0 && images + nn > limits[t]) nn = (int)(limits[t] - images);
             vil_topk_count(logits, b->labels, nn, 4, &top1, &top5);

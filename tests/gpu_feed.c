@@ -16,26 +16,27 @@ static void check_upload_waits_for_compute(void) {
     const VilBackend *be = &vil_backend_cuda;
     const size_t n = (size_t)1 << 20; /* 4 MB per batch */
     size_t bytes[1] = {n * sizeof(float)};
-    void *dev0[1] = {be->alloc(bytes[0])}, *in[1];
+    void *dev0[1] = {be->alloc(be, bytes[0])}, *in[1];
     float *h[3];
     for (int k = 0; k < 3; k++) {
-        h[k] = be->host_alloc(bytes[0]);
+        h[k] = be->host_alloc(be, bytes[0]);
         for (size_t e = 0; e < n; e++) h[k][e] = (float)(k * 1000 + (int)(e % 200)); /* A: exact in bf16 */
     }
     /* busy work for the compute stream: products of 8192 x 1024 by 1024 x 1024 */
     const int N = 8192, C = 1024;
-    void *x = be->alloc((size_t)N * C * 2), *w = be->alloc((size_t)C * C * 2), *y = be->alloc((size_t)N * C * 2);
-    be->zero(x, (size_t)N * C * 2);
-    be->zero(w, (size_t)C * C * 2);
-    uint16_t *seen = be->alloc(n * 2);
+    void *x = be->alloc(be, (size_t)N * C * 2), *w = be->alloc(be, (size_t)C * C * 2), *y = be->alloc(be, (size_t)N * C * 2);
+    be->zero(be, x, (size_t)N * C * 2);
+    be->zero(be, w, (size_t)C * C * 2);
+    uint16_t *seen = be->alloc(be, n * 2);
     VilBatch b[3];
     VilFeed f;
     vil_feed_init(&f, be, 1, dev0, bytes);
     vil_feed_put(&f, &b[0], (const void *const *)&h[0]);
     vil_feed_put(&f, &b[1], (const void *const *)&h[1]);
     vil_feed_take(&f, in); /* batch 0, slot 0 */
-    for (int i = 0; i < 200; i++) be->linear_forward(y, x, w, NULL, N, C, C, C, C, 0);
-    be->params_to_work(seen, in[0], n); /* reads slot 0 after ~ms of queued work */
+    VilLinearFwd lin = {.out = y, .in = x, .w = w, .N = N, .C = C, .OC = C, .ld_in = C, .ld_out = C};
+    for (int i = 0; i < 200; i++) be->linear_forward(be, &lin);
+    be->params_to_work(be, seen, in[0], n); /* reads slot 0 after ~ms of queued work */
     vil_feed_done(&f);
     vil_feed_take(&f, in); /* batch 1, slot 1 */
     vil_feed_done(&f);
@@ -43,7 +44,7 @@ static void check_upload_waits_for_compute(void) {
     vil_feed_take(&f, in);
     vil_feed_done(&f);
     uint16_t *got = vil_malloc(n * 2);
-    be->to_host(got, seen, n * 2);
+    be->to_host(be, got, seen, n * 2);
     size_t bad = 0;
     for (size_t e = 0; e < n; e++) bad += got[e] != bf16_bits(h[0][e]);
     T_CHECK(bad == 0, "the compute read batch 0 from its slot, not the next upload into it (%zu of %zu values differ)", bad, n);
@@ -51,12 +52,12 @@ static void check_upload_waits_for_compute(void) {
     vil_feed_drain(&f, NULL);
     vil_feed_free(&f);
     free(got);
-    be->free(seen);
-    be->free(x);
-    be->free(w);
-    be->free(y);
-    be->free(dev0[0]);
-    for (int k = 0; k < 3; k++) be->host_free(h[k]);
+    be->free(be, seen);
+    be->free(be, x);
+    be->free(be, w);
+    be->free(be, y);
+    be->free(be, dev0[0]);
+    for (int k = 0; k < 3; k++) be->host_free(be, h[k]);
 }
 
 int main(void) {

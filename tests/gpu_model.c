@@ -55,14 +55,14 @@ static void fill_batch(VilModel *mc, VilModel *mg) {
         t[b % c->num_classes] += 0.9f * 0.6f;
         t[(b + 1) % c->num_classes] += 0.9f * 0.4f;
     }
-    mg->be->to_device(mg->acts.img, mc->acts.img, ni * sizeof(float));
-    mg->be->to_device(mg->acts.targets, mc->acts.targets, (size_t)B * c->num_classes * sizeof(float));
+    mg->be->to_device(mg->be, mg->acts.img, mc->acts.img, ni * sizeof(float));
+    mg->be->to_device(mg->be, mg->acts.targets, mc->acts.targets, (size_t)B * c->num_classes * sizeof(float));
 }
 
 static double mean_loss(VilModel *m) {
     int B = m->acts.B;
     float l[64];
-    m->be->to_host(l, m->acts.losses, (size_t)B * sizeof(float));
+    m->be->to_host(m->be, l, m->acts.losses, (size_t)B * sizeof(float));
     double s = 0;
     for (int b = 0; b < B; b++) s += l[b];
     return s / B;
@@ -100,14 +100,14 @@ static void test_model(const char *arch, float drop_path, int B) {
     T_CLOSE(nm, fabs(lg - lc) / fabs(lc), 1e-2);
     size_t nl = (size_t)B * c.num_classes;
     float *lgt = vil_malloc(nl * sizeof(float));
-    mg.be->to_host(lgt, mg.acts.logits, nl * sizeof(float));
+    mg.be->to_host(mg.be, lgt, mg.acts.logits, nl * sizeof(float));
     snprintf(nm, sizeof nm, "%s%s logits", arch, drop_path > 0 ? " dp" : "");
     T_CLOSE(nm, rel(lgt, mc.acts.logits, nl), 2e-2);
 
     vil_model_backward(&mc);
     vil_model_backward(&mg);
     float *gg = vil_malloc(mg.n_params * sizeof(float));
-    mg.be->to_host(gg, mg.grads, mg.n_params * sizeof(float));
+    mg.be->to_host(mg.be, gg, mg.grads, mg.n_params * sizeof(float));
     double worst = 0;
     const char *worst_name = "";
     for (int i = 0; i < mc.n_tensors; i++) {
@@ -121,7 +121,7 @@ static void test_model(const char *arch, float drop_path, int B) {
            drop_path > 0 ? " (drop path)" : "", worst, worst_name, mc.n_tensors);
     size_t ni = (size_t)B * c.in_chans * c.img_size * c.img_size;
     float *dimg = vil_malloc(ni * sizeof(float));
-    mg.be->to_host(dimg, mg.acts.dimg, ni * sizeof(float));
+    mg.be->to_host(mg.be, dimg, mg.acts.dimg, ni * sizeof(float));
     snprintf(nm, sizeof nm, "%s%s grad input image", arch, drop_path > 0 ? " dp" : "");
     T_CLOSE(nm, rel(dimg, mc.acts.dimg, ni), TOL_GRAD);
 
@@ -130,7 +130,7 @@ static void test_model(const char *arch, float drop_path, int B) {
     vil_model_zero_grad(&mg);
     vil_model_forward(&mg, 1);
     vil_model_backward(&mg);
-    mg.be->to_host(gg2, mg.grads, mg.n_params * sizeof(float));
+    mg.be->to_host(mg.be, gg2, mg.grads, mg.n_params * sizeof(float));
     T_CHECK(memcmp(gg, gg2, mg.n_params * sizeof(float)) == 0, "%s: two GPU backward passes differ", arch);
 
     /* three AdamW steps on both */
@@ -193,13 +193,13 @@ static void test_inference_matches_training(void) {
     for (size_t i = 0; i < ni; i++) img[i] = vil_rng_normal(&rng);
     float a[16], b[16];
     vil_model_alloc_acts(&m, B, 1);
-    m.be->to_device(m.acts.img, img, ni * sizeof(float));
+    m.be->to_device(m.be, m.acts.img, img, ni * sizeof(float));
     vil_model_forward(&m, 0);
-    m.be->to_host(a, m.acts.logits, sizeof(float) * B * c.num_classes);
+    m.be->to_host(m.be, a, m.acts.logits, sizeof(float) * B * c.num_classes);
     vil_model_alloc_acts(&m, B, 0);
-    m.be->to_device(m.acts.img, img, ni * sizeof(float));
+    m.be->to_device(m.be, m.acts.img, img, ni * sizeof(float));
     vil_model_forward(&m, 0);
-    m.be->to_host(b, m.acts.logits, sizeof(float) * B * c.num_classes);
+    m.be->to_host(m.be, b, m.acts.logits, sizeof(float) * B * c.num_classes);
     T_CHECK(memcmp(a, b, sizeof(float) * B * c.num_classes) == 0,
             "inference-mode logits differ from training-mode logits on the GPU");
     free(img);

@@ -55,32 +55,32 @@ static float *copy_f(const float *a, size_t n) {
 static void *dev_act(const float *h, size_t n) {
     uint16_t *b = vil_malloc(n * 2 + 2);
     for (size_t i = 0; i < n; i++) b[i] = bf_bits(h[i]);
-    void *d = G->alloc(n * 2);
-    G->to_device(d, b, n * 2);
+    void *d = G->alloc(G, n * 2);
+    G->to_device(G, d, b, n * 2);
     free(b);
     return d;
 }
 static float *dev_f32(const float *h, size_t n) {
-    float *d = G->alloc(n * sizeof(float));
-    G->to_device(d, h, n * sizeof(float));
+    float *d = G->alloc(G, n * sizeof(float));
+    G->to_device(G, d, h, n * sizeof(float));
     return d;
 }
 static void *dev_poison(size_t bytes) {
     unsigned char *h = vil_malloc(bytes + 1);
     memset(h, 0xff, bytes);
-    void *d = G->alloc(bytes);
-    G->to_device(d, h, bytes);
+    void *d = G->alloc(G, bytes);
+    G->to_device(G, d, h, bytes);
     free(h);
     return d;
 }
 static float *get_act(const void *d, size_t n) {
     float *h = vil_malloc(n * sizeof(float) + 4);
-    G->act_to_host_f32(h, d, n);
+    G->act_to_host_f32(G, h, d, n);
     return h;
 }
 static float *get_f32(const void *d, size_t n) {
     float *h = vil_malloc(n * sizeof(float) + 4);
-    G->to_host(h, d, n * sizeof(float));
+    G->to_host(G, h, d, n * sizeof(float));
     return h;
 }
 /* ||a - ref|| / ||ref|| over rows x cols of row stride ld; NaN anywhere gives NaN */
@@ -98,7 +98,7 @@ static double rel(const float *a, const float *ref, size_t n) { return rel2(a, r
 /* bf16 elements of a strided buffer outside [c0, c1) of each row still hold the poison */
 static int untouched(const void *d, size_t rows, size_t ld, size_t c0, size_t c1) {
     uint16_t *h = vil_malloc(rows * ld * 2 + 2);
-    G->to_host(h, d, rows * ld * 2);
+    G->to_host(G, h, d, rows * ld * 2);
     int bad = 0;
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < ld; c++)
@@ -114,11 +114,12 @@ static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32
     float *in = rnd_bf((size_t)N * ld, 1.0f), *w = rnd_bf((size_t)OC * C, 0.3f);
     float *b = bias ? rnd(OC, 1.0f) : NULL;
     float *out_c = vil_calloc((size_t)N * ldo, sizeof(float));
-    linear_forward(out_c, in, w, b, N, C, OC, ld, ldo);
+    linear_forward(&(VilLinearFwd){.out = out_c, .in = in, .w = w, .b = b, .N = N, .C = C, .OC = OC, .ld_in = ld, .ld_out = ldo});
     void *d_in = dev_act(in, (size_t)N * ld), *d_w = dev_act(w, (size_t)OC * C);
     float *d_b = b ? dev_f32(b, OC) : NULL;
     void *d_out = dev_poison((size_t)N * ldo * (f32out ? 4 : 2));
-    G->linear_forward(d_out, d_in, d_w, d_b, N, C, OC, ld, ldo, f32out ? VIL_LINEAR_OUT_F32 : 0);
+    G->linear_forward(G, &(VilLinearFwd){.out = d_out, .in = d_in, .w = d_w, .b = d_b, .N = N, .C = C, .OC = OC,
+                                         .ld_in = ld, .ld_out = ldo, .flags = f32out ? VIL_LINEAR_OUT_F32 : 0});
     float *out_g = f32out ? get_f32(d_out, (size_t)N * ldo) : get_act(d_out, (size_t)N * ldo);
     snprintf(nm, sizeof nm, "linear fwd N=%d C=%d OC=%d ld=%d ldo=%d%s%s", N, C, OC, ld, ldo,
              bias ? " bias" : "", f32out ? " f32" : "");
@@ -134,12 +135,15 @@ static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32
     float *dinp0 = copy_f(dinp_c, (size_t)N * ld);
     float *dw_c = rnd((size_t)OC * C, 1.0f), *db_c = rnd(OC, 1.0f);
     float *dw0 = copy_f(dw_c, (size_t)OC * C), *db0 = copy_f(db_c, OC);
-    linear_backward(dinp_c, dw_c, bias ? db_c : NULL, dout, in, w, N, C, OC, ld, ldo, acc);
+    linear_backward(&(VilLinearBwd){.dinp = dinp_c, .dw = dw_c, .db = bias ? db_c : NULL, .dout = dout, .in = in, .w = w,
+                                    .N = N, .C = C, .OC = OC, .ld_in = ld, .ld_out = ldo, .accumulate_dinp = acc});
     void *d_dout = f32out ? (void *)dev_f32(dout, (size_t)N * ldo) : dev_act(dout, (size_t)N * ldo);
     void *d_dinp = acc ? dev_act(dinp0, (size_t)N * ld) : dev_poison((size_t)N * ld * 2);
     float *d_dw = dev_f32(dw0, (size_t)OC * C), *d_db = dev_f32(db0, OC);
-    G->linear_backward(d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_in, d_w, N, C, OC, ld, ldo, acc,
-                       f32out ? VIL_LINEAR_OUT_F32 : 0);
+    G->linear_backward(G, &(VilLinearBwd){.dinp = d_dinp, .dw = d_dw, .db = bias ? d_db : NULL, .dout = d_dout,
+                                          .in = d_in, .w = d_w, .N = N, .C = C, .OC = OC, .ld_in = ld,
+                                          .ld_out = ldo, .accumulate_dinp = acc,
+                                          .flags = f32out ? VIL_LINEAR_OUT_F32 : 0});
     float *dinp_g = get_act(d_dinp, (size_t)N * ld), *dw_g = get_f32(d_dw, (size_t)OC * C);
     float *db_g = get_f32(d_db, OC);
     double tol_g = f32out ? TOL_BF16 : TOL_F32; /* the head's dout is rounded to bf16 */
@@ -155,8 +159,8 @@ static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32
         snprintf(nm, sizeof nm, "linear bwd db   N=%d OC=%d", N, OC);
         T_CLOSE(nm, rel(db_g, db_c, OC), f32out ? 1e-6 : TOL_F32);
     }
-    G->free(d_in), G->free(d_w), G->free(d_out), G->free(d_dout), G->free(d_dinp), G->free(d_dw), G->free(d_db);
-    if (d_b) G->free(d_b);
+    G->free(G, d_in), G->free(G, d_w), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dinp), G->free(G, d_dw), G->free(G, d_db);
+    if (d_b) G->free(G, d_b);
     free(in), free(w), free(b), free(out_c), free(out_g), free(dout), free(dinp_c), free(dinp0);
     free(dw_c), free(db_c), free(dw0), free(db0), free(dinp_g), free(dw_g), free(db_g);
 }
@@ -169,15 +173,17 @@ static void test_norm(int B, int L, int D, int with_res, int with_scale) {
     float *scale = with_scale ? rnd(B, 1.0f) : NULL;
     float *res_c = with_res ? vil_calloc(n, sizeof(float)) : copy_f(res_in, n);
     float *normed_c = vil_malloc(n * sizeof(float)), *rstd_c = vil_malloc((size_t)B * L * sizeof(float));
-    add_rmsnorm_forward(res_c, normed_c, rstd_c, with_res ? res_in : NULL, with_res ? h : NULL, scale,
-                        w, B, L, D);
+    add_rmsnorm_forward(&(VilNormFwd){.res_out = res_c, .normed = normed_c, .rstd = rstd_c,
+                                       .res_in = with_res ? res_in : NULL, .h = with_res ? h : NULL,
+                                       .scale = scale, .w = w, .B = B, .L = L, .D = D});
     float *d_res_in = dev_f32(res_in, n), *d_w = dev_f32(w, D), *d_scale = scale ? dev_f32(scale, B) : NULL;
     void *d_h = dev_act(h, n);
     float *d_res = with_res ? dev_poison(n * 4) : dev_f32(res_in, n);
     void *d_normed = dev_poison(n * 2);
     float *d_rstd = dev_poison((size_t)B * L * 4);
-    G->add_rmsnorm_forward(d_res, d_normed, d_rstd, with_res ? d_res_in : NULL, with_res ? d_h : NULL,
-                           d_scale, d_w, B, L, D);
+    G->add_rmsnorm_forward(G, &(VilNormFwd){.res_out = d_res, .normed = d_normed, .rstd = d_rstd,
+                                             .res_in = with_res ? d_res_in : NULL, .h = with_res ? d_h : NULL,
+                                             .scale = d_scale, .w = d_w, .B = B, .L = L, .D = D});
     float *res_g = get_f32(d_res, n), *normed_g = get_act(d_normed, n);
     float *rstd_g = get_f32(d_rstd, (size_t)B * L);
     snprintf(nm, sizeof nm, "add_rmsnorm fwd res  B=%d L=%d D=%d%s%s", B, L, D, with_res ? "" : " (no add)",
@@ -190,10 +196,12 @@ static void test_norm(int B, int L, int D, int with_res, int with_scale) {
 
     float *dn = rnd_bf(n, 1.0f), *dres_c = rnd(n, 1.0f), *dw_c = rnd(D, 1.0f);
     float *dres0 = copy_f(dres_c, n), *dw0 = copy_f(dw_c, D), *dh_c = vil_malloc(n * sizeof(float));
-    add_rmsnorm_backward(dres_c, dh_c, dw_c, dn, res_c, rstd_c, w, scale, B, L, D);
+    add_rmsnorm_backward(&(VilNormBwd){.dres = dres_c, .dh = dh_c, .dw = dw_c, .dnormed = dn, .res_out = res_c,
+                                       .rstd = rstd_c, .w = w, .scale = scale, .B = B, .L = L, .D = D});
     void *d_dn = dev_act(dn, n), *d_dh = dev_poison(n * 2);
     float *d_dres = dev_f32(dres0, n), *d_dw = dev_f32(dw0, D);
-    G->add_rmsnorm_backward(d_dres, d_dh, d_dw, d_dn, d_res, d_rstd, d_w, d_scale, B, L, D);
+    G->add_rmsnorm_backward(G, &(VilNormBwd){.dres = d_dres, .dh = d_dh, .dw = d_dw, .dnormed = d_dn, .res_out = d_res,
+                                             .rstd = d_rstd, .w = d_w, .scale = d_scale, .B = B, .L = L, .D = D});
     float *dres_g = get_f32(d_dres, n), *dh_g = get_act(d_dh, n), *dw_g = get_f32(d_dw, D);
     for (int i = 0; i < D; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
     snprintf(nm, sizeof nm, "add_rmsnorm bwd dres B=%d L=%d D=%d", B, L, D);
@@ -202,9 +210,9 @@ static void test_norm(int B, int L, int D, int with_res, int with_scale) {
     T_CLOSE(nm, rel(dh_g, dh_c, n), TOL_BF16);
     snprintf(nm, sizeof nm, "add_rmsnorm bwd dw   B=%d L=%d D=%d", B, L, D);
     T_CLOSE(nm, rel(dw_g, dw_c, D), 1e-5);
-    G->free(d_res_in), G->free(d_w), G->free(d_h), G->free(d_res), G->free(d_normed), G->free(d_rstd);
-    G->free(d_dn), G->free(d_dh), G->free(d_dres), G->free(d_dw);
-    if (d_scale) G->free(d_scale);
+    G->free(G, d_res_in), G->free(G, d_w), G->free(G, d_h), G->free(G, d_res), G->free(G, d_normed), G->free(G, d_rstd);
+    G->free(G, d_dn), G->free(G, d_dh), G->free(G, d_dres), G->free(G, d_dw);
+    if (d_scale) G->free(G, d_scale);
     free(res_in), free(h), free(w), free(scale), free(res_c), free(normed_c), free(rstd_c);
     free(res_g), free(normed_g), free(rstd_g), free(dn), free(dres_c), free(dw_c), free(dres0);
     free(dw0), free(dh_c), free(dres_g), free(dh_g), free(dw_g);
@@ -217,10 +225,11 @@ static void test_conv(int B, int L, int E, int K, int rev, int acc) {
     size_t nx = (size_t)B * L * ldx, nu = (size_t)B * L * E;
     float *x = rnd_bf(nx, 1.0f), *w = rnd((size_t)E * K, 0.5f), *b = rnd(E, 0.5f);
     float *u_c = vil_malloc(nu * sizeof(float));
-    conv1d_silu_forward(u_c, x, w, b, B, L, E, K, ldx, rev);
+    conv1d_silu_forward(&(VilConvFwd){.u = u_c, .x = x, .w = w, .b = b, .B = B, .L = L, .E = E, .K = K, .ldx = ldx, .reverse = rev});
     void *d_x = dev_act(x, nx), *d_u = dev_poison(nu * 2);
     float *d_w = dev_f32(w, (size_t)E * K), *d_b = dev_f32(b, E);
-    G->conv1d_silu_forward(d_u, d_x, d_w, d_b, B, L, E, K, ldx, rev);
+    G->conv1d_silu_forward(G, &(VilConvFwd){.u = d_u, .x = d_x, .w = d_w, .b = d_b, .B = B, .L = L, .E = E, .K = K,
+                                            .ldx = ldx, .reverse = rev});
     float *u_g = get_act(d_u, nu);
     snprintf(nm, sizeof nm, "conv1d+silu fwd B=%d L=%d E=%d K=%d%s", B, L, E, K, rev ? " rev" : "");
     T_CLOSE(nm, rel(u_g, u_c, nu), TOL_BF16);
@@ -229,10 +238,13 @@ static void test_conv(int B, int L, int E, int K, int rev, int acc) {
     float *dx_c = acc ? rnd_bf(nx, 1.0f) : vil_calloc(nx, sizeof(float)), *dx0 = copy_f(dx_c, nx);
     float *dw_c = rnd((size_t)E * K, 1.0f), *db_c = rnd(E, 1.0f);
     float *dw0 = copy_f(dw_c, (size_t)E * K), *db0 = copy_f(db_c, E);
-    conv1d_silu_backward(dx_c, dw_c, db_c, du, x, w, b, B, L, E, K, ldx, rev, acc);
+    conv1d_silu_backward(&(VilConvBwd){.dx = dx_c, .dw = dw_c, .db = db_c, .du = du, .x = x, .w = w, .b = b, .B = B, .L = L,
+                                       .E = E, .K = K, .ldx = ldx, .reverse = rev, .accumulate_dx = acc});
     void *d_du = dev_act(du, nu), *d_dx = acc ? dev_act(dx0, nx) : dev_poison(nx * 2);
     float *d_dw = dev_f32(dw0, (size_t)E * K), *d_db = dev_f32(db0, E);
-    G->conv1d_silu_backward(d_dx, d_dw, d_db, d_du, d_x, d_w, d_b, B, L, E, K, ldx, rev, acc);
+    G->conv1d_silu_backward(G, &(VilConvBwd){.dx = d_dx, .dw = d_dw, .db = d_db, .du = d_du, .x = d_x, .w = d_w, .b = d_b,
+                                             .B = B, .L = L, .E = E, .K = K, .ldx = ldx, .reverse = rev,
+                                             .accumulate_dx = acc});
     float *dx_g = get_act(d_dx, nx), *dw_g = get_f32(d_dw, (size_t)E * K), *db_g = get_f32(d_db, E);
     for (int i = 0; i < E * K; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
     for (int i = 0; i < E; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
@@ -243,8 +255,8 @@ static void test_conv(int B, int L, int E, int K, int rev, int acc) {
     T_CLOSE(nm, rel(dw_g, dw_c, (size_t)E * K), TOL_F32);
     snprintf(nm, sizeof nm, "conv1d+silu bwd db B=%d L=%d E=%d", B, L, E);
     T_CLOSE(nm, rel(db_g, db_c, E), TOL_F32);
-    G->free(d_x), G->free(d_u), G->free(d_w), G->free(d_b), G->free(d_du), G->free(d_dx);
-    G->free(d_dw), G->free(d_db);
+    G->free(G, d_x), G->free(G, d_u), G->free(G, d_w), G->free(G, d_b), G->free(G, d_du), G->free(G, d_dx);
+    G->free(G, d_dw), G->free(G, d_db);
     free(x), free(w), free(b), free(u_c), free(u_g), free(du), free(dx_c), free(dx0), free(dw_c);
     free(db_c), free(dw0), free(db0), free(dx_g), free(dw_g), free(db_g);
 }
@@ -270,23 +282,29 @@ static void test_conv_bidir(int B, int L, int E, int K) {
     /* forward, both directions in one pass */
     {
         float *uc[2] = {vil_malloc(nu * sizeof(float)), vil_malloc(nu * sizeof(float))};
-        conv1d_silu_bidir_forward(uc, x, cw, cb, B, L, E, K, ldx);
+        conv1d_silu_bidir_forward(&(VilConvBidirFwd){.u = {uc[0], uc[1]}, .x = x, .w = {cw[0], cw[1]}, .b = {cb[0], cb[1]},
+                                                 .B = B, .L = L, .E = E, .K = K, .ldx = ldx});
         void *dxx = dev_act(x, nx), *du_g[2] = {dev_poison(nu * 2), dev_poison(nu * 2)};
         const float *gw[2] = {d_w[0], d_w[1]}, *gb[2] = {d_b[0], d_b[1]};
-        G->conv1d_silu_bidir_forward(du_g, dxx, gw, gb, B, L, E, K, ldx);
+        G->conv1d_silu_bidir_forward(G, &(VilConvBidirFwd){.u = {du_g[0], du_g[1]}, .x = dxx, .w = {gw[0], gw[1]},
+                                                       .b = {gb[0], gb[1]}, .B = B, .L = L, .E = E, .K = K, .ldx = ldx});
         for (int j = 0; j < 2; j++) {
             float *ug = get_act(du_g[j], nu);
             snprintf(nm, sizeof nm, "conv1d+silu bidir fwd u[%d] B=%d L=%d E=%d K=%d", j, B, L, E, K);
             T_CLOSE(nm, rel(ug, uc[j], nu), TOL_BF16);
-            free(ug), free(uc[j]), G->free(du_g[j]);
+            free(ug), free(uc[j]), G->free(G, du_g[j]);
         }
-        G->free(dxx);
+        G->free(G, dxx);
     }
-    conv1d_silu_bidir_backward(dx_c, dw_c, db_c, cdu, x, cw, cb, B, L, E, K, ldx);
+    conv1d_silu_bidir_backward(&(VilConvBidirBwd){.dx = dx_c, .dw = {dw_c[0], dw_c[1]}, .db = {db_c[0], db_c[1]},
+                                                  .du = {cdu[0], cdu[1]}, .x = x, .w = {cw[0], cw[1]}, .b = {cb[0], cb[1]},
+                                                  .B = B, .L = L, .E = E, .K = K, .ldx = ldx});
     void *d_x = dev_act(x, nx), *d_dx = dev_poison(nx * 2);
     const void *gdu[2] = {d_du[0], d_du[1]};
     const float *gw[2] = {d_w[0], d_w[1]}, *gb[2] = {d_b[0], d_b[1]};
-    G->conv1d_silu_bidir_backward(d_dx, d_dw, d_db, gdu, d_x, gw, gb, B, L, E, K, ldx);
+    G->conv1d_silu_bidir_backward(G, &(VilConvBidirBwd){.dx = d_dx, .dw = {d_dw[0], d_dw[1]}, .db = {d_db[0], d_db[1]},
+                                                        .du = {gdu[0], gdu[1]}, .x = d_x, .w = {gw[0], gw[1]},
+                                                        .b = {gb[0], gb[1]}, .B = B, .L = L, .E = E, .K = K, .ldx = ldx});
     float *dx_g = get_act(d_dx, nx);
     snprintf(nm, sizeof nm, "conv1d+silu bidir bwd dx B=%d L=%d E=%d K=%d", B, L, E, K);
     T_CLOSE(nm, rel2(dx_g, dx_c, (size_t)B * L, E, ldx), TOL_BF16);
@@ -300,10 +318,10 @@ static void test_conv_bidir(int B, int L, int E, int K) {
         snprintf(nm, sizeof nm, "conv1d+silu bidir bwd db[%d] B=%d L=%d E=%d", j, B, L, E);
         T_CLOSE(nm, rel(db_g, db_c[j], E), TOL_F32);
         free(dw_g), free(db_g);
-        G->free(d_w[j]), G->free(d_b[j]), G->free(d_du[j]), G->free(d_dw[j]), G->free(d_db[j]);
+        G->free(G, d_w[j]), G->free(G, d_b[j]), G->free(G, d_du[j]), G->free(G, d_dw[j]), G->free(G, d_db[j]);
         free(w[j]), free(b[j]), free(du[j]), free(dw_c[j]), free(db_c[j]), free(dw0[j]), free(db0[j]);
     }
-    G->free(d_x), G->free(d_dx);
+    G->free(G, d_x), G->free(G, d_dx);
     free(x), free(dx_c), free(dx_g);
 }
 
@@ -312,6 +330,7 @@ static void test_conv_bidir(int B, int L, int E, int K) {
 static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
     char nm[160];
     const char *kind = mamba ? "mamba" : "longhorn";
+    VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
     int W = ldx, ldz = 2 * E;
     size_t ne = (size_t)B * L * E, nw = (size_t)B * L * W, nz = (size_t)B * L * ldz;
     float *u[2], *dl[2], *xd[2], *Dk[2], *Al[2];
@@ -335,10 +354,15 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
     const void *gu[2] = {d_u[0], d_u[1]}, *gdl[2] = {d_dl[0], d_dl[1]}, *gxd[2] = {d_xd[0], d_xd[1]};
     const float *gD[2] = {d_Dk[0], d_Dk[1]}, *gA[2] = {d_Al[0], d_Al[1]};
     float *out_c = vil_malloc(ne * sizeof(float));
-    scan_bidir_forward(out_c, cu, cdl, cxd, xz + E, cD, mamba ? cA : NULL, B, L, E, N, R, ldx, ldz);
+    scan_bidir_forward(&(VilScanFwd){.rec = rec, .out = out_c, .u = {cu[0], cu[1]}, .delta = {cdl[0], cdl[1]},
+                                     .xdbl = {cxd[0], cxd[1]}, .z = xz + E, .D = {cD[0], cD[1]},
+                                     .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL}, .B = B, .L = L, .E = E,
+                                     .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz});
     void *d_out = dev_poison(ne * 2);
-    G->scan_bidir_forward(d_out, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL, B,
-                          L, E, N, R, ldx, ldz);
+    G->scan_bidir_forward(G, &(VilScanFwd){.rec = rec, .out = d_out, .u = {gu[0], gu[1]}, .delta = {gdl[0], gdl[1]},
+                                           .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
+                                           .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
+                                           .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz});
     float *out_g = get_act(d_out, ne);
     snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d", kind, B, L, E, N);
     T_CLOSE(nm, rel(out_g, out_c, ne), TOL_BF16);
@@ -360,12 +384,22 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
         g_dD[j] = dev_f32(dD0[j], E), g_dA[j] = dev_f32(dA0[j], (size_t)E * N);
     }
     float *dz_c = vil_calloc(nz, sizeof(float));
-    scan_bidir_backward(du_c, ddl_c, dxd_c, dz_c + E, dD_c, mamba ? dA_c : NULL, db_c, dout, cu, cdl, cxd,
-                        xz + E, cD, mamba ? cA : NULL, B, L, E, N, R, ldx, ldz);
+    scan_bidir_backward(&(VilScanBwd){.rec = rec, .du = {du_c[0], du_c[1]}, .ddelta = {ddl_c[0], ddl_c[1]},
+                                       .dxdbl = {dxd_c[0], dxd_c[1]}, .dz = dz_c + E, .dD = {dD_c[0], dD_c[1]},
+                                       .dA_log = {mamba ? dA_c[0] : NULL, mamba ? dA_c[1] : NULL},
+                                       .ddelta_sum = {db_c[0], db_c[1]}, .dout = dout, .u = {cu[0], cu[1]},
+                                       .delta = {cdl[0], cdl[1]}, .xdbl = {cxd[0], cxd[1]}, .z = xz + E,
+                                       .D = {cD[0], cD[1]}, .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL},
+                                       .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz});
     void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2);
-    G->scan_bidir_backward(g_du, g_ddl, g_dxd, (char *)d_dz + (size_t)E * 2, g_dD, mamba ? g_dA : NULL,
-                           g_db, d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
-                           B, L, E, N, R, ldx, ldz);
+    VilScanBwd gbwd = {.rec = rec, .du = {g_du[0], g_du[1]}, .ddelta = {g_ddl[0], g_ddl[1]},
+                       .dxdbl = {g_dxd[0], g_dxd[1]}, .dz = (char *)d_dz + (size_t)E * 2,
+                       .dD = {g_dD[0], g_dD[1]}, .dA_log = {mamba ? g_dA[0] : NULL, mamba ? g_dA[1] : NULL},
+                       .ddelta_sum = {g_db[0], g_db[1]}, .dout = d_dout, .u = {gu[0], gu[1]},
+                       .delta = {gdl[0], gdl[1]}, .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
+                       .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
+                       .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
+    G->scan_bidir_backward(G, &gbwd);
     for (int j = 0; j < 2; j++) {
         float *du_g = get_act(g_du[j], ne), *ddl_g = get_act(g_ddl[j], ne), *dxd_g = get_act(g_dxd[j], nw);
         float *dD_g = get_f32(g_dD[j], E), *dA_g = get_f32(g_dA[j], (size_t)E * N);
@@ -402,22 +436,20 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
 
     /* determinism: a second backward gives the same bits */
     uint16_t *h1 = vil_malloc(nw * 2), *h2 = vil_malloc(nw * 2);
-    G->to_host(h1, g_dxd[0], nw * 2);
-    G->scan_bidir_backward(g_du, g_ddl, g_dxd, (char *)d_dz + (size_t)E * 2, g_dD, mamba ? g_dA : NULL,
-                           g_db, d_dout, gu, gdl, gxd, (char *)d_xz + (size_t)E * 2, gD, mamba ? gA : NULL,
-                           B, L, E, N, R, ldx, ldz);
-    G->to_host(h2, g_dxd[0], nw * 2);
+    G->to_host(G, h1, g_dxd[0], nw * 2);
+    G->scan_bidir_backward(G, &gbwd);
+    G->to_host(G, h2, g_dxd[0], nw * 2);
     T_CHECK(memcmp(h1, h2, nw * 2) == 0, "scan %s bwd: dk/dq differ between two identical runs", kind);
     free(h1), free(h2);
 
     for (int j = 0; j < 2; j++) {
-        G->free(d_u[j]), G->free(d_dl[j]), G->free(d_xd[j]), G->free(d_Dk[j]), G->free(d_Al[j]);
-        G->free(g_du[j]), G->free(g_ddl[j]), G->free(g_dxd[j]), G->free(g_dD[j]), G->free(g_dA[j]);
+        G->free(G, d_u[j]), G->free(G, d_dl[j]), G->free(G, d_xd[j]), G->free(G, d_Dk[j]), G->free(G, d_Al[j]);
+        G->free(G, g_du[j]), G->free(G, g_ddl[j]), G->free(G, g_dxd[j]), G->free(G, g_dD[j]), G->free(G, g_dA[j]);
         free(u[j]), free(dl[j]), free(xd[j]), free(Dk[j]), free(Al[j]), free(du_c[j]), free(ddl_c[j]);
         free(dxd_c[j]), free(dD_c[j]), free(dA_c[j]), free(dD0[j]), free(dA0[j]);
-        G->free(g_db[j]), free(db_c[j]), free(db0[j]);
+        G->free(G, g_db[j]), free(db_c[j]), free(db0[j]);
     }
-    G->free(d_xz), G->free(d_out), G->free(d_dout), G->free(d_dz);
+    G->free(G, d_xz), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dz);
     free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g);
 }
 
@@ -430,22 +462,23 @@ static void test_loss(int B, int C) {
         tg[(size_t)b * C + b % C] += 0.9f;
     }
     float *loss_c = vil_malloc(B * sizeof(float)), *probs_c = vil_malloc((size_t)B * C * sizeof(float));
-    softmax_xent_forward(loss_c, probs_c, logits, tg, B, C);
+    softmax_xent_forward(&(VilXentFwd){.loss = loss_c, .probs = probs_c, .logits = logits, .targets = tg, .B = B, .C = C});
     float *d_logits = dev_f32(logits, (size_t)B * C), *d_tg = dev_f32(tg, (size_t)B * C);
     float *d_loss = dev_poison(B * 4), *d_probs = dev_poison((size_t)B * C * 4);
-    G->softmax_xent_forward(d_loss, d_probs, d_logits, d_tg, B, C);
+    G->softmax_xent_forward(G, &(VilXentFwd){.loss = d_loss, .probs = d_probs, .logits = d_logits, .targets = d_tg,
+                                             .B = B, .C = C});
     float *loss_g = get_f32(d_loss, B), *probs_g = get_f32(d_probs, (size_t)B * C);
     snprintf(nm, sizeof nm, "softmax xent fwd loss B=%d C=%d", B, C);
     T_CLOSE(nm, rel(loss_g, loss_c, B), 1e-6);
     snprintf(nm, sizeof nm, "softmax xent fwd probs B=%d C=%d", B, C);
     T_CLOSE(nm, rel(probs_g, probs_c, (size_t)B * C), 1e-6);
     float *dl_c = vil_malloc((size_t)B * C * sizeof(float)), *d_dl = dev_poison((size_t)B * C * 4);
-    softmax_xent_backward(dl_c, probs_c, tg, B, C);
-    G->softmax_xent_backward(d_dl, d_probs, d_tg, B, C);
+    softmax_xent_backward(&(VilXentBwd){.dlogits = dl_c, .probs = probs_c, .targets = tg, .B = B, .C = C});
+    G->softmax_xent_backward(G, &(VilXentBwd){.dlogits = d_dl, .probs = d_probs, .targets = d_tg, .B = B, .C = C});
     float *dl_g = get_f32(d_dl, (size_t)B * C);
     snprintf(nm, sizeof nm, "softmax xent bwd B=%d C=%d", B, C);
     T_CLOSE(nm, rel(dl_g, dl_c, (size_t)B * C), 1e-6);
-    G->free(d_logits), G->free(d_tg), G->free(d_loss), G->free(d_probs), G->free(d_dl);
+    G->free(G, d_logits), G->free(G, d_tg), G->free(G, d_loss), G->free(G, d_probs), G->free(G, d_dl);
     free(logits), free(tg), free(loss_c), free(probs_c), free(loss_g), free(probs_g), free(dl_c), free(dl_g);
 }
 
@@ -455,15 +488,20 @@ static void test_adamw(size_t n) {
     float *p = rnd(n, 1.0f), *m = vil_calloc(n, 4), *v = vil_calloc(n, 4);
     float *d_p = dev_f32(p, n), *d_m = dev_f32(m, n), *d_v = dev_f32(v, n);
     void *d_work = dev_poison(n * 2);
-    unsigned char *decay = vil_malloc(n), *d_decay = G->alloc(n);
+    unsigned char *decay = vil_malloc(n), *d_decay = G->alloc(G, n);
     for (size_t i = 0; i < n; i++) decay[i] = (unsigned char)(i % 5 != 2); /* a fifth exempt */
-    G->to_device(d_decay, decay, n);
+    G->to_device(G, d_decay, decay, n);
     for (int step = 1; step <= 3; step++) {
         float *g = rnd(n, 1.0f);
-        adamw_update(p, g, m, v, decay, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
+        VilAdamW hp = {.n = n, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f, .step = step};
+        VilAdamW hc = hp;
+        hc.p = p, hc.g = g, hc.m = m, hc.v = v, hc.decay = decay;
+        adamw_update(&hc);
         float *d_g = dev_f32(g, n);
-        G->adamw_update(d_p, d_work, d_g, d_m, d_v, d_decay, n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, step);
-        G->free(d_g);
+        VilAdamW hg = hp;
+        hg.p = d_p, hg.work = d_work, hg.g = d_g, hg.m = d_m, hg.v = d_v, hg.decay = d_decay;
+        G->adamw_update(G, &hg);
+        G->free(G, d_g);
         free(g);
     }
     float *p_g = get_f32(d_p, n), *m_g = get_f32(d_m, n), *v_g = get_f32(d_v, n), *w_g = get_act(d_work, n);
@@ -473,7 +511,7 @@ static void test_adamw(size_t n) {
     T_CLOSE(nm, fmax(rel(m_g, m, n), rel(v_g, v, n)), 1e-6);
     snprintf(nm, sizeof nm, "adamw bf16 working copy n=%zu", n);
     T_CLOSE(nm, rel(w_g, p, n), TOL_BF16);
-    G->free(d_p), G->free(d_m), G->free(d_v), G->free(d_work), G->free(d_decay);
+    G->free(G, d_p), G->free(G, d_m), G->free(G, d_v), G->free(G, d_work), G->free(G, d_decay);
     free(decay), free(p), free(m), free(v), free(p_g), free(m_g), free(v_g), free(w_g);
 }
 
@@ -481,16 +519,16 @@ static void test_adamw(size_t n) {
 static void test_grad_clip(size_t n, float max_norm) {
     char nm[96];
     float *g = rnd(n, 1.0f), norm_c = 0, norm_g = 0;
-    float *d_g = dev_f32(g, n), *d_norm = G->alloc(sizeof(float));
-    grad_clip(g, n, max_norm, &norm_c);
-    G->grad_clip(d_g, n, max_norm, d_norm);
-    G->to_host(&norm_g, d_norm, sizeof(float));
+    float *d_g = dev_f32(g, n), *d_norm = G->alloc(G, sizeof(float));
+    grad_clip(&(VilGradClip){.g = g, .n = n, .max_norm = max_norm, .norm = &norm_c});
+    G->grad_clip(G, &(VilGradClip){.g = d_g, .n = n, .max_norm = max_norm, .norm = d_norm});
+    G->to_host(G, &norm_g, d_norm, sizeof(float));
     float *g_g = get_f32(d_g, n);
     snprintf(nm, sizeof nm, "grad_clip norm n=%zu max %g", n, max_norm);
     T_CLOSE(nm, fabs((double)norm_g - norm_c) / norm_c, 1e-6);
     snprintf(nm, sizeof nm, "grad_clip g n=%zu max %g", n, max_norm);
     T_CLOSE(nm, rel(g_g, g, n), 1e-6);
-    G->free(d_g), G->free(d_norm);
+    G->free(G, d_g), G->free(G, d_norm);
     free(g), free(g_g);
 }
 
@@ -501,10 +539,12 @@ static void test_patch(int B, int C, int H, int P, int S, int D) {
     size_t ni = (size_t)B * C * H * H, nw = (size_t)D * C * P * P, no = (size_t)B * M * D;
     float *img = rnd(ni, 1.0f), *w = rnd_bf(nw, 1.0f / sqrtf((float)C * P * P)), *b = rnd(D, 0.5f);
     float *out_c = vil_malloc(no * sizeof(float));
-    patch_embed_forward(out_c, img, w, b, B, C, H, H, P, S, D);
+    patch_embed_forward(&(VilPatchEmbedFwd){.out = out_c, .img = img, .w = w, .b = b, .B = B, .C = C, .H = H, .W = H,
+                                            .P = P, .S = S, .D = D});
     float *d_img = dev_f32(img, ni), *d_b = dev_f32(b, D);
     void *d_w = dev_act(w, nw), *d_out = dev_poison(no * 2);
-    G->patch_embed_forward(d_out, d_img, d_w, d_b, B, C, H, H, P, S, D);
+    G->patch_embed_forward(G, &(VilPatchEmbedFwd){.out = d_out, .img = d_img, .w = d_w, .b = d_b, .B = B, .C = C, .H = H,
+                                                  .W = H, .P = P, .S = S, .D = D});
     float *out_g = get_act(d_out, no);
     /* stride == patch: a bf16 matrix product on the patch rows; overlapping patches: cuDNN's
      * float32 convolution, possibly with TF32 tensor ops (~1e-3 relative): bf16 tolerance */
@@ -512,10 +552,12 @@ static void test_patch(int B, int C, int H, int P, int S, int D) {
     T_CLOSE(nm, rel(out_g, out_c, no), TOL_BF16);
     float *dout = rnd_bf(no, 1.0f), *dw_c = rnd(nw, 1.0f), *db_c = rnd(D, 1.0f);
     float *dw0 = copy_f(dw_c, nw), *db0 = copy_f(db_c, D), *dimg_c = vil_malloc(ni * sizeof(float));
-    patch_embed_backward(dimg_c, dw_c, db_c, dout, w, img, B, C, H, H, P, S, D);
+    patch_embed_backward(&(VilPatchEmbedBwd){.dimg = dimg_c, .dw = dw_c, .db = db_c, .dout = dout, .w = w, .img = img,
+                                             .B = B, .C = C, .H = H, .W = H, .P = P, .S = S, .D = D});
     void *d_dout = dev_act(dout, no);
     float *d_dw = dev_f32(dw0, nw), *d_db = dev_f32(db0, D), *d_dimg = dev_poison(ni * 4);
-    G->patch_embed_backward(d_dimg, d_dw, d_db, d_dout, d_w, d_img, B, C, H, H, P, S, D);
+    G->patch_embed_backward(G, &(VilPatchEmbedBwd){.dimg = d_dimg, .dw = d_dw, .db = d_db, .dout = d_dout, .w = d_w,
+                                                   .img = d_img, .B = B, .C = C, .H = H, .W = H, .P = P, .S = S, .D = D});
     float *dw_g = get_f32(d_dw, nw), *db_g = get_f32(d_db, D), *dimg_g = get_f32(d_dimg, ni);
     for (size_t i = 0; i < nw; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
     for (int i = 0; i < D; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
@@ -525,8 +567,8 @@ static void test_patch(int B, int C, int H, int P, int S, int D) {
     T_CLOSE(nm, rel(db_g, db_c, D), TOL_F32);
     snprintf(nm, sizeof nm, "patch_embed bwd dimg B=%d P=%d S=%d D=%d", B, P, S, D);
     T_CLOSE(nm, rel(dimg_g, dimg_c, ni), TOL_BF16);
-    G->free(d_img), G->free(d_b), G->free(d_w), G->free(d_out), G->free(d_dout), G->free(d_dw);
-    G->free(d_db), G->free(d_dimg);
+    G->free(G, d_img), G->free(G, d_b), G->free(G, d_w), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dw);
+    G->free(G, d_db), G->free(G, d_dimg);
     free(img), free(w), free(b), free(out_c), free(out_g), free(dout), free(dw_c), free(db_c);
     free(dw0), free(db0), free(dimg_c), free(dw_g), free(db_g), free(dimg_g);
 }
@@ -537,27 +579,28 @@ static void test_tokens(int B, int M, int D, int t) {
     size_t np = (size_t)B * M * D, nx = (size_t)B * L * D;
     float *pt = rnd_bf(np, 1.0f), *cls = rnd(D, 1.0f), *pos = rnd((size_t)L * D, 1.0f);
     float *x_c = vil_malloc(nx * sizeof(float));
-    tokens_forward(x_c, pt, cls, pos, B, M, D, t);
+    tokens_forward(&(VilTokensFwd){.x = x_c, .patches = pt, .cls = cls, .pos = pos, .B = B, .M = M, .D = D, .t = t});
     void *d_pt = dev_act(pt, np);
     float *d_cls = dev_f32(cls, D), *d_pos = dev_f32(pos, (size_t)L * D), *d_x = dev_poison(nx * 4);
-    G->tokens_forward(d_x, d_pt, d_cls, d_pos, B, M, D, t);
+    G->tokens_forward(G, &(VilTokensFwd){.x = d_x, .patches = d_pt, .cls = d_cls, .pos = d_pos, .B = B, .M = M, .D = D, .t = t});
     float *x_g = get_f32(d_x, nx);
     snprintf(nm, sizeof nm, "tokens fwd B=%d M=%d D=%d t=%d", B, M, D, t);
     T_CLOSE(nm, rel(x_g, x_c, nx), 1e-7);
     float *dx = rnd(nx, 1.0f), *dp_c = vil_malloc(np * sizeof(float));
     float *dcls_c = rnd(D, 1.0f), *dpos_c = rnd((size_t)L * D, 1.0f);
     float *dcls0 = copy_f(dcls_c, D), *dpos0 = copy_f(dpos_c, (size_t)L * D);
-    tokens_backward(dp_c, dcls_c, dpos_c, dx, B, M, D, t);
+    tokens_backward(&(VilTokensBwd){.dpatches = dp_c, .dcls = dcls_c, .dpos = dpos_c, .dx = dx, .B = B, .M = M, .D = D, .t = t});
     float *d_dx = dev_f32(dx, nx), *d_dcls = dev_f32(dcls0, D), *d_dpos = dev_f32(dpos0, (size_t)L * D);
     void *d_dp = dev_poison(np * 2);
-    G->tokens_backward(d_dp, d_dcls, d_dpos, d_dx, B, M, D, t);
+    G->tokens_backward(G, &(VilTokensBwd){.dpatches = d_dp, .dcls = d_dcls, .dpos = d_dpos, .dx = d_dx, .B = B, .M = M,
+                                          .D = D, .t = t});
     float *dp_g = get_act(d_dp, np), *dcls_g = get_f32(d_dcls, D), *dpos_g = get_f32(d_dpos, (size_t)L * D);
     snprintf(nm, sizeof nm, "tokens bwd dpatches B=%d M=%d D=%d", B, M, D);
     T_CLOSE(nm, rel(dp_g, dp_c, np), TOL_BF16);
     snprintf(nm, sizeof nm, "tokens bwd dcls, dpos B=%d M=%d D=%d", B, M, D);
     T_CLOSE(nm, fmax(rel(dcls_g, dcls_c, D), rel(dpos_g, dpos_c, (size_t)L * D)), 1e-6);
-    G->free(d_pt), G->free(d_cls), G->free(d_pos), G->free(d_x), G->free(d_dx), G->free(d_dcls);
-    G->free(d_dpos), G->free(d_dp);
+    G->free(G, d_pt), G->free(G, d_cls), G->free(G, d_pos), G->free(G, d_x), G->free(G, d_dx), G->free(G, d_dcls);
+    G->free(G, d_dpos), G->free(G, d_dp);
     free(pt), free(cls), free(pos), free(x_c), free(x_g), free(dx), free(dp_c), free(dcls_c);
     free(dpos_c), free(dcls0), free(dpos0), free(dp_g), free(dcls_g), free(dpos_g);
 }

@@ -23,11 +23,11 @@ static float *logits(const char *file, const VilBackend *be, int ema, const floa
     const VilConfig *c = &m.cfg;
     size_t per = (size_t)c->in_chans * c->img_size * c->img_size;
     vil_model_alloc_acts(&m, NI, 0);
-    be->to_device(m.acts.img, in, NI * per * sizeof(float));
+    be->to_device(be, m.acts.img, in, NI * per * sizeof(float));
     vil_model_forward(&m, 0);
     *classes = c->num_classes;
     float *lg = vil_malloc((size_t)NI * c->num_classes * sizeof(float));
-    be->to_host(lg, m.acts.logits, (size_t)NI * c->num_classes * sizeof(float));
+    be->to_host(be, lg, m.acts.logits, (size_t)NI * c->num_classes * sizeof(float));
     vil_checkpoint_meta_free(&meta);
     vil_model_free(&m);
     return lg;

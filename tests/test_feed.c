@@ -13,8 +13,8 @@ static void check_misuse(void) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
-            float *h = be->host_alloc(64);
-            void *dev0[1] = {be->alloc(64)}, *in[1];
+            float *h = be->host_alloc(be, 64);
+            void *dev0[1] = {be->alloc(be, 64)}, *in[1];
             size_t bytes[1] = {64};
             const void *src[1] = {h};
             VilBatch b[3];

@@ -15,9 +15,8 @@
 #include "testing.h"
 #include "vil/common.h"
 
-void linear_forward(float *, const float *, const float *, const float *, int, int, int, int, int);
-void linear_backward(float *, float *, float *, const float *, const float *, const float *, int,
-                     int, int, int, int, int);
+void linear_forward(const VilLinearFwd *args);
+void linear_backward(const VilLinearBwd *args);
 
 static double maxdiff(const float *a, const float *b, size_t n) {
     double e = 0;
@@ -43,8 +42,10 @@ int main(void) {
             for (int c = 0; c < C && o < OC; c++) s += (double)in[n * ld + c] * w[o * C + c];
             ref[n * ldo + o] = s;
         }
-    linear_forward_loops(o1, in, w, b, N, C, OC, ld, ldo);
-    linear_forward(o2, in, w, b, N, C, OC, ld, ldo);
+    VilLinearFwd f = {.out = o1, .in = in, .w = w, .b = b, .N = N, .C = C, .OC = OC, .ld_in = ld, .ld_out = ldo};
+    linear_forward_loops(&f);
+    f.out = o2;
+    linear_forward(&f);
     double e = 0;
     for (int i = 0; i < N * ldo; i++) e = fmax(e, fabs(o1[i] - ref[i]));
     T_CLOSE("loops forward vs double reference", e, 1e-4);
@@ -54,8 +55,11 @@ int main(void) {
         float *dw1 = vil_calloc((size_t)OC * C, 4), *dw2 = vil_calloc((size_t)OC * C, 4);
         float *db1 = vil_calloc(OC, 4), *db2 = vil_calloc(OC, 4);
         for (int i = 0; i < N * ld; i++) dx1[i] = dx2[i] = 0.5f; /* pad columns must survive */
-        linear_backward_loops(dx1, dw1, db1, g, in, w, N, C, OC, ld, ldo, acc);
-        linear_backward(dx2, dw2, db2, g, in, w, N, C, OC, ld, ldo, acc);
+        VilLinearBwd lb = {.dinp = dx1, .dw = dw1, .db = db1, .dout = g, .in = in, .w = w, .N = N,
+                           .C = C, .OC = OC, .ld_in = ld, .ld_out = ldo, .accumulate_dinp = acc};
+        linear_backward_loops(&lb);
+        lb.dinp = dx2, lb.dw = dw2, lb.db = db2;
+        linear_backward(&lb);
         T_CLOSE(acc ? "loops backward dinp (accumulate)" : "loops backward dinp", maxdiff(dx1, dx2, (size_t)N * ld), 1e-4);
         T_CLOSE("loops backward dw", maxdiff(dw1, dw2, (size_t)OC * C), 1e-4);
         T_CLOSE("loops backward db", maxdiff(db1, db2, OC), 1e-4);

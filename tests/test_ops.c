@@ -37,7 +37,8 @@ typedef struct {
 } LinCtx;
 static double lin_loss(void *p) {
     LinCtx *c = p;
-    linear_forward(c->out, c->in, c->w, c->b, c->N, c->C, c->OC, c->ld, c->ldo);
+    linear_forward(&(VilLinearFwd){.out = c->out, .in = c->in, .w = c->w, .b = c->b, .N = c->N, .C = c->C,
+                                   .OC = c->OC, .ld_in = c->ld, .ld_out = c->ldo});
     return gc_dot(c->out, c->R, (size_t)c->N * c->ldo);
 }
 /* out and dout rows are ldo = OC + 3 apart: out's padding must stay 0 (the loss would see it),
@@ -61,7 +62,8 @@ static void test_linear(void) {
     float *din = zeros((size_t)c.N * c.ld), *dw = zeros((size_t)c.OC * c.C), *db = zeros(c.OC);
     /* the padding columns of din must stay untouched: fill them with a sentinel */
     for (size_t i = 0; i < (size_t)c.N * c.ld; i++) din[i] = 7.0f;
-    linear_backward(din, dw, db, c.R, c.in, c.w, c.N, c.C, c.OC, c.ld, c.ldo, 0);
+    linear_backward(&(VilLinearBwd){.dinp = din, .dw = dw, .db = db, .dout = c.R, .in = c.in, .w = c.w, .N = c.N,
+                                    .C = c.C, .OC = c.OC, .ld_in = c.ld, .ld_out = c.ldo});
     int pad_ok = 1;
     for (int n = 0; n < c.N; n++)
         for (int k = c.C; k < c.ld; k++) pad_ok &= din[n * c.ld + k] == 7.0f;
@@ -76,7 +78,8 @@ static void test_linear(void) {
     float *din2 = zeros((size_t)c.N * c.ld);
     for (size_t i = 0; i < (size_t)c.N * c.ld; i++) din2[i] = 1.0f;
     float *dw2 = zeros((size_t)c.OC * c.C);
-    linear_backward(din2, dw2, NULL, c.R, c.in, c.w, c.N, c.C, c.OC, c.ld, c.ldo, 1);
+    linear_backward(&(VilLinearBwd){.dinp = din2, .dw = dw2, .dout = c.R, .in = c.in, .w = c.w, .N = c.N,
+                                    .C = c.C, .OC = c.OC, .ld_in = c.ld, .ld_out = c.ldo, .accumulate_dinp = 1});
     double e = 0;
     for (int n = 0; n < c.N; n++)
         for (int k = 0; k < c.C; k++) e = fmax(e, fabs(din2[n * c.ld + k] - 1.0f - din[n * c.ld + k]));
@@ -92,7 +95,8 @@ typedef struct {
 } PeCtx;
 static double pe_loss(void *p) {
     PeCtx *c = p;
-    patch_embed_forward(c->out, c->img, c->w, c->b, c->B, c->C, c->H, c->W, c->P, c->S, c->D);
+    patch_embed_forward(&(VilPatchEmbedFwd){.out = c->out, .img = c->img, .w = c->w, .b = c->b, .B = c->B,
+                                            .C = c->C, .H = c->H, .W = c->W, .P = c->P, .S = c->S, .D = c->D});
     return gc_dot(c->out, c->R, (size_t)c->B * c->M * c->D);
 }
 static void test_patch_embed(int S) {
@@ -122,7 +126,9 @@ static void test_patch_embed(int S) {
     snprintf(name, sizeof name, "patch_embed forward (S=%d)", S);
     T_CLOSE(name, rel_err(c.out, ref, no), 1e-6);
     float *dimg = zeros(ni), *dw = zeros(nw), *db = zeros(c.D);
-    patch_embed_backward(dimg, dw, db, c.R, c.w, c.img, c.B, c.C, c.H, c.W, c.P, c.S, c.D);
+    patch_embed_backward(&(VilPatchEmbedBwd){.dimg = dimg, .dw = dw, .db = db, .dout = c.R, .w = c.w,
+                                             .img = c.img, .B = c.B, .C = c.C, .H = c.H, .W = c.W,
+                                             .P = c.P, .S = c.S, .D = c.D});
     snprintf(name, sizeof name, "patch_embed img (S=%d)", S);
     gc_check(name, pe_loss, &c, c.img, dimg, ni, COORDS, 1e-2f, TOL, &rng);
     snprintf(name, sizeof name, "patch_embed w (S=%d)", S);
@@ -139,7 +145,8 @@ typedef struct {
 } TokCtx;
 static double tok_loss(void *p) {
     TokCtx *c = p;
-    tokens_forward(c->x, c->patches, c->cls, c->pos, c->B, c->M, c->D, c->t);
+    tokens_forward(&(VilTokensFwd){.x = c->x, .patches = c->patches, .cls = c->cls, .pos = c->pos,
+                                   .B = c->B, .M = c->M, .D = c->D, .t = c->t});
     return gc_dot(c->x, c->R, (size_t)c->B * (c->M + 1) * c->D);
 }
 static void test_tokens(void) {
@@ -154,7 +161,8 @@ static void test_tokens(void) {
                fabs(c.x[0] - (c.patches[0] + c.pos[0]));
     T_CLOSE("tokens forward (middle class token)", e, 1e-6);
     float *dp = zeros((size_t)c.B * c.M * c.D), *dc = zeros(c.D), *dpos = zeros((size_t)L * c.D);
-    tokens_backward(dp, dc, dpos, c.R, c.B, c.M, c.D, c.t);
+    tokens_backward(&(VilTokensBwd){.dpatches = dp, .dcls = dc, .dpos = dpos, .dx = c.R, .B = c.B, .M = c.M,
+                                    .D = c.D, .t = c.t});
     gc_check("tokens patches", tok_loss, &c, c.patches, dp, (size_t)c.B * c.M * c.D, COORDS, 1e-2f, TOL, &rng);
     gc_check("tokens cls", tok_loss, &c, c.cls, dc, c.D, COORDS, 1e-2f, TOL, &rng);
     gc_check("tokens pos", tok_loss, &c, c.pos, dpos, (size_t)L * c.D, COORDS, 1e-2f, TOL, &rng);
@@ -171,9 +179,12 @@ static double norm_loss(void *p) {
     size_t n = (size_t)c->B * c->L * c->D;
     if (!c->with_add) {
         memcpy(c->res_out, c->res_in, n * sizeof(float));
-        add_rmsnorm_forward(c->res_out, c->normed, c->rstd, NULL, NULL, NULL, c->w, c->B, c->L, c->D);
+        add_rmsnorm_forward(&(VilNormFwd){.res_out = c->res_out, .normed = c->normed, .rstd = c->rstd,
+                                          .w = c->w, .B = c->B, .L = c->L, .D = c->D});
     } else {
-        add_rmsnorm_forward(c->res_out, c->normed, c->rstd, c->res_in, c->h, c->scale, c->w, c->B, c->L, c->D);
+        add_rmsnorm_forward(&(VilNormFwd){.res_out = c->res_out, .normed = c->normed, .rstd = c->rstd,
+                                          .res_in = c->res_in, .h = c->h, .scale = c->scale, .w = c->w,
+                                          .B = c->B, .L = c->L, .D = c->D});
     }
     /* the loss reads both outputs: the normed tensor and the residual stream going on */
     return gc_dot(c->normed, c->R, n) + gc_dot(c->res_out, c->R2, n);
@@ -199,8 +210,9 @@ static void test_norm(int with_add) {
     T_CLOSE(with_add ? "add_rmsnorm forward" : "rmsnorm forward", rel_err(c.normed, ref, n), 1e-6);
     float *dres = zeros(n), *dh = zeros(n), *dw = zeros(c.D);
     memcpy(dres, c.R2, n * sizeof(float)); /* gradient arriving along the residual stream */
-    add_rmsnorm_backward(dres, with_add ? dh : NULL, dw, c.R, c.res_out, c.rstd, c.w,
-                         with_add ? c.scale : NULL, c.B, c.L, c.D);
+    add_rmsnorm_backward(&(VilNormBwd){.dres = dres, .dh = with_add ? dh : NULL, .dw = dw, .dnormed = c.R,
+                                       .res_out = c.res_out, .rstd = c.rstd, .w = c.w,
+                                       .scale = with_add ? c.scale : NULL, .B = c.B, .L = c.L, .D = c.D});
     gc_check(with_add ? "add_rmsnorm res_in" : "rmsnorm x", norm_loss, &c, c.res_in, dres, n, COORDS, 1e-2f, TOL, &rng);
     if (with_add) gc_check("add_rmsnorm h (drop-path scaled)", norm_loss, &c, c.h, dh, n, COORDS, 1e-2f, TOL, &rng);
     gc_check(with_add ? "add_rmsnorm w" : "rmsnorm w", norm_loss, &c, c.w, dw, c.D, COORDS, 1e-2f, TOL, &rng);
@@ -215,7 +227,8 @@ typedef struct {
 } ConvCtx;
 static double conv_loss(void *p) {
     ConvCtx *c = p;
-    conv1d_silu_forward(c->u, c->x, c->w, c->b, c->B, c->L, c->E, c->K, c->ldx, c->rev);
+    conv1d_silu_forward(&(VilConvFwd){.u = c->u, .x = c->x, .w = c->w, .b = c->b, .B = c->B, .L = c->L,
+                                      .E = c->E, .K = c->K, .ldx = c->ldx, .reverse = c->rev});
     return gc_dot(c->u, c->R, (size_t)c->B * c->L * c->E);
 }
 static void test_conv(int rev) {
@@ -240,7 +253,8 @@ static void test_conv(int rev) {
             }
     T_CLOSE(rev ? "conv1d_silu forward (reversed)" : "conv1d_silu forward", rel_err(c.u, ref, nu), 1e-6);
     float *dx = zeros(nx), *dw = zeros((size_t)c.E * c.K), *db = zeros(c.E);
-    conv1d_silu_backward(dx, dw, db, c.R, c.x, c.w, c.b, c.B, c.L, c.E, c.K, c.ldx, rev, 0);
+    conv1d_silu_backward(&(VilConvBwd){.dx = dx, .dw = dw, .db = db, .du = c.R, .x = c.x, .w = c.w, .b = c.b,
+                                       .B = c.B, .L = c.L, .E = c.E, .K = c.K, .ldx = c.ldx, .reverse = rev});
     gc_check(rev ? "conv1d x (rev)" : "conv1d x", conv_loss, &c, c.x, dx, nx, COORDS * 2, 1e-2f, TOL, &rng);
     gc_check(rev ? "conv1d w (rev)" : "conv1d w", conv_loss, &c, c.w, dw, (size_t)c.E * c.K, COORDS, 1e-2f, TOL, &rng);
     gc_check(rev ? "conv1d b (rev)" : "conv1d b", conv_loss, &c, c.b, db, c.E, COORDS, 1e-2f, TOL, &rng);
@@ -362,9 +376,11 @@ typedef struct {
 } BiCtx;
 static double bi_loss(void *p) {
     BiCtx *c = p;
-    const float *u[2] = {c->u[0], c->u[1]}, *dl[2] = {c->delta[0], c->delta[1]}, *xd[2] = {c->xdbl[0], c->xdbl[1]};
-    const float *D[2] = {c->D[0], c->D[1]}, *A[2] = {c->A[0], c->A[1]};
-    scan_bidir_forward(c->out, u, dl, xd, c->z, D, c->mamba ? A : NULL, c->B, c->L, c->E, c->N, c->R, c->ldx, c->ldz);
+    scan_bidir_forward(&(VilScanFwd){.rec = c->mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .out = c->out,
+                                     .u = {c->u[0], c->u[1]}, .delta = {c->delta[0], c->delta[1]},
+                                     .xdbl = {c->xdbl[0], c->xdbl[1]}, .z = c->z, .D = {c->D[0], c->D[1]},
+                                     .A_log = {c->A[0], c->A[1]}, .B = c->B, .L = c->L, .E = c->E,
+                                     .N = c->N, .dt_ld = c->R, .ldx = c->ldx, .ldz = c->ldz});
     return gc_dot(c->out, c->Rw, (size_t)c->B * c->L * c->E);
 }
 static void test_bidir(int mamba) {
@@ -397,11 +413,15 @@ static void test_bidir(int mamba) {
     for (int j = 0; j < 2; j++)
         for (size_t r = 0; r < (size_t)c.B * c.L; r++)
             for (int k = c.R + 2 * c.N; k < W; k++) dxd[j][r * W + k] = 5.0f;
-    const float *u[2] = {c.u[0], c.u[1]}, *dl[2] = {c.delta[0], c.delta[1]}, *xd[2] = {c.xdbl[0], c.xdbl[1]};
-    const float *D[2] = {c.D[0], c.D[1]}, *A[2] = {c.A[0], c.A[1]};
     float *dbs[2] = {rnd(c.E, 1), rnd(c.E, 1)}, *dbs0[2] = {vil_malloc(c.E * sizeof(float)), vil_malloc(c.E * sizeof(float))};
     for (int j = 0; j < 2; j++) memcpy(dbs0[j], dbs[j], c.E * sizeof(float));
-    scan_bidir_backward(du, ddl, dxd, dz, dD, mamba ? dA : NULL, dbs, c.Rw, u, dl, xd, c.z, D, mamba ? A : NULL, c.B, c.L, c.E, c.N, c.R, c.ldx, c.ldz);
+    scan_bidir_backward(&(VilScanBwd){.rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .du = {du[0], du[1]},
+                                      .ddelta = {ddl[0], ddl[1]}, .dxdbl = {dxd[0], dxd[1]}, .dz = dz,
+                                      .dD = {dD[0], dD[1]}, .dA_log = {dA[0], dA[1]}, .ddelta_sum = {dbs[0], dbs[1]},
+                                      .dout = c.Rw, .u = {c.u[0], c.u[1]}, .delta = {c.delta[0], c.delta[1]},
+                                      .xdbl = {c.xdbl[0], c.xdbl[1]}, .z = c.z, .D = {c.D[0], c.D[1]},
+                                      .A_log = {c.A[0], c.A[1]}, .B = c.B, .L = c.L, .E = c.E, .N = c.N,
+                                      .dt_ld = c.R, .ldx = c.ldx, .ldz = c.ldz});
     /* ddelta_sum adds the column sums of ddelta (dt_proj's bias gradient; ddelta itself is checked
      * against finite differences below) */
     double dbs_err = 0;
@@ -461,7 +481,8 @@ typedef struct {
 } XentCtx;
 static double xent_loss(void *p) {
     XentCtx *c = p;
-    softmax_xent_forward(c->loss, c->probs, c->logits, c->targets, c->B, c->C);
+    softmax_xent_forward(&(VilXentFwd){.loss = c->loss, .probs = c->probs, .logits = c->logits,
+                                       .targets = c->targets, .B = c->B, .C = c->C});
     double s = 0;
     for (int b = 0; b < c->B; b++) s += c->loss[b];
     return s / c->B;
@@ -487,7 +508,7 @@ static void test_xent(void) {
     ref /= c.B;
     T_CLOSE("softmax_xent forward", fabs(l - ref) / fabs(ref), 1e-6);
     float *dl = zeros((size_t)c.B * c.C);
-    softmax_xent_backward(dl, c.probs, c.targets, c.B, c.C);
+    softmax_xent_backward(&(VilXentBwd){.dlogits = dl, .probs = c.probs, .targets = c.targets, .B = c.B, .C = c.C});
     gc_check("softmax_xent logits", xent_loss, &c, c.logits, dl, (size_t)c.B * c.C, COORDS, 1e-2f, TOL, &rng);
     free(dl), free(c.logits), free(c.targets), free(c.probs), free(c.loss);
 }
@@ -502,7 +523,8 @@ static void test_adamw(void) {
     unsigned char decay[50];
     for (size_t i = 0; i < n; i++) decay[i] = (unsigned char)(i % 3 != 0); /* a third exempt */
     for (int step = 1; step <= 3; step++) {
-        adamw_update(p, g, m, v, decay, n, lr, b1, b2, eps, wd, step);
+        adamw_update(&(VilAdamW){.p = p, .g = g, .m = m, .v = v, .decay = decay, .n = n, .lr = lr, .beta1 = b1,
+                                 .beta2 = b2, .eps = eps, .wd = wd, .step = step});
         for (size_t i = 0; i < n; i++) {
             /* torch.optim.AdamW: decay first, then the Adam update */
             if (decay[i]) pd[i] *= 1.0 - (double)lr * wd;
@@ -526,16 +548,16 @@ static void test_grad_clip(void) {
     for (size_t i = 0; i < n; i++) s += (long double)g[i] * g[i];
     double want = sqrtl(s);
     float norm = -1;
-    grad_clip(g, n, 2.0f, &norm);
+    grad_clip(&(VilGradClip){.g = g, .n = n, .max_norm = 2.0f, .norm = &norm});
     T_CHECK(fabs(norm - want) <= 1e-6 * want, "grad_clip norm %.9g, want %.9g", norm, want);
     double c = 2.0 / ((double)norm + 1e-6), worst = 0;
     for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(g[i] - g0[i] * c));
     T_CHECK(worst <= 1e-6, "grad_clip scales by max_norm / (norm + 1e-6): worst %.3g", worst);
     memcpy(g, g0, n * sizeof(float));
-    grad_clip(g, n, 1e3f, &norm);
+    grad_clip(&(VilGradClip){.g = g, .n = n, .max_norm = 1e3f, .norm = &norm});
     T_CHECK(memcmp(g, g0, n * sizeof(float)) == 0, "grad_clip under the limit leaves g as it is");
     g[5] = NAN;
-    grad_clip(g, n, 2.0f, &norm);
+    grad_clip(&(VilGradClip){.g = g, .n = n, .max_norm = 2.0f, .norm = &norm});
     T_CHECK(isnan(norm) && isnan(g[0]), "grad_clip of a NaN gradient: norm %g, g[0] %g", norm, g[0]);
     free(g), free(g0);
 }

@@ -485,10 +485,10 @@ static float *logits_of(VilModel *m, const float *inputs, int n_img) {
     const VilConfig *c = &m->cfg;
     size_t per = (size_t)c->in_chans * c->img_size * c->img_size;
     vil_model_alloc_acts(m, n_img, 0);
-    m->be->to_device(m->acts.img, inputs, n_img * per * sizeof(float));
+    m->be->to_device(m->be, m->acts.img, inputs, n_img * per * sizeof(float));
     vil_model_forward(m, 0);
     float *lg = vil_malloc((size_t)n_img * c->num_classes * sizeof(float));
-    m->be->to_host(lg, m->acts.logits, (size_t)n_img * c->num_classes * sizeof(float));
+    m->be->to_host(m->be, lg, m->acts.logits, (size_t)n_img * c->num_classes * sizeof(float));
     return lg;
 }
 

@@ -63,29 +63,24 @@ static void test_schedule(void) {
 static void test_ema(void) {
     const VilBackend *be = &vil_backend_cpu;
     size_t n = 1003;
-    float *ema = be->alloc(n * 4), *p = be->alloc(n * 4), *scratch = be->alloc(n * 4);
+    float *ema = be->alloc(be, n * 4), *p = be->alloc(be, n * 4);
     double *want = malloc(n * sizeof(double));
-    be->zero(scratch, n * 4);
     VilRng r;
     vil_rng_seed(&r, 5);
     for (size_t i = 0; i < n; i++) want[i] = ema[i] = vil_rng_normal(&r);
     float decay = 0.99f;
     double err = 0;
-    int finite = 1;
     for (int it = 0; it < 3; it++) {
         for (size_t i = 0; i < n; i++) p[i] = 3.0f * vil_rng_normal(&r);
-        vil_ema_update(be, ema, p, scratch, n, decay);
+        vil_ema_update(be, ema, p, n, decay);
         for (size_t i = 0; i < n; i++) {
             want[i] = (double)decay * want[i] + (1.0 - (double)decay) * p[i];
             err = fmax(err, fabs(ema[i] - want[i]) / (1e-3 + fabs(want[i])));
-            finite &= isfinite(scratch[i]);
         }
     }
     T_CLOSE("EMA: ema = d * ema + (1 - d) * params", err, 1e-5);
-    T_CHECK(finite, "EMA scratch stays finite");
-    be->free(ema);
-    be->free(p);
-    be->free(scratch);
+    be->free(be, ema);
+    be->free(be, p);
     free(want);
 }
 

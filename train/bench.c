@@ -26,8 +26,8 @@ static void upload_batch(VilModel *m, uint64_t seed) {
         for (int k = 0; k < c->num_classes; k++) tg[(size_t)b * c->num_classes + k] = 0.1f / c->num_classes;
         tg[(size_t)b * c->num_classes + vil_rng_below(&r, (uint32_t)c->num_classes)] += 0.9f;
     }
-    m->be->to_device(m->acts.img, img, ni * sizeof(float));
-    m->be->to_device(m->acts.targets, tg, nt * sizeof(float));
+    m->be->to_device(m->be, m->acts.img, img, ni * sizeof(float));
+    m->be->to_device(m->be, m->acts.targets, tg, nt * sizeof(float));
     free(img);
     free(tg);
 }
@@ -35,7 +35,7 @@ static void upload_batch(VilModel *m, uint64_t seed) {
 static float mean_loss(VilModel *m) {
     int B = m->acts.B;
     float *l = vil_malloc((size_t)B * sizeof(float));
-    m->be->to_host(l, m->acts.losses, (size_t)B * sizeof(float));
+    m->be->to_host(m->be, l, m->acts.losses, (size_t)B * sizeof(float));
     double s = 0;
     for (int b = 0; b < B; b++) s += l[b];
     free(l);
@@ -61,13 +61,13 @@ static double feed_steps(VilModel *m, int warmup, int steps) {
     float *h[2][2];
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < 2; i++) {
-            h[s][i] = be->host_alloc(bytes[i]);
+            h[s][i] = be->host_alloc(be, bytes[i]);
             if (!h[s][i]) VIL_FATAL("host_alloc of %zu bytes failed", bytes[i]);
         }
     /* the images and targets already on the device, as the two host batches */
     for (int s = 0; s < 2; s++) {
-        be->to_host(h[s][0], m->acts.img, bytes[0]);
-        be->to_host(h[s][1], m->acts.targets, bytes[1]);
+        be->to_host(be, h[s][0], m->acts.img, bytes[0]);
+        be->to_host(be, h[s][1], m->acts.targets, bytes[1]);
     }
     void *dev0[2] = {m->acts.img, m->acts.targets}, *in[2];
     VilFeed f;
@@ -77,7 +77,7 @@ static double feed_steps(VilModel *m, int warmup, int steps) {
     vil_feed_put(&f, &dummy[0], (const void *const *)h[0]);
     for (int k = 0; k < warmup + steps; k++) {
         if (k == warmup) {
-            be->sync();
+            be->sync(be);
             t0 = vil_now();
         }
         vil_feed_take(&f, in);
@@ -87,14 +87,14 @@ static double feed_steps(VilModel *m, int warmup, int steps) {
         vil_feed_done(&f);
         if (k + 1 < warmup + steps) vil_feed_put(&f, &dummy[(k + 1) % 2], (const void *const *)h[(k + 1) % 2]);
     }
-    be->sync();
+    be->sync(be);
     double t = vil_now() - t0;
     vil_feed_drain(&f, NULL);
     m->acts.img = dev0[0];
     m->acts.targets = dev0[1];
     vil_feed_free(&f);
     for (int s = 0; s < 2; s++)
-        for (int i = 0; i < 2; i++) be->host_free(h[s][i]);
+        for (int i = 0; i < 2; i++) be->host_free(be, h[s][i]);
     return t;
 }
 
@@ -147,18 +147,18 @@ int vil_cmd_bench(int argc, char **argv) {
     vil_model_alloc_acts(&m, batch, 1);
     upload_batch(&m, 1);
     for (int i = 0; i < warmup; i++) train_step(&m, 1);
-    be->sync();
+    be->sync(be);
     float loss0 = mean_loss(&m);
     double t0 = vil_now();
     for (int i = 0; i < steps; i++) train_step(&m, 1);
-    be->sync();
+    be->sync(be);
     double t_train = vil_now() - t0;
     float loss1 = mean_loss(&m);
     t0 = vil_now();
     for (int i = 0; i < steps; i++) train_step(&m, 0);
-    be->sync();
+    be->sync(be);
     double t_fb = vil_now() - t0;
-    size_t peak_train = be->peak_bytes ? be->peak_bytes() : 0;
+    size_t peak_train = be->peak_bytes ? be->peak_bytes(be) : 0;
     if (!isfinite(loss1)) {
         vil_error("the loss is not finite after %d steps (%g): the backend is broken", steps, loss1);
         vil_model_free(&m);

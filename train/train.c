@@ -39,7 +39,7 @@ typedef struct {
     VilLoader *loader, *val_loader;
     VilModel m;
     int model_ready;
-    float *ema, *scratch; /* backend memory, (n_params); NULL when the EMA is off */
+    float *ema;           /* backend memory, (n_params); NULL when the EMA is off */
     char **class_names;
     int n_classes;
     /* position: the next batch to train on is batch `epoch_batch` of epoch `epoch` */
@@ -185,7 +185,7 @@ static const VilStTensor *state_tensor(const VilSafetensors *st, const char *nam
 static void upload(const VilModel *m, float *dst, const VilStTensor *t, float *host) {
     memcpy(host, t->data, t->nbytes);
     vil_model_unpack(m, host, host);
-    m->be->to_device(dst, host, m->n_params * sizeof(float));
+    m->be->to_device(m->be, dst, host, m->n_params * sizeof(float));
 }
 
 static int state_restore(Trainer *T, const char *path) {
@@ -250,7 +250,7 @@ static int state_restore(Trainer *T, const char *path) {
         } else {
             vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
             vil_model_get_params(m, host);
-            be->to_device(T->ema, host, m->n_params * sizeof(float));
+            be->to_device(be, T->ema, host, m->n_params * sizeof(float));
         }
     }
     T->step = step;
@@ -312,9 +312,9 @@ static int save_all(Trainer *T, const float *new_best) {
         T->best_top1 = *new_best;
         T->best_step = T->step;
     }
-    be->to_host(mm, m->m, bytes);
-    be->to_host(vv, m->v, bytes);
-    if (e) be->to_host(e, T->ema, bytes);
+    be->to_host(be, mm, m->m, bytes);
+    be->to_host(be, vv, m->v, bytes);
+    if (e) be->to_host(be, e, T->ema, bytes);
     /* packed: the tensors without the parameter buffer's padding, so a state file does not
      * depend on the build's internal layout */
     vil_model_pack(m, p, p);
@@ -432,7 +432,7 @@ static int sync_run_files(Trainer *T) {
 
 static float read_loss(Trainer *T, float *host_losses) {
     int B = T->m.acts.B;
-    T->be->to_host(host_losses, T->m.acts.losses, (size_t)B * sizeof(float));
+    T->be->to_host(T->be, host_losses, T->m.acts.losses, (size_t)B * sizeof(float));
     double s = 0;
     for (int b = 0; b < B; b++) s += host_losses[b];
     return (float)(s / B);
@@ -441,7 +441,7 @@ static float read_loss(Trainer *T, float *host_losses) {
 static void use_params(VilModel *m, float *p) {
     m->params = p;
     if (!m->be->work_bytes) m->work = p;
-    else if (m->be->params_to_work) m->be->params_to_work(m->work, p, m->n_params);
+    else if (m->be->params_to_work) m->be->params_to_work(m->be, m->work, p, m->n_params);
 }
 
 /* The validation pass of the model and of the EMA. */
@@ -601,11 +601,10 @@ static void print_header(Trainer *T) {
 
 static void trainer_free(Trainer *T) {
     for (int i = 0; i < 2; i++)
-        if (T->dp_host[i]) T->be->host_free(T->dp_host[i]);
-    if (T->gnorm) T->be->free(T->gnorm);
+        if (T->dp_host[i]) T->be->host_free(T->be, T->dp_host[i]);
+    if (T->gnorm) T->be->free(T->be, T->gnorm);
     if (T->model_ready) {
-        if (T->ema) T->be->free(T->ema);
-        if (T->scratch) T->be->free(T->scratch);
+        if (T->ema) T->be->free(T->be, T->ema);
         vil_model_free(&T->m);
     }
     vil_loader_free(T->loader);
@@ -679,7 +678,7 @@ static int feed_start(Trainer *T) {
     void *dev0[3] = {m->acts.img, m->acts.targets, m->acts.dp_scale};
     int n = bytes[2] ? 3 : 2;
     for (int i = 0; i < 2 && n == 3; i++)
-        if (!T->dp_host[i] && !(T->dp_host[i] = T->be->host_alloc(bytes[2]))) {
+        if (!T->dp_host[i] && !(T->dp_host[i] = T->be->host_alloc(T->be, bytes[2]))) {
             vil_error("cannot allocate %zu bytes of host memory for the drop-path scales", bytes[2]);
             return -1;
         }
@@ -783,19 +782,17 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     }
     /* the moments exist from the start so that a save before the first update is complete */
     if (!m->m) {
-        m->m = T->be->alloc(bytes);
-        m->v = T->be->alloc(bytes);
-        T->be->zero(m->m, bytes);
-        T->be->zero(m->v, bytes);
+        m->m = T->be->alloc(T->be, bytes);
+        m->v = T->be->alloc(T->be, bytes);
+        T->be->zero(T->be, m->m, bytes);
+        T->be->zero(T->be, m->v, bytes);
     }
     host = vil_malloc(bytes);
-    if (t->clip_grad > 0.0f) T->gnorm = T->be->alloc(sizeof(float));
+    if (t->clip_grad > 0.0f) T->gnorm = T->be->alloc(T->be, sizeof(float));
     if (t->ema_decay > 0.0f) {
-        T->ema = T->be->alloc(bytes);
-        T->scratch = T->be->alloc(bytes);
-        T->be->zero(T->scratch, bytes);
+        T->ema = T->be->alloc(T->be, bytes);
         vil_model_get_params(m, host);
-        T->be->to_device(T->ema, host, bytes);
+        T->be->to_device(T->be, T->ema, host, bytes);
     }
     if (state_in && state_restore(T, state_in) != 0) goto out;
     if (!run->quiet) {
@@ -864,11 +861,12 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
             vil_model_forward(m, 1);
             vil_model_backward(m);
             /* on the device; the norm is read when the step is logged */
-            if (t->clip_grad > 0.0f) T->be->grad_clip(m->grads, n, t->clip_grad, T->gnorm);
+            if (t->clip_grad > 0.0f)
+                T->be->grad_clip(T->be, &(VilGradClip){.g = m->grads, .n = n, .max_norm = t->clip_grad, .norm = T->gnorm});
             float lr = (float)vil_lr_at(T->step, T->total_steps, T->warmup_steps, T->peak_lr,
                                         t->warmup_lr, t->min_lr);
             vil_model_adamw_step(m, lr, t->beta1, t->beta2, t->adam_eps, t->weight_decay);
-            if (T->ema) vil_ema_update(T->be, T->ema, m->params, T->scratch, n, t->ema_decay);
+            if (T->ema) vil_ema_update(T->be, T->ema, m->params, n, t->ema_decay);
             vil_feed_done(&T->feed);
             /* the next batch of this epoch: its upload runs while the device does this step */
             if (T->epoch_batch + 1 < T->spe && T->step + 1 < T->total_steps) {
@@ -886,7 +884,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
             int last_of_epoch = T->epoch_batch == T->spe || T->step == T->total_steps;
             if (T->step % t->log_every == 0 || last_of_epoch) {
                 T->last_loss = read_loss(T, host_losses);
-                if (t->clip_grad > 0.0f) T->be->to_host(&grad_norm, T->gnorm, sizeof grad_norm);
+                if (t->clip_grad > 0.0f) T->be->to_host(T->be, &grad_norm, T->gnorm, sizeof grad_norm);
                 double now = vil_now(), dt = now - t_int;
                 train_time += dt;
                 if (t->clip_grad > 0.0f && !isfinite(grad_norm)) {

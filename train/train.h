@@ -17,10 +17,8 @@ double vil_lr_at(long step, long total_steps, long warmup_steps, double peak, do
 /* base_lr * global_batch / 512 (the linear scaling rule of the recipe). */
 double vil_peak_lr(double base_lr, long global_batch);
 
-/* ema = decay * ema + (1 - decay) * params over n floats of backend memory. scratch: n floats
- * of backend memory, zeroed once, that the update may overwrite (see ema.c for why). */
-void vil_ema_update(const VilBackend *be, float *ema, const float *params, float *scratch,
-                    size_t n, float decay);
+/* ema = decay * ema + (1 - decay) * params over n floats of backend memory (the ema_update op). */
+void vil_ema_update(const VilBackend *be, float *ema, const float *params, size_t n, float decay);
 
 /* Progress at a log step (the only per-step host read: the batch's losses). */
 typedef struct {

@@ -1,45 +1,257 @@
-/* backend.h: the op set a backend provides. The model (model.c) is written once against this
- * table; backend_cpu.c fills it with the float32 reference ops of ops_cpu.h and cuda/ fills it
- * with the CUDA twins. Tensors are `void *` here because their element type is the backend's:
- * "act" tensors are float32 on the CPU and bf16 on CUDA; tensors marked f32 are float32 on every
- * backend (the residual stream, norm statistics, logits, gradients of parameters, optimizer
- * state). Matrix-product weights arrive as the backend's working copy (`const void *w`); every
- * other parameter (biases, norm weights, conv taps, D, A_log, cls/pos) as the float32 master.
- * Argument order and semantics are those of the same-named functions in ops_cpu.h. */
+/* backend.h: the op set a backend provides, declared once. The model (model.c) is written once
+ * against this table; backend_cpu.c fills it with the float32 reference ops of ops_cpu.h and
+ * cuda/ fills it with the CUDA twins. Every op takes its backend (whose ctx holds the device
+ * state: stream, handles, scratch, allocations) and one argument struct declared here, so an
+ * op's signature lives in one place: its struct. VIL_OPS lists the ops; the table, the CPU and
+ * CUDA declarations and the profiling wrappers are generated from that list.
+ *
+ * Tensors are `void *` where their element type is the backend's: "act" tensors are float32 on
+ * the CPU and bf16 on CUDA; tensors marked f32 are float32 on every backend (the residual
+ * stream, norm statistics, logits, gradients of parameters, optimizer state). Matrix-product
+ * weights arrive as the backend's working copy (`const void *w`); every other parameter (biases,
+ * norm weights, conv taps, D, A_log, cls/pos) as the float32 master. Conventions: parameter
+ * gradients accumulate (+=), activation gradients overwrite (=) unless an `accumulate` field says
+ * otherwise; shapes are in the field comments. The math is in doc/models.md and doc/scans.md. */
 #ifndef VIL_BACKEND_H
 #define VIL_BACKEND_H
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* linear flags */
 #define VIL_LINEAR_OUT_F32 1 /* out (and dout) are f32 instead of act (the classifier head) */
 
-typedef struct VilBackend {
+/* the state-space recurrence of a scan (doc/scans.md) */
+typedef enum { VIL_REC_LONGHORN = 0, VIL_REC_MAMBA = 1 } VilRecurrence;
+
+/* patch_embed.c: Conv2d(C -> D, kernel P, stride S) on the image, flattened to tokens */
+typedef struct {
+    void *out;         /* (B, M, D) act */
+    const float *img;  /* (B, C, H, W) f32 */
+    const void *w;     /* (D, C, P, P) */
+    const float *b;    /* (D) */
+    int B, C, H, W, P, S, D;
+} VilPatchEmbedFwd;
+typedef struct {
+    float *dimg;       /* (B, C, H, W) f32, or NULL */
+    float *dw, *db;    /* (D, C, P, P), (D): accumulate */
+    const void *dout;  /* (B, M, D) act */
+    const void *w;     /* (D, C, P, P) */
+    const float *img;  /* (B, C, H, W) f32 */
+    int B, C, H, W, P, S, D;
+} VilPatchEmbedBwd;
+/* the token assembly: the class token inserted at position t, plus the position embedding */
+typedef struct {
+    float *x;              /* (B, L, D) f32 */
+    const void *patches;   /* (B, M, D) act */
+    const float *cls, *pos;/* (D), (L, D) */
+    int B, M, D, t;
+} VilTokensFwd;
+typedef struct {
+    void *dpatches;        /* (B, M, D) act */
+    float *dcls, *dpos;    /* (D), (L, D): accumulate */
+    const float *dx;       /* (B, L, D) f32 */
+    int B, M, D, t;
+} VilTokensBwd;
+
+/* norm.c: res_out = res_in + scale[b] * h (res_in NULL: res_out already holds the stream), then
+ * normed = RMSNorm(res_out) * w. scale is the per-sample drop-path factor or NULL. Backward:
+ * dres is the running residual-stream gradient, updated in place; dh = scale * dres (NULL: not
+ * wanted). */
+typedef struct {
+    float *res_out;        /* (B, L, D) f32 */
+    void *normed;          /* (B, L, D) act */
+    float *rstd;           /* (B, L) f32 */
+    const float *res_in;   /* (B, L, D) f32, or NULL */
+    const void *h;         /* (B, L, D) act, or NULL */
+    const float *scale;    /* (B), or NULL */
+    const float *w;        /* (D) */
+    int B, L, D;
+} VilNormFwd;
+typedef struct {
+    float *dres;           /* (B, L, D) f32, in/out */
+    void *dh;              /* (B, L, D) act, or NULL */
+    float *dw;             /* (D): accumulates */
+    const void *dnormed;   /* (B, L, D) act */
+    const float *res_out, *rstd, *w, *scale; /* (B, L, D), (B, L), (D), (B) or NULL */
+    int B, L, D;
+} VilNormBwd;
+
+/* linear.c: out = in @ w^T + b. Rows of in are ld_in >= C apart (a slice of a wider tensor needs
+ * no copy), rows of out (and of dout) ld_out >= OC apart. */
+typedef struct {
+    void *out;             /* (N, ld_out) act, f32 with VIL_LINEAR_OUT_F32 */
+    const void *in;        /* (N, ld_in) act */
+    const void *w;         /* (OC, C) */
+    const float *b;        /* (OC), or NULL */
+    int N, C, OC, ld_in, ld_out, flags;
+} VilLinearFwd;
+typedef struct {
+    void *dinp;            /* (N, ld_in) act, or NULL */
+    float *dw, *db;        /* (OC, C), (OC): accumulate; either may be NULL */
+    const void *dout;      /* (N, ld_out) act, f32 with VIL_LINEAR_OUT_F32 */
+    const void *in;        /* (N, ld_in) act */
+    const void *w;         /* (OC, C) */
+    int N, C, OC, ld_in, ld_out;
+    int accumulate_dinp;   /* dinp += instead of = */
+    int flags;
+} VilLinearBwd;
+
+/* conv1d.c: u = SiLU(causal depthwise conv1d(x)) along L, width K; reverse runs the filter on
+ * the reversed sequence (the backward direction) by indexing */
+typedef struct {
+    void *u;               /* (B, L, E) act */
+    const void *x;         /* (B, L, ldx) act */
+    const float *w, *b;    /* (E, K), (E) */
+    int B, L, E, K, ldx, reverse;
+} VilConvFwd;
+typedef struct {
+    void *dx;              /* (B, L, ldx) act */
+    float *dw, *db;        /* (E, K), (E): accumulate */
+    const void *du, *x;    /* (B, L, E), (B, L, ldx) act */
+    const float *w, *b;
+    int B, L, E, K, ldx, reverse, accumulate_dx;
+} VilConvBwd;
+/* both directions at once: u[j] = the filter w[j], b[j] with reverse = j; the backward sums both
+ * directions' input gradients into dx (overwritten) */
+typedef struct {
+    void *u[2];            /* (B, L, E) act each */
+    const void *x;         /* (B, L, ldx) act */
+    const float *w[2], *b[2];
+    int B, L, E, K, ldx;
+} VilConvBidirFwd;
+typedef struct {
+    void *dx;              /* (B, L, ldx) act */
+    float *dw[2], *db[2];  /* accumulate */
+    const void *du[2];     /* (B, L, E) act each */
+    const void *x;         /* (B, L, ldx) act */
+    const float *w[2], *b[2];
+    int B, L, E, K, ldx;
+} VilConvBidirBwd;
+
+/* scan.c: the bidirectional core of a mixer (doc/scans.md): per direction j (0 forward, 1
+ * reversed) the recurrence on (u[j], delta[j], x_dbl[j]) plus the D skip, gated by SiLU(z) at
+ * the same token, then out = (y_0 + y_1) / 2. x_dbl rows are ldx apart with k at column dt_ld
+ * (dt_low's padded width) and q at dt_ld + N; z rows are ldz apart. The backward overwrites du,
+ * ddelta, the k and q columns of dx_dbl and dz, and accumulates dD, dA_log (Mamba) and, unless
+ * NULL, ddelta_sum[j][e] += sum over (B, L) of ddelta[j] (dt_proj's bias gradient). */
+typedef struct {
+    VilRecurrence rec;
+    void *out;                     /* (B, L, E) act */
+    const void *u[2], *delta[2];   /* (B, L, E) act each */
+    const void *xdbl[2];           /* (B, L, ldx) act each */
+    const void *z;                 /* (B, L, ldz) act */
+    const float *D[2];             /* (E) each */
+    const float *A_log[2];         /* (E, N) each: Mamba only */
+    int B, L, E, N, dt_ld, ldx, ldz;
+} VilScanFwd;
+typedef struct {
+    VilRecurrence rec;
+    void *du[2], *ddelta[2];       /* (B, L, E) act each */
+    void *dxdbl[2];                /* (B, L, ldx) act each: the k and q columns */
+    void *dz;                      /* (B, L, ldz) act */
+    float *dD[2], *dA_log[2];      /* (E), (E, N): accumulate */
+    float *ddelta_sum[2];          /* (E) each, or NULL: accumulate */
+    const void *dout;              /* (B, L, E) act */
+    const void *u[2], *delta[2], *xdbl[2], *z;
+    const float *D[2], *A_log[2];
+    int B, L, E, N, dt_ld, ldx, ldz;
+} VilScanBwd;
+
+/* loss.c: softmax cross-entropy against soft targets; dlogits = (probs - targets) / B */
+typedef struct {
+    float *loss, *probs;           /* (B), (B, C) */
+    const float *logits, *targets; /* (B, C) each */
+    int B, C;
+} VilXentFwd;
+typedef struct {
+    float *dlogits;                /* (B, C) */
+    const float *probs, *targets;
+    int B, C;
+} VilXentBwd;
+
+/* optimizer.c: one AdamW step on n parameters (f32 master p; the working copy refreshed when
+ * work is not NULL); decoupled weight decay on the elements whose decay[i] is nonzero (decay
+ * NULL: on all). step is 1 for the first update. */
+typedef struct {
+    float *p;
+    void *work;                    /* the backend's working copy, or NULL */
+    const float *g;
+    float *m, *v;
+    const unsigned char *decay;    /* (n) backend memory, or NULL */
+    size_t n;
+    float lr, beta1, beta2, eps, wd;
+    int step;
+} VilAdamW;
+/* clip_grad_norm_: *norm (a backend float) = ||g||_2, then g scaled to max_norm when above */
+typedef struct {
+    float *g;
+    size_t n;
+    float max_norm;
+    float *norm;
+} VilGradClip;
+/* the exponential moving average of the weights: ema = decay * ema + (1 - decay) * p */
+typedef struct {
+    float *ema;
+    const float *p;
+    size_t n;
+    float decay;
+} VilEma;
+
+/* Every op: name, argument struct, the line of the profiler's report it adds to. */
+#define VIL_OPS(X)                                                      \
+    X(patch_embed_forward, VilPatchEmbedFwd, "patch_embed fwd")         \
+    X(patch_embed_backward, VilPatchEmbedBwd, "patch_embed bwd")        \
+    X(tokens_forward, VilTokensFwd, "tokens fwd")                       \
+    X(tokens_backward, VilTokensBwd, "tokens bwd")                      \
+    X(add_rmsnorm_forward, VilNormFwd, "add+rmsnorm fwd")               \
+    X(add_rmsnorm_backward, VilNormBwd, "add+rmsnorm bwd")              \
+    X(linear_forward, VilLinearFwd, "linear fwd")                       \
+    X(linear_backward, VilLinearBwd, "linear bwd")                      \
+    X(conv1d_silu_forward, VilConvFwd, "conv1d+silu fwd")               \
+    X(conv1d_silu_backward, VilConvBwd, "conv1d+silu bwd")              \
+    X(conv1d_silu_bidir_forward, VilConvBidirFwd, "conv1d+silu fwd")    \
+    X(conv1d_silu_bidir_backward, VilConvBidirBwd, "conv1d+silu bwd")   \
+    X(scan_bidir_forward, VilScanFwd, "scan (bidir) fwd")               \
+    X(scan_bidir_backward, VilScanBwd, "scan (bidir) bwd")              \
+    X(softmax_xent_forward, VilXentFwd, "loss fwd")                     \
+    X(softmax_xent_backward, VilXentBwd, "loss bwd")                    \
+    X(adamw_update, VilAdamW, "adamw")                                  \
+    X(grad_clip, VilGradClip, "grad clip")                              \
+    X(ema_update, VilEma, "ema")
+
+typedef struct VilBackend VilBackend;
+struct VilBackend {
     const char *name;
     size_t act_bytes;  /* bytes per act element */
     size_t work_bytes; /* bytes per element of the working parameter copy the ops read */
+    void *ctx;         /* the device's state (CUDA: cuda_common.cuh's CuCtx); NULL on the CPU */
+    int device;        /* the device index this backend runs on */
 
-    void *(*alloc)(size_t bytes);
-    void (*free)(void *p);
-    void (*zero)(void *p, size_t bytes);
-    void (*to_device)(void *dst, const void *src, size_t bytes);
-    void (*to_host)(void *dst, const void *src, size_t bytes);
-    void (*sync)(void);
+    void *(*alloc)(const VilBackend *be, size_t bytes);
+    void (*free)(const VilBackend *be, void *p);
+    void (*zero)(const VilBackend *be, void *p, size_t bytes);
+    void (*to_device)(const VilBackend *be, void *dst, const void *src, size_t bytes);
+    void (*to_host)(const VilBackend *be, void *dst, const void *src, size_t bytes);
+    void (*sync)(const VilBackend *be);
     /* peak bytes of device memory held since the start or the last peak_reset (the CPU
      * backend: the process's peak RSS) */
-    size_t (*peak_bytes)(void);
+    size_t (*peak_bytes)(const VilBackend *be);
     /* start a new peak from what is held now */
-    void (*peak_reset)(void);
+    void (*peak_reset)(const VilBackend *be);
     /* bytes the device could still allocate (the CPU: the system's MemAvailable); 0: unknown */
-    size_t (*mem_free)(void);
+    size_t (*mem_free)(const VilBackend *be);
     /* act buffer <-> host float32 (for tests and for reading logits) */
-    void (*act_to_host_f32)(float *dst, const void *src, size_t n);
-    /* working parameter copy from the float32 master (NULL work: the ops read the master) */
-    void (*params_to_work)(void *work, const float *master, size_t n);
+    void (*act_to_host_f32)(const VilBackend *be, float *dst, const void *src, size_t n);
+    /* working parameter copy from the float32 master (NULL: the ops read the master) */
+    void (*params_to_work)(const VilBackend *be, void *work, const float *master, size_t n);
     /* Host memory the device copies from without the host waiting (CUDA: pinned; CPU: 64-byte
      * aligned malloc). NULL when it cannot be had. */
-    void *(*host_alloc)(size_t bytes);
-    void (*host_free)(void *p);
+    void *(*host_alloc)(const VilBackend *be, size_t bytes);
+    void (*host_free)(const VilBackend *be, void *p);
     /* The input feed's copies (data/feed.h): two slots of input buffers, filled on a copy stream
      * while the compute stream works on the other slot.
      *   feed_upload(slot, dst, src, n): copy n bytes from host_alloc'd src to dst once the compute
@@ -48,77 +260,39 @@ typedef struct VilBackend {
      *   feed_release(slot): compute queued so far is the last to read slot's buffers.
      *   feed_wait(slot): the host waits for slot's uploads (their src may then be reused).
      * The CPU backend copies in feed_upload; the other three do nothing there. */
-    void (*feed_upload)(int slot, void *dst, const void *src, size_t bytes);
-    void (*feed_acquire)(int slot);
-    void (*feed_release)(int slot);
-    void (*feed_wait)(int slot);
+    void (*feed_upload)(const VilBackend *be, int slot, void *dst, const void *src, size_t bytes);
+    void (*feed_acquire)(const VilBackend *be, int slot);
+    void (*feed_release)(const VilBackend *be, int slot);
+    void (*feed_wait)(const VilBackend *be, int slot);
 
-    void (*patch_embed_forward)(void *out, const float *img, const void *w, const float *b, int B,
-                                int C, int H, int W, int P, int S, int D);
-    void (*patch_embed_backward)(float *dimg, float *dw, float *db, const void *dout,
-                                 const void *w, const float *img, int B, int C, int H, int W,
-                                 int P, int S, int D);
-    void (*tokens_forward)(float *x, const void *patches, const float *cls, const float *pos, int B,
-                           int M, int D, int t);
-    void (*tokens_backward)(void *dpatches, float *dcls, float *dpos, const float *dx, int B,
-                            int M, int D, int t);
-    void (*add_rmsnorm_forward)(float *res_out, void *normed, float *rstd, const float *res_in,
-                                const void *h, const float *scale, const float *w, int B, int L,
-                                int D);
-    void (*add_rmsnorm_backward)(float *dres, void *dh, float *dw, const void *dnormed,
-                                 const float *res_out, const float *rstd, const float *w,
-                                 const float *scale, int B, int L, int D);
-    void (*linear_forward)(void *out, const void *in, const void *w, const float *b, int N, int C,
-                           int OC, int ld_in, int ld_out, int flags);
-    void (*linear_backward)(void *dinp, float *dw, float *db, const void *dout, const void *in,
-                            const void *w, int N, int C, int OC, int ld_in, int ld_out,
-                            int accumulate_dinp, int flags);
-    void (*conv1d_silu_forward)(void *u, const void *x, const float *w, const float *b, int B,
-                                int L, int E, int K, int ldx, int reverse);
-    void (*conv1d_silu_backward)(void *dx, float *dw, float *db, const void *du, const void *x,
-                                 const float *w, const float *b, int B, int L, int E, int K,
-                                 int ldx, int reverse, int accumulate_dx);
-    void (*conv1d_silu_bidir_forward)(void *const u[2], const void *x, const float *const w[2],
-                                      const float *const b[2], int B, int L, int E, int K, int ldx);
-    void (*conv1d_silu_bidir_backward)(void *dx, float *const dw[2], float *const db[2],
-                                       const void *const du[2], const void *x,
-                                       const float *const w[2], const float *const b[2], int B,
-                                       int L, int E, int K, int ldx);
-    void (*scan_bidir_forward)(void *out, const void *const u[2], const void *const delta[2],
-                               const void *const xdbl[2], const void *z, const float *const D[2],
-                               const float *const A_log[2], int B, int L, int E, int N, int R,
-                               int ldx, int ldz);
-    void (*scan_bidir_backward)(void *const du[2], void *const ddelta[2], void *const dxdbl[2],
-                                void *dz, float *const dD[2], float *const dA_log[2],
-                                float *const ddelta_sum[2],
-                                const void *dout, const void *const u[2],
-                                const void *const delta[2], const void *const xdbl[2],
-                                const void *z, const float *const D[2], const float *const A_log[2],
-                                int B, int L, int E, int N, int R, int ldx, int ldz);
-    void (*softmax_xent_forward)(float *loss, float *probs, const float *logits,
-                                 const float *targets, int B, int C);
-    void (*softmax_xent_backward)(float *dlogits, const float *probs, const float *targets, int B,
-                                  int C);
-    /* AdamW on the f32 master; also refreshes the working copy (work == NULL: none). decay: a
-     * backend buffer of n bytes, 0 where weight decay does not apply (NULL: it applies to all) */
-    void (*adamw_update)(float *p, void *work, const float *g, float *m, float *v,
-                         const unsigned char *decay, size_t n, float lr, float beta1, float beta2,
-                         float eps, float wd, int step);
-    /* clip_grad_norm_ on the device: norm is a backend float (f32) that receives ||g||_2, read
-     * by the caller when it likes (nothing is read back here) */
-    void (*grad_clip)(float *g, size_t n, float max_norm, float *norm);
-} VilBackend;
+#define VIL_OP_MEMBER(op, Args, label) void (*op)(const VilBackend *be, const Args *a);
+    VIL_OPS(VIL_OP_MEMBER)
+#undef VIL_OP_MEMBER
+};
 
 extern const VilBackend vil_backend_cpu;
 #ifdef VIL_CUDA
+/* CUDA on device 0, opened on first use: what a process with one GPU uses */
 extern const VilBackend vil_backend_cuda;
 /* 1 when a CUDA device can be used, 0 otherwise (with the reason in why) */
 int vil_cuda_available(char *why, size_t n);
+/* vil_backend_open / close for "cuda" (cuda/backend_cuda.cu) */
+const VilBackend *vil_cuda_open(int index);
+void vil_cuda_close(const VilBackend *be);
 #endif
 
 /* 1 for the device names a command line may give: cpu, cuda, auto */
 int vil_device_name_ok(const char *name);
-/* "cpu" or "cuda" (or "auto": cuda when available) -> backend; NULL with an error reported */
+/* "cpu" or "cuda" (or "auto": cuda when available) -> backend on device 0; NULL with an error
+ * reported */
 const VilBackend *vil_backend_get(const char *name);
+/* A backend of its own for device `index` (CUDA: a new context with its own stream, handles,
+ * scratch and allocation count; one per GPU of a process, or several on one GPU). NULL with an
+ * error reported. Free with vil_backend_close after everything allocated on it. */
+const VilBackend *vil_backend_open(const char *name, int index);
+void vil_backend_close(const VilBackend *be);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

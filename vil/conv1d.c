@@ -36,8 +36,10 @@ static inline void conv_pre(float *pre, const float *x, const float *wt, const f
     }
 }
 
-void conv1d_silu_forward(float *u, const float *x, const float *w, const float *b, int B, int L,
-                         int E, int K, int ldx, int reverse) {
+void conv1d_silu_forward(const VilConvFwd *args) {
+    float *u = args->u;
+    const float *x = args->x, *w = args->w, *b = args->b;
+    int B = args->B, L = args->L, E = args->E, K = args->K, ldx = args->ldx, reverse = args->reverse;
     float *wt = transpose_taps(w, E, K);
 #pragma omp parallel for collapse(2)
     for (int bi = 0; bi < B; bi++)
@@ -49,9 +51,11 @@ void conv1d_silu_forward(float *u, const float *x, const float *w, const float *
     free(wt);
 }
 
-void conv1d_silu_backward(float *dx, float *dw, float *db, const float *du, const float *x,
-                          const float *w, const float *b, int B, int L, int E, int K, int ldx,
-                          int reverse, int accumulate_dx) {
+void conv1d_silu_backward(const VilConvBwd *args) {
+    float *dx = args->dx, *dw = args->dw, *db = args->db;
+    const float *du = args->du, *x = args->x, *w = args->w, *b = args->b;
+    int B = args->B, L = args->L, E = args->E, K = args->K, ldx = args->ldx;
+    int reverse = args->reverse, accumulate_dx = args->accumulate_dx;
     size_t BL = (size_t)B * L;
     float *wt = transpose_taps(w, E, K);
     /* dpre = du * SiLU'(pre), with pre recomputed */
@@ -111,14 +115,19 @@ void conv1d_silu_backward(float *dx, float *dw, float *db, const float *du, cons
     free(wt);
 }
 
-void conv1d_silu_bidir_backward(float *dx, float *const dw[2], float *const db[2],
-                                const float *const du[2], const float *x, const float *const w[2],
-                                const float *const b[2], int B, int L, int E, int K, int ldx) {
+void conv1d_silu_bidir_backward(const VilConvBidirBwd *args) {
     for (int j = 0; j < 2; j++)
-        conv1d_silu_backward(dx, dw[j], db[j], du[j], x, w[j], b[j], B, L, E, K, ldx, j, j);
+        conv1d_silu_backward(&(VilConvBwd){.dx = args->dx, .dw = args->dw[j], .db = args->db[j],
+                                           .du = args->du[j], .x = args->x, .w = args->w[j],
+                                           .b = args->b[j], .B = args->B, .L = args->L,
+                                           .E = args->E, .K = args->K, .ldx = args->ldx,
+                                           .reverse = j, .accumulate_dx = j});
 }
 
-void conv1d_silu_bidir_forward(float *const u[2], const float *x, const float *const w[2],
-                               const float *const b[2], int B, int L, int E, int K, int ldx) {
-    for (int j = 0; j < 2; j++) conv1d_silu_forward(u[j], x, w[j], b[j], B, L, E, K, ldx, j);
+void conv1d_silu_bidir_forward(const VilConvBidirFwd *args) {
+    for (int j = 0; j < 2; j++)
+        conv1d_silu_forward(&(VilConvFwd){.u = args->u[j], .x = args->x, .w = args->w[j],
+                                          .b = args->b[j], .B = args->B, .L = args->L,
+                                          .E = args->E, .K = args->K, .ldx = args->ldx,
+                                          .reverse = j});
 }

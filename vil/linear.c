@@ -31,8 +31,10 @@ static inline void chunk(int n, int k, int size, int *a, int *b) {
 }
 #endif
 
-void linear_forward(float *out, const float *in, const float *w, const float *b, int N, int C,
-                    int OC, int ld_in, int ld_out) {
+void linear_forward(const VilLinearFwd *args) {
+    float *out = args->out;
+    const float *in = args->in, *w = args->w, *b = args->b;
+    int N = args->N, C = args->C, OC = args->OC, ld_in = args->ld_in, ld_out = args->ld_out;
 #ifdef VIL_BLAS
     blas_single_thread();
     int parts = (N + ROW_CHUNK - 1) / ROW_CHUNK;
@@ -63,9 +65,11 @@ void linear_forward(float *out, const float *in, const float *w, const float *b,
 #endif
 }
 
-void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *in,
-                     const float *w, int N, int C, int OC, int ld_in, int ld_out,
-                     int accumulate_dinp) {
+void linear_backward(const VilLinearBwd *args) {
+    float *dinp = args->dinp, *dw = args->dw, *db = args->db;
+    const float *dout = args->dout, *in = args->in, *w = args->w;
+    int N = args->N, C = args->C, OC = args->OC, ld_in = args->ld_in, ld_out = args->ld_out;
+    int accumulate_dinp = args->accumulate_dinp;
 #ifdef VIL_BLAS
     blas_single_thread();
     int rparts = dinp ? (N + ROW_CHUNK - 1) / ROW_CHUNK : 0;

@@ -4,8 +4,10 @@
 
 #include "ops_cpu.h"
 
-void softmax_xent_forward(float *loss, float *probs, const float *logits, const float *targets,
-                          int B, int C) {
+void softmax_xent_forward(const VilXentFwd *args) {
+    float *loss = args->loss, *probs = args->probs;
+    const float *logits = args->logits, *targets = args->targets;
+    int B = args->B, C = args->C;
 #pragma omp parallel for
     for (int b = 0; b < B; b++) {
         const float *x = logits + (size_t)b * C;
@@ -24,8 +26,10 @@ void softmax_xent_forward(float *loss, float *probs, const float *logits, const 
     }
 }
 
-void softmax_xent_backward(float *dlogits, const float *probs, const float *targets, int B,
-                           int C) {
+void softmax_xent_backward(const VilXentBwd *args) {
+    float *dlogits = args->dlogits;
+    const float *probs = args->probs, *targets = args->targets;
+    int B = args->B, C = args->C;
     float inv = 1.0f / (float)B;
 #pragma omp parallel for
     for (long i = 0; i < (long)B * C; i++) dlogits[i] = (probs[i] - targets[i]) * inv;

@@ -160,7 +160,7 @@ VilParamInfo *vil_model_param_table(const VilConfig *cfg, int *n) {
 /* with more bytes than a device reports free, an allocation would fail deep inside a run: say
  * so up front with the numbers (mem_free 0: the backend cannot tell) */
 static int fits(const VilBackend *be, size_t bytes, const char *what, const char *hint) {
-    size_t avail = be->mem_free ? be->mem_free() : 0;
+    size_t avail = be->mem_free ? be->mem_free(be) : 0;
     if (!avail || bytes <= avail) return 0;
     vil_error("%s need %.2f GiB, and the %s device has %.2f GiB free: %s", what,
               bytes / 1073741824.0, be->name, avail / 1073741824.0, hint);
@@ -198,15 +198,15 @@ int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
     m->n_tensors = t.n;
     m->n_params = t.total;
     m->param_count = t.count;
-    m->params = be->alloc(m->n_params * sizeof(float));
-    m->grads = be->alloc(m->n_params * sizeof(float));
-    be->zero(m->grads, m->n_params * sizeof(float));
-    m->work = be->work_bytes ? be->alloc(m->n_params * be->work_bytes) : m->params;
+    m->params = be->alloc(be, m->n_params * sizeof(float));
+    m->grads = be->alloc(be, m->n_params * sizeof(float));
+    be->zero(be, m->grads, m->n_params * sizeof(float));
+    m->work = be->work_bytes ? be->alloc(be, m->n_params * be->work_bytes) : m->params;
     return 0;
 }
 
 static void free_acts(VilModel *m) {
-    if (m->acts.base) m->be->free(m->acts.base);
+    if (m->acts.base) m->be->free(m->be, m->acts.base);
     free(m->acts.layer);
     memset(&m->acts, 0, sizeof m->acts);
 }
@@ -214,12 +214,12 @@ static void free_acts(VilModel *m) {
 void vil_model_free(VilModel *m) {
     if (!m->be) return;
     free_acts(m);
-    if (m->work && m->work != m->params) m->be->free(m->work);
-    m->be->free(m->params);
-    m->be->free(m->grads);
-    if (m->m) m->be->free(m->m);
-    if (m->v) m->be->free(m->v);
-    if (m->decay_mask) m->be->free(m->decay_mask);
+    if (m->work && m->work != m->params) m->be->free(m->be, m->work);
+    m->be->free(m->be, m->params);
+    m->be->free(m->be, m->grads);
+    if (m->m) m->be->free(m->be, m->m);
+    if (m->v) m->be->free(m->be, m->v);
+    if (m->decay_mask) m->be->free(m->be, m->decay_mask);
     free(m->info);
     free(m->off.layer);
     memset(m, 0, sizeof *m);
@@ -261,7 +261,7 @@ void vil_model_unpack(const VilModel *m, float *buf, const float *packed) {
 }
 
 void vil_model_get_params(const VilModel *m, float *host) {
-    m->be->to_host(host, m->params, m->n_params * sizeof(float));
+    m->be->to_host(m->be, host, m->params, m->n_params * sizeof(float));
 }
 
 void vil_model_set_params(VilModel *m, const float *host) {
@@ -271,9 +271,9 @@ void vil_model_set_params(VilModel *m, const float *host) {
     memcpy(tmp, host, m->n_params * sizeof(float));
     vil_model_pack(m, tmp, tmp);
     vil_model_unpack(m, tmp, tmp);
-    m->be->to_device(m->params, tmp, m->n_params * sizeof(float));
+    m->be->to_device(m->be, m->params, tmp, m->n_params * sizeof(float));
     free(tmp);
-    if (m->be->params_to_work) m->be->params_to_work(m->work, m->params, m->n_params);
+    if (m->be->params_to_work) m->be->params_to_work(m->be, m->work, m->params, m->n_params);
 }
 
 /* ---------------- initialization (models.md) ---------------- */
@@ -449,7 +449,7 @@ void vil_model_alloc_acts(VilModel *m, int B, int training) {
     m->acts.layer = vil_calloc((size_t)m->cfg.depth, sizeof(VilLayerActs));
     Arena a = {0};
     layout_acts(m, &a, B, training);
-    a.base = m->be->alloc(a.off);
+    a.base = m->be->alloc(m->be, a.off);
     m->acts.bytes = a.off;
     a.off = 0;
     layout_acts(m, &a, B, training);
@@ -458,7 +458,7 @@ void vil_model_alloc_acts(VilModel *m, int B, int training) {
     m->acts.training = training;
     if (training) /* dx_dbl's padding columns must be 0 (xdbl_ld); nothing writes them later */
         for (int j = 0; j < 2; j++)
-            m->be->zero(m->acts.dxdbl[j], (size_t)B * m->cfg.seq_len * xdbl_ld(&m->cfg) * m->be->act_bytes);
+            m->be->zero(m->be, m->acts.dxdbl[j], (size_t)B * m->cfg.seq_len * xdbl_ld(&m->cfg) * m->be->act_bytes);
 }
 
 /* ---------------- forward / backward ---------------- */
@@ -507,7 +507,7 @@ void vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
     if (!bytes) return;
     float *h = vil_malloc(bytes);
     vil_model_drop_path_rows(m, seed, h);
-    m->be->to_device(m->acts.dp_scale, h, bytes);
+    m->be->to_device(m->be, m->acts.dp_scale, h, bytes);
     free(h);
 }
 
@@ -515,26 +515,30 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     int B = m->acts.B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int R = dt_ld(c), ldx = xdbl_ld(c), BL = B * L; /* R: dt_low's padded width (dt_ld) */
+    int dl = dt_ld(c), ldx = xdbl_ld(c), BL = B * L;
     int vim = c->arch_id == VIL_ARCH_VIM;
-    be->linear_forward(l->xz, l->normed, Wt(m, o->in_proj), NULL, BL, D, 2 * E, D, 2 * E, 0);
+    be->linear_forward(be, &(VilLinearFwd){.out = l->xz, .in = l->normed, .w = Wt(m, o->in_proj),
+                                           .N = BL, .C = D, .OC = 2 * E, .ld_in = D, .ld_out = 2 * E});
     /* both directions' conv1d in one pass over x */
-    void *uu[2] = {l->u[0], l->u[1]};
-    const float *cw[2] = {Pm(m, o->conv_w[0]), Pm(m, o->conv_w[1])};
-    const float *cb[2] = {Pm(m, o->conv_b[0]), Pm(m, o->conv_b[1])};
-    be->conv1d_silu_bidir_forward(uu, l->xz, cw, cb, B, L, E, c->d_conv, 2 * E);
+    be->conv1d_silu_bidir_forward(be, &(VilConvBidirFwd){
+        .u = {l->u[0], l->u[1]}, .x = l->xz,
+        .w = {Pm(m, o->conv_w[0]), Pm(m, o->conv_w[1])}, .b = {Pm(m, o->conv_b[0]), Pm(m, o->conv_b[1])},
+        .B = B, .L = L, .E = E, .K = c->d_conv, .ldx = 2 * E});
     for (int j = 0; j < 2; j++) {
-        be->linear_forward(l->xdbl[j], l->u[j], Wt(m, o->x_proj[j]), NULL, BL, E, ldx, E, ldx, 0);
-        be->linear_forward(l->delta[j], l->xdbl[j], Wt(m, o->dt_w[j]), Pm(m, o->dt_b[j]), BL, R, E,
-                           ldx, E, 0);
+        be->linear_forward(be, &(VilLinearFwd){.out = l->xdbl[j], .in = l->u[j], .w = Wt(m, o->x_proj[j]),
+                                               .N = BL, .C = E, .OC = ldx, .ld_in = E, .ld_out = ldx});
+        be->linear_forward(be, &(VilLinearFwd){.out = l->delta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
+                                               .b = Pm(m, o->dt_b[j]), .N = BL, .C = dl, .OC = E,
+                                               .ld_in = ldx, .ld_out = E});
     }
-    const void *u[2] = {l->u[0], l->u[1]}, *dl[2] = {l->delta[0], l->delta[1]};
-    const void *xd[2] = {l->xdbl[0], l->xdbl[1]};
-    const float *Dk[2] = {Pm(m, o->D[0]), Pm(m, o->D[1])};
-    const float *Al[2] = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL};
-    be->scan_bidir_forward(l->ysum, u, dl, xd, Ao(m, l->xz, E), Dk, vim ? Al : NULL, B, L, E, N, R,
-                           ldx, 2 * E);
-    be->linear_forward(out, l->ysum, Wt(m, o->out_proj), NULL, BL, E, D, E, D, 0);
+    be->scan_bidir_forward(be, &(VilScanFwd){
+        .rec = vim ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .out = l->ysum,
+        .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
+        .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
+        .A_log = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL},
+        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E});
+    be->linear_forward(be, &(VilLinearFwd){.out = out, .in = l->ysum, .w = Wt(m, o->out_proj),
+                                           .N = BL, .C = E, .OC = D, .ld_in = E, .ld_out = D});
 }
 
 void vil_model_forward(VilModel *m, int with_loss) {
@@ -543,28 +547,32 @@ void vil_model_forward(VilModel *m, int with_loss) {
     VilActs *a = &m->acts;
     const VilParamOffsets *o = &m->off;
     int B = a->B, L = c->seq_len, D = c->embed_dim;
-    be->patch_embed_forward(a->patches, a->img, Wt(m, o->patch_w), Pm(m, o->patch_b), B,
-                            c->in_chans, c->img_size, c->img_size, c->patch_size, c->stride, D);
-    be->tokens_forward(a->layer[0].res, a->patches, Pm(m, o->cls), Pm(m, o->pos), B, c->n_patches,
-                       D, c->cls_pos);
+    be->patch_embed_forward(be, &(VilPatchEmbedFwd){
+        .out = a->patches, .img = a->img, .w = Wt(m, o->patch_w), .b = Pm(m, o->patch_b), .B = B,
+        .C = c->in_chans, .H = c->img_size, .W = c->img_size, .P = c->patch_size, .S = c->stride, .D = D});
+    be->tokens_forward(be, &(VilTokensFwd){.x = a->layer[0].res, .patches = a->patches, .cls = Pm(m, o->cls),
+                                           .pos = Pm(m, o->pos), .B = B, .M = c->n_patches, .D = D,
+                                           .t = c->cls_pos});
     for (int i = 0; i < c->depth; i++) {
         VilLayerActs *l = &a->layer[i];
-        if (i == 0)
-            be->add_rmsnorm_forward(l->res, l->normed, l->rstd, NULL, NULL, NULL,
-                                    Pm(m, o->layer[i].norm), B, L, D);
-        else
-            be->add_rmsnorm_forward(l->res, l->normed, l->rstd, a->layer[i - 1].res, a->h,
-                                    dp_row(m, i), Pm(m, o->layer[i].norm), B, L, D);
+        VilNormFwd nf = {.res_out = l->res, .normed = l->normed, .rstd = l->rstd,
+                         .w = Pm(m, o->layer[i].norm), .B = B, .L = L, .D = D};
+        if (i > 0) nf.res_in = a->layer[i - 1].res, nf.h = a->h, nf.scale = dp_row(m, i);
+        be->add_rmsnorm_forward(be, &nf);
         mixer_forward(m, &o->layer[i], l, a->h);
     }
-    be->add_rmsnorm_forward(a->res_f, a->normed_f, a->rstd_f, a->layer[c->depth - 1].res, a->h,
-                            dp_row(m, c->depth), Pm(m, o->norm_f), B, L, D);
+    be->add_rmsnorm_forward(be, &(VilNormFwd){.res_out = a->res_f, .normed = a->normed_f, .rstd = a->rstd_f,
+                                              .res_in = a->layer[c->depth - 1].res, .h = a->h,
+                                              .scale = dp_row(m, c->depth), .w = Pm(m, o->norm_f),
+                                              .B = B, .L = L, .D = D});
     /* the head reads only the class token's row of each sample: stride L*D, offset t*D */
-    be->linear_forward(a->logits, Ao(m, a->normed_f, (size_t)c->cls_pos * D), Wt(m, o->head_w),
-                       Pm(m, o->head_b), B, D, c->num_classes, L * D, c->num_classes,
-                       VIL_LINEAR_OUT_F32);
+    be->linear_forward(be, &(VilLinearFwd){.out = a->logits, .in = Ao(m, a->normed_f, (size_t)c->cls_pos * D),
+                                           .w = Wt(m, o->head_w), .b = Pm(m, o->head_b), .N = B, .C = D,
+                                           .OC = c->num_classes, .ld_in = L * D, .ld_out = c->num_classes,
+                                           .flags = VIL_LINEAR_OUT_F32});
     if (with_loss)
-        be->softmax_xent_forward(a->losses, a->probs, a->logits, a->targets, B, c->num_classes);
+        be->softmax_xent_forward(be, &(VilXentFwd){.loss = a->losses, .probs = a->probs, .logits = a->logits,
+                                                   .targets = a->targets, .B = B, .C = c->num_classes});
 }
 
 static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l) {
@@ -572,40 +580,45 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     const VilConfig *c = &m->cfg;
     VilActs *a = &m->acts;
     int B = a->B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int R = dt_ld(c), ldx = xdbl_ld(c), BL = B * L; /* R: dt_low's padded width (dt_ld) */
+    int dl = dt_ld(c), ldx = xdbl_ld(c), BL = B * L;
     int vim = c->arch_id == VIL_ARCH_VIM;
-    be->linear_backward(a->dysum, Gr(m, o->out_proj), NULL, a->dh, l->ysum, Wt(m, o->out_proj),
-                        BL, E, D, E, D, 0, 0);
-    const void *u[2] = {l->u[0], l->u[1]}, *dl[2] = {l->delta[0], l->delta[1]};
-    const void *xd[2] = {l->xdbl[0], l->xdbl[1]};
-    const float *Dk[2] = {Pm(m, o->D[0]), Pm(m, o->D[1])};
-    const float *Al[2] = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL};
-    float *dD[2] = {Gr(m, o->D[0]), Gr(m, o->D[1])};
-    float *dA[2] = {vim ? Gr(m, o->A_log[0]) : NULL, vim ? Gr(m, o->A_log[1]) : NULL};
+    be->linear_backward(be, &(VilLinearBwd){.dinp = a->dysum, .dw = Gr(m, o->out_proj), .dout = a->dh,
+                                            .in = l->ysum, .w = Wt(m, o->out_proj), .N = BL, .C = E,
+                                            .OC = D, .ld_in = E, .ld_out = D});
     /* the scan also sums ddelta over the tokens: dt_proj's bias gradient */
-    float *dtb[2] = {Gr(m, o->dt_b[0]), Gr(m, o->dt_b[1])};
-    be->scan_bidir_backward(a->du, a->ddelta, a->dxdbl, Ao(m, a->dxz, E), dD, vim ? dA : NULL, dtb,
-                            a->dysum, u, dl, xd, Ao(m, l->xz, E), Dk, vim ? Al : NULL, B, L, E, N,
-                            R, ldx, 2 * E);
+    be->scan_bidir_backward(be, &(VilScanBwd){
+        .rec = vim ? VIL_REC_MAMBA : VIL_REC_LONGHORN,
+        .du = {a->du[0], a->du[1]}, .ddelta = {a->ddelta[0], a->ddelta[1]},
+        .dxdbl = {a->dxdbl[0], a->dxdbl[1]}, .dz = Ao(m, a->dxz, E),
+        .dD = {Gr(m, o->D[0]), Gr(m, o->D[1])},
+        .dA_log = {vim ? Gr(m, o->A_log[0]) : NULL, vim ? Gr(m, o->A_log[1]) : NULL},
+        .ddelta_sum = {Gr(m, o->dt_b[0]), Gr(m, o->dt_b[1])}, .dout = a->dysum,
+        .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
+        .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
+        .A_log = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL},
+        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E});
     for (int j = 0; j < 2; j++) {
         /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the
          * scan); its bias gradient came from the scan too */
-        be->linear_backward(a->dxdbl[j], Gr(m, o->dt_w[j]), NULL, a->ddelta[j],
-                            l->xdbl[j], Wt(m, o->dt_w[j]), BL, R, E, ldx, E, 0, 0);
+        be->linear_backward(be, &(VilLinearBwd){.dinp = a->dxdbl[j], .dw = Gr(m, o->dt_w[j]),
+                                                .dout = a->ddelta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
+                                                .N = BL, .C = dl, .OC = E, .ld_in = ldx, .ld_out = E});
         /* x_proj: adds to the scan's du; ldx outputs with the weight's zero padding rows (dx_dbl's
          * padding columns are 0) */
-        be->linear_backward(a->du[j], Gr(m, o->x_proj[j]), NULL, a->dxdbl[j], l->u[j],
-                            Wt(m, o->x_proj[j]), BL, E, ldx, E, ldx, 1, 0);
+        be->linear_backward(be, &(VilLinearBwd){.dinp = a->du[j], .dw = Gr(m, o->x_proj[j]),
+                                                .dout = a->dxdbl[j], .in = l->u[j], .w = Wt(m, o->x_proj[j]),
+                                                .N = BL, .C = E, .OC = ldx, .ld_in = E, .ld_out = ldx,
+                                                .accumulate_dinp = 1});
     }
     /* both directions read x: one pass writes the sum of their input gradients */
-    float *cdw[2] = {Gr(m, o->conv_w[0]), Gr(m, o->conv_w[1])};
-    float *cdb[2] = {Gr(m, o->conv_b[0]), Gr(m, o->conv_b[1])};
-    const float *cw[2] = {Pm(m, o->conv_w[0]), Pm(m, o->conv_w[1])};
-    const float *cb[2] = {Pm(m, o->conv_b[0]), Pm(m, o->conv_b[1])};
-    const void *cdu[2] = {a->du[0], a->du[1]};
-    be->conv1d_silu_bidir_backward(a->dxz, cdw, cdb, cdu, l->xz, cw, cb, B, L, E, c->d_conv, 2 * E);
-    be->linear_backward(a->dnormed, Gr(m, o->in_proj), NULL, a->dxz, l->normed, Wt(m, o->in_proj),
-                        BL, D, 2 * E, D, 2 * E, 0, 0);
+    be->conv1d_silu_bidir_backward(be, &(VilConvBidirBwd){
+        .dx = a->dxz, .dw = {Gr(m, o->conv_w[0]), Gr(m, o->conv_w[1])},
+        .db = {Gr(m, o->conv_b[0]), Gr(m, o->conv_b[1])}, .du = {a->du[0], a->du[1]}, .x = l->xz,
+        .w = {Pm(m, o->conv_w[0]), Pm(m, o->conv_w[1])}, .b = {Pm(m, o->conv_b[0]), Pm(m, o->conv_b[1])},
+        .B = B, .L = L, .E = E, .K = c->d_conv, .ldx = 2 * E});
+    be->linear_backward(be, &(VilLinearBwd){.dinp = a->dnormed, .dw = Gr(m, o->in_proj), .dout = a->dxz,
+                                            .in = l->normed, .w = Wt(m, o->in_proj), .N = BL, .C = D,
+                                            .OC = 2 * E, .ld_in = D, .ld_out = 2 * E});
 }
 
 void vil_model_backward(VilModel *m) {
@@ -615,37 +628,44 @@ void vil_model_backward(VilModel *m) {
     const VilParamOffsets *o = &m->off;
     if (!a->training) VIL_FATAL("vil_model_backward needs activations allocated for training");
     int B = a->B, L = c->seq_len, D = c->embed_dim, NC = c->num_classes;
-    be->softmax_xent_backward(a->dlogits, a->probs, a->targets, B, NC);
-    be->zero(a->dnormed, (size_t)B * L * D * be->act_bytes);
-    be->linear_backward(Ao(m, a->dnormed, (size_t)c->cls_pos * D), Gr(m, o->head_w),
-                        Gr(m, o->head_b), a->dlogits, Ao(m, a->normed_f, (size_t)c->cls_pos * D),
-                        Wt(m, o->head_w), B, D, NC, L * D, NC, 0, VIL_LINEAR_OUT_F32);
-    be->zero(a->dres, (size_t)B * L * D * sizeof(float));
-    be->add_rmsnorm_backward(a->dres, a->dh, Gr(m, o->norm_f), a->dnormed, a->res_f, a->rstd_f,
-                             Pm(m, o->norm_f), dp_row(m, c->depth), B, L, D);
+    be->softmax_xent_backward(be, &(VilXentBwd){.dlogits = a->dlogits, .probs = a->probs,
+                                                .targets = a->targets, .B = B, .C = NC});
+    be->zero(be, a->dnormed, (size_t)B * L * D * be->act_bytes);
+    be->linear_backward(be, &(VilLinearBwd){
+        .dinp = Ao(m, a->dnormed, (size_t)c->cls_pos * D), .dw = Gr(m, o->head_w), .db = Gr(m, o->head_b),
+        .dout = a->dlogits, .in = Ao(m, a->normed_f, (size_t)c->cls_pos * D), .w = Wt(m, o->head_w),
+        .N = B, .C = D, .OC = NC, .ld_in = L * D, .ld_out = NC, .flags = VIL_LINEAR_OUT_F32});
+    be->zero(be, a->dres, (size_t)B * L * D * sizeof(float));
+    be->add_rmsnorm_backward(be, &(VilNormBwd){.dres = a->dres, .dh = a->dh, .dw = Gr(m, o->norm_f),
+                                               .dnormed = a->dnormed, .res_out = a->res_f, .rstd = a->rstd_f,
+                                               .w = Pm(m, o->norm_f), .scale = dp_row(m, c->depth),
+                                               .B = B, .L = L, .D = D});
     for (int i = c->depth - 1; i >= 0; i--) {
         VilLayerActs *l = &a->layer[i];
         mixer_backward(m, &o->layer[i], l);
-        be->add_rmsnorm_backward(a->dres, i > 0 ? a->dh : NULL, Gr(m, o->layer[i].norm),
-                                 a->dnormed, l->res, l->rstd, Pm(m, o->layer[i].norm),
-                                 i > 0 ? dp_row(m, i) : NULL, B, L, D);
+        be->add_rmsnorm_backward(be, &(VilNormBwd){.dres = a->dres, .dh = i > 0 ? a->dh : NULL,
+                                                   .dw = Gr(m, o->layer[i].norm), .dnormed = a->dnormed,
+                                                   .res_out = l->res, .rstd = l->rstd,
+                                                   .w = Pm(m, o->layer[i].norm),
+                                                   .scale = i > 0 ? dp_row(m, i) : NULL, .B = B, .L = L, .D = D});
     }
-    be->tokens_backward(a->dpatches, Gr(m, o->cls), Gr(m, o->pos), a->dres, B, c->n_patches, D,
-                        c->cls_pos);
-    be->patch_embed_backward(a->dimg, Gr(m, o->patch_w), Gr(m, o->patch_b), a->dpatches,
-                             Wt(m, o->patch_w), a->img, B, c->in_chans, c->img_size, c->img_size,
-                             c->patch_size, c->stride, D);
+    be->tokens_backward(be, &(VilTokensBwd){.dpatches = a->dpatches, .dcls = Gr(m, o->cls), .dpos = Gr(m, o->pos),
+                                            .dx = a->dres, .B = B, .M = c->n_patches, .D = D, .t = c->cls_pos});
+    be->patch_embed_backward(be, &(VilPatchEmbedBwd){
+        .dimg = a->dimg, .dw = Gr(m, o->patch_w), .db = Gr(m, o->patch_b), .dout = a->dpatches,
+        .w = Wt(m, o->patch_w), .img = a->img, .B = B, .C = c->in_chans, .H = c->img_size,
+        .W = c->img_size, .P = c->patch_size, .S = c->stride, .D = D});
 }
 
-void vil_model_zero_grad(VilModel *m) { m->be->zero(m->grads, m->n_params * sizeof(float)); }
+void vil_model_zero_grad(VilModel *m) { m->be->zero(m->be, m->grads, m->n_params * sizeof(float)); }
 
 void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd) {
     const VilBackend *be = m->be;
     if (!m->m) {
-        m->m = be->alloc(m->n_params * sizeof(float));
-        m->v = be->alloc(m->n_params * sizeof(float));
-        be->zero(m->m, m->n_params * sizeof(float));
-        be->zero(m->v, m->n_params * sizeof(float));
+        m->m = be->alloc(be, m->n_params * sizeof(float));
+        m->v = be->alloc(be, m->n_params * sizeof(float));
+        be->zero(be, m->m, m->n_params * sizeof(float));
+        be->zero(be, m->v, m->n_params * sizeof(float));
     }
     if (!m->decay_mask) {
         /* the tensors are contiguous in the parameter buffer: one update over all of them, with
@@ -653,11 +673,13 @@ void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float
         unsigned char *h = vil_calloc(m->n_params, 1);
         for (int i = 0; i < m->n_tensors; i++)
             memset(h + m->info[i].offset, m->info[i].decay ? 1 : 0, vil_param_extent(&m->info[i]));
-        m->decay_mask = be->alloc(m->n_params);
-        be->to_device(m->decay_mask, h, m->n_params);
+        m->decay_mask = be->alloc(be, m->n_params);
+        be->to_device(be, m->decay_mask, h, m->n_params);
         free(h);
     }
     m->step++;
-    be->adamw_update(m->params, be->work_bytes ? m->work : NULL, m->grads, m->m, m->v,
-                     m->decay_mask, m->n_params, lr, beta1, beta2, eps, wd, m->step);
+    be->adamw_update(be, &(VilAdamW){.p = m->params, .work = be->work_bytes ? m->work : NULL,
+                                     .g = m->grads, .m = m->m, .v = m->v, .decay = m->decay_mask,
+                                     .n = m->n_params, .lr = lr, .beta1 = beta1, .beta2 = beta2,
+                                     .eps = eps, .wd = wd, .step = m->step});
 }

@@ -10,8 +10,10 @@
 
 #define RMS_EPS 1e-5f
 
-void add_rmsnorm_forward(float *res_out, float *normed, float *rstd, const float *res_in,
-                         const float *h, const float *scale, const float *w, int B, int L, int D) {
+void add_rmsnorm_forward(const VilNormFwd *args) {
+    float *res_out = args->res_out, *normed = args->normed, *rstd = args->rstd;
+    const float *res_in = args->res_in, *h = args->h, *scale = args->scale, *w = args->w;
+    int B = args->B, L = args->L, D = args->D;
 #pragma omp parallel for
     for (long r = 0; r < (long)B * L; r++) {
         float *x = res_out + (size_t)r * D;
@@ -29,9 +31,11 @@ void add_rmsnorm_forward(float *res_out, float *normed, float *rstd, const float
     }
 }
 
-void add_rmsnorm_backward(float *dres, float *dh, float *dw, const float *dnormed,
-                          const float *res_out, const float *rstd, const float *w,
-                          const float *scale, int B, int L, int D) {
+void add_rmsnorm_backward(const VilNormBwd *args) {
+    float *dres = args->dres, *dh = args->dh, *dw = args->dw;
+    const float *dnormed = args->dnormed, *res_out = args->res_out, *rstd = args->rstd;
+    const float *w = args->w, *scale = args->scale;
+    int B = args->B, L = args->L, D = args->D;
     /* dw sums over rows: partial sums per fixed block of rows, reduced in block order, so the
      * result does not depend on the thread count */
     enum { ROWS = 64 };

@@ -6,8 +6,13 @@
 
 #include "ops_cpu.h"
 
-void adamw_update(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,
-                  float lr, float beta1, float beta2, float eps, float wd, int step) {
+void adamw_update(const VilAdamW *args) {
+    float *p = args->p, *m = args->m, *v = args->v;
+    const float *g = args->g;
+    const unsigned char *decay = args->decay;
+    size_t n = args->n;
+    float lr = args->lr, beta1 = args->beta1, beta2 = args->beta2, eps = args->eps, wd = args->wd;
+    int step = args->step;
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
@@ -21,7 +26,9 @@ void adamw_update(float *p, const float *g, float *m, float *v, const unsigned c
     }
 }
 
-void grad_clip(float *g, size_t n, float max_norm, float *norm) {
+void grad_clip(const VilGradClip *args) {
+    float *g = args->g, *norm = args->norm, max_norm = args->max_norm;
+    size_t n = args->n;
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
     *norm = (float)sqrt(s);
@@ -30,4 +37,18 @@ void grad_clip(float *g, size_t n, float max_norm, float *norm) {
     if (c >= 1.0f) return;
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) g[i] *= c;
+}
+
+/* the same arithmetic as AdamW's first moment (m = beta1 * m + (1 - beta1) * g), which the EMA
+ * borrowed before it had an op of its own: checkpoints stay bit for bit what they were */
+void ema_update(const VilEma *args) {
+    float *ema = args->ema, decay = args->decay;
+    const float *p = args->p;
+    size_t n = args->n;
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float gi = p[i];
+        float mi = decay * ema[i] + (1.0f - decay) * gi;
+        ema[i] = mi;
+    }
 }

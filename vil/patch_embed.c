@@ -23,25 +23,31 @@ static void im2col(float *col, const float *img, int B, int C, int H, int W, int
             }
 }
 
-void patch_embed_forward(float *out, const float *img, const float *w, const float *b, int B,
-                         int C, int H, int W, int P, int S, int D) {
+void patch_embed_forward(const VilPatchEmbedFwd *args) {
+    const float *img = args->img;
+    int B = args->B, C = args->C, H = args->H, W = args->W, P = args->P, S = args->S, D = args->D;
     int M = ((H - P) / S + 1) * ((W - P) / S + 1), K = C * P * P;
     float *col = vil_malloc((size_t)B * M * K * sizeof(float));
     im2col(col, img, B, C, H, W, P, S);
-    linear_forward(out, col, w, b, B * M, K, D, K, D);
+    linear_forward(&(VilLinearFwd){.out = args->out, .in = col, .w = args->w, .b = args->b, .N = B * M,
+                                   .C = K, .OC = D, .ld_in = K, .ld_out = D});
     free(col);
 }
 
-void patch_embed_backward(float *dimg, float *dw, float *db, const float *dout, const float *w,
-                          const float *img, int B, int C, int H, int W, int P, int S, int D) {
+void patch_embed_backward(const VilPatchEmbedBwd *args) {
+    float *dimg = args->dimg;
+    int B = args->B, C = args->C, H = args->H, W = args->W, P = args->P, S = args->S, D = args->D;
     int GH = (H - P) / S + 1, GW = (W - P) / S + 1, M = GH * GW, K = C * P * P;
     float *col = vil_malloc((size_t)B * M * K * sizeof(float));
-    im2col(col, img, B, C, H, W, P, S);
-    linear_backward(NULL, dw, db, dout, col, w, B * M, K, D, K, D, 0);
+    im2col(col, args->img, B, C, H, W, P, S);
+    VilLinearBwd lb = {.dw = args->dw, .db = args->db, .dout = args->dout, .in = col, .w = args->w,
+                       .N = B * M, .C = K, .OC = D, .ld_in = K, .ld_out = D};
+    linear_backward(&lb);
     if (dimg) {
         /* the input gradient (saliency, gradient checks): dcol = dout @ w, then col2im. Patches
          * overlap when S < P, so each (sample, channel) plane is summed by one thread. */
-        linear_backward(col, NULL, NULL, dout, NULL, w, B * M, K, D, K, D, 0);
+        lb.dinp = col, lb.dw = lb.db = NULL, lb.in = NULL;
+        linear_backward(&lb);
 #pragma omp parallel for collapse(2)
         for (int b = 0; b < B; b++)
             for (int c = 0; c < C; c++) {
@@ -59,9 +65,10 @@ void patch_embed_backward(float *dimg, float *dw, float *db, const float *dout, 
     free(col);
 }
 
-void tokens_forward(float *x, const float *patches, const float *cls, const float *pos, int B,
-                    int M, int D, int t) {
-    int L = M + 1;
+void tokens_forward(const VilTokensFwd *args) {
+    float *x = args->x;
+    const float *patches = args->patches, *cls = args->cls, *pos = args->pos;
+    int B = args->B, M = args->M, D = args->D, t = args->t, L = M + 1;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int l = 0; l < L; l++) {
@@ -74,9 +81,10 @@ void tokens_forward(float *x, const float *patches, const float *cls, const floa
         }
 }
 
-void tokens_backward(float *dpatches, float *dcls, float *dpos, const float *dx, int B, int M,
-                     int D, int t) {
-    int L = M + 1;
+void tokens_backward(const VilTokensBwd *args) {
+    float *dpatches = args->dpatches, *dcls = args->dcls, *dpos = args->dpos;
+    const float *dx = args->dx;
+    int B = args->B, M = args->M, D = args->D, t = args->t, L = M + 1;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int l = 0; l < L; l++) {

@@ -293,7 +293,7 @@ void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *
 static void scan_dir_forward(float *y, const float *u, const float *delta, const float *xdbl,
                              const float *Dskip, const float *A_log, int B, int L, int E, int N,
                              int R, int ld, int reverse) {
-    if (A_log)
+    if (A_log) /* Mamba */
         mamba_scan_forward(y, u, delta, xdbl + R, xdbl + R + N, A_log, Dskip, B, L, E, N, ld,
                            reverse);
     else
@@ -301,15 +301,16 @@ static void scan_dir_forward(float *y, const float *u, const float *delta, const
                               reverse);
 }
 
-void scan_bidir_forward(float *out, const float *const u[2], const float *const delta[2],
-                        const float *const xdbl[2], const float *z, const float *const Dskip[2],
-                        const float *const A_log[2], int B, int L, int E, int N, int R, int ldx,
-                        int ldz) {
+void scan_bidir_forward(const VilScanFwd *args) {
+    float *out = args->out;
+    const float *z = args->z;
+    int B = args->B, L = args->L, E = args->E, N = args->N, R = args->dt_ld, ldx = args->ldx,
+        ldz = args->ldz, mamba = args->rec == VIL_REC_MAMBA;
     size_t BL = (size_t)B * L;
     float *y = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
-        scan_dir_forward(y, u[j], delta[j], xdbl[j], Dskip[j], A_log ? A_log[j] : NULL, B, L, E,
-                         N, R, ldx, j);
+        scan_dir_forward(y, args->u[j], args->delta[j], args->xdbl[j], args->D[j],
+                         mamba ? args->A_log[j] : NULL, B, L, E, N, R, ldx, j);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {
@@ -321,19 +322,22 @@ void scan_bidir_forward(float *out, const float *const u[2], const float *const 
     free(y);
 }
 
-void scan_bidir_backward(float *const du[2], float *const ddelta[2], float *const dxdbl[2],
-                         float *dz, float *const dD[2], float *const dA_log[2],
-                         float *const ddelta_sum[2], const float *dout,
-                         const float *const u[2], const float *const delta[2],
-                         const float *const xdbl[2], const float *z, const float *const Dskip[2],
-                         const float *const A_log[2], int B, int L, int E, int N, int R, int ldx,
-                         int ldz) {
+void scan_bidir_backward(const VilScanBwd *args) {
+    float *const *du = (float *const *)args->du, *const *ddelta = (float *const *)args->ddelta;
+    float *const *dxdbl = (float *const *)args->dxdbl, *dz = args->dz;
+    float *const *dD = args->dD, *const *dA_log = args->dA_log;
+    const float *const *u = (const float *const *)args->u;
+    const float *const *delta = (const float *const *)args->delta;
+    const float *const *xdbl = (const float *const *)args->xdbl;
+    const float *const *Dskip = args->D, *dout = args->dout, *z = args->z;
+    int B = args->B, L = args->L, E = args->E, N = args->N, R = args->dt_ld, ldx = args->ldx,
+        ldz = args->ldz, mamba = args->rec == VIL_REC_MAMBA;
     size_t BL = (size_t)B * L;
     const int ld = ldx;
     float *y = vil_malloc(BL * E * sizeof(float));
     float *gy = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
-        const float *Al = A_log ? A_log[j] : NULL;
+        const float *Al = mamba ? args->A_log[j] : NULL;
         scan_dir_forward(y, u[j], delta[j], xdbl[j], Dskip[j], Al, B, L, E, N, R, ldx, j);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
@@ -353,12 +357,13 @@ void scan_bidir_backward(float *const du[2], float *const ddelta[2], float *cons
             longhorn_scan_backward(du[j], ddelta[j], dxdbl[j] + R, dxdbl[j] + R + N, dD[j], gy,
                                    u[j], delta[j], xdbl[j] + R, xdbl[j] + R + N, Dskip[j], B, L,
                                    E, N, ld, j);
-        if (ddelta_sum) {
+        if (args->ddelta_sum[j]) {
+            float *sum = args->ddelta_sum[j];
 #pragma omp parallel for
             for (int e = 0; e < E; e++) {
                 float s = 0.0f;
                 for (size_t r = 0; r < BL; r++) s += ddelta[j][r * E + e];
-                ddelta_sum[j][e] += s;
+                sum[e] += s;
             }
         }
     }
