@@ -3,13 +3,14 @@
 #ifndef VIL_COMMANDS_H
 #define VIL_COMMANDS_H
 
-int vil_cmd_info(int argc, char **argv);       /* eval/info.c */
-int vil_cmd_classify(int argc, char **argv);   /* eval/classify.c */
-int vil_cmd_bench(int argc, char **argv);      /* train/bench.c */
-int vil_cmd_bench_data(int argc, char **argv); /* data/bench_data.c */
-int vil_cmd_train(int argc, char **argv);      /* train/train.c */
-int vil_cmd_eval(int argc, char **argv);       /* eval/eval.c */
-int vil_cmd_convert(int argc, char **argv);    /* cli/convert.c */
-int vil_cmd_compare(int argc, char **argv);    /* cli/compare.c */
+/* one file each in cli/: cli/info.c, cli/classify.c, cli/bench.c, ... */
+int vil_cmd_info(int argc, char **argv);
+int vil_cmd_classify(int argc, char **argv);
+int vil_cmd_bench(int argc, char **argv);
+int vil_cmd_bench_data(int argc, char **argv);
+int vil_cmd_train(int argc, char **argv);
+int vil_cmd_eval(int argc, char **argv);
+int vil_cmd_convert(int argc, char **argv);
+int vil_cmd_compare(int argc, char **argv);
 
 #endif

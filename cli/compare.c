@@ -16,7 +16,7 @@
 #include "data/dataset.h"
 #include "eval/chart.h"
 #include "eval/eval.h"
-#include "vil/args.h"
+#include "cli/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"

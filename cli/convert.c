@@ -8,7 +8,7 @@
 
 #include "cli/commands.h"
 #include "data/dataset.h"
-#include "vil/args.h"
+#include "cli/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
 

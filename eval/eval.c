@@ -1,16 +1,14 @@
-/* eval.c: `vil eval --model CKPT --data DIR`: top-1 / top-5 of a checkpoint on a whole split
- * with the evaluation transform of recipe.md, and the validation pass `vil train` runs after
- * its epochs. Bad files are counted and reported with the result. */
+/* eval.c: the validation pass (eval.h): top-1 / top-5 of a model on a whole split with the
+ * evaluation transform of doc/recipe.md, shared by `vil eval` (cli/eval.c) and the trainer's
+ * passes after epochs. Bad files are counted and reported with the result. */
 #include "eval/eval.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/commands.h"
 #include "data/feed.h"
 #include "data/transform.h"
-#include "vil/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"
@@ -86,7 +84,7 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
         void *in[1];
         b = vil_feed_take(&feed, in);
         if (!b) break;
-        m->acts.img = in[0];
+        vil_model_set_inputs(m, in[0], NULL, NULL);
         int n = b->n;
         if (max_images > 0 && r->images + n > max_images) n = (int)(max_images - r->images);
         vil_model_forward(m, 0);
@@ -121,7 +119,7 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
 out:
     if (feed.be) {
         vil_feed_drain(&feed, l);
-        m->acts.img = feed.dev[0][0];
+        vil_model_set_inputs(m, NULL, NULL, NULL);
         vil_feed_free(&feed);
     }
     free(logits);
@@ -185,99 +183,4 @@ double vil_time_forward(VilModel *m, int warmup, int steps) {
     for (int i = 0; i < steps; i++) vil_model_forward(m, 0);
     m->be->sync(m->be);
     return (vil_now() - t0) / (steps > 0 ? steps : 1);
-}
-
-int vil_cmd_eval(int argc, char **argv) {
-    const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto";
-    int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0, skip_bad = 0;
-    float crop_pct = 0;
-    VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
-        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
-        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
-        {"--split", VIL_ARG_STR, &split, "split to evaluate: val, test or train"},
-        {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
-        {"--batch", VIL_ARG_INT, &batch, "batch size"},
-        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
-        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
-        {"--img-size", VIL_ARG_INT, &img_size, "evaluation resolution (0: the checkpoint's); another size interpolates pos_embed"},
-        {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
-        {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
-        {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "images that cannot be read are named and left out, and the exit code stays 0"},
-    };
-    VilArgSpec spec = {"eval", "--model CKPT --data DIR [--split val] [--batch B] [options]",
-                       "Top-1 and top-5 accuracy of a checkpoint on a whole split with the\n"
-                       "evaluation transform it was trained with (resize to size / crop_pct,\n"
-                       "bicubic, center crop, normalize). The last line holds the result. An image\n"
-                       "that cannot be read is named and not counted, and the exit code is then 1\n"
-                       "unless --skip-bad.",
-                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
-    int rc = vil_args_parse_flags(&spec, argc, argv);
-    if (rc >= 0) return rc;
-    if (!model || !data) {
-        fprintf(stderr, "vil eval: --model and --data are required\n");
-        vil_args_usage(&spec, 1);
-        return 2;
-    }
-    if (batch < 1 || batch > VIL_MAX_BATCH || workers < 1 || workers > 256 || limit < 0 ||
-        img_size < 0 || img_size > VIL_MAX_IMG_SIZE || !(crop_pct >= 0.0f && crop_pct <= 1.0f)) {
-        fprintf(stderr, "vil eval: --batch must be in 1..%d, --workers in 1..256, --limit >= 0, "
-                        "--img-size in 0..%d, --crop-pct in (0, 1]\n", VIL_MAX_BATCH, VIL_MAX_IMG_SIZE);
-        return 2;
-    }
-    if (!vil_device_name_ok(device) || !vil_dataset_split_ok(split)) {
-        fprintf(stderr, "vil eval: --device takes cpu, cuda or auto, --split val, test or train\n");
-        return 2;
-    }
-    char err[2048];
-    /* the data first: a wrong path is the likeliest mistake and costs nothing to find */
-    VilDataset *ds = vil_dataset_open(data, split, labels, err, sizeof err);
-    if (!ds) {
-        vil_error("%s", err);
-        return 1;
-    }
-    const VilBackend *be = vil_backend_get(device);
-    if (!be) {
-        vil_dataset_free(ds);
-        return 1;
-    }
-    VilModel m;
-    VilCheckpointMeta meta;
-    VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
-    if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) {
-        vil_dataset_free(ds);
-        return 1;
-    }
-    const VilConfig *c = &m.cfg;
-    VilEvalSpec ev;
-    char note[128];
-    vil_eval_spec_resolve(&ev, &meta, crop_pct, c->in_chans, note, sizeof note);
-    rc = 1;
-    char name[96];
-    printf("eval: %s%s%s (%s, %zu parameters, %d x %d) on %s\n", model, meta.weights[0] ? ":" : "",
-           meta.weights, vil_printable(name, sizeof name, c->name), m.param_count, c->img_size,
-           c->img_size, be->name);
-    printf("data: %s: %d images, %d classes; resize %d, center crop %d (%s)\n",
-           vil_dataset_source(ds), vil_dataset_size(ds), vil_dataset_num_classes(ds),
-           vil_eval_scale_size(c->img_size, ev.crop_pct), c->img_size, note);
-    fflush(stdout);
-    VilEvalResult r;
-    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, stdout, "  ", &r) != 0) goto done;
-    if (r.images == 0) {
-        vil_error("no images were evaluated%s", r.bad ? ": none could be read" : "");
-        goto done;
-    }
-    printf("top-1 %.2f%%  top-5 %.2f%%  (%ld images; %ld unreadable, not counted; %.1f s)\n",
-           100.0 * r.top1 / r.images, 100.0 * r.top5 / r.images, r.images, r.bad, r.seconds);
-    if (r.bad && !skip_bad) {
-        vil_error("%ld images could not be read (named above) and are not in the result: fix "
-                  "the data, or pass --skip-bad to accept a result without them", r.bad);
-        goto done;
-    }
-    rc = 0;
-done:
-    vil_checkpoint_meta_free(&meta);
-    vil_model_free(&m);
-    vil_dataset_free(ds);
-    return rc;
 }

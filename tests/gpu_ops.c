@@ -515,6 +515,24 @@ static void test_adamw(size_t n) {
     free(decay), free(p), free(m), free(v), free(p_g), free(m_g), free(v_g), free(w_g);
 }
 
+/* the weight EMA: three updates against the CPU op */
+static void test_ema(size_t n, float decay) {
+    char nm[96];
+    float *e = rnd(n, 1.0f), *d_e = dev_f32(e, n);
+    for (int it = 0; it < 3; it++) {
+        float *p = rnd(n, 3.0f), *d_p = dev_f32(p, n);
+        ema_update(&(VilEma){.ema = e, .p = p, .n = n, .decay = decay});
+        G->ema_update(G, &(VilEma){.ema = d_e, .p = d_p, .n = n, .decay = decay});
+        G->free(G, d_p);
+        free(p);
+    }
+    float *e_g = get_f32(d_e, n);
+    snprintf(nm, sizeof nm, "ema 3 updates n=%zu decay %g", n, decay);
+    T_CLOSE(nm, rel(e_g, e, n), 1e-6);
+    G->free(G, d_e);
+    free(e), free(e_g);
+}
+
 /* clip_grad_norm_: the norm (double sums in another order) and the scaled gradient */
 static void test_grad_clip(size_t n, float max_norm) {
     char nm[96];
@@ -662,6 +680,8 @@ int main(int argc, char **argv) {
     test_loss(7, 1000);
     test_adamw(1001);
     test_adamw(7);
+    test_ema(1001, 0.99f);
+    test_ema(7, 0.99996f);
     test_grad_clip(7, 0.5f);
     test_grad_clip(1000003, 10.0f);
     test_grad_clip(1000003, 1e4f); /* under the limit */

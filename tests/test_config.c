@@ -10,6 +10,7 @@
 #include "data_corpus.h"
 #include "testing.h"
 #include "vil/common.h"
+#include "train/train_config.h"
 #include "vil/config.h"
 #include "vil/limits.h"
 

@@ -304,7 +304,7 @@ static void test_thread_determinism(void) {
     free(g[1]);
 }
 
-static size_t tiny_free(void) { return (size_t)32 << 20; } /* a device with 32 MiB free */
+static size_t tiny_free(const VilBackend *be) { return (size_t)32 << 20; } /* a device with 32 MiB free */
 
 /* the memory and size checks that turn "cannot allocate" into a message before anything runs */
 static void test_fits(void) {

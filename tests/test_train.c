@@ -72,7 +72,7 @@ static void test_ema(void) {
     double err = 0;
     for (int it = 0; it < 3; it++) {
         for (size_t i = 0; i < n; i++) p[i] = 3.0f * vil_rng_normal(&r);
-        vil_ema_update(be, ema, p, n, decay);
+        be->ema_update(be, &(VilEma){.ema = ema, .p = p, .n = n, .decay = decay});
         for (size_t i = 0; i < n; i++) {
             want[i] = (double)decay * want[i] + (1.0 - (double)decay) * p[i];
             err = fmax(err, fabs(ema[i] - want[i]) / (1e-3 + fabs(want[i])));
@@ -110,9 +110,14 @@ static void test_config(void) {
     VilConfig c;
     VilTrainConfig t;
     vil_config_default(&c);
-    T_CHECK(vil_config_load(&c, "configs/vil_tiny_in1k.cfg") == 0 && vil_config_finalize(&c) == 0 &&
+    vil_train_config_default(&t);
+    T_CHECK(vil_train_config_load(&c, &t, "configs/vil_tiny_in1k.cfg") == 0 && vil_config_finalize(&c) == 0 &&
                 vil_model_count_params(&c) == 6853096,
-            "a model-only reader takes a cfg with training keys (ViL-Tiny parameters)");
+            "a cfg with model and training keys (ViL-Tiny parameters)");
+    vil_config_default(&c);
+    fprintf(stderr, "(an expected error follows)\n");
+    T_CHECK(vil_config_load(&c, "configs/vil_tiny_in1k.cfg") == VIL_EUSAGE,
+            "a model-only reader refuses the training keys");
     vil_config_default(&c);
     vil_train_config_default(&t);
     int ok = vil_train_config_load(&c, &t, "configs/vil_small_in1k.cfg") == 0 &&
@@ -305,8 +310,10 @@ static void test_train_resume(void) {
          * has 6 padding rows), in table order: "params" starts with cls_token, then pos_embed */
         VilSafetensors st;
         VilConfig c;
+        VilTrainConfig tc;
         vil_config_default(&c);
-        int ok = vil_config_load(&c, path("tiny.cfg")) == 0 && vil_config_finalize(&c) == 0 &&
+        vil_train_config_default(&tc);
+        int ok = vil_train_config_load(&c, &tc, path("tiny.cfg")) == 0 && vil_config_finalize(&c) == 0 &&
                  vil_st_read(sa, &st, NULL, 0) == 0;
         const VilStTensor *t = ok ? vil_st_find(&st, "params") : NULL;
         T_CHECK(t && (size_t)vil_st_numel(t) == vil_model_count_params(&c) && c.dt_rank + 2 * c.d_state == 34,

@@ -1,5 +1,5 @@
-/* schedule.c: the learning-rate schedule of recipe.md (linear scaling, linear warmup, cosine
- * decay, evaluated per step) and the weight EMA, both backend-neutral. */
+/* schedule.c: the learning-rate schedule of doc/recipe.md (linear scaling, linear warmup,
+ * cosine decay, evaluated per step). */
 #include <math.h>
 
 #include "train/train.h"
@@ -15,8 +15,4 @@ double vil_lr_at(long step, long total_steps, long warmup_steps, double peak, do
     double t = (double)(step - warmup_steps) / (double)span;
     if (t > 1.0) t = 1.0;
     return min_lr + 0.5 * (peak - min_lr) * (1.0 + cos(M_PI * t));
-}
-
-void vil_ema_update(const VilBackend *be, float *ema, const float *params, size_t n, float decay) {
-    be->ema_update(be, &(VilEma){.ema = ema, .p = params, .n = n, .decay = decay});
 }

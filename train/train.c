@@ -1,6 +1,7 @@
-/* train.c: `vil train` and the training run behind it (train.h): the loop of recipe.md written
- * once against VilModel / VilBackend, the validation pass after epochs, checkpoints and the
- * training state that makes --resume continue bitwise-identically on the CPU. */
+/* train.c: the training run (train.h) behind `vil train` (cli/train.c): the loop of
+ * doc/recipe.md written once against VilModel / VilBackend in pieces (setup, step, log, end of
+ * epoch, stop), the validation pass after epochs, checkpoints and the training state that makes
+ * --resume continue bitwise-identically on the CPU. */
 #define _GNU_SOURCE
 #include "train/train.h"
 
@@ -13,12 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/commands.h"
 #include "data/feed.h"
 #include "data/loader.h"
 #include "data/transform.h"
 #include "eval/eval.h"
-#include "vil/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
 #include "vil/model.h"
@@ -37,9 +36,8 @@ typedef struct {
     FILE *log;
     VilDataset *ds, *val_ds;
     VilLoader *loader, *val_loader;
-    VilModel m;
+    VilModel m;           /* owns its AdamW moments and its EMA (m.ema, NULL when off) */
     int model_ready;
-    float *ema;           /* backend memory, (n_params); NULL when the EMA is off */
     char **class_names;
     int n_classes;
     /* position: the next batch to train on is batch `epoch_batch` of epoch `epoch` */
@@ -55,7 +53,12 @@ typedef struct {
      * path, the step's drop-path scales, staged per feed slot in dp_host */
     VilFeed feed;
     float *dp_host[2];
-    float *gnorm; /* backend float: the last step's gradient norm (with clip_grad) */
+    /* progress: the current log interval (since t_int: int_steps steps, wait_int seconds waiting
+     * for the loader) and this process's steps (train_time seconds for steps_here steps) */
+    double t_start, t_int, wait_int, train_time;
+    long steps_here, int_steps;
+    float lr;             /* of the last step */
+    float *host_losses;   /* (batch) */
 } Trainer;
 
 /* ---------------- small helpers ---------------- */
@@ -242,15 +245,15 @@ static int state_restore(Trainer *T, const char *path) {
     upload(m, m->m, tm, host);
     upload(m, m->v, tv, host);
     m->step = (int)adam_step;
-    if (T->ema) {
+    if (m->ema) {
         const VilStTensor *te = vil_st_find(&st, "ema");
         if (te) {
             if (!(te = state_tensor(&st, "ema", n))) goto done;
-            upload(m, T->ema, te, host);
+            upload(m, m->ema, te, host);
         } else {
             vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
             vil_model_get_params(m, host);
-            be->to_device(be, T->ema, host, m->n_params * sizeof(float));
+            be->to_device(be, m->ema, host, m->n_params * sizeof(float));
         }
     }
     T->step = step;
@@ -272,12 +275,8 @@ static int all_finite(const float *x, size_t n) {
     return ok;
 }
 
-/* One checkpoint of the run at the current step: the model's parameters, or another buffer
- * of the parameter layout (the EMA) read in their place. */
-static int save_checkpoint(Trainer *T, const char *path, float *params) {
-    /* a shallow copy that reads the buffer as its parameters: the save only reads */
-    VilModel cm = T->m;
-    cm.params = params;
+/* One checkpoint of the run at the current step: the model's weights, or with ema its EMA. */
+static int save_checkpoint(Trainer *T, const char *path, int ema) {
     /* the evaluation transform of this run's validation pass, so that eval and classify feed
      * the model what it was validated on */
     VilEvalSpec ev = {.crop_pct = T->tc->crop_pct, .has_norm = 1};
@@ -285,7 +284,10 @@ static int save_checkpoint(Trainer *T, const char *path, float *params) {
     vil_train_transform_default(&tt, T->mc->img_size, T->mc->in_chans);
     memcpy(ev.mean, tt.mean, sizeof ev.mean);
     memcpy(ev.std, tt.std, sizeof ev.std);
-    return vil_checkpoint_save(&cm, path, T->step, T->class_names, T->n_classes, &ev);
+    if (ema) vil_model_use_ema(&T->m, 1);
+    int rc = vil_checkpoint_save(&T->m, path, T->step, T->class_names, T->n_classes, &ev);
+    if (ema) vil_model_use_ema(&T->m, 0);
+    return rc;
 }
 
 /* Write the state (first: it is what a resume reads), then the model checkpoint, then the EMA
@@ -299,7 +301,7 @@ static int save_all(Trainer *T, const float *new_best) {
     const VilBackend *be = T->be;
     size_t n = m->n_params, bytes = n * sizeof(float);
     float *p = vil_malloc(bytes), *mm = vil_malloc(bytes), *vv = vil_malloc(bytes);
-    float *e = T->ema ? vil_malloc(bytes) : NULL;
+    float *e = m->ema ? vil_malloc(bytes) : NULL;
     int rc = -1;
     vil_model_get_params(m, p);
     if (!all_finite(p, n)) {
@@ -314,7 +316,7 @@ static int save_all(Trainer *T, const float *new_best) {
     }
     be->to_host(be, mm, m->m, bytes);
     be->to_host(be, vv, m->v, bytes);
-    if (e) be->to_host(be, e, T->ema, bytes);
+    if (e) be->to_host(be, e, m->ema, bytes);
     /* packed: the tensors without the parameter buffer's padding, so a state file does not
      * depend on the build's internal layout */
     vil_model_pack(m, p, p);
@@ -352,9 +354,8 @@ static int save_all(Trainer *T, const float *new_best) {
     free(mj);
     free(tj);
     if (src != 0) goto done;
-    if (save_checkpoint(T, T->path_last, m->params) != 0 ||
-        (T->ema && save_checkpoint(T, T->path_ema, T->ema) != 0) ||
-        (new_best && save_checkpoint(T, T->path_best, m->params) != 0)) {
+    if (save_checkpoint(T, T->path_last, 0) != 0 || (m->ema && save_checkpoint(T, T->path_ema, 1) != 0) ||
+        (new_best && save_checkpoint(T, T->path_best, 0) != 0)) {
         vil_error("the training state %s is saved at step %ld but the checkpoints are not: free "
                   "space or fix the folder, then --resume brings them up to that step",
                   T->path_state, T->step);
@@ -404,19 +405,19 @@ static long checkpoint_step(const char *path, char *why, size_t n) {
 static int sync_run_files(Trainer *T) {
     struct {
         const char *path;
-        float *params;
+        int ema;
     } files[3];
     int nf = 0;
-    files[nf].path = T->path_last, files[nf++].params = T->m.params;
-    if (T->ema) files[nf].path = T->path_ema, files[nf++].params = T->ema;
+    files[nf].path = T->path_last, files[nf++].ema = 0;
+    if (T->m.ema) files[nf].path = T->path_ema, files[nf++].ema = 1;
     /* the restored parameters are the best weights only when the best was saved at this step;
      * at any other step (or unknown: an older state) best.safetensors is left as it is */
     if (T->best_step >= 0 && T->best_step == T->step)
-        files[nf].path = T->path_best, files[nf++].params = T->m.params;
+        files[nf].path = T->path_best, files[nf++].ema = 0;
     for (int i = 0; i < nf; i++) {
         char why[700];
         if (checkpoint_step(files[i].path, why, sizeof why) == T->step) continue;
-        if (save_checkpoint(T, files[i].path, files[i].params) != 0) {
+        if (save_checkpoint(T, files[i].path, files[i].ema) != 0) {
             vil_error("cannot resume: '%s' was %s, the state is at step %ld, and rewriting it "
                       "failed (see above): free space or fix the folder, then resume again",
                       files[i].path, why, T->step);
@@ -430,18 +431,12 @@ static int sync_run_files(Trainer *T) {
 
 /* ---------------- the steps ---------------- */
 
-static float read_loss(Trainer *T, float *host_losses) {
+static float read_loss(Trainer *T) {
     int B = T->m.acts.B;
-    T->be->to_host(T->be, host_losses, T->m.acts.losses, (size_t)B * sizeof(float));
+    T->be->to_host(T->be, T->host_losses, T->m.acts.losses, (size_t)B * sizeof(float));
     double s = 0;
-    for (int b = 0; b < B; b++) s += host_losses[b];
+    for (int b = 0; b < B; b++) s += T->host_losses[b];
     return (float)(s / B);
-}
-
-static void use_params(VilModel *m, float *p) {
-    m->params = p;
-    if (!m->be->work_bytes) m->work = p;
-    else if (m->be->params_to_work) m->be->params_to_work(m->be, m->work, p, m->n_params);
 }
 
 /* The validation pass of the model and of the EMA. */
@@ -453,11 +448,10 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     res->top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
     long bad = r.bad, images = r.images;
     double secs = r.seconds;
-    if (T->ema) {
-        float *own = T->m.params;
-        use_params(&T->m, T->ema);
+    if (T->m.ema) {
+        vil_model_use_ema(&T->m, 1);
         int erc = vil_eval_run(&T->m, T->val_loader, 0, NULL, NULL, &r);
-        use_params(&T->m, own);
+        vil_model_use_ema(&T->m, 0);
         if (erc != 0) return -1;
         res->ema_top1 = r.images ? (float)(100.0 * r.top1 / r.images) : 0.0f;
         res->ema_top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
@@ -465,7 +459,7 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     }
     if (plog) {
         fprintf(plog, "val   epoch %d: top-1 %.2f%%  top-5 %.2f%%", epoch + 1, res->top1, res->top5);
-        if (T->ema) fprintf(plog, "  |  EMA top-1 %.2f%%  top-5 %.2f%%", res->ema_top1, res->ema_top5);
+        if (T->m.ema) fprintf(plog, "  |  EMA top-1 %.2f%%  top-5 %.2f%%", res->ema_top1, res->ema_top5);
         fprintf(plog, "  (%ld images%s, %.1f s)\n", images, bad ? ", bad files replaced" : "", secs);
         if (bad) fprintf(plog, "      %ld bad file reads were replaced during the pass\n", bad);
         fflush(plog);
@@ -602,11 +596,8 @@ static void print_header(Trainer *T) {
 static void trainer_free(Trainer *T) {
     for (int i = 0; i < 2; i++)
         if (T->dp_host[i]) T->be->host_free(T->be, T->dp_host[i]);
-    if (T->gnorm) T->be->free(T->be, T->gnorm);
-    if (T->model_ready) {
-        if (T->ema) T->be->free(T->be, T->ema);
-        vil_model_free(&T->m);
-    }
+    if (T->model_ready) vil_model_free(&T->m);
+    free(T->host_losses);
     vil_loader_free(T->loader);
     vil_loader_free(T->val_loader);
     free(T->class_names);
@@ -668,39 +659,22 @@ static int prepare_out_dir(Trainer *T) {
 
 /* ---------------- the input feed ---------------- */
 
-/* Starts the feed over the model's input buffers (after vil_model_alloc_acts). */
-static int feed_start(Trainer *T) {
-    VilModel *m = &T->m;
-    const VilConfig *c = T->mc;
-    size_t B = (size_t)T->tc->batch;
-    size_t bytes[3] = {B * c->in_chans * c->img_size * c->img_size * sizeof(float),
-                       B * c->num_classes * sizeof(float), vil_model_drop_path_bytes(m)};
-    void *dev0[3] = {m->acts.img, m->acts.targets, m->acts.dp_scale};
-    int n = bytes[2] ? 3 : 2;
-    for (int i = 0; i < 2 && n == 3; i++)
-        if (!T->dp_host[i] && !(T->dp_host[i] = T->be->host_alloc(T->be, bytes[2]))) {
-            vil_error("cannot allocate %zu bytes of host memory for the drop-path scales", bytes[2]);
-            return -1;
-        }
-    vil_feed_init(&T->feed, T->be, n, dev0, bytes);
-    return 0;
-}
-
 /* Waits for the device, gives queued batches back and points the model at its own buffers. */
 static void feed_stop(Trainer *T) {
     VilFeed *f = &T->feed;
     if (!f->be) return;
     vil_feed_drain(f, T->loader);
-    T->m.acts.img = f->dev[0][0];
-    T->m.acts.targets = f->dev[0][1];
-    if (f->n > 2) T->m.acts.dp_scale = f->dev[0][2];
+    vil_model_set_inputs(&T->m, NULL, NULL, NULL);
     vil_feed_free(f);
 }
 
 /* Queues the batch of global step `step` (its upload overlaps the step in flight); -1 when the
- * loader has none (vil_loader_error says why, or the epoch ended early). */
+ * loader has none (vil_loader_error says why, or the epoch ended early). The wait for the loader
+ * counts in the interval's data wait. */
 static int feed_next(Trainer *T, long step) {
+    double t0 = vil_now();
     const VilBatch *b = vil_loader_next_batch(T->loader);
+    T->wait_int += vil_now() - t0;
     if (!b) return -1;
     const void *src[3] = {b->images, b->targets, NULL};
     if (T->feed.n > 2) {
@@ -713,26 +687,19 @@ static int feed_next(Trainer *T, long step) {
     return 0;
 }
 
-/* ---------------- the run ---------------- */
+/* ---------------- the run's setup ---------------- */
 
-VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
-    Trainer TT = {0}, *T = &TT;
-    VilTrainStatus status = VIL_TRAIN_FAILED;
-    memset(res, 0, sizeof *res);
-    res->top1 = res->top5 = res->ema_top1 = res->ema_top5 = res->best_top1 = -1.0f;
-    res->last_loss = NAN;
-    T->run = run;
-    T->mc = &run->model;
-    T->tc = &run->train;
-    T->be = run->be;
-    T->log = run->log ? run->log : stdout;
-    T->best_top1 = -1.0f;
-    T->best_step = -1;
-    T->last_loss = NAN;
+/* internal: the run goes on (not a VilTrainStatus) */
+#define GO_ON 100
+
+/* Everything before the first step: the data and the output folder checked before any work,
+ * the loaders, the model (initialized, or from --init, or restored from the state), its
+ * training state and the header. GO_ON, or the run's status (done, nothing to do; failed). */
+static int trainer_setup(Trainer *T) {
+    const VilTrainRun *run = T->run;
     const VilTrainConfig *t = T->tc;
-    double t_start = vil_now();
     char *state_in = run->resume ? vil_train_state_path(run->resume) : NULL;
-    float *host = NULL, *host_losses = NULL;
+    int status = VIL_TRAIN_FAILED;
 
     /* everything that can be wrong with the inputs is found before any work */
     if (open_data(T) != 0) goto out;
@@ -768,7 +735,6 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     VilModel *m = &T->m;
     if (vil_model_init(m, T->mc, T->be) != 0) goto out;
     T->model_ready = 1;
-    size_t n = m->n_params, bytes = n * sizeof(float);
     vil_model_init_weights(m, (uint64_t)t->seed);
     char init_note[1024] = "";
     if (run->init && !state_in) {
@@ -780,20 +746,9 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
                  im.head_kept ? "; its head (other classes) not taken: the head starts fresh" : "");
         vil_checkpoint_meta_free(&im);
     }
-    /* the moments exist from the start so that a save before the first update is complete */
-    if (!m->m) {
-        m->m = T->be->alloc(T->be, bytes);
-        m->v = T->be->alloc(T->be, bytes);
-        T->be->zero(T->be, m->m, bytes);
-        T->be->zero(T->be, m->v, bytes);
-    }
-    host = vil_malloc(bytes);
-    if (t->clip_grad > 0.0f) T->gnorm = T->be->alloc(T->be, sizeof(float));
-    if (t->ema_decay > 0.0f) {
-        T->ema = T->be->alloc(T->be, bytes);
-        vil_model_get_params(m, host);
-        T->be->to_device(T->be, T->ema, host, bytes);
-    }
+    /* the moments (and the EMA, from the weights) exist from the start so that a save before
+     * the first update is complete */
+    vil_model_init_training(m, t->ema_decay > 0.0f);
     if (state_in && state_restore(T, state_in) != 0) goto out;
     if (!run->quiet) {
         print_header(T);
@@ -812,342 +767,256 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
         status = VIL_TRAIN_DONE;
         goto out;
     }
+    T->host_losses = vil_malloc((size_t)t->batch * sizeof(float));
+    T->t_int = vil_now();
+    status = GO_ON;
+out:
+    free(state_in);
+    return status;
+}
 
-    int B = t->batch;
-    host_losses = vil_malloc((size_t)B * sizeof(float));
-    /* timing of the current log interval and of this process's steps */
-    double t_int = vil_now(), wait_int = 0, train_time = 0;
-    long steps_here = 0, int_steps = 0;
-    float grad_norm = -1.0f;
+/* ---------------- the loop's pieces ---------------- */
 
-    while (T->step < T->total_steps) {
-        vil_model_alloc_acts(m, B, 1);
-        vil_loader_start_epoch(T->loader, T->epoch);
-        if (T->epoch_batch > 0) {
-            /* the loader has no seek: decode and drop the batches done before the save, which
-             * keeps every later batch exactly as an uninterrupted run sees it */
-            if (!run->quiet) fprintf(T->log, "resume: skipping %d batches of epoch %d\n", T->epoch_batch, T->epoch + 1);
-            for (int k = 0; k < T->epoch_batch; k++) {
-                const VilBatch *b = vil_loader_next_batch(T->loader);
-                if (!b) {
-                    const char *e = vil_loader_error(T->loader);
-                    vil_error("cannot resume: the data loader stopped at batch %d of epoch %d: %s",
-                              k, T->epoch + 1, e ? e : "the epoch is shorter than when saved");
-                    goto out;
-                }
-                vil_loader_release_batch(T->loader, b);
-            }
-            t_int = vil_now();
-        }
-        if (feed_start(T) != 0) goto out;
-        double tw = vil_now();
-        feed_next(T, T->step); /* a failure shows as no batch at the take below */
-        wait_int += vil_now() - tw;
-        while (T->epoch_batch < T->spe && T->step < T->total_steps) {
-            void *in[3];
-            const VilBatch *b = vil_feed_take(&T->feed, in);
+/* After a failure between saves (the loader, an evaluation): the weights are those of a
+ * completed step, so they are kept. */
+static void save_after_failure(Trainer *T) {
+    if (save_all(T, NULL) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
+}
+
+/* save_all as a status: GO_ON when saved, else diverged (weights not finite) or failed */
+static int save_run(Trainer *T, const float *new_best) {
+    int rc = save_all(T, new_best);
+    return rc == 0 ? GO_ON : rc == -2 ? VIL_TRAIN_DIVERGED : VIL_TRAIN_FAILED;
+}
+
+/* The start of an epoch (or of the rest of one, on resume): training activations, the
+ * loader's epoch, the batches a resumed run has done skipped, the feed and its first batch. */
+static int start_epoch(Trainer *T) {
+    vil_model_alloc_acts(&T->m, T->tc->batch, 1);
+    vil_loader_start_epoch(T->loader, T->epoch);
+    if (T->epoch_batch > 0) {
+        /* the loader has no seek: decode and drop the batches done before the save, which keeps
+         * every later batch exactly as an uninterrupted run sees it */
+        if (!T->run->quiet)
+            fprintf(T->log, "resume: skipping %d batches of epoch %d\n", T->epoch_batch, T->epoch + 1);
+        for (int k = 0; k < T->epoch_batch; k++) {
+            const VilBatch *b = vil_loader_next_batch(T->loader);
             if (!b) {
                 const char *e = vil_loader_error(T->loader);
-                vil_error("the data loader stopped at epoch %d, batch %d: %s", T->epoch + 1,
-                          T->epoch_batch, e ? e : "the epoch ended early");
-                /* the weights are those of a completed step: keep them */
-                if (save_all(T, NULL) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
-                goto out;
+                vil_error("cannot resume: the data loader stopped at batch %d of epoch %d: %s", k,
+                          T->epoch + 1, e ? e : "the epoch is shorter than when saved");
+                return VIL_TRAIN_FAILED;
             }
-            m->acts.img = in[0];
-            m->acts.targets = in[1];
-            if (T->feed.n > 2) m->acts.dp_scale = in[2];
-            vil_model_zero_grad(m);
-            vil_model_forward(m, 1);
-            vil_model_backward(m);
-            /* on the device; the norm is read when the step is logged */
-            if (t->clip_grad > 0.0f)
-                T->be->grad_clip(T->be, &(VilGradClip){.g = m->grads, .n = n, .max_norm = t->clip_grad, .norm = T->gnorm});
-            float lr = (float)vil_lr_at(T->step, T->total_steps, T->warmup_steps, T->peak_lr,
-                                        t->warmup_lr, t->min_lr);
-            vil_model_adamw_step(m, lr, t->beta1, t->beta2, t->adam_eps, t->weight_decay);
-            if (T->ema) vil_ema_update(T->be, T->ema, m->params, n, t->ema_decay);
-            vil_feed_done(&T->feed);
-            /* the next batch of this epoch: its upload runs while the device does this step */
-            if (T->epoch_batch + 1 < T->spe && T->step + 1 < T->total_steps) {
-                tw = vil_now();
-                feed_next(T, T->step + 1);
-                wait_int += vil_now() - tw;
-            }
-            /* the feed has finished copying the batch (vil_feed_take waited for it) */
             vil_loader_release_batch(T->loader, b);
-            T->step++;
-            T->epoch_batch++;
-            steps_here++;
-            int_steps++;
-
-            int last_of_epoch = T->epoch_batch == T->spe || T->step == T->total_steps;
-            if (T->step % t->log_every == 0 || last_of_epoch) {
-                T->last_loss = read_loss(T, host_losses);
-                if (t->clip_grad > 0.0f) T->be->to_host(T->be, &grad_norm, T->gnorm, sizeof grad_norm);
-                double now = vil_now(), dt = now - t_int;
-                train_time += dt;
-                if (t->clip_grad > 0.0f && !isfinite(grad_norm)) {
-                    vil_error("the gradient norm is %g at step %ld (epoch %d): training diverged. "
-                              "The last good checkpoint %s is kept; lower base_lr or clip_grad.",
-                              grad_norm, T->step, T->epoch + 1, T->path_last);
-                    status = VIL_TRAIN_DIVERGED;
-                    goto out;
-                }
-                if (!isfinite(T->last_loss)) {
-                    vil_error("the loss is %g at step %ld (epoch %d): training diverged. The last "
-                              "good checkpoint %s is kept; lower base_lr or set clip_grad.",
-                              T->last_loss, T->step, T->epoch + 1, T->path_last);
-                    status = VIL_TRAIN_DIVERGED;
-                    goto out;
-                }
-                VilTrainProgress p = {0};
-                p.epoch = T->epoch;
-                p.epochs = t->epochs;
-                p.step = T->step;
-                p.total_steps = T->total_steps;
-                p.epoch_step = T->epoch_batch;
-                p.epoch_steps = (int)T->spe;
-                p.loss = T->last_loss;
-                p.lr = lr;
-                p.grad_norm = t->clip_grad > 0 ? grad_norm : -1.0f;
-                p.images_per_s = dt > 0 ? (double)int_steps * B / dt : 0;
-                p.data_wait = dt > 0 ? wait_int / dt : 0;
-                p.eta_s = train_time / steps_here * (double)(T->total_steps - T->step);
-                if (!run->quiet) {
-                    char eta[32];
-                    fmt_duration(eta, sizeof eta, p.eta_s);
-                    fprintf(T->log, "epoch %d/%d  step %ld/%ld (%d/%d)  loss %.4f  lr %.3e",
-                            p.epoch + 1, p.epochs, p.step, p.total_steps, p.epoch_step,
-                            p.epoch_steps, p.loss, p.lr);
-                    if (p.grad_norm >= 0) fprintf(T->log, "  gnorm %.3f", p.grad_norm);
-                    fprintf(T->log, "  %.1f img/s  data %.0f%%  eta %s\n", p.images_per_s,
-                            100.0 * p.data_wait, eta);
-                    fflush(T->log);
-                }
-                if (run->on_log) run->on_log(run->ctx, &p);
-                t_int = vil_now();
-                wait_int = 0;
-                int_steps = 0;
-            }
-            int stop = run->stop_after > 0 && T->step >= run->stop_after;
-            int intr = run->interrupt && *run->interrupt;
-            if ((stop || intr) && !last_of_epoch) {
-                int src = save_all(T, NULL);
-                if (src != 0) {
-                    status = src == -2 ? VIL_TRAIN_DIVERGED : VIL_TRAIN_FAILED;
-                    goto out;
-                }
-                if (!run->quiet)
-                    fprintf(T->log, "%s at step %ld (epoch %d, batch %d): saved %s and %s\n",
-                            intr ? "interrupted" : "stopped", T->step, T->epoch + 1, T->epoch_batch,
-                            T->path_last, T->path_state);
-                fflush(T->log);
-                status = intr ? VIL_TRAIN_INTERRUPTED : VIL_TRAIN_STOPPED;
-                goto out;
-            }
         }
-
-        /* end of an epoch, or of the schedule inside one (max_steps) */
-        feed_stop(T);
-        double t_end = vil_now();
-        int finished = T->step >= T->total_steps;
-        int epoch_done = T->epoch_batch >= T->spe;
-        int ep = T->epoch;
-        if (epoch_done) {
-            T->epoch++;
-            T->epoch_batch = 0;
-        }
-        int every = t->eval_every_epochs, improved = 0;
-        if (T->val_loader && (finished || (epoch_done && (ep + 1) % every == 0))) {
-            if (evaluate(T, ep, res) != 0) {
-                if (save_all(T, NULL) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
-                goto out;
-            }
-            improved = res->top1 > T->best_top1;
-            vil_model_alloc_acts(m, B, 1);
-        }
-        /* best.safetensors goes last, after the state that records its step (save_all) */
-        int src = save_all(T, improved ? &res->top1 : NULL);
-        if (src != 0) {
-            status = src == -2 ? VIL_TRAIN_DIVERGED : VIL_TRAIN_FAILED;
-            goto out;
-        }
-        if (!run->quiet) {
-            char el[32];
-            fmt_duration(el, sizeof el, vil_now() - t_start);
-            fprintf(T->log, "%s %d at step %ld (%s): loss %.4f; saved %s\n",
-                    epoch_done ? "end of epoch" : "end of the schedule (max_steps) in epoch",
-                    ep + 1, T->step, el, T->last_loss, T->path_last);
-            fflush(T->log);
-        }
-        int stop = run->stop_after > 0 && T->step >= run->stop_after;
-        int intr = run->interrupt && *run->interrupt;
-        if (!finished && (stop || intr)) {
-            if (!run->quiet)
-                fprintf(T->log, "%s at the end of epoch %d: saved %s and %s\n",
-                        intr ? "interrupted" : "stopped", ep + 1, T->path_last, T->path_state);
-            status = intr ? VIL_TRAIN_INTERRUPTED : VIL_TRAIN_STOPPED;
-            goto out;
-        }
-        /* the evaluation and the saves count in the ETA, not in the next interval's images/s */
-        train_time += vil_now() - t_end;
-        t_int = vil_now();
-        wait_int = 0;
+        T->t_int = vil_now();
     }
-    status = VIL_TRAIN_DONE;
-out:
+    /* the feed over the model's own input buffers */
+    VilModel *m = &T->m;
+    const VilConfig *c = T->mc;
+    size_t B = (size_t)T->tc->batch;
+    size_t bytes[3] = {B * c->in_chans * c->img_size * c->img_size * sizeof(float),
+                       B * c->num_classes * sizeof(float), vil_model_drop_path_bytes(m)};
+    void *dev0[3] = {m->acts.img, m->acts.targets, m->acts.dp_scale};
+    int n = bytes[2] ? 3 : 2;
+    for (int i = 0; i < 2 && n == 3; i++)
+        if (!T->dp_host[i] && !(T->dp_host[i] = T->be->host_alloc(T->be, bytes[2]))) {
+            vil_error("cannot allocate %zu bytes of host memory for the drop-path scales", bytes[2]);
+            return VIL_TRAIN_FAILED;
+        }
+    vil_feed_init(&T->feed, T->be, n, dev0, bytes);
+    feed_next(T, T->step); /* a failure shows as no batch at the first take */
+    return GO_ON;
+}
+
+/* One step: the batch the feed holds, the training step on it (train.h), the next batch's
+ * upload queued behind it. GO_ON, or failed when the loader ran dry (reported, saved). */
+static int step(Trainer *T) {
+    void *in[3];
+    const VilBatch *b = vil_feed_take(&T->feed, in);
+    if (!b) {
+        const char *e = vil_loader_error(T->loader);
+        vil_error("the data loader stopped at epoch %d, batch %d: %s", T->epoch + 1,
+                  T->epoch_batch, e ? e : "the epoch ended early");
+        save_after_failure(T);
+        return VIL_TRAIN_FAILED;
+    }
+    const VilTrainConfig *t = T->tc;
+    vil_model_set_inputs(&T->m, in[0], in[1], T->feed.n > 2 ? in[2] : NULL);
+    T->lr = (float)vil_lr_at(T->step, T->total_steps, T->warmup_steps, T->peak_lr, t->warmup_lr,
+                             t->min_lr);
+    VilStepParams sp = vil_step_params(t, T->lr);
+    vil_train_step(&T->m, &sp);
+    vil_feed_done(&T->feed);
+    /* the next batch of this epoch: its upload runs while the device does this step */
+    if (T->epoch_batch + 1 < T->spe && T->step + 1 < T->total_steps) feed_next(T, T->step + 1);
+    /* the feed has finished copying the batch (vil_feed_take waited for it) */
+    vil_loader_release_batch(T->loader, b);
+    T->step++;
+    T->epoch_batch++;
+    T->steps_here++;
+    T->int_steps++;
+    return GO_ON;
+}
+
+/* A log step: the loss (and gradient norm) read back, the divergence check, the progress line
+ * and the on_log callback; the next interval starts. GO_ON, or diverged. */
+static int log_progress(Trainer *T) {
+    const VilTrainConfig *t = T->tc;
+    const VilTrainRun *run = T->run;
+    float grad_norm = -1.0f;
+    T->last_loss = read_loss(T);
+    if (t->clip_grad > 0.0f) T->be->to_host(T->be, &grad_norm, T->m.grad_norm, sizeof grad_norm);
+    double now = vil_now(), dt = now - T->t_int;
+    T->train_time += dt;
+    if (t->clip_grad > 0.0f && !isfinite(grad_norm)) {
+        vil_error("the gradient norm is %g at step %ld (epoch %d): training diverged. The last "
+                  "good checkpoint %s is kept; lower base_lr or clip_grad.", grad_norm, T->step,
+                  T->epoch + 1, T->path_last);
+        return VIL_TRAIN_DIVERGED;
+    }
+    if (!isfinite(T->last_loss)) {
+        vil_error("the loss is %g at step %ld (epoch %d): training diverged. The last good "
+                  "checkpoint %s is kept; lower base_lr or set clip_grad.", T->last_loss, T->step,
+                  T->epoch + 1, T->path_last);
+        return VIL_TRAIN_DIVERGED;
+    }
+    VilTrainProgress p = {0};
+    p.epoch = T->epoch;
+    p.epochs = t->epochs;
+    p.step = T->step;
+    p.total_steps = T->total_steps;
+    p.epoch_step = T->epoch_batch;
+    p.epoch_steps = (int)T->spe;
+    p.loss = T->last_loss;
+    p.lr = T->lr;
+    p.grad_norm = grad_norm;
+    p.images_per_s = dt > 0 ? (double)T->int_steps * t->batch / dt : 0;
+    p.data_wait = dt > 0 ? T->wait_int / dt : 0;
+    p.eta_s = T->train_time / T->steps_here * (double)(T->total_steps - T->step);
+    if (!run->quiet) {
+        char eta[32];
+        fmt_duration(eta, sizeof eta, p.eta_s);
+        fprintf(T->log, "epoch %d/%d  step %ld/%ld (%d/%d)  loss %.4f  lr %.3e", p.epoch + 1,
+                p.epochs, p.step, p.total_steps, p.epoch_step, p.epoch_steps, p.loss, p.lr);
+        if (p.grad_norm >= 0) fprintf(T->log, "  gnorm %.3f", p.grad_norm);
+        fprintf(T->log, "  %.1f img/s  data %.0f%%  eta %s\n", p.images_per_s, 100.0 * p.data_wait, eta);
+        fflush(T->log);
+    }
+    if (run->on_log) run->on_log(run->ctx, &p);
+    T->t_int = vil_now();
+    T->wait_int = 0;
+    T->int_steps = 0;
+    return GO_ON;
+}
+
+/* --stop-after reached or a signal caught: the status to stop with, or 0 */
+static int stop_requested(const Trainer *T) {
+    if (T->run->interrupt && *T->run->interrupt) return VIL_TRAIN_INTERRUPTED;
+    if (T->run->stop_after > 0 && T->step >= T->run->stop_after) return VIL_TRAIN_STOPPED;
+    return 0;
+}
+
+/* A stop inside an epoch: save and say where. */
+static int stop_mid_epoch(Trainer *T, int why) {
+    int st = save_run(T, NULL);
+    if (st != GO_ON) return st;
+    if (!T->run->quiet)
+        fprintf(T->log, "%s at step %ld (epoch %d, batch %d): saved %s and %s\n",
+                why == VIL_TRAIN_INTERRUPTED ? "interrupted" : "stopped", T->step, T->epoch + 1,
+                T->epoch_batch, T->path_last, T->path_state);
+    fflush(T->log);
+    return why;
+}
+
+/* The end of an epoch, or of the schedule inside one (max_steps): the feed stopped, the
+ * validation pass when due, the save (best.safetensors when the top-1 improved), and a stop
+ * when one was asked for. GO_ON, or the run's status. */
+static int end_of_epoch(Trainer *T, VilTrainResult *res) {
+    feed_stop(T);
+    double t_end = vil_now();
+    int finished = T->step >= T->total_steps;
+    int epoch_done = T->epoch_batch >= T->spe;
+    int ep = T->epoch;
+    if (epoch_done) {
+        T->epoch++;
+        T->epoch_batch = 0;
+    }
+    int every = T->tc->eval_every_epochs, improved = 0;
+    if (T->val_loader && (finished || (epoch_done && (ep + 1) % every == 0))) {
+        if (evaluate(T, ep, res) != 0) {
+            save_after_failure(T);
+            return VIL_TRAIN_FAILED;
+        }
+        improved = res->top1 > T->best_top1;
+    }
+    /* best.safetensors goes last, after the state that records its step (save_all) */
+    int st = save_run(T, improved ? &res->top1 : NULL);
+    if (st != GO_ON) return st;
+    if (!T->run->quiet) {
+        char el[32];
+        fmt_duration(el, sizeof el, vil_now() - T->t_start);
+        fprintf(T->log, "%s %d at step %ld (%s): loss %.4f; saved %s\n",
+                epoch_done ? "end of epoch" : "end of the schedule (max_steps) in epoch", ep + 1,
+                T->step, el, T->last_loss, T->path_last);
+        fflush(T->log);
+    }
+    int why = stop_requested(T);
+    if (!finished && why) {
+        if (!T->run->quiet)
+            fprintf(T->log, "%s at the end of epoch %d: saved %s and %s\n",
+                    why == VIL_TRAIN_INTERRUPTED ? "interrupted" : "stopped", ep + 1, T->path_last,
+                    T->path_state);
+        return why;
+    }
+    /* the evaluation and the saves count in the ETA, not in the next interval's images/s */
+    T->train_time += vil_now() - t_end;
+    T->t_int = vil_now();
+    T->wait_int = 0;
+    return finished ? VIL_TRAIN_DONE : GO_ON;
+}
+
+/* ---------------- the run ---------------- */
+
+static int train_loop(Trainer *T, VilTrainResult *res) {
+    while (T->step < T->total_steps) {
+        int st = start_epoch(T);
+        while (st == GO_ON && T->epoch_batch < T->spe && T->step < T->total_steps) {
+            if ((st = step(T)) != GO_ON) break;
+            int last_of_epoch = T->epoch_batch == T->spe || T->step == T->total_steps;
+            if ((T->step % T->tc->log_every == 0 || last_of_epoch) && (st = log_progress(T)) != GO_ON) break;
+            int why = stop_requested(T);
+            if (why && !last_of_epoch) st = stop_mid_epoch(T, why);
+        }
+        if (st == GO_ON) st = end_of_epoch(T, res);
+        if (st != GO_ON) return st;
+    }
+    return VIL_TRAIN_DONE;
+}
+
+VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
+    Trainer TT = {0}, *T = &TT;
+    memset(res, 0, sizeof *res);
+    res->top1 = res->top5 = res->ema_top1 = res->ema_top5 = res->best_top1 = -1.0f;
+    res->last_loss = NAN;
+    T->run = run;
+    T->mc = &run->model;
+    T->tc = &run->train;
+    T->be = run->be;
+    T->log = run->log ? run->log : stdout;
+    T->best_top1 = -1.0f;
+    T->best_step = -1;
+    T->last_loss = NAN;
+    T->t_start = vil_now();
+    int status = trainer_setup(T);
+    if (status == GO_ON) status = train_loop(T, res);
     res->step = T->step;
     res->epoch = T->epoch;
     res->epochs_done = T->spe > 0 ? (double)T->step / (double)T->spe : 0.0;
     res->best_top1 = T->best_top1;
     res->last_loss = T->last_loss;
-    res->seconds = vil_now() - t_start;
+    res->seconds = vil_now() - T->t_start;
     feed_stop(T);
-    free(host);
-    free(host_losses);
-    free(state_in);
     trainer_free(T);
-    return status;
-}
-
-/* ---------------- the command ---------------- */
-
-static volatile sig_atomic_t g_interrupt = 0;
-
-static void on_signal(int sig) {
-    g_interrupt = sig;
-}
-
-int vil_cmd_train(int argc, char **argv) {
-    const char *config = NULL, *data = NULL, *device = "auto", *out = NULL, *resume = NULL,
-               *names = NULL, *val_labels = NULL, *init = NULL;
-    int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0;
-    const char *decode = NULL;
-    VilArgList sets = {0};
-    VilArg args[] = {
-        {"--config", VIL_ARG_STR, &config, "cfg file with model and training keys (configs/*.cfg)"},
-        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root (train/, val/) or IDX folder"},
-        {"--set", VIL_ARG_LIST, &sets, "override a config key, key=value (repeatable)"},
-        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
-        {"--out", VIL_ARG_STR, &out, "output folder (default out/NAME, or the --resume run's)"},
-        {"--resume", VIL_ARG_STR, &resume, "continue a run: OUT/last.safetensors, its .state file or OUT"},
-        {"--init", VIL_ARG_STR, &init, "start from these weights (.safetensors or a PyTorch .pth): fine-tuning"},
-        {"--init-ema", VIL_ARG_FLAG, &init_ema, "with --init FILE.pth: take its model_ema"},
-        {"--names", VIL_ARG_STR, &names, "class names file (imagenet_classes.tsv form, or one per line)"},
-        {"--val-labels", VIL_ARG_STR, &val_labels, "labels file (\"filename label\" lines) of a flat DIR/val folder"},
-        {"--stop-after", VIL_ARG_INT, &stop_after, "save and stop after this global step (the schedule is unchanged)"},
-        {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=..."},
-        {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration first"},
-        {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
-    };
-    VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [--device cpu|cuda|auto] [--out DIR] [--resume CKPT]",
-                       "Trains a ViL / ViM classifier with the recipe of recipe.md: AdamW, linear\n"
-                       "warmup then cosine lr per step, drop path, EMA, Mixup/CutMix, label\n"
-                       "smoothing, repeated augmentation; evaluates model and EMA on the val split\n"
-                       "after epochs. Writes OUT/last.safetensors, OUT/last.state.safetensors (for\n"
-                       "--resume), OUT/ema.safetensors and OUT/best.safetensors at every epoch end;\n"
-                       "SIGINT / SIGTERM finish the step, save and exit 1.",
-                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
-    int rc = vil_args_parse_flags(&spec, argc, argv);
-    if (rc >= 0) return rc;
-    if ((!config && !resume) || !data) {
-        fprintf(stderr, "vil train: --data and --config (or --resume) are required\n");
-        vil_args_usage(&spec, 1);
-        return 2;
-    }
-    if (init && resume) {
-        fprintf(stderr, "vil train: --init starts a new run from weights, --resume continues one: "
-                        "give one of them\n");
-        return 2;
-    }
-    if (init_ema && !init) {
-        fprintf(stderr, "vil train: --init-ema needs --init FILE.pth\n");
-        return 2;
-    }
-    if (stop_after < 0 || !vil_device_name_ok(device)) {
-        fprintf(stderr, "vil train: --stop-after must be >= 0, --device cpu, cuda or auto\n");
-        return 2;
-    }
-    VilTrainRun run = {0};
-    vil_config_default(&run.model);
-    vil_train_config_default(&run.train);
-    char *state = NULL;
-    if (resume && !config) {
-        state = vil_train_state_path(resume);
-        int r = vil_train_state_read_config(state, &run.model, &run.train);
-        free(state);
-        if (r != 0) return 1;
-    }
-    /* a config's or an override's wrong value exits 2, an unreadable file 1 (vil_exit_code) */
-    int r = config ? vil_train_config_load(&run.model, &run.train, config) : 0;
-    for (int i = 0; r == 0 && i < sets.n; i++) r = vil_train_config_set_kv(&run.model, &run.train, sets.v[i]);
-    if (r == 0 && decode) r = vil_train_config_set(&run.model, &run.train, "decode", decode);
-    if (r == 0) r = vil_config_finalize(&run.model);
-    if (r == 0) r = vil_train_config_finalize(&run.train);
-    if (r != 0) return vil_exit_code(r);
-    if (print_config) {
-        vil_config_print(&run.model, stdout);
-        vil_train_config_print(&run.train, stdout);
-    }
-    char outbuf[4096];
-    if (!out && resume) {
-        /* a resumed run goes on writing where its state is */
-        char *sp = vil_train_state_path(resume);
-        char *slash = strrchr(sp, '/');
-        snprintf(outbuf, sizeof outbuf, "%.*s", slash ? (int)(slash - sp) : 1, slash ? sp : ".");
-        free(sp);
-        out = outbuf;
-    } else if (!out) {
-        snprintf(outbuf, sizeof outbuf, "out/%s", run.model.name);
-        out = outbuf;
-    }
-    run.be = vil_backend_get(device);
-    if (!run.be) return 1;
-    run.data = data;
-    run.names = names;
-    run.val_labels = val_labels;
-    run.out_dir = out;
-    run.resume = resume;
-    run.init = init;
-    run.init_ema = init_ema;
-    run.stop_after = stop_after;
-    run.interrupt = &g_interrupt;
-    run.quiet = quiet;
-    /* the first signal asks for a clean stop; a second one kills as usual */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    CHECK_LIBC(sigaction(SIGINT, &sa, NULL), "installing the SIGINT handler");
-    CHECK_LIBC(sigaction(SIGTERM, &sa, NULL), "installing the SIGTERM handler");
-
-    VilTrainResult res;
-    VilTrainStatus st = vil_train(&run, &res);
-    char last[600];
-    snprintf(last, sizeof last, "%s/last.safetensors", out);
-    switch (st) {
-    case VIL_TRAIN_DONE:
-        printf("done: %ld steps (%.3g epochs) in %.0f s", res.step, res.epochs_done, res.seconds);
-        if (res.top1 >= 0) printf("; val top-1 %.2f%% top-5 %.2f%%", res.top1, res.top5);
-        if (res.ema_top1 >= 0) printf("; EMA top-1 %.2f%% top-5 %.2f%%", res.ema_top1, res.ema_top5);
-        if (res.best_top1 >= 0) printf("; best top-1 %.2f%% (%s/best.safetensors)", res.best_top1, out);
-        printf("\n");
-        return 0;
-    case VIL_TRAIN_STOPPED:
-        printf("stopped at step %ld (--stop-after); continue with: vil train --resume %s --data %s\n",
-               res.step, last, data);
-        return 0;
-    case VIL_TRAIN_INTERRUPTED:
-        vil_error("interrupted (%s) at step %ld; the run is saved: continue with "
-                  "vil train --resume %s --data %s", g_interrupt == SIGTERM ? "SIGTERM" : "SIGINT",
-                  res.step, last, data);
-        return 1;
-    case VIL_TRAIN_DIVERGED:
-        vil_error("training diverged at step %ld (see above)", res.step);
-        return 1;
-    default:
-        return 1;
-    }
+    return (VilTrainStatus)status;
 }

@@ -8,7 +8,8 @@
 #include <stdio.h>
 
 #include "vil/backend.h"
-#include "vil/config.h"
+#include "vil/model.h"
+#include "train/train_config.h"
 
 /* The lr of step `step` (0-based) of a run of total_steps: linear from warmup_lr to peak over
  * warmup_steps, then cosine from peak to min_lr reaching min_lr at total_steps. */
@@ -17,8 +18,18 @@ double vil_lr_at(long step, long total_steps, long warmup_steps, double peak, do
 /* base_lr * global_batch / 512 (the linear scaling rule of the recipe). */
 double vil_peak_lr(double base_lr, long global_batch);
 
-/* ema = decay * ema + (1 - decay) * params over n floats of backend memory (the ema_update op). */
-void vil_ema_update(const VilBackend *be, float *ema, const float *params, size_t n, float decay);
+/* The hyperparameters of one training step. */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float clip_grad; /* > 0: clip the global gradient norm to this (m->grad_norm holds the norm) */
+    float ema_decay; /* > 0: update the model's EMA (vil_model_init_training with ema) */
+} VilStepParams;
+/* A run's step hyperparameters at learning rate lr. */
+VilStepParams vil_step_params(const VilTrainConfig *t, float lr);
+/* The training step, the same for `vil train` and `vil bench` (step.c): forward with the loss
+ * on the model's inputs, backward, gradient clipping, AdamW and the EMA, all queued on the
+ * backend without a host read. */
+void vil_train_step(VilModel *m, const VilStepParams *s);
 
 /* Progress at a log step (the only per-step host read: the batch's losses). */
 typedef struct {

@@ -219,6 +219,8 @@ void vil_model_free(VilModel *m) {
     m->be->free(m->be, m->grads);
     if (m->m) m->be->free(m->be, m->m);
     if (m->v) m->be->free(m->be, m->v);
+    if (m->ema) m->be->free(m->be, m->ema);
+    if (m->grad_norm) m->be->free(m->be, m->grad_norm);
     if (m->decay_mask) m->be->free(m->be, m->decay_mask);
     free(m->info);
     free(m->off.layer);
@@ -400,6 +402,7 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
     x->losses = carve(a, (size_t)B, f);
     x->targets = carve(a, (size_t)B * NC, f);
     x->dp_scale = carve(a, (size_t)(c->depth + 1) * B, f);
+    x->own_img = x->img, x->own_targets = x->targets, x->own_dp_scale = x->dp_scale;
     if (training) {
         x->dres = carve(a, BL * D, f);
         x->dnormed = carve(a, BL * D, ab);
@@ -659,14 +662,23 @@ void vil_model_backward(VilModel *m) {
 
 void vil_model_zero_grad(VilModel *m) { m->be->zero(m->be, m->grads, m->n_params * sizeof(float)); }
 
-void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd) {
+void vil_model_init_training(VilModel *m, int ema) {
     const VilBackend *be = m->be;
+    size_t bytes = m->n_params * sizeof(float);
     if (!m->m) {
-        m->m = be->alloc(be, m->n_params * sizeof(float));
-        m->v = be->alloc(be, m->n_params * sizeof(float));
-        be->zero(be, m->m, m->n_params * sizeof(float));
-        be->zero(be, m->v, m->n_params * sizeof(float));
+        m->m = be->alloc(be, bytes);
+        m->v = be->alloc(be, bytes);
+        be->zero(be, m->m, bytes);
+        be->zero(be, m->v, bytes);
     }
+    if (ema && !m->ema) {
+        float *host = vil_malloc(bytes);
+        vil_model_get_params(m, host);
+        m->ema = be->alloc(be, bytes);
+        be->to_device(be, m->ema, host, bytes);
+        free(host);
+    }
+    if (!m->grad_norm) m->grad_norm = be->alloc(be, sizeof(float));
     if (!m->decay_mask) {
         /* the tensors are contiguous in the parameter buffer: one update over all of them, with
          * a byte per element saying whether weight decay applies */
@@ -677,9 +689,44 @@ void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float
         be->to_device(be, m->decay_mask, h, m->n_params);
         free(h);
     }
+}
+
+void vil_model_clip_grad(VilModel *m, float max_norm) {
+    if (!m->grad_norm) m->grad_norm = m->be->alloc(m->be, sizeof(float));
+    m->be->grad_clip(m->be, &(VilGradClip){.g = m->grads, .n = m->n_params, .max_norm = max_norm,
+                                           .norm = m->grad_norm});
+}
+
+void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd) {
+    const VilBackend *be = m->be;
+    if (m->ema_active) VIL_FATAL("an optimizer step with the EMA weights in use (vil_model_use_ema)");
+    vil_model_init_training(m, 0);
     m->step++;
     be->adamw_update(be, &(VilAdamW){.p = m->params, .work = be->work_bytes ? m->work : NULL,
                                      .g = m->grads, .m = m->m, .v = m->v, .decay = m->decay_mask,
                                      .n = m->n_params, .lr = lr, .beta1 = beta1, .beta2 = beta2,
                                      .eps = eps, .wd = wd, .step = m->step});
+}
+
+void vil_model_ema_update(VilModel *m, float decay) {
+    if (!m->ema || m->ema_active) VIL_FATAL("vil_model_ema_update without an EMA, or with it in use");
+    m->be->ema_update(m->be, &(VilEma){.ema = m->ema, .p = m->params, .n = m->n_params, .decay = decay});
+}
+
+void vil_model_use_ema(VilModel *m, int on) {
+    if (!m->ema) VIL_FATAL("vil_model_use_ema without an EMA (vil_model_init_training)");
+    if (!!on == m->ema_active) return;
+    float *p = m->params;
+    m->params = m->ema;
+    m->ema = p;
+    m->ema_active = !!on;
+    if (!m->be->work_bytes) m->work = m->params;
+    else m->be->params_to_work(m->be, m->work, m->params, m->n_params);
+}
+
+void vil_model_set_inputs(VilModel *m, float *img, float *targets, float *dp_scale) {
+    VilActs *a = &m->acts;
+    a->img = img ? img : a->own_img;
+    a->targets = targets ? targets : a->own_targets;
+    a->dp_scale = dp_scale ? dp_scale : a->own_dp_scale;
 }

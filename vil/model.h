@@ -60,6 +60,8 @@ typedef struct {
 
 typedef struct {
     int B, training;
+    /* the inputs the next pass reads: the model's own buffers below, or those given to
+     * vil_model_set_inputs */
     float *img;         /* (B, C, H, W) f32 */
     void *patches;      /* (B, M, D) act */
     VilLayerActs *layer;/* (depth); all alias one set when not training */
@@ -76,6 +78,7 @@ typedef struct {
     void *dnormed, *dh, *dxz, *du[2], *ddelta[2], *dxdbl[2], *dysum, *dpatches; /* act */
     float *dlogits;     /* (B, classes) f32 */
     float *dimg;        /* (B, C, H, W) f32 input gradient, only with VilModel.input_grad */
+    float *own_img, *own_targets, *own_dp_scale; /* the input buffers of this allocation */
     void *base;
     size_t bytes;
 } VilActs;
@@ -91,9 +94,12 @@ typedef struct {
     float *params;       /* (n_params) f32 master, backend memory */
     void *work;          /* working copy the ops read (== params when work_bytes == 0) */
     float *grads;        /* (n_params) f32 */
-    float *m, *v;        /* AdamW moments, allocated at the first step */
+    float *m, *v;        /* AdamW moments (n_params f32), allocated at the first step */
+    float *ema;          /* (n_params) f32 EMA of the weights (vil_model_init_training), or NULL */
+    int ema_active;      /* params and ema are swapped: the EMA weights are in use */
+    float *grad_norm;    /* backend float: the norm of the last vil_model_clip_grad */
     unsigned char *decay_mask; /* (n_params) 1 where weight decay applies, backend memory */
-    int step;
+    int step;            /* AdamW steps taken */
     int input_grad;      /* set before vil_model_alloc_acts to get dL/dimage in acts.dimg */
     VilActs acts;
 } VilModel;
@@ -133,8 +139,13 @@ void vil_model_set_params(VilModel *m, const float *host);
 const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name);
 
 /* (Re)allocate activations for batch B; training = 1 keeps every layer's activations for the
- * backward pass. */
+ * backward pass. The inputs are then the allocation's own buffers (acts.img, acts.targets,
+ * acts.dp_scale), which callers may fill. */
 void vil_model_alloc_acts(VilModel *m, int B, int training);
+/* Read the next passes' inputs from other backend buffers of the same sizes (an input feed's
+ * slot: data/feed.h): images, soft targets and drop-path scales; NULL: the model's own buffer
+ * for that input. */
+void vil_model_set_inputs(VilModel *m, float *img, float *targets, float *dp_scale);
 /* Forward on m->acts.img (backend memory, B images): fills m->acts.logits. With targets
  * (m->acts.targets filled) also the per-sample losses and probabilities. */
 void vil_model_forward(VilModel *m, int with_loss);
@@ -148,7 +159,18 @@ void vil_model_sample_drop_path(VilModel *m, uint64_t seed);
  * the bytes of acts.dp_scale that a step draws (0: drop path is off), and the host rows. */
 size_t vil_model_drop_path_bytes(const VilModel *m);
 void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, float *h);
+/* The training state the model owns: the AdamW moments (zero) and, with ema, the EMA of the
+ * weights (starting as a copy of them). Allocated once; a second call adds only what is new. */
+void vil_model_init_training(VilModel *m, int ema);
+/* clip_grad_norm_: the gradients scaled to max_norm when their global norm is above it; the
+ * norm stays on the device in m->grad_norm (read it with to_host when needed). */
+void vil_model_clip_grad(VilModel *m, float max_norm);
 /* One AdamW step over all parameters (weight decay on the tensors with decay = 1). */
 void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd);
+/* ema = decay * ema + (1 - decay) * params (needs vil_model_init_training with ema). */
+void vil_model_ema_update(VilModel *m, float decay);
+/* on = 1: the model runs (and vil_model_get_params, checkpoint saves read) the EMA weights; 0:
+ * its own again. Between steps only: an optimizer step with the EMA in use is refused. */
+void vil_model_use_ema(VilModel *m, int on);
 
 #endif

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "vil/common.h"
 
 void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
     FILE *f = to_stderr ? stderr : stdout;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "vil/args.h"
+#include "cli/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"

@@ -1,14 +1,17 @@
 /* bench.c: `vil bench`: training-step, forward+backward and inference throughput of a model
- * config on a backend, with random images, the peak memory and a per-op time breakdown. */
+ * config on a backend, with random images, the peak memory and a per-op time breakdown. The
+ * step timed is vil_train_step (train/step.c), the one `vil train` runs, with the cfg file's
+ * training settings (clipping, EMA, AdamW). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "data/feed.h"
 #include "eval/eval.h"
-#include "vil/args.h"
+#include "train/train.h"
 #include "vil/backend_prof.h"
 #include "vil/common.h"
 #include "vil/limits.h"
@@ -42,17 +45,17 @@ static float mean_loss(VilModel *m) {
     return (float)(s / B);
 }
 
-static void train_step(VilModel *m, int do_update) {
+/* forward and backward only: the step's part before the optimizer */
+static void forward_backward(VilModel *m) {
     vil_model_zero_grad(m);
     vil_model_forward(m, 1);
     vil_model_backward(m);
-    if (do_update) vil_model_adamw_step(m, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.05f);
 }
 
 /* Training steps as `vil train` runs them: each step's images and targets come from host memory
  * (host_alloc'd) through the input feed, uploaded one step ahead. Returns the seconds of `steps`
  * steps after `warmup`. */
-static double feed_steps(VilModel *m, int warmup, int steps) {
+static double feed_steps(VilModel *m, const VilStepParams *sp, int warmup, int steps) {
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     int B = m->acts.B;
@@ -81,17 +84,15 @@ static double feed_steps(VilModel *m, int warmup, int steps) {
             t0 = vil_now();
         }
         vil_feed_take(&f, in);
-        m->acts.img = in[0];
-        m->acts.targets = in[1];
-        train_step(m, 1);
+        vil_model_set_inputs(m, in[0], in[1], NULL);
+        vil_train_step(m, sp);
         vil_feed_done(&f);
         if (k + 1 < warmup + steps) vil_feed_put(&f, &dummy[(k + 1) % 2], (const void *const *)h[(k + 1) % 2]);
     }
     be->sync(be);
     double t = vil_now() - t0;
     vil_feed_drain(&f, NULL);
-    m->acts.img = dev0[0];
-    m->acts.targets = dev0[1];
+    vil_model_set_inputs(m, NULL, NULL, NULL);
     vil_feed_free(&f);
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < 2; i++) be->host_free(be, h[s][i]);
@@ -104,7 +105,7 @@ int vil_cmd_bench(int argc, char **argv) {
     VilArgList sets = {0};
     VilArg args[] = {
         {"--device", VIL_ARG_STR, &device, "cpu or cuda"},
-        {"--model", VIL_ARG_STR, &model, "model config file"},
+        {"--model", VIL_ARG_STR, &model, "cfg file (model and training keys)"},
         {"--batch", VIL_ARG_INT, &batch, "batch size"},
         {"--steps", VIL_ARG_INT, &steps, "timed steps per measurement (0: 5 on cpu, 30 on cuda)"},
         {"--warmup", VIL_ARG_INT, &warmup, "untimed steps first"},
@@ -112,9 +113,10 @@ int vil_cmd_bench(int argc, char **argv) {
         {"--set", VIL_ARG_LIST, &sets, "override a config key (repeatable)"},
     };
     VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B] [options]",
-                       "Times a full training step (forward, backward, AdamW), forward+backward\n"
-                       "and inference on random images, and prints images/s, the peak memory\n"
-                       "and a per-op breakdown (a separate, synchronized pass).",
+                       "Times the training step `vil train` runs (forward, backward, clipping and\n"
+                       "EMA as the cfg file sets them, AdamW), forward+backward and inference on\n"
+                       "random images, and prints images/s, the peak memory and a per-op\n"
+                       "breakdown (a separate, synchronized pass).",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
@@ -125,11 +127,16 @@ int vil_cmd_bench(int argc, char **argv) {
         return 2;
     }
     VilConfig cfg;
+    VilTrainConfig tc;
     vil_config_default(&cfg);
-    int r = vil_config_load(&cfg, model);
-    for (int i = 0; r == 0 && i < sets.n; i++) r = vil_config_set_kv(&cfg, sets.v[i]);
+    vil_train_config_default(&tc);
+    int r = vil_train_config_load(&cfg, &tc, model);
+    for (int i = 0; r == 0 && i < sets.n; i++) r = vil_train_config_set_kv(&cfg, &tc, sets.v[i]);
     if (r == 0) r = vil_config_finalize(&cfg);
+    if (r == 0) r = vil_train_config_finalize(&tc);
     if (r != 0) return vil_exit_code(r);
+    /* the step at the peak learning rate of this batch */
+    VilStepParams sp = vil_step_params(&tc, (float)vil_peak_lr(tc.base_lr, batch));
     const VilBackend *be = vil_backend_get(device);
     if (!be) return 1;
     if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 5 : 30;
@@ -142,20 +149,24 @@ int vil_cmd_bench(int argc, char **argv) {
     vil_model_init_weights(&m, 0);
     printf("bench: %s (%s) on %s, %zu parameters, %dx%d, batch %d, %d tokens\n", cfg.name,
            cfg.arch, be->name, m.param_count, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
+    printf("step:  forward, backward, %s AdamW (lr %.3g, wd %g), %s\n",
+           sp.clip_grad > 0 ? "clip_grad," : "no clipping,", sp.lr, sp.weight_decay,
+           sp.ema_decay > 0 ? "EMA" : "no EMA");
     fflush(stdout);
 
+    vil_model_init_training(&m, sp.ema_decay > 0.0f);
     vil_model_alloc_acts(&m, batch, 1);
     upload_batch(&m, 1);
-    for (int i = 0; i < warmup; i++) train_step(&m, 1);
+    for (int i = 0; i < warmup; i++) vil_train_step(&m, &sp);
     be->sync(be);
     float loss0 = mean_loss(&m);
     double t0 = vil_now();
-    for (int i = 0; i < steps; i++) train_step(&m, 1);
+    for (int i = 0; i < steps; i++) vil_train_step(&m, &sp);
     be->sync(be);
     double t_train = vil_now() - t0;
     float loss1 = mean_loss(&m);
     t0 = vil_now();
-    for (int i = 0; i < steps; i++) train_step(&m, 0);
+    for (int i = 0; i < steps; i++) forward_backward(&m);
     be->sync(be);
     double t_fb = vil_now() - t0;
     size_t peak_train = be->peak_bytes ? be->peak_bytes(be) : 0;
@@ -164,11 +175,11 @@ int vil_cmd_bench(int argc, char **argv) {
         vil_model_free(&m);
         return 1;
     }
-    printf("train step (fwd+bwd+adamw): %10.1f images/s  (%.2f ms/step; loss %.4f -> %.4f)\n",
+    printf("train step (as vil train):  %10.1f images/s  (%.2f ms/step; loss %.4f -> %.4f)\n",
            batch * steps / t_train, 1e3 * t_train / steps, loss0, loss1);
     printf("forward+backward:           %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_fb,
            1e3 * t_fb / steps);
-    double t_feed = feed_steps(&m, warmup, steps);
+    double t_feed = feed_steps(&m, &sp, warmup, steps);
     printf("train step + upload (feed): %10.1f images/s  (%.2f ms/step; each batch from host memory, as vil train)\n",
            batch * steps / t_feed, 1e3 * t_feed / steps);
     fflush(stdout);
@@ -187,9 +198,9 @@ int vil_cmd_bench(int argc, char **argv) {
         vil_model_alloc_acts(&m, batch, 1);
         upload_batch(&m, 3);
         m.be = vil_backend_profiled(be);
-        train_step(&m, 1); /* warm */
+        vil_train_step(&m, &sp); /* warm */
         vil_prof_reset();
-        for (int i = 0; i < iters; i++) train_step(&m, 1);
+        for (int i = 0; i < iters; i++) vil_train_step(&m, &sp);
         printf("\nper-op breakdown of a training step (synchronized after every op, %d steps):\n", iters);
         vil_prof_report(stdout, iters);
         m.be = be;

@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "data/image.h"
 #include "data/transform.h"
-#include "vil/args.h"
+#include "cli/args.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"

@@ -1,7 +1,7 @@
 /* bench_data.c: `vil bench-data`: runs the loader as training does (RA sampler, decode,
  * RandomResizedCrop, flip, RandAugment, normalize, erasing, Mixup/CutMix) with a consumer
  * that only hands batches back, and reports images/s, per worker thread and per CPU second. */
-#include "data/bench_data.h"
+#include "cli/commands.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,7 @@
 #include "data/loader.h"
 #include "data/randaugment.h"
 #include "data/transform.h"
-#include "vil/args.h"
+#include "cli/args.h"
 #include "vil/common.h"
 
 /* user and system CPU seconds and minor page faults of the process so far */

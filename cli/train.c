@@ -1,0 +1,151 @@
+/* train.c: `vil train`: the flags, the configuration (cfg file, --set, or the one a --resume
+ * state holds), the signal handlers, and the run's outcome as the exit code. The run itself is
+ * train/train.c's vil_train. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "train/train.h"
+#include "vil/common.h"
+
+static volatile sig_atomic_t g_interrupt = 0;
+
+static void on_signal(int sig) {
+    g_interrupt = sig;
+}
+
+int vil_cmd_train(int argc, char **argv) {
+    const char *config = NULL, *data = NULL, *device = "auto", *out = NULL, *resume = NULL,
+               *names = NULL, *val_labels = NULL, *init = NULL;
+    int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0;
+    const char *decode = NULL;
+    VilArgList sets = {0};
+    VilArg args[] = {
+        {"--config", VIL_ARG_STR, &config, "cfg file with model and training keys (configs/*.cfg)"},
+        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root (train/, val/) or IDX folder"},
+        {"--set", VIL_ARG_LIST, &sets, "override a config key, key=value (repeatable)"},
+        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
+        {"--out", VIL_ARG_STR, &out, "output folder (default out/NAME, or the --resume run's)"},
+        {"--resume", VIL_ARG_STR, &resume, "continue a run: OUT/last.safetensors, its .state file or OUT"},
+        {"--init", VIL_ARG_STR, &init, "start from these weights (.safetensors or a PyTorch .pth): fine-tuning"},
+        {"--init-ema", VIL_ARG_FLAG, &init_ema, "with --init FILE.pth: take its model_ema"},
+        {"--names", VIL_ARG_STR, &names, "class names file (imagenet_classes.tsv form, or one per line)"},
+        {"--val-labels", VIL_ARG_STR, &val_labels, "labels file (\"filename label\" lines) of a flat DIR/val folder"},
+        {"--stop-after", VIL_ARG_INT, &stop_after, "save and stop after this global step (the schedule is unchanged)"},
+        {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=..."},
+        {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration first"},
+        {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
+    };
+    VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [--device cpu|cuda|auto] [--out DIR] [--resume CKPT]",
+                       "Trains a ViL / ViM classifier with the recipe of recipe.md: AdamW, linear\n"
+                       "warmup then cosine lr per step, drop path, EMA, Mixup/CutMix, label\n"
+                       "smoothing, repeated augmentation; evaluates model and EMA on the val split\n"
+                       "after epochs. Writes OUT/last.safetensors, OUT/last.state.safetensors (for\n"
+                       "--resume), OUT/ema.safetensors and OUT/best.safetensors at every epoch end;\n"
+                       "SIGINT / SIGTERM finish the step, save and exit 1.",
+                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
+    int rc = vil_args_parse_flags(&spec, argc, argv);
+    if (rc >= 0) return rc;
+    if ((!config && !resume) || !data) {
+        fprintf(stderr, "vil train: --data and --config (or --resume) are required\n");
+        vil_args_usage(&spec, 1);
+        return 2;
+    }
+    if (init && resume) {
+        fprintf(stderr, "vil train: --init starts a new run from weights, --resume continues one: "
+                        "give one of them\n");
+        return 2;
+    }
+    if (init_ema && !init) {
+        fprintf(stderr, "vil train: --init-ema needs --init FILE.pth\n");
+        return 2;
+    }
+    if (stop_after < 0 || !vil_device_name_ok(device)) {
+        fprintf(stderr, "vil train: --stop-after must be >= 0, --device cpu, cuda or auto\n");
+        return 2;
+    }
+    VilTrainRun run = {0};
+    vil_config_default(&run.model);
+    vil_train_config_default(&run.train);
+    char *state = NULL;
+    if (resume && !config) {
+        state = vil_train_state_path(resume);
+        int r = vil_train_state_read_config(state, &run.model, &run.train);
+        free(state);
+        if (r != 0) return 1;
+    }
+    /* a config's or an override's wrong value exits 2, an unreadable file 1 (vil_exit_code) */
+    int r = config ? vil_train_config_load(&run.model, &run.train, config) : 0;
+    for (int i = 0; r == 0 && i < sets.n; i++) r = vil_train_config_set_kv(&run.model, &run.train, sets.v[i]);
+    if (r == 0 && decode) r = vil_train_config_set(&run.model, &run.train, "decode", decode);
+    if (r == 0) r = vil_config_finalize(&run.model);
+    if (r == 0) r = vil_train_config_finalize(&run.train);
+    if (r != 0) return vil_exit_code(r);
+    if (print_config) {
+        vil_config_print(&run.model, stdout);
+        vil_train_config_print(&run.train, stdout);
+    }
+    char outbuf[4096];
+    if (!out && resume) {
+        /* a resumed run goes on writing where its state is */
+        char *sp = vil_train_state_path(resume);
+        char *slash = strrchr(sp, '/');
+        snprintf(outbuf, sizeof outbuf, "%.*s", slash ? (int)(slash - sp) : 1, slash ? sp : ".");
+        free(sp);
+        out = outbuf;
+    } else if (!out) {
+        snprintf(outbuf, sizeof outbuf, "out/%s", run.model.name);
+        out = outbuf;
+    }
+    run.be = vil_backend_get(device);
+    if (!run.be) return 1;
+    run.data = data;
+    run.names = names;
+    run.val_labels = val_labels;
+    run.out_dir = out;
+    run.resume = resume;
+    run.init = init;
+    run.init_ema = init_ema;
+    run.stop_after = stop_after;
+    run.interrupt = &g_interrupt;
+    run.quiet = quiet;
+    /* the first signal asks for a clean stop; a second one kills as usual */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    CHECK_LIBC(sigaction(SIGINT, &sa, NULL), "installing the SIGINT handler");
+    CHECK_LIBC(sigaction(SIGTERM, &sa, NULL), "installing the SIGTERM handler");
+
+    VilTrainResult res;
+    VilTrainStatus st = vil_train(&run, &res);
+    char last[600];
+    snprintf(last, sizeof last, "%s/last.safetensors", out);
+    switch (st) {
+    case VIL_TRAIN_DONE:
+        printf("done: %ld steps (%.3g epochs) in %.0f s", res.step, res.epochs_done, res.seconds);
+        if (res.top1 >= 0) printf("; val top-1 %.2f%% top-5 %.2f%%", res.top1, res.top5);
+        if (res.ema_top1 >= 0) printf("; EMA top-1 %.2f%% top-5 %.2f%%", res.ema_top1, res.ema_top5);
+        if (res.best_top1 >= 0) printf("; best top-1 %.2f%% (%s/best.safetensors)", res.best_top1, out);
+        printf("\n");
+        return 0;
+    case VIL_TRAIN_STOPPED:
+        printf("stopped at step %ld (--stop-after); continue with: vil train --resume %s --data %s\n",
+               res.step, last, data);
+        return 0;
+    case VIL_TRAIN_INTERRUPTED:
+        vil_error("interrupted (%s) at step %ld; the run is saved: continue with "
+                  "vil train --resume %s --data %s", g_interrupt == SIGTERM ? "SIGTERM" : "SIGINT",
+                  res.step, last, data);
+        return 1;
+    case VIL_TRAIN_DIVERGED:
+        vil_error("training diverged at step %ld (see above)", res.step);
+        return 1;
+    default:
+        return 1;
+    }
+}

@@ -1,0 +1,18 @@
+/* step.c: the training step of doc/recipe.md, one function for `vil train` and `vil bench`, so
+ * the benchmark times exactly what training runs. */
+#include "train/train.h"
+
+VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
+    return (VilStepParams){.lr = lr, .beta1 = t->beta1, .beta2 = t->beta2, .eps = t->adam_eps,
+                           .weight_decay = t->weight_decay, .clip_grad = t->clip_grad,
+                           .ema_decay = t->ema_decay};
+}
+
+void vil_train_step(VilModel *m, const VilStepParams *s) {
+    vil_model_zero_grad(m);
+    vil_model_forward(m, 1);
+    vil_model_backward(m);
+    if (s->clip_grad > 0.0f) vil_model_clip_grad(m, s->clip_grad);
+    vil_model_adamw_step(m, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay);
+    if (s->ema_decay > 0.0f) vil_model_ema_update(m, s->ema_decay);
+}

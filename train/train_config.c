@@ -1,0 +1,164 @@
+/* train_config.c: the training configuration of doc/recipe.md: its key table (vil/cfgfile.h
+ * does the parsing, printing and JSON), the defaults and the checks. A cfg file may hold model
+ * and training keys; `vil train` and `vil bench` read both. */
+#include "train/train_config.h"
+
+#include <string.h>
+
+#include "vil/common.h"
+#include "vil/limits.h"
+
+#define TI(f, lo, hi, h) VIL_KEY_I(VilTrainConfig, f, lo, hi, h)
+#define TF(f, lo, hi, h) VIL_KEY_F(VilTrainConfig, f, lo, hi, h)
+#define TS(f, h) VIL_KEY_S(VilTrainConfig, f, h)
+#define BIG 1e9
+static const VilKey TKEYS[] = {
+    TI(epochs, 1, 1000000, "training epochs"),
+    TI(batch, 1, VIL_MAX_BATCH, "batch size per rank (global batch = batch * ranks)"),
+    TF(base_lr, 0, 100, "peak lr = base_lr * global_batch / 512"),
+    TF(warmup_lr, 0, 100, "lr at step 0 of the linear warmup"),
+    TF(warmup_epochs, 0, 1000000, "warmup length in epochs (fractions allowed)"),
+    TF(min_lr, 0, 100, "end of the cosine decay"),
+    TF(weight_decay, 0, 100, "AdamW weight decay (not on 1-D tensors, pos_embed, cls_token)"),
+    TF(beta1, 0, 0.999999, "AdamW beta1"),
+    TF(beta2, 0, 0.999999, "AdamW beta2"),
+    TF(adam_eps, 1e-30, 1, "AdamW epsilon"),
+    TF(clip_grad, 0, BIG, "clip the global gradient norm to this (0: off)"),
+    TF(ema_decay, 0, 0.99999999, "EMA of the weights, updated every step (0: off)"),
+    TF(label_smoothing, 0, 0.999, "label smoothing of the targets"),
+    TF(mixup, 0, 1000, "Mixup Beta alpha (0: off)"),
+    TF(cutmix, 0, 1000, "CutMix Beta alpha (0: off)"),
+    TF(mixup_prob, 0, 1, "probability that a batch is mixed"),
+    TF(mixup_switch_prob, 0, 1, "with Mixup and CutMix both on: probability of CutMix"),
+    TI(repeats, 1, 64, "repeated augmentation: each image this many times per epoch (1: off)"),
+    TI(randaug_n, 0, 16, "RandAugment ops per image (0: off)"),
+    TF(randaug_m, 0, 30, "RandAugment magnitude (of 10)"),
+    TF(randaug_mstd, 0, 100, "RandAugment magnitude noise std"),
+    TF(reprob, 0, 1, "random erasing probability"),
+    TF(scale_min, 1e-6, 1, "RandomResizedCrop minimum area fraction"),
+    TF(hflip, 0, 1, "horizontal flip probability"),
+    TS(decode, "training JPEG decode: exact (PIL's pixels, the default) or fast (DCT-scaled crop, "
+               "merged chroma upsampling: ~4% faster); evaluation always decodes exactly"),
+    TF(crop_pct, 1e-3, 1, "evaluation: resize to img_size / crop_pct, center crop"),
+    TI(seed, 0, 2147483647, "seed of the initialization, data order, augmentation and drop path"),
+    TI(workers, 1, 256, "data loader threads"),
+    TI(log_every, 1, BIG, "progress line every N steps"),
+    TI(eval_every_epochs, 0, 1000000, "validation pass every N epochs and after the last (0: never)"),
+    TI(eval_batch, 0, VIL_MAX_BATCH, "evaluation batch (0: the training batch)"),
+    TI(max_steps, 0, 2147483647, "stop after this many steps, the schedule ending there (0: no limit)"),
+};
+#undef BIG
+#undef TI
+#undef TF
+#undef TS
+const VilKeyTable vil_train_keys = {TKEYS, (int)(sizeof TKEYS / sizeof TKEYS[0])};
+
+
+/* model keys into c, training keys into t */
+static int targets(VilKeyTarget t[2], VilConfig *c, VilTrainConfig *tc) {
+    t[0].table = &vil_model_keys, t[0].base = c;
+    t[1].table = &vil_train_keys, t[1].base = tc;
+    return 2;
+}
+
+int vil_train_config_set(VilConfig *c, VilTrainConfig *t, const char *key, const char *value) {
+    VilKeyTarget k[2];
+    return vil_keys_set(k, targets(k, c, t), key, value);
+}
+
+int vil_train_config_set_kv(VilConfig *c, VilTrainConfig *t, const char *kv) {
+    VilKeyTarget k[2];
+    return vil_keys_set_kv(k, targets(k, c, t), kv);
+}
+
+int vil_train_config_load(VilConfig *c, VilTrainConfig *t, const char *path) {
+    VilKeyTarget k[2];
+    return vil_keys_load(k, targets(k, c, t), path);
+}
+
+void vil_train_config_print(const VilTrainConfig *t, FILE *f) { vil_keys_print(&vil_train_keys, t, 17, f); }
+
+char *vil_train_config_to_json(const VilTrainConfig *t) { return vil_keys_to_json(&vil_train_keys, t); }
+
+int vil_train_config_from_json(VilTrainConfig *t, const char *json) {
+    VilKeyTarget k = {&vil_train_keys, t};
+    return vil_keys_from_json(&k, json, "training config");
+}
+
+void vil_train_config_default(VilTrainConfig *t) {
+    memset(t, 0, sizeof *t);
+    /* doc/recipe.md, ViL-Tiny (the model defaults): global batch 1024 = 8 ranks x 128 */
+    t->epochs = 300;
+    t->batch = 128;
+    t->base_lr = 5e-4f;
+    t->warmup_lr = 1e-6f;
+    t->warmup_epochs = 5.0f;
+    t->min_lr = 1e-5f;
+    t->weight_decay = 0.1f;
+    t->beta1 = 0.9f;
+    t->beta2 = 0.999f;
+    t->adam_eps = 1e-8f;
+    t->clip_grad = 0.0f;
+    t->ema_decay = 0.99996f;
+    t->label_smoothing = 0.1f;
+    t->mixup = 0.8f;
+    t->cutmix = 1.0f;
+    t->mixup_prob = 1.0f;
+    t->mixup_switch_prob = 0.5f;
+    t->repeats = 3;
+    t->randaug_n = 2;
+    t->randaug_m = 9.0f;
+    t->randaug_mstd = 0.5f;
+    t->reprob = 0.25f;
+    t->scale_min = 0.08f;
+    t->hflip = 0.5f;
+    strcpy(t->decode, "exact");
+    t->crop_pct = 0.875f;
+    t->seed = 0;
+    t->workers = 4;
+    t->log_every = 50;
+    t->eval_every_epochs = 1;
+    t->eval_batch = 0;
+    t->max_steps = 0;
+}
+
+int vil_train_config_finalize(const VilTrainConfig *t) {
+#define NEED(cond, ...)                                                                   \
+    if (!(cond)) {                                                                        \
+        vil_error("config: " __VA_ARGS__);                                                \
+        return VIL_EUSAGE;                                                                \
+    }
+#define PROB(f) NEED(t->f >= 0.0f && t->f <= 1.0f, #f " must be in [0, 1] (got %g)", t->f)
+    NEED(t->epochs >= 1, "epochs must be >= 1");
+    NEED(t->batch >= 1, "batch must be >= 1");
+    NEED(t->base_lr > 0.0f, "base_lr must be > 0 (got %g)", t->base_lr);
+    NEED(t->warmup_lr >= 0.0f && t->min_lr >= 0.0f, "warmup_lr and min_lr must be >= 0");
+    NEED(t->warmup_epochs >= 0.0f && t->warmup_epochs <= t->epochs,
+         "warmup_epochs must be in [0, epochs = %d] (got %g)", t->epochs, t->warmup_epochs);
+    NEED(t->weight_decay >= 0.0f, "weight_decay must be >= 0");
+    NEED(t->beta1 >= 0.0f && t->beta1 < 1.0f && t->beta2 >= 0.0f && t->beta2 < 1.0f,
+         "beta1 and beta2 must be in [0, 1)");
+    NEED(t->adam_eps > 0.0f, "adam_eps must be > 0");
+    NEED(t->clip_grad >= 0.0f, "clip_grad must be >= 0 (0: off)");
+    NEED(t->ema_decay >= 0.0f && t->ema_decay < 1.0f, "ema_decay must be in [0, 1) (0: off)");
+    NEED(t->label_smoothing >= 0.0f && t->label_smoothing < 1.0f,
+         "label_smoothing must be in [0, 1)");
+    NEED(t->mixup >= 0.0f && t->cutmix >= 0.0f, "mixup and cutmix alphas must be >= 0 (0: off)");
+    PROB(mixup_prob);
+    PROB(mixup_switch_prob);
+    PROB(reprob);
+    PROB(hflip);
+    NEED(t->repeats >= 1, "repeats must be >= 1 (1: no repeated augmentation)");
+    NEED(t->randaug_m >= 0.0f && t->randaug_m <= 30.0f, "randaug_m must be in [0, 30]");
+    NEED(t->randaug_mstd >= 0.0f, "randaug_mstd must be >= 0");
+    NEED(t->scale_min > 0.0f && t->scale_min <= 1.0f, "scale_min must be in (0, 1]");
+    NEED(t->crop_pct > 0.0f && t->crop_pct <= 1.0f, "crop_pct must be in (0, 1]");
+    NEED(strcmp(t->decode, "fast") == 0 || strcmp(t->decode, "exact") == 0,
+         "decode must be 'fast' or 'exact' (got '%s')", t->decode);
+    NEED(t->workers >= 1 && t->workers <= 256, "workers must be in 1..256");
+    NEED(t->log_every >= 1, "log_every must be >= 1");
+    NEED(t->batch <= VIL_MAX_BATCH && t->eval_batch <= VIL_MAX_BATCH, "batch and eval_batch must be at most %d", VIL_MAX_BATCH);
+#undef PROB
+#undef NEED
+    return 0;
+}

@@ -1,0 +1,249 @@
+/* cfgfile.c: the key-table machinery of cfgfile.h: cfg files, key=value overrides, printing
+ * and the JSON form, for any struct described by a VilKey table. */
+#include "cfgfile.h"
+
+#include <cJSON.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common.h"
+#include "limits.h"
+
+const VilKey *vil_keys_find(const VilKeyTable *t, const char *name) {
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->keys[i].name, name) == 0) return &t->keys[i];
+    return NULL;
+}
+
+/* the key and its target, over every table given */
+static const VilKey *find(const VilKeyTarget *t, int nt, const char *name, void **base) {
+    for (int i = 0; i < nt; i++) {
+        const VilKey *k = vil_keys_find(t[i].table, name);
+        if (k) {
+            if (base) *base = t[i].base;
+            return k;
+        }
+    }
+    return NULL;
+}
+
+static void report_unknown(const VilKeyTarget *t, int nt, const char *key) {
+    int best = 1 << 30;
+    const char *b = NULL;
+    for (int j = 0; j < nt; j++)
+        for (int i = 0; i < t[j].table->n; i++) {
+            int d = vil_edit_distance(key, t[j].table->keys[i].name);
+            if (d < best) best = d, b = t[j].table->keys[i].name;
+        }
+    if (best <= 4) vil_error("unknown config key '%s' (did you mean '%s'?)", key, b);
+    else vil_error("unknown config key '%s'", key);
+}
+
+/* Values come from config files, the command line and checkpoint metadata: each is checked
+ * whole (no silent truncation or coercion) against the key's range. A value no run could take
+ * is a usage error (VIL_EUSAGE). */
+static int set_value(const VilKey *k, void *base, const char *value) {
+    char *dst = (char *)base + k->offset;
+    char shown[80];
+    vil_printable(shown, sizeof shown, value);
+    if (k->type == VIL_KEY_INT) {
+        long v;
+        if (vil_parse_int(value, &v) != 0 || v < k->lo || v > k->hi) {
+            vil_error("config key '%s' wants an integer in %.0f..%.0f, got '%s'", k->name, k->lo, k->hi, shown);
+            return VIL_EUSAGE;
+        }
+        *(int *)dst = (int)v;
+    } else if (k->type == VIL_KEY_FLOAT) {
+        double v;
+        if (vil_parse_float(value, &v) != 0 || v < k->lo || v > k->hi) {
+            vil_error("config key '%s' wants a number in [%g, %g], got '%s'", k->name, k->lo, k->hi, shown);
+            return VIL_EUSAGE;
+        }
+        *(float *)dst = (float)v;
+    } else {
+        size_t n = strlen(value);
+        if (n >= k->size) {
+            vil_error("config key '%s': value '%s' is longer than %zu characters", k->name, shown,
+                      k->size - 1);
+            return VIL_EUSAGE;
+        }
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)value[i] < 0x20 || value[i] == 0x7f) {
+                vil_error("config key '%s': value '%s' holds a control character", k->name, shown);
+                return VIL_EUSAGE;
+            }
+        strcpy(dst, value);
+    }
+    return 0;
+}
+
+int vil_keys_set(const VilKeyTarget *t, int nt, const char *key, const char *value) {
+    void *base;
+    const VilKey *k = find(t, nt, key, &base);
+    if (k) return set_value(k, base, value);
+    report_unknown(t, nt, key);
+    return VIL_EUSAGE;
+}
+
+int vil_keys_set_kv(const VilKeyTarget *t, int nt, const char *kv) {
+    const char *eq = strchr(kv, '=');
+    if (!eq) {
+        vil_error("expected key=value, got '%s'", kv);
+        return VIL_EUSAGE;
+    }
+    char key[64];
+    size_t n = (size_t)(eq - kv);
+    if (n >= sizeof key) {
+        vil_error("no config key is %zu characters long: '%.*s'", n, (int)(sizeof key - 1), kv);
+        return VIL_EUSAGE;
+    }
+    memcpy(key, kv, n);
+    key[n] = 0;
+    return vil_keys_set(t, nt, key, eq + 1);
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+int vil_keys_load(const VilKeyTarget *t, int nt, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        vil_error("cannot open config '%s': %s", path, vil_errno_str());
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        vil_error("config '%s' is not a file (a folder?): give a cfg file such as configs/vil_tiny.cfg", path);
+        return -1;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        vil_error("cannot open config '%s': %s", path, vil_errno_str());
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0, rc = 0;
+    /* the line each key was set on, so a repeated key is caught: one value per key per file */
+    int set_at[64] = {0};
+    const VilKey *seen[64];
+    int nseen = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        if (len > VIL_MAX_CONFIG_LINE) {
+            vil_error("%s:%d: line of %zd bytes (at most %d): is this a cfg file?", path, lineno,
+                      len, VIL_MAX_CONFIG_LINE);
+            rc = VIL_EUSAGE;
+            break;
+        }
+        if (memchr(line, 0, (size_t)len)) {
+            vil_error("%s:%d: a NUL byte: this is not a text cfg file", path, lineno);
+            rc = VIL_EUSAGE;
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *s = trim(line);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            char shown[80];
+            vil_printable(shown, sizeof shown, s);
+            vil_error("%s:%d: expected 'key = value', got '%s'", path, lineno, shown);
+            rc = VIL_EUSAGE;
+            break;
+        }
+        *eq = 0;
+        char *key = trim(s), *val = trim(eq + 1);
+        const VilKey *k = find(t, nt, key, NULL);
+        for (int i = 0; k && i < nseen; i++)
+            if (seen[i] == k) {
+                vil_error("%s:%d: '%s' was already set on line %d: one value per key", path,
+                          lineno, key, set_at[i]);
+                rc = VIL_EUSAGE;
+            }
+        if (rc) break;
+        if (k && nseen < 64) {
+            seen[nseen] = k;
+            set_at[nseen++] = lineno;
+        }
+        if (vil_keys_set(t, nt, key, val) != 0) {
+            vil_error("... in %s:%d", path, lineno);
+            rc = VIL_EUSAGE;
+            break;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
+        vil_error("cannot read config '%s': %s", path, vil_errno_str());
+        rc = -1;
+    }
+    free(line);
+    fclose(f);
+    return rc;
+}
+
+void vil_keys_print(const VilKeyTable *t, const void *base, int width, FILE *f) {
+    for (int i = 0; i < t->n; i++) {
+        const VilKey *k = &t->keys[i];
+        const char *p = (const char *)base + k->offset;
+        if (k->type == VIL_KEY_INT) fprintf(f, "%-*s = %d\n", width, k->name, *(const int *)p);
+        else if (k->type == VIL_KEY_FLOAT) fprintf(f, "%-*s = %g\n", width, k->name, *(const float *)p);
+        else fprintf(f, "%-*s = %s\n", width, k->name, p);
+    }
+}
+
+char *vil_keys_to_json(const VilKeyTable *t, const void *base) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; i < t->n; i++) {
+        const VilKey *k = &t->keys[i];
+        const char *p = (const char *)base + k->offset;
+        if (k->type == VIL_KEY_INT) cJSON_AddNumberToObject(o, k->name, *(const int *)p);
+        else if (k->type == VIL_KEY_FLOAT) cJSON_AddNumberToObject(o, k->name, *(const float *)p);
+        else cJSON_AddStringToObject(o, k->name, p);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) VIL_FATAL("cJSON_PrintUnformatted failed");
+    char *r = vil_strdup(s);
+    cJSON_free(s);
+    return r;
+}
+
+int vil_keys_from_json(const VilKeyTarget *t, const char *json, const char *what) {
+    cJSON *o = cJSON_Parse(json);
+    if (!o || !cJSON_IsObject(o)) {
+        vil_error("%s metadata is not a JSON object", what);
+        cJSON_Delete(o);
+        return VIL_EUSAGE;
+    }
+    int rc = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, o) {
+        /* the value as set_value checks it: a whole string, an integer written in full (6.7 or
+         * 1e9 for an int key is wrong, not 6), a float at full precision */
+        char num[64];
+        const char *buf = num;
+        const VilKey *k = vil_keys_find(t->table, it->string);
+        if (cJSON_IsString(it)) buf = it->valuestring;
+        else if (cJSON_IsNumber(it)) {
+            double d = it->valuedouble;
+            if (k && k->type == VIL_KEY_INT && d == (double)(long long)d && fabs(d) < 1e15)
+                snprintf(num, sizeof num, "%lld", (long long)d);
+            else snprintf(num, sizeof num, "%.17g", d);
+        } else {
+            vil_error("%s metadata: key '%s' has a value of the wrong type", what, it->string);
+            rc = VIL_EUSAGE;
+            break;
+        }
+        if ((rc = vil_keys_set(t, 1, it->string, buf)) != 0) break;
+    }
+    cJSON_Delete(o);
+    return rc;
+}
