@@ -14,11 +14,11 @@
 
 /* the parameters of two models, bit for bit */
 static int same_params(const VilModel *a, const VilModel *b) {
-    if (a->n_params != b->n_params) return 0;
-    float *x = vil_malloc(a->n_params * sizeof(float)), *y = vil_malloc(b->n_params * sizeof(float));
+    if (a->buf_len != b->buf_len) return 0;
+    float *x = vil_malloc(a->buf_len * sizeof(float)), *y = vil_malloc(b->buf_len * sizeof(float));
     vil_model_get_params(a, x);
     vil_model_get_params(b, y);
-    int same = memcmp(x, y, a->n_params * sizeof(float)) == 0;
+    int same = memcmp(x, y, a->buf_len * sizeof(float)) == 0;
     free(x);
     free(y);
     return same;

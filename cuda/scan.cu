@@ -1,22 +1,22 @@
 /* scan.cu: the fused bidirectional Longhorn (ViL) / Mamba (ViM) scan, forward and backward, per
- * ../shared/spec/scans.md, with the sigmoid (softplus), the eps normalization, the D skip, the
+ * doc/scans.md, with the sigmoid (softplus), the eps normalization, the D skip, the
  * SiLU(z) gate and the direction average fused in; the backward direction runs by reverse
  * indexing, never on flipped copies. State in fp32 registers; nothing of size (L, E, N) is ever
  * stored. Kernels:
  *   scan_kq_kernel       the k|q rows of every token and direction as float, with k^2, -2k and
  *                        kappa = sum k^2 precomputed, so the scan kernels stage them as they are.
- *   scan_pair_kernel     one thread per (sample, channel) runs BOTH directions in one pass, the
- *                        forward one on token s and the backward one on token L-1-s at step s;
- *                        a per-thread stash in shared memory holds each token's first-visit
- *                        output until the other direction reaches it. Forward: writes the gated
- *                        average. Backward prep: recomputes the states, writes dz, the state
- *                        checkpoint every CK steps and the dq partial sums.
- *   scan_adjoint_kernel  a block of 4 warps per (sample, direction, 128 channels), one thread per
- *                        channel: per chunk of CK steps, in reverse, recomputes the states from
- *                        the chunk's checkpoint (a 4-step history in registers), then runs the
- *                        reverse adjoint scan, taking h_{t-1} from the recomputed states (never
- *                        dividing by the forget gate); writes du, ddelta and the block's partial
- *                        sums of dk (dB) and dkappa.
+ *   scan_pair_kernel     one thread per (sample, channel) runs both directions, one after the
+ *                        other: first the backward one (token L-1-s at step s), leaving its
+ *                        pre-gate output in the output buffer itself (out, or dz in the
+ *                        backward prep), then the forward one, which combines the two. Forward:
+ *                        writes the gated average. Backward prep: recomputes the states, writes
+ *                        dz, the state checkpoint every CK steps and the dq partial sums.
+ *   scan_adjoint_kernel  a block of ADJ_T threads (one per channel) per (sample, direction,
+ *                        ADJ_T channels): per chunk of CK steps, in reverse, recomputes the
+ *                        states from the chunk's checkpoint (a 4-step history in registers),
+ *                        then runs the reverse adjoint scan, taking h_{t-1} from the recomputed
+ *                        states (never dividing by the forget gate); writes du, ddelta and the
+ *                        block's partial sums of dk (dB) and dkappa.
  *   finalize kernels     sum the partials over channel blocks (dk, dq, dkappa) and samples (dD,
  *                        dA_log) in a fixed order.
  * Sums over channels (dq, dk, dkappa) are fp32: within a warp by a transpose through shared
@@ -45,7 +45,7 @@ typedef struct {
     float *pkap; /* (B, 2, nblk2, L) -2 dkappa partials (Longhorn): dk += k * their sum */
     float *pd;   /* (B, 2, E) dD partials, then (B, 2, E) sum-of-ddelta partials */
     float *pa;   /* (B, 2, E, N) dA_log partials (Mamba) */
-    int B, L, E, R, W, ldz, nck, nblk1, nblk2;
+    int B, L, E, dt_ld, W, ldz, nck, nblk1, nblk2;
     int vec_act, vec_ck; /* bytes per async copy: 16, 8, 4, or 2 (plain loads) */
 } ScanArgs;
 
@@ -167,7 +167,7 @@ __device__ __forceinline__ void queue_kq(float *dst, const float *base, int s0, 
  * (bf16) as float, with k^2, -2k and kappa = sum k^2, so the scan kernels stage it as is. One
  * thread per (row, n); the N threads of a row are consecutive lanes (N divides 32). */
 template <int N>
-__global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int BL, int W, int R) {
+__global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int BL, int W, int dt_ld) {
     constexpr int KQW = KQ<N>::W;
     size_t tot = (size_t)2 * BL * N;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx - threadIdx.x < tot;
@@ -176,7 +176,7 @@ __global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int B
         size_t row = on ? idx / N : 0;
         int n = (int)(idx % N), j = row >= (size_t)BL;
         size_t r = row - (j ? (size_t)BL : 0);
-        const bf16 *src = (j ? x1 : x0) + r * W + R;
+        const bf16 *src = (j ? x1 : x0) + r * W + dt_ld;
         float k = on ? bf2f(src[n]) : 0.0f, q = on ? bf2f(src[N + n]) : 0.0f, kk = k * k;
         float kap = kk;
 #pragma unroll
@@ -651,7 +651,7 @@ __global__ void scan_dkdq_kernel(ScanArgs a) {
             for (int k = 0; k < a.nblk2; k++) kap += a.pkap[(((size_t)b * 2 + j) * a.nblk2 + k) * a.L + t];
             dk = fmaf(a.kqt[(((size_t)j * a.B + b) * a.L + t) * KQ<N>::W + n], kap, dk);
         }
-        bf16 *row = a.dxdbl[j] + ((size_t)b * a.L + t) * a.W + a.R;
+        bf16 *row = a.dxdbl[j] + ((size_t)b * a.L + t) * a.W + a.dt_ld;
         row[n] = f2bf(dk);
         row[N + n] = f2bf(dq);
     }
@@ -667,16 +667,10 @@ static int vec_bytes(const void *const *ptrs, int np, const size_t *strides_byte
     return low >= 16 ? 16 : low >= 8 ? 8 : low >= 4 ? 4 : 2;
 }
 
-template <typename K>
-static void set_smem(K kernel, size_t bytes) {
-    if (bytes > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-
 static void fill_common(ScanArgs *a, const void *const u[2], const void *const delta[2],
                         const void *const xdbl[2], const void *z, const void *dout,
                         const float *const D[2], const float *const A_log[2], int B, int L, int E,
-                        int N, int R, int ldx, int ldz) {
+                        int N, int dt_ld, int ldx, int ldz) {
     memset(a, 0, sizeof *a);
     for (int j = 0; j < 2; j++) {
         a->u[j] = (const bf16 *)u[j];
@@ -687,7 +681,7 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
     }
     a->z = (const bf16 *)z;
     a->dout = (const bf16 *)dout;
-    a->B = B, a->L = L, a->E = E, a->R = R, a->W = ldx, a->ldz = ldz;
+    a->B = B, a->L = L, a->E = E, a->dt_ld = dt_ld, a->W = ldx, a->ldz = ldz;
     a->nck = (L + CK - 1) / CK;
     /* act rows start at (row * ld + block * tpb) elements */
     const void *pa[6] = {u[0], u[1], delta[0], delta[1], z, dout ? dout : z};
@@ -708,7 +702,7 @@ template <int N>
 static void make_kq(ScanArgs *a, float *kqt) {
     size_t BL = (size_t)a->B * a->L;
     int blocks = cu_blocks_capped(2 * BL * N, 256, 16);
-    scan_kq_kernel<N><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->R);
+    scan_kq_kernel<N><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->dt_ld);
     CU_LAUNCH_CHECK();
     a->kqt = kqt;
 }

@@ -568,7 +568,7 @@ void vil_train_transform_default(VilTrainTransform *t, int res, int channels) {
     t->randaug_inc = 1;
     t->reprob = 0.25f;
     t->randaug_interp = VIL_INTERP_BICUBIC;
-    t->decode = VIL_DECODE_EXACT; /* the library's default; `vil train` and bench-data: fast */
+    t->decode = VIL_DECODE_EXACT; /* the default everywhere; `--set decode=fast` opts in */
     if (channels == 1) {
         t->mean[0] = t->mean[1] = t->mean[2] = 0.449f;
         t->std[0] = t->std[1] = t->std[2] = 0.226f;

@@ -77,14 +77,14 @@ static void check_model(const VilModel *m, const VilCheckpointMeta *meta,
                         const VilSafetensors *st, int img_size) {
     const VilConfig *c = &m->cfg;
     if (!m->params || m->n_tensors < 1 || m->param_count != vil_model_count_params(c) ||
-        m->n_params < m->param_count)
+        m->buf_len < m->param_count)
         abort();
     size_t sum = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const VilParamInfo *p = &m->info[i];
         size_t n = 1;
         for (int d = 0; d < p->ndim; d++) n *= (size_t)p->shape[d];
-        if (n != p->numel || p->offset + vil_param_extent(p) > m->n_params) abort();
+        if (n != p->numel || p->offset + vil_param_extent(p) > m->buf_len) abort();
         sum += n;
     }
     if (sum != m->param_count) abort();
@@ -177,7 +177,7 @@ static float bf16_round(float x) {
  * (extra > 0), or with vil's metadata claiming the config `claim` instead of m's */
 static int save_tensors(const VilModel *m, const char *path, int bf16, int extra,
                         const VilConfig *claim) {
-    float *host = vil_malloc(m->n_params * sizeof(float));
+    float *host = vil_malloc(m->buf_len * sizeof(float));
     vil_model_get_params(m, host);
     vil_model_pack(m, host, host);
     uint16_t *half = vil_malloc(m->param_count * sizeof(uint16_t));

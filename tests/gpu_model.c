@@ -79,11 +79,11 @@ static void test_model(const char *arch, float drop_path, int B) {
     vil_model_init_weights(&mc, 11);
     /* off the init values (norms 1, D 1, biases 0) so every path carries gradient; a head of
      * unit scale so the early layers' gradients are not tiny */
-    float *p = vil_malloc(mc.n_params * sizeof(float)), *p0 = vil_malloc(mc.n_params * sizeof(float));
+    float *p = vil_malloc(mc.buf_len * sizeof(float)), *p0 = vil_malloc(mc.buf_len * sizeof(float));
     t_perturbed_params(&mc, &rng, p);
     vil_model_set_params(&mc, p);
     vil_model_set_params(&mg, p);
-    memcpy(p0, p, mc.n_params * sizeof(float));
+    memcpy(p0, p, mc.buf_len * sizeof(float));
     mc.input_grad = mg.input_grad = 1;
     vil_model_alloc_acts(&mc, B, 1);
     vil_model_alloc_acts(&mg, B, 1);
@@ -106,8 +106,8 @@ static void test_model(const char *arch, float drop_path, int B) {
 
     vil_model_backward(&mc);
     vil_model_backward(&mg);
-    float *gg = vil_malloc(mg.n_params * sizeof(float));
-    mg.be->to_host(mg.be, gg, mg.grads, mg.n_params * sizeof(float));
+    float *gg = vil_malloc(mg.buf_len * sizeof(float));
+    mg.be->to_host(mg.be, gg, mg.grads, mg.buf_len * sizeof(float));
     double worst = 0;
     const char *worst_name = "";
     for (int i = 0; i < mc.n_tensors; i++) {
@@ -126,12 +126,12 @@ static void test_model(const char *arch, float drop_path, int B) {
     T_CLOSE(nm, rel(dimg, mc.acts.dimg, ni), TOL_GRAD);
 
     /* determinism: the same backward again gives the same bits */
-    float *gg2 = vil_malloc(mg.n_params * sizeof(float));
+    float *gg2 = vil_malloc(mg.buf_len * sizeof(float));
     vil_model_zero_grad(&mg);
     vil_model_forward(&mg, 1);
     vil_model_backward(&mg);
-    mg.be->to_host(mg.be, gg2, mg.grads, mg.n_params * sizeof(float));
-    T_CHECK(memcmp(gg, gg2, mg.n_params * sizeof(float)) == 0, "%s: two GPU backward passes differ", arch);
+    mg.be->to_host(mg.be, gg2, mg.grads, mg.buf_len * sizeof(float));
+    T_CHECK(memcmp(gg, gg2, mg.buf_len * sizeof(float)) == 0, "%s: two GPU backward passes differ", arch);
 
     /* three AdamW steps on both */
     double l3c = 0, l3g = 0, l0c = 0;
@@ -150,13 +150,13 @@ static void test_model(const char *arch, float drop_path, int B) {
     vil_model_forward(&mc, 1);
     vil_model_forward(&mg, 1);
     l3c = mean_loss(&mc), l3g = mean_loss(&mg);
-    float *pc = vil_malloc(mc.n_params * sizeof(float)), *pg = vil_malloc(mc.n_params * sizeof(float));
+    float *pc = vil_malloc(mc.buf_len * sizeof(float)), *pg = vil_malloc(mc.buf_len * sizeof(float));
     vil_model_get_params(&mc, pc);
     vil_model_get_params(&mg, pg);
     /* AdamW moves each weight by about lr per step whatever the gradient's size, so compare the
      * parameter change of the two backends, relative to its size */
     double num = 0, den = 0;
-    for (size_t i = 0; i < mc.n_params; i++) {
+    for (size_t i = 0; i < mc.buf_len; i++) {
         double dc = (double)pc[i] - p0[i], dg = (double)pg[i] - p0[i];
         num += (dg - dc) * (dg - dc);
         den += dc * dc;
@@ -164,7 +164,7 @@ static void test_model(const char *arch, float drop_path, int B) {
     snprintf(nm, sizeof nm, "%s%s parameter change after 3 AdamW steps", arch, drop_path > 0 ? " dp" : "");
     T_CLOSE(nm, sqrt(num) / sqrt(den), 0.2);
     snprintf(nm, sizeof nm, "%s%s parameters after 3 AdamW steps", arch, drop_path > 0 ? " dp" : "");
-    T_CLOSE(nm, rel(pg, pc, mc.n_params), 1e-3);
+    T_CLOSE(nm, rel(pg, pc, mc.buf_len), 1e-3);
     /* the loss after the steps, relative to how far the steps moved it (plus 1% of it): AdamW's
      * first steps move a weight by ~lr sign(g), so weights whose gradient is near 0 move either
      * way under bf16 against fp32 rounding, and a few large steps on a tiny batch make the loss

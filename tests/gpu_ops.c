@@ -326,8 +326,8 @@ static void test_conv_bidir(int B, int L, int E, int K) {
 }
 
 /* ---------------- the bidirectional scan ---------------- */
-/* x_dbl rows are ldx >= R + 2N apart (the model pads them to 8) */
-static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
+/* x_dbl rows are ldx >= dt_ld + 2N apart (k at column dt_ld) (the model pads them to 8) */
+static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba) {
     char nm[160];
     const char *kind = mamba ? "mamba" : "longhorn";
     VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
@@ -357,12 +357,12 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
     scan_bidir_forward(&(VilScanFwd){.rec = rec, .out = out_c, .u = {cu[0], cu[1]}, .delta = {cdl[0], cdl[1]},
                                      .xdbl = {cxd[0], cxd[1]}, .z = xz + E, .D = {cD[0], cD[1]},
                                      .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL}, .B = B, .L = L, .E = E,
-                                     .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz});
+                                     .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz});
     void *d_out = dev_poison(ne * 2);
     G->scan_bidir_forward(G, &(VilScanFwd){.rec = rec, .out = d_out, .u = {gu[0], gu[1]}, .delta = {gdl[0], gdl[1]},
                                            .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                                            .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
-                                           .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz});
+                                           .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz});
     float *out_g = get_act(d_out, ne);
     snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d", kind, B, L, E, N);
     T_CLOSE(nm, rel(out_g, out_c, ne), TOL_BF16);
@@ -390,7 +390,7 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
                                        .ddelta_sum = {db_c[0], db_c[1]}, .dout = dout, .u = {cu[0], cu[1]},
                                        .delta = {cdl[0], cdl[1]}, .xdbl = {cxd[0], cxd[1]}, .z = xz + E,
                                        .D = {cD[0], cD[1]}, .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL},
-                                       .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz});
+                                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz});
     void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2);
     VilScanBwd gbwd = {.rec = rec, .du = {g_du[0], g_du[1]}, .ddelta = {g_ddl[0], g_ddl[1]},
                        .dxdbl = {g_dxd[0], g_dxd[1]}, .dz = (char *)d_dz + (size_t)E * 2,
@@ -398,7 +398,7 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
                        .ddelta_sum = {g_db[0], g_db[1]}, .dout = d_dout, .u = {gu[0], gu[1]},
                        .delta = {gdl[0], gdl[1]}, .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                        .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
-                       .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
+                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz};
     G->scan_bidir_backward(G, &gbwd);
     for (int j = 0; j < 2; j++) {
         float *du_g = get_act(g_du[j], ne), *ddl_g = get_act(g_ddl[j], ne), *dxd_g = get_act(g_dxd[j], nw);
@@ -408,10 +408,10 @@ static void test_scan(int B, int L, int E, int N, int R, int ldx, int mamba) {
         snprintf(nm, sizeof nm, "scan %s bwd ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), TOL_BF16);
         snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "B" : "k", j, B, L, E);
-        T_CLOSE(nm, rel2(dxd_g + R, dxd_c[j] + R, (size_t)B * L, N, W), TOL_BF16);
+        T_CLOSE(nm, rel2(dxd_g + dt_ld, dxd_c[j] + dt_ld, (size_t)B * L, N, W), TOL_BF16);
         snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "C" : "q", j, B, L, E);
-        T_CLOSE(nm, rel2(dxd_g + R + N, dxd_c[j] + R + N, (size_t)B * L, N, W), TOL_BF16);
-        T_CHECK(untouched(g_dxd[j], (size_t)B * L, W, R, R + 2 * N) == 0, "scan bwd wrote into the dt_low or padding columns");
+        T_CLOSE(nm, rel2(dxd_g + dt_ld + N, dxd_c[j] + dt_ld + N, (size_t)B * L, N, W), TOL_BF16);
+        T_CHECK(untouched(g_dxd[j], (size_t)B * L, W, dt_ld, dt_ld + 2 * N) == 0, "scan bwd wrote into the dt_low or padding columns");
         for (int e = 0; e < E; e++) dD_g[e] -= dD0[j][e], dD_c[j][e] -= dD0[j][e];
         snprintf(nm, sizeof nm, "scan %s bwd dD[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(dD_g, dD_c[j], E), TOL_F32);

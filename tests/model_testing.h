@@ -6,7 +6,7 @@
 #include "vil/common.h"
 #include "vil/model.h"
 
-/* m's parameters into p (n_params floats), moved off their init values (norms 1, D 1, biases 0)
+/* m's parameters into p (buf_len floats), moved off their init values (norms 1, D 1, biases 0)
  * so every path carries gradient: + 0.1 N(0, 1) everywhere, a head of unit scale (init is std
  * .02) so the early layers' gradients stay well above float32 rounding noise, and the dt biases
  * recentred (ViM's init puts softplus deep in its flat tail, dt ~ 1e-3). */

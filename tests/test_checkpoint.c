@@ -51,11 +51,11 @@ static char *path(const char *name) {
 }
 
 static int same_params(VilModel *a, VilModel *b) {
-    if (a->n_params != b->n_params) return 0;
-    float *x = vil_malloc(a->n_params * 4), *y = vil_malloc(b->n_params * 4);
+    if (a->buf_len != b->buf_len) return 0;
+    float *x = vil_malloc(a->buf_len * 4), *y = vil_malloc(b->buf_len * 4);
     vil_model_get_params(a, x);
     vil_model_get_params(b, y);
-    int same = memcmp(x, y, a->n_params * 4) == 0;
+    int same = memcmp(x, y, a->buf_len * 4) == 0;
     free(x);
     free(y);
     return same;
@@ -77,7 +77,7 @@ static void test_roundtrip(const char *arch) {
     T_CHECK(meta.step == 1234 && meta.img_size == 16 && !meta.config_inferred, "metadata");
     T_CHECK(meta.class_names && strcmp(meta.class_names[2], "\"quoted\" name") == 0, "class names");
     T_CHECK(memcmp(&r.cfg, &m.cfg, sizeof c) == 0, "%s: config differs after a round trip", arch);
-    /* every key of models.md, in order */
+    /* every key of doc/models.md, in order */
     VilSafetensors st;
     char err[256];
     T_CHECK(vil_st_read(f, &st, err, sizeof err) == 0, "raw read: %s", err);
@@ -94,7 +94,7 @@ static void test_roundtrip(const char *arch) {
 
     /* a tensors-only file (as exported from PyTorch): the architecture comes from the shapes */
     VilStWriter *w = vil_st_writer_new();
-    float *host = vil_malloc(m.n_params * 4);
+    float *host = vil_malloc(m.buf_len * 4);
     vil_model_get_params(&m, host);
     vil_model_pack(&m, host, host); /* the tensors as a file holds them, without padding */
     for (int i = 0; i < m.n_tensors; i++)
@@ -137,7 +137,7 @@ static void test_broken(void) {
     corpus_write(path("empty.safetensors"), bytes, 0);
     T_CHECK(vil_checkpoint_load(path("empty.safetensors"), &vil_backend_cpu, NULL, &r, &meta) != 0, "empty file");
     /* a tensor missing, a wrong shape, an extra tensor, NaN */
-    float *host = vil_malloc(m.n_params * 4);
+    float *host = vil_malloc(m.buf_len * 4);
     vil_model_get_params(&m, host);
     vil_model_pack(&m, host, host);
     for (int cse = 0; cse < 4; cse++) {
@@ -203,7 +203,7 @@ static void test_hostile(void) {
     VilCheckpointMeta meta;
     vil_model_init(&m, &c, &vil_backend_cpu);
     vil_model_init_weights(&m, 2);
-    float *host = vil_malloc(m.n_params * 4);
+    float *host = vil_malloc(m.buf_len * 4);
     vil_model_get_params(&m, host);
     vil_model_pack(&m, host, host);
     long rss0 = peak_rss_mb();
@@ -298,7 +298,7 @@ static void test_eval_spec(void) {
                 strcmp(vil_st_meta(&st, "vil.eval"), "{\"crop_pct\":1,\"resize\":\"bicubic\",\"mean\":[0.286],\"std\":[0.353]}") == 0,
             "vil.eval holds clean numbers: %s", vil_st_meta(&st, "vil.eval"));
     /* a bad one is an error, not a silent default */
-    float *host = vil_malloc(m.n_params * 4);
+    float *host = vil_malloc(m.buf_len * 4);
     vil_model_get_params(&m, host);
     vil_model_pack(&m, host, host);
     w = tensors_of(&m, host, NULL);

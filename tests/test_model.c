@@ -98,7 +98,7 @@ static void test_gradients(const char *arch, float drop_path) {
     vil_model_init_weights(&m, 7);
     /* move the parameters off their init values (norms 1, D 1, biases 0) so that every path
      * carries gradient */
-    float *p = vil_malloc(m.n_params * sizeof(float));
+    float *p = vil_malloc(m.buf_len * sizeof(float));
     t_perturbed_params(&m, &rng, p);
     vil_model_set_params(&m, p);
     free(p);
@@ -110,8 +110,8 @@ static void test_gradients(const char *arch, float drop_path) {
     Ctx ctx = {&m};
     model_loss(&ctx);
     vil_model_backward(&m);
-    float *g = vil_malloc(m.n_params * sizeof(float));
-    memcpy(g, m.grads, m.n_params * sizeof(float));
+    float *g = vil_malloc(m.buf_len * sizeof(float));
+    memcpy(g, m.grads, m.buf_len * sizeof(float));
     /* the padding of x_proj's and dt_proj's weights (VilParamInfo ld, gap, pad): set_params
      * zeroed what the perturbed buffer held there, and the gradient there is exactly 0. The
      * padding is where vil_param_store of an all-ones tensor leaves 0. */
@@ -135,7 +135,7 @@ static void test_gradients(const char *arch, float drop_path) {
      * there) and in the gradients */
     size_t end = 0, gaps = 0, gapbad = 0, misaligned = 0;
     for (int i = 0; i <= m.n_tensors; i++) {
-        size_t start = i < m.n_tensors ? m.info[i].offset : m.n_params;
+        size_t start = i < m.n_tensors ? m.info[i].offset : m.buf_len;
         for (size_t k = end; k < start; k++, gaps++) gapbad += m.params[k] != 0.0f || g[k] != 0.0f;
         if (i == m.n_tensors) break;
         misaligned += start % 64 != 0;
@@ -215,7 +215,7 @@ static void test_adamw_lowers_loss(void) {
     vil_model_free(&m);
 }
 
-/* initialization of models.md, by its statistics on ViL-Tiny (ViM for A_log and dt bias) */
+/* initialization of doc/models.md, by its statistics on ViL-Tiny (ViM for A_log and dt bias) */
 static double tensor_std(const float *p, size_t n, double *maxabs) {
     double s = 0, s2 = 0, m = 0;
     for (size_t i = 0; i < n; i++) s += p[i], s2 += (double)p[i] * p[i], m = fmax(m, fabs(p[i]));
@@ -293,9 +293,9 @@ static void test_thread_determinism(void) {
         vil_model_zero_grad(&m);
         vil_model_forward(&m, 1);
         vil_model_backward(&m);
-        g[k] = vil_malloc(m.n_params * sizeof(float));
-        memcpy(g[k], m.grads, m.n_params * sizeof(float));
-        n = m.n_params;
+        g[k] = vil_malloc(m.buf_len * sizeof(float));
+        memcpy(g[k], m.grads, m.buf_len * sizeof(float));
+        n = m.buf_len;
         vil_model_free(&m);
     }
     T_CHECK(memcmp(g[0], g[1], n * sizeof(float)) == 0, "gradients differ between 1 and 2 threads");

@@ -1,7 +1,8 @@
 /* test_ops.c: every CPU op alone. Forward passes against independent double-precision
- * references written from the spec formulas; backward passes against central finite
- * differences (float32, h = 1e-2 unless stated; tolerance 5e-3 relative: the forward is float32,
- * so rounding in the loss divided by 2h sets the floor, measured at 1e-6..1e-3). */
+ * references written from the formulas of doc/models.md and doc/scans.md; backward passes
+ * against central finite differences (float32, h = 1e-2 unless stated; tolerance 5e-3
+ * relative: the forward is float32, so rounding in the loss divided by 2h sets the floor,
+ * measured at 1e-6..1e-3). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,7 +275,7 @@ static double scan_loss(void *p) {
         longhorn_scan_forward(c->y, c->u, c->delta, c->kq + 1, c->kq + 1 + c->N, c->D, c->B, c->L, c->E, c->N, c->ld, c->rev);
     return gc_dot(c->y, c->R, (size_t)c->B * c->L * c->E);
 }
-/* The recurrence written plainly from scans.md, in double, on an explicitly reversed copy. */
+/* The recurrence written plainly from doc/scans.md, in double, on an explicitly reversed copy. */
 static void scan_reference(ScanCtx *c, double *y) {
     for (int b = 0; b < c->B; b++)
         for (int d = 0; d < c->E; d++) {

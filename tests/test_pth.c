@@ -560,10 +560,10 @@ static void test_files(void) {
     int rb = vil_checkpoint_load(DATA "vim_p4s4.pth", &vil_backend_cpu, NULL, &b, &mb);
     T_CHECK(ra == 0 && rb == 0, "state dict at --img-size 16 and the checkpoint load");
     if (ra == 0 && rb == 0) {
-        float *x = vil_malloc(a.n_params * 4), *y = vil_malloc(b.n_params * 4);
+        float *x = vil_malloc(a.buf_len * 4), *y = vil_malloc(b.buf_len * 4);
         vil_model_get_params(&a, x);
         vil_model_get_params(&b, y);
-        T_CHECK(a.n_params == b.n_params && memcmp(x, y, a.n_params * 4) == 0,
+        T_CHECK(a.buf_len == b.buf_len && memcmp(x, y, a.buf_len * 4) == 0,
                 "the bare state dict holds the checkpoint's model");
         T_CHECK(ma.weights[0] == 0 && ma.epoch == -1, "a state dict: no weights key, no epoch");
         free(x);
@@ -668,7 +668,7 @@ static void test_init(void) {
     VilModel m;
     vil_model_init(&m, &c, &vil_backend_cpu);
     vil_model_init_weights(&m, 5);
-    float *fresh = vil_malloc(m.n_params * 4), *got = vil_malloc(m.n_params * 4), *s = vil_malloc(src.n_params * 4);
+    float *fresh = vil_malloc(m.buf_len * 4), *got = vil_malloc(m.buf_len * 4), *s = vil_malloc(src.buf_len * 4);
     vil_model_get_params(&m, fresh);
     vil_model_get_params(&src, s);
     VilCheckpointMeta mi;

@@ -32,9 +32,9 @@ int main(int argc, char **argv) {
     /* move every parameter off its init value so that every path is exercised */
     VilRng r;
     vil_rng_seed(&r, 23);
-    float *p = vil_malloc(m.n_params * sizeof(float));
+    float *p = vil_malloc(m.buf_len * sizeof(float));
     vil_model_get_params(&m, p);
-    for (size_t i = 0; i < m.n_params; i++) p[i] += 0.05f * vil_rng_normal(&r);
+    for (size_t i = 0; i < m.buf_len; i++) p[i] += 0.05f * vil_rng_normal(&r);
     vil_model_set_params(&m, p);
     int B = 3;
     m.input_grad = 1;

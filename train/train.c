@@ -188,7 +188,7 @@ static const VilStTensor *state_tensor(const VilSafetensors *st, const char *nam
 static void upload(const VilModel *m, float *dst, const VilStTensor *t, float *host) {
     memcpy(host, t->data, t->nbytes);
     vil_model_unpack(m, host, host);
-    m->be->to_device(m->be, dst, host, m->n_params * sizeof(float));
+    m->be->to_device(m->be, dst, host, m->buf_len * sizeof(float));
 }
 
 static int state_restore(Trainer *T, const char *path) {
@@ -197,7 +197,7 @@ static int state_restore(Trainer *T, const char *path) {
     VilModel *m = &T->m;
     const VilBackend *be = T->be;
     int rc = -1;
-    float *host = vil_malloc(m->n_params * sizeof(float));
+    float *host = vil_malloc(m->buf_len * sizeof(float));
     char *mine = vil_config_to_json(T->mc), *tmine = vil_train_config_to_json(T->tc);
     const char *mj = vil_st_meta(&st, "vil.config"), *tj = vil_st_meta(&st, "vil.train_config");
     VilConfig saved;
@@ -253,7 +253,7 @@ static int state_restore(Trainer *T, const char *path) {
         } else {
             vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
             vil_model_get_params(m, host);
-            be->to_device(be, m->ema, host, m->n_params * sizeof(float));
+            be->to_device(be, m->ema, host, m->buf_len * sizeof(float));
         }
     }
     T->step = step;
@@ -299,7 +299,7 @@ static int save_checkpoint(Trainer *T, const char *path, int ema) {
 static int save_all(Trainer *T, const float *new_best) {
     VilModel *m = &T->m;
     const VilBackend *be = T->be;
-    size_t n = m->n_params, bytes = n * sizeof(float);
+    size_t n = m->buf_len, bytes = n * sizeof(float);
     float *p = vil_malloc(bytes), *mm = vil_malloc(bytes), *vv = vil_malloc(bytes);
     float *e = m->ema ? vil_malloc(bytes) : NULL;
     int rc = -1;
@@ -460,8 +460,8 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     if (plog) {
         fprintf(plog, "val   epoch %d: top-1 %.2f%%  top-5 %.2f%%", epoch + 1, res->top1, res->top5);
         if (T->m.ema) fprintf(plog, "  |  EMA top-1 %.2f%%  top-5 %.2f%%", res->ema_top1, res->ema_top5);
-        fprintf(plog, "  (%ld images%s, %.1f s)\n", images, bad ? ", bad files replaced" : "", secs);
-        if (bad) fprintf(plog, "      %ld bad file reads were replaced during the pass\n", bad);
+        fprintf(plog, "  (%ld images, %.1f s)\n", images, secs);
+        if (bad) fprintf(plog, "      %ld files could not be read and were left out of the count\n", bad);
         fflush(plog);
     }
     return 0;

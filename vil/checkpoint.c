@@ -73,7 +73,7 @@ static int eval_from_json(const char *json, const char *path, int chans, VilEval
 
 static int save(const VilModel *m, const char *path, long step, char *const *class_names,
                 int n_classes, const VilEvalSpec *ev, const char *source) {
-    float *host = vil_malloc(m->n_params * sizeof(float));
+    float *host = vil_malloc(m->buf_len * sizeof(float));
     vil_model_get_params(m, host);
     vil_model_pack(m, host, host); /* the tensors without the buffer's padding */
     VilStWriter *w = vil_st_writer_new();
@@ -256,7 +256,7 @@ static void name_config(VilConfig *c) {
     snprintf(c->name, sizeof c->name, "%s_%s%s", c->arch, size ? size : d, s);
 }
 
-/* models.md, "Architecture from a checkpoint alone" */
+/* doc/models.md, "Architecture from a checkpoint alone" */
 static int infer_config(const VilSafetensors *st, const char *path, int img, VilConfig *c) {
     vil_config_default(c);
     const VilStTensor *pw = need(st, path, "patch_embed.proj.weight", 4);
@@ -463,7 +463,7 @@ static int fill_params(const Source *s, const char *path, const VilModel *m, int
         vil_st_to_f32(t, host + p->offset);
         vil_param_store(p, host + p->offset, host + p->offset); /* the buffer's layout */
     }
-    for (size_t i = 0; i < m->n_params; i++)
+    for (size_t i = 0; i < m->buf_len; i++)
         if (!isfinite(host[i])) {
             vil_error("'%s': parameters contain NaN or Inf (a diverged run?)", path);
             return -1;
@@ -494,7 +494,7 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
     int rc = -1, train_grid = 0;
     if (s.img_known && o->img_size > 0 && o->img_size != cfg.img_size) {
         /* evaluate at another resolution: same patches and stride, a larger grid, and the
-         * position embedding interpolated onto it (recipe.md) */
+         * position embedding interpolated onto it (doc/recipe.md) */
         if (cfg.stride < 1 || cfg.img_size < cfg.patch_size) {
             vil_error("'%s': the file's patch %d, stride %d and image size %d do not fit", path,
                       cfg.patch_size, cfg.stride, cfg.img_size);
@@ -514,7 +514,7 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
     }
     if (check_tensors(&s, path, &cfg, train_grid, 0) != 0) goto out;
     if (vil_model_init(m, &cfg, be) != 0) goto out;
-    float *host = vil_calloc(m->n_params, sizeof(float));
+    float *host = vil_calloc(m->buf_len, sizeof(float));
     if (fill_params(&s, path, m, train_grid, 0, host) != 0 ||
         set_class_names(&s, path, cfg.num_classes, meta) != 0) {
         free(host);
@@ -573,7 +573,7 @@ int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMet
 #undef SAME
     int keep_head = fc.num_classes != c->num_classes;
     if (check_tensors(&s, path, c, fc.grid != c->grid ? fc.grid : 0, keep_head) != 0) goto out;
-    float *host = vil_malloc(m->n_params * sizeof(float));
+    float *host = vil_malloc(m->buf_len * sizeof(float));
     vil_model_get_params(m, host); /* the head keeps its fresh weights when the classes differ */
     if (fill_params(&s, path, m, fc.grid != c->grid ? fc.grid : 0, keep_head, host) != 0) {
         free(host);

@@ -196,12 +196,12 @@ int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
     build_table(cfg, &t, &m->off);
     m->info = t.info;
     m->n_tensors = t.n;
-    m->n_params = t.total;
+    m->buf_len = t.total;
     m->param_count = t.count;
-    m->params = be->alloc(be, m->n_params * sizeof(float));
-    m->grads = be->alloc(be, m->n_params * sizeof(float));
-    be->zero(be, m->grads, m->n_params * sizeof(float));
-    m->work = be->work_bytes ? be->alloc(be, m->n_params * be->work_bytes) : m->params;
+    m->params = be->alloc(be, m->buf_len * sizeof(float));
+    m->grads = be->alloc(be, m->buf_len * sizeof(float));
+    be->zero(be, m->grads, m->buf_len * sizeof(float));
+    m->work = be->work_bytes ? be->alloc(be, m->buf_len * be->work_bytes) : m->params;
     return 0;
 }
 
@@ -249,7 +249,7 @@ static void zero_gaps(const VilModel *m, float *buf) {
         memset(buf + end, 0, (p->offset - end) * sizeof(float));
         end = p->offset + vil_param_extent(p);
     }
-    memset(buf + end, 0, (m->n_params - end) * sizeof(float));
+    memset(buf + end, 0, (m->buf_len - end) * sizeof(float));
 }
 
 void vil_model_unpack(const VilModel *m, float *buf, const float *packed) {
@@ -263,22 +263,22 @@ void vil_model_unpack(const VilModel *m, float *buf, const float *packed) {
 }
 
 void vil_model_get_params(const VilModel *m, float *host) {
-    m->be->to_host(m->be, host, m->params, m->n_params * sizeof(float));
+    m->be->to_host(m->be, host, m->params, m->buf_len * sizeof(float));
 }
 
 void vil_model_set_params(VilModel *m, const float *host) {
     /* the padding (inside tensors, and the gaps between them) is zeroed whatever the host buffer
      * held there: packing drops it and unpacking writes zeros there */
-    float *tmp = vil_malloc(m->n_params * sizeof(float));
-    memcpy(tmp, host, m->n_params * sizeof(float));
+    float *tmp = vil_malloc(m->buf_len * sizeof(float));
+    memcpy(tmp, host, m->buf_len * sizeof(float));
     vil_model_pack(m, tmp, tmp);
     vil_model_unpack(m, tmp, tmp);
-    m->be->to_device(m->be, m->params, tmp, m->n_params * sizeof(float));
+    m->be->to_device(m->be, m->params, tmp, m->buf_len * sizeof(float));
     free(tmp);
-    if (m->be->params_to_work) m->be->params_to_work(m->be, m->work, m->params, m->n_params);
+    if (m->be->params_to_work) m->be->params_to_work(m->be, m->work, m->params, m->buf_len);
 }
 
-/* ---------------- initialization (models.md) ---------------- */
+/* ---------------- initialization (doc/models.md) ---------------- */
 
 static const VilParamInfo *param_at(const VilModel *m, size_t offset) {
     for (int i = 0; i < m->n_tensors; i++)
@@ -300,7 +300,7 @@ static void fill_uniform(float *p, size_t n, float bound, VilRng *r) {
 
 void vil_model_init_weights(VilModel *m, uint64_t seed) {
     const VilConfig *c = &m->cfg;
-    float *h = vil_calloc(m->n_params, sizeof(float));
+    float *h = vil_calloc(m->buf_len, sizeof(float));
     VilRng r;
     vil_rng_seed(&r, seed);
     const VilParamOffsets *o = &m->off;
@@ -660,11 +660,11 @@ void vil_model_backward(VilModel *m) {
         .W = c->img_size, .P = c->patch_size, .S = c->stride, .D = D});
 }
 
-void vil_model_zero_grad(VilModel *m) { m->be->zero(m->be, m->grads, m->n_params * sizeof(float)); }
+void vil_model_zero_grad(VilModel *m) { m->be->zero(m->be, m->grads, m->buf_len * sizeof(float)); }
 
 void vil_model_init_training(VilModel *m, int ema) {
     const VilBackend *be = m->be;
-    size_t bytes = m->n_params * sizeof(float);
+    size_t bytes = m->buf_len * sizeof(float);
     if (!m->m) {
         m->m = be->alloc(be, bytes);
         m->v = be->alloc(be, bytes);
@@ -682,18 +682,18 @@ void vil_model_init_training(VilModel *m, int ema) {
     if (!m->decay_mask) {
         /* the tensors are contiguous in the parameter buffer: one update over all of them, with
          * a byte per element saying whether weight decay applies */
-        unsigned char *h = vil_calloc(m->n_params, 1);
+        unsigned char *h = vil_calloc(m->buf_len, 1);
         for (int i = 0; i < m->n_tensors; i++)
             memset(h + m->info[i].offset, m->info[i].decay ? 1 : 0, vil_param_extent(&m->info[i]));
-        m->decay_mask = be->alloc(be, m->n_params);
-        be->to_device(be, m->decay_mask, h, m->n_params);
+        m->decay_mask = be->alloc(be, m->buf_len);
+        be->to_device(be, m->decay_mask, h, m->buf_len);
         free(h);
     }
 }
 
 void vil_model_clip_grad(VilModel *m, float max_norm) {
     if (!m->grad_norm) m->grad_norm = m->be->alloc(m->be, sizeof(float));
-    m->be->grad_clip(m->be, &(VilGradClip){.g = m->grads, .n = m->n_params, .max_norm = max_norm,
+    m->be->grad_clip(m->be, &(VilGradClip){.g = m->grads, .n = m->buf_len, .max_norm = max_norm,
                                            .norm = m->grad_norm});
 }
 
@@ -704,13 +704,13 @@ void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float
     m->step++;
     be->adamw_update(be, &(VilAdamW){.p = m->params, .work = be->work_bytes ? m->work : NULL,
                                      .g = m->grads, .m = m->m, .v = m->v, .decay = m->decay_mask,
-                                     .n = m->n_params, .lr = lr, .beta1 = beta1, .beta2 = beta2,
+                                     .n = m->buf_len, .lr = lr, .beta1 = beta1, .beta2 = beta2,
                                      .eps = eps, .wd = wd, .step = m->step});
 }
 
 void vil_model_ema_update(VilModel *m, float decay) {
     if (!m->ema || m->ema_active) VIL_FATAL("vil_model_ema_update without an EMA, or with it in use");
-    m->be->ema_update(m->be, &(VilEma){.ema = m->ema, .p = m->params, .n = m->n_params, .decay = decay});
+    m->be->ema_update(m->be, &(VilEma){.ema = m->ema, .p = m->params, .n = m->buf_len, .decay = decay});
 }
 
 void vil_model_use_ema(VilModel *m, int on) {
@@ -721,7 +721,7 @@ void vil_model_use_ema(VilModel *m, int on) {
     m->ema = p;
     m->ema_active = !!on;
     if (!m->be->work_bytes) m->work = m->params;
-    else m->be->params_to_work(m->be, m->work, m->params, m->n_params);
+    else m->be->params_to_work(m->be, m->work, m->params, m->buf_len);
 }
 
 void vil_model_set_inputs(VilModel *m, float *img, float *targets, float *dp_scale) {

@@ -1,5 +1,5 @@
 /* model.h: the ViL / ViM network as one description that runs on any backend: the parameter
- * table (names and shapes of models.md, in the official state_dict order), the activation
+ * table (names and shapes of doc/models.md, in the official state_dict order), the activation
  * layout, and the forward, backward and optimizer sequences written once against VilBackend. */
 #ifndef VIL_MODEL_H
 #define VIL_MODEL_H
@@ -88,17 +88,18 @@ typedef struct {
     const VilBackend *be;
     int n_tensors;
     VilParamInfo *info;  /* (n_tensors) in checkpoint order */
-    size_t n_params;     /* elements of the parameter buffers: the tensors and their padding */
+    size_t buf_len;      /* elements of each parameter-shaped buffer (params, grads, m, v, ema):
+                          * the tensors and the padding between them */
     size_t param_count;  /* parameters of the model (the tensors' elements) */
     VilParamOffsets off;
-    float *params;       /* (n_params) f32 master, backend memory */
+    float *params;       /* (buf_len) f32 master, backend memory */
     void *work;          /* working copy the ops read (== params when work_bytes == 0) */
-    float *grads;        /* (n_params) f32 */
-    float *m, *v;        /* AdamW moments (n_params f32), allocated at the first step */
-    float *ema;          /* (n_params) f32 EMA of the weights (vil_model_init_training), or NULL */
+    float *grads;        /* (buf_len) f32 */
+    float *m, *v;        /* AdamW moments (buf_len f32), allocated at the first step */
+    float *ema;          /* (buf_len) f32 EMA of the weights (vil_model_init_training), or NULL */
     int ema_active;      /* params and ema are swapped: the EMA weights are in use */
     float *grad_norm;    /* backend float: the norm of the last vil_model_clip_grad */
-    unsigned char *decay_mask; /* (n_params) 1 where weight decay applies, backend memory */
+    unsigned char *decay_mask; /* (buf_len) 1 where weight decay applies, backend memory */
     int step;            /* AdamW steps taken */
     int input_grad;      /* set before vil_model_alloc_acts to get dL/dimage in acts.dimg */
     VilActs acts;
@@ -126,14 +127,14 @@ int vil_model_check_acts(const VilModel *m, int B, int training);
  * convolutions and the scans (3 per state element and token). Norms and element-wise ops are
  * left out, as there. ViM-Tiny at 224: 1.467e9. */
 double vil_model_macs(const VilConfig *cfg);
-/* Initialization of models.md from a seed (computed on the host, then uploaded). */
+/* Initialization of doc/models.md from a seed (computed on the host, then uploaded). */
 void vil_model_init_weights(VilModel *m, uint64_t seed);
-/* A parameter-buffer-shaped host array (n_params floats) to and from its packed form
+/* A parameter-buffer-shaped host array (buf_len floats) to and from its packed form
  * (param_count floats, the tensors in table order without their padding: what files hold).
  * Both work in place (buf == packed); unpacking zeroes the padding. */
 void vil_model_pack(const VilModel *m, float *packed, const float *buf);
 void vil_model_unpack(const VilModel *m, float *buf, const float *packed);
-/* Host float32 copies of all parameters, in table order (n_params floats). */
+/* Host float32 copies of all parameters, in table order (buf_len floats). */
 void vil_model_get_params(const VilModel *m, float *host);
 void vil_model_set_params(VilModel *m, const float *host);
 const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name);

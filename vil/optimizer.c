@@ -1,7 +1,8 @@
 /* optimizer.c: AdamW with bias correction and decoupled weight decay, as torch.optim.AdamW:
  * p -= lr * (wd * p + m_hat / (sqrt(v_hat) + eps)). One call updates every parameter tensor of
- * the model (they are contiguous); decay[i] = 0 exempts element i from weight decay (biases,
- * norms, cls/pos, D, A_log), decay = NULL decays all. */
+ * the model (they are contiguous); decay[i] = 0 exempts element i from weight decay (1-D
+ * tensors: biases, norms, D; pos_embed, cls_token: doc/models.md#weight-decay), decay = NULL
+ * decays all. */
 #include <math.h>
 
 #include "ops_cpu.h"

@@ -1,8 +1,8 @@
 /* scan.c: the state-space recurrences of one direction, Longhorn (ViL) and Mamba (ViM), and
  * the bidirectional mixer core built from them (gate by SiLU(z), average of the directions).
- * Math per ../shared/spec/scans.md. Each (sample, channel) pair is an independent recurrence
+ * Math per doc/scans.md. Each (sample, channel) pair is an independent recurrence
  * over L tokens with an N-wide state kept in registers; the backward pass recomputes the forward
- * states of one channel (L x N floats, kept on the stack) and never divides by the forget gate.
+ * states of one channel (L x N floats, in a per-thread buffer) and never divides by the forget gate.
  * k/q (Mamba B/C) gradients sum over channels and dD/dA_log over samples: partial sums in
  * fixed blocks, reduced in a fixed order, so results do not depend on the thread count. dk/dq/du/ddelta/dz overwrite; dD/dA_log accumulate. */
 #include <math.h>
@@ -292,25 +292,25 @@ void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *
 
 static void scan_dir_forward(float *y, const float *u, const float *delta, const float *xdbl,
                              const float *Dskip, const float *A_log, int B, int L, int E, int N,
-                             int R, int ld, int reverse) {
+                             int dt_ld, int ld, int reverse) {
     if (A_log) /* Mamba */
-        mamba_scan_forward(y, u, delta, xdbl + R, xdbl + R + N, A_log, Dskip, B, L, E, N, ld,
+        mamba_scan_forward(y, u, delta, xdbl + dt_ld, xdbl + dt_ld + N, A_log, Dskip, B, L, E, N, ld,
                            reverse);
     else
-        longhorn_scan_forward(y, u, delta, xdbl + R, xdbl + R + N, Dskip, B, L, E, N, ld,
+        longhorn_scan_forward(y, u, delta, xdbl + dt_ld, xdbl + dt_ld + N, Dskip, B, L, E, N, ld,
                               reverse);
 }
 
 void scan_bidir_forward(const VilScanFwd *args) {
     float *out = args->out;
     const float *z = args->z;
-    int B = args->B, L = args->L, E = args->E, N = args->N, R = args->dt_ld, ldx = args->ldx,
+    int B = args->B, L = args->L, E = args->E, N = args->N, dt_ld = args->dt_ld, ldx = args->ldx,
         ldz = args->ldz, mamba = args->rec == VIL_REC_MAMBA;
     size_t BL = (size_t)B * L;
     float *y = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
         scan_dir_forward(y, args->u[j], args->delta[j], args->xdbl[j], args->D[j],
-                         mamba ? args->A_log[j] : NULL, B, L, E, N, R, ldx, j);
+                         mamba ? args->A_log[j] : NULL, B, L, E, N, dt_ld, ldx, j);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {
@@ -330,7 +330,7 @@ void scan_bidir_backward(const VilScanBwd *args) {
     const float *const *delta = (const float *const *)args->delta;
     const float *const *xdbl = (const float *const *)args->xdbl;
     const float *const *Dskip = args->D, *dout = args->dout, *z = args->z;
-    int B = args->B, L = args->L, E = args->E, N = args->N, R = args->dt_ld, ldx = args->ldx,
+    int B = args->B, L = args->L, E = args->E, N = args->N, dt_ld = args->dt_ld, ldx = args->ldx,
         ldz = args->ldz, mamba = args->rec == VIL_REC_MAMBA;
     size_t BL = (size_t)B * L;
     const int ld = ldx;
@@ -338,7 +338,7 @@ void scan_bidir_backward(const VilScanBwd *args) {
     float *gy = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
         const float *Al = mamba ? args->A_log[j] : NULL;
-        scan_dir_forward(y, u[j], delta[j], xdbl[j], Dskip[j], Al, B, L, E, N, R, ldx, j);
+        scan_dir_forward(y, u[j], delta[j], xdbl[j], Dskip[j], Al, B, L, E, N, dt_ld, ldx, j);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {
@@ -350,12 +350,12 @@ void scan_bidir_backward(const VilScanBwd *args) {
                 gy[i] = g * zz * sg;
             }
         if (Al)
-            mamba_scan_backward(du[j], ddelta[j], dxdbl[j] + R, dxdbl[j] + R + N, dA_log[j], dD[j],
-                                gy, u[j], delta[j], xdbl[j] + R, xdbl[j] + R + N, Al, Dskip[j], B,
+            mamba_scan_backward(du[j], ddelta[j], dxdbl[j] + dt_ld, dxdbl[j] + dt_ld + N, dA_log[j], dD[j],
+                                gy, u[j], delta[j], xdbl[j] + dt_ld, xdbl[j] + dt_ld + N, Al, Dskip[j], B,
                                 L, E, N, ld, j);
         else
-            longhorn_scan_backward(du[j], ddelta[j], dxdbl[j] + R, dxdbl[j] + R + N, dD[j], gy,
-                                   u[j], delta[j], xdbl[j] + R, xdbl[j] + R + N, Dskip[j], B, L,
+            longhorn_scan_backward(du[j], ddelta[j], dxdbl[j] + dt_ld, dxdbl[j] + dt_ld + N, dD[j], gy,
+                                   u[j], delta[j], xdbl[j] + dt_ld, xdbl[j] + dt_ld + N, Dskip[j], B, L,
                                    E, N, ld, j);
         if (args->ddelta_sum[j]) {
             float *sum = args->ddelta_sum[j];
