@@ -1,0 +1,122 @@
+/* gpu_context.c: two CUDA device contexts in one process (vil_backend_open), each with its own
+ * stream, handles, scratch, feed slots and allocation count. The same model on both, stepped
+ * interleaved from one thread and then concurrently from two threads (one context each: what a
+ * process per GPU does with its own device), must give the same bits as a model on the default
+ * backend stepped alone; each context's peak counts only its own allocations; a device index
+ * that does not exist is refused with an error. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_testing.h"
+#include "testing.h"
+#include "train/train.h"
+#include "vil/backend.h"
+#include "vil/common.h"
+#include "vil/model.h"
+
+enum { B = 3, STEPS = 3 };
+
+static VilConfig cfg;
+static float *p0;   /* (buf_len) the starting weights */
+static float *img, *tg;
+
+static void make_model(VilModel *m, const VilBackend *be) {
+    T_CHECK(vil_model_init(m, &cfg, be) == 0, "model on %s", be->name);
+    vil_model_set_params(m, p0);
+    vil_model_init_training(m, 1);
+    vil_model_alloc_acts(m, B, 1);
+    size_t ni = (size_t)B * cfg.in_chans * cfg.img_size * cfg.img_size;
+    be->to_device(be, m->acts.img, img, ni * sizeof(float));
+    be->to_device(be, m->acts.targets, tg, (size_t)B * cfg.num_classes * sizeof(float));
+}
+
+static const VilStepParams SP = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                 .weight_decay = 0.05f, .clip_grad = 1.0f, .ema_decay = 0.9f};
+
+/* the weights and the EMA after the steps, on the host */
+static void weights(VilModel *m, float *w, float *ema) {
+    vil_model_get_params(m, w);
+    m->be->to_host(m->be, ema, m->ema, m->buf_len * sizeof(float));
+}
+
+static void *run_steps(void *arg) {
+    VilModel *m = arg;
+    for (int s = 0; s < STEPS; s++) vil_train_step(m, &SP);
+    m->be->sync(m->be);
+    return NULL;
+}
+
+int main(void) {
+    char why[256];
+    if (!vil_cuda_available(why, sizeof why)) {
+        printf("no usable GPU: %s\n", why);
+        T_CHECK(0, "gpu_context needs a CUDA device");
+        return t_finish();
+    }
+    vil_config_default(&cfg);
+    cfg.img_size = 32, cfg.patch_size = 8, cfg.stride = 8, cfg.embed_dim = 48, cfg.depth = 2;
+    cfg.num_classes = 10;
+    T_CHECK(vil_config_finalize(&cfg) == 0, "config");
+    VilRng rng;
+    vil_rng_seed(&rng, 7);
+    size_t ni = (size_t)B * cfg.in_chans * cfg.img_size * cfg.img_size;
+    img = vil_malloc(ni * sizeof(float));
+    tg = vil_calloc((size_t)B * cfg.num_classes, sizeof(float));
+    for (size_t i = 0; i < ni; i++) img[i] = vil_rng_normal(&rng);
+    for (int b = 0; b < B; b++) tg[b * cfg.num_classes + b] = 1.0f;
+
+    /* the reference: the default backend alone */
+    VilModel ref;
+    T_CHECK(vil_model_init(&ref, &cfg, &vil_backend_cuda) == 0, "reference model");
+    vil_model_init_weights(&ref, 3);
+    size_t n = ref.buf_len, bytes = n * sizeof(float);
+    p0 = vil_malloc(bytes);
+    t_perturbed_params(&ref, &rng, p0);
+    vil_model_free(&ref);
+    make_model(&ref, &vil_backend_cuda);
+    run_steps(&ref);
+    float *w_ref = vil_malloc(bytes), *e_ref = vil_malloc(bytes), *w = vil_malloc(bytes), *e = vil_malloc(bytes);
+    weights(&ref, w_ref, e_ref);
+    vil_model_free(&ref);
+
+    const VilBackend *be[2] = {vil_backend_open("cuda", 0), vil_backend_open("cuda", 0)};
+    T_CHECK(be[0] && be[1] && be[0] != be[1] && be[0]->ctx != be[1]->ctx, "two contexts on device 0");
+    if (!be[0] || !be[1]) return t_finish();
+    T_CHECK(be[0]->device == 0 && be[1]->device == 0, "their device index");
+
+    /* interleaved from one thread: every call binds its own context */
+    VilModel m[2];
+    make_model(&m[0], be[0]);
+    size_t peak0 = be[0]->peak_bytes(be[0]);
+    make_model(&m[1], be[1]);
+    T_CHECK(be[0]->peak_bytes(be[0]) == peak0, "context 0's peak does not count context 1's memory");
+    T_CHECK(be[1]->peak_bytes(be[1]) > 0 && be[1]->peak_bytes(be[1]) <= peak0 + peak0 / 8,
+            "context 1's peak is its own model's (%zu vs %zu)", be[1]->peak_bytes(be[1]), peak0);
+    for (int s = 0; s < STEPS; s++)
+        for (int k = 0; k < 2; k++) vil_train_step(&m[k], &SP);
+    for (int k = 0; k < 2; k++) {
+        weights(&m[k], w, e);
+        T_CHECK(memcmp(w, w_ref, bytes) == 0 && memcmp(e, e_ref, bytes) == 0,
+                "interleaved steps, context %d: the weights and EMA of the model stepped alone", k);
+        vil_model_free(&m[k]);
+    }
+
+    /* concurrently, one host thread per context */
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) make_model(&m[k], be[k]);
+    for (int k = 0; k < 2; k++) T_CHECK(pthread_create(&th[k], NULL, run_steps, &m[k]) == 0, "thread %d", k);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        weights(&m[k], w, e);
+        T_CHECK(memcmp(w, w_ref, bytes) == 0 && memcmp(e, e_ref, bytes) == 0,
+                "concurrent steps, context %d: the weights and EMA of the model stepped alone", k);
+        vil_model_free(&m[k]);
+    }
+    for (int k = 0; k < 2; k++) vil_backend_close(be[k]);
+
+    fprintf(stderr, "(an expected error follows)\n");
+    T_CHECK(vil_backend_open("cuda", 4096) == NULL, "a device index past the GPUs is refused");
+    free(p0), free(img), free(tg), free(w_ref), free(e_ref), free(w), free(e);
+    return t_finish();
+}
