@@ -40,7 +40,7 @@ int vil_cmd_train(int argc, char **argv) {
         {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
     };
     VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [--device cpu|cuda|auto] [--out DIR] [--resume CKPT]",
-                       "Trains a ViL / ViM classifier with the recipe of recipe.md: AdamW, linear\n"
+                       "Trains a ViL / ViM classifier with the recipe of doc/recipe.md: AdamW, linear\n"
                        "warmup then cosine lr per step, drop path, EMA, Mixup/CutMix, label\n"
                        "smoothing, repeated augmentation; evaluates model and EMA on the val split\n"
                        "after epochs. Writes OUT/last.safetensors, OUT/last.state.safetensors (for\n"

@@ -1,4 +1,4 @@
-/* train.h: the training run of recipe.md (AdamW, warmup + cosine lr per step, drop path, EMA,
+/* train.h: the training run of doc/recipe.md (AdamW, warmup + cosine lr per step, drop path, EMA,
  * Mixup/CutMix via the loader, optional gradient clipping), its checkpoints and exact resume,
  * and the pieces the tests check on their own: the lr schedule and the EMA update. */
 #ifndef VIL_TRAIN_H
@@ -43,7 +43,7 @@ typedef struct {
 typedef struct {
     VilConfig model;          /* finalized */
     VilTrainConfig train;     /* finalized */
-    const char *data;         /* dataset root (recipe.md layouts) */
+    const char *data;         /* dataset root (doc/recipe.md layouts) */
     const char *names;        /* class names file, or NULL */
     const char *val_labels;   /* labels file of a flat validation folder, or NULL */
     const char *out_dir;      /* created when missing */

@@ -1,5 +1,5 @@
 /* checkpoint.h: ViL / ViM checkpoints. vil writes safetensors files: tensors under the official
- * ViM key names (models.md), metadata with the model config, image size, class names and
+ * ViM key names (doc/models.md), metadata with the model config, image size, class names and
  * training step. It reads those, safetensors files that hold only tensors, and PyTorch .pth
  * files (the published ViM checkpoints; pth.h), told apart by their first bytes; without a
  * config in the file the architecture is inferred from the tensor shapes. */

@@ -8,7 +8,7 @@ args: argparse.Namespace} where model and model_ema are state_dict()s of an nn.M
 as ViM's VisionMamba (the key names and order of the published files), optimizer is an AdamW
 state_dict after one real step (float32 'step' tensors, exp_avg, exp_avg_sq), and args comes
 from an argparse parser with ViM's own option names. The logits come from the independent
-float64 forward of tools/torch_reference.py (written from the spec), never from vil.
+float64 forward of tools/torch_reference.py (written from doc/models.md and doc/scans.md), never from vil.
 
 Run with Debian's torch:  /usr/bin/python3 tests/reference/make_vim_pth.py [OUT_DIR]
 A random-weight file of the published ViM-Tiny size (not for the tests):
@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-import torch_reference  # noqa: E402  the float64 forward written from the spec
+import torch_reference  # noqa: E402  the float64 forward written from doc/
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pth")
 IMG, CH, CLASSES, N_IMAGES = 16, 3, 5, 3
