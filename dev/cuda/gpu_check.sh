@@ -2,7 +2,9 @@
 # gpu_check.sh: one call on the lent GPU machine: build, `make test-gpu`, compute-sanitizer
 # memcheck on both GPU tests, then `vil bench` for the configs given (default: ViL-Tiny).
 # Full logs go to $OUT (or ./out); the summary printed last fits the reply's tail.
-#   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [e2e] [data] [pth]
+#   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [dev] [e2e] [data] [pth]
+# dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
+# defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
 # e2e trains ViL-Tiny on it on the GPU, evaluates, and classifies with --device cuda and cpu;
 # data runs bench-data with 1 and 16 threads.
@@ -14,7 +16,7 @@ t0=$(date +%s)
 make -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 [ $# -eq 0 ] && set -- tests sanitize bench:configs/vil_tiny.cfg:256
-# 40 copies of the corpus's training images (16,120 files): an epoch of the size ImageNet's steady
+# 40 copies of the corpus's training images (16,200 files): an epoch of the size ImageNet's steady
 # state sees, for the data and train steps
 big_corpus() {
     BIG=/tmp/vil_big
@@ -34,6 +36,24 @@ for step in "$@"; do
             name=$(echo "$t" | cut -d' ' -f1)
             $SAN --tool memcheck --leak-check no --error-exitcode 3 build/tests/$t > "$OUT/san_$name.log" 2>&1
             echo "memcheck $t: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san_$name.log" | tail -1) $(grep -E '^[0-9]+ passed' "$OUT/san_$name.log" | tail -1)"
+        done
+        ;;
+    dev)
+        # every harness of dev/cuda with each of its versions (1, 2, ... until one is refused as
+        # not there), scan also with --mamba; the logs in $OUT/dev_*.log
+        make dev-cuda >> "$OUT/build.log" 2>&1 || { echo "make dev-cuda failed"; tail -20 "$OUT/build.log"; continue; }
+        for src in dev/cuda/*.cu; do
+            hn=$(basename "$src" .cu); extra=""
+            [ "$hn" = scan ] && extra=--mamba
+            for flag in "" $extra; do
+                for v in 1 2 3 4 5 6 7 8 9; do
+                    log="$OUT/dev_${hn}_v$v${flag:+_$(echo "$flag" | tr -d -)}.log"
+                    build/dev/cuda/$hn $v $flag > "$log" 2>&1
+                    rc=$?
+                    [ $rc -eq 2 ] && [ $v -gt 1 ] && { rm -f "$log"; break; }
+                    echo "$hn $v${flag:+ $flag}: rc=$rc $(grep '^summary' "$log" || tail -1 "$log")"
+                done
+            done
         done
         ;;
     ops:*)

@@ -1,0 +1,337 @@
+/* scan.cu: the bidirectional scan of the mixer (doc/scans.md), forward and backward, Longhorn
+ * (ViL) or Mamba (ViM) with --mamba, at ViL-Tiny's shapes: each version is validated against
+ * vil/scan.c's scan_bidir_forward/backward, then timed.
+ *   build/dev/cuda/scan [version] [B] [iters] [--mamba] [--cpu]
+ * Version 1 is the readable starting point: one thread per (sample, channel) walks the tokens
+ * with its N-wide state in fp32 registers, both directions in turn. Version 2 is the backend's
+ * op (cuda/scan.cu), what the model runs. */
+#include "dev/cuda/harness.h"
+
+#define NAIVE_MAXN 16   /* the state width version 1 holds (ViL's d_state) */
+#define NAIVE_THREADS 128
+
+/* ---------------- version 1: naive ---------------- */
+
+__host__ __device__ inline int tok(int s, int L, int reverse) { return reverse ? L - 1 - s : s; }
+__host__ __device__ inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* One step of channel e's recurrence over a token: the state h advanced in place (u the input,
+ * dl the raw delta, k and q the token's N-wide rows, A_log channel e's row for Mamba); returns
+ * y = h . q + Dskip u. */
+__host__ __device__ inline float naive_step(float *h, int mamba, float u, float dl, const bf16 *k,
+                                            const bf16 *q, const float *A_log, float Dskip, int N) {
+    float y = Dskip * u;
+    if (mamba) {
+        float dt = softplus(dl);
+        for (int n = 0; n < N; n++) {
+            float A = -expf(A_log[n]);
+            h[n] = expf(dt * A) * h[n] + dt * u * h_bf2f(k[n]);
+            y += h[n] * h_bf2f(q[n]);
+        }
+    } else {
+        float kap = 0.0f;
+        for (int n = 0; n < N; n++) kap += h_bf2f(k[n]) * h_bf2f(k[n]);
+        float beta = h_sigmoid(dl), eps = beta / (1.0f + beta * kap);
+        for (int n = 0; n < N; n++) {
+            float kn = h_bf2f(k[n]);
+            h[n] = (1.0f - eps * kn * kn) * h[n] + eps * u * kn;
+            y += h[n] * h_bf2f(q[n]);
+        }
+    }
+    return y;
+}
+
+/* float32 scratch of version 1 */
+typedef struct {
+    float *ysum;   /* (B, L, E): direction 0's gated output, until direction 1 adds its own */
+    float *hist;   /* (B, E, L, N): each thread's states after every step */
+    float *dzf;    /* (B, L, E): direction 0's dz, until direction 1 adds its own */
+    float *dkq[2]; /* (B, L, 2N): dk | dq summed over the channels */
+    float *dkap[2];/* (B, L): Longhorn's gradient of kappa = |k|^2, summed over the channels */
+} NaiveScratch;
+
+/* forward, thread (b, e): out = (y_0 + y_1) / 2 * SiLU(z) */
+__host__ __device__ inline void naive_fwd_one(const VilScanFwd &a, const NaiveScratch &w, int b, int e) {
+    int L = a.L, E = a.E, N = a.N, mamba = a.rec == VIL_REC_MAMBA;
+    const bf16 *z = (const bf16 *)a.z;
+    for (int j = 0; j < 2; j++) {
+        const bf16 *u = (const bf16 *)a.u[j], *dl = (const bf16 *)a.delta[j], *x = (const bf16 *)a.xdbl[j];
+        const float *Al = mamba ? a.A_log[j] + (size_t)e * N : NULL;
+        float h[NAIVE_MAXN] = {0};
+        for (int s = 0; s < L; s++) {
+            size_t r = (size_t)b * L + tok(s, L, j), i = r * E + e;
+            const bf16 *k = x + r * a.ldx + a.dt_ld;
+            float y = naive_step(h, mamba, h_bf2f(u[i]), h_bf2f(dl[i]), k, k + N, Al, a.D[j][e], N);
+            float zz = h_bf2f(z[r * a.ldz + e]), g = 0.5f * y * zz * h_sigmoid(zz);
+            if (j == 0) w.ysum[i] = g;
+            else ((bf16 *)a.out)[i] = h_f2bf(w.ysum[i] + g);
+        }
+    }
+}
+__global__ void naive_fwd(VilScanFwd a, NaiveScratch w) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < a.E) naive_fwd_one(a, w, blockIdx.y, e);
+}
+
+/* backward, thread (b, e): per direction the forward again (states kept, dz), then the adjoint
+ * from the last step back (vil/scan.c has the same loops over a block of channels) */
+__host__ __device__ inline void naive_bwd_one(const VilScanBwd &a, const NaiveScratch &w, int b, int e) {
+    int L = a.L, E = a.E, N = a.N, mamba = a.rec == VIL_REC_MAMBA;
+    const bf16 *z = (const bf16 *)a.z, *dout = (const bf16 *)a.dout;
+    float *hist = w.hist + ((size_t)b * E + e) * L * N;
+    for (int j = 0; j < 2; j++) {
+        const bf16 *u = (const bf16 *)a.u[j], *dl = (const bf16 *)a.delta[j], *x = (const bf16 *)a.xdbl[j];
+        const float *Al = mamba ? a.A_log[j] + (size_t)e * N : NULL;
+        float Dskip = a.D[j][e];
+        float h[NAIVE_MAXN] = {0};
+        for (int s = 0; s < L; s++) {
+            size_t r = (size_t)b * L + tok(s, L, j), i = r * E + e;
+            const bf16 *k = x + r * a.ldx + a.dt_ld;
+            float y = naive_step(h, mamba, h_bf2f(u[i]), h_bf2f(dl[i]), k, k + N, Al, Dskip, N);
+            for (int n = 0; n < N; n++) hist[(size_t)s * N + n] = h[n];
+            float zz = h_bf2f(z[r * a.ldz + e]), sg = h_sigmoid(zz), g = 0.5f * h_bf2f(dout[i]);
+            float dzv = g * y * sg * (1.0f + zz * (1.0f - sg));
+            if (j == 0) w.dzf[i] = dzv;
+            else ((bf16 *)a.dz)[r * a.ldz + e] = h_f2bf(w.dzf[i] + dzv);
+        }
+        /* lam: the adjoint of the state; anext: d h_{s+1} / d h_s of the step after */
+        float lam[NAIVE_MAXN] = {0}, anext[NAIVE_MAXN] = {0}, dA[NAIVE_MAXN] = {0};
+        float dD = 0.0f, dsum = 0.0f;
+        for (int s = L - 1; s >= 0; s--) {
+            size_t r = (size_t)b * L + tok(s, L, j), i = r * E + e;
+            const bf16 *k = x + r * a.ldx + a.dt_ld, *q = k + N;
+            float *dk = w.dkq[j] + r * 2 * N, *dq = dk + N;
+            const float *hc = hist + (size_t)s * N, *hp = s > 0 ? hist + (size_t)(s - 1) * N : NULL;
+            float ut = h_bf2f(u[i]), dlt = h_bf2f(dl[i]), zz = h_bf2f(z[r * a.ldz + e]);
+            float gy = 0.5f * h_bf2f(dout[i]) * zz * h_sigmoid(zz);
+            float du = gy * Dskip, ddelta;
+            if (mamba) {
+                float dt = softplus(dlt), ddt = 0.0f;
+                for (int n = 0; n < N; n++) {
+                    float A = -expf(Al[n]), an = expf(dt * A), kn = h_bf2f(k[n]), hpn = hp ? hp[n] : 0.0f;
+                    lam[n] = gy * h_bf2f(q[n]) + anext[n] * lam[n];
+                    h_add(&dq[n], gy * hc[n]);
+                    h_add(&dk[n], lam[n] * dt * ut);
+                    du += lam[n] * dt * kn;
+                    ddt += lam[n] * (A * an * hpn + ut * kn);
+                    dA[n] += lam[n] * dt * an * hpn;
+                    anext[n] = an;
+                }
+                ddelta = ddt * h_sigmoid(dlt);
+            } else {
+                float kap = 0.0f, deps = 0.0f;
+                for (int n = 0; n < N; n++) kap += h_bf2f(k[n]) * h_bf2f(k[n]);
+                float beta = h_sigmoid(dlt), den = 1.0f + beta * kap, eps = beta / den;
+                for (int n = 0; n < N; n++) {
+                    float kn = h_bf2f(k[n]), hpn = hp ? hp[n] : 0.0f;
+                    lam[n] = gy * h_bf2f(q[n]) + anext[n] * lam[n];
+                    h_add(&dq[n], gy * hc[n]);
+                    h_add(&dk[n], lam[n] * eps * (ut - 2.0f * kn * hpn));
+                    du += lam[n] * eps * kn;
+                    deps += lam[n] * (ut * kn - kn * kn * hpn);
+                    anext[n] = 1.0f - eps * kn * kn;
+                }
+                h_add(&w.dkap[j][r], -deps * beta * beta / (den * den));
+                ddelta = deps / (den * den) * beta * (1.0f - beta);
+            }
+            ((bf16 *)a.du[j])[i] = h_f2bf(du);
+            ((bf16 *)a.ddelta[j])[i] = h_f2bf(ddelta);
+            dD += gy * ut;
+            dsum += ddelta;
+        }
+        h_add(&a.dD[j][e], dD);
+        if (a.ddelta_sum[j]) h_add(&a.ddelta_sum[j][e], dsum);
+        if (mamba)
+            for (int n = 0; n < N; n++) h_add(&a.dA_log[j][(size_t)e * N + n], -dA[n] * expf(Al[n]));
+    }
+}
+__global__ void naive_bwd(VilScanBwd a, NaiveScratch w) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < a.E) naive_bwd_one(a, w, blockIdx.y, e);
+}
+
+/* element i of (2 directions, B*L rows, N): dk (+ 2 k dkappa for Longhorn) and dq into their
+ * columns of dx_dbl */
+__host__ __device__ inline void naive_bwd_kq_one(const VilScanBwd &a, const NaiveScratch &w, size_t i) {
+    int N = a.N, mamba = a.rec == VIL_REC_MAMBA;
+    size_t BL = (size_t)a.B * a.L, r = i / N % BL;
+    int n = (int)(i % N), j = (int)(i / N / BL);
+    const bf16 *k = (const bf16 *)a.xdbl[j] + r * a.ldx + a.dt_ld;
+    float dk = w.dkq[j][r * 2 * N + n], dq = w.dkq[j][r * 2 * N + N + n];
+    if (!mamba) dk += 2.0f * h_bf2f(k[n]) * w.dkap[j][r];
+    bf16 *dx = (bf16 *)a.dxdbl[j] + r * a.ldx + a.dt_ld;
+    dx[n] = h_f2bf(dk);
+    dx[N + n] = h_f2bf(dq);
+}
+__global__ void naive_bwd_kq(VilScanBwd a, NaiveScratch w) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)2 * a.B * a.L * a.N) naive_bwd_kq_one(a, w, i);
+}
+
+/* the scratch, made on the first call (a run has one shape) */
+static NaiveScratch naive_scratch(Harness *h, int B, int L, int E, int N) {
+    static NaiveScratch w;
+    if (N > NAIVE_MAXN) VIL_FATAL("version 1 holds states of up to %d, not %d", NAIVE_MAXN, N);
+    if (!w.ysum) {
+        size_t BL = (size_t)B * L;
+        w.ysum = (float *)h_alloc(h, BL * E * sizeof(float));
+        w.hist = (float *)h_alloc(h, (size_t)B * E * L * N * sizeof(float));
+        w.dzf = (float *)h_alloc(h, BL * E * sizeof(float));
+        for (int j = 0; j < 2; j++) {
+            w.dkq[j] = (float *)h_alloc(h, BL * 2 * N * sizeof(float));
+            w.dkap[j] = (float *)h_alloc(h, BL * sizeof(float));
+        }
+    }
+    return w;
+}
+
+static void fwd_v1(Harness *h, const void *args) {
+    const VilScanFwd *a = (const VilScanFwd *)args;
+    NaiveScratch w = naive_scratch(h, a->B, a->L, a->E, a->N);
+    dim3 grid((a->E + NAIVE_THREADS - 1) / NAIVE_THREADS, a->B);
+    naive_fwd<<<grid, NAIVE_THREADS, 0, h_stream(h)>>>(*a, w);
+    CUDA_CHECK(cudaGetLastError());
+}
+static void bwd_v1(Harness *h, const void *args) {
+    const VilScanBwd *a = (const VilScanBwd *)args;
+    NaiveScratch w = naive_scratch(h, a->B, a->L, a->E, a->N);
+    cudaStream_t st = h_stream(h);
+    size_t BL = (size_t)a->B * a->L;
+    for (int j = 0; j < 2; j++) {
+        CUDA_CHECK(cudaMemsetAsync(w.dkq[j], 0, BL * 2 * a->N * sizeof(float), st));
+        CUDA_CHECK(cudaMemsetAsync(w.dkap[j], 0, BL * sizeof(float), st));
+    }
+    dim3 grid((a->E + NAIVE_THREADS - 1) / NAIVE_THREADS, a->B);
+    naive_bwd<<<grid, NAIVE_THREADS, 0, st>>>(*a, w);
+    CUDA_CHECK(cudaGetLastError());
+    naive_bwd_kq<<<cu_blocks(2 * BL * a->N, 256), 256, 0, st>>>(*a, w);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* ---------------- version 2: the backend's op ---------------- */
+static void fwd_v2(Harness *h, const void *a) {
+    h->be->scan_bidir_forward(h->be, (const VilScanFwd *)a);
+}
+static void bwd_v2(Harness *h, const void *a) {
+    h->be->scan_bidir_backward(h->be, (const VilScanBwd *)a);
+}
+
+/* ---------------- the versions: version 3 is a row here and a line in the usage ---------------- */
+static const HVersion versions[] = {
+    {fwd_v1, bwd_v1},
+    {fwd_v2, bwd_v2},
+};
+static const HSpec SPEC = {
+    "scan",
+    "usage: scan [version] [B] [iters] [--mamba] [--cpu]\n"
+    "The bidirectional scan, forward then backward, at ViL-Tiny's shapes: E=384, N=16, L=197,\n"
+    "x_dbl rows 48 wide with k at column 16.\n"
+    "  version 1  naive: one thread per (sample, channel) walks the tokens in fp32, both\n"
+    "             directions in turn; the backward keeps every state in global memory and\n"
+    "             sums dk, dq, dD, dA_log with atomics (not deterministic)\n"
+    "  version 2  the backend's scan_bidir_forward/backward (cuda/scan.cu), what the model\n"
+    "             runs (the default)\n",
+    "  --mamba    the Mamba (ViM) recurrence instead of Longhorn (ViL)\n",
+    versions, (int)(sizeof versions / sizeof versions[0]), 64, 50};
+
+int main(int argc, char **argv) {
+    Harness h;
+    int mamba = h_take_flag(&argc, argv, "--mamba");
+    h_init(&h, argc, argv, &SPEC);
+    snprintf(h.tag, sizeof h.tag, "%s", mamba ? "mamba" : "longhorn");
+    HShapes S = h_shapes(h.B, 192);
+    int B = S.B, L = S.L, E = S.E, N = S.N, R = S.dt_ld, ldx = S.ldx, ldz = 2 * E;
+    size_t BL = (size_t)B * L, ne = BL * E, nx = BL * ldx, nz = BL * ldz;
+    VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
+    printf("scan %s, version %d: B=%d L=%d E=%d N=%d, x_dbl rows %d wide, k at column %d\n",
+           h.tag, h.version, B, L, E, N, ldx, R);
+
+    /* inputs: host copies (act tensors bf16-exact) and their device twins; z is the second
+     * half of the (B, L, 2E) in_proj output */
+    float *u[2], *dl[2], *xd[2], *Dk[2], *Al[2];
+    void *gu[2], *gdl[2], *gxd[2];
+    float *gD[2], *gA[2];
+    for (int j = 0; j < 2; j++) {
+        u[j] = h_rand_bf(&h, ne, 1.0f), dl[j] = h_rand_bf(&h, ne, 1.0f), xd[j] = h_rand_bf(&h, nx, 0.5f);
+        Dk[j] = h_rand(&h, E, 1.0f), Al[j] = h_host(&h, (size_t)E * N);
+        for (int e = 0; e < E; e++) /* A = -(1..N), S4D-real's initialization, perturbed */
+            for (int n = 0; n < N; n++) Al[j][(size_t)e * N + n] = logf(n + 1.0f) + 0.1f * vil_rng_normal(&h.rng);
+        gu[j] = h_act(&h, u[j], ne), gdl[j] = h_act(&h, dl[j], ne), gxd[j] = h_act(&h, xd[j], nx);
+        gD[j] = h_f32(&h, Dk[j], E), gA[j] = h_f32(&h, Al[j], (size_t)E * N);
+    }
+    float *xz = h_rand_bf(&h, nz, 1.0f), *dout = h_rand_bf(&h, ne, 1.0f);
+    void *gxz = h_act(&h, xz, nz), *gdout = h_act(&h, dout, ne);
+
+    /* forward */
+    float *out_c = h_host(&h, ne);
+    VilScanFwd cf = {.rec = rec, .out = out_c, .u = {u[0], u[1]}, .delta = {dl[0], dl[1]},
+                     .xdbl = {xd[0], xd[1]}, .z = xz + E, .D = {Dk[0], Dk[1]},
+                     .A_log = {mamba ? Al[0] : NULL, mamba ? Al[1] : NULL},
+                     .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
+    scan_bidir_forward(&cf);
+    VilScanFwd gf = cf;
+    gf.out = h_poison_act(&h, ne), gf.z = h_act_at(&h, gxz, E);
+    for (int j = 0; j < 2; j++) {
+        gf.u[j] = gu[j], gf.delta[j] = gdl[j], gf.xdbl[j] = gxd[j], gf.D[j] = gD[j];
+        gf.A_log[j] = mamba ? gA[j] : NULL;
+    }
+    h.v->fwd(&h, &gf);
+    h_check(&h, "fwd out", h_rel(h_get_act(&h, gf.out, ne), out_c, 1, ne, ne), H_TOL_BF16);
+
+    /* backward: the accumulated outputs (dD, dA_log, ddelta_sum) start from random values on
+     * both sides and are compared by their increments */
+    float *dD0[2], *dA0[2], *ds0[2];
+    VilScanBwd cb = {.rec = rec, .dz = h_host(&h, nz) + E, .dout = dout, .z = xz + E,
+                     .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
+    VilScanBwd gb = cb;
+    gb.dz = h_act_at(&h, h_poison_act(&h, nz), E), gb.dout = gdout, gb.z = gf.z;
+    for (int j = 0; j < 2; j++) {
+        dD0[j] = h_rand(&h, E, 1.0f), dA0[j] = h_rand(&h, (size_t)E * N, 1.0f), ds0[j] = h_rand(&h, E, 1.0f);
+        cb.du[j] = h_host(&h, ne), cb.ddelta[j] = h_host(&h, ne), cb.dxdbl[j] = h_host(&h, nx);
+        cb.dD[j] = h_copy(&h, dD0[j], E), cb.dA_log[j] = mamba ? h_copy(&h, dA0[j], (size_t)E * N) : NULL;
+        cb.ddelta_sum[j] = h_copy(&h, ds0[j], E);
+        cb.u[j] = u[j], cb.delta[j] = dl[j], cb.xdbl[j] = xd[j], cb.D[j] = Dk[j], cb.A_log[j] = cf.A_log[j];
+        gb.du[j] = h_poison_act(&h, ne), gb.ddelta[j] = h_poison_act(&h, ne), gb.dxdbl[j] = h_poison_act(&h, nx);
+        gb.dD[j] = h_f32(&h, dD0[j], E), gb.dA_log[j] = mamba ? h_f32(&h, dA0[j], (size_t)E * N) : NULL;
+        gb.ddelta_sum[j] = h_f32(&h, ds0[j], E);
+        gb.u[j] = gu[j], gb.delta[j] = gdl[j], gb.xdbl[j] = gxd[j], gb.D[j] = gD[j], gb.A_log[j] = gf.A_log[j];
+    }
+    scan_bidir_backward(&cb);
+    h.v->bwd(&h, &gb);
+    char nm[64];
+    for (int j = 0; j < 2; j++) {
+        const float *dxd_c = (const float *)cb.dxdbl[j], *dxd_g = h_get_act(&h, gb.dxdbl[j], nx);
+        snprintf(nm, sizeof nm, "bwd du[%d]", j);
+        h_check(&h, nm, h_rel(h_get_act(&h, gb.du[j], ne), (const float *)cb.du[j], 1, ne, ne), H_TOL_BF16);
+        snprintf(nm, sizeof nm, "bwd ddelta[%d]", j);
+        h_check(&h, nm, h_rel(h_get_act(&h, gb.ddelta[j], ne), (const float *)cb.ddelta[j], 1, ne, ne), H_TOL_BF16);
+        snprintf(nm, sizeof nm, "bwd d%s[%d]", mamba ? "B" : "k", j);
+        h_check(&h, nm, h_rel(dxd_g + R, dxd_c + R, BL, N, ldx), H_TOL_BF16);
+        snprintf(nm, sizeof nm, "bwd d%s[%d]", mamba ? "C" : "q", j);
+        h_check(&h, nm, h_rel(dxd_g + R + N, dxd_c + R + N, BL, N, ldx), H_TOL_BF16);
+        float *dD_g = h_get_f32(&h, gb.dD[j], E), *ds_g = h_get_f32(&h, gb.ddelta_sum[j], E);
+        h_sub(dD_g, dD0[j], E), h_sub(cb.dD[j], dD0[j], E);
+        snprintf(nm, sizeof nm, "bwd dD[%d]", j);
+        h_check(&h, nm, h_rel(dD_g, cb.dD[j], 1, E, E), H_TOL_F32);
+        /* the sum of the fp32 ddelta, before its bf16 rounding */
+        h_sub(ds_g, ds0[j], E), h_sub(cb.ddelta_sum[j], ds0[j], E);
+        snprintf(nm, sizeof nm, "bwd ddelta_sum[%d]", j);
+        h_check(&h, nm, h_rel(ds_g, cb.ddelta_sum[j], 1, E, E), H_TOL_BF16);
+        if (mamba) {
+            float *dA_g = h_get_f32(&h, gb.dA_log[j], (size_t)E * N);
+            h_sub(dA_g, dA0[j], (size_t)E * N), h_sub(cb.dA_log[j], dA0[j], (size_t)E * N);
+            snprintf(nm, sizeof nm, "bwd dA_log[%d]", j);
+            h_check(&h, nm, h_rel(dA_g, cb.dA_log[j], 1, (size_t)E * N, (size_t)E * N), 1e-3);
+        }
+    }
+    h_check(&h, "bwd dz", h_rel(h_get_act(&h, (const char *)gb.dz - E * h.be->act_bytes, nz) + E,
+                                (const float *)cb.dz, BL, E, ldz), H_TOL_BF16);
+    if (!h_valid(&h)) return h_finish(&h);
+
+    /* bytes each call must move at least: u, delta (both directions), z, out; the k|q columns */
+    double T = (double)BL;
+    h_time(&h, "fwd", h.v->fwd, &gf, T * E * 2 * 6 + 2 * T * 2 * N * 2);
+    /* u, delta, z, dout, du, ddelta, dz; k|q read and dk|dq written */
+    h_time(&h, "bwd", h.v->bwd, &gb, T * E * 2 * 11 + 4 * T * 2 * N * 2);
+    return h_finish(&h);
+}
