@@ -8,6 +8,10 @@
 #   make demo       deps, build, a short CPU training run on Fashion-MNIST, eval and classify
 # Knobs: CUDA=0 forces a CPU-only build; CUDA_HOME; DEPS_PREFIX=/path/usr adds an unpacked
 # Debian package tree (headers and libraries) for machines without libstb-dev or libcjson-dev.
+# NCCL=0 builds the CUDA backend without NCCL (the default uses it when nccl.h is found).
+# CUDA_ARCH: the GPU code (default: sm_80 sm_86 sm_89 sm_90 and the newer families this nvcc
+# knows, plus PTX of the newest); a quick single-GPU dev build compiles one architecture:
+#   make CUDA_ARCH="-gencode arch=compute_90,code=sm_90"
 
 CC      ?= cc
 NVCC    ?=
@@ -67,7 +71,7 @@ ifneq ($(BLAS),)
   LDLIBS += $(shell $(PKG_CONFIG) --libs $(BLAS))
 endif
 
-# ---- optional: CUDA (cuBLASLt, cuDNN, NCCL) ----
+# ---- optional: CUDA (cuBLASLt, cuDNN; NCCL when found) ----
 CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/lib/cuda))
 ifeq ($(NVCC),)
   NVCC := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
@@ -83,15 +87,47 @@ ifeq ($(CUDA),1)
   ifeq ($(CUDNN_INC),)
     $(error CUDA found at $(CUDA_HOME) but no cudnn.h: install cuDNN 9 or build with CUDA=0)
   endif
-  ifeq ($(NCCL_INC),)
-    $(error CUDA found at $(CUDA_HOME) but no nccl.h: install NCCL or build with CUDA=0)
+  # NCCL (multi-GPU training) is optional: without nccl.h, or with NCCL=0, vil builds without it
+  # and vil_nccl_available() says so to the multi-GPU commands
+  NCCL ?= $(if $(NCCL_INC),1,0)
+  ifeq ($(NCCL),1)
+    ifeq ($(NCCL_INC),)
+      $(error NCCL=1 but no nccl.h in $(CUDA_INC) or /usr/include: install libnccl-dev or build with NCCL=0)
+    endif
+    NCCL_FLAGS := -DVIL_NCCL -I$(NCCL_INC)
+    NCCL_LIBS := -lnccl
   endif
-  CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
-  NVCCFLAGS += -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -I. -I$(CUDNN_INC) -I$(NCCL_INC) \
+  # GPU code: SASS for sm_80 (A100, A30), sm_86 (RTX 30xx, A40, A10; also runs on sm_87 Orin),
+  # sm_89 (L4, L40S, RTX 40xx), sm_90 (H100, H200) and the newer families this nvcc lists:
+  # sm_100 (B200, B300: sm_103 runs it) and sm_120 (RTX 50xx, RTX PRO 6000; GB10's sm_121 runs
+  # it) from CUDA 12.8 on; the variants (sm_87/88/101/103/110/121) are left out. Plus the newest
+  # one's PTX, which the driver compiles for GPUs newer still. cuda/ needs sm_80 (cp.async, bf16).
+  # CUDA_ARCH on the command line replaces all of it; VIL_CUDA_ARCHS tells the runtime check.
+  ifeq ($(origin CUDA_ARCH),undefined)
+    CUDA_CODES := $(shell $(NVCC) --list-gpu-code 2>/dev/null)
+    CUDA_SMS := $(strip $(if $(strip $(CUDA_CODES)),$(filter $(CUDA_CODES),sm_80 sm_86 sm_89 sm_90) \
+                $(filter-out sm_110,$(filter sm_1%0,$(CUDA_CODES))),sm_80 sm_86 sm_89 sm_90))
+    CUDA_PTX := $(patsubst sm_%,compute_%,$(lastword $(sort $(filter sm_8% sm_9%,$(CUDA_SMS))) \
+                $(sort $(filter sm_1%,$(CUDA_SMS)))))
+    CUDA_ARCH := $(foreach s,$(CUDA_SMS),-gencode arch=compute_$(s:sm_%=%),code=$(s)) \
+                 -gencode arch=$(CUDA_PTX),code=$(CUDA_PTX)
+    CUDA_ARCHS_TEXT := $(CUDA_SMS) + PTX $(CUDA_PTX)
+  else
+    # the sm_XX and compute_XX that the given flags embed (code=..., -arch=sm_XX)
+    comma := ,
+    CUDA_ARCH_WORDS := $(subst $(comma), ,$(subst [, ,$(subst ], ,$(CUDA_ARCH))))
+    CUDA_ARCH_WORDS := $(patsubst code=%,%,$(patsubst -code=%,%,$(patsubst --gpu-code=%,%,\
+                       $(patsubst -arch=%,%,$(patsubst --gpu-architecture=%,%,$(CUDA_ARCH_WORDS))))))
+    CUDA_ARCHS_TEXT := $(filter sm_%,$(CUDA_ARCH_WORDS))$(if $(filter compute_%,$(CUDA_ARCH_WORDS)), + PTX \
+                       $(filter compute_%,$(CUDA_ARCH_WORDS)))
+    CUDA_ARCHS_TEXT := $(or $(strip $(CUDA_ARCHS_TEXT)),$(subst $(comma), ,$(CUDA_ARCH)))
+  endif
+  NVCCFLAGS += -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -I. -I$(CUDNN_INC) $(NCCL_FLAGS) \
+               -DVIL_CUDA_ARCHS='"$(strip $(CUDA_ARCHS_TEXT))"' \
                --expt-relaxed-constexpr -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
-  CFLAGS += $(if $(wildcard cuda/backend_cuda.cu),-DVIL_CUDA) -I$(CUDA_INC) -I$(CUDNN_INC) -I$(NCCL_INC)
+  CFLAGS += $(if $(wildcard cuda/backend_cuda.cu),-DVIL_CUDA) -I$(CUDA_INC) -I$(CUDNN_INC) $(NCCL_FLAGS)
   LDFLAGS += -L$(CUDA_LIB) -L/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(CUDA_LIB)
-  LDLIBS += -lcudnn -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+  LDLIBS += -lcudnn -lcublasLt -lcublas $(NCCL_LIBS) -lcudart -lstdc++
   CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
 endif
 
@@ -187,12 +223,23 @@ endif
 fuzz:
 	$(MAKE) -f tests/fuzz.mk
 
-# CUDA kernel sandbox (dev/cuda/*.c: per-op timing harnesses), not part of `make`
-DEV_CUDA_BIN := $(patsubst dev/cuda/%.c,$(BUILD)/dev/cuda/%,$(wildcard dev/cuda/*.c))
+# CUDA kernel sandbox (dev/cuda/README.md), not part of `make`: a harness per kernel under study
+# (dev/cuda/*.cu: versions validated against the live CPU reference, then timed) and the
+# whole-block timing tool bench_ops.c, built against this tree's library
+ifeq ($(CUDA),1)
+DEV_CUDA_BIN := $(patsubst dev/cuda/%,$(BUILD)/dev/cuda/%,$(basename $(wildcard dev/cuda/*.c dev/cuda/*.cu)))
 dev-cuda: $(DEV_CUDA_BIN)
-$(BUILD)/dev/cuda/%: dev/cuda/%.c $(BUILD)/libvil.a
+$(BUILD)/dev/cuda/%: dev/cuda/%.c dev/cuda/harness.h $(HDR) $(BUILD)/libvil.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
+$(BUILD)/dev/cuda/%: dev/cuda/%.cu dev/cuda/harness.h $(HDR) $(BUILD)/libvil.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@.o
+	$(CC) $(LDFLAGS) -o $@ $@.o $(BUILD)/libvil.a $(LDLIBS)
+else
+dev-cuda:
+	@echo "make dev-cuda: the CUDA kernel sandbox needs a CUDA build (nvcc not found, or CUDA=0): install the CUDA toolkit or set CUDA_HOME" >&2; exit 1
+endif
 
 deps:
 	@sh tools/deps.sh

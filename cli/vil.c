@@ -1,10 +1,11 @@
-/* vil.c: the `vil` command-line program: a table of subcommands, each implemented where its
- * subject lives (eval/, train/, data/). `vil help`, `vil CMD --help`; unknown command: usage
- * on stderr, exit 2. */
+/* vil.c: the `vil` command-line program: a table of subcommands, one file each in cli/, over
+ * the library in vil/, data/, train/, eval/. `vil help`, `vil CMD --help`; unknown command:
+ * usage on stderr, exit 2. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "vil/backend.h"
 #include "vil/common.h"
 
 typedef struct {
@@ -32,6 +33,11 @@ static void usage(FILE *f) {
     fprintf(f, "vil: Vision Longhorn (ViL) and Vision Mamba (ViM) classifiers in C and CUDA\n\n"
                "usage: vil COMMAND [options]   (vil COMMAND --help for its options)\n\ncommands:\n");
     for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+#ifdef VIL_CUDA
+    fprintf(f, "\nbuilt with %s\n", vil_cuda_build_info());
+#else
+    fprintf(f, "\nbuilt without CUDA (CPU only)\n");
+#endif
 }
 
 static const Command *find(const char *name) {

@@ -20,16 +20,32 @@ thread_local CuCtx *cu_cur;
 /* the context of vil_backend_cuda: device 0, for a process with one GPU */
 static CuCtx default_ctx;
 
+/* what the binary carries (the Makefile passes it: "sm_80 sm_86 ... + PTX compute_120") and the
+ * toolkit it was compiled with */
+#ifndef VIL_CUDA_ARCHS
+#define VIL_CUDA_ARCHS "unknown architectures (compiled without the Makefile's VIL_CUDA_ARCHS)"
+#endif
+#define CU_STR_(x) #x
+#define CU_STR(x) CU_STR_(x)
+#define CU_TOOLKIT "CUDA " CU_STR(__CUDACC_VER_MAJOR__) "." CU_STR(__CUDACC_VER_MINOR__)
+
 const char *cu_hint_cuda(cudaError_t e) {
     switch (e) {
     case cudaErrorMemoryAllocation:
         return "out of GPU memory: lower --batch or free other GPU processes";
     case cudaErrorNoDevice:
+        return "no usable GPU: use --device cpu";
     case cudaErrorInsufficientDriver:
-        return "no usable GPU/driver: use --device cpu";
+        return "the GPU driver is older than the " CU_TOOLKIT " runtime of this vil: update the "
+               "driver, or use --device cpu";
     case cudaErrorNoKernelImageForDevice:
+    case cudaErrorInvalidDeviceFunction:
+        return "this vil carries no code for this GPU (built for " VIL_CUDA_ARCHS "): rebuild "
+               "with make CUDA_ARCH=\"-gencode arch=compute_XY,code=sm_XY\" for its compute "
+               "capability X.Y";
     case cudaErrorUnsupportedPtxVersion:
-        return "this build targets sm_90 (H100/H200): rebuild with CUDA_ARCH for your GPU";
+        return "the GPU driver is older than the " CU_TOOLKIT " that compiled this vil's PTX: "
+               "update the driver";
     case cudaErrorIllegalAddress:
     case cudaErrorLaunchFailure:
         return "a kernel faulted: rerun with VIL_CUDA_SYNC=1 or under compute-sanitizer";
@@ -61,7 +77,6 @@ void cu_ensure_init(void) {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, c->device));
     c->num_sms = prop.multiProcessorCount;
-    c->smem_optin = prop.sharedMemPerBlockOptin;
     const char *s = getenv("VIL_CUDA_SYNC");
     c->debug_sync = s && s[0] && s[0] != '0';
     CUDA_CHECK(cudaStreamCreate(&c->stream));
@@ -183,6 +198,53 @@ static CuCtx *feed_init(const VilBackend *be) {
     return c;
 }
 
+/* Compiled with the same flags as every kernel of cuda/: whether the binary carries code a GPU
+ * can run (SASS of its architecture family, or PTX the driver compiles for it) is whether the
+ * runtime finds this kernel's. */
+static __global__ void cu_probe_kernel(int *p) {
+    if (p) *p = 1;
+}
+
+/* 1 when GPU dev can run this build: compute capability 8.0 or newer (the kernels use cp.async
+ * and bf16) and code for it in the binary; else 0, the reason in why */
+static int cu_device_usable(int dev, char *why, size_t n) {
+    cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, dev);
+    if (e != cudaSuccess) {
+        snprintf(why, n, "cannot query CUDA device %d: %s (%s)", dev, cudaGetErrorString(e),
+                 cu_hint_cuda(e));
+        return 0;
+    }
+    if (prop.major < 8) {
+        snprintf(why, n,
+                 "GPU %d (%s) has compute capability %d.%d; vil's CUDA kernels need 8.0 or newer "
+                 "(Ampere: cp.async, bf16): use --device cpu",
+                 dev, prop.name, prop.major, prop.minor);
+        return 0;
+    }
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = dev;
+    cudaFuncAttributes fa;
+    e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, cu_probe_kernel);
+    cudaGetLastError(); /* not sticky: clear it */
+    if (prev != dev) cudaSetDevice(prev);
+    if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+        snprintf(why, n,
+                 "GPU %d (%s, compute capability %d.%d): this vil carries no code for it (built "
+                 "for %s); rebuild with make CUDA_ARCH=\"-gencode arch=compute_%d%d,code=sm_%d%d\"",
+                 dev, prop.name, prop.major, prop.minor, VIL_CUDA_ARCHS, prop.major, prop.minor,
+                 prop.major, prop.minor);
+        return 0;
+    }
+    if (e != cudaSuccess) {
+        snprintf(why, n, "GPU %d (%s, compute capability %d.%d): cannot load vil's kernels: %s (%s)",
+                 dev, prop.name, prop.major, prop.minor, cudaGetErrorString(e), cu_hint_cuda(e));
+        return 0;
+    }
+    return 1;
+}
+
 extern "C" int vil_cuda_available(char *why, size_t n) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -191,20 +253,28 @@ extern "C" int vil_cuda_available(char *why, size_t n) {
                  e != cudaSuccess ? cudaGetErrorString(e) : "none found");
         return 0;
     }
-    cudaDeviceProp prop;
-    e = cudaGetDeviceProperties(&prop, 0);
-    if (e != cudaSuccess) {
-        snprintf(why, n, "cannot query the CUDA device: %s", cudaGetErrorString(e));
-        return 0;
-    }
-    if (prop.major != 9) {
-        snprintf(why, n,
-                 "GPU %s has compute capability %d.%d but this vil was built for sm_90; rebuild "
-                 "with CUDA_ARCH='-gencode arch=compute_%d%d,code=sm_%d%d'",
-                 prop.name, prop.major, prop.minor, prop.major, prop.minor, prop.major, prop.minor);
-        return 0;
-    }
+    return cu_device_usable(0, why, n);
+}
+
+extern "C" int vil_nccl_available(char *why, size_t n) {
+#ifdef VIL_NCCL
+    if (why && n) why[0] = '\0';
     return 1;
+#else
+    if (why && n)
+        snprintf(why, n, "this vil was built without NCCL (install libnccl-dev / nccl.h and "
+                         "rebuild): multi-GPU training needs it");
+    return 0;
+#endif
+}
+
+extern "C" const char *vil_cuda_build_info(void) {
+    return CU_TOOLKIT ", archs " VIL_CUDA_ARCHS ", NCCL "
+#ifdef VIL_NCCL
+           "yes (" CU_STR(NCCL_MAJOR) "." CU_STR(NCCL_MINOR) "." CU_STR(NCCL_PATCH) ")";
+#else
+           "no";
+#endif
 }
 
 /* ---- memory ops ---- */
@@ -334,6 +404,11 @@ extern "C" const VilBackend *vil_cuda_open(int index) {
     if (e != cudaSuccess || index < 0 || index >= count) {
         vil_error("--device cuda: no GPU %d (%s; %d found)", index,
                   e != cudaSuccess ? cudaGetErrorString(e) : "out of range", count);
+        return NULL;
+    }
+    char why[512];
+    if (!cu_device_usable(index, why, sizeof why)) {
+        vil_error("--device cuda: %s", why);
         return NULL;
     }
     CuCtx *c = (CuCtx *)vil_calloc(1, sizeof(CuCtx));

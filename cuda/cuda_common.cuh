@@ -10,7 +10,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#ifdef VIL_NCCL /* the Makefile defines it when nccl.h is found (NCCL=0: never) */
 #include <nccl.h>
+#endif
 #include <stddef.h>
 
 #include "vil/common.h"
@@ -42,6 +44,7 @@ const char *cu_hint_cuda(cudaError_t e);
             vil_fatal(__FILE__, __LINE__, "%s failed: %s (%s)", #expr, cudnnGetErrorString(s_), \
                       "is cuDNN 9 installed and matching this CUDA? check the descriptors"); \
     } while (0)
+#ifdef VIL_NCCL
 #define NCCL_CHECK(expr)                                                                    \
     do {                                                                                    \
         ncclResult_t r_ = (expr);                                                           \
@@ -49,6 +52,7 @@ const char *cu_hint_cuda(cudaError_t e);
             vil_fatal(__FILE__, __LINE__, "%s failed: %s (%s)", #expr, ncclGetErrorString(r_), \
                       "check that every rank runs the same collective sequence");           \
     } while (0)
+#endif
 /* after every kernel launch: catches bad launch configurations at once; with VIL_CUDA_SYNC=1
  * in the environment it also synchronizes, so an asynchronous fault names its kernel */
 #define CU_LAUNCH_CHECK()                                                                   \
@@ -87,7 +91,6 @@ typedef struct CuCtx {
     int init;                 /* the stream and handles exist */
     int debug_sync;           /* VIL_CUDA_SYNC=1: synchronize after every launch */
     int num_sms;
-    size_t smem_optin;        /* largest dynamic shared memory a block may ask for */
     cudaStream_t stream;      /* every op of this context runs on it, in order */
     cublasLtHandle_t lt;
     cudnnHandle_t dnn;

@@ -276,6 +276,11 @@ extern const VilBackend vil_backend_cpu;
 extern const VilBackend vil_backend_cuda;
 /* 1 when a CUDA device can be used, 0 otherwise (with the reason in why) */
 int vil_cuda_available(char *why, size_t n);
+/* 1 when this vil was built with NCCL (multi-GPU training), 0 otherwise (the reason in why) */
+int vil_nccl_available(char *why, size_t n);
+/* how the CUDA backend was built, for the CLI to print: e.g. "CUDA 13.0, archs sm_80 sm_86
+ * sm_89 sm_90 sm_100 sm_120 + PTX compute_120, NCCL yes (2.28.9)" */
+const char *vil_cuda_build_info(void);
 /* vil_backend_open / close for "cuda" (cuda/backend_cuda.cu) */
 const VilBackend *vil_cuda_open(int index);
 void vil_cuda_close(const VilBackend *be);

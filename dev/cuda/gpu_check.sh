@@ -3,6 +3,7 @@
 # memcheck on both GPU tests, then `vil bench` for the configs given (default: ViL-Tiny).
 # Full logs go to $OUT (or ./out); the summary printed last fits the reply's tail.
 #   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [dev] [e2e] [data] [pth]
+#                                                  [peer:TIMM_MODEL:BATCH[:compile]]
 # dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
 # defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
@@ -156,6 +157,14 @@ for c in range(1000):
         $vil eval --device cuda --model $R/last.safetensors --data $BIG --split train --batch $bs \
             --workers 14 --limit 10240 > "$OUT/eval_$tag.log" 2>&1
         echo "eval with $vil: rc=$?"; tail -2 "$OUT/eval_$tag.log"
+        ;;
+    peer:*)
+        # the timm peer in the same call: peer:MODEL:BATCH[:compile] (dev/peers/bench_timm.py)
+        name=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3)
+        cmp=$(echo "$step" | cut -s -d: -f4)
+        python3 dev/peers/bench_timm.py --model "$name" --batch "$bs" ${cmp:+--compile} \
+            > "$OUT/peer_${name}_$bs${cmp:+_c}.log" 2>&1
+        echo "peer $name: rc=$?"; tail -1 "$OUT/peer_${name}_$bs${cmp:+_c}.log"
         ;;
     bench:*)
         cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3)
