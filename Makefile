@@ -9,6 +9,7 @@
 # Knobs: CUDA=0 forces a CPU-only build; CUDA_HOME; DEPS_PREFIX=/path/usr adds an unpacked
 # Debian package tree (headers and libraries) for machines without libstb-dev or libcjson-dev.
 # NCCL=0 builds the CUDA backend without NCCL (the default uses it when nccl.h is found).
+# MPI=0 builds without MPI (the default uses Open MPI when pkg-config finds ompi-c).
 # CUDA_ARCH: the GPU code (default: sm_80 sm_86 sm_89 sm_90 and the newer families this nvcc
 # knows, plus PTX of the newest); a quick single-GPU dev build compiles one architecture:
 #   make CUDA_ARCH="-gencode arch=compute_90,code=sm_90"
@@ -69,6 +70,17 @@ BLAS ?= $(if $(call have_pkg,openblas),openblas,$(if $(call have_pkg,blas),blas,
 ifneq ($(BLAS),)
   CFLAGS += -DVIL_BLAS $(shell $(PKG_CONFIG) --cflags $(BLAS))
   LDLIBS += $(shell $(PKG_CONFIG) --libs $(BLAS))
+endif
+
+# ---- optional: MPI (Open MPI: libopenmpi-dev) starts and joins the processes of multi-GPU or
+# multi-node training (mpirun, srun); MPI=0 builds a single-process vil ----
+MPI ?= $(if $(call have_pkg,ompi-c),1,0)
+ifeq ($(MPI),1)
+  ifneq ($(call have_pkg,ompi-c),yes)
+    $(error MPI=1 but pkg-config finds no ompi-c: apt-get install libopenmpi-dev, or build with MPI=0)
+  endif
+  CFLAGS += -DVIL_MPI $(shell $(PKG_CONFIG) --cflags ompi-c)
+  LDLIBS += $(shell $(PKG_CONFIG) --libs ompi-c)
 endif
 
 # ---- optional: CUDA (cuBLASLt, cuDNN; NCCL when found) ----

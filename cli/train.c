@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "vil/dist.h"
 #include "train/train.h"
 #include "vil/common.h"
 
@@ -15,6 +16,36 @@ static volatile sig_atomic_t g_interrupt = 0;
 
 static void on_signal(int sig) {
     g_interrupt = sig;
+}
+
+/* The run's last line (rank 0 alone speaks for the group). */
+static void report(VilTrainStatus st, const VilTrainResult *res, const char *out, const char *data) {
+    char last[600];
+    snprintf(last, sizeof last, "%s/last.safetensors", out);
+    switch (st) {
+    case VIL_TRAIN_DONE:
+        printf("done: %ld steps (%.3g epochs) in %.0f s", res->step, res->epochs_done, res->seconds);
+        if (res->top1 >= 0) printf("; val top-1 %.2f%% top-5 %.2f%%", res->top1, res->top5);
+        if (res->ema_top1 >= 0) printf("; EMA top-1 %.2f%% top-5 %.2f%%", res->ema_top1, res->ema_top5);
+        if (res->best_top1 >= 0) printf("; best top-1 %.2f%% (%s/best.safetensors)", res->best_top1, out);
+        printf("\n");
+        break;
+    case VIL_TRAIN_STOPPED:
+        printf("stopped at step %ld (--stop-after); continue with: vil train --resume %s --data %s\n",
+               res->step, last, data);
+        break;
+    case VIL_TRAIN_INTERRUPTED:
+        vil_error("interrupted (%s) at step %ld; the run is saved: continue with "
+                  "vil train --resume %s --data %s",
+                  g_interrupt == SIGTERM ? "SIGTERM" : g_interrupt == SIGINT ? "SIGINT" : "on another rank",
+                  res->step, last, data);
+        break;
+    case VIL_TRAIN_DIVERGED:
+        vil_error("training diverged at step %ld (see above)", res->step);
+        break;
+    default:
+        break;
+    }
 }
 
 int vil_cmd_train(int argc, char **argv) {
@@ -100,8 +131,15 @@ int vil_cmd_train(int argc, char **argv) {
         snprintf(outbuf, sizeof outbuf, "out/%s", run.model.name);
         out = outbuf;
     }
+    /* the process group (mpirun / srun), and this process's GPU: local_rank */
+    VilDist dist;
+    if (vil_dist_init(&dist) != 0) return 1;
+    int code = 1;
     run.be = vil_backend_get(device);
-    if (!run.be) return 1;
+    if (run.be && dist.mpi && strcmp(run.be->name, "cuda") == 0)
+        run.be = vil_backend_open("cuda", dist.local_rank);
+    if (!run.be || (dist.mpi && run.be->dist_join(run.be, &dist) != 0)) goto out;
+    run.dist = &dist;
     run.data = data;
     run.names = names;
     run.val_labels = val_labels;
@@ -123,29 +161,10 @@ int vil_cmd_train(int argc, char **argv) {
 
     VilTrainResult res;
     VilTrainStatus st = vil_train(&run, &res);
-    char last[600];
-    snprintf(last, sizeof last, "%s/last.safetensors", out);
-    switch (st) {
-    case VIL_TRAIN_DONE:
-        printf("done: %ld steps (%.3g epochs) in %.0f s", res.step, res.epochs_done, res.seconds);
-        if (res.top1 >= 0) printf("; val top-1 %.2f%% top-5 %.2f%%", res.top1, res.top5);
-        if (res.ema_top1 >= 0) printf("; EMA top-1 %.2f%% top-5 %.2f%%", res.ema_top1, res.ema_top5);
-        if (res.best_top1 >= 0) printf("; best top-1 %.2f%% (%s/best.safetensors)", res.best_top1, out);
-        printf("\n");
-        return 0;
-    case VIL_TRAIN_STOPPED:
-        printf("stopped at step %ld (--stop-after); continue with: vil train --resume %s --data %s\n",
-               res.step, last, data);
-        return 0;
-    case VIL_TRAIN_INTERRUPTED:
-        vil_error("interrupted (%s) at step %ld; the run is saved: continue with "
-                  "vil train --resume %s --data %s", g_interrupt == SIGTERM ? "SIGTERM" : "SIGINT",
-                  res.step, last, data);
-        return 1;
-    case VIL_TRAIN_DIVERGED:
-        vil_error("training diverged at step %ld (see above)", res.step);
-        return 1;
-    default:
-        return 1;
-    }
+    code = st == VIL_TRAIN_DONE || st == VIL_TRAIN_STOPPED ? 0 : 1;
+    if (dist.rank == 0) report(st, &res, out, data);
+out:
+    vil_backend_close(run.be);
+    vil_dist_finalize(&dist);
+    return code;
 }

@@ -14,6 +14,7 @@
 #endif
 extern "C" {
 #include "vil/backend.h"
+#include "vil/dist.h"
 }
 
 thread_local CuCtx *cu_cur;
@@ -116,6 +117,10 @@ static void ctx_cleanup(CuCtx *c) {
     cu_conv_plans_free();
     if (c->lt_ws) cu_free(c->lt_ws);
     c->lt_ws = NULL;
+#ifdef VIL_NCCL
+    if (c->nccl) ncclCommDestroy((ncclComm_t)c->nccl);
+#endif
+    c->nccl = NULL;
     cublasLtDestroy(c->lt);
     cudnnDestroy(c->dnn);
     cudaStreamDestroy(c->stream);
@@ -372,6 +377,38 @@ static void b_params_to_work(const VilBackend *be, void *work, const float *mast
 }
 
 /* the ops: bind the backend's context, then the _cuda twin */
+/* ---- the group's gradients: NCCL on this context's stream ---- */
+static int b_dist_join(const VilBackend *be, const VilDist *d) {
+    CuCtx *c = cu_bind(be);
+#ifdef VIL_NCCL
+    if (c->nccl) return 0;
+    /* rank 0 makes the id, MPI carries it to the others */
+    ncclUniqueId id;
+    if (d->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    vil_dist_bcast(d, &id, sizeof id, 0);
+    ncclComm_t comm;
+    NCCL_CHECK(ncclCommInitRank(&comm, d->world, id, d->rank));
+    c->nccl = comm;
+    return 0;
+#else
+    (void)c, (void)d;
+    char why[256];
+    vil_nccl_available(why, sizeof why);
+    vil_error("--device cuda with %d processes: %s", d->world, why);
+    return -1;
+#endif
+}
+
+extern "C" void grad_allreduce_cuda(const VilAllReduce *a) {
+#ifdef VIL_NCCL
+    CuCtx *c = cu();
+    if (!c->nccl) VIL_FATAL("grad_allreduce before dist_join");
+    NCCL_CHECK(ncclAllReduce(a->buf, a->buf, a->n, ncclFloat, ncclSum, (ncclComm_t)c->nccl, c->stream));
+#else
+    VIL_FATAL("grad_allreduce in a build without NCCL (dist_join refuses it)");
+#endif
+}
+
 #define VIL_CUDA_ENTRY(op, Args, label)                          \
     static void b_##op(const VilBackend *be, const Args *args) { \
         cu_bind(be);                                             \
@@ -390,7 +427,7 @@ VIL_OPS(VIL_CUDA_ENTRY)
         .params_to_work = b_params_to_work, .host_alloc = b_host_alloc,                       \
         .host_free = b_host_free, .feed_upload = b_feed_upload,                               \
         .feed_acquire = b_feed_acquire, .feed_release = b_feed_release,                       \
-        .feed_wait = b_feed_wait, VIL_OPS(VIL_CUDA_SLOT)                                      \
+        .feed_wait = b_feed_wait, .dist_join = b_dist_join, VIL_OPS(VIL_CUDA_SLOT)            \
     }
 #define VIL_CUDA_SLOT(op, Args, label) .op = b_##op,
 extern "C" const VilBackend vil_backend_cuda = VIL_CUDA_TABLE(&default_ctx);

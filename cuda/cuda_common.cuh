@@ -107,6 +107,7 @@ typedef struct CuCtx {
     /* per-handle plan caches of linear.cu and patch_embed.cu (opaque here) */
     struct LtPlans *lt_plans;
     struct ConvPlans *conv_plans;
+    void *nccl;               /* ncclComm_t of dist_join (NULL: none) */
 } CuCtx;
 
 /* The context the calling thread works on: every entry point of the backend table binds its

@@ -55,6 +55,6 @@ extern "C" void softmax_xent_forward_cuda(const VilXentFwd *a) {
 extern "C" void softmax_xent_backward_cuda(const VilXentBwd *a) {
     size_t n = (size_t)a->B * a->C;
     xent_bwd_kernel<<<cu_blocks(n, 256), 256, 0, cu()->stream>>>(a->dlogits, a->probs, a->targets, n,
-                                                                 1.0f / (float)a->B);
+                                                                 1.0f / (float)a->denom);
     CU_LAUNCH_CHECK();
 }

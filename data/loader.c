@@ -105,6 +105,7 @@ void vil_loader_config_default(VilLoaderConfig *c, VilLoaderMode mode, int res, 
     c->prefetch = 3;
     c->world = 1;
     c->rank = 0;
+    c->accum = 1;
     c->seed = 0;
     c->repeats = mode == VIL_LOADER_TRAIN ? 3 : 1;
     c->drop_last = mode == VIL_LOADER_TRAIN;
@@ -203,14 +204,20 @@ static int pick_replacement(const VilLoader *l, int idx, uint64_t key, int t) {
     return r == idx ? (r + 1) % n : r;
 }
 
+/* The augmentation key of this rank's epoch position pos: its position in the global list, so
+ * a sample is augmented alike for any world and accum (with one rank: pos itself). */
+static uint64_t sample_key(const VilLoader *l, int epoch, long pos) {
+    long g = vil_sampler_global_position(&l->sampler, pos);
+    return vil_hash_seed(l->cfg.seed, (uint64_t)(int64_t)epoch, (uint64_t)g, 0);
+}
+
 /* Fill row j of slot s with the sample at epoch position pos. 0, or -1 when no replacement
  * could be read either. */
 static int fill_sample(Worker *w, Slot *s, int j, long pos) {
     VilLoader *l = w->l;
     const VilLoaderConfig *c = &l->cfg;
     int idx = l->order[pos];
-    uint64_t key = vil_hash_seed(c->seed, (uint64_t)(int64_t)s->b.epoch, (uint64_t)pos,
-                                 (uint64_t)c->rank);
+    uint64_t key = sample_key(l, s->b.epoch, pos);
     float *out = s->b.images + (size_t)j * l->img_floats;
     int cand = idx;
     char err[512];
@@ -275,8 +282,7 @@ static int fill_group(Worker *w, Slot *s, int j, long pos, int count) {
         VilRng rngs[GROUP_ROWS];
         float *outs[GROUP_ROWS];
         for (int i = 0; i < count; i++) {
-            vil_rng_seed(&rngs[i], vil_hash_seed(c->seed, (uint64_t)(int64_t)s->b.epoch, (uint64_t)(pos + i),
-                                                 (uint64_t)c->rank));
+            vil_rng_seed(&rngs[i], sample_key(l, s->b.epoch, pos + i));
             outs[i] = s->b.images + (size_t)(j + i) * l->img_floats;
         }
         int dec = 0;
@@ -431,6 +437,7 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, c
     else if (c->threads < 1 || c->threads > 1024) bad = "threads must be in [1, 1024]";
     else if (c->prefetch < 1) bad = "prefetch must be >= 1";
     else if (c->world < 1 || c->rank < 0 || c->rank >= c->world) bad = "rank must be in [0, world)";
+    else if (c->accum < 1) bad = "accum must be >= 1";
     else if (c->mode == VIL_LOADER_TRAIN && c->repeats < 1) bad = "repeats must be >= 1";
     else if (c->mixup.num_classes != K) bad = "mixup.num_classes differs from the dataset's";
     else if (c->mode == VIL_LOADER_TRAIN &&
@@ -455,9 +462,14 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, c
     l->mixing = c->mode == VIL_LOADER_TRAIN && c->mixup.prob > 0.0f &&
                 (c->mixup.mixup_alpha > 0.0f || c->mixup.cutmix_alpha > 0.0f);
     int n = vil_dataset_size(ds);
-    if (c->mode == VIL_LOADER_TRAIN) vil_sampler_init_train(&l->sampler, n, c->world, c->rank,
-                                                            c->repeats, c->seed);
-    else vil_sampler_init_eval(&l->sampler, n, c->world, c->rank);
+    if (c->mode == VIL_LOADER_TRAIN) {
+        vil_sampler_init_train(&l->sampler, n, c->world, c->rank, c->repeats, c->seed);
+        l->sampler.batch = c->batch;
+        l->sampler.accum = c->accum;
+        l->sampler.drop_last = c->drop_last;
+    } else {
+        vil_sampler_init_eval(&l->sampler, n, c->world, c->rank);
+    }
     l->order_cap = vil_sampler_epoch_length(&l->sampler);
     l->order = vil_malloc((size_t)(l->order_cap ? l->order_cap : 1) * sizeof(int));
     l->bad = vil_calloc((size_t)n, 1);

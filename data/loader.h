@@ -1,6 +1,9 @@
 /* loader.h: the input pipeline: a persistent pool of worker threads decoding and augmenting
  * samples into a ring of ready batches (images, labels, soft targets), in an order and with
- * augmentations that depend only on (seed, epoch, rank, world), never on the thread count. */
+ * augmentations that depend only on (seed, epoch, rank, world), never on the thread count. A
+ * sample's augmentation is keyed by its position in the epoch's global list, so it is the same
+ * however many ranks and micro-batches share a global batch; Mixup / CutMix mix within each
+ * rank's batch (as timm under DDP). */
 #ifndef VIL_LOADER_H
 #define VIL_LOADER_H
 
@@ -32,7 +35,10 @@ typedef struct {
     int res, channels;    /* output images (channels, res, res) */
     int threads;          /* worker threads (>= 1) */
     int prefetch;         /* batches prepared ahead of the one the caller holds */
-    int world, rank;
+    int world, rank;      /* train: each global batch (world x accum x batch samples) is cut into
+                             slices, micro-batch a of this rank reads slice a x world + rank;
+                             eval: rank r reads r, r + world, ... */
+    int accum;            /* train: micro-batches per optimizer step (>= 1) */
     uint64_t seed;
     int repeats;          /* train: repeated augmentation (DeiT: 3); eval: ignored */
     int drop_last;        /* drop the last partial batch (train default 1, eval 0) */

@@ -1,6 +1,9 @@
-/* sampler.c: per-epoch index lists, following torch.utils.data.DistributedSampler and DeiT's
- * samplers.py RASampler rule for rule. Only the permutation differs: torch.randperm's stream
- * cannot be reproduced, so ours is a Fisher-Yates shuffle from vil_hash_seed(seed, epoch). */
+/* sampler.c: per-epoch index lists. The global list (the permutation, each entry repeated for
+ * repeated augmentation) and the epoch length follow torch.utils.data.DistributedSampler and
+ * DeiT's samplers.py RASampler; training cuts that list into global batches with a slice per
+ * rank (batch > 0), so a global step reads the same samples for any number of ranks. The
+ * permutation differs from torch's: torch.randperm's stream cannot be reproduced, so ours is a
+ * Fisher-Yates shuffle from vil_hash_seed(seed, epoch). */
 #include "data/sampler.h"
 
 #include <stdlib.h>
@@ -20,6 +23,9 @@ void vil_sampler_init_train(VilSampler *s, int n, int world, int rank, int repea
     s->pad = 1;
     s->selected_round = 256;
     s->seed = seed;
+    s->batch = 0;
+    s->accum = 1;
+    s->drop_last = 0;
 }
 
 void vil_sampler_init_eval(VilSampler *s, int n, int world, int rank) {
@@ -31,11 +37,14 @@ void vil_sampler_init_eval(VilSampler *s, int n, int world, int rank) {
     s->pad = 0;
     s->selected_round = 0;
     s->seed = 0;
+    s->batch = 0;
+    s->accum = 1;
+    s->drop_last = 0;
 }
 
 static int valid(const VilSampler *s) {
     return s->n > 0 && s->world >= 1 && s->rank >= 0 && s->rank < s->world && s->repeats >= 1 &&
-           s->selected_round >= 0;
+           s->selected_round >= 0 && s->batch >= 0 && s->accum >= 1;
 }
 
 /* Per-rank length before RASampler's truncation: ceil(repeats * n / world). */
@@ -44,8 +53,21 @@ static long padded_length(const VilSampler *s) {
     return (total + s->world - 1) / s->world;
 }
 
+/* The global list's length before padding, the same for every world: repeats x n, or with
+ * repeated augmentation DeiT's (n // round) * round (n below round or with round 0). */
+static long global_length(const VilSampler *s) {
+    if (s->repeats == 1) return s->n;
+    long sel = s->selected_round > 0 ? (long)s->n / s->selected_round * s->selected_round : 0;
+    return sel > 0 ? sel : s->n;
+}
+
 int vil_sampler_epoch_length(const VilSampler *s) {
     if (!valid(s)) return 0;
+    if (s->batch > 0 && s->pad) {
+        long gb = (long)s->world * s->accum * s->batch, g = global_length(s);
+        long nb = s->drop_last ? g / gb : (g + gb - 1) / gb;
+        return (int)(nb * s->accum * s->batch);
+    }
     if (!s->pad) return (s->n - s->rank + s->world - 1) / s->world;
     long len = padded_length(s);
     if (s->repeats > 1) {
@@ -60,6 +82,14 @@ int vil_sampler_epoch_length(const VilSampler *s) {
         if (sel < len) len = sel;
     }
     return (int)len;
+}
+
+long vil_sampler_global_position(const VilSampler *s, long pos) {
+    if (s->batch > 0 && s->pad) {
+        long micro = pos / s->batch, k = micro / s->accum, a = micro % s->accum;
+        return (k * s->accum + a) * s->world * s->batch + (long)s->rank * s->batch + pos % s->batch;
+    }
+    return (long)s->rank + pos * s->world;
 }
 
 void vil_sampler_permutation(const VilSampler *s, int epoch, int *perm) {
@@ -86,7 +116,7 @@ int vil_sampler_epoch(const VilSampler *s, int epoch, int *out) {
      * is torch's wrap-around padding, so the list itself is never built. */
     long rn = (long)s->n * s->repeats;
     for (int p = 0; p < len; p++) {
-        long g = (long)s->rank + (long)p * s->world;
+        long g = vil_sampler_global_position(s, p);
         out[p] = perm[(g % rn) / s->repeats];
     }
     free(perm);

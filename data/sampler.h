@@ -24,9 +24,19 @@ typedef struct {
                          * 8 ranks: 160128 each. Below `round` samples, and with round 0,
                          * ceil(n / world) (DeiT would give an empty epoch). */
     uint64_t seed;
+    int batch;          /* train, > 0: the per-rank batch; the epoch's global list is cut into
+                         * global batches of world x batch and rank r reads slice r of each,
+                         * so the samples of a global step, and their global positions, do
+                         * not depend on world (vil_sampler_global_position). 0: rank r reads
+                         * every world-th entry (torch's DistributedSampler order) */
+    int accum;          /* with batch > 0: micro-batches per step (>= 1); a global batch is
+                         * world x accum x batch, and micro-batch a of rank r reads its slice
+                         * a x world + r */
+    int drop_last;      /* with batch > 0: only whole global batches (train); 0: the last one
+                         * is filled by wrapping around to the list's head */
 } VilSampler;
 
-/* Defaults: train = repeats as given, shuffle, pad, DeiT's round of 256;
+/* Defaults: train = repeats as given, shuffle, pad, DeiT's round of 256, batch 0;
  * eval = no shuffle, no repeats, no padding. */
 void vil_sampler_init_train(VilSampler *s, int n, int world, int rank, int repeats, uint64_t seed);
 void vil_sampler_init_eval(VilSampler *s, int n, int world, int rank);
@@ -36,6 +46,10 @@ int vil_sampler_epoch_length(const VilSampler *s);
 
 /* This rank's indices for `epoch`: out (vil_sampler_epoch_length). 0, or -1 on a bad config. */
 int vil_sampler_epoch(const VilSampler *s, int epoch, int *out);
+
+/* The position in the epoch's global list (the same for every world) of this rank's entry pos:
+ * what augmentation is keyed by, so a sample is augmented alike however many ranks read it. */
+long vil_sampler_global_position(const VilSampler *s, long pos);
 
 /* The epoch's permutation shared by all ranks: perm (n). */
 void vil_sampler_permutation(const VilSampler *s, int epoch, int *perm);

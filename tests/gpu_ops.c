@@ -473,8 +473,8 @@ static void test_loss(int B, int C) {
     snprintf(nm, sizeof nm, "softmax xent fwd probs B=%d C=%d", B, C);
     T_CLOSE(nm, rel(probs_g, probs_c, (size_t)B * C), 1e-6);
     float *dl_c = vil_malloc((size_t)B * C * sizeof(float)), *d_dl = dev_poison((size_t)B * C * 4);
-    softmax_xent_backward(&(VilXentBwd){.dlogits = dl_c, .probs = probs_c, .targets = tg, .B = B, .C = C});
-    G->softmax_xent_backward(G, &(VilXentBwd){.dlogits = d_dl, .probs = d_probs, .targets = d_tg, .B = B, .C = C});
+    softmax_xent_backward(&(VilXentBwd){.dlogits = dl_c, .probs = probs_c, .targets = tg, .B = B, .C = C, .denom = 3L * B});
+    G->softmax_xent_backward(G, &(VilXentBwd){.dlogits = d_dl, .probs = d_probs, .targets = d_tg, .B = B, .C = C, .denom = 3L * B});
     float *dl_g = get_f32(d_dl, (size_t)B * C);
     snprintf(nm, sizeof nm, "softmax xent bwd B=%d C=%d", B, C);
     T_CLOSE(nm, rel(dl_g, dl_c, (size_t)B * C), 1e-6);

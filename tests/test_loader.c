@@ -136,6 +136,61 @@ static void test_sampler(void) {
     T_CHECK(vil_sampler_epoch(&bad, 0, dummy) != 0, "rank >= world rejected");
 }
 
+/* Training's sliced order: a global step reads the same samples at the same global positions
+ * for 1, 2, 3 and 4 ranks and 1 to 3 micro-batches per step (the single-rank list, cut into
+ * slices), with and without repeated augmentation, with drop_last and with wrap-around padding. */
+static void test_sampler_slices(void) {
+    const int GB = 24;
+    int cases[][3] = {{1000, 1, 1}, {1000, 3, 1}, {997, 1, 0}, {130, 3, 1}, {997, 3, 0}};
+    for (int c = 0; c < 5; c++) {
+        int n = cases[c][0], reps = cases[c][1], dl = cases[c][2];
+        VilSampler one;
+        vil_sampler_init_train(&one, n, 1, 0, reps, 9);
+        one.batch = GB, one.drop_last = dl;
+        int len1 = vil_sampler_epoch_length(&one);
+        int *ref = malloc((size_t)len1 * sizeof(int));
+        vil_sampler_epoch(&one, 4, ref);
+        /* world 1 with slices is the plain list: the same as batch 0 where that ends evenly */
+        VilSampler plain;
+        vil_sampler_init_train(&plain, n, 1, 0, reps, 9);
+        int lp = vil_sampler_epoch_length(&plain);
+        int *pl = malloc((size_t)lp * sizeof(int));
+        vil_sampler_epoch(&plain, 4, pl);
+        int same = 1;
+        for (int p = 0; p < len1 && p < lp; p++) same &= ref[p] == pl[p];
+        T_CHECK(same && len1 % GB == 0 && (dl ? len1 <= lp && lp - len1 < GB : len1 >= lp),
+                "n=%d repeats %d drop_last %d: world 1 slices = the plain list (%d vs %d)", n, reps,
+                dl, len1, lp);
+        int splits[][2] = {{2, 1}, {3, 1}, {4, 1}, {1, 2}, {2, 2}, {2, 3}};
+        for (int sp = 0; sp < 6; sp++) {
+            int world = splits[sp][0], accum = splits[sp][1];
+            int ok = 1, lens = 1;
+            int *seen = calloc((size_t)len1, sizeof(int));
+            for (int r = 0; r < world; r++) {
+                VilSampler s;
+                vil_sampler_init_train(&s, n, world, r, reps, 9);
+                s.batch = GB / (world * accum), s.accum = accum, s.drop_last = dl;
+                int len = vil_sampler_epoch_length(&s);
+                lens &= (long)len * world == len1;
+                int *out = malloc((size_t)(len ? len : 1) * sizeof(int));
+                vil_sampler_epoch(&s, 4, out);
+                for (int p = 0; p < len; p++) {
+                    long g = vil_sampler_global_position(&s, p);
+                    ok &= g < len1 && out[p] == ref[g] && g / GB == p / (s.batch * accum);
+                    if (g >= 0 && g < len1) seen[g]++;
+                }
+                free(out);
+            }
+            for (int g = 0; g < len1; g++) ok &= seen[g] == 1;
+            free(seen);
+            T_CHECK(ok && lens, "n=%d repeats %d drop_last %d world %d accum %d: the global batches "
+                    "of world 1", n, reps, dl, world, accum);
+        }
+        free(ref);
+        free(pl);
+    }
+}
+
 /* ---- loader ---- */
 
 static const char *k_bad[4] = {"zero.JPEG", "cut20.JPEG", "text.JPEG", "half.JPEG"};
@@ -672,6 +727,7 @@ static void test_idx_loader(const char *root) {
 
 int main(void) {
     test_sampler();
+    test_sampler_slices();
     char *root = corpus_mkdtemp("loader");
     write_corpus(root);
     VilDataset *ds = vil_dataset_open(root, "train", NULL, g_err, sizeof g_err);

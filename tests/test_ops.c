@@ -509,7 +509,7 @@ static void test_xent(void) {
     ref /= c.B;
     T_CLOSE("softmax_xent forward", fabs(l - ref) / fabs(ref), 1e-6);
     float *dl = zeros((size_t)c.B * c.C);
-    softmax_xent_backward(&(VilXentBwd){.dlogits = dl, .probs = c.probs, .targets = c.targets, .B = c.B, .C = c.C});
+    softmax_xent_backward(&(VilXentBwd){.dlogits = dl, .probs = c.probs, .targets = c.targets, .B = c.B, .C = c.C, .denom = c.B});
     gc_check("softmax_xent logits", xent_loss, &c, c.logits, dl, (size_t)c.B * c.C, COORDS, 1e-2f, TOL, &rng);
     free(dl), free(c.logits), free(c.targets), free(c.probs), free(c.loss);
 }

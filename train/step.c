@@ -8,11 +8,20 @@ VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
                            .ema_decay = t->ema_decay};
 }
 
-void vil_train_step(VilModel *m, const VilStepParams *s) {
-    vil_model_zero_grad(m);
+void vil_train_micro(VilModel *m, int first) {
+    if (first) vil_model_zero_grad(m);
     vil_model_forward(m, 1);
     vil_model_backward(m);
+}
+
+void vil_train_update(VilModel *m, const VilStepParams *s) {
+    if (s->dist && s->dist->mpi) vil_model_allreduce_grads(m, s->dist);
     if (s->clip_grad > 0.0f) vil_model_clip_grad(m, s->clip_grad);
     vil_model_adamw_step(m, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay);
     if (s->ema_decay > 0.0f) vil_model_ema_update(m, s->ema_decay);
+}
+
+void vil_train_step(VilModel *m, const VilStepParams *s) {
+    vil_train_micro(m, 1);
+    vil_train_update(m, s);
 }

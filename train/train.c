@@ -30,6 +30,10 @@
 
 typedef struct {
     const VilTrainRun *run;
+    const VilDist *dist;  /* NULL: one process */
+    int rank, world;      /* rank 0 alone prints and writes files */
+    int accum;            /* micro-batches per step */
+    int quiet;            /* run->quiet, or a rank other than 0 */
     const VilConfig *mc;
     const VilTrainConfig *tc;
     const VilBackend *be;
@@ -296,7 +300,22 @@ static int save_checkpoint(Trainer *T, const char *path, int ema) {
  * so a resume after a kill in between can tell which are behind and bring them up to it
  * (sync_run_files). Each write is atomic. Weights that are not finite are never written over
  * the last good ones: returns -2 then. */
+static int save_all_here(Trainer *T, const float *new_best);
+/* Saves on rank 0 (every rank holds the same weights); every rank gets its result and the new
+ * best, so all take the same path afterwards. */
 static int save_all(Trainer *T, const float *new_best) {
+    int rc = 0;
+    if (T->rank == 0) {
+        rc = save_all_here(T, new_best);
+    } else if (new_best) {
+        T->best_top1 = *new_best;
+        T->best_step = T->step;
+    }
+    vil_dist_bcast(T->dist, &rc, sizeof rc, 0);
+    return rc;
+}
+
+static int save_all_here(Trainer *T, const float *new_best) {
     VilModel *m = &T->m;
     const VilBackend *be = T->be;
     size_t n = m->buf_len, bytes = n * sizeof(float);
@@ -345,7 +364,9 @@ static int save_all(Trainer *T, const float *new_best) {
     META("vil.steps_per_epoch", "%ld", T->spe);
     META("vil.best_top1", "%.9g", T->best_top1);
     META("vil.best_step", "%ld", T->best_step);
-    META("vil.world", "%d", 1);
+    META("vil.world", "%d", T->world);
+    META("vil.accum_steps", "%d", T->accum);
+    META("vil.global_batch", "%ld", T->global_batch);
 #undef META
     /* nothing else is random state: every stream is a pure function of (seed, epoch, step) */
     vil_st_writer_meta(w, "vil.rng", "keyed by (seed, epoch, position) in the loader and (seed, step) for drop path");
@@ -431,19 +452,31 @@ static int sync_run_files(Trainer *T) {
 
 /* ---------------- the steps ---------------- */
 
+/* The mean loss of the last micro-batch over all ranks: the same value on every rank, so the
+ * divergence check decides alike everywhere. */
 static float read_loss(Trainer *T) {
     int B = T->m.acts.B;
     T->be->to_host(T->be, T->host_losses, T->m.acts.losses, (size_t)B * sizeof(float));
     double s = 0;
     for (int b = 0; b < B; b++) s += T->host_losses[b];
-    return (float)(s / B);
+    vil_dist_sum_double(T->dist, &s, 1);
+    return (float)(s / ((double)B * T->world));
+}
+
+/* The counts of a validation pass summed over the ranks (each read its shard). */
+static void sum_eval(const Trainer *T, VilEvalResult *r) {
+    double v[4] = {(double)r->top1, (double)r->top5, (double)r->images, (double)r->bad};
+    vil_dist_sum_double(T->dist, v, 4);
+    r->top1 = (long)v[0], r->top5 = (long)v[1], r->images = (long)v[2], r->bad = (long)v[3];
 }
 
 /* The validation pass of the model and of the EMA. */
 static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     VilEvalResult r;
-    FILE *plog = T->run->quiet ? NULL : T->log;
-    if (vil_eval_run(&T->m, T->val_loader, 0, NULL, NULL, &r) != 0) return -1;
+    FILE *plog = T->quiet ? NULL : T->log;
+    /* a failure on any rank stops all: none may wait in the sums below */
+    if (vil_dist_any(T->dist, vil_eval_run(&T->m, T->val_loader, 0, NULL, NULL, &r) != 0)) return -1;
+    sum_eval(T, &r);
     res->top1 = r.images ? (float)(100.0 * r.top1 / r.images) : 0.0f;
     res->top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
     long bad = r.bad, images = r.images;
@@ -452,7 +485,8 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
         vil_model_use_ema(&T->m, 1);
         int erc = vil_eval_run(&T->m, T->val_loader, 0, NULL, NULL, &r);
         vil_model_use_ema(&T->m, 0);
-        if (erc != 0) return -1;
+        if (vil_dist_any(T->dist, erc != 0)) return -1;
+        sum_eval(T, &r);
         res->ema_top1 = r.images ? (float)(100.0 * r.top1 / r.images) : 0.0f;
         res->ema_top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
         secs += r.seconds;
@@ -526,7 +560,10 @@ static int make_loaders(Trainer *T) {
     lc.prefetch = t->workers + 1;
     lc.seed = (uint64_t)t->seed;
     lc.repeats = t->repeats;
-    lc.quiet = T->run->quiet;
+    lc.world = T->world;
+    lc.rank = T->rank;
+    lc.accum = T->accum;
+    lc.quiet = T->quiet;
     lc.train.scale_min = t->scale_min;
     lc.train.hflip = t->hflip;
     lc.train.randaug_n = t->randaug_n;
@@ -552,7 +589,9 @@ static int make_loaders(Trainer *T) {
         ec.threads = t->workers;
         ec.prefetch = t->workers + 1;
         ec.crop_pct = t->crop_pct;
-        ec.quiet = T->run->quiet;
+        ec.world = T->world; /* a shard each, every image exactly once: the counts are summed */
+        ec.rank = T->rank;
+        ec.quiet = T->quiet;
         ec.alloc = vil_feed_allocator(T->be);
         T->val_loader = vil_loader_create(T->val_ds, &ec, err, sizeof err);
         if (!T->val_loader) {
@@ -572,9 +611,17 @@ static void print_header(Trainer *T) {
     fprintf(f, "data:  %s: %d images, %d classes", vil_dataset_source(T->ds),
             vil_dataset_size(T->ds), T->n_classes);
     if (T->val_ds) fprintf(f, "; val %s: %d images", vil_dataset_source(T->val_ds), vil_dataset_size(T->val_ds));
-    fprintf(f, "\nbatch: %d x 1 rank = %ld; lr = %g * %ld / 512 = %.4g; warmup %ld steps from %g; "
-               "cosine to %g\n", t->batch, T->global_batch, t->base_lr, T->global_batch,
-            T->peak_lr, T->warmup_steps, t->warmup_lr, t->min_lr);
+    fprintf(f, "\nbatch: %d x %d rank%s x %d accum_steps = %ld; lr = %g * %ld / 512 = %.4g; warmup "
+               "%ld steps from %g; cosine to %g\n", t->batch, T->world, T->world == 1 ? "" : "s",
+            T->accum, T->global_batch, t->base_lr, T->global_batch, T->peak_lr, T->warmup_steps,
+            t->warmup_lr, t->min_lr);
+    if (T->dist && T->dist->mpi)
+        fprintf(f, "ranks: %d processes (%s), %d on this host; gradients summed by %s; rank 0 "
+                   "prints and writes\n", T->world, T->dist->launcher, T->dist->local_world,
+                strcmp(T->be->name, "cuda") == 0 ? "NCCL" : "MPI");
+    else if (!vil_dist_built_with_mpi())
+        fprintf(f, "ranks: one process (this vil has no MPI: apt-get install libopenmpi-dev "
+                   "openmpi-bin and rebuild to train with mpirun or srun)\n");
     fprintf(f, "steps: %d epoch%s x %ld = %ld", t->epochs, t->epochs == 1 ? "" : "s", T->spe,
             (long)t->epochs * T->spe);
     if (T->total_steps < (long)t->epochs * T->spe) fprintf(f, ", stopping at max_steps %ld", T->total_steps);
@@ -668,10 +715,10 @@ static void feed_stop(Trainer *T) {
     vil_feed_free(f);
 }
 
-/* Queues the batch of global step `step` (its upload overlaps the step in flight); -1 when the
- * loader has none (vil_loader_error says why, or the epoch ended early). The wait for the loader
- * counts in the interval's data wait. */
-static int feed_next(Trainer *T, long step) {
+/* Queues micro-batch `micro` of global step `step` (its upload overlaps the work in flight); -1
+ * when the loader has none (vil_loader_error says why, or the epoch ended early). The wait for
+ * the loader counts in the interval's data wait. */
+static int feed_next(Trainer *T, long step, int micro) {
     double t0 = vil_now();
     const VilBatch *b = vil_loader_next_batch(T->loader);
     T->wait_int += vil_now() - t0;
@@ -679,8 +726,10 @@ static int feed_next(Trainer *T, long step) {
     const void *src[3] = {b->images, b->targets, NULL};
     if (T->feed.n > 2) {
         float *h = T->dp_host[vil_feed_next_slot(&T->feed)];
+        /* keyed by the samples' places in the global batch (the loader's slice order) */
+        long first = ((long)micro * T->world + T->rank) * T->tc->batch;
         vil_model_drop_path_rows(&T->m, vil_hash_seed((uint64_t)T->tc->seed, TAG_DROP_PATH,
-                                                      (uint64_t)step, 0), h);
+                                                      (uint64_t)step, 0), first, h);
         src[2] = h;
     }
     vil_feed_put(&T->feed, b, src);
@@ -715,21 +764,23 @@ static int trainer_setup(Trainer *T) {
     T->path_best = join(run->out_dir, "best.safetensors");
     T->path_ema = join(run->out_dir, "ema.safetensors");
     /* a fresh run never overwrites another one's files: weeks of ImageNet are one typo away */
-    if (!state_in && refuse_used_folder(T) != 0) goto out;
-    if (vil_mkdir_p(run->out_dir) != 0) goto out;
-    if (prepare_out_dir(T) != 0) goto out;
+    /* rank 0 alone owns the folder (vil_train makes the outcome collective) */
+    if (T->rank == 0 && !state_in && refuse_used_folder(T) != 0) goto out;
+    if (T->rank == 0 && (vil_mkdir_p(run->out_dir) != 0 || prepare_out_dir(T) != 0)) goto out;
     if (make_loaders(T) != 0) goto out;
 
-    T->spe = vil_loader_batches_per_epoch(T->loader);
+    /* the loader's batches are micro-batches: accum of them make a step */
+    T->spe = vil_loader_batches_per_epoch(T->loader) / T->accum;
+    T->global_batch = (long)t->batch * T->world * T->accum;
     if (T->spe < 1) {
-        vil_error("an epoch of %d samples holds no full batch of %d: lower batch",
-                  vil_loader_epoch_length(T->loader), t->batch);
+        vil_error("an epoch of %d samples holds no full global batch of %ld (batch %d x %d ranks x "
+                  "%d accum_steps): lower batch or accum_steps", vil_dataset_size(T->ds),
+                  T->global_batch, t->batch, T->world, T->accum);
         goto out;
     }
     T->total_steps = (long)t->epochs * T->spe;
     if (t->max_steps > 0 && t->max_steps < T->total_steps) T->total_steps = t->max_steps;
     T->warmup_steps = lround((double)t->warmup_epochs * (double)T->spe);
-    T->global_batch = t->batch; /* one rank until the multi-GPU trainer lands */
     T->peak_lr = vil_peak_lr(t->base_lr, T->global_batch);
 
     VilModel *m = &T->m;
@@ -749,8 +800,10 @@ static int trainer_setup(Trainer *T) {
     /* the moments (and the EMA, from the weights) exist from the start so that a save before
      * the first update is complete */
     vil_model_init_training(m, t->ema_decay > 0.0f);
+    /* the loss of a micro-batch is its share of the global batch's mean (0: the batch's own) */
+    m->loss_denom = T->global_batch == t->batch ? 0 : T->global_batch;
     if (state_in && state_restore(T, state_in) != 0) goto out;
-    if (!run->quiet) {
+    if (!T->quiet) {
         print_header(T);
         fputs(init_note, T->log);
         if (T->stale_removed > 0)
@@ -761,9 +814,9 @@ static int trainer_setup(Trainer *T) {
                     T->epoch + 1, T->epoch_batch);
     }
     /* before "nothing to do" too: a finished run whose last save was cut short is not done */
-    if (state_in && sync_run_files(T) != 0) goto out;
+    if (state_in && T->rank == 0 && sync_run_files(T) != 0) goto out;
     if (T->step >= T->total_steps) {
-        if (!run->quiet) fprintf(T->log, "nothing to do: the run is at step %ld of %ld\n", T->step, T->total_steps);
+        if (!T->quiet) fprintf(T->log, "nothing to do: the run is at step %ld of %ld\n", T->step, T->total_steps);
         status = VIL_TRAIN_DONE;
         goto out;
     }
@@ -797,9 +850,9 @@ static int start_epoch(Trainer *T) {
     if (T->epoch_batch > 0) {
         /* the loader has no seek: decode and drop the batches done before the save, which keeps
          * every later batch exactly as an uninterrupted run sees it */
-        if (!T->run->quiet)
+        if (!T->quiet)
             fprintf(T->log, "resume: skipping %d batches of epoch %d\n", T->epoch_batch, T->epoch + 1);
-        for (int k = 0; k < T->epoch_batch; k++) {
+        for (int k = 0; k < T->epoch_batch * T->accum; k++) {
             const VilBatch *b = vil_loader_next_batch(T->loader);
             if (!b) {
                 const char *e = vil_loader_error(T->loader);
@@ -825,33 +878,42 @@ static int start_epoch(Trainer *T) {
             return VIL_TRAIN_FAILED;
         }
     vil_feed_init(&T->feed, T->be, n, dev0, bytes);
-    feed_next(T, T->step); /* a failure shows as no batch at the first take */
+    feed_next(T, T->step, 0); /* a failure shows as no batch at the first take */
     return GO_ON;
 }
 
-/* One step: the batch the feed holds, the training step on it (train.h), the next batch's
- * upload queued behind it. GO_ON, or failed when the loader ran dry (reported, saved). */
+/* One step: per micro-batch, the batch the feed holds, forward and backward on it, the next
+ * batch's upload queued behind it; then the update (train.h). GO_ON, or failed when the loader
+ * ran dry on any rank (reported, saved). */
 static int step(Trainer *T) {
-    void *in[3];
-    const VilBatch *b = vil_feed_take(&T->feed, in);
-    if (!b) {
-        const char *e = vil_loader_error(T->loader);
-        vil_error("the data loader stopped at epoch %d, batch %d: %s", T->epoch + 1,
-                  T->epoch_batch, e ? e : "the epoch ended early");
-        save_after_failure(T);
-        return VIL_TRAIN_FAILED;
-    }
     const VilTrainConfig *t = T->tc;
-    vil_model_set_inputs(&T->m, in[0], in[1], T->feed.n > 2 ? in[2] : NULL);
+    for (int a = 0; a < T->accum; a++) {
+        void *in[3];
+        const VilBatch *b = vil_feed_take(&T->feed, in);
+        /* together: a rank without its batch would leave the others waiting in the sums */
+        if (vil_dist_any(T->dist, b == NULL)) {
+            const char *e = b ? "another rank's loader stopped" : vil_loader_error(T->loader);
+            vil_error("the data loader stopped at epoch %d, batch %d: %s", T->epoch + 1,
+                      T->epoch_batch, e ? e : "the epoch ended early");
+            if (b) vil_loader_release_batch(T->loader, b);
+            save_after_failure(T);
+            return VIL_TRAIN_FAILED;
+        }
+        vil_model_set_inputs(&T->m, in[0], in[1], T->feed.n > 2 ? in[2] : NULL);
+        vil_train_micro(&T->m, a == 0);
+        vil_feed_done(&T->feed);
+        /* the next micro-batch (this step's, or the next step's first while this epoch has
+         * one): its upload runs while the device works on this one */
+        if (a + 1 < T->accum) feed_next(T, T->step, a + 1);
+        else if (T->epoch_batch + 1 < T->spe && T->step + 1 < T->total_steps) feed_next(T, T->step + 1, 0);
+        /* the feed has finished copying the batch (vil_feed_take waited for it) */
+        vil_loader_release_batch(T->loader, b);
+    }
     T->lr = (float)vil_lr_at(T->step, T->total_steps, T->warmup_steps, T->peak_lr, t->warmup_lr,
                              t->min_lr);
     VilStepParams sp = vil_step_params(t, T->lr);
-    vil_train_step(&T->m, &sp);
-    vil_feed_done(&T->feed);
-    /* the next batch of this epoch: its upload runs while the device does this step */
-    if (T->epoch_batch + 1 < T->spe && T->step + 1 < T->total_steps) feed_next(T, T->step + 1);
-    /* the feed has finished copying the batch (vil_feed_take waited for it) */
-    vil_loader_release_batch(T->loader, b);
+    sp.dist = T->dist;
+    vil_train_update(&T->m, &sp);
     T->step++;
     T->epoch_batch++;
     T->steps_here++;
@@ -891,10 +953,10 @@ static int log_progress(Trainer *T) {
     p.loss = T->last_loss;
     p.lr = T->lr;
     p.grad_norm = grad_norm;
-    p.images_per_s = dt > 0 ? (double)T->int_steps * t->batch / dt : 0;
+    p.images_per_s = dt > 0 ? (double)T->int_steps * T->global_batch / dt : 0; /* all ranks */
     p.data_wait = dt > 0 ? T->wait_int / dt : 0;
     p.eta_s = T->train_time / T->steps_here * (double)(T->total_steps - T->step);
-    if (!run->quiet) {
+    if (!T->quiet) {
         char eta[32];
         fmt_duration(eta, sizeof eta, p.eta_s);
         fprintf(T->log, "epoch %d/%d  step %ld/%ld (%d/%d)  loss %.4f  lr %.3e", p.epoch + 1,
@@ -910,9 +972,10 @@ static int log_progress(Trainer *T) {
     return GO_ON;
 }
 
-/* --stop-after reached or a signal caught: the status to stop with, or 0 */
+/* --stop-after reached or a signal caught (on any rank: every rank stops at this step): the
+ * status to stop with, or 0 */
 static int stop_requested(const Trainer *T) {
-    if (T->run->interrupt && *T->run->interrupt) return VIL_TRAIN_INTERRUPTED;
+    if (vil_dist_any(T->dist, T->run->interrupt && *T->run->interrupt)) return VIL_TRAIN_INTERRUPTED;
     if (T->run->stop_after > 0 && T->step >= T->run->stop_after) return VIL_TRAIN_STOPPED;
     return 0;
 }
@@ -921,7 +984,7 @@ static int stop_requested(const Trainer *T) {
 static int stop_mid_epoch(Trainer *T, int why) {
     int st = save_run(T, NULL);
     if (st != GO_ON) return st;
-    if (!T->run->quiet)
+    if (!T->quiet)
         fprintf(T->log, "%s at step %ld (epoch %d, batch %d): saved %s and %s\n",
                 why == VIL_TRAIN_INTERRUPTED ? "interrupted" : "stopped", T->step, T->epoch + 1,
                 T->epoch_batch, T->path_last, T->path_state);
@@ -953,7 +1016,7 @@ static int end_of_epoch(Trainer *T, VilTrainResult *res) {
     /* best.safetensors goes last, after the state that records its step (save_all) */
     int st = save_run(T, improved ? &res->top1 : NULL);
     if (st != GO_ON) return st;
-    if (!T->run->quiet) {
+    if (!T->quiet) {
         char el[32];
         fmt_duration(el, sizeof el, vil_now() - T->t_start);
         fprintf(T->log, "%s %d at step %ld (%s): loss %.4f; saved %s\n",
@@ -963,7 +1026,7 @@ static int end_of_epoch(Trainer *T, VilTrainResult *res) {
     }
     int why = stop_requested(T);
     if (!finished && why) {
-        if (!T->run->quiet)
+        if (!T->quiet)
             fprintf(T->log, "%s at the end of epoch %d: saved %s and %s\n",
                     why == VIL_TRAIN_INTERRUPTED ? "interrupted" : "stopped", ep + 1, T->path_last,
                     T->path_state);
@@ -1000,6 +1063,11 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     res->top1 = res->top5 = res->ema_top1 = res->ema_top5 = res->best_top1 = -1.0f;
     res->last_loss = NAN;
     T->run = run;
+    T->dist = run->dist;
+    T->rank = run->dist ? run->dist->rank : 0;
+    T->world = run->dist ? run->dist->world : 1;
+    T->accum = run->train.accum_steps;
+    T->quiet = run->quiet || T->rank != 0;
     T->mc = &run->model;
     T->tc = &run->train;
     T->be = run->be;
@@ -1009,6 +1077,11 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     T->last_loss = NAN;
     T->t_start = vil_now();
     int status = trainer_setup(T);
+    /* together: a rank that failed its setup (rank 0 owns the folder) stops every rank */
+    if (vil_dist_any(T->dist, status != GO_ON) && status == GO_ON) {
+        vil_error("rank %d: another rank failed to set up the run (its message is above)", T->rank);
+        status = VIL_TRAIN_FAILED;
+    }
     if (status == GO_ON) status = train_loop(T, res);
     res->step = T->step;
     res->epoch = T->epoch;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "vil/backend.h"
+#include "vil/dist.h"
 #include "vil/model.h"
 #include "train/train_config.h"
 
@@ -23,13 +24,19 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     float clip_grad; /* > 0: clip the global gradient norm to this (m->grad_norm holds the norm) */
     float ema_decay; /* > 0: update the model's EMA (vil_model_init_training with ema) */
+    const VilDist *dist; /* the group whose gradients are summed (NULL or no MPI: none) */
 } VilStepParams;
 /* A run's step hyperparameters at learning rate lr. */
 VilStepParams vil_step_params(const VilTrainConfig *t, float lr);
 /* The training step, the same for `vil train` and `vil bench` (step.c): forward with the loss
- * on the model's inputs, backward, gradient clipping, AdamW and the EMA, all queued on the
- * backend without a host read. */
+ * on the model's inputs, backward, the gradients summed over the ranks, gradient clipping,
+ * AdamW and the EMA, all queued on the backend without a host read. With several micro-batches
+ * per step (accum_steps): vil_train_micro for each (first = 1 zeroes the gradients; the loss is
+ * the mean over m->loss_denom samples, so the sums make the global batch's mean), then
+ * vil_train_update. vil_train_step is the two for one micro-batch. */
 void vil_train_step(VilModel *m, const VilStepParams *s);
+void vil_train_micro(VilModel *m, int first);
+void vil_train_update(VilModel *m, const VilStepParams *s);
 
 /* Progress at a log step (the only per-step host read: the batch's losses). */
 typedef struct {
@@ -53,7 +60,9 @@ typedef struct {
     int init_ema;             /* take init's model_ema (a .pth training checkpoint) */
     const VilBackend *be;
     long stop_after;          /* > 0: save and stop after this global step, the schedule unchanged */
-    volatile sig_atomic_t *interrupt; /* set from a signal handler: finish the step, save, stop */
+    volatile sig_atomic_t *interrupt; /* set from a signal handler: finish the step, save, stop;
+                                       * on any rank, every rank stops at the same step */
+    const VilDist *dist;      /* the process group (NULL: one process); be must have joined it */
     int quiet;                /* no progress lines (errors are still reported) */
     FILE *log;                /* progress and epoch summaries; NULL: stdout */
     void (*on_log)(void *ctx, const VilTrainProgress *p); /* optional, at each log step */

@@ -14,7 +14,9 @@
 #define BIG 1e9
 static const VilKey TKEYS[] = {
     TI(epochs, 1, 1000000, "training epochs"),
-    TI(batch, 1, VIL_MAX_BATCH, "batch size per rank (global batch = batch * ranks)"),
+    TI(batch, 1, VIL_MAX_BATCH, "batch size per rank and micro-batch (global batch = batch * "
+                                "ranks * accum_steps)"),
+    TI(accum_steps, 1, 4096, "micro-batches whose gradients are summed before each AdamW step"),
     TF(base_lr, 0, 100, "peak lr = base_lr * global_batch / 512"),
     TF(warmup_lr, 0, 100, "lr at step 0 of the linear warmup"),
     TF(warmup_epochs, 0, 1000000, "warmup length in epochs (fractions allowed)"),
@@ -90,6 +92,7 @@ void vil_train_config_default(VilTrainConfig *t) {
     /* doc/recipe.md, ViL-Tiny (the model defaults): global batch 1024 = 8 ranks x 128 */
     t->epochs = 300;
     t->batch = 128;
+    t->accum_steps = 1;
     t->base_lr = 5e-4f;
     t->warmup_lr = 1e-6f;
     t->warmup_epochs = 5.0f;

@@ -9,7 +9,8 @@
 
 typedef struct {
     int epochs;              /* 300 */
-    int batch;               /* per rank; global batch = batch * ranks */
+    int batch;               /* per rank and micro-batch; global = batch * ranks * accum_steps */
+    int accum_steps;         /* micro-batches per optimizer step */
     float base_lr;           /* lr = base_lr * global_batch / 512 */
     float warmup_lr;         /* linear warmup from this ... */
     float warmup_epochs;     /* ... over this many epochs (fractions allowed) */

@@ -161,7 +161,9 @@ typedef struct {
     int B, L, E, N, dt_ld, ldx, ldz;
 } VilScanBwd;
 
-/* loss.c: softmax cross-entropy against soft targets; dlogits = (probs - targets) / B */
+/* loss.c: softmax cross-entropy against soft targets; dlogits = (probs - targets) / denom, where
+ * denom is the number of samples the minimized loss is the mean over: B, or the global batch
+ * (B x micro-batches x ranks) when gradients are summed over micro-batches and ranks */
 typedef struct {
     float *loss, *probs;           /* (B), (B, C) */
     const float *logits, *targets; /* (B, C) each */
@@ -171,6 +173,7 @@ typedef struct {
     float *dlogits;                /* (B, C) */
     const float *probs, *targets;
     int B, C;
+    long denom;
 } VilXentBwd;
 
 /* optimizer.c: one AdamW step on n parameters (f32 master p; the working copy refreshed when
@@ -201,6 +204,15 @@ typedef struct {
     float decay;
 } VilEma;
 
+/* dist.c / cuda/backend_cuda.cu: buf (n floats, backend memory) summed over the ranks of dist
+ * in place (MPI on the CPU, NCCL on CUDA after dist_join); every rank calls it in the same order */
+struct VilDist;
+typedef struct {
+    float *buf;
+    size_t n;
+    const struct VilDist *dist;
+} VilAllReduce;
+
 /* Every op: name, argument struct, the line of the profiler's report it adds to. */
 #define VIL_OPS(X)                                                      \
     X(patch_embed_forward, VilPatchEmbedFwd, "patch_embed fwd")         \
@@ -221,7 +233,8 @@ typedef struct {
     X(softmax_xent_backward, VilXentBwd, "loss bwd")                    \
     X(adamw_update, VilAdamW, "adamw")                                  \
     X(grad_clip, VilGradClip, "grad clip")                              \
-    X(ema_update, VilEma, "ema")
+    X(ema_update, VilEma, "ema")                                        \
+    X(grad_allreduce, VilAllReduce, "allreduce")
 
 typedef struct VilBackend VilBackend;
 struct VilBackend {
@@ -264,6 +277,9 @@ struct VilBackend {
     void (*feed_acquire)(const VilBackend *be, int slot);
     void (*feed_release)(const VilBackend *be, int slot);
     void (*feed_wait)(const VilBackend *be, int slot);
+    /* Readies grad_allreduce for the group d (every rank calls it once, together): nothing on
+     * the CPU (MPI), the NCCL communicator on CUDA. 0, or -1 with a vil_error message. */
+    int (*dist_join)(const VilBackend *be, const struct VilDist *d);
 
 #define VIL_OP_MEMBER(op, Args, label) void (*op)(const VilBackend *be, const Args *a);
     VIL_OPS(VIL_OP_MEMBER)

@@ -60,6 +60,8 @@ static void cpu_feed_upload(const VilBackend *be, int slot, void *dst, const voi
     memcpy(dst, src, bytes);
 }
 static void cpu_feed_nop(const VilBackend *be, int slot) {}
+/* grad_allreduce goes through MPI on host memory: nothing to set up */
+static int cpu_dist_join(const VilBackend *be, const struct VilDist *d) { return 0; }
 
 /* the table's entries: each op of ops_cpu.h behind the (backend, arguments) signature */
 #define VIL_CPU_ENTRY(op, Args, label) \
@@ -90,6 +92,7 @@ const VilBackend vil_backend_cpu = {
     .feed_acquire = cpu_feed_nop,
     .feed_release = cpu_feed_nop,
     .feed_wait = cpu_feed_nop,
+    .dist_join = cpu_dist_join,
 #define VIL_CPU_SLOT(op, Args, label) .op = cpu_##op,
     VIL_OPS(VIL_CPU_SLOT)
 #undef VIL_CPU_SLOT

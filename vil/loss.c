@@ -1,5 +1,6 @@
 /* loss.c: softmax cross-entropy against soft targets (label smoothing and mixup produce
- * them). The minimized loss is the batch mean, so dlogits carries the 1/B. */
+ * them). The minimized loss is the mean over denom samples (the batch, or the global batch of
+ * several micro-batches and ranks), so dlogits carries the 1/denom. */
 #include <math.h>
 
 #include "ops_cpu.h"
@@ -30,7 +31,7 @@ void softmax_xent_backward(const VilXentBwd *args) {
     float *dlogits = args->dlogits;
     const float *probs = args->probs, *targets = args->targets;
     int B = args->B, C = args->C;
-    float inv = 1.0f / (float)B;
+    float inv = 1.0f / (float)args->denom;
 #pragma omp parallel for
     for (long i = 0; i < (long)B * C; i++) dlogits[i] = (probs[i] - targets[i]) * inv;
 }

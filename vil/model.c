@@ -489,19 +489,20 @@ size_t vil_model_drop_path_bytes(const VilModel *m) {
     return (size_t)(m->cfg.depth + 1) * m->acts.B * sizeof(float);
 }
 
-void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, float *h) {
+void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, long first, float *h) {
     const VilConfig *c = &m->cfg;
     int B = m->acts.B;
-    VilRng r;
-    vil_rng_seed(&r, seed);
-    for (int i = 0; i <= c->depth; i++) {
-        /* rates: block i (1..depth-1) uses linspace(0, rate, depth)[i - 1]; the final add the
-         * full rate; block 0 has no add */
-        float p = i == c->depth ? c->drop_path
-                  : i == 0      ? 0.0f
-                                : (c->depth > 1 ? c->drop_path * (float)(i - 1) / (float)(c->depth - 1) : 0.0f);
-        for (int b = 0; b < B; b++)
+    for (int b = 0; b < B; b++) {
+        VilRng r;
+        vil_rng_seed(&r, vil_hash_seed(seed, (uint64_t)(first + b), 0, 0));
+        for (int i = 0; i <= c->depth; i++) {
+            /* rates: block i (1..depth-1) uses linspace(0, rate, depth)[i - 1]; the final add
+             * the full rate; block 0 has no add */
+            float p = i == c->depth ? c->drop_path
+                      : i == 0      ? 0.0f
+                                    : (c->depth > 1 ? c->drop_path * (float)(i - 1) / (float)(c->depth - 1) : 0.0f);
             h[(size_t)i * B + b] = p > 0.0f ? (vil_rng_uniform(&r) < p ? 0.0f : 1.0f / (1.0f - p)) : 1.0f;
+        }
     }
 }
 
@@ -509,7 +510,7 @@ void vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
     size_t bytes = vil_model_drop_path_bytes(m);
     if (!bytes) return;
     float *h = vil_malloc(bytes);
-    vil_model_drop_path_rows(m, seed, h);
+    vil_model_drop_path_rows(m, seed, 0, h);
     m->be->to_device(m->be, m->acts.dp_scale, h, bytes);
     free(h);
 }
@@ -632,7 +633,8 @@ void vil_model_backward(VilModel *m) {
     if (!a->training) VIL_FATAL("vil_model_backward needs activations allocated for training");
     int B = a->B, L = c->seq_len, D = c->embed_dim, NC = c->num_classes;
     be->softmax_xent_backward(be, &(VilXentBwd){.dlogits = a->dlogits, .probs = a->probs,
-                                                .targets = a->targets, .B = B, .C = NC});
+                                                .targets = a->targets, .B = B, .C = NC,
+                                                .denom = m->loss_denom > 0 ? m->loss_denom : B});
     be->zero(be, a->dnormed, (size_t)B * L * D * be->act_bytes);
     be->linear_backward(be, &(VilLinearBwd){
         .dinp = Ao(m, a->dnormed, (size_t)c->cls_pos * D), .dw = Gr(m, o->head_w), .db = Gr(m, o->head_b),
@@ -706,6 +708,10 @@ void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float
                                      .g = m->grads, .m = m->m, .v = m->v, .decay = m->decay_mask,
                                      .n = m->buf_len, .lr = lr, .beta1 = beta1, .beta2 = beta2,
                                      .eps = eps, .wd = wd, .step = m->step});
+}
+
+void vil_model_allreduce_grads(VilModel *m, const struct VilDist *dist) {
+    m->be->grad_allreduce(m->be, &(VilAllReduce){.buf = m->grads, .n = m->buf_len, .dist = dist});
 }
 
 void vil_model_ema_update(VilModel *m, float decay) {

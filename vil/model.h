@@ -102,6 +102,8 @@ typedef struct {
     unsigned char *decay_mask; /* (buf_len) 1 where weight decay applies, backend memory */
     int step;            /* AdamW steps taken */
     int input_grad;      /* set before vil_model_alloc_acts to get dL/dimage in acts.dimg */
+    long loss_denom;     /* the samples the minimized loss is the mean over: 0 = the batch;
+                          * the global batch when gradients sum over micro-batches and ranks */
     VilActs acts;
 } VilModel;
 
@@ -159,13 +161,19 @@ void vil_model_sample_drop_path(VilModel *m, uint64_t seed);
 /* The same in two parts, for callers that upload the scales themselves (the trainer's feed):
  * the bytes of acts.dp_scale that a step draws (0: drop path is off), and the host rows. */
 size_t vil_model_drop_path_bytes(const VilModel *m);
-void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, float *h);
+/* The rows for a batch whose first sample is sample `first` of the global batch: each sample's
+ * draws come from its own stream (seed, its global index), so they do not depend on how the
+ * global batch is cut into ranks and micro-batches. */
+void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, long first, float *h);
 /* The training state the model owns: the AdamW moments (zero) and, with ema, the EMA of the
  * weights (starting as a copy of them). Allocated once; a second call adds only what is new. */
 void vil_model_init_training(VilModel *m, int ema);
 /* clip_grad_norm_: the gradients scaled to max_norm when their global norm is above it; the
  * norm stays on the device in m->grad_norm (read it with to_host when needed). */
 void vil_model_clip_grad(VilModel *m, float max_norm);
+/* The gradients summed over the ranks of dist (backend grad_allreduce: MPI or NCCL). */
+struct VilDist;
+void vil_model_allreduce_grads(VilModel *m, const struct VilDist *dist);
 /* One AdamW step over all parameters (weight decay on the tensors with decay = 1). */
 void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd);
 /* ema = decay * ema + (1 - decay) * params (needs vil_model_init_training with ema). */

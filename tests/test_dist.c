@@ -1,0 +1,170 @@
+/* test_dist.c: data-parallel training on the CPU through MPI (mpirun --oversubscribe -np 2):
+ * the samples of a global step and their augmentation do not depend on the number of ranks or
+ * micro-batches, so 2 ranks x 16, 1 rank x 8 x 4 micro-batches and 2 ranks x 8 x 2 micro-batches
+ * end 20 steps where 1 rank x 32 does (float summation order apart: within 1e-5 relative); the
+ * sharded validation counts every image once; SIGTERM to one rank saves and stops all. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/data_corpus.h"
+#include "tests/testing.h"
+#include "vil/common.h"
+#include "vil/dist.h"
+#include "vil/safetensors.h"
+
+static char *dir;
+
+/* synthetic 16 x 16 gray images, 4 classes; the model and recipe small enough for seconds */
+static const char *ARGS =
+    "--config configs/vil_fashion.cfg --device cpu --set name=dist_test --set arch=vil --set img_size=16 --set patch_size=4 "
+    "--set stride=4 --set in_chans=1 --set embed_dim=32 --set depth=2 --set num_classes=4 "
+    "--set drop_path=0.1 --set epochs=3 --set base_lr=0.05 --set warmup_epochs=0.2 "
+    "--set ema_decay=0.9 --set clip_grad=5 --set label_smoothing=0.1 --set mixup=0 --set cutmix=0 "
+    "--set repeats=3 --set randaug_n=1 --set reprob=0.25 --set scale_min=0.5 --set crop_pct=1 "
+    "--set workers=1 --set log_every=5 --set eval_every_epochs=1 --set eval_batch=50";
+
+/* a run of `steps` steps into dir/name; np 0: one process without mpirun */
+static int train(const char *name, int np, int batch, int accum, int steps, char *out, size_t n) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s%s bin/vil train --data %s --out %s/%s %s --set batch=%d --set accum_steps=%d "
+             "--set max_steps=%d 2>&1",
+             np ? "mpirun --oversubscribe -np " : "", np ? (np == 2 ? "2" : "1") : "", dir, dir,
+             name, ARGS, batch, accum, steps);
+    if (np) { /* t_run's $VIL_BIN substitution wants the command to start with bin/vil */
+        const char *bin = getenv("VIL_BIN");
+        if (bin && *bin) {
+            char alt[4096];
+            snprintf(alt, sizeof alt, "mpirun --oversubscribe -np %d %s train --data %s --out %s/%s %s "
+                     "--set batch=%d --set accum_steps=%d --set max_steps=%d 2>&1", np, bin, dir,
+                     dir, name, ARGS, batch, accum, steps);
+            strcpy(cmd, alt);
+        }
+    }
+    int rc = t_run(cmd, out, n);
+    if (rc != 0) printf("%s\n", out);
+    return rc;
+}
+
+/* ||a - b|| / ||a|| of tensor `key` in two state files (-1: unreadable) */
+static double state_diff(const char *a, const char *b, const char *key) {
+    char pa[4096], pb[4096];
+    snprintf(pa, sizeof pa, "%s/%s/last.state.safetensors", dir, a);
+    snprintf(pb, sizeof pb, "%s/%s/last.state.safetensors", dir, b);
+    VilSafetensors sa, sb;
+    if (vil_st_read(pa, &sa, NULL, 0) != 0) return -1;
+    if (vil_st_read(pb, &sb, NULL, 0) != 0) {
+        vil_st_free(&sa);
+        return -1;
+    }
+    const VilStTensor *ta = vil_st_find(&sa, key), *tb = vil_st_find(&sb, key);
+    double d = -1;
+    if (ta && tb && ta->nbytes == tb->nbytes) {
+        const float *x = (const float *)ta->data, *y = (const float *)tb->data;
+        double num = 0, den = 0;
+        for (size_t i = 0; i < ta->nbytes / 4; i++) num += (x[i] - y[i]) * (double)(x[i] - y[i]), den += (double)x[i] * x[i];
+        d = sqrt(num / (den + 1e-300));
+    }
+    vil_st_free(&sa);
+    vil_st_free(&sb);
+    return d;
+}
+
+static void test_equal_runs(void) {
+    static char out[65536];
+    T_CHECK(train("one", 0, 32, 1, 20, out, sizeof out) == 0, "1 process, batch 32");
+    char val1[256] = "";
+    const char *v = strstr(out, "val   epoch 1:");
+    if (v) snprintf(val1, sizeof val1, "%.*s", (int)strcspn(v, "\n"), v);
+    struct {
+        const char *name;
+        int np, batch, accum;
+    } runs[] = {{"two", 2, 16, 1}, {"accum", 0, 8, 4}, {"two_accum", 2, 8, 2}};
+    for (int i = 0; i < 3; i++) {
+        int rc = train(runs[i].name, runs[i].np, runs[i].batch, runs[i].accum, 20, out, sizeof out);
+        T_CHECK(rc == 0, "%s: %d process%s x batch %d x %d micro-batches runs", runs[i].name,
+                runs[i].np ? runs[i].np : 1, runs[i].np > 1 ? "es" : "", runs[i].batch, runs[i].accum);
+        if (runs[i].np == 2)
+            T_CHECK(strstr(out, "ranks: 2 processes (mpirun)") && strstr(out, "= 32; lr"),
+                    "%s: the header names 2 ranks and the global batch 32", runs[i].name);
+        const char *keys[] = {"params", "adam_m", "adam_v", "ema"};
+        for (int k = 0; k < 4; k++) {
+            char nm[128];
+            snprintf(nm, sizeof nm, "%s = 1 x 32 after 20 steps: %s", runs[i].name, keys[k]);
+            double d = state_diff("one", runs[i].name, keys[k]);
+            T_CLOSE(nm, d < 0 ? 1.0 : d, 1e-5);
+        }
+        /* the validation pass: each image once over the shards, the same counts */
+        v = strstr(out, "val   epoch 1:");
+        char val[256] = "";
+        if (v) snprintf(val, sizeof val, "%.*s", (int)strcspn(v, "\n"), v);
+        /* "(... images, T s)": the time differs, the rest must not */
+        char *p1 = strstr(val1, " s)"), *p2 = strstr(val, " s)");
+        size_t l1 = p1 ? (size_t)(strrchr(val1, ',') - val1) : 0, l2 = p2 ? (size_t)(strrchr(val, ',') - val) : 0;
+        T_CHECK(l1 && l1 == l2 && memcmp(val1, val, l1) == 0 && strstr(val, "(200 images"),
+                "%s: the validation line equals the single process's: '%s' vs '%s'", runs[i].name,
+                val, val1);
+    }
+    /* only rank 0 writes and prints: one "done:" line */
+    const char *d1 = strstr(out, "done:");
+    T_CHECK(d1 && !strstr(d1 + 1, "done:"), "one 'done:' line from 2 ranks");
+}
+
+/* SIGTERM to one rank (as Slurm's preemption sends): every rank stops at the same step, rank 0
+ * saves, and the run resumes from there. */
+static void test_sigterm_one_rank(void) {
+    char cmd[8192], log[4096];
+    snprintf(log, sizeof log, "%s/term.log", dir);
+    const char *bin = getenv("VIL_BIN");
+    snprintf(cmd, sizeof cmd,
+             "mpirun --oversubscribe -np 2 %s train --data %s --out %s/term %s --set batch=16 "
+             "--set accum_steps=1 --set epochs=500 --set log_every=1 > %s 2>&1 & echo $!",
+             bin && *bin ? bin : "bin/vil", dir, dir, ARGS, log);
+    char pid[64];
+    T_CHECK(t_run(cmd, pid, sizeof pid) == 0, "mpirun started in the background");
+    /* wait for step 3, then signal the newest vil process of this run (a rank, not mpirun) */
+    char out[65536];
+    int started = 0;
+    for (int i = 0; i < 600 && !started; i++) {
+        usleep(100000);
+        FILE *f = fopen(log, "r");
+        if (!f) continue;
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = 0;
+        fclose(f);
+        started = strstr(out, "step 3/") != NULL;
+    }
+    T_CHECK(started, "the 2-rank run reached step 3");
+    /* [-] keeps the pattern from matching the shell that runs pkill */
+    snprintf(cmd, sizeof cmd, "pkill -TERM -n -f -- '[-]-out %s/term '", dir);
+    T_CHECK(t_run(cmd, NULL, 0) == 0, "SIGTERM sent to one rank");
+    snprintf(cmd, sizeof cmd, "while kill -0 %ld 2>/dev/null; do sleep 0.1; done; cat %s", atol(pid), log);
+    t_run(cmd, out, sizeof out);
+    T_CHECK(strstr(out, "interrupted") && strstr(out, "saved") && strstr(out, "on another rank"),
+            "the group stopped and saved after SIGTERM to one rank:\n%s", out);
+    snprintf(cmd, sizeof cmd, "%s/term/last.state.safetensors", dir);
+    T_CHECK(access(cmd, R_OK) == 0, "the training state was written");
+}
+
+int main(void) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1); /* CI runs as root */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMP_NUM_THREADS", "1", 1); /* two ranks on two cores */
+    if (!vil_dist_built_with_mpi()) {
+        T_CHECK(0, "this vil was built without MPI (apt-get install libopenmpi-dev openmpi-bin)");
+        return t_finish();
+    }
+    if (t_run("command -v mpirun >/dev/null", NULL, 0) != 0) {
+        T_CHECK(0, "mpirun not found (apt-get install openmpi-bin)");
+        return t_finish();
+    }
+    dir = corpus_mkdtemp("dist");
+    corpus_write_idx_set(dir, "train", 400, 16, 16, 4, 0);
+    corpus_write_idx_set(dir, "t10k", 200, 16, 16, 4, 0);
+    test_equal_runs();
+    test_sigterm_one_rank();
+    return t_finish();
+}

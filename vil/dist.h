@@ -1,0 +1,48 @@
+/* dist.h: the process group of a data-parallel run: one process per GPU (or per CPU run),
+ * started by mpirun or Slurm's srun, which say how many there are and which one this is. MPI
+ * (Open MPI) carries the host-side collectives (loss and accuracy sums, the stop decision, the
+ * NCCL id); gradients go through the backend's allreduce op (MPI on the CPU, NCCL on CUDA). A
+ * build without MPI runs one process and says how to get more. */
+#ifndef VIL_DIST_H
+#define VIL_DIST_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct VilDist {
+    int rank, world;             /* this process and how many take part */
+    int local_rank, local_world; /* on this host: local_rank picks the GPU */
+    int mpi;                     /* 1: MPI is initialized (launched by mpirun / srun), so the
+                                  * collectives run even with one process */
+    const char *launcher;        /* "mpirun", "srun", or "none" */
+} VilDist;
+
+/* Joins the group the launcher started: MPI_Init when the environment shows mpirun (Open MPI,
+ * MPICH / PMI) or srun (Slurm, PMIx); a single process otherwise. A process started by a
+ * launcher in a build without MPI is an error (N copies training alone would be silent
+ * waste). 0, or -1 with a vil_error message. */
+int vil_dist_init(VilDist *d);
+/* A single process, no MPI (tests, tools). */
+void vil_dist_single(VilDist *d);
+void vil_dist_finalize(VilDist *d);
+/* 1 when this vil was built with MPI */
+int vil_dist_built_with_mpi(void);
+
+/* Host-side collectives over the group; with d NULL or no MPI they return at once. Every rank
+ * must make the same calls in the same order. */
+void vil_dist_sum_double(const VilDist *d, double *v, int n);
+void vil_dist_sum_float(const VilDist *d, float *v, size_t n);
+/* 1 when flag is nonzero on any rank: decisions that every rank must take together */
+int vil_dist_any(const VilDist *d, int flag);
+void vil_dist_bcast(const VilDist *d, void *buf, size_t bytes, int root);
+void vil_dist_barrier(const VilDist *d);
+/* Ends every process of the group (a failure on one rank that the others would wait on). */
+void vil_dist_abort(const VilDist *d, int code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
