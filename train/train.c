@@ -98,10 +98,13 @@ char *vil_train_state_path(const char *resume) {
 /* ---------------- the state file ---------------- */
 
 static int state_open(const char *path, VilSafetensors *st) {
-    char err[1024];
-    if (vil_st_read(path, st, err, sizeof err) != 0) {
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_read(path, st);
+    vil_error_release(&cap);
+    if (rc != 0) {
         vil_error("cannot resume: %s (--resume takes OUT/last.safetensors, its .state.safetensors "
-                  "file or the run folder)", err);
+                  "file or the run folder)", cap.msg);
         return -1;
     }
     const char *f = vil_st_meta(st, "vil.format");
@@ -379,9 +382,13 @@ static long checkpoint_step(const char *path, char *why, size_t n) {
         return -1;
     }
     VilSafetensors st;
-    char err[512];
-    if (vil_st_read(path, &st, err, sizeof err) != 0) {
-        snprintf(why, n, "unreadable (%s)", err);
+    /* the reason goes into why, for the caller's one message */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_read(path, &st);
+    vil_error_release(&cap);
+    if (rc != 0) {
+        snprintf(why, n, "unreadable (%.512s)", cap.msg); /* why[] is shorter than cap.msg */
         return -1;
     }
     long step = -1;
