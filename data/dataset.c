@@ -785,7 +785,13 @@ int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *
     VilBuffer local = {0};
     VilBuffer *b = scratch ? scratch : &local;
     int rc = vil_dataset_read_bytes(ds, i, b, err, errlen);
-    if (rc == 0) rc = vil_image_decode(b->data, b->size, channels, out, err, errlen);
+    if (rc == 0) {
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        rc = vil_image_decode(b->data, b->size, channels, out);
+        vil_error_release(&cap);
+        if (rc != 0) SETERR("%s", cap.msg);
+    }
     vil_buffer_free(&local);
     return rc;
 }

@@ -161,11 +161,14 @@ static int make_sample(Worker *w, int idx, VilRng *rng, float *out, char *err, s
     }
     if (vil_dataset_read_bytes(l->ds, idx, &w->bytes, err, errlen) != 0) return -1;
     __atomic_add_fetch(&l->decodes, 1, __ATOMIC_RELAXED);
-    if (train)
-        return vil_transform_train_file(w->bytes.data, w->bytes.size, &c->train, rng, out, err,
-                                        errlen);
-    return vil_transform_eval_file(w->bytes.data, w->bytes.size, c->res, c->crop_pct, c->channels,
-                                   c->mean, c->std, out, err, errlen);
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = train ? vil_transform_train_file(w->bytes.data, w->bytes.size, &c->train, rng, out)
+                   : vil_transform_eval_file(w->bytes.data, w->bytes.size, c->res, c->crop_pct,
+                                             c->channels, c->mean, c->std, out);
+    vil_error_release(&cap);
+    if (rc != 0) snprintf(err, errlen, "%.500s", cap.msg);
+    return rc;
 }
 
 /* Record a bad file: counted every time, printed the first time only. */
@@ -280,8 +283,10 @@ static int fill_group(Worker *w, Slot *s, int j, long pos, int count) {
             outs[i] = s->b.images + (size_t)(j + i) * l->img_floats;
         }
         int dec = 0;
-        int rc = vil_transform_train_file_group(w->bytes.data, w->bytes.size, &c->train, count, rngs, outs, &dec,
-                                                err, sizeof err);
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        int rc = vil_transform_train_file_group(w->bytes.data, w->bytes.size, &c->train, count, rngs, outs, &dec);
+        vil_error_release(&cap);
         __atomic_add_fetch(&l->decodes, dec, __ATOMIC_RELAXED);
         if (rc == 0) {
             for (int i = 0; i < count; i++) {

@@ -413,8 +413,7 @@ static void test_cli(void) {
         T_CHECK(cJSON_IsArray(lg) && cJSON_GetArraySize(lg) == 3, "3 logits");
         T_CHECK(cJSON_IsArray(tk) && cJSON_GetArraySize(tk) == 2, "topk 2");
         VilImage im;
-        char err[256];
-        vil_image_load(files[i], 3, &im, err, sizeof err);
+        vil_image_load(files[i], 3, &im);
         vil_transform_eval(&im, 16, crops[i], tt.mean, tt.std, m.acts.img);
         vil_image_free(&im);
         vil_model_forward(&m, 0);
@@ -439,8 +438,7 @@ static void test_cli(void) {
     rc = t_run(cmd, out, 1 << 20);
     {
         VilImage im;
-        char err[256];
-        vil_image_load(png, 3, &im, err, sizeof err);
+        vil_image_load(png, 3, &im);
         vil_normalize_chw(m.acts.img, im.px, 16, 16, 3, tt.mean, tt.std);
         vil_image_free(&im);
         vil_model_forward(&m, 0);
