@@ -55,7 +55,7 @@ static int bench_stages(const VilDataset *ds, const VilTrainTransform *t, int li
     int nf = 0, n = vil_dataset_size(ds);
     for (int i = 0; i < n && nf < limit; i++) {
         int k = (int)((long long)i * 7919 % n); /* spread over the classes */
-        if (vil_dataset_read_bytes(ds, k, &files[nf], NULL, 0) != 0) continue;
+        if (vil_dataset_read_bytes(ds, k, &files[nf]) != 0) continue;
         int w, h;
         VilFormat f;
         if (vil_image_info(files[nf].data, files[nf].size, &w, &h, &f) == 0 &&
@@ -238,12 +238,8 @@ int vil_cmd_bench_data(int argc, char **argv) {
         return 2;
     }
 
-    char err[2048];
-    VilDataset *ds = vil_dataset_open(data, split, labels, err, sizeof err);
-    if (!ds) {
-        vil_error("%s", err);
-        return 1;
-    }
+    VilDataset *ds = vil_dataset_open(data, split, labels);
+    if (!ds) return 1;
     if (!channels) channels = vil_dataset_channels(ds);
     int K = vil_dataset_num_classes(ds);
     VilLoaderConfig cfg;
@@ -257,9 +253,8 @@ int vil_cmd_bench_data(int argc, char **argv) {
     if (reprob >= 0.0f) cfg.train.reprob = reprob;
     cfg.train.decode = strcmp(decode, "exact") == 0 ? VIL_DECODE_EXACT : VIL_DECODE_FAST;
     cfg.share_decode = !no_share;
-    VilLoader *l = vil_loader_create(ds, &cfg, err, sizeof err);
+    VilLoader *l = vil_loader_create(ds, &cfg);
     if (!l) {
-        vil_error("%s", err);
         vil_dataset_free(ds);
         return 1;
     }

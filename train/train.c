@@ -478,17 +478,10 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
 
 static int open_data(Trainer *T) {
     const VilTrainRun *run = T->run;
-    char err[2048];
-    T->ds = vil_dataset_open(run->data, "train", NULL, err, sizeof err);
-    if (!T->ds) {
-        vil_error("%s", err);
-        return -1;
-    }
+    T->ds = vil_dataset_open(run->data, "train", NULL);
+    if (!T->ds) return -1;
     int K0 = vil_dataset_num_classes(T->ds);
-    if (run->names && vil_dataset_load_names(T->ds, run->names, err, sizeof err) != 0) {
-        vil_error("%s", err);
-        return -1;
-    }
+    if (run->names && vil_dataset_load_names(T->ds, run->names) != 0) return -1;
     int K = vil_dataset_num_classes(T->ds);
     if (K != K0) {
         vil_error("the class-names file '%s' names %d classes, the training data (%s) has %d: is "
@@ -502,9 +495,8 @@ static int open_data(Trainer *T) {
         return -1;
     }
     if (T->tc->eval_every_epochs > 0) {
-        T->val_ds = vil_dataset_open(run->data, "val", run->val_labels, err, sizeof err);
+        T->val_ds = vil_dataset_open(run->data, "val", run->val_labels);
         if (!T->val_ds) {
-            vil_error("%s", err);
             vil_error("no validation split in '%s': add one, or set eval_every_epochs=0 to train "
                       "without evaluation", run->data);
             return -1;
@@ -525,7 +517,6 @@ static int open_data(Trainer *T) {
 static int make_loaders(Trainer *T) {
     const VilTrainConfig *t = T->tc;
     const VilConfig *c = T->mc;
-    char err[2048];
     VilLoaderConfig lc;
     vil_loader_config_default(&lc, VIL_LOADER_TRAIN, c->img_size, c->in_chans, t->batch,
                               T->n_classes);
@@ -547,11 +538,8 @@ static int make_loaders(Trainer *T) {
     lc.mixup.switch_prob = t->mixup_switch_prob;
     lc.mixup.smoothing = t->label_smoothing;
     lc.alloc = vil_feed_allocator(T->be);
-    T->loader = vil_loader_create(T->ds, &lc, err, sizeof err);
-    if (!T->loader) {
-        vil_error("%s", err);
-        return -1;
-    }
+    T->loader = vil_loader_create(T->ds, &lc);
+    if (!T->loader) return -1;
     if (T->val_ds) {
         VilLoaderConfig ec;
         vil_loader_config_default(&ec, VIL_LOADER_EVAL, c->img_size, c->in_chans,
@@ -561,11 +549,8 @@ static int make_loaders(Trainer *T) {
         ec.crop_pct = t->crop_pct;
         ec.quiet = T->run->quiet;
         ec.alloc = vil_feed_allocator(T->be);
-        T->val_loader = vil_loader_create(T->val_ds, &ec, err, sizeof err);
-        if (!T->val_loader) {
-            vil_error("%s", err);
-            return -1;
-        }
+        T->val_loader = vil_loader_create(T->val_ds, &ec);
+        if (!T->val_loader) return -1;
     }
     return 0;
 }
