@@ -122,16 +122,6 @@ void vil_error(const char *fmt, ...) {
     va_end(ap);
 }
 
-int vil_err_set(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 void vil_warn(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

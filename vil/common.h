@@ -37,9 +37,6 @@ typedef struct VilErrCapture {
 void vil_error_capture(VilErrCapture *cap);   /* starts: msg = "", count = 0 */
 void vil_error_release(VilErrCapture *cap);   /* must be the innermost capture of this thread */
 void vil_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* For readers that hand their message to the caller: format into err (errlen bytes; err may be
- * NULL) and return -1. */
-int vil_err_set(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Print the message and exit(1): for failures the program cannot continue from
  * (out of memory, a broken invariant). */
 void vil_fatal(const char *file, int line, const char *fmt, ...)
