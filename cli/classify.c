@@ -146,9 +146,12 @@ int vil_cmd_classify(int argc, char **argv) {
             items[i].file = pos[start + i];
             items[i].ok = 0;
             VilImage im;
-            char err[256];
-            if (vil_image_load(items[i].file, C, &im, err, sizeof err) != 0) {
-                vil_error("cannot classify '%s': %s", items[i].file, err);
+            VilErrCapture cap;
+            vil_error_capture(&cap);
+            int rc = vil_image_load(items[i].file, C, &im);
+            vil_error_release(&cap);
+            if (rc != 0) {
+                vil_error("cannot classify '%s': %s", items[i].file, cap.msg);
                 failed++;
                 continue;
             }

@@ -55,13 +55,9 @@ int vil_cmd_convert(int argc, char **argv) {
     if (vil_checkpoint_load(in, &vil_backend_cpu, &lo, &m, &meta) != 0) return 1;
     const VilConfig *c = &m.cfg;
     char **class_names = meta.class_names, **own = NULL;
-    char err[1024];
     rc = 1;
     if (names) {
-        if (vil_names_read(names, c->num_classes, &own, err, sizeof err) != 0) {
-            vil_error("%s", err);
-            goto out;
-        }
+        if (vil_names_read(names, c->num_classes, &own) != 0) goto out;
         class_names = own;
     }
     char source[1024];

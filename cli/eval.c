@@ -52,13 +52,9 @@ int vil_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "vil eval: --device takes cpu, cuda or auto, --split val, test or train\n");
         return 2;
     }
-    char err[2048];
     /* the data first: a wrong path is the likeliest mistake and costs nothing to find */
-    VilDataset *ds = vil_dataset_open(data, split, labels, err, sizeof err);
-    if (!ds) {
-        vil_error("%s", err);
-        return 1;
-    }
+    VilDataset *ds = vil_dataset_open(data, split, labels);
+    if (!ds) return 1;
     const VilBackend *be = vil_backend_get(device);
     if (!be) {
         vil_dataset_free(ds);

@@ -8,7 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,17 +35,6 @@ struct VilDataset {
     int *class_off;     /* (num_classes + 1) */
     int *members;       /* (n) sample indices grouped by class */
 };
-
-static void seterr(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t len, const char *fmt, ...) {
-    if (!err || !len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
-#define SETERR(...) seterr(err, errlen, __VA_ARGS__)
 
 /* What every "not found" message repeats, so the user sees the accepted layouts at once. */
 static const char *k_layouts =
@@ -145,10 +133,10 @@ static char *path_join(const char *a, const char *b) {
 
 /* Entries of a folder, hidden ones ('.'-prefixed) skipped, split into folders and other
  * entries (files, and links to them); both sorted by byte order as Python's sorted() does. */
-static int list_dir(const char *dir, StrList *dirs, StrList *files, char *err, size_t errlen) {
+static int list_dir(const char *dir, StrList *dirs, StrList *files) {
     DIR *d = opendir(dir);
     if (!d) {
-        SETERR("cannot open folder '%s': %s", dir, strerror(errno));
+        vil_error("cannot open folder '%s': %s", dir, strerror(errno));
         return -1;
     }
     struct dirent *e;
@@ -177,7 +165,7 @@ static int list_dir(const char *dir, StrList *dirs, StrList *files, char *err, s
     int rerr = errno;
     closedir(d);
     if (rerr) {
-        SETERR("cannot list folder '%s': %s", dir, strerror(rerr));
+        vil_error("cannot list folder '%s': %s", dir, strerror(rerr));
         return -1;
     }
     if (dirs && dirs->n > 1) qsort(dirs->v, (size_t)dirs->n, sizeof(char *), cmp_str);
@@ -194,16 +182,16 @@ static void set_root(VilDataset *ds, const char *dir) {
 }
 
 /* ---- class folders ---- */
-static int open_folder(VilDataset *ds, const char *dir, char *err, size_t errlen) {
+static int open_folder(VilDataset *ds, const char *dir) {
     StrList classes = {0}, loose = {0};
-    if (list_dir(dir, &classes, &loose, err, errlen) != 0) return -1;
+    if (list_dir(dir, &classes, &loose) != 0) return -1;
     if (classes.n == 0) {
         if (loose.n > 0)
-            SETERR("'%s' holds %d files but no class folders: expected %s/<class>/<image> "
-                   "(for a flat folder of images pass a labels file, --labels FILE)",
-                   dir, loose.n, dir);
+            vil_error("'%s' holds %d files but no class folders: expected %s/<class>/<image> "
+                      "(for a flat folder of images pass a labels file, --labels FILE)",
+                      dir, loose.n, dir);
         else
-            SETERR("'%s' is empty: %s", dir, k_layouts);
+            vil_error("'%s' is empty: %s", dir, k_layouts);
         strlist_free(&classes);
         strlist_free(&loose);
         return -1;
@@ -221,7 +209,7 @@ static int open_folder(VilDataset *ds, const char *dir, char *err, size_t errlen
         ds->class_ids[c] = vil_strdup(classes.v[c]);
         char *cdir = path_join(dir, classes.v[c]);
         StrList files = {0};
-        int rc = list_dir(cdir, NULL, &files, err, errlen);
+        int rc = list_dir(cdir, NULL, &files);
         free(cdir);
         if (rc != 0) {
             strlist_free(&classes);
@@ -234,8 +222,8 @@ static int open_folder(VilDataset *ds, const char *dir, char *err, size_t errlen
     }
     strlist_free(&classes);
     if (ds->n == 0) {
-        SETERR("no images in the %d class folders of '%s': expected %s/<class>/<image>",
-               ds->num_classes, dir, dir);
+        vil_error("no images in the %d class folders of '%s': expected %s/<class>/<image>",
+                  ds->num_classes, dir, dir);
         return -1;
     }
     if (empty) vil_warn("%d class folders of '%s' are empty (first: '%s')", empty, dir, first_empty);
@@ -250,12 +238,11 @@ static char *trim(char *s) {
     return s;
 }
 
-static int open_flat(VilDataset *ds, const char *dir, const char *labels_file, char *err,
-                     size_t errlen) {
+static int open_flat(VilDataset *ds, const char *dir, const char *labels_file) {
     FILE *f = fopen(labels_file, "r");
     if (!f) {
-        SETERR("cannot open labels file '%s': %s (expected one \"filename label\" per line)",
-               labels_file, strerror(errno));
+        vil_error("cannot open labels file '%s': %s (expected one \"filename label\" per line)",
+                  labels_file, strerror(errno));
         return -1;
     }
     set_root(ds, dir);
@@ -273,7 +260,7 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file, c
         char *sp = s + strlen(s);
         while (sp > s && !isspace((unsigned char)sp[-1]) && sp[-1] != ',') sp--;
         if (sp == s) {
-            SETERR("%s:%ld: expected \"filename label\", found \"%s\"", labels_file, lineno, s);
+            vil_error("%s:%ld: expected \"filename label\", found \"%s\"", labels_file, lineno, s);
             rc = -1;
             break;
         }
@@ -282,13 +269,13 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file, c
         char *name = trim(s);
         long v;
         if (vil_parse_int(lab, &v) != 0 || v < 0 || v > 1000000) {
-            SETERR("%s:%ld: bad label '%s' for '%s' (expected a class index, an integer >= 0)",
-                   labels_file, lineno, lab, name);
+            vil_error("%s:%ld: bad label '%s' for '%s' (expected a class index, an integer >= 0)",
+                      labels_file, lineno, lab, name);
             rc = -1;
             break;
         }
         if (!*name) {
-            SETERR("%s:%ld: empty file name", labels_file, lineno);
+            vil_error("%s:%ld: empty file name", labels_file, lineno);
             rc = -1;
             break;
         }
@@ -304,22 +291,22 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file, c
         if (v > maxlab) maxlab = (int)v;
     }
     if (!rc && ferror(f)) {
-        SETERR("cannot read labels file '%s': %s", labels_file, strerror(errno));
+        vil_error("cannot read labels file '%s': %s", labels_file, strerror(errno));
         rc = -1;
     }
     free(line);
     fclose(f);
     if (rc) return -1;
     if (missing) {
-        SETERR("labels file '%s' names %d files that are not in '%s' (first: %s%s%s%s%s)",
-               labels_file, missing, dir, first_missing[0], missing > 1 ? ", " : "",
-               missing > 1 ? first_missing[1] : "", missing > 2 ? ", " : "",
-               missing > 2 ? first_missing[2] : "");
+        vil_error("labels file '%s' names %d files that are not in '%s' (first: %s%s%s%s%s)",
+                  labels_file, missing, dir, first_missing[0], missing > 1 ? ", " : "",
+                  missing > 1 ? first_missing[1] : "", missing > 2 ? ", " : "",
+                  missing > 2 ? first_missing[2] : "");
         return -1;
     }
     if (ds->n == 0) {
-        SETERR("labels file '%s' lists no images (expected one \"filename label\" per line)",
-               labels_file);
+        vil_error("labels file '%s' lists no images (expected one \"filename label\" per line)",
+                  labels_file);
         return -1;
     }
     ds->num_classes = maxlab + 1;
@@ -328,10 +315,10 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file, c
 
 /* ---- IDX ---- */
 /* zlib's gzread reads plain files as they are, so one path serves .gz and raw IDX. */
-static unsigned char *read_maybe_gz(const char *path, size_t *n, char *err, size_t errlen) {
+static unsigned char *read_maybe_gz(const char *path, size_t *n) {
     gzFile g = gzopen(path, "rb");
     if (!g) {
-        SETERR("cannot open '%s': %s", path, errno ? strerror(errno) : "out of memory");
+        vil_error("cannot open '%s': %s", path, errno ? strerror(errno) : "out of memory");
         return NULL;
     }
     gzbuffer(g, 1 << 17);
@@ -344,7 +331,7 @@ static unsigned char *read_maybe_gz(const char *path, size_t *n, char *err, size
         if (got < 0) {
             int zerr;
             const char *msg = gzerror(g, &zerr);
-            SETERR("cannot read '%s': %s (corrupt gzip data?)", path, msg);
+            vil_error("cannot read '%s': %s (corrupt gzip data?)", path, msg);
             free(buf);
             gzclose(g);
             return NULL;
@@ -355,12 +342,12 @@ static unsigned char *read_maybe_gz(const char *path, size_t *n, char *err, size
     /* a gzip stream cut short reads as a clean end of file; gzclose_r reports it */
     int zrc = gzclose(g);
     if (zrc != Z_OK && zrc != Z_BUF_ERROR) {
-        SETERR("cannot read '%s': gzip error %d", path, zrc);
+        vil_error("cannot read '%s': gzip error %d", path, zrc);
         free(buf);
         return NULL;
     }
     if (zrc == Z_BUF_ERROR) {
-        SETERR("'%s' is truncated (the gzip stream ends early)", path);
+        vil_error("'%s' is truncated (the gzip stream ends early)", path);
         free(buf);
         return NULL;
     }
@@ -374,23 +361,23 @@ static uint32_t be32(const unsigned char *p) {
 
 /* Parse an IDX header: unsigned-byte data of `ndim` dimensions. */
 static int idx_header(const unsigned char *b, size_t n, int ndim, uint32_t *dims,
-                      const char *path, char *err, size_t errlen) {
+                      const char *path) {
     if (n < 4 || b[0] != 0 || b[1] != 0) {
-        SETERR("'%s' is not an IDX file (bad magic number)", path);
+        vil_error("'%s' is not an IDX file (bad magic number)", path);
         return -1;
     }
     if (b[2] != 0x08) {
-        SETERR("'%s': IDX element type 0x%02x is not supported (expected unsigned bytes, 0x08)",
-               path, b[2]);
+        vil_error("'%s': IDX element type 0x%02x is not supported (expected unsigned bytes, 0x08)",
+                  path, b[2]);
         return -1;
     }
     if (b[3] != ndim) {
-        SETERR("'%s' has %d dimensions, expected %d (%s)", path, b[3], ndim,
-               ndim == 3 ? "an idx3 images file" : "an idx1 labels file");
+        vil_error("'%s' has %d dimensions, expected %d (%s)", path, b[3], ndim,
+                  ndim == 3 ? "an idx3 images file" : "an idx1 labels file");
         return -1;
     }
     if (n < 4 + 4 * (size_t)ndim) {
-        SETERR("'%s' is truncated (header)", path);
+        vil_error("'%s' is truncated (header)", path);
         return -1;
     }
     size_t total = 1;
@@ -400,8 +387,8 @@ static int idx_header(const unsigned char *b, size_t n, int ndim, uint32_t *dims
     }
     size_t have = n - 4 - 4 * (size_t)ndim;
     if (have < total) {
-        SETERR("'%s' is truncated: its header promises %zu bytes of data, it holds %zu", path,
-               total, have);
+        vil_error("'%s' is truncated: its header promises %zu bytes of data, it holds %zu", path,
+                  total, have);
         return -1;
     }
     return 0;
@@ -464,20 +451,20 @@ static int contains_ci(const char *s, const char *w) {
     return 0;
 }
 
-static int open_idx(VilDataset *ds, const char *images, char *err, size_t errlen) {
+static int open_idx(VilDataset *ds, const char *images) {
     char *labels = idx_labels_for(images);
     if (!labels) {
-        SETERR("no labels file beside '%s' (expected the matching *-labels-idx1-ubyte[.gz])",
-               images);
+        vil_error("no labels file beside '%s' (expected the matching *-labels-idx1-ubyte[.gz])",
+                  images);
         return -1;
     }
     size_t ni, nl;
-    unsigned char *bi = read_maybe_gz(images, &ni, err, errlen);
+    unsigned char *bi = read_maybe_gz(images, &ni);
     if (!bi) {
         free(labels);
         return -1;
     }
-    unsigned char *bl = read_maybe_gz(labels, &nl, err, errlen);
+    unsigned char *bl = read_maybe_gz(labels, &nl);
     if (!bl) {
         free(bi);
         free(labels);
@@ -485,14 +472,14 @@ static int open_idx(VilDataset *ds, const char *images, char *err, size_t errlen
     }
     uint32_t di[3], dl[1];
     int rc = -1;
-    if (idx_header(bi, ni, 3, di, images, err, errlen) != 0) goto done;
-    if (idx_header(bl, nl, 1, dl, labels, err, errlen) != 0) goto done;
+    if (idx_header(bi, ni, 3, di, images) != 0) goto done;
+    if (idx_header(bl, nl, 1, dl, labels) != 0) goto done;
     if (di[0] != dl[0]) {
-        SETERR("'%s' holds %u images but '%s' holds %u labels", images, di[0], labels, dl[0]);
+        vil_error("'%s' holds %u images but '%s' holds %u labels", images, di[0], labels, dl[0]);
         goto done;
     }
     if (di[0] == 0 || di[1] == 0 || di[2] == 0 || di[0] > INT32_MAX) {
-        SETERR("'%s' holds no images (%u x %u x %u)", images, di[0], di[1], di[2]);
+        vil_error("'%s' holds no images (%u x %u x %u)", images, di[0], di[1], di[2]);
         goto done;
     }
     ds->kind = VIL_DATA_IDX;
@@ -573,16 +560,14 @@ int vil_dataset_split_ok(const char *split) {
     return strcmp(split, "train") == 0 || strcmp(split, "val") == 0 || strcmp(split, "test") == 0;
 }
 
-VilDataset *vil_dataset_open(const char *path, const char *split, const char *labels_file,
-                             char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
+VilDataset *vil_dataset_open(const char *path, const char *split, const char *labels_file) {
     if (!path || !*path) {
-        SETERR("no dataset path given: %s", k_layouts);
+        vil_error("no dataset path given: %s", k_layouts);
         return NULL;
     }
     struct stat st;
     if (stat(path, &st) != 0) {
-        SETERR("dataset path '%s' does not exist: %s", path, k_layouts);
+        vil_error("dataset path '%s' does not exist: %s", path, k_layouts);
         return NULL;
     }
     VilDataset *ds = vil_calloc(1, sizeof *ds);
@@ -590,7 +575,8 @@ VilDataset *vil_dataset_open(const char *path, const char *split, const char *la
     char *dir = NULL;
     if (labels_file) {
         if (!S_ISDIR(st.st_mode)) {
-            SETERR("'%s' is not a folder (with --labels, --data names the folder of images)", path);
+            vil_error("'%s' is not a folder (with --labels, --data names the folder of images)",
+                      path);
             goto out;
         }
         dir = split ? path_join(path, split) : NULL;
@@ -598,32 +584,32 @@ VilDataset *vil_dataset_open(const char *path, const char *split, const char *la
             free(dir);
             dir = vil_strdup(path);
         }
-        rc = open_flat(ds, dir, labels_file, err, errlen);
+        rc = open_flat(ds, dir, labels_file);
     } else if (!S_ISDIR(st.st_mode)) {
-        if (strstr(path, "idx3")) rc = open_idx(ds, path, err, errlen);
-        else SETERR("'%s' is a file, not a dataset folder: %s", path, k_layouts);
+        if (strstr(path, "idx3")) rc = open_idx(ds, path);
+        else vil_error("'%s' is a file, not a dataset folder: %s", path, k_layouts);
     } else {
         const char *sp = split ? split : "train";
         const char *prefix = strcmp(sp, "val") == 0 || strcmp(sp, "test") == 0 ? "t10k" : sp;
         char *images = idx_find(path, prefix, "images");
         if (images) {
-            rc = open_idx(ds, images, err, errlen);
+            rc = open_idx(ds, images);
             free(images);
         } else if (split) {
             dir = path_join(path, split);
             if (!is_dir(dir))
-                SETERR("dataset folder '%s' has no '%s' folder: %s", path, split, k_layouts);
+                vil_error("dataset folder '%s' has no '%s' folder: %s", path, split, k_layouts);
             else
-                rc = open_folder(ds, dir, err, errlen);
+                rc = open_folder(ds, dir);
         } else {
             char *t = path_join(path, "train"), *v = path_join(path, "val");
             int root = is_dir(t) && is_dir(v);
             free(t);
             free(v);
             if (root)
-                SETERR("'%s' holds train/ and val/: say which split to read", path);
+                vil_error("'%s' holds train/ and val/: say which split to read", path);
             else
-                rc = open_folder(ds, path, err, errlen);
+                rc = open_folder(ds, path);
         }
     }
 out:
@@ -699,33 +685,33 @@ size_t vil_dataset_path(const VilDataset *ds, int i, char *buf, size_t len) {
     return (size_t)snprintf(buf, len, "%s%s", ds->root, rel);
 }
 
-int vil_dataset_read_bytes(const VilDataset *ds, int i, VilBuffer *buf, char *err, size_t errlen) {
+int vil_dataset_read_bytes(const VilDataset *ds, int i, VilBuffer *buf) {
     if (i < 0 || i >= ds->n) {
-        SETERR("sample %d out of range [0, %d)", i, ds->n);
+        vil_error("sample %d out of range [0, %d)", i, ds->n);
         return -1;
     }
     if (ds->kind == VIL_DATA_IDX) {
-        SETERR("IDX samples are raw pixels, not encoded files");
+        vil_error("IDX samples are raw pixels, not encoded files");
         return -1;
     }
     char path[4096];
     if (vil_dataset_path(ds, i, path, sizeof path) >= sizeof path) {
-        SETERR("path too long");
+        vil_error("path too long");
         return -1;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        SETERR("cannot open: %s", strerror(errno));
+        vil_error("cannot open: %s", strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        SETERR("not a regular file");
+        vil_error("not a regular file");
         close(fd);
         return -1;
     }
     if (st.st_size == 0) {
-        SETERR("empty file (0 bytes)");
+        vil_error("empty file (0 bytes)");
         close(fd);
         return -1;
     }
@@ -735,12 +721,12 @@ int vil_dataset_read_bytes(const VilDataset *ds, int i, VilBuffer *buf, char *er
         ssize_t r = read(fd, buf->data + got, n - got);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
-            SETERR("read error after %zu of %zu bytes: %s", got, n, strerror(errno));
+            vil_error("read error after %zu of %zu bytes: %s", got, n, strerror(errno));
             close(fd);
             return -1;
         }
         if (r == 0) {
-            SETERR("file shrank while reading: %zu of %zu bytes", got, n);
+            vil_error("file shrank while reading: %zu of %zu bytes", got, n);
             close(fd);
             return -1;
         }
@@ -763,16 +749,16 @@ int vil_dataset_raw_image(const VilDataset *ds, int i, VilImage *view) {
 }
 
 int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *out,
-                           VilBuffer *scratch, char *err, size_t errlen) {
+                           VilBuffer *scratch) {
     memset(out, 0, sizeof *out);
     if (channels != 1 && channels != 3) {
-        SETERR("channels must be 1 or 3, not %d", channels);
+        vil_error("channels must be 1 or 3, not %d", channels);
         return -1;
     }
     VilImage raw;
     if (vil_dataset_raw_image(ds, i, &raw) == 0) {
         if (vil_image_alloc(out, raw.w, raw.h, channels) != 0) {
-            SETERR("cannot allocate a %dx%d image", raw.w, raw.h);
+            vil_error("cannot allocate a %dx%d image", raw.w, raw.h);
             return -1;
         }
         size_t px = (size_t)raw.w * raw.h;
@@ -784,8 +770,8 @@ int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *
     }
     VilBuffer local = {0};
     VilBuffer *b = scratch ? scratch : &local;
-    int rc = vil_dataset_read_bytes(ds, i, b, err, errlen);
-    if (rc == 0) rc = vil_image_decode(b->data, b->size, channels, out, err, errlen);
+    int rc = vil_dataset_read_bytes(ds, i, b);
+    if (rc == 0) rc = vil_image_decode(b->data, b->size, channels, out);
     vil_buffer_free(&local);
     return rc;
 }

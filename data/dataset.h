@@ -36,9 +36,8 @@ void vil_buffer_free(VilBuffer *b);
  *     whose files the labels file names, one "filename label" per line.
  * Every problem a run would otherwise meet later (missing folder, no class folders, no images,
  * a labels file naming missing files or holding bad labels, a truncated IDX file) is an error
- * here, with a message saying what was expected. Returns NULL with the message in err. */
-VilDataset *vil_dataset_open(const char *path, const char *split, const char *labels_file,
-                             char *err, size_t errlen);
+ * here, with a message saying what was expected. Returns NULL (vil_error). */
+VilDataset *vil_dataset_open(const char *path, const char *split, const char *labels_file);
 void vil_dataset_free(VilDataset *ds);
 
 VilDataKind vil_dataset_kind(const VilDataset *ds);
@@ -60,16 +59,17 @@ void vil_dataset_class_members(const VilDataset *ds, int c, const int **members,
 size_t vil_dataset_path(const VilDataset *ds, int i, char *buf, size_t len);
 
 /* Encoded bytes of a file sample into buf (resized as needed). A missing, unreadable,
- * non-regular or zero-byte file is an error: -1 with the reason in err (no message printed:
- * the loader decides how to report). IDX samples have no encoded form: -1. */
-int vil_dataset_read_bytes(const VilDataset *ds, int i, VilBuffer *buf, char *err, size_t errlen);
+ * non-regular or zero-byte file is an error: -1 with a vil_error message that gives the reason
+ * but not the path (the loader captures it and names the file). IDX samples have no encoded
+ * form: -1. */
+int vil_dataset_read_bytes(const VilDataset *ds, int i, VilBuffer *buf);
 /* IDX only: a view of sample i's pixels inside the dataset (not a copy; do not free).
  * Returns -1 for file layouts. */
 int vil_dataset_raw_image(const VilDataset *ds, int i, VilImage *view);
 /* Sample i decoded to `channels` (1 or 3) channels, whatever the layout. scratch is a reusable
- * byte buffer (may be NULL). Free out with vil_image_free. 0, or -1 with err. */
+ * byte buffer (may be NULL). Free out with vil_image_free. 0, or -1 (vil_error). */
 int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *out,
-                           VilBuffer *scratch, char *err, size_t errlen);
+                           VilBuffer *scratch);
 
 /* 1 for the split names a command line may give: train, val, test */
 int vil_dataset_split_ok(const char *split);
@@ -79,12 +79,12 @@ int vil_dataset_split_ok(const char *split);
  * comments: "index<TAB>wnid<TAB>names" (ImageNet's imagenet_classes.tsv: matched to folder
  * names by wnid when the dataset's classes are folders, else by index), "index<TAB>name",
  * or a bare name per line (in class order). A file with more classes than the dataset
- * raises num_classes to match (a validation split may lack some classes). 0 or -1 + err. */
-int vil_dataset_load_names(VilDataset *ds, const char *path, char *err, size_t errlen);
+ * raises num_classes to match (a validation split may lack some classes). 0 or -1 (vil_error). */
+int vil_dataset_load_names(VilDataset *ds, const char *path);
 /* The n names of a model's classes from a names file of the same forms (by index, or by line
  * order without one): every class 0..n-1 named exactly once. *names: n malloc'd strings in a
- * malloc'd array. 0, or -1 with err. */
-int vil_names_read(const char *path, int n, char ***names, char *err, size_t errlen);
+ * malloc'd array. 0, or -1 (vil_error). */
+int vil_names_read(const char *path, int n, char ***names);
 /* Set class c's readable name (copied). */
 void vil_dataset_set_class_name(VilDataset *ds, int c, const char *name);
 /* Raise the class count (never lowers it): a split may lack the last classes of the model. */

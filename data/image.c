@@ -4,7 +4,6 @@
 #include "data/image.h"
 
 #include <setjmp.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,15 +14,6 @@
 #include <stb_image.h>
 
 #include "vil/common.h"
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 void vil_image_free(VilImage *im) {
     if (!im) return;
@@ -166,19 +156,18 @@ typedef struct {
     int rx, ry;
 } JpegJob;
 
-/* Everything that can longjmp. Returns 0, or -1 with err set (not for libjpeg errors). */
-static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, char *err,
-                                                     size_t errlen) {
+/* Everything that can longjmp. Returns 0, or -1 reported (libjpeg's errors: by the caller). */
+static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j) {
     struct jpeg_decompress_struct *ci = &d->cinfo;
     jpeg_read_header(ci, TRUE);
     long long npx = (long long)ci->image_width * ci->image_height;
     if (ci->image_width == 0 || ci->image_height == 0) {
-        seterr(err, errlen, "JPEG has an empty size %ux%u", ci->image_width, ci->image_height);
+        vil_error("JPEG has an empty size %ux%u", ci->image_width, ci->image_height);
         return -1;
     }
     if (npx > VIL_IMAGE_MAX_PIXELS) {
-        seterr(err, errlen, "JPEG is %ux%u = %lld pixels, over the limit of %lld (decompression bomb?)",
-               ci->image_width, ci->image_height, npx, VIL_IMAGE_MAX_PIXELS);
+        vil_error("JPEG is %ux%u = %lld pixels, over the limit of %lld (decompression bomb?)",
+                  ci->image_width, ci->image_height, npx, VIL_IMAGE_MAX_PIXELS);
         return -1;
     }
     int ncomp;
@@ -197,7 +186,7 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
     ci->do_fancy_upsampling = (j->flags & VIL_JPEG_MERGED) ? FALSE : TRUE;
     jpeg_start_decompress(ci);
     if ((int)ci->output_components != ncomp) {
-        seterr(err, errlen, "JPEG: unexpected %d output components", ci->output_components);
+        vil_error("JPEG: unexpected %d output components", ci->output_components);
         return -1;
     }
     int W = (int)ci->output_width, H = (int)ci->output_height;
@@ -214,8 +203,8 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
         if (sx1 > W) sx1 = W;
         if (sy1 > H) sy1 = H;
         if (sx0 >= sx1 || sy0 >= sy1) {
-            seterr(err, errlen, "JPEG region %d,%d %dx%d outside the %dx%d image", j->x0, j->y0,
-                   j->cw, j->ch, (int)ci->image_width, (int)ci->image_height);
+            vil_error("JPEG region %d,%d %dx%d outside the %dx%d image", j->x0, j->y0,
+                      j->cw, j->ch, (int)ci->image_width, (int)ci->image_height);
             return -1;
         }
     }
@@ -241,7 +230,7 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
     }
     int ow = (int)xw, oh = sy1 - sy0;
     if (ow <= 0 || oh <= 0 || (long long)ow * oh > VIL_IMAGE_MAX_PIXELS) {
-        seterr(err, errlen, "JPEG: bad output size %dx%d", ow, oh);
+        vil_error("JPEG: bad output size %dx%d", ow, oh);
         return -1;
     }
     /* Rows that need no conversion are decoded straight into the image (the slack at the
@@ -255,14 +244,14 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
     j->img.px = vil_malloc(out_row * oh + JPEG_ROW_SLACK);
     if (!direct) j->row = vil_malloc((size_t)ci->output_width * ncomp + JPEG_ROW_SLACK);
     if (sy0 > 0 && (int)jpeg_skip_scanlines(ci, (JDIMENSION)sy0) != sy0) {
-        seterr(err, errlen, "JPEG: could not skip %d scanlines", sy0);
+        vil_error("JPEG: could not skip %d scanlines", sy0);
         return -1;
     }
     for (int y = 0; y < oh; y++) {
         unsigned char *dst = j->img.px + (size_t)y * out_row;
         JSAMPROW rows[1] = {direct ? dst : j->row};
         if (jpeg_read_scanlines(ci, rows, 1) != 1) {
-            seterr(err, errlen, "JPEG: read_scanlines returned no row at %d", y + sy0);
+            vil_error("JPEG: read_scanlines returned no row at %d", y + sy0);
             return -1;
         }
         if (!direct) jpeg_convert_row(dst, j->row, ow, ncomp, j->channels);
@@ -276,8 +265,7 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j, ch
 
 /* Decode a JPEG: the whole image (cw = ch = 0), or a region with DCT scaling. */
 static int jpeg_decode(const unsigned char *buf, size_t n, int channels, int x0, int y0, int cw,
-                       int ch, int scale_num, int flags, VilImage *out, int *rx, int *ry, char *err,
-                       size_t errlen) {
+                       int ch, int scale_num, int flags, VilImage *out, int *rx, int *ry) {
     JpegDec *d = vil_calloc(1, sizeof *d);
     JpegJob *j = vil_calloc(1, sizeof *j);
     j->channels = channels;
@@ -290,10 +278,10 @@ static int jpeg_decode(const unsigned char *buf, size_t n, int channels, int x0,
     jpeg_open(d, buf, n);
     int rc;
     if (setjmp(d->jerr.jb)) {
-        seterr(err, errlen, "JPEG decode failed: %s", d->jerr.msg);
+        vil_error("JPEG decode failed: %s", d->jerr.msg);
         rc = -1;
     } else {
-        rc = jpeg_decode_body(d, j, err, errlen);
+        rc = jpeg_decode_body(d, j);
     }
     jpeg_destroy_decompress(&d->cinfo);
     if (rc == 0) {
@@ -311,42 +299,41 @@ static int jpeg_decode(const unsigned char *buf, size_t n, int channels, int x0,
 
 int vil_jpeg_decode_region_scaled(const unsigned char *buf, size_t n, int channels, int x0, int y0,
                                   int cw, int ch, int scale_num, int flags, VilImage *out, int *rx,
-                                  int *ry, char *err, size_t errlen) {
+                                  int *ry) {
     memset(out, 0, sizeof *out);
     if (channels != 1 && channels != 3) {
-        seterr(err, errlen, "channels must be 1 or 3, not %d", channels);
+        vil_error("channels must be 1 or 3, not %d", channels);
         return -1;
     }
     if (scale_num < 1 || scale_num > 16) {
-        seterr(err, errlen, "JPEG scale %d/8 outside 1/8 .. 16/8", scale_num);
+        vil_error("JPEG scale %d/8 outside 1/8 .. 16/8", scale_num);
         return -1;
     }
     if (vil_image_format(buf, n) != VIL_FORMAT_JPEG) {
-        seterr(err, errlen, "not a JPEG");
+        vil_error("not a JPEG");
         return -1;
     }
     if (cw <= 0 || ch <= 0) {
-        seterr(err, errlen, "empty JPEG region %dx%d", cw, ch);
+        vil_error("empty JPEG region %dx%d", cw, ch);
         return -1;
     }
-    return jpeg_decode(buf, n, channels, x0, y0, cw, ch, scale_num, flags, out, rx, ry, err, errlen);
+    return jpeg_decode(buf, n, channels, x0, y0, cw, ch, scale_num, flags, out, rx, ry);
 }
 
 int vil_jpeg_decode_region(const unsigned char *buf, size_t n, int channels, int x0, int y0, int cw,
-                           int ch, int denom, VilImage *out, int *rx, int *ry, char *err,
-                           size_t errlen) {
+                           int ch, int denom, VilImage *out, int *rx, int *ry) {
     /* 1/d is d/8 of 8: libjpeg-turbo derives the same output size and IDCT from either */
     if (denom != 1 && denom != 2 && denom != 4 && denom != 8) denom = 1;
-    return vil_jpeg_decode_region_scaled(buf, n, channels, x0, y0, cw, ch, 8 / denom, 0, out, rx, ry,
-                                         err, errlen);
+    return vil_jpeg_decode_region_scaled(buf, n, channels, x0, y0, cw, ch, 8 / denom, 0, out, rx,
+                                         ry);
 }
 
-static int jpeg_info(const unsigned char *buf, size_t n, int *w, int *h, char *err, size_t errlen) {
+static int jpeg_info(const unsigned char *buf, size_t n, int *w, int *h) {
     JpegDec *d = vil_calloc(1, sizeof *d);
     int rc = -1;
     jpeg_open(d, buf, n);
     if (setjmp(d->jerr.jb)) {
-        seterr(err, errlen, "JPEG header: %s", d->jerr.msg);
+        vil_error("JPEG header: %s", d->jerr.msg);
         goto done;
     }
     jpeg_read_header(&d->cinfo, TRUE);
@@ -362,20 +349,18 @@ done:
 /* ------------------------------------------------------------------------------------------ */
 /* stb_image                                                                                   */
 
-static int stb_decode(const unsigned char *buf, size_t n, int channels, VilImage *out, char *err,
-                      size_t errlen) {
+static int stb_decode(const unsigned char *buf, size_t n, int channels, VilImage *out) {
     int w, h, comp;
     if (n > INT32_MAX) {
-        seterr(err, errlen, "image file too large (%zu bytes)", n);
+        vil_error("image file too large (%zu bytes)", n);
         return -1;
     }
     if (!stbi_info_from_memory(buf, (int)n, &w, &h, &comp)) {
-        seterr(err, errlen, "image header: %s", stbi_failure_reason());
+        vil_error("image header: %s", stbi_failure_reason());
         return -1;
     }
     if (w <= 0 || h <= 0 || (long long)w * h > VIL_IMAGE_MAX_PIXELS) {
-        seterr(err, errlen, "image is %dx%d, outside the limit of %lld pixels", w, h,
-               VIL_IMAGE_MAX_PIXELS);
+        vil_error("image is %dx%d, outside the limit of %lld pixels", w, h, VIL_IMAGE_MAX_PIXELS);
         return -1;
     }
     /* Ask stb for gray only when the file is gray: its own RGB -> Y weights are not PIL's. */
@@ -383,17 +368,17 @@ static int stb_decode(const unsigned char *buf, size_t n, int channels, VilImage
     int w2, h2, c2;
     unsigned char *px = stbi_load_from_memory(buf, (int)n, &w2, &h2, &c2, want);
     if (!px) {
-        seterr(err, errlen, "image decode failed: %s", stbi_failure_reason());
+        vil_error("image decode failed: %s", stbi_failure_reason());
         return -1;
     }
     if (w2 != w || h2 != h) {
         stbi_image_free(px);
-        seterr(err, errlen, "image size changed between header and decode");
+        vil_error("image size changed between header and decode");
         return -1;
     }
     if (vil_image_alloc(out, w, h, channels) != 0) {
         stbi_image_free(px);
-        seterr(err, errlen, "bad image size %dx%d", w, h);
+        vil_error("bad image size %dx%d", w, h);
         return -1;
     }
     if (want == channels) memcpy(out->px, px, (size_t)w * h * channels);
@@ -404,52 +389,54 @@ static int stb_decode(const unsigned char *buf, size_t n, int channels, VilImage
 
 /* ------------------------------------------------------------------------------------------ */
 
-int vil_image_info(const unsigned char *buf, size_t n, int *w, int *h, VilFormat *fmt, char *err,
-                   size_t errlen) {
+int vil_image_info(const unsigned char *buf, size_t n, int *w, int *h, VilFormat *fmt) {
     VilFormat f = vil_image_format(buf, n);
     if (fmt) *fmt = f;
     if (f == VIL_FORMAT_UNKNOWN) {
-        seterr(err, errlen, n == 0 ? "empty file" : "unknown image format");
+        vil_error("%s", n == 0 ? "empty file" : "unknown image format");
         return -1;
     }
-    if (f == VIL_FORMAT_JPEG) return jpeg_info(buf, n, w, h, err, errlen);
+    if (f == VIL_FORMAT_JPEG) return jpeg_info(buf, n, w, h);
     int comp;
     if (n > INT32_MAX || !stbi_info_from_memory(buf, (int)n, w, h, &comp)) {
-        seterr(err, errlen, "image header: %s", n > INT32_MAX ? "file too large" : stbi_failure_reason());
+        vil_error("image header: %s", n > INT32_MAX ? "file too large" : stbi_failure_reason());
         return -1;
     }
     return 0;
 }
 
-int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage *out, char *err,
-                     size_t errlen) {
+int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage *out) {
     memset(out, 0, sizeof *out);
     if (channels != 1 && channels != 3) {
-        seterr(err, errlen, "channels must be 1 or 3, not %d", channels);
+        vil_error("channels must be 1 or 3, not %d", channels);
         return -1;
     }
     switch (vil_image_format(buf, n)) {
     case VIL_FORMAT_JPEG:
-        return jpeg_decode(buf, n, channels, 0, 0, 0, 0, 8, 0, out, NULL, NULL, err, errlen);
+        return jpeg_decode(buf, n, channels, 0, 0, 0, 0, 8, 0, out, NULL, NULL);
     case VIL_FORMAT_PNG:
-    case VIL_FORMAT_OTHER: return stb_decode(buf, n, channels, out, err, errlen);
+    case VIL_FORMAT_OTHER: return stb_decode(buf, n, channels, out);
     default:
-        seterr(err, errlen, n == 0 ? "empty file" : "unknown image format (not JPEG, PNG, GIF, BMP, PNM, PSD, HDR)");
+        vil_error("%s", n == 0 ? "empty file"
+                               : "unknown image format (not JPEG, PNG, GIF, BMP, PNM, PSD, HDR)");
         return -1;
     }
 }
 
-int vil_image_load(const char *path, int channels, VilImage *out, char *err, size_t errlen) {
+int vil_image_load(const char *path, int channels, VilImage *out) {
     memset(out, 0, sizeof *out);
     size_t n = 0;
     unsigned char *buf = vil_read_file(path, &n);
     if (!buf) {
-        seterr(err, errlen, "%s: cannot read file", path);
+        vil_error("%s: cannot read file", path);
         return -1;
     }
-    char e2[256] = "";
-    int rc = vil_image_decode(buf, n, channels, out, e2, sizeof e2);
+    /* the decoder's message names no file: one message that says which */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_image_decode(buf, n, channels, out);
+    vil_error_release(&cap);
     free(buf);
-    if (rc) seterr(err, errlen, "%s: %s", path, e2);
+    if (rc) vil_error("%s: %s", path, cap.msg);
     return rc;
 }

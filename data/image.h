@@ -42,14 +42,13 @@ VilFormat vil_image_format(const unsigned char *buf, size_t n);
  * A JPEG whose data ends before the decoder has produced its last scanline is an error
  * (PIL: "image file is truncated"): libjpeg would fill the rest with gray. Corrupt-data
  * warnings that leave every pixel decoded (extraneous bytes before a marker, a bad restart
- * marker) are accepted, as PIL accepts them. Returns 0, or -1 with a message in err. */
-int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage *out, char *err,
-                     size_t errlen);
-int vil_image_load(const char *path, int channels, VilImage *out, char *err, size_t errlen);
+ * marker) are accepted, as PIL accepts them. Returns 0, or -1 with a vil_error message. */
+int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage *out);
+/* vil_image_decode of a file; the message names the file. */
+int vil_image_load(const char *path, int channels, VilImage *out);
 
-/* Size from the header alone (cheap: no pixel data is decoded). 0 or -1 with err. */
-int vil_image_info(const unsigned char *buf, size_t n, int *w, int *h, VilFormat *fmt, char *err,
-                   size_t errlen);
+/* Size from the header alone (cheap: no pixel data is decoded). 0 or -1 (vil_error). */
+int vil_image_info(const unsigned char *buf, size_t n, int *w, int *h, VilFormat *fmt);
 
 /* JPEG only: decode the region [x0, x0 + cw) x [y0, y0 + ch) of the full-resolution image,
  * with libjpeg-turbo's DCT-domain downscaling by 1/denom (denom = 1, 2, 4 or 8). Only the
@@ -58,8 +57,7 @@ int vil_image_info(const unsigned char *buf, size_t n, int *w, int *h, VilFormat
  * pixel in the scaled image (of size ceil(W / denom) x ceil(H / denom)), so the region starts
  * at (x0 / denom - *rx, y0 / denom - *ry) inside out. */
 int vil_jpeg_decode_region(const unsigned char *buf, size_t n, int channels, int x0, int y0, int cw,
-                           int ch, int denom, VilImage *out, int *rx, int *ry, char *err,
-                           size_t errlen);
+                           int ch, int denom, VilImage *out, int *rx, int *ry);
 
 /* Options of vil_jpeg_decode_region_scaled. 0: PIL's settings (JDCT_ISLOW, fancy upsampling),
  * bit-identical to the full decode's pixels. */
@@ -76,7 +74,7 @@ enum {
  * the region; *rx, *ry: its top-left pixel in the scaled image. */
 int vil_jpeg_decode_region_scaled(const unsigned char *buf, size_t n, int channels, int x0, int y0,
                                   int cw, int ch, int scale_num, int flags, VilImage *out, int *rx,
-                                  int *ry, char *err, size_t errlen);
+                                  int *ry);
 
 /* PIL's RGB -> L conversion, in place layouts: src (n, 3), dst (n). */
 void vil_rgb_to_gray(unsigned char *dst, const unsigned char *src, size_t n);

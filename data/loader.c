@@ -134,8 +134,8 @@ static void set_error(VilLoader *l, const char *fmt, ...) {
 
 /* ---- one sample ---- */
 
-/* Decode and transform dataset sample idx into out; 0 or -1 with the reason in err. */
-static int make_sample(Worker *w, int idx, VilRng *rng, float *out, char *err, size_t errlen) {
+/* Decode and transform dataset sample idx into out; 0 or -1 (vil_error: the caller captures). */
+static int make_sample(Worker *w, int idx, VilRng *rng, float *out) {
     VilLoader *l = w->l;
     const VilLoaderConfig *c = &l->cfg;
     int train = c->mode == VIL_LOADER_TRAIN;
@@ -157,16 +157,15 @@ static int make_sample(Worker *w, int idx, VilRng *rng, float *out, char *err, s
         }
         int rc = train ? vil_transform_train(&view, &c->train, rng, out)
                        : vil_transform_eval(&view, c->res, c->crop_pct, c->mean, c->std, out);
-        if (rc != 0) snprintf(err, errlen, "the %s transform failed", train ? "train" : "eval");
+        if (rc != 0) vil_error("the %s transform failed", train ? "train" : "eval");
         return rc;
     }
-    if (vil_dataset_read_bytes(l->ds, idx, &w->bytes, err, errlen) != 0) return -1;
+    if (vil_dataset_read_bytes(l->ds, idx, &w->bytes) != 0) return -1;
     __atomic_add_fetch(&l->decodes, 1, __ATOMIC_RELAXED);
     if (train)
-        return vil_transform_train_file(w->bytes.data, w->bytes.size, &c->train, rng, out, err,
-                                        errlen);
+        return vil_transform_train_file(w->bytes.data, w->bytes.size, &c->train, rng, out);
     return vil_transform_eval_file(w->bytes.data, w->bytes.size, c->res, c->crop_pct, c->channels,
-                                   c->mean, c->std, out, err, errlen);
+                                   c->mean, c->std, out);
 }
 
 /* Record a bad file: counted every time, printed the first time only. */
@@ -220,7 +219,9 @@ static int fill_sample(Worker *w, Slot *s, int j, long pos) {
     uint64_t key = sample_key(l, s->b.epoch, pos);
     float *out = s->b.images + (size_t)j * l->img_floats;
     int cand = idx;
-    char err[512];
+    /* why a file was bad: make_sample's messages, for note_bad (on this worker's stack: the
+     * hot path allocates nothing) */
+    VilErrCapture cap;
     /* training replaces a bad file (the epoch keeps its size); evaluation never does */
     int tries = c->mode == VIL_LOADER_EVAL ? 1 : MAX_TRIES;
     for (int t = 0; t < tries; t++) {
@@ -234,14 +235,16 @@ static int fill_sample(Worker *w, Slot *s, int j, long pos) {
         }
         VilRng rng;
         vil_rng_seed(&rng, t == 0 ? key : vil_hash_seed(key, TAG_RETRY, (uint64_t)t, 0));
-        err[0] = 0;
-        if (make_sample(w, cand, &rng, out, err, sizeof err) == 0) {
+        vil_error_capture(&cap);
+        int rc = make_sample(w, cand, &rng, out);
+        vil_error_release(&cap);
+        if (rc == 0) {
             s->b.labels[j] = vil_dataset_label(l->ds, cand);
             s->b.indices[j] = cand;
             __atomic_add_fetch(&l->samples, 1, __ATOMIC_RELAXED);
             return 0;
         }
-        note_bad(l, cand, err[0] ? err : "unknown error");
+        note_bad(l, cand, cap.msg[0] ? cap.msg : "unknown error");
     }
     memset(out, 0, l->img_floats * sizeof(float));
     if (c->mode == VIL_LOADER_EVAL) {
@@ -275,10 +278,14 @@ static int fill_group(Worker *w, Slot *s, int j, long pos, int count) {
     const VilLoaderConfig *c = &l->cfg;
     int idx = l->order[pos];
     VilImage view;
-    char err[512];
+    /* a file that fails here is made again row by row by fill_sample, which says why: the
+     * messages of this try are dropped */
+    VilErrCapture dropped;
+    int rc = -1;
+    vil_error_capture(&dropped);
     if (count <= GROUP_ROWS && !__atomic_load_n(&l->bad[idx], __ATOMIC_ACQUIRE) &&
         vil_dataset_raw_image(l->ds, idx, &view) != 0 &&
-        vil_dataset_read_bytes(l->ds, idx, &w->bytes, err, sizeof err) == 0) {
+        vil_dataset_read_bytes(l->ds, idx, &w->bytes) == 0) {
         VilRng rngs[GROUP_ROWS];
         float *outs[GROUP_ROWS];
         for (int i = 0; i < count; i++) {
@@ -286,17 +293,18 @@ static int fill_group(Worker *w, Slot *s, int j, long pos, int count) {
             outs[i] = s->b.images + (size_t)(j + i) * l->img_floats;
         }
         int dec = 0;
-        int rc = vil_transform_train_file_group(w->bytes.data, w->bytes.size, &c->train, count, rngs, outs, &dec,
-                                                err, sizeof err);
+        rc = vil_transform_train_file_group(w->bytes.data, w->bytes.size, &c->train, count, rngs,
+                                            outs, &dec);
         __atomic_add_fetch(&l->decodes, dec, __ATOMIC_RELAXED);
-        if (rc == 0) {
-            for (int i = 0; i < count; i++) {
-                s->b.labels[j + i] = vil_dataset_label(l->ds, idx);
-                s->b.indices[j + i] = idx;
-            }
-            __atomic_add_fetch(&l->samples, count, __ATOMIC_RELAXED);
-            return 0;
+    }
+    vil_error_release(&dropped);
+    if (rc == 0) {
+        for (int i = 0; i < count; i++) {
+            s->b.labels[j + i] = vil_dataset_label(l->ds, idx);
+            s->b.indices[j + i] = idx;
         }
+        __atomic_add_fetch(&l->samples, count, __ATOMIC_RELAXED);
+        return 0;
     }
     for (int i = 0; i < count; i++)
         if (fill_sample(w, s, j + i, pos + i) != 0) return -1;
@@ -426,8 +434,7 @@ static void *slot_carve(void *mem, size_t *off, size_t bytes) {
     return p;
 }
 
-VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, char *err,
-                             size_t errlen) {
+VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg) {
     const VilLoaderConfig *c = cfg;
     int K = vil_dataset_num_classes(ds);
     const char *bad = NULL;
@@ -446,7 +453,7 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, c
     else if (c->mode == VIL_LOADER_EVAL && !(c->crop_pct > 0.0f && c->crop_pct <= 1.0f))
         bad = "crop_pct must be in (0, 1]";
     if (bad) {
-        snprintf(err, errlen, "loader: %s", bad);
+        vil_error("loader: %s", bad);
         return NULL;
     }
     VilLoader *l = vil_calloc(1, sizeof *l);
@@ -486,8 +493,8 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, c
         Slot *s = &l->slots[i];
         s->mem = l->cfg.alloc.alloc(bytes, l->cfg.alloc.ctx);
         if (!s->mem) {
-            snprintf(err, errlen, "loader: cannot allocate %d batches of %.1f MB (lower --batch "
-                     "or the prefetch depth)", l->nslots, bytes / 1e6);
+            vil_error("loader: cannot allocate %d batches of %.1f MB (lower --batch or the "
+                      "prefetch depth)", l->nslots, bytes / 1e6);
             vil_loader_free(l);
             return NULL;
         }
@@ -525,8 +532,8 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, c
         l->workers[i].l = l;
         int rc = pthread_create(&l->workers[i].tid, NULL, worker_main, &l->workers[i]);
         if (rc != 0) {
-            snprintf(err, errlen, "loader: cannot start worker thread %d of %d: %s", i + 1,
-                     c->threads, strerror(rc));
+            vil_error("loader: cannot start worker thread %d of %d: %s", i + 1, c->threads,
+                      strerror(rc));
             vil_loader_free(l);
             return NULL;
         }

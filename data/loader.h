@@ -84,9 +84,8 @@ typedef struct {
 typedef struct VilLoader VilLoader;
 
 /* Starts the worker threads (they idle until an epoch starts). The dataset must outlive the
- * loader. NULL with err on a bad configuration or allocation failure. */
-VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg, char *err,
-                             size_t errlen);
+ * loader. NULL (vil_error) on a bad configuration or allocation failure. */
+VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg);
 /* Joins the threads and frees every batch; batches still held become invalid. */
 void vil_loader_free(VilLoader *l);
 

@@ -36,13 +36,13 @@ static void free_rows(NameRow *rows, int nrows) {
     free(rows);
 }
 
-/* The rows of a names file (see dataset.h for the forms). 0, or -1 with err. */
-static int read_rows(const char *path, NameRow **out, int *nout, char *err, size_t errlen) {
+/* The rows of a names file (see dataset.h for the forms). 0, or -1 (vil_error). */
+static int read_rows(const char *path, NameRow **out, int *nout) {
     *out = NULL;
     *nout = 0;
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, errlen, "cannot open class-names file '%s': %s", path, strerror(errno));
+        vil_error("cannot open class-names file '%s': %s", path, strerror(errno));
         return -1;
     }
     NameRow *rows = NULL;
@@ -65,7 +65,7 @@ static int read_rows(const char *path, NameRow **out, int *nout, char *err, size
         long v;
         if (nf >= 2 && vil_parse_int(strip(fields[0]), &v) == 0) {
             if (v < 0 || v > 10000000) {
-                snprintf(err, errlen, "%s:%ld: bad class index '%s'", path, lineno, fields[0]);
+                vil_error("%s:%ld: bad class index '%s'", path, lineno, fields[0]);
                 rc = -1;
                 break;
             }
@@ -87,7 +87,7 @@ static int read_rows(const char *path, NameRow **out, int *nout, char *err, size
     free(line);
     fclose(f);
     if (rc == 0 && nrows == 0) {
-        snprintf(err, errlen, "class-names file '%s' holds no names", path);
+        vil_error("class-names file '%s' holds no names", path);
         rc = -1;
     }
     if (rc != 0) {
@@ -99,18 +99,18 @@ static int read_rows(const char *path, NameRow **out, int *nout, char *err, size
     return 0;
 }
 
-int vil_names_read(const char *path, int n, char ***names, char *err, size_t errlen) {
+int vil_names_read(const char *path, int n, char ***names) {
     *names = NULL;
     NameRow *rows;
     int nrows;
-    if (read_rows(path, &rows, &nrows, err, errlen) != 0) return -1;
+    if (read_rows(path, &rows, &nrows) != 0) return -1;
     char **out = vil_calloc((size_t)n, sizeof(char *));
     int rc = 0;
     for (int k = 0; k < nrows && rc == 0; k++) {
         long idx = rows[k].index >= 0 ? rows[k].index : k;
         if (idx >= n || out[idx]) {
-            snprintf(err, errlen, "class-names file '%s': %s class %ld (the model has %d classes)",
-                     path, idx >= n ? "no" : "a second name for", idx, n);
+            vil_error("class-names file '%s': %s class %ld (the model has %d classes)",
+                      path, idx >= n ? "no" : "a second name for", idx, n);
             rc = -1;
         } else {
             out[idx] = vil_strdup(rows[k].name);
@@ -118,7 +118,7 @@ int vil_names_read(const char *path, int n, char ***names, char *err, size_t err
     }
     for (int c = 0; c < n && rc == 0; c++)
         if (!out[c]) {
-            snprintf(err, errlen, "class-names file '%s' has no name for class %d of %d", path, c, n);
+            vil_error("class-names file '%s' has no name for class %d of %d", path, c, n);
             rc = -1;
         }
     free_rows(rows, nrows);
@@ -131,10 +131,10 @@ int vil_names_read(const char *path, int n, char ***names, char *err, size_t err
     return 0;
 }
 
-int vil_dataset_load_names(VilDataset *ds, const char *path, char *err, size_t errlen) {
+int vil_dataset_load_names(VilDataset *ds, const char *path) {
     NameRow *rows;
     int nrows, rc = 0;
-    if (read_rows(path, &rows, &nrows, err, errlen) != 0) return -1;
+    if (read_rows(path, &rows, &nrows) != 0) return -1;
     if (rc == 0) {
         /* class folders are matched by name (wnid) when the file gives ids; else by index */
         int C = vil_dataset_num_classes(ds), by_id = 0;
@@ -164,9 +164,9 @@ int vil_dataset_load_names(VilDataset *ds, const char *path, char *err, size_t e
                          "(labels follow the sorted folder order; is a class folder missing?)",
                          moved, vil_dataset_source(ds), path);
         } else if (vil_dataset_kind(ds) == VIL_DATA_FOLDER && nrows != C) {
-            snprintf(err, errlen,
-                     "class-names file '%s' has %d names but '%s' has %d class folders, and no "
-                     "folder name matches an id in the file", path, nrows, vil_dataset_source(ds), C);
+            vil_error("class-names file '%s' has %d names but '%s' has %d class folders, and no "
+                      "folder name matches an id in the file",
+                      path, nrows, vil_dataset_source(ds), C);
             rc = -1;
         } else {
             long maxi = -1;

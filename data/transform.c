@@ -844,10 +844,6 @@ int vil_jpeg_dct_denom(int cw, int ch, int res) {
     return d;
 }
 
-static void seterr(char *err, size_t errlen, const char *msg, const char *detail) {
-    if (err && errlen) snprintf(err, errlen, "%s%s", msg, detail ? detail : "");
-}
-
 int vil_jpeg_fast_scale(int cw, int ch, int res) {
     /* Powers of two only: libjpeg-turbo 2.1's 3x3, 5x5, 6x6 and 7x7 IDCTs (and the 10x10,
      * 12x12, 14x14 ones it then uses for 4:2:0 chroma) are plain C, so 5/8 .. 7/8 decode
@@ -916,11 +912,11 @@ static void crop_view(const VilImage *reg, int rx, int ry, int m, int left, int 
 }
 
 int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTransform *t, int left, int top,
-                          int cw, int ch, int scale_bias, VilTrainCrop *cr, char *err, size_t errlen) {
+                          int cw, int ch, int scale_bias, VilTrainCrop *cr) {
     memset(cr, 0, sizeof *cr);
     int flags, m = crop_scale(t, cw, ch, scale_bias, &flags), rx, ry;
-    if (vil_jpeg_decode_region_scaled(buf, n, t->channels, left, top, cw, ch, m, flags, &cr->reg, &rx, &ry,
-                                      err, errlen) != 0)
+    if (vil_jpeg_decode_region_scaled(buf, n, t->channels, left, top, cw, ch, m, flags, &cr->reg, &rx,
+                                      &ry) != 0)
         return -1;
     crop_view(&cr->reg, rx, ry, m, left, top, cw, ch, cr);
     return 0;
@@ -938,27 +934,26 @@ static void train_from_crop(const VilTrainCrop *cr, const VilTrainTransform *t, 
 
 /* vil_transform_train_file_group with scale_bias (see vil_transform_train_file_bias). */
 static int train_file_group(const unsigned char *buf, size_t n, const VilTrainTransform *t, int count,
-                            VilRng *rngs, float *const *outs, int scale_bias, int *decodes, char *err,
-                            size_t errlen) {
+                            VilRng *rngs, float *const *outs, int scale_bias, int *decodes) {
     if (decodes) *decodes = 0;
     if (!train_args_ok(t) || count < 1) {
-        seterr(err, errlen, "bad training transform configuration", NULL);
+        vil_error("bad training transform configuration");
         return -1;
     }
     if (vil_image_format(buf, n) != VIL_FORMAT_JPEG) {
         VilImage im;
-        if (vil_image_decode(buf, n, t->channels, &im, err, errlen) != 0) return -1;
+        if (vil_image_decode(buf, n, t->channels, &im) != 0) return -1;
         if (decodes) *decodes = 1;
         int rc = 0;
         for (int i = 0; i < count && rc == 0; i++) rc = vil_transform_train(&im, t, &rngs[i], outs[i]);
         vil_image_free(&im);
-        if (rc) seterr(err, errlen, "training transform failed", NULL);
+        if (rc) vil_error("training transform failed");
         return rc;
     }
     int W, H;
-    if (vil_image_info(buf, n, &W, &H, NULL, err, errlen) != 0) return -1;
+    if (vil_image_info(buf, n, &W, &H, NULL) != 0) return -1;
     if (W <= 0 || H <= 0 || (long long)W * H > VIL_IMAGE_MAX_PIXELS) {
-        seterr(err, errlen, "JPEG size outside the pixel limit", NULL);
+        vil_error("JPEG size outside the pixel limit");
         return -1;
     }
     for (int g0 = 0; g0 < count; g0 += GROUP_MAX) {
@@ -986,7 +981,7 @@ static int train_file_group(const unsigned char *buf, size_t n, const VilTrainTr
             memset(&cr, 0, sizeof cr);
             int rx, ry;
             if (vil_jpeg_decode_region_scaled(buf, n, t->channels, x0, y0, x1 - x0, y1 - y0, scale[i], flags[i],
-                                              &cr.reg, &rx, &ry, err, errlen) != 0)
+                                              &cr.reg, &rx, &ry) != 0)
                 return -1;
             if (decodes) (*decodes)++;
             for (int k = i; k < cnt; k++)
@@ -1002,26 +997,26 @@ static int train_file_group(const unsigned char *buf, size_t n, const VilTrainTr
 }
 
 int vil_transform_train_file_group(const unsigned char *buf, size_t n, const VilTrainTransform *t, int count,
-                                   VilRng *rngs, float *const *outs, int *decodes, char *err, size_t errlen) {
-    return train_file_group(buf, n, t, count, rngs, outs, 0, decodes, err, errlen);
+                                   VilRng *rngs, float *const *outs, int *decodes) {
+    return train_file_group(buf, n, t, count, rngs, outs, 0, decodes);
 }
 
 int vil_transform_train_file_bias(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
-                                  int scale_bias, float *out, char *err, size_t errlen) {
-    return train_file_group(buf, n, t, 1, rng, &out, scale_bias, NULL, err, errlen);
+                                  int scale_bias, float *out) {
+    return train_file_group(buf, n, t, 1, rng, &out, scale_bias, NULL);
 }
 
 int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
-                             float *out, char *err, size_t errlen) {
-    return vil_transform_train_file_bias(buf, n, t, rng, 0, out, err, errlen);
+                             float *out) {
+    return vil_transform_train_file_bias(buf, n, t, rng, 0, out);
 }
 
 int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float crop_pct, int channels,
-                            const float *mean, const float *std, float *out, char *err, size_t errlen) {
+                            const float *mean, const float *std, float *out) {
     VilImage im;
-    if (vil_image_decode(buf, n, channels, &im, err, errlen) != 0) return -1;
+    if (vil_image_decode(buf, n, channels, &im) != 0) return -1;
     int rc = vil_transform_eval(&im, size, crop_pct, mean, std, out);
     vil_image_free(&im);
-    if (rc) seterr(err, errlen, "evaluation transform: bad arguments", NULL);
+    if (rc) vil_error("evaluation transform: bad arguments");
     return rc;
 }

@@ -105,19 +105,19 @@ int vil_transform_train(const VilImage *img, const VilTrainTransform *t, VilRng 
  * without DCT scaling the result is bit-identical to vil_image_decode + vil_transform_train
  * with the same rng; with it, pixels differ slightly (tests/test_transform.c measures it:
  * see the tolerance there). VIL_DECODE_FAST: see VilDecodeMode. Both modes draw the same
- * random numbers. Other formats: full decode + vil_transform_train. 0, or -1 with err. */
+ * random numbers. Other formats: full decode + vil_transform_train. 0, or -1 (vil_error). */
 int vil_transform_train_file(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
-                             float *out, char *err, size_t errlen);
+                             float *out);
 
 /* vil_transform_train_file for `count` samples of the same file, sample i with its own stream
  * rngs[i] into outs[i] (DeiT's repeated augmentation puts the copies of an image next to each
  * other): the JPEG is decoded once per distinct DCT scale among the samples' crops, to the
  * bounding box of those crops, instead of once per sample. Every output is bit-identical to
  * vil_transform_train_file of that sample alone (a region decode's pixels do not depend on how
- * far the region reaches). *decodes (may be NULL): decodes done. 0, or -1 with err (then the
+ * far the region reaches). *decodes (may be NULL): decodes done. 0, or -1 (vil_error; then the
  * outputs are undefined). */
 int vil_transform_train_file_group(const unsigned char *buf, size_t n, const VilTrainTransform *t, int count,
-                                   VilRng *rngs, float *const *outs, int *decodes, char *err, size_t errlen);
+                                   VilRng *rngs, float *const *outs, int *decodes);
 
 /* The DCT scale 1/d vil_transform_train_file decodes a cw x ch crop at, for output res
  * (VIL_DECODE_EXACT). */
@@ -133,24 +133,24 @@ int vil_jpeg_fast_scale(int cw, int ch, int res);
  * the scale; clamped to 1/8 .. 8/8; ignored in EXACT mode). Production passes 0; the tests
  * use -1 to show that their quality bound catches a scale one step too small. */
 int vil_transform_train_file_bias(const unsigned char *buf, size_t n, const VilTrainTransform *t, VilRng *rng,
-                                  int scale_bias, float *out, char *err, size_t errlen);
+                                  int scale_bias, float *out);
 
 /* The JPEG decode step of vil_transform_train_file for the crop (left, top, cw, ch), in
  * t->decode's mode: reg is the decoded region (scale scale_num / 8); the resize input is
  * the view [vx, vx + vw) x [vy, vy + vh) of reg, with the sub-pixel box `box` inside that
  * view when has_box (else the whole view). scale_bias: as vil_transform_train_file_bias.
- * 0, or -1 with err. */
+ * 0, or -1 (vil_error). */
 typedef struct {
     VilImage reg;
     int scale_num, vx, vy, vw, vh, has_box;
     double box[4];
 } VilTrainCrop;
 int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTransform *t, int left, int top,
-                          int cw, int ch, int scale_bias, VilTrainCrop *cr, char *err, size_t errlen);
+                          int cw, int ch, int scale_bias, VilTrainCrop *cr);
 
 /* Decode + vil_transform_eval, exact (no DCT scaling). out: (channels, size, size). */
 int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float crop_pct, int channels,
-                            const float *mean, const float *std, float *out, char *err, size_t errlen);
+                            const float *mean, const float *std, float *out);
 
 /* Random erasing as timm's RandomErasing(mode='pixel', count=1) on a normalized (c, h, w)
  * tensor: with probability p, one box of 2%..1/3 of the area, log-uniform aspect in

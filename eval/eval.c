@@ -165,12 +165,8 @@ int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int bat
     lc.threads = workers;
     lc.prefetch = workers + 1;
     lc.alloc = vil_feed_allocator(m->be); /* pinned on CUDA: the feed uploads while the forward runs */
-    char err[2048];
-    VilLoader *l = vil_loader_create(ds, &lc, err, sizeof err);
-    if (!l) {
-        vil_error("%s", err);
-        return -1;
-    }
+    VilLoader *l = vil_loader_create(ds, &lc);
+    if (!l) return -1;
     int rc = vil_eval_run(m, l, max_images, log, prefix, r);
     vil_loader_free(l);
     return rc;

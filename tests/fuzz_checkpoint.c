@@ -140,9 +140,11 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     VilSafetensors st;
-    char err[1024] = "";
-    int parsed = vil_st_parse(data, size, &st, err, sizeof err) == 0;
-    if (!parsed && err[0] == 0) abort(); /* a failure must say why */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int parsed = vil_st_parse(data, size, &st) == 0;
+    vil_error_release(&cap);
+    if (!parsed && cap.msg[0] == 0) abort(); /* a failure must say why */
     write_input(data, size);
     static const VilCheckpointOpts at32 = {.img_size = 32};
     const VilCheckpointOpts *opts[] = {NULL, &at32};

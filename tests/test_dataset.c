@@ -6,23 +6,26 @@
 #include "data/dataset.h"
 #include "tests/data_corpus.h"
 #include "tests/testing.h"
+#include "vil/common.h"
 
-static char g_err[2048];
+/* the messages of the calls expected to fail */
+static VilErrCapture g_cap;
 
 static VilDataset *open_ok(const char *path, const char *split, const char *labels) {
-    VilDataset *ds = vil_dataset_open(path, split, labels, g_err, sizeof g_err);
-    T_CHECK(ds != NULL, "open %s (%s): %s", path, split ? split : "-", g_err);
+    VilDataset *ds = vil_dataset_open(path, split, labels);
+    T_CHECK(ds != NULL, "open %s (%s)", path, split ? split : "-");
     return ds;
 }
 
 /* Opening must fail with a message that holds `want`. */
 static void open_fails(const char *what, const char *path, const char *split, const char *labels,
                        const char *want) {
-    g_err[0] = 0;
-    VilDataset *ds = vil_dataset_open(path, split, labels, g_err, sizeof g_err);
+    vil_error_capture(&g_cap);
+    VilDataset *ds = vil_dataset_open(path, split, labels);
+    vil_error_release(&g_cap);
     T_CHECK(ds == NULL, "%s: opened but should fail", what);
-    T_CHECK(strstr(g_err, want) != NULL, "%s: message '%s' lacks '%s'", what, g_err, want);
-    printf("ok   %-20s -> %s\n", what, g_err);
+    T_CHECK(strstr(g_cap.msg, want) != NULL, "%s: message '%s' lacks '%s'", what, g_cap.msg, want);
+    printf("ok   %-20s -> %s\n", what, g_cap.msg);
     vil_dataset_free(ds);
 }
 
@@ -93,23 +96,25 @@ static void test_folder(const char *root) {
         if (strstr(path, "noext")) noext = i;
     }
     T_CHECK(png >= 0 && empty >= 0 && noext >= 0, "found the odd files");
-    if (png >= 0 && vil_dataset_read_image(ds, png, 3, &im, &buf, g_err, sizeof g_err) == 0) {
+    if (png >= 0 && vil_dataset_read_image(ds, png, 3, &im, &buf) == 0) {
         T_CHECK(im.w == 20 && im.h == 10 && im.c == 3, "png size %dx%dx%d", im.w, im.h, im.c);
         vil_image_free(&im);
     } else {
-        T_CHECK(0, "png named .JPEG: %s", g_err);
+        T_CHECK(0, "png named .JPEG");
     }
-    if (noext >= 0 && vil_dataset_read_image(ds, noext, 3, &im, &buf, g_err, sizeof g_err) == 0) {
+    if (noext >= 0 && vil_dataset_read_image(ds, noext, 3, &im, &buf) == 0) {
         T_CHECK(im.w == 12 && im.h == 12 && im.c == 3, "gray progressive jpeg as rgb");
         vil_image_free(&im);
     } else {
-        T_CHECK(0, "gray progressive jpeg: %s", g_err);
+        T_CHECK(0, "gray progressive jpeg");
     }
     if (empty >= 0) {
-        int rc = vil_dataset_read_bytes(ds, empty, &buf, g_err, sizeof g_err);
-        T_CHECK(rc != 0 && strstr(g_err, "0 bytes"), "empty file is an error: %s", g_err);
+        vil_error_capture(&g_cap);
+        int rc = vil_dataset_read_bytes(ds, empty, &buf);
+        vil_error_release(&g_cap);
+        T_CHECK(rc != 0 && strstr(g_cap.msg, "0 bytes"), "empty file is an error: %s", g_cap.msg);
     }
-    T_CHECK(vil_dataset_read_bytes(ds, 0, &buf, g_err, sizeof g_err) == 0 && buf.size > 100,
+    T_CHECK(vil_dataset_read_bytes(ds, 0, &buf) == 0 && buf.size > 100,
             "read bytes of a jpeg");
     T_CHECK(buf.data[0] == 0xFF && buf.data[1] == 0xD8, "jpeg magic");
     vil_buffer_free(&buf);
@@ -119,7 +124,7 @@ static void test_folder(const char *root) {
     snprintf(names, sizeof names, "%s/names.tsv", root);
     const char *tsv = "# index\twnid\tnames\n0\tn01\tfirst, one\n1\tn02\tsecond\n2\tn10\tthird\n";
     corpus_write(names, tsv, strlen(tsv));
-    T_CHECK(vil_dataset_load_names(ds, names, g_err, sizeof g_err) == 0, "names: %s", g_err);
+    T_CHECK(vil_dataset_load_names(ds, names) == 0, "names");
     T_CHECK(strcmp(vil_dataset_class_name(ds, 0), "first, one") == 0 &&
                 strcmp(vil_dataset_class_name(ds, 2), "third") == 0,
             "names by wnid: %s / %s", vil_dataset_class_name(ds, 0), vil_dataset_class_name(ds, 2));
@@ -183,14 +188,13 @@ static void test_flat(const char *root) {
                 vil_dataset_num_classes(ds));
         T_CHECK(vil_dataset_label(ds, 3) == 4 && vil_dataset_label(ds, 4) == 1, "labels in order");
         VilImage im;
-        T_CHECK(vil_dataset_read_image(ds, 4, 3, &im, NULL, g_err, sizeof g_err) == 0,
-                "file name with a space: %s", g_err);
+        T_CHECK(vil_dataset_read_image(ds, 4, 3, &im, NULL) == 0, "file name with a space");
         vil_image_free(&im);
         /* a names file can raise the class count (a val split lacking the last classes) */
         snprintf(p, sizeof p, "%s/names.txt", root);
         const char *nm = "zero\none\ntwo\nthree\nfour\nfive\nsix\n";
         corpus_write(p, nm, strlen(nm));
-        T_CHECK(vil_dataset_load_names(ds, p, g_err, sizeof g_err) == 0, "plain names: %s", g_err);
+        T_CHECK(vil_dataset_load_names(ds, p) == 0, "plain names");
         T_CHECK(vil_dataset_num_classes(ds) == 7 && strcmp(vil_dataset_class_name(ds, 6), "six") == 0,
                 "names raise classes to 7: %d", vil_dataset_num_classes(ds));
         vil_dataset_free(ds);
@@ -243,12 +247,14 @@ static void test_idx(const char *root) {
         T_CHECK(px_ok, "idx pixels (gz %d)", gz);
         T_CHECK(vil_dataset_label(ds, 13) == 3, "idx label");
         VilImage rgb;
-        T_CHECK(vil_dataset_read_image(ds, 13, 3, &rgb, NULL, g_err, sizeof g_err) == 0 &&
+        T_CHECK(vil_dataset_read_image(ds, 13, 3, &rgb, NULL) == 0 &&
                     rgb.c == 3 && rgb.px[3 * 7 + 2] == v.px[7],
                 "idx as rgb");
         vil_image_free(&rgb);
         VilBuffer b = {0};
-        T_CHECK(vil_dataset_read_bytes(ds, 0, &b, g_err, sizeof g_err) != 0, "no bytes for idx");
+        vil_error_capture(&g_cap);
+        T_CHECK(vil_dataset_read_bytes(ds, 0, &b) != 0, "no bytes for idx");
+        vil_error_release(&g_cap);
         vil_buffer_free(&b);
         vil_dataset_free(ds);
         ds = open_ok(dir, "val", NULL);
@@ -312,11 +318,12 @@ static void test_idx(const char *root) {
     size_t gn = fread(gzb, 1, sizeof gzb, fp);
     fclose(fp);
     corpus_write(p, gzb, gn / 2);
-    g_err[0] = 0;
-    ds = vil_dataset_open(dir, "train", NULL, g_err, sizeof g_err);
-    T_CHECK(ds == NULL && (strstr(g_err, "truncated") || strstr(g_err, "corrupt")),
-            "cut gzip: %s", g_err);
-    printf("ok   %-20s -> %s\n", "idx gzip cut", g_err);
+    vil_error_capture(&g_cap);
+    ds = vil_dataset_open(dir, "train", NULL);
+    vil_error_release(&g_cap);
+    T_CHECK(ds == NULL && (strstr(g_cap.msg, "truncated") || strstr(g_cap.msg, "corrupt")),
+            "cut gzip: %s", g_cap.msg);
+    printf("ok   %-20s -> %s\n", "idx gzip cut", g_cap.msg);
     vil_dataset_free(ds);
 }
 

@@ -88,9 +88,8 @@ static void diff_stats(const unsigned char *a, const unsigned char *b, size_t n,
 static void check_decoded(const char *name, const unsigned char *buf, size_t n, const unsigned char *want,
                           int w, int h, int c, int channels, int max_tol, double mean_tol) {
     VilImage im;
-    char err[256] = "";
-    int rc = vil_image_decode(buf, n, channels, &im, err, sizeof err);
-    T_CHECK(rc == 0, "%s: decode failed: %s", name, err);
+    int rc = vil_image_decode(buf, n, channels, &im);
+    T_CHECK(rc == 0, "%s: decode failed", name);
     if (rc) return;
     T_CHECK(im.w == w && im.h == h && im.c == c, "%s: got %dx%dx%d, want %dx%dx%d", name, im.w, im.h,
             im.c, w, h, c);
@@ -186,9 +185,8 @@ static void test_pil_files(void) {
     }
     /* a PNG named .JPEG, loaded by path: the bytes decide */
     VilImage im;
-    char err[256] = "";
-    int rc = vil_image_load(DATA "png_named.JPEG", 3, &im, err, sizeof err);
-    T_CHECK(rc == 0, "PNG named .JPEG: %s", err);
+    int rc = vil_image_load(DATA "png_named.JPEG", 3, &im);
+    T_CHECK(rc == 0, "PNG named .JPEG");
     size_t nr;
     unsigned char *ref = read_data("png_named_rgb.raw", &nr);
     if (rc == 0 && ref) {
@@ -198,7 +196,7 @@ static void test_pil_files(void) {
         VilFormat f;
         size_t n;
         unsigned char *buf = read_data("png_named.JPEG", &n);
-        T_CHECK(buf && vil_image_info(buf, n, &w, &h, &f, err, sizeof err) == 0 && w == 40 && h == 30 &&
+        T_CHECK(buf && vil_image_info(buf, n, &w, &h, &f) == 0 && w == 40 && h == 30 &&
                     f == VIL_FORMAT_PNG,
                 "PNG info");
         free(buf);
@@ -209,14 +207,23 @@ static void test_pil_files(void) {
 
 /* ---- broken files ---- */
 
+/* vil_image_decode with its message in cap */
+static int decode_captured(const unsigned char *buf, size_t n, int channels, VilImage *im,
+                           VilErrCapture *cap) {
+    vil_error_capture(cap);
+    int rc = vil_image_decode(buf, n, channels, im);
+    vil_error_release(cap);
+    return rc;
+}
+
 static int decode_fails(const unsigned char *buf, size_t n, const char *what) {
     VilImage im;
-    char err[256] = "";
-    int rc = vil_image_decode(buf, n, 3, &im, err, sizeof err);
+    VilErrCapture cap;
+    int rc = decode_captured(buf, n, 3, &im, &cap);
     T_CHECK(rc != 0, "%s: decode succeeded but should fail", what);
-    T_CHECK(rc == 0 || (err[0] != 0 && im.px == NULL), "%s: no message or stray buffer", what);
+    T_CHECK(rc == 0 || (cap.msg[0] != 0 && im.px == NULL), "%s: no message or stray buffer", what);
     if (rc == 0) vil_image_free(&im);
-    else printf("ok   %-48s -> \"%s\"\n", what, err);
+    else printf("ok   %-48s -> \"%s\"\n", what, cap.msg);
     return rc != 0;
 }
 
@@ -262,10 +269,11 @@ static void test_broken(void) {
         }
     T_CHECK(patched, "no SOF0 marker found to patch");
     VilImage im;
-    char err[256] = "";
+    VilErrCapture cap;
     double t0 = vil_now();
-    int rc = vil_image_decode(bomb, n, 3, &im, err, sizeof err);
-    T_CHECK(rc != 0 && strstr(err, "limit"), "JPEG bomb not refused by the pixel limit: rc %d \"%s\"", rc, err);
+    int rc = decode_captured(bomb, n, 3, &im, &cap);
+    T_CHECK(rc != 0 && strstr(cap.msg, "limit"),
+            "JPEG bomb not refused by the pixel limit: rc %d \"%s\"", rc, cap.msg);
     T_CHECK(vil_now() - t0 < 0.5, "JPEG bomb took %.2f s: allocated before checking?", vil_now() - t0);
     if (rc == 0) vil_image_free(&im);
     free(bomb);
@@ -277,8 +285,9 @@ static void test_broken(void) {
     if (png) {
         png[16] = 0; png[17] = 0; png[18] = 15000 >> 8; png[19] = 15000 & 255;
         png[20] = 0; png[21] = 0; png[22] = 15000 >> 8; png[23] = 15000 & 255;
-        rc = vil_image_decode(png, pn, 3, &im, err, sizeof err);
-        T_CHECK(rc != 0 && strstr(err, "limit"), "PNG bomb not refused: rc %d \"%s\"", rc, err);
+        rc = decode_captured(png, pn, 3, &im, &cap);
+        T_CHECK(rc != 0 && strstr(cap.msg, "limit"), "PNG bomb not refused: rc %d \"%s\"", rc,
+                cap.msg);
         if (rc == 0) vil_image_free(&im);
         free(png);
     }
@@ -289,7 +298,7 @@ static void test_broken(void) {
     for (int t = 0; t < 50; t++) {
         memcpy(cor, j, n);
         for (int k = 0; k < 8; k++) cor[n / 3 + vil_rng_below(&r, (uint32_t)(n / 2))] ^= (unsigned char)(1 + vil_rng_below(&r, 255));
-        if (vil_image_decode(cor, n, 3, &im, err, sizeof err) == 0) {
+        if (decode_captured(cor, n, 3, &im, &cap) == 0) {
             ok++;
             vil_image_free(&im);
         } else {
@@ -302,10 +311,13 @@ static void test_broken(void) {
     /* info on the good file, and channels validation */
     int iw, ih;
     VilFormat f;
-    T_CHECK(vil_image_info(j, n, &iw, &ih, &f, err, sizeof err) == 0 && iw == w && ih == h && f == VIL_FORMAT_JPEG,
+    T_CHECK(vil_image_info(j, n, &iw, &ih, &f) == 0 && iw == w && ih == h && f == VIL_FORMAT_JPEG,
             "vil_image_info on a JPEG");
-    T_CHECK(vil_image_decode(j, n, 2, &im, err, sizeof err) != 0, "channels = 2 must be refused");
-    T_CHECK(vil_image_load("tests/data/does-not-exist.jpg", 3, &im, err, sizeof err) != 0 && strstr(err, "does-not-exist"),
+    T_CHECK(decode_captured(j, n, 2, &im, &cap) != 0, "channels = 2 must be refused");
+    vil_error_capture(&cap);
+    rc = vil_image_load("tests/data/does-not-exist.jpg", 3, &im);
+    vil_error_release(&cap);
+    T_CHECK(rc != 0 && strstr(cap.msg, "does-not-exist"),
             "missing file must fail with its path in the message");
     free(cor);
     free(j);

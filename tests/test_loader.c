@@ -11,7 +11,6 @@
 #include "tests/data_corpus.h"
 #include "tests/testing.h"
 
-static char g_err[2048];
 
 /* ---- sampler ---- */
 
@@ -318,8 +317,8 @@ static VilLoader *make_loader(const VilDataset *ds, VilLoaderMode mode, int thre
     c.seed = 1234;
     c.repeats = repeats;
     c.quiet = quiet;
-    VilLoader *l = vil_loader_create(ds, &c, g_err, sizeof g_err);
-    T_CHECK(l != NULL, "loader: %s", g_err);
+    VilLoader *l = vil_loader_create(ds, &c);
+    T_CHECK(l != NULL, "loader");
     return l;
 }
 
@@ -422,8 +421,8 @@ static void test_contract(const VilDataset *ds) {
     c.repeats = 1;
     c.quiet = 1;
     vil_mixup_config_none(&c.mixup, vil_dataset_num_classes(ds), 0.1f);
-    VilLoader *l = vil_loader_create(ds, &c, g_err, sizeof g_err);
-    T_CHECK(l != NULL, "loader: %s", g_err);
+    VilLoader *l = vil_loader_create(ds, &c);
+    T_CHECK(l != NULL, "loader");
     if (!l) return;
     VilSampler s;
     vil_sampler_init_train(&s, vil_dataset_size(ds), 2, 1, 1, 99);
@@ -442,9 +441,9 @@ static void test_contract(const VilDataset *ds) {
             order_ok &= b->labels[j] == vil_dataset_label(ds, order[pos]);
             VilRng rng;
             vil_rng_seed(&rng, vil_hash_seed(99, 4, (uint64_t)pos, 1));
-            T_CHECK(vil_dataset_read_bytes(ds, order[pos], &buf, g_err, sizeof g_err) == 0, "read");
-            T_CHECK(vil_transform_train_file(buf.data, buf.size, &c.train, &rng, ref, g_err,
-                                             sizeof g_err) == 0, "transform: %s", g_err);
+            T_CHECK(vil_dataset_read_bytes(ds, order[pos], &buf) == 0, "read");
+            T_CHECK(vil_transform_train_file(buf.data, buf.size, &c.train, &rng, ref) == 0,
+                    "transform");
             same &= memcmp(ref, b->images + (size_t)j * 3 * 32 * 32, 3 * 32 * 32 * sizeof(float)) == 0;
             const float *t = b->targets + (size_t)j * 3;
             for (int q = 0; q < 3; q++)
@@ -573,8 +572,8 @@ static void test_eval_bad_files(const VilDataset *ds) {
 }
 
 static void test_eval(const char *root) {
-    VilDataset *ds = vil_dataset_open(root, "val", NULL, g_err, sizeof g_err);
-    T_CHECK(ds != NULL, "val: %s", g_err);
+    VilDataset *ds = vil_dataset_open(root, "val", NULL);
+    T_CHECK(ds != NULL, "val");
     if (!ds) return;
     VilLoader *l = make_loader(ds, VIL_LOADER_EVAL, 2, 2, 1, 1);
     if (!l) {
@@ -602,9 +601,9 @@ static void test_eval(const char *root) {
                 }
                 in_order &= r.ind[k][j] == pos && r.lab[k][j] == vil_dataset_label(ds, pos);
                 for (int q = 0; q < 3; q++) onehot &= r.tgt[k][j * 3 + q] == (q == r.lab[k][j] ? 1.0f : 0.0f);
-                vil_dataset_read_bytes(ds, pos, &buf, g_err, sizeof g_err);
+                vil_dataset_read_bytes(ds, pos, &buf);
                 vil_transform_eval_file(buf.data, buf.size, 32, 0.875f, 3, VIL_IMAGENET_MEAN,
-                                        VIL_IMAGENET_STD, ref, g_err, sizeof g_err);
+                                        VIL_IMAGENET_STD, ref);
                 same &= memcmp(ref, r.img[k] + (size_t)j * 3 * 32 * 32, 3 * 32 * 32 * sizeof(float)) == 0;
             }
         T_CHECK(in_order, "eval: dataset order, no shuffle");
@@ -651,8 +650,8 @@ static void test_allocator_and_misuse(const VilDataset *ds) {
     c.alloc.alloc = count_alloc;
     c.alloc.free = count_free;
     c.alloc.ctx = &cnt;
-    VilLoader *l = vil_loader_create(ds, &c, g_err, sizeof g_err);
-    T_CHECK(l != NULL, "loader: %s", g_err);
+    VilLoader *l = vil_loader_create(ds, &c);
+    T_CHECK(l != NULL, "loader");
     if (!l) return;
     T_CHECK(cnt.allocs == 2, "one allocation per ring slot: %d", cnt.allocs);
     vil_loader_start_epoch(l, 0);
@@ -678,18 +677,24 @@ static void test_allocator_and_misuse(const VilDataset *ds) {
 
     VilLoaderConfig bad = c;
     bad.rank = 3;
-    T_CHECK(vil_loader_create(ds, &bad, g_err, sizeof g_err) == NULL && strstr(g_err, "rank"),
-            "bad rank rejected: %s", g_err);
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    VilLoader *lb = vil_loader_create(ds, &bad);
+    vil_error_release(&cap);
+    T_CHECK(lb == NULL && strstr(cap.msg, "rank"), "bad rank rejected: %s", cap.msg);
     bad = c;
     bad.mixup.num_classes = 7;
-    T_CHECK(vil_loader_create(ds, &bad, g_err, sizeof g_err) == NULL, "class count mismatch");
+    vil_error_capture(&cap);
+    lb = vil_loader_create(ds, &bad);
+    vil_error_release(&cap);
+    T_CHECK(lb == NULL && cap.count == 1, "class count mismatch");
 }
 
 static void test_idx_loader(const char *root) {
     char p[8192];
     snprintf(p, sizeof p, "%s/idx", root);
-    VilDataset *ds = vil_dataset_open(p, "train", NULL, g_err, sizeof g_err);
-    T_CHECK(ds != NULL, "idx: %s", g_err);
+    VilDataset *ds = vil_dataset_open(p, "train", NULL);
+    T_CHECK(ds != NULL, "idx");
     if (!ds) return;
     for (int ch = 1; ch <= 3; ch += 2) {
         Run r[2];
@@ -698,8 +703,8 @@ static void test_idx_loader(const char *root) {
             vil_loader_config_default(&c, VIL_LOADER_TRAIN, 28, ch, 8, 10);
             c.threads = t ? 3 : 1;
             c.quiet = 1;
-            VilLoader *l = vil_loader_create(ds, &c, g_err, sizeof g_err);
-            T_CHECK(l != NULL, "idx loader: %s", g_err);
+            VilLoader *l = vil_loader_create(ds, &c);
+            T_CHECK(l != NULL, "idx loader");
             if (!l) return;
             T_CHECK(collect(l, 0, 1, &r[t]) == 0 && r[t].nb == 5, "idx batches %d", r[t].nb);
             vil_loader_free(l);
@@ -715,7 +720,7 @@ static void test_idx_loader(const char *root) {
     vil_loader_config_default(&c, VIL_LOADER_EVAL, 28, 1, 16, 10);
     c.crop_pct = 1.0f;
     c.quiet = 1;
-    VilLoader *l = vil_loader_create(ds, &c, g_err, sizeof g_err);
+    VilLoader *l = vil_loader_create(ds, &c);
     Run r;
     if (l && collect(l, 0, 1, &r) == 0) {
         T_CHECK(r.nb == 3 && r.b[2].n == 8, "idx eval: 40 in batches of 16");
@@ -730,8 +735,8 @@ int main(void) {
     test_sampler_slices();
     char *root = corpus_mkdtemp("loader");
     write_corpus(root);
-    VilDataset *ds = vil_dataset_open(root, "train", NULL, g_err, sizeof g_err);
-    T_CHECK(ds != NULL, "train corpus: %s", g_err);
+    VilDataset *ds = vil_dataset_open(root, "train", NULL);
+    T_CHECK(ds != NULL, "train corpus");
     if (ds) {
         T_CHECK(vil_dataset_size(ds) == 40, "40 train files");
         test_determinism(ds);

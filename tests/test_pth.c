@@ -150,14 +150,16 @@ static unsigned char *archive(const Buf *p, size_t bytes, const char *byteorder,
     return out;
 }
 
-/* vil_pth_parse of an archive made from t; err gets the message */
+/* vil_pth_parse of an archive made from t; cap gets the message */
 static int parse_spec(const TensorSpec *t, size_t bytes, const char *byteorder, VilSafetensors *st,
-                      char *err, size_t errlen) {
+                      VilErrCapture *cap) {
     Buf p = checkpoint_pickle(t);
     size_t n;
     unsigned char *z = archive(&p, bytes, byteorder, &n);
     VilPthInfo info;
-    int rc = z ? vil_pth_parse(z, n, 0, st, &info, err, errlen) : -2;
+    vil_error_capture(cap);
+    int rc = z ? vil_pth_parse(z, n, 0, st, &info) : -2;
+    vil_error_release(cap);
     free(z);
     free(p.b);
     return rc;
@@ -166,9 +168,9 @@ static int parse_spec(const TensorSpec *t, size_t bytes, const char *byteorder, 
 static void test_archives(void) {
     const TensorSpec good = {"torch", "FloatStorage", "0", 6, 0, 2, {2, 3}, {3, 1}};
     VilSafetensors st;
-    char err[1024];
-    int rc = parse_spec(&good, 24, NULL, &st, err, sizeof err);
-    T_CHECK(rc == 0, "a hand-made checkpoint must parse: %s", err);
+    VilErrCapture cap;
+    int rc = parse_spec(&good, 24, NULL, &st, &cap);
+    T_CHECK(rc == 0, "a hand-made checkpoint must parse: %s", cap.msg);
     if (rc == 0) {
         const VilStTensor *w = vil_st_find(&st, "w");
         T_CHECK(w && w->dtype == VIL_ST_F32 && w->ndim == 2 && w->shape[0] == 2 && w->shape[1] == 3,
@@ -181,19 +183,19 @@ static void test_archives(void) {
     /* a transposed view: size (3, 2), stride (1, 3) of the same 6 elements */
     TensorSpec tr = good;
     tr.size[0] = 3, tr.size[1] = 2, tr.stride[0] = 1, tr.stride[1] = 3;
-    if (parse_spec(&tr, 24, "little", &st, err, sizeof err) == 0) {
+    if (parse_spec(&tr, 24, "little", &st, &cap) == 0) {
         float v[6];
         vil_st_to_f32(vil_st_find(&st, "w"), v);
         T_CHECK(v[0] == 0 && v[1] == 3 && v[2] == 1 && v[3] == 4 && v[4] == 2 && v[5] == 5,
                 "a strided view is gathered into row-major order (%g %g %g %g %g %g)", v[0], v[1], v[2], v[3], v[4], v[5]);
         vil_st_free(&st);
     } else {
-        T_CHECK(0, "transposed view: %s", err);
+        T_CHECK(0, "transposed view: %s", cap.msg);
     }
     /* an offset view: 2 elements from element 4 */
     TensorSpec off = good;
     off.offset = 4, off.ndim = 1, off.size[0] = 2, off.stride[0] = 1;
-    if (parse_spec(&off, 24, NULL, &st, err, sizeof err) == 0) {
+    if (parse_spec(&off, 24, NULL, &st, &cap) == 0) {
         float v[2];
         vil_st_to_f32(vil_st_find(&st, "w"), v);
         T_CHECK(v[0] == 4 && v[1] == 5, "a view at an offset");
@@ -201,11 +203,11 @@ static void test_archives(void) {
     }
     TensorSpec half = good;
     half.global_name = "HalfStorage";
-    if (parse_spec(&half, 12, NULL, &st, err, sizeof err) == 0) {
+    if (parse_spec(&half, 12, NULL, &st, &cap) == 0) {
         T_CHECK(vil_st_find(&st, "w")->dtype == VIL_ST_F16, "HalfStorage gives F16");
         vil_st_free(&st);
     } else {
-        T_CHECK(0, "HalfStorage: %s", err);
+        T_CHECK(0, "HalfStorage: %s", cap.msg);
     }
 
     /* each refusal: rc -1 with a message naming the cause */
@@ -225,40 +227,54 @@ static void test_archives(void) {
         {"big-endian storages", "not little-endian", {"torch", "FloatStorage", "0", 6, 0, 2, {2, 3}, {3, 1}}, 24, "big"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        err[0] = 0;
-        rc = parse_spec(&bad[i].t, bad[i].bytes, bad[i].byteorder, &st, err, sizeof err);
-        T_CHECK(rc == -1 && strstr(err, bad[i].want), "%s: rc %d, message '%s' (want '%s')",
-                bad[i].what, rc, err, bad[i].want);
+        rc = parse_spec(&bad[i].t, bad[i].bytes, bad[i].byteorder, &st, &cap);
+        T_CHECK(rc == -1 && strstr(cap.msg, bad[i].want), "%s: rc %d, message '%s' (want '%s')",
+                bad[i].what, rc, cap.msg, bad[i].want);
         if (rc == 0) vil_st_free(&st);
     }
     /* not a zip; a zip without data.pkl */
     VilPthInfo info;
     const char junk[] = "PK\003\004 this is not really a zip archive";
-    T_CHECK(vil_pth_parse((const unsigned char *)junk, sizeof junk, 0, &st, &info, err, sizeof err) == -1 &&
-                strstr(err, "zip"), "junk after a zip signature: '%s'", err);
+    vil_error_capture(&cap);
+    rc = vil_pth_parse((const unsigned char *)junk, sizeof junk, 0, &st, &info);
+    vil_error_release(&cap);
+    T_CHECK(rc == -1 && strstr(cap.msg, "zip"), "junk after a zip signature: '%s'", cap.msg);
     Entry e = {"hello.txt", "hi", 2};
     size_t n;
     unsigned char *z = write_zip(path("b.zip"), &e, 1) == 0 ? vil_read_file(path("b.zip"), &n) : NULL;
-    T_CHECK(z && vil_pth_parse(z, n, 0, &st, &info, err, sizeof err) == -1 && strstr(err, "data.pkl"),
-            "a zip without data.pkl: '%s'", err);
+    vil_error_capture(&cap);
+    rc = z ? vil_pth_parse(z, n, 0, &st, &info) : 0;
+    vil_error_release(&cap);
+    T_CHECK(rc == -1 && strstr(cap.msg, "data.pkl"), "a zip without data.pkl: '%s'", cap.msg);
     free(z);
     /* the good archive cut short at every length: never a crash, always an error */
     Buf p = checkpoint_pickle(&good);
     unsigned char *full = archive(&p, 24, NULL, &n);
-    int cut_fail = 0;
+    int cut_fail = 0, unsaid = 0;
     for (size_t k = 0; full && k < n; k += 7) {
-        if (vil_pth_parse(full, k, 0, &st, &info, err, sizeof err) == 0) {
+        vil_error_capture(&cap);
+        rc = vil_pth_parse(full, k, 0, &st, &info);
+        vil_error_release(&cap);
+        unsaid += rc != 0 && cap.count == 0;
+        if (rc == 0) {
             cut_fail++;
             vil_st_free(&st);
         }
     }
     T_CHECK(full && cut_fail == 0, "%d truncated archives parsed", cut_fail);
+    T_CHECK(unsaid == 0, "%d truncated archives refused without a message", unsaid);
     free(full);
     free(p.b);
 }
 
 /* ---------------- the unpickler on its own ---------------- */
-static VilPickle *load(const Buf *p, char *err) { return vil_pickle_load(p->b, p->n, err, 512); }
+/* vil_pickle_load of p; cap gets the message */
+static VilPickle *load(const Buf *p, VilErrCapture *cap) {
+    vil_error_capture(cap);
+    VilPickle *pk = vil_pickle_load(p->b, p->n);
+    vil_error_release(cap);
+    return pk;
+}
 
 static void test_pickle_values(void) {
     /* (1, -2, 300, 70000, -2**40, 1.5, 'héllo', None, True, False, [7, 7] via memo, {'k': 'v'}) */
@@ -309,9 +325,9 @@ static void test_pickle_values(void) {
     op(&p, 's'); /* a repeated key: the last one wins */
     op(&p, 't');
     op(&p, '.');
-    char err[512] = "";
-    VilPickle *pk = load(&p, err);
-    T_CHECK(pk != NULL, "a pickle of plain values must load: %s", err);
+    VilErrCapture cap;
+    VilPickle *pk = load(&p, &cap);
+    T_CHECK(pk != NULL, "a pickle of plain values must load: %s", cap.msg);
     if (pk) {
         const VilPkObj *t = vil_pickle_root(pk);
         T_CHECK(t->kind == VIL_PK_TUPLE && t->n == 13, "a 13-tuple (got %s of %d)", vil_pk_kind_name(t), t->n);
@@ -334,9 +350,9 @@ static void test_pickle_values(void) {
 }
 
 static void expect_refused(const char *what, const Buf *p, const char *want) {
-    char err[512] = "";
-    VilPickle *pk = load(p, err);
-    T_CHECK(!pk && strstr(err, want), "%s: refused with '%s' (want '%s')", what, err, want);
+    VilErrCapture cap;
+    VilPickle *pk = load(p, &cap);
+    T_CHECK(!pk && strstr(cap.msg, want), "%s: refused with '%s' (want '%s')", what, cap.msg, want);
     vil_pickle_free(pk);
 }
 
@@ -421,13 +437,14 @@ static void test_pickle_refusals(void) {
     Buf c = checkpoint_pickle(&good);
     int loaded = 0;
     for (size_t k = 0; k < c.n; k++) {
-        char err[512];
-        VilPickle *pk = vil_pickle_load(c.b, k, err, sizeof err);
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        VilPickle *pk = vil_pickle_load(c.b, k);
+        vil_error_release(&cap);
         loaded += pk != NULL;
         vil_pickle_free(pk);
     }
-    char err[512];
-    VilPickle *pk = vil_pickle_load(c.b, c.n, err, sizeof err);
+    VilPickle *pk = vil_pickle_load(c.b, c.n);
     T_CHECK(loaded == 0 && pk, "every proper prefix refused (%d loaded), the whole loads", loaded);
     vil_pickle_free(pk);
     free(c.b);
@@ -583,14 +600,18 @@ static void test_files(void) {
     }
     VilSafetensors st;
     VilPthInfo info;
-    char err[1024] = "";
-    T_CHECK(vil_pth_read(DATA "vim_p4s4_noema.pth", 1, &st, &info, err, sizeof err) == -1 &&
-                strstr(err, "no model_ema") && strstr(err, "model, epoch, args"),
-            "--ema on a file without model_ema: '%s'", err);
-    T_CHECK(vil_pth_read(DATA "vim_p4s4_state_dict.pth", 1, &st, &info, err, sizeof err) == -1 &&
-                strstr(err, "state dict"), "--ema on a bare state dict: '%s'", err);
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_pth_read(DATA "vim_p4s4_noema.pth", 1, &st, &info);
+    vil_error_release(&cap);
+    T_CHECK(rc == -1 && strstr(cap.msg, "no model_ema") && strstr(cap.msg, "model, epoch, args"),
+            "--ema on a file without model_ema: '%s'", cap.msg);
+    vil_error_capture(&cap);
+    rc = vil_pth_read(DATA "vim_p4s4_state_dict.pth", 1, &st, &info);
+    vil_error_release(&cap);
+    T_CHECK(rc == -1 && strstr(cap.msg, "state dict"), "--ema on a bare state dict: '%s'", cap.msg);
     /* the file's tensors in the order torch.save wrote them are vil's table order */
-    if (vil_pth_read(DATA "vim_p4s4.pth", 0, &st, &info, err, sizeof err) == 0) {
+    if (vil_pth_read(DATA "vim_p4s4.pth", 0, &st, &info) == 0) {
         VilModel m;
         VilCheckpointMeta mm;
         if (vil_checkpoint_load(DATA "vim_p4s4.pth", &vil_backend_cpu, NULL, &m, &mm) == 0) {
@@ -612,13 +633,17 @@ static void test_broken_files(void) {
     if (!full) return;
     VilSafetensors st;
     VilPthInfo info;
-    char err[1024];
+    VilErrCapture cap;
     int parsed = 0;
-    for (size_t k = 0; k < n; k += n / 97 + 1)
-        if (vil_pth_parse(full, k, 0, &st, &info, err, sizeof err) == 0) {
+    for (size_t k = 0; k < n; k += n / 97 + 1) {
+        vil_error_capture(&cap);
+        int rc = vil_pth_parse(full, k, 0, &st, &info);
+        vil_error_release(&cap);
+        if (rc == 0) {
             parsed++;
             vil_st_free(&st);
         }
+    }
     T_CHECK(parsed == 0, "98 truncations of a real checkpoint: %d parsed", parsed);
     /* one flipped byte inside the first storage (cls_token, read for the model): CRC error */
     zip_t *za = zip_open(DATA "vim_p4s4.pth", ZIP_RDONLY, NULL);
@@ -631,9 +656,11 @@ static void test_broken_files(void) {
     T_CHECK(at != NULL, "found the first storage's bytes in the file");
     if (at) {
         at[10] ^= 0x40;
-        err[0] = 0;
-        int rc = vil_pth_parse(full, n, 0, &st, &info, err, sizeof err);
-        T_CHECK(rc == -1 && strstr(err, "data/0"), "a flipped storage byte is caught: '%s'", err);
+        vil_error_capture(&cap);
+        int rc = vil_pth_parse(full, n, 0, &st, &info);
+        vil_error_release(&cap);
+        T_CHECK(rc == -1 && strstr(cap.msg, "data/0"), "a flipped storage byte is caught: '%s'",
+                cap.msg);
         if (rc == 0) vil_st_free(&st);
         at[10] ^= 0x40;
     }
@@ -646,10 +673,11 @@ static void test_broken_files(void) {
     za = zip_open(path("nostorage.pth"), 0, NULL);
     zip_int64_t idx = za ? zip_name_locate(za, "vim_p4s4/data/0", 0) : -1;
     T_CHECK(idx >= 0 && zip_delete(za, (zip_uint64_t)idx) == 0 && zip_close(za) == 0, "deleted data/0");
-    err[0] = 0;
-    T_CHECK(vil_pth_read(path("nostorage.pth"), 0, &st, &info, err, sizeof err) == -1 &&
-                strstr(err, "cls_token") && strstr(err, "no entry"),
-            "a missing storage names the tensor: '%s'", err);
+    vil_error_capture(&cap);
+    int rc = vil_pth_read(path("nostorage.pth"), 0, &st, &info);
+    vil_error_release(&cap);
+    T_CHECK(rc == -1 && strstr(cap.msg, "cls_token") && strstr(cap.msg, "no entry"),
+            "a missing storage names the tensor: '%s'", cap.msg);
     free(full);
 }
 
@@ -742,8 +770,7 @@ static void test_cli(void) {
     }
     /* the converted file: vil metadata, the source recorded, official names */
     VilSafetensors st;
-    char err[512];
-    if (vil_st_read(path("conv.safetensors"), &st, err, sizeof err) == 0) {
+    if (vil_st_read(path("conv.safetensors"), &st) == 0) {
         const char *src = vil_st_meta(&st, "vil.source");
         T_CHECK(vil_st_meta(&st, "vil.config") && vil_st_meta(&st, "vil.img_size") &&
                     src && strstr(src, "vim_p4s2.pth:model_ema"),

@@ -38,13 +38,15 @@ static unsigned char *make_file(const char *json, int pad, const void *data, siz
 static void expect_fail_bytes(const char *what, const unsigned char *b, size_t n,
                               const char *needle) {
     VilSafetensors st;
-    char err[1024] = "";
-    int rc = vil_st_parse(b, n, &st, err, sizeof err);
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_parse(b, n, &st);
+    vil_error_release(&cap);
     T_CHECK(rc == -1, "%s: accepted a bad file", what);
     T_CHECK(st.n_tensors == 0 && st.tensors == NULL && st.buf == NULL, "%s: st not left empty",
             what);
-    T_CHECK(strstr(err, needle) != NULL, "%s: message '%s' lacks '%s'", what, err, needle);
-    if (rc == -1) printf("ok   rejects %-30s %s\n", what, err);
+    T_CHECK(strstr(cap.msg, needle) != NULL, "%s: message '%s' lacks '%s'", what, cap.msg, needle);
+    if (rc == -1) printf("ok   rejects %-30s %s\n", what, cap.msg);
     vil_st_free(&st);
 }
 
@@ -89,6 +91,15 @@ static int do_convert(void *a) {
     return vil_st_to_f32(c->t, c->out);
 }
 
+struct ParseArgs {
+    const unsigned char *b;
+    VilSafetensors *st;
+};
+static int do_parse_empty(void *a) {
+    struct ParseArgs *p = a;
+    return vil_st_parse(p->b, 0, p->st);
+}
+
 static void test_roundtrip(void) {
     float f32[6] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-3f, -7.0f};
     uint16_t f16[5] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00}; /* 1, -2, 65504, 2^-24, inf */
@@ -121,9 +132,8 @@ static void test_roundtrip(void) {
     vil_st_writer_free(w);
 
     VilSafetensors st;
-    char err[1024];
-    int rc = vil_st_read(p, &st, err, sizeof err);
-    T_CHECK(rc == 0, "read roundtrip: %s", err);
+    int rc = vil_st_read(p, &st);
+    T_CHECK(rc == 0, "read roundtrip");
     if (rc != 0) return;
     const char *order[] = {"u8", "half", "weight", "brain", "double", "long", "scalar", "empty"};
     T_CHECK(st.n_tensors == 8, "n_tensors %d", st.n_tensors);
@@ -214,9 +224,7 @@ static void check_exact(const char *what, VilStWriter *w, const char *json, cons
     if (rc == 0 && (gn != en || memcmp(got, expect, en) != 0))
         printf("  got header: %.*s\n", (int)(gn > 8 ? gn - 8 : 0), (const char *)got + 8);
     VilSafetensors st;
-    char err[512];
-    T_CHECK(vil_st_parse(expect, en, &st, err, sizeof err) == 0, "%s: reference bytes rejected: %s",
-            what, err);
+    T_CHECK(vil_st_parse(expect, en, &st) == 0, "%s: reference bytes rejected", what);
     vil_st_free(&st);
     printf("ok   byte-exact %-26s header %zu bytes\n", what, en - 8 - dn);
     free(got);
@@ -402,24 +410,37 @@ static void test_corrupt(void) {
     unsigned char *f =
         make_file("{\"head.weight\":{\"dtype\":\"F32\",\"shape\":[10,5],\"data_offsets\":[0,40]}}",
                   1, data, 40, &n);
-    char p[300], err[1024] = "", want[600];
+    char p[300], want[600];
     path_in_tmp(p, sizeof p, "x.safetensors");
     T_CHECK(vil_write_file_atomic(p, f, n) == 0, "write x.safetensors");
     free(f);
     VilSafetensors st;
-    T_CHECK(vil_st_read(p, &st, err, sizeof err) == -1, "read bad file");
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_read(p, &st);
+    vil_error_release(&cap);
+    T_CHECK(rc == -1, "read bad file");
     snprintf(
         want, sizeof want,
         "'%s': tensor 'head.weight': data_offsets [0, 40] but shape [10, 5] F32 needs 200 bytes",
         p);
-    T_CHECK(strcmp(err, want) == 0, "message with path: '%s'", err);
+    T_CHECK(strcmp(cap.msg, want) == 0 && cap.count == 1, "message with path: '%s'", cap.msg);
     unlink(p); /* keep only valid files in a VIL_ST_KEEP directory */
     path_in_tmp(p, sizeof p, "does-not-exist.safetensors");
-    T_CHECK(vil_st_read(p, &st, err, sizeof err) == -1 && strstr(err, "cannot open: No such file"),
-            "missing file: %s", err);
-    T_CHECK(vil_st_read(tmpdir, &st, err, sizeof err) == -1 && strstr(err, "not a regular file"),
-            "directory: %s", err);
-    T_CHECK(vil_st_parse(b, 0, &st, NULL, 0) == -1, "NULL err buffer is allowed");
+    vil_error_capture(&cap);
+    rc = vil_st_read(p, &st);
+    vil_error_release(&cap);
+    T_CHECK(rc == -1 && strstr(cap.msg, "cannot open: No such file"), "missing file: %s", cap.msg);
+    vil_error_capture(&cap);
+    rc = vil_st_read(tmpdir, &st);
+    vil_error_release(&cap);
+    T_CHECK(rc == -1 && strstr(cap.msg, "not a regular file"), "directory: %s", cap.msg);
+    /* no capture: the message goes to stderr */
+    struct ParseArgs pa = {b, &st};
+    char *msg = capture_stderr(do_parse_empty, &pa, &rc);
+    T_CHECK(rc == -1 && strstr(msg, "vil: error: file is 0 bytes"),
+            "without a capture the message is printed: '%s'", msg);
+    free(msg);
 }
 
 /* ---- writer misuse and atomic saves ---- */
@@ -487,8 +508,7 @@ static void test_writer(void) {
         vil_st_writer_free(w);
     }
     VilSafetensors st;
-    char err[512];
-    T_CHECK(vil_st_read(p, &st, err, sizeof err) == 0, "read atomic: %s", err);
+    T_CHECK(vil_st_read(p, &st) == 0, "read atomic");
     T_CHECK(st.n_tensors == 1 && vil_st_find(&st, "second") && !vil_st_find(&st, "first"),
             "second save replaced the first");
     const VilStTensor *t = vil_st_find(&st, "second");
@@ -562,8 +582,11 @@ static void test_fuzz(void) {
         unsigned char *c = vil_malloc(n ? n : 1);
         memcpy(c, b, n);
         VilSafetensors st;
-        char err[1024] = "";
-        if (vil_st_parse(c, n, &st, err, sizeof err) == 0) {
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        int rc = vil_st_parse(c, n, &st);
+        vil_error_release(&cap);
+        if (rc == 0) {
             accepted++;
             size_t sum = 0;
             unsigned acc = 0;
@@ -581,7 +604,7 @@ static void test_fuzz(void) {
             (void)acc;
         } else {
             rejected++;
-            if (!err[0]) empty_msg++;
+            if (!cap.msg[0]) empty_msg++;
         }
         vil_st_free(&st);
         free(c);
@@ -612,9 +635,8 @@ static void cleanup_tmp(void) {
 static int dump_files(int argc, char **argv) {
     for (int a = 1; a < argc; a++) {
         VilSafetensors st;
-        char err[1024];
-        int rc = vil_st_read(argv[a], &st, err, sizeof err);
-        T_CHECK(rc == 0, "%s", err);
+        int rc = vil_st_read(argv[a], &st);
+        T_CHECK(rc == 0, "read %s", argv[a]);
         if (rc != 0) continue;
         printf("%s: %d tensors, %zu data bytes\n", argv[a], st.n_tensors, st.buf_size);
         for (int i = 0; i < st.n_meta; i++)

@@ -207,11 +207,21 @@ static void setup(VilTrainRun *r, const char *out, Trace *trace) {
     r->ctx = trace;
 }
 
+/* vil_st_read with its message dropped: the callers probe files that may be missing or
+ * unreadable and report with their own checks */
+static int st_read_quiet(const char *path, VilSafetensors *st) {
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_read(path, st);
+    vil_error_release(&cap);
+    return rc;
+}
+
 /* 1 when every tensor of a and b is present in both with identical bytes */
 static int same_tensors(const char *a, const char *b, const char *const *names, int n) {
     VilSafetensors sa, sb;
-    if (vil_st_read(a, &sa, NULL, 0) != 0) return 0;
-    if (vil_st_read(b, &sb, NULL, 0) != 0) {
+    if (st_read_quiet(a, &sa) != 0) return 0;
+    if (st_read_quiet(b, &sb) != 0) {
         vil_st_free(&sa);
         return 0;
     }
@@ -314,7 +324,7 @@ static void test_train_resume(void) {
         vil_config_default(&c);
         vil_train_config_default(&tc);
         int ok = vil_train_config_load(&c, &tc, path("tiny.cfg")) == 0 && vil_config_finalize(&c) == 0 &&
-                 vil_st_read(sa, &st, NULL, 0) == 0;
+                 st_read_quiet(sa, &st) == 0;
         const VilStTensor *t = ok ? vil_st_find(&st, "params") : NULL;
         T_CHECK(t && (size_t)vil_st_numel(t) == vil_model_count_params(&c) && c.dt_rank + 2 * c.d_state == 34,
                 "the state file's params are the %zu model parameters, packed", ok ? vil_model_count_params(&c) : 0);
@@ -413,7 +423,7 @@ static void test_diverge_and_errors(void) {
     snprintf(p, sizeof p, "%s/runE/last.state.safetensors", dir);
     VilSafetensors s;
     long step = -1;
-    T_CHECK(vil_st_read(p, &s, NULL, 0) == 0 && vil_st_meta(&s, "vil.step") &&
+    T_CHECK(st_read_quiet(p, &s) == 0 && vil_st_meta(&s, "vil.step") &&
                 vil_parse_int(vil_st_meta(&s, "vil.step"), &step) == 0 && step > 0,
             "SIGINT: the state is readable");
     vil_st_free(&s);
@@ -422,7 +432,7 @@ static void test_diverge_and_errors(void) {
              dir, dir, step + 3);
     rc = t_run(cmd, out, sizeof out);
     long step2 = -1;
-    if (vil_st_read(p, &s, NULL, 0) == 0) {
+    if (st_read_quiet(p, &s) == 0) {
         vil_parse_int(vil_st_meta(&s, "vil.step"), &step2);
         vil_st_free(&s);
     }
@@ -482,7 +492,7 @@ static VilTrainStatus train_captured(VilTrainRun *r, VilTrainResult *res, char *
 /* A metadata value of a safetensors file as a number; -1 when the file or the key is missing. */
 static long meta_num(const char *file, const char *key) {
     VilSafetensors st;
-    if (vil_st_read(file, &st, NULL, 0) != 0) return -1;
+    if (st_read_quiet(file, &st) != 0) return -1;
     long v = -1;
     const char *s = vil_st_meta(&st, key);
     if (!s || vil_parse_int(s, &v) != 0) v = -1;
@@ -494,8 +504,8 @@ static long meta_num(const char *file, const char *key) {
  * bit: both hold the parameters packed in table order. */
 static int ckpt_is_state(const char *ckpt, const char *state, const char *name) {
     VilSafetensors c, s;
-    if (vil_st_read(ckpt, &c, NULL, 0) != 0) return 0;
-    if (vil_st_read(state, &s, NULL, 0) != 0) {
+    if (st_read_quiet(ckpt, &c) != 0) return 0;
+    if (st_read_quiet(state, &s) != 0) {
         vil_st_free(&c);
         return 0;
     }
@@ -517,7 +527,7 @@ static int ckpt_is_state(const char *ckpt, const char *state, const char *name) 
 /* Rewrites a state file without one metadata key: a state as an older vil wrote it. */
 static int drop_meta(const char *file, const char *key) {
     VilSafetensors st;
-    if (vil_st_read(file, &st, NULL, 0) != 0) return -1;
+    if (st_read_quiet(file, &st) != 0) return -1;
     VilStWriter *w = vil_st_writer_new();
     for (int i = 0; i < st.n_tensors; i++) {
         const VilStTensor *t = &st.tensors[i];

@@ -22,12 +22,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "export_png: N must be a positive integer, got '%s'\n", argv[3]);
         return 2;
     }
-    char err[2048];
-    VilDataset *ds = vil_dataset_open(argv[1], argv[2], NULL, err, sizeof err);
-    if (!ds) {
-        vil_error("%s", err);
-        return 1;
-    }
+    VilDataset *ds = vil_dataset_open(argv[1], argv[2], NULL);
+    if (!ds) return 1;
     if (mkdir(argv[4], 0755) != 0 && access(argv[4], W_OK) != 0) {
         vil_error("cannot create '%s': %s", argv[4], vil_errno_str());
         vil_dataset_free(ds);
@@ -37,8 +33,12 @@ int main(int argc, char **argv) {
     if (n > vil_dataset_size(ds)) n = vil_dataset_size(ds);
     for (int i = 0; i < n && rc == 0; i++) {
         VilImage im;
-        if (vil_dataset_read_image(ds, i, vil_dataset_channels(ds), &im, NULL, err, sizeof err) != 0) {
-            vil_error("sample %d: %s", i, err);
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        int bad = vil_dataset_read_image(ds, i, vil_dataset_channels(ds), &im, NULL) != 0;
+        vil_error_release(&cap);
+        if (bad) {
+            vil_error("sample %d: %s", i, cap.msg);
             rc = 1;
             break;
         }

@@ -102,10 +102,13 @@ char *vil_train_state_path(const char *resume) {
 /* ---------------- the state file ---------------- */
 
 static int state_open(const char *path, VilSafetensors *st) {
-    char err[1024];
-    if (vil_st_read(path, st, err, sizeof err) != 0) {
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_read(path, st);
+    vil_error_release(&cap);
+    if (rc != 0) {
         vil_error("cannot resume: %s (--resume takes OUT/last.safetensors, its .state.safetensors "
-                  "file or the run folder)", err);
+                  "file or the run folder)", cap.msg);
         return -1;
     }
     const char *f = vil_st_meta(st, "vil.format");
@@ -400,9 +403,13 @@ static long checkpoint_step(const char *path, char *why, size_t n) {
         return -1;
     }
     VilSafetensors st;
-    char err[512];
-    if (vil_st_read(path, &st, err, sizeof err) != 0) {
-        snprintf(why, n, "unreadable (%s)", err);
+    /* the reason goes into why, for the caller's one message */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_read(path, &st);
+    vil_error_release(&cap);
+    if (rc != 0) {
+        snprintf(why, n, "unreadable (%.512s)", cap.msg); /* why[] is shorter than cap.msg */
         return -1;
     }
     long step = -1;
@@ -505,17 +512,10 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
 
 static int open_data(Trainer *T) {
     const VilTrainRun *run = T->run;
-    char err[2048];
-    T->ds = vil_dataset_open(run->data, "train", NULL, err, sizeof err);
-    if (!T->ds) {
-        vil_error("%s", err);
-        return -1;
-    }
+    T->ds = vil_dataset_open(run->data, "train", NULL);
+    if (!T->ds) return -1;
     int K0 = vil_dataset_num_classes(T->ds);
-    if (run->names && vil_dataset_load_names(T->ds, run->names, err, sizeof err) != 0) {
-        vil_error("%s", err);
-        return -1;
-    }
+    if (run->names && vil_dataset_load_names(T->ds, run->names) != 0) return -1;
     int K = vil_dataset_num_classes(T->ds);
     if (K != K0) {
         vil_error("the class-names file '%s' names %d classes, the training data (%s) has %d: is "
@@ -529,9 +529,8 @@ static int open_data(Trainer *T) {
         return -1;
     }
     if (T->tc->eval_every_epochs > 0) {
-        T->val_ds = vil_dataset_open(run->data, "val", run->val_labels, err, sizeof err);
+        T->val_ds = vil_dataset_open(run->data, "val", run->val_labels);
         if (!T->val_ds) {
-            vil_error("%s", err);
             vil_error("no validation split in '%s': add one, or set eval_every_epochs=0 to train "
                       "without evaluation", run->data);
             return -1;
@@ -552,7 +551,6 @@ static int open_data(Trainer *T) {
 static int make_loaders(Trainer *T) {
     const VilTrainConfig *t = T->tc;
     const VilConfig *c = T->mc;
-    char err[2048];
     VilLoaderConfig lc;
     vil_loader_config_default(&lc, VIL_LOADER_TRAIN, c->img_size, c->in_chans, t->batch,
                               T->n_classes);
@@ -577,11 +575,8 @@ static int make_loaders(Trainer *T) {
     lc.mixup.switch_prob = t->mixup_switch_prob;
     lc.mixup.smoothing = t->label_smoothing;
     lc.alloc = vil_feed_allocator(T->be);
-    T->loader = vil_loader_create(T->ds, &lc, err, sizeof err);
-    if (!T->loader) {
-        vil_error("%s", err);
-        return -1;
-    }
+    T->loader = vil_loader_create(T->ds, &lc);
+    if (!T->loader) return -1;
     if (T->val_ds) {
         VilLoaderConfig ec;
         vil_loader_config_default(&ec, VIL_LOADER_EVAL, c->img_size, c->in_chans,
@@ -593,11 +588,8 @@ static int make_loaders(Trainer *T) {
         ec.rank = T->rank;
         ec.quiet = T->quiet;
         ec.alloc = vil_feed_allocator(T->be);
-        T->val_loader = vil_loader_create(T->val_ds, &ec, err, sizeof err);
-        if (!T->val_loader) {
-            vil_error("%s", err);
-            return -1;
-        }
+        T->val_loader = vil_loader_create(T->val_ds, &ec);
+        if (!T->val_loader) return -1;
     }
     return 0;
 }

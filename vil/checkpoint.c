@@ -318,7 +318,8 @@ static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
     }
     size_t got = fread(head, 1, sizeof head, f);
     fclose(f);
-    char err[1024];
+    /* the readers' messages, said as failures to load the checkpoint */
+    VilErrCapture cap;
     int kind = vil_pth_sniff(head, got), img = 0;
     if (kind == 2) {
         vil_error("'%s' is in torch.save's legacy format (PyTorch before 1.6), which vil does not "
@@ -327,8 +328,11 @@ static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
     }
     if (kind == 1) {
         VilPthInfo info;
-        if (vil_pth_read(path, o->ema, &s->st, &info, err, sizeof err) != 0) {
-            vil_error("cannot load checkpoint %s", err);
+        vil_error_capture(&cap);
+        int rc = vil_pth_read(path, o->ema, &s->st, &info);
+        vil_error_release(&cap);
+        if (rc != 0) {
+            vil_error("cannot load checkpoint %s", cap.msg);
             return -1;
         }
         snprintf(meta->format, sizeof meta->format, "pth");
@@ -347,8 +351,11 @@ static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
                       "PyTorch training checkpoint (.pth)", path);
             return -1;
         }
-        if (vil_st_read(path, &s->st, err, sizeof err) != 0) {
-            vil_error("cannot load checkpoint: %s", err);
+        vil_error_capture(&cap);
+        int rc = vil_st_read(path, &s->st);
+        vil_error_release(&cap);
+        if (rc != 0) {
+            vil_error("cannot load checkpoint: %s", cap.msg);
             return -1;
         }
         const char *fmt = vil_st_meta(&s->st, "vil.format");

@@ -79,21 +79,47 @@ char *vil_printable(char *dst, size_t cap, const char *s) {
     return dst;
 }
 
+/* The innermost capture of this thread, NULL when messages go to stderr. Per thread, so that a
+ * loader worker that records why a file was bad never takes another thread's message. */
+static _Thread_local VilErrCapture *g_capture;
+
+void vil_error_capture(VilErrCapture *cap) {
+    cap->msg[0] = 0;
+    cap->count = 0;
+    cap->prev = g_capture;
+    g_capture = cap;
+}
+
+void vil_error_release(VilErrCapture *cap) {
+    /* releasing out of order would leave a capture on the chain that its owner has freed */
+    if (g_capture != cap) VIL_FATAL("vil_error_release: not the innermost capture of this thread");
+    g_capture = cap->prev;
+}
+
+/* Append one message to c->msg after "; ". What does not fit is cut and the text ends with
+ * "...", so that a reader knows it is not all; later messages are counted but not added. */
+static void capture_add(VilErrCapture *c, const char *fmt, va_list ap) {
+    const size_t cap = sizeof c->msg;
+    size_t len = strnlen(c->msg, cap - 1);
+    int cut = len > 0 && len + 2 >= cap;
+    if (len > 0 && !cut) {
+        memcpy(c->msg + len, "; ", 3);
+        len += 2;
+    }
+    if (!cut) {
+        int k = vsnprintf(c->msg + len, cap - len, fmt, ap);
+        cut = k > 0 && (size_t)k >= cap - len;
+    }
+    if (cut) memcpy(c->msg + cap - 4, "...", 4);
+    c->count++;
+}
+
 void vil_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vmsg("error", fmt, ap);
+    if (g_capture) capture_add(g_capture, fmt, ap);
+    else vmsg("error", fmt, ap);
     va_end(ap);
-}
-
-int vil_err_set(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
 }
 
 void vil_warn(const char *fmt, ...) {

@@ -23,12 +23,20 @@ int vil_exit_code(int rc);
  * to fit cap (with "..."); untrusted text (file metadata, names) goes through it before it is
  * printed. Returns dst. */
 char *vil_printable(char *dst, size_t cap, const char *s);
-/* Print "vil: error: ..." to stderr. Never exits. */
+/* Print "vil: error: ..." to stderr, or add the message to this thread's capture when one is
+ * active (vil_error_capture). Never exits. */
 void vil_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Messages of vil_error on this thread go into cap instead of stderr until vil_error_release:
+ * cap->msg holds them joined by "; " in the order reported (cut with "..." at the end when
+ * longer), cap->count how many there were. Captures nest (release restores the outer one). */
+typedef struct VilErrCapture {
+    char msg[1024];
+    int count;
+    struct VilErrCapture *prev;
+} VilErrCapture;
+void vil_error_capture(VilErrCapture *cap);   /* starts: msg = "", count = 0 */
+void vil_error_release(VilErrCapture *cap);   /* must be the innermost capture of this thread */
 void vil_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* For readers that hand their message to the caller: format into err (errlen bytes; err may be
- * NULL) and return -1. */
-int vil_err_set(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Print the message and exit(1): for failures the program cannot continue from
  * (out of memory, a broken invariant). */
 void vil_fatal(const char *file, int line, const char *fmt, ...)

@@ -33,8 +33,6 @@ typedef struct {
     size_t memo_cap;
     long items;
     size_t at; /* offset of the opcode being run, for messages */
-    char *err;
-    size_t errlen;
 } Rd;
 
 static const struct {
@@ -100,14 +98,12 @@ static const char *op_name(unsigned op) {
 
 static int fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(Rd *r, const char *fmt, ...) {
-    if (r->err && r->errlen) {
-        int k = snprintf(r->err, r->errlen, "pickle byte %zu: ", r->at);
-        if (k < 0 || (size_t)k >= r->errlen) k = 0;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(r->err + k, r->errlen - (size_t)k, fmt, ap);
-        va_end(ap);
-    }
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    vil_error("pickle byte %zu: %s", r->at, msg);
     return -1;
 }
 
@@ -564,8 +560,8 @@ static int step(Rd *r) {
     }
 }
 
-VilPickle *vil_pickle_load(const unsigned char *buf, size_t n, char *err, size_t errlen) {
-    Rd r = {.base = buf, .p = buf, .end = buf + n, .err = err, .errlen = errlen};
+VilPickle *vil_pickle_load(const unsigned char *buf, size_t n) {
+    Rd r = {.base = buf, .p = buf, .end = buf + n};
     r.pk = vil_calloc(1, sizeof *r.pk);
     r.scap = 256; /* never NULL: TUPLE after a MARK on an empty stack takes stack + 0 */
     r.stack = vil_malloc(r.scap * sizeof *r.stack);

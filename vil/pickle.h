@@ -75,9 +75,9 @@ struct VilPkObj {
 
 typedef struct VilPickle VilPickle;
 
-/* Unpickle buf. Returns the tree (free with vil_pickle_free) or NULL with a message in err that
- * names the opcode or global and its byte offset. */
-VilPickle *vil_pickle_load(const unsigned char *buf, size_t n, char *err, size_t errlen);
+/* Unpickle buf. Returns the tree (free with vil_pickle_free) or NULL with a vil_error message
+ * that names the opcode or global and its byte offset. */
+VilPickle *vil_pickle_load(const unsigned char *buf, size_t n);
 const VilPkObj *vil_pickle_root(const VilPickle *p);
 void vil_pickle_free(VilPickle *p);
 

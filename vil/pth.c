@@ -43,21 +43,33 @@ static VilStDtype st_dtype(VilPkDtype d) {
 /* One whole entry into a new buffer of exactly want bytes (want == (size_t)-1: any size up to
  * max). libzip checks the CRC as the last byte is read. */
 static int read_entry(zip_t *za, const char *name, size_t want, size_t max, unsigned char **out,
-                      size_t *n, char *err, size_t errlen) {
+                      size_t *n) {
     *out = NULL;
     zip_int64_t idx = zip_name_locate(za, name, ZIP_FL_ENC_RAW);
-    if (idx < 0) return vil_err_set(err, errlen, "the archive has no entry '%s'", name);
+    if (idx < 0) {
+        vil_error("the archive has no entry '%s'", name);
+        return -1;
+    }
     zip_stat_t zs;
-    if (zip_stat_index(za, (zip_uint64_t)idx, 0, &zs) != 0 || !(zs.valid & ZIP_STAT_SIZE))
-        return vil_err_set(err, errlen, "entry '%s': %s", name, zip_strerror(za));
-    if (want != (size_t)-1 && zs.size != want)
-        return vil_err_set(err, errlen, "entry '%s' holds %" PRIu64 " bytes, its tensors need %zu", name,
-                    (uint64_t)zs.size, want);
-    if (zs.size > max)
-        return vil_err_set(err, errlen, "entry '%s' is %" PRIu64 " bytes, over the limit of %zu", name,
-                    (uint64_t)zs.size, max);
+    if (zip_stat_index(za, (zip_uint64_t)idx, 0, &zs) != 0 || !(zs.valid & ZIP_STAT_SIZE)) {
+        vil_error("entry '%s': %s", name, zip_strerror(za));
+        return -1;
+    }
+    if (want != (size_t)-1 && zs.size != want) {
+        vil_error("entry '%s' holds %" PRIu64 " bytes, its tensors need %zu", name,
+                  (uint64_t)zs.size, want);
+        return -1;
+    }
+    if (zs.size > max) {
+        vil_error("entry '%s' is %" PRIu64 " bytes, over the limit of %zu", name,
+                  (uint64_t)zs.size, max);
+        return -1;
+    }
     zip_file_t *f = zip_fopen_index(za, (zip_uint64_t)idx, 0);
-    if (!f) return vil_err_set(err, errlen, "entry '%s': %s", name, zip_strerror(za));
+    if (!f) {
+        vil_error("entry '%s': %s", name, zip_strerror(za));
+        return -1;
+    }
     size_t size = (size_t)zs.size;
     unsigned char *buf = vil_malloc_aligned(size ? size : 1);
     size_t got = 0;
@@ -70,9 +82,11 @@ static int read_entry(zip_t *za, const char *name, size_t want, size_t max, unsi
     unsigned char extra;
     zip_int64_t tail = got == size ? zip_fread(f, &extra, 1) : -1;
     int rc = 0;
-    if (got != size || tail != 0)
-        rc = vil_err_set(err, errlen, "entry '%s' cannot be read whole (%zu of %zu bytes): %s", name, got,
+    if (got != size || tail != 0) {
+        vil_error("entry '%s' cannot be read whole (%zu of %zu bytes): %s", name, got,
                   size, zip_file_strerror(f));
+        rc = -1;
+    }
     zip_fclose(f);
     if (rc != 0) {
         free(buf);
@@ -84,23 +98,34 @@ static int read_entry(zip_t *za, const char *name, size_t want, size_t max, unsi
 }
 
 /* the prefix NAME of the one NAME/data.pkl entry */
-static int find_prefix(zip_t *za, char *prefix, size_t cap, char *err, size_t errlen) {
+static int find_prefix(zip_t *za, char *prefix, size_t cap) {
     zip_int64_t n = zip_get_num_entries(za, 0);
-    if (n < 0 || n > MAX_ENTRIES)
-        return vil_err_set(err, errlen, "the archive lists %lld entries (at most %d are read)", (long long)n, MAX_ENTRIES);
+    if (n < 0 || n > MAX_ENTRIES) {
+        vil_error("the archive lists %lld entries (at most %d are read)", (long long)n,
+                  MAX_ENTRIES);
+        return -1;
+    }
     int found = 0;
     for (zip_int64_t i = 0; i < n; i++) {
         const char *nm = zip_get_name(za, (zip_uint64_t)i, ZIP_FL_ENC_RAW);
         if (!nm) continue;
         const char *slash = strchr(nm, '/');
         if (!slash || slash == nm || strcmp(slash, "/data.pkl") != 0) continue;
-        if ((size_t)(slash - nm) >= cap) return vil_err_set(err, errlen, "archive folder name too long");
-        if (found++) return vil_err_set(err, errlen, "the archive holds more than one data.pkl");
+        if ((size_t)(slash - nm) >= cap) {
+            vil_error("archive folder name too long");
+            return -1;
+        }
+        if (found++) {
+            vil_error("the archive holds more than one data.pkl");
+            return -1;
+        }
         memcpy(prefix, nm, (size_t)(slash - nm));
         prefix[slash - nm] = 0;
     }
-    if (!found)
-        return vil_err_set(err, errlen, "a zip archive without NAME/data.pkl: not a file torch.save wrote");
+    if (!found) {
+        vil_error("a zip archive without NAME/data.pkl: not a file torch.save wrote");
+        return -1;
+    }
     return 0;
 }
 
@@ -136,10 +161,9 @@ static int all_tensors(const VilPkObj *d) {
 }
 
 /* the state dict asked for */
-static const VilPkObj *select_dict(const VilPkObj *root, int ema, VilPthInfo *info, char *err,
-                                   size_t errlen) {
+static const VilPkObj *select_dict(const VilPkObj *root, int ema, VilPthInfo *info) {
     if (root->kind != VIL_PK_DICT) {
-        vil_err_set(err, errlen, "data.pkl holds %s, not a checkpoint dict", vil_pk_kind_name(root));
+        vil_error("data.pkl holds %s, not a checkpoint dict", vil_pk_kind_name(root));
         return NULL;
     }
     int is_state_dict = all_tensors(root);
@@ -147,8 +171,8 @@ static const VilPkObj *select_dict(const VilPkObj *root, int ema, VilPthInfo *in
     if (ema) {
         const VilPkObj *e = vil_pk_get(root, "model_ema");
         if (!e || e->kind != VIL_PK_DICT) {
-            vil_err_set(err, errlen, "--ema: the file has no model_ema state dict (its keys: %s)",
-                 info->keys[0] ? info->keys : "tensor names only: it is a state dict");
+            vil_error("--ema: the file has no model_ema state dict (its keys: %s)",
+                      info->keys[0] ? info->keys : "tensor names only: it is a state dict");
             return NULL;
         }
         snprintf(info->weights, sizeof info->weights, "model_ema");
@@ -163,8 +187,8 @@ static const VilPkObj *select_dict(const VilPkObj *root, int ema, VilPthInfo *in
         }
     }
     if (is_state_dict) return root;
-    vil_err_set(err, errlen, "no state dict in the file: no 'model' or 'state_dict' entry, and the "
-                      "top level is not all tensors (its keys: %s)", info->keys);
+    vil_error("no state dict in the file: no 'model' or 'state_dict' entry, and the "
+              "top level is not all tensors (its keys: %s)", info->keys);
     return NULL;
 }
 
@@ -189,8 +213,7 @@ static void gather(unsigned char *dst, const unsigned char *s, const VilPkTensor
     }
 }
 
-static int read_tensors(zip_t *za, const char *prefix, const VilPkObj *d, VilSafetensors *st,
-                        char *err, size_t errlen) {
+static int read_tensors(zip_t *za, const char *prefix, const VilPkObj *d, VilSafetensors *st) {
     int n = d->n / 2;
     VilStTensor *ts = vil_calloc((size_t)(n ? n : 1), sizeof *ts);
     int strip = n > 0, rc = 0;
@@ -198,17 +221,20 @@ static int read_tensors(zip_t *za, const char *prefix, const VilPkObj *d, VilSaf
     for (int i = 0; i < n && rc == 0; i++) {
         const VilPkObj *k = d->items[2 * i], *v = d->items[2 * i + 1];
         if (k->kind != VIL_PK_STR || k->len == 0 || k->len > MAX_NAME || strlen(k->s) != k->len) {
-            rc = vil_err_set(err, errlen, "state dict key %d is %s, not a tensor name", i, vil_pk_kind_name(k));
+            vil_error("state dict key %d is %s, not a tensor name", i, vil_pk_kind_name(k));
+            rc = -1;
             break;
         }
         if (v->kind != VIL_PK_TENSOR) {
-            rc = vil_err_set(err, errlen, "state dict entry '%s' is %s, not a tensor", k->s, vil_pk_kind_name(v));
+            vil_error("state dict entry '%s' is %s, not a tensor", k->s, vil_pk_kind_name(v));
+            rc = -1;
             break;
         }
         const VilPkTensor *t = v->tensor;
         size_t es = vil_pk_dtype_size(v->dtype);
         if ((uint64_t)t->numel > VIL_PTH_MAX_ENTRY / es || total + (size_t)t->numel * es > VIL_PTH_MAX_ENTRY) {
-            rc = vil_err_set(err, errlen, "tensor '%s' takes the state dict over %zu bytes", k->s, VIL_PTH_MAX_ENTRY);
+            vil_error("tensor '%s' takes the state dict over %zu bytes", k->s, VIL_PTH_MAX_ENTRY);
+            rc = -1;
             break;
         }
         ts[i].name = k->s;
@@ -235,10 +261,13 @@ static int read_tensors(zip_t *za, const char *prefix, const VilPkObj *d, VilSaf
             char name[VIL_PK_MAX_GLOBAL + 512];
             snprintf(name, sizeof name, "%s/data/%s", prefix, s->s);
             size_t es = vil_pk_dtype_size(s->dtype), got;
-            if (read_entry(za, name, (size_t)s->i * es, VIL_PTH_MAX_ENTRY, &sbuf, &got, err, errlen) != 0) {
-                char inner[512];
-                snprintf(inner, sizeof inner, "%s", err ? err : "");
-                rc = vil_err_set(err, errlen, "tensor '%s': %s", d->items[2 * i]->s, inner);
+            /* the entry's message, with the tensor that needed it */
+            VilErrCapture cap;
+            vil_error_capture(&cap);
+            rc = read_entry(za, name, (size_t)s->i * es, VIL_PTH_MAX_ENTRY, &sbuf, &got);
+            vil_error_release(&cap);
+            if (rc != 0) {
+                vil_error("tensor '%s': %s", d->items[2 * i]->s, cap.msg);
                 break;
             }
         }
@@ -247,7 +276,7 @@ static int read_tensors(zip_t *za, const char *prefix, const VilPkObj *d, VilSaf
     free(sbuf);
     if (rc == 0) {
         for (int i = 0; strip && i < n; i++) ts[i].name += 7;
-        rc = vil_st_from_memory(st, buf, total, ts, n, err, errlen);
+        rc = vil_st_from_memory(st, buf, total, ts, n);
     } else {
         free(buf);
     }
@@ -255,40 +284,47 @@ static int read_tensors(zip_t *za, const char *prefix, const VilPkObj *d, VilSaf
     return rc;
 }
 
-static int read_archive(zip_t *za, int ema, VilSafetensors *st, VilPthInfo *info, char *err,
-                        size_t errlen) {
+static int read_archive(zip_t *za, int ema, VilSafetensors *st, VilPthInfo *info) {
     char prefix[256];
-    if (find_prefix(za, prefix, sizeof prefix, err, errlen) != 0) return -1;
+    if (find_prefix(za, prefix, sizeof prefix) != 0) return -1;
     char name[300];
     unsigned char *b = NULL;
     size_t n = 0;
     snprintf(name, sizeof name, "%s/byteorder", prefix);
     if (zip_name_locate(za, name, ZIP_FL_ENC_RAW) >= 0) {
-        if (read_entry(za, name, (size_t)-1, 64, &b, &n, err, errlen) != 0) return -1;
+        if (read_entry(za, name, (size_t)-1, 64, &b, &n) != 0) return -1;
         int little = n == 6 && memcmp(b, "little", 6) == 0;
         free(b);
-        if (!little) return vil_err_set(err, errlen, "the storages are not little-endian (byteorder entry)");
+        if (!little) {
+            vil_error("the storages are not little-endian (byteorder entry)");
+            return -1;
+        }
     }
     snprintf(name, sizeof name, "%s/data.pkl", prefix);
-    if (read_entry(za, name, (size_t)-1, VIL_PK_MAX_BYTES, &b, &n, err, errlen) != 0) return -1;
-    char perr[400];
-    VilPickle *pk = vil_pickle_load(b, n, perr, sizeof perr);
+    if (read_entry(za, name, (size_t)-1, VIL_PK_MAX_BYTES, &b, &n) != 0) return -1;
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    VilPickle *pk = vil_pickle_load(b, n);
+    vil_error_release(&cap);
     free(b);
-    if (!pk) return vil_err_set(err, errlen, "data.pkl: %s", perr);
+    if (!pk) {
+        vil_error("data.pkl: %s", cap.msg);
+        return -1;
+    }
     const VilPkObj *root = vil_pickle_root(pk);
     if (root->kind == VIL_PK_DICT) describe(root, info);
-    const VilPkObj *d = select_dict(root, ema, info, err, errlen);
-    int rc = d ? read_tensors(za, prefix, d, st, err, errlen) : -1;
+    const VilPkObj *d = select_dict(root, ema, info);
+    int rc = d ? read_tensors(za, prefix, d, st) : -1;
     vil_pickle_free(pk);
     return rc;
 }
 
-static zip_t *open_source(zip_source_t *src, char *err, size_t errlen) {
+static zip_t *open_source(zip_source_t *src) {
     zip_error_t ze;
     zip_error_init(&ze);
     zip_t *za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
     if (!za) {
-        vil_err_set(err, errlen, "not a readable zip archive: %s", zip_error_strerror(&ze));
+        vil_error("not a readable zip archive: %s", zip_error_strerror(&ze));
         zip_source_free(src);
     }
     zip_error_fini(&ze);
@@ -296,7 +332,7 @@ static zip_t *open_source(zip_source_t *src, char *err, size_t errlen) {
 }
 
 int vil_pth_parse(const unsigned char *buf, size_t n, int ema, VilSafetensors *st,
-                  VilPthInfo *info, char *err, size_t errlen) {
+                  VilPthInfo *info) {
     memset(st, 0, sizeof *st);
     memset(info, 0, sizeof *info);
     info->epoch = -1;
@@ -304,16 +340,18 @@ int vil_pth_parse(const unsigned char *buf, size_t n, int ema, VilSafetensors *s
     zip_error_init(&ze);
     zip_source_t *src = zip_source_buffer_create(buf, n, 0, &ze);
     zip_error_fini(&ze);
-    if (!src) return vil_err_set(err, errlen, "cannot read the bytes as a zip archive");
-    zip_t *za = open_source(src, err, errlen);
+    if (!src) {
+        vil_error("cannot read the bytes as a zip archive");
+        return -1;
+    }
+    zip_t *za = open_source(src);
     if (!za) return -1;
-    int rc = read_archive(za, ema, st, info, err, errlen);
+    int rc = read_archive(za, ema, st, info);
     zip_discard(za);
     return rc;
 }
 
-int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info, char *err,
-                 size_t errlen) {
+int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info) {
     memset(st, 0, sizeof *st);
     memset(info, 0, sizeof *info);
     info->epoch = -1;
@@ -321,17 +359,20 @@ int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info
     zip_error_init(&ze);
     zip_source_t *src = zip_source_file_create(path, 0, -1, &ze);
     int rc = -1;
-    char inner[768];
+    /* the reader's messages name no file: one message that says which */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
     if (!src) {
-        vil_err_set(inner, sizeof inner, "cannot open: %s", zip_error_strerror(&ze));
+        vil_error("cannot open: %s", zip_error_strerror(&ze));
     } else {
-        zip_t *za = open_source(src, inner, sizeof inner);
+        zip_t *za = open_source(src);
         if (za) {
-            rc = read_archive(za, ema, st, info, inner, sizeof inner);
+            rc = read_archive(za, ema, st, info);
             zip_discard(za);
         }
     }
+    vil_error_release(&cap);
     zip_error_fini(&ze);
-    if (rc != 0) return vil_err_set(err, errlen, "'%s': %s", path, inner);
-    return 0;
+    if (rc != 0) vil_error("'%s': %s", path, cap.msg);
+    return rc;
 }

@@ -31,12 +31,11 @@ int vil_pth_sniff(const unsigned char *head, size_t n);
 /* Read the file's state dict: with ema, model_ema (an error when there is none); without, model,
  * else state_dict, else the top-level dict when it holds tensors only. Tensors keep their dtype
  * (F32, F16, BF16, F64, I64, I32, BOOL) and come out contiguous; a "module." prefix on every
- * name (a DataParallel model's) is dropped. 0, or -1 with a message naming the file and what is
- * wrong (the opcode, global, entry or tensor) in err; *st is then empty. */
-int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info, char *err,
-                 size_t errlen);
+ * name (a DataParallel model's) is dropped. 0, or -1 with a vil_error message naming the file
+ * and what is wrong (the opcode, global, entry or tensor); *st is then empty. */
+int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info);
 /* The same from bytes in memory (the tests and the fuzzer); messages carry no file name. */
 int vil_pth_parse(const unsigned char *buf, size_t n, int ema, VilSafetensors *st,
-                  VilPthInfo *info, char *err, size_t errlen);
+                  VilPthInfo *info);
 
 #endif

@@ -100,7 +100,7 @@ static int cmp_str_ptr(const void *a, const void *b) {
 }
 
 /* st->by_name, refusing a repeated name; p: scratch for n_tensors pointers */
-static int index_names(VilSafetensors *st, VilStTensor **p, char *err, size_t errlen) {
+static int index_names(VilSafetensors *st, VilStTensor **p) {
     int nt = st->n_tensors;
     for (int i = 0; i < nt; i++)
         p[i] = &st->tensors[i];
@@ -108,20 +108,22 @@ static int index_names(VilSafetensors *st, VilStTensor **p, char *err, size_t er
     st->by_name = vil_malloc((size_t)(nt ? nt : 1) * sizeof(int));
     for (int i = 0; i < nt; i++) {
         st->by_name[i] = (int)(p[i] - st->tensors);
-        if (i > 0 && strcmp(p[i - 1]->name, p[i]->name) == 0)
-            return vil_err_set(err, errlen, "tensor name '%.*s' appears twice", SHOWN(p[i]->name));
+        if (i > 0 && strcmp(p[i - 1]->name, p[i]->name) == 0) {
+            vil_error("tensor name '%.*s' appears twice", SHOWN(p[i]->name));
+            return -1;
+        }
     }
     return 0;
 }
 
 /* One tensor entry: {"dtype": .., "shape": [..], "data_offsets": [b, e]}. Unknown keys are
  * ignored (as serde does); repeated known keys are errors. */
-static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t, char *err,
-                        size_t errlen) {
+static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t) {
     const char *nm = t->name;
-    if (!cJSON_IsObject(item))
-        return vil_err_set(err, errlen, "tensor '%.*s': entry is %s, not an object", SHOWN(nm),
-                    json_kind(item));
+    if (!cJSON_IsObject(item)) {
+        vil_error("tensor '%.*s': entry is %s, not an object", SHOWN(nm), json_kind(item));
+        return -1;
+    }
     const cJSON *dt = NULL, *shape = NULL, *offs = NULL;
     for (const cJSON *c = item->child; c; c = c->next) {
         const cJSON **slot = strcmp(c->string, "dtype") == 0          ? &dt
@@ -129,46 +131,56 @@ static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t, char
                              : strcmp(c->string, "data_offsets") == 0 ? &offs
                                                                       : NULL;
         if (!slot) continue;
-        if (*slot)
-            return vil_err_set(err, errlen, "tensor '%.*s': key '%s' appears twice", SHOWN(nm), c->string);
+        if (*slot) {
+            vil_error("tensor '%.*s': key '%s' appears twice", SHOWN(nm), c->string);
+            return -1;
+        }
         *slot = c;
     }
-    if (!dt || !shape || !offs)
-        return vil_err_set(err, errlen, "tensor '%.*s': missing \"%s\"", SHOWN(nm),
-                    !dt      ? "dtype"
-                    : !shape ? "shape"
-                             : "data_offsets");
-    if (!cJSON_IsString(dt))
-        return vil_err_set(err, errlen, "tensor '%.*s': dtype is %s, not a string", SHOWN(nm),
-                    json_kind(dt));
-    if (dtype_from_name(dt->valuestring, &t->dtype) != 0)
-        return vil_err_set(err, errlen, "tensor '%.*s': unknown dtype '%.*s'", SHOWN(nm), 32,
-                    dt->valuestring);
-    if (!cJSON_IsArray(shape))
-        return vil_err_set(err, errlen, "tensor '%.*s': shape is %s, not an array", SHOWN(nm),
-                    json_kind(shape));
+    if (!dt || !shape || !offs) {
+        vil_error("tensor '%.*s': missing \"%s\"", SHOWN(nm),
+                  !dt ? "dtype" : !shape ? "shape" : "data_offsets");
+        return -1;
+    }
+    if (!cJSON_IsString(dt)) {
+        vil_error("tensor '%.*s': dtype is %s, not a string", SHOWN(nm), json_kind(dt));
+        return -1;
+    }
+    if (dtype_from_name(dt->valuestring, &t->dtype) != 0) {
+        vil_error("tensor '%.*s': unknown dtype '%.*s'", SHOWN(nm), 32, dt->valuestring);
+        return -1;
+    }
+    if (!cJSON_IsArray(shape)) {
+        vil_error("tensor '%.*s': shape is %s, not an array", SHOWN(nm), json_kind(shape));
+        return -1;
+    }
     int ndim = 0;
     for (const cJSON *c = shape->child; c; c = c->next) {
-        if (ndim == VIL_ST_MAX_DIMS)
-            return vil_err_set(err, errlen, "tensor '%.*s': shape has more than %d dimensions", SHOWN(nm),
-                        VIL_ST_MAX_DIMS);
+        if (ndim == VIL_ST_MAX_DIMS) {
+            vil_error("tensor '%.*s': shape has more than %d dimensions", SHOWN(nm),
+                      VIL_ST_MAX_DIMS);
+            return -1;
+        }
         uint64_t d;
-        if (json_uint(c, &d) != 0)
-            return vil_err_set(err, errlen, "tensor '%.*s': shape[%d] is not a non-negative integer",
-                        SHOWN(nm), ndim);
+        if (json_uint(c, &d) != 0) {
+            vil_error("tensor '%.*s': shape[%d] is not a non-negative integer", SHOWN(nm), ndim);
+            return -1;
+        }
         t->shape[ndim++] = (int64_t)d;
     }
     t->ndim = ndim;
     uint64_t begin, end;
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-        json_uint(offs->child, &begin) != 0 || json_uint(offs->child->next, &end) != 0)
-        return vil_err_set(err, errlen,
-                    "tensor '%.*s': data_offsets must be [begin, end], two non-negative integers",
-                    SHOWN(nm));
-    if (end < begin)
-        return vil_err_set(err, errlen,
-                    "tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin",
-                    SHOWN(nm), begin, end);
+        json_uint(offs->child, &begin) != 0 || json_uint(offs->child->next, &end) != 0) {
+        vil_error("tensor '%.*s': data_offsets must be [begin, end], two non-negative integers",
+                  SHOWN(nm));
+        return -1;
+    }
+    if (end < begin) {
+        vil_error("tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin",
+                  SHOWN(nm), begin, end);
+        return -1;
+    }
     /* product(shape) * size, refusing anything that overflows */
     char sh[256];
     shape_str(sh, sizeof sh, ndim, t->shape);
@@ -176,37 +188,44 @@ static int parse_tensor(const cJSON *item, size_t buf_size, VilStTensor *t, char
     uint64_t nbytes = esize;
     for (int i = 0; i < ndim; i++) {
         uint64_t d = (uint64_t)t->shape[i];
-        if (d && nbytes > UINT64_MAX / d)
-            return vil_err_set(err, errlen, "tensor '%.*s': shape %s %s overflows a 64-bit byte count",
-                        SHOWN(nm), sh, DTYPES[t->dtype].name);
+        if (d && nbytes > UINT64_MAX / d) {
+            vil_error("tensor '%.*s': shape %s %s overflows a 64-bit byte count",
+                      SHOWN(nm), sh, DTYPES[t->dtype].name);
+            return -1;
+        }
         nbytes *= d;
     }
-    if (nbytes != end - begin)
-        return vil_err_set(err, errlen,
-                    "tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64
-                    "] but shape %s %s needs %" PRIu64 " bytes",
-                    SHOWN(nm), begin, end, sh, DTYPES[t->dtype].name, nbytes);
-    if (end > buf_size)
-        return vil_err_set(err, errlen,
-                    "tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64
-                    "] reach past the end of the %zu-byte buffer (truncated file?)",
-                    SHOWN(nm), begin, end, buf_size);
+    if (nbytes != end - begin) {
+        vil_error("tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64
+                  "] but shape %s %s needs %" PRIu64 " bytes",
+                  SHOWN(nm), begin, end, sh, DTYPES[t->dtype].name, nbytes);
+        return -1;
+    }
+    if (end > buf_size) {
+        vil_error("tensor '%.*s': data_offsets [%" PRIu64 ", %" PRIu64
+                  "] reach past the end of the %zu-byte buffer (truncated file?)",
+                  SHOWN(nm), begin, end, buf_size);
+        return -1;
+    }
     t->offset = (size_t)begin;
     t->nbytes = (size_t)nbytes;
     return 0;
 }
 
-static int parse_meta(const cJSON *meta, VilSafetensors *st, char *err, size_t errlen) {
-    if (!cJSON_IsObject(meta))
-        return vil_err_set(err, errlen, "__metadata__ is %s, not an object of strings", json_kind(meta));
+static int parse_meta(const cJSON *meta, VilSafetensors *st) {
+    if (!cJSON_IsObject(meta)) {
+        vil_error("__metadata__ is %s, not an object of strings", json_kind(meta));
+        return -1;
+    }
     int n = cJSON_GetArraySize(meta);
     st->meta_keys = vil_calloc((size_t)n, sizeof(char *));
     st->meta_vals = vil_calloc((size_t)n, sizeof(char *));
     for (const cJSON *c = meta->child; c; c = c->next) {
-        if (!cJSON_IsString(c))
-            return vil_err_set(err, errlen,
-                        "__metadata__ key '%.*s' is %s; metadata values must be strings",
-                        SHOWN(c->string), json_kind(c));
+        if (!cJSON_IsString(c)) {
+            vil_error("__metadata__ key '%.*s' is %s; metadata values must be strings",
+                      SHOWN(c->string), json_kind(c));
+            return -1;
+        }
         st->meta_keys[st->n_meta] = vil_strdup(c->string);
         st->meta_vals[st->n_meta] = vil_strdup(c->valuestring);
         st->n_meta++;
@@ -216,7 +235,7 @@ static int parse_meta(const cJSON *meta, VilSafetensors *st, char *err, size_t e
     qsort(keys, (size_t)n, sizeof(char *), cmp_str_ptr);
     for (int i = 1; i < n; i++) {
         if (strcmp(keys[i - 1], keys[i]) == 0) {
-            vil_err_set(err, errlen, "__metadata__ key '%.*s' appears twice", SHOWN(keys[i]));
+            vil_error("__metadata__ key '%.*s' appears twice", SHOWN(keys[i]));
             free(keys);
             return -1;
         }
@@ -226,27 +245,31 @@ static int parse_meta(const cJSON *meta, VilSafetensors *st, char *err, size_t e
 }
 
 /* Everything after JSON parsing: the entries one by one, then the checks across entries. */
-static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st, char *err,
-                      size_t errlen) {
-    if (!cJSON_IsObject(root))
-        return vil_err_set(err, errlen, "header is %s, not a JSON object", json_kind(root));
+static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st) {
+    if (!cJSON_IsObject(root)) {
+        vil_error("header is %s, not a JSON object", json_kind(root));
+        return -1;
+    }
     int n = cJSON_GetArraySize(root);
     st->tensors = vil_calloc((size_t)n, sizeof(VilStTensor));
     const cJSON *meta = NULL;
     for (const cJSON *c = root->child; c; c = c->next) {
         if (strcmp(c->string, "__metadata__") == 0) {
-            if (meta) return vil_err_set(err, errlen, "key '__metadata__' appears twice");
+            if (meta) {
+                vil_error("key '__metadata__' appears twice");
+                return -1;
+            }
             meta = c;
-            if (parse_meta(c, st, err, errlen) != 0) return -1;
+            if (parse_meta(c, st) != 0) return -1;
             continue;
         }
         VilStTensor *t = &st->tensors[st->n_tensors++];
         t->name = vil_strdup(c->string);
-        if (parse_tensor(c, buf_size, t, err, errlen) != 0) return -1;
+        if (parse_tensor(c, buf_size, t) != 0) return -1;
     }
     int nt = st->n_tensors;
     VilStTensor **p = vil_malloc((size_t)(nt ? nt : 1) * sizeof(*p));
-    int rc = index_names(st, p, err, errlen);
+    int rc = index_names(st, p);
     if (rc != 0) goto done;
     /* The tensors, in offset order, must tile the buffer: an overlap would let two tensors
      * alias, a gap or a short cover means the header and the data disagree. */
@@ -256,53 +279,65 @@ static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st, ch
         const VilStTensor *t = p[i];
         if (t->offset < covered) {
             const VilStTensor *q = p[i - 1];
-            rc = vil_err_set(err, errlen,
-                      "tensors '%.*s' (bytes [%zu, %zu]) and '%.*s' (bytes [%zu, %zu]) overlap",
+            vil_error("tensors '%.*s' (bytes [%zu, %zu]) and '%.*s' (bytes [%zu, %zu]) overlap",
                       SHOWN(q->name), q->offset, q->offset + q->nbytes, SHOWN(t->name), t->offset,
                       t->offset + t->nbytes);
+            rc = -1;
             goto done;
         }
         if (t->offset > covered) {
-            rc = vil_err_set(
-                err, errlen,
-                "bytes [%zu, %zu] of the buffer belong to no tensor (gap before tensor '%.*s')",
-                covered, t->offset, SHOWN(t->name));
+            vil_error("bytes [%zu, %zu] of the buffer belong to no tensor (gap before tensor "
+                      "'%.*s')", covered, t->offset, SHOWN(t->name));
+            rc = -1;
             goto done;
         }
         covered = t->offset + t->nbytes;
     }
-    if (covered != buf_size)
-        rc = vil_err_set(err, errlen, "tensors cover %zu bytes but the buffer after the header has %zu",
-                  covered, buf_size);
+    if (covered != buf_size) {
+        vil_error("tensors cover %zu bytes but the buffer after the header has %zu", covered,
+                  buf_size);
+        rc = -1;
+    }
 done:
     free(p);
     return rc;
 }
 
-int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *err, size_t errlen) {
+int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st) {
     memset(st, 0, sizeof *st);
-    if (n < 8)
-        return vil_err_set(err, errlen,
-                    "file is %zu bytes, shorter than the 8-byte header length (empty or truncated)",
-                    n);
+    if (n < 8) {
+        vil_error("file is %zu bytes, shorter than the 8-byte header length (empty or truncated)",
+                  n);
+        return -1;
+    }
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++)
         hlen |= (uint64_t)buf[i] << (8 * i);
-    if (hlen > VIL_ST_MAX_HEADER)
-        return vil_err_set(err, errlen,
-                    "header length %" PRIu64 " is over the %u-byte limit (not a safetensors file?)",
-                    hlen, VIL_ST_MAX_HEADER);
-    if (hlen > n - 8)
-        return vil_err_set(err, errlen,
-                    "header length %" PRIu64 " but only %zu bytes follow it (truncated file?)",
-                    hlen, n - 8);
-    if (hlen == 0)
-        return vil_err_set(err, errlen, "header length is 0; the header must be at least \"{}\"");
+    if (hlen > VIL_ST_MAX_HEADER) {
+        vil_error("header length %" PRIu64 " is over the %u-byte limit (not a safetensors file?)",
+                  hlen, VIL_ST_MAX_HEADER);
+        return -1;
+    }
+    if (hlen > n - 8) {
+        vil_error("header length %" PRIu64 " but only %zu bytes follow it (truncated file?)",
+                  hlen, n - 8);
+        return -1;
+    }
+    if (hlen == 0) {
+        vil_error("header length is 0; the header must be at least \"{}\"");
+        return -1;
+    }
     const unsigned char *hdr = buf + 8;
     const unsigned char *nul = memchr(hdr, 0, (size_t)hlen);
-    if (nul) return vil_err_set(err, errlen, "header has a NUL byte at offset %zu", (size_t)(nul - hdr));
+    if (nul) {
+        vil_error("header has a NUL byte at offset %zu", (size_t)(nul - hdr));
+        return -1;
+    }
     size_t bad = vil_utf8_invalid_at(hdr, (size_t)hlen);
-    if (bad != hlen) return vil_err_set(err, errlen, "header is not valid UTF-8 (byte %zu)", bad);
+    if (bad != hlen) {
+        vil_error("header is not valid UTF-8 (byte %zu)", bad);
+        return -1;
+    }
 
     /* cJSON gets its own NUL-terminated copy so that no parser path can read past it */
     char *text = vil_malloc((size_t)hlen + 1);
@@ -313,20 +348,21 @@ int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *e
     int rc = 0;
     if (!root) {
         size_t at = end && end >= text && end <= text + hlen ? (size_t)(end - text) : 0;
-        rc = vil_err_set(err, errlen,
-                  "header is not valid JSON (near byte %zu of %" PRIu64 ", or nested too deeply)",
+        vil_error("header is not valid JSON (near byte %zu of %" PRIu64 ", or nested too deeply)",
                   at, hlen);
+        rc = -1;
         goto out;
     }
     for (const char *q = end; q < text + hlen; q++) {
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-            rc = vil_err_set(err, errlen, "unexpected byte 0x%02x after the JSON header (byte %zu)",
+            vil_error("unexpected byte 0x%02x after the JSON header (byte %zu)",
                       (unsigned char)*q, (size_t)(q - text));
+            rc = -1;
             goto out;
         }
     }
     size_t buf_size = n - 8 - (size_t)hlen;
-    rc = parse_root(root, buf_size, st, err, errlen);
+    rc = parse_root(root, buf_size, st);
     if (rc == 0) {
         st->buf = vil_malloc_aligned(buf_size);
         if (buf_size) memcpy(st->buf, hdr + hlen, buf_size);
@@ -342,7 +378,7 @@ out:
 }
 
 int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
-                       const VilStTensor *t, int n, char *err, size_t errlen) {
+                       const VilStTensor *t, int n) {
     memset(st, 0, sizeof *st);
     st->buf = buf;
     st->buf_size = buf_size;
@@ -357,31 +393,40 @@ int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
             d->offset > buf_size || d->nbytes > buf_size - d->offset ||
             (uint64_t)numel * vil_st_dtype_size(d->dtype) != d->nbytes) {
             vil_st_free(st);
-            return vil_err_set(err, errlen, "tensor '%.*s': its bytes do not match its shape and dtype", SHOWN(t[i].name));
+            vil_error("tensor '%.*s': its bytes do not match its shape and dtype",
+                      SHOWN(t[i].name));
+            return -1;
         }
         d->data = buf + d->offset;
     }
     VilStTensor **p = vil_malloc((size_t)(n ? n : 1) * sizeof(*p));
-    int rc = index_names(st, p, err, errlen);
+    int rc = index_names(st, p);
     free(p);
     if (rc != 0) vil_st_free(st);
     return rc;
 }
 
-int vil_st_read(const char *path, VilSafetensors *st, char *err, size_t errlen) {
+int vil_st_read(const char *path, VilSafetensors *st) {
     memset(st, 0, sizeof *st);
     struct stat sb;
-    if (stat(path, &sb) != 0)
-        return vil_err_set(err, errlen, "'%s': cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return vil_err_set(err, errlen, "'%s': not a regular file", path);
+    if (stat(path, &sb) != 0) {
+        vil_error("'%s': cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        vil_error("'%s': not a regular file", path);
+        return -1;
+    }
     size_t n = 0;
     unsigned char *buf = vil_read_file(path, &n);
-    if (!buf) return vil_err_set(err, errlen, "'%s': cannot read the file (see the message above)", path);
-    char inner[1024];
-    int rc = vil_st_parse(buf, n, st, inner, sizeof inner);
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = buf ? vil_st_parse(buf, n, st) : -1;
+    vil_error_release(&cap);
     free(buf);
-    if (rc != 0) return vil_err_set(err, errlen, "'%s': %s", path, inner);
-    return 0;
+    /* the parser's message names no file: one message that says which */
+    if (rc != 0) vil_error("'%s': %s", path, cap.msg);
+    return rc;
 }
 
 const VilStTensor *vil_st_find(const VilSafetensors *st, const char *name) {

@@ -68,18 +68,18 @@ typedef struct {
  * data_offsets [begin, end] with end - begin == product(shape) * dtype size; no duplicate
  * names; __metadata__ (optional) maps strings to strings; the tensors, taken by offset, cover
  * the buffer exactly (no overlap, no gap, no trailing bytes), as the reference reader
- * requires. Returns 0, or -1 with a message naming the file and the tensor in err (err may be
- * NULL). On failure *st is left empty (safe to vil_st_free). */
-int vil_st_read(const char *path, VilSafetensors *st, char *err, size_t errlen);
+ * requires. Returns 0, or -1 with a vil_error message naming the file and the tensor. On
+ * failure *st is left empty (safe to vil_st_free). */
+int vil_st_read(const char *path, VilSafetensors *st);
 /* The same checks on bytes in memory. Copies what it keeps (the caller's buf stays the
  * caller's), so buf may be freed right after. Messages carry no file name. */
-int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st, char *err, size_t errlen);
+int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st);
 /* Fill *st from tensors assembled in memory (a .pth file's state dict): buf (from
  * vil_malloc_aligned, buf_size bytes) becomes st's, even on failure; names are copied. Each
  * tensor's offset and nbytes (its shape's bytes) must lie in buf; a repeated name is an error.
- * The callers' shapes are already bounded, so numel cannot overflow here. 0 or -1 (err). */
+ * The callers' shapes are already bounded, so numel cannot overflow here. 0 or -1 (vil_error). */
 int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
-                       const VilStTensor *t, int n, char *err, size_t errlen);
+                       const VilStTensor *t, int n);
 const VilStTensor *vil_st_find(const VilSafetensors *st, const char *name); /* NULL if absent */
 const char *vil_st_meta(const VilSafetensors *st, const char *key);         /* NULL if absent */
 void vil_st_free(VilSafetensors *st);

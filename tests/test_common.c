@@ -1,0 +1,204 @@
+/* test_common.c: the capture of vil_error messages (vil/common.h): a captured message is not
+ * printed, several are joined, captures nest, a long text is cut with "...", a capture belongs
+ * to its thread, and releasing one that is not the innermost is fatal. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testing.h"
+#include "vil/common.h"
+
+/* stderr goes to a temporary file between stderr_begin and stderr_end, which returns what was
+ * written there (at most cap - 1 bytes): the checks need to see what was printed, not just what
+ * was captured. */
+static int saved_fd = -1;
+static FILE *tmp_err;
+
+static void stderr_begin(void) {
+    fflush(stderr);
+    tmp_err = tmpfile();
+    if (!tmp_err) VIL_FATAL("tmpfile failed");
+    saved_fd = dup(2);
+    dup2(fileno(tmp_err), 2);
+}
+
+static void stderr_end(char *out, size_t cap) {
+    fflush(stderr);
+    dup2(saved_fd, 2);
+    close(saved_fd);
+    rewind(tmp_err);
+    size_t n = fread(out, 1, cap - 1, tmp_err);
+    out[n] = 0;
+    fclose(tmp_err);
+}
+
+static void test_capture_basics(void) {
+    char printed[4096];
+    VilErrCapture cap;
+    stderr_begin();
+    vil_error_capture(&cap);
+    T_CHECK(cap.msg[0] == 0 && cap.count == 0, "a capture starts empty");
+    vil_error("cannot open '%s': %s", "a.bin", "No such file");
+    vil_error_release(&cap);
+    stderr_end(printed, sizeof printed);
+    T_CHECK(strcmp(cap.msg, "cannot open 'a.bin': No such file") == 0 && cap.count == 1,
+            "one message captured: '%s' (%d)", cap.msg, cap.count);
+    T_CHECK(printed[0] == 0, "a captured message is not printed: '%s'", printed);
+
+    /* after release, messages print again */
+    stderr_begin();
+    vil_error("after release %d", 7);
+    stderr_end(printed, sizeof printed);
+    T_CHECK(strstr(printed, "vil: error: after release 7") != NULL, "printed after release: '%s'",
+            printed);
+
+    /* warnings are not captured */
+    stderr_begin();
+    vil_error_capture(&cap);
+    vil_warn("a warning");
+    vil_error_release(&cap);
+    stderr_end(printed, sizeof printed);
+    T_CHECK(cap.count == 0 && strstr(printed, "vil: warning: a warning"),
+            "a warning prints under a capture: '%s' (%d captured)", printed, cap.count);
+
+    vil_error_capture(&cap);
+    vil_error("first");
+    vil_error("second %s", "one");
+    vil_error_release(&cap);
+    T_CHECK(strcmp(cap.msg, "first; second one") == 0 && cap.count == 2,
+            "two messages joined in order: '%s' (%d)", cap.msg, cap.count);
+}
+
+static void test_nesting(void) {
+    VilErrCapture outer, inner;
+    vil_error_capture(&outer);
+    vil_error("outer one");
+    vil_error_capture(&inner);
+    vil_error("inner");
+    vil_error_release(&inner);
+    vil_error("outer two");
+    vil_error_release(&outer);
+    T_CHECK(strcmp(inner.msg, "inner") == 0 && inner.count == 1, "inner capture: '%s'", inner.msg);
+    T_CHECK(strcmp(outer.msg, "outer one; outer two") == 0 && outer.count == 2,
+            "release restores the outer capture: '%s' (%d)", outer.msg, outer.count);
+
+    /* the way a caller adds context: capture the inner message, report it with its own */
+    vil_error_capture(&outer);
+    vil_error_capture(&inner);
+    vil_error("bad magic");
+    vil_error_release(&inner);
+    vil_error("'%s': %s", "x.idx", inner.msg);
+    vil_error_release(&outer);
+    T_CHECK(strcmp(outer.msg, "'x.idx': bad magic") == 0 && outer.count == 1,
+            "context added to an inner message: '%s'", outer.msg);
+}
+
+static void test_long(void) {
+    VilErrCapture cap;
+    char big[3000];
+    memset(big, 'y', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    vil_error_capture(&cap);
+    vil_error("%s", big);
+    vil_error_release(&cap);
+    size_t n = strlen(cap.msg);
+    T_CHECK(n == sizeof cap.msg - 1 && strcmp(cap.msg + n - 3, "...") == 0 && cap.msg[0] == 'y',
+            "a long message is cut with ... (%zu bytes)", n);
+
+    /* a second message that does not fit: counted, cut, never past the buffer */
+    vil_error_capture(&cap);
+    vil_error("%.1000s", big);
+    vil_error("%s", "tail that does not fit in what is left");
+    vil_error("%s", "and a third");
+    vil_error_release(&cap);
+    n = strlen(cap.msg);
+    T_CHECK(cap.count == 3 && n == sizeof cap.msg - 1 && strcmp(cap.msg + n - 3, "...") == 0 &&
+                strncmp(cap.msg + 1000, "; tail", 6) == 0,
+            "messages past the buffer are cut with ... (%d, %zu bytes)", cap.count, n);
+
+    /* exactly full, then one more: the end shows the cut */
+    vil_error_capture(&cap);
+    vil_error("%.1023s", big);
+    vil_error("more");
+    vil_error_release(&cap);
+    n = strlen(cap.msg);
+    T_CHECK(cap.count == 2 && n == sizeof cap.msg - 1 && strcmp(cap.msg + n - 3, "...") == 0,
+            "a message after a full buffer ends it with ... (%zu bytes)", n);
+}
+
+typedef struct {
+    VilErrCapture cap; /* the thread's own capture */
+} ThreadArg;
+
+static void *report_uncaptured(void *arg) {
+    (void)arg;
+    vil_error("from the other thread");
+    return NULL;
+}
+
+static void *report_captured(void *arg) {
+    ThreadArg *a = arg;
+    vil_error_capture(&a->cap);
+    vil_error("captured by the other thread");
+    vil_error_release(&a->cap);
+    return NULL;
+}
+
+static void test_threads(void) {
+    char printed[4096];
+    VilErrCapture cap;
+    pthread_t t;
+    stderr_begin();
+    vil_error_capture(&cap);
+    pthread_create(&t, NULL, report_uncaptured, NULL);
+    pthread_join(t, NULL);
+    vil_error_release(&cap);
+    stderr_end(printed, sizeof printed);
+    T_CHECK(cap.count == 0 && cap.msg[0] == 0,
+            "a capture does not take another thread's message: '%s'", cap.msg);
+    T_CHECK(strstr(printed, "vil: error: from the other thread") != NULL,
+            "the other thread's message is printed: '%s'", printed);
+
+    ThreadArg a;
+    vil_error_capture(&cap);
+    pthread_create(&t, NULL, report_captured, &a);
+    pthread_join(t, NULL);
+    vil_error("main thread");
+    vil_error_release(&cap);
+    T_CHECK(strcmp(a.cap.msg, "captured by the other thread") == 0 && a.cap.count == 1,
+            "each thread has its own capture: '%s'", a.cap.msg);
+    T_CHECK(strcmp(cap.msg, "main thread") == 0 && cap.count == 1,
+            "the main thread's capture keeps its own: '%s'", cap.msg);
+}
+
+/* releasing a capture that is not the innermost is a bug: fatal, exit status 1 */
+static void test_bad_release(void) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 2);
+        VilErrCapture a, b;
+        vil_error_capture(&a);
+        vil_error_capture(&b);
+        vil_error_release(&a);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "releasing an outer capture first is fatal");
+}
+
+int main(void) {
+    test_capture_basics();
+    test_nesting();
+    test_long();
+    test_threads();
+    test_bad_release();
+    return t_finish();
+}
