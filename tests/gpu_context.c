@@ -11,6 +11,7 @@
 #include "model_testing.h"
 #include "testing.h"
 #include "train/train.h"
+#include "vil/dist.h"
 #include "vil/backend.h"
 #include "vil/common.h"
 #include "vil/model.h"
@@ -113,6 +114,21 @@ int main(void) {
                 "concurrent steps, context %d: the weights and EMA of the model stepped alone", k);
         vil_model_free(&m[k]);
     }
+    /* the NCCL path with one rank (a process group of one, as `mpirun -np 1` gives): the
+     * all-reduce of a single rank is the identity, so the steps equal the plain ones bitwise */
+    VilDist solo;
+    vil_dist_single(&solo);
+    T_CHECK(be[0]->dist_join(be[0], &solo) == 0, "NCCL communicator of one rank (dist_join)");
+    make_model(&m[0], be[0]);
+    for (int s = 0; s < STEPS; s++) {
+        vil_train_micro(&m[0], 1);
+        vil_model_allreduce_grads(&m[0], &solo);
+        vil_train_update(&m[0], &SP);
+    }
+    weights(&m[0], w, e);
+    T_CHECK(memcmp(w, w_ref, bytes) == 0 && memcmp(e, e_ref, bytes) == 0,
+            "steps through NCCL's all-reduce (1 rank): the weights and EMA of the plain steps");
+    vil_model_free(&m[0]);
     for (int k = 0; k < 2; k++) vil_backend_close(be[k]);
 
     fprintf(stderr, "(an expected error follows)\n");

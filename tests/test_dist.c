@@ -55,8 +55,8 @@ static double state_diff(const char *a, const char *b, const char *key) {
     snprintf(pa, sizeof pa, "%s/%s/last.state.safetensors", dir, a);
     snprintf(pb, sizeof pb, "%s/%s/last.state.safetensors", dir, b);
     VilSafetensors sa, sb;
-    if (vil_st_read(pa, &sa, NULL, 0) != 0) return -1;
-    if (vil_st_read(pb, &sb, NULL, 0) != 0) {
+    if (vil_st_read(pa, &sa) != 0) return -1;
+    if (vil_st_read(pb, &sb) != 0) {
         vil_st_free(&sa);
         return -1;
     }
