@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/dataset.h"
+#include "vil/backend.h"
 #include "vil/common.h"
 
 void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
@@ -143,4 +145,16 @@ int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv) {
     if (rc != VIL_ARGS_OK) return 2;
     free(pos);
     return -1;
+}
+
+int vil_cli_open_data_device(const char *data, const char *split, const char *labels,
+                             const char *device, VilDataset **ds, const VilBackend **be) {
+    *be = NULL;
+    if (!(*ds = vil_dataset_open(data, split, labels))) return 1;
+    if (!(*be = vil_backend_get(device))) {
+        vil_dataset_free(*ds);
+        *ds = NULL;
+        return 1;
+    }
+    return 0;
 }

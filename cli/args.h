@@ -35,6 +35,14 @@ enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
  * *pos (a malloc'd array the caller frees) in order. Returns VIL_ARGS_OK; VIL_ARGS_HELP after
  * printing help to stdout (the caller exits 0); VIL_ARGS_USAGE after printing the error and
  * usage to stderr (the caller exits 2). `--` ends the flags. */
+/* The dataset split first (a wrong path is the likeliest mistake and costs nothing to find),
+ * then the device: 0, or the exit code 1 with the reason reported and nothing left open. */
+struct VilDataset;
+struct VilBackend;
+int vil_cli_open_data_device(const char *data, const char *split, const char *labels,
+                             const char *device, struct VilDataset **ds,
+                             const struct VilBackend **be);
+
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
 void vil_args_usage(const VilArgSpec *spec, int to_stderr);
 /* For a command without positional arguments: parses the flags and returns -1 to go on, or the

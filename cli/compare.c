@@ -303,13 +303,9 @@ int vil_cmd_compare(int argc, char **argv) {
         fprintf(stderr, "vil compare: --device takes cpu, cuda or auto, --split val, test or train\n");
         return 2;
     }
-    VilDataset *ds = vil_dataset_open(data, split, labels);
-    if (!ds) return 1;
-    const VilBackend *be = vil_backend_get(device);
-    if (!be) {
-        vil_dataset_free(ds);
-        return 1;
-    }
+    VilDataset *ds;
+    const VilBackend *be;
+    if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;
     if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 3 : 20;
     long n_img = limit > 0 && limit < vil_dataset_size(ds) ? limit : vil_dataset_size(ds);
     char crop[64] = "each checkpoint's crop_pct";

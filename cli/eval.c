@@ -52,14 +52,9 @@ int vil_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "vil eval: --device takes cpu, cuda or auto, --split val, test or train\n");
         return 2;
     }
-    /* the data first: a wrong path is the likeliest mistake and costs nothing to find */
-    VilDataset *ds = vil_dataset_open(data, split, labels);
-    if (!ds) return 1;
-    const VilBackend *be = vil_backend_get(device);
-    if (!be) {
-        vil_dataset_free(ds);
-        return 1;
-    }
+    VilDataset *ds;
+    const VilBackend *be;
+    if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;
     VilModel m;
     VilCheckpointMeta meta;
     VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};

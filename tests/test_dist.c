@@ -26,25 +26,15 @@ static const char *ARGS =
     "--set repeats=3 --set randaug_n=1 --set reprob=0.25 --set scale_min=0.5 --set crop_pct=1 "
     "--set workers=1 --set log_every=5 --set eval_every_epochs=1 --set eval_batch=50";
 
-/* a run of `steps` steps into dir/name; np 0: one process without mpirun */
+/* a run of `steps` steps into dir/name: np 2 under mpirun, else one process */
 static int train(const char *name, int np, int batch, int accum, int steps, char *out, size_t n) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "%s%s bin/vil train --data %s --out %s/%s %s --set batch=%d --set accum_steps=%d "
+             "%sbin/vil train --data %s --out %s/%s %s --set batch=%d --set accum_steps=%d "
              "--set max_steps=%d 2>&1",
-             np ? "mpirun --oversubscribe -np " : "", np ? (np == 2 ? "2" : "1") : "", dir, dir,
-             name, ARGS, batch, accum, steps);
-    if (np) { /* t_run's $VIL_BIN substitution wants the command to start with bin/vil */
-        const char *bin = getenv("VIL_BIN");
-        if (bin && *bin) {
-            char alt[4096];
-            snprintf(alt, sizeof alt, "mpirun --oversubscribe -np %d %s train --data %s --out %s/%s %s "
-                     "--set batch=%d --set accum_steps=%d --set max_steps=%d 2>&1", np, bin, dir,
-                     dir, name, ARGS, batch, accum, steps);
-            strcpy(cmd, alt);
-        }
-    }
-    int rc = t_run(cmd, out, n);
+             np == 2 ? "mpirun --oversubscribe -np 2 " : "", dir, dir, name, ARGS, batch, accum,
+             steps);
+    int rc = t_run(cmd, out, n); /* t_run puts $VIL_BIN in place of bin/vil */
     if (rc != 0) printf("%s\n", out);
     return rc;
 }
@@ -118,11 +108,10 @@ static void test_equal_runs(void) {
 static void test_sigterm_one_rank(void) {
     char cmd[8192], log[4096];
     snprintf(log, sizeof log, "%s/term.log", dir);
-    const char *bin = getenv("VIL_BIN");
     snprintf(cmd, sizeof cmd,
-             "mpirun --oversubscribe -np 2 %s train --data %s --out %s/term %s --set batch=16 "
+             "mpirun --oversubscribe -np 2 bin/vil train --data %s --out %s/term %s --set batch=16 "
              "--set accum_steps=1 --set epochs=500 --set log_every=1 > %s 2>&1 & echo $!",
-             bin && *bin ? bin : "bin/vil", dir, dir, ARGS, log);
+             dir, dir, ARGS, log);
     char pid[64];
     T_CHECK(t_run(cmd, pid, sizeof pid) == 0, "mpirun started in the background");
     /* wait for step 3, then signal the newest vil process of this run (a rank, not mpirun) */

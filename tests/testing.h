@@ -34,13 +34,17 @@ static int t_passed = 0, t_failed = 0;
     } while (0)
 
 /* Run a shell command, capture its stdout into out (may be NULL); its exit status, -1 if it
- * could not run or did not exit. A command that starts with "bin/vil " runs $VIL_BIN instead
- * when that is set (make test-asan: the sanitized build's binary). */
+ * could not run or did not exit. The first "bin/vil " that starts a word (the command, or the
+ * program after a launcher such as mpirun) runs $VIL_BIN instead when that is set (make
+ * test-asan: the sanitized build's binary). */
 static inline int t_run(const char *cmd, char *out, size_t outlen) {
     const char *bin = getenv("VIL_BIN");
     char alt[16384];
-    if (bin && *bin && strncmp(cmd, "bin/vil ", 8) == 0) {
-        if (snprintf(alt, sizeof alt, "%s%s", bin, cmd + 7) >= (int)sizeof alt) return -1;
+    const char *at = strstr(cmd, "bin/vil ");
+    while (at && at != cmd && at[-1] != ' ') at = strstr(at + 1, "bin/vil ");
+    if (bin && *bin && at) {
+        if (snprintf(alt, sizeof alt, "%.*s%s%s", (int)(at - cmd), cmd, bin, at + 7) >= (int)sizeof alt)
+            return -1;
         cmd = alt;
     }
     FILE *p = popen(cmd, "r");

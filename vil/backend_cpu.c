@@ -17,26 +17,26 @@ static void cpu_copy(const VilBackend *be, void *dst, const void *src, size_t by
     memcpy(dst, src, bytes);
 }
 static void cpu_sync(const VilBackend *be) {}
-/* Linux's VmHWM, which writing 5 to clear_refs resets; getrusage's maxrss where /proc is not */
-static size_t cpu_peak_bytes(const VilBackend *be) {
-    FILE *f = fopen("/proc/self/status", "r");
+/* The "<field> N kB" line of a /proc file (scanf format fmt) in KiB, or -1. */
+static long proc_kib(const char *path, const char *fmt) {
+    FILE *f = fopen(path, "r");
     char line[256];
     long kib = -1;
     while (f && kib < 0 && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kib) != 1) kib = -1;
+        if (sscanf(line, fmt, &kib) != 1) kib = -1;
     if (f) fclose(f);
+    return kib;
+}
+/* Linux's VmHWM, which writing 5 to clear_refs resets; getrusage's maxrss where /proc is not */
+static size_t cpu_peak_bytes(const VilBackend *be) {
+    long kib = proc_kib("/proc/self/status", "VmHWM: %ld kB");
     if (kib >= 0) return (size_t)kib * 1024;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
     return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 static size_t cpu_mem_free(const VilBackend *be) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    long kib = -1;
-    while (f && kib < 0 && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %ld kB", &kib) != 1) kib = -1;
-    if (f) fclose(f);
+    long kib = proc_kib("/proc/meminfo", "MemAvailable: %ld kB");
     return kib > 0 ? (size_t)kib * 1024 : 0;
 }
 static void cpu_peak_reset(const VilBackend *be) {
