@@ -226,6 +226,7 @@ test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump
 	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
 	@VIL_BIN=$(BUILD)/bin/vil VIL_BUILD=$(BUILD) \
 	    ASAN_OPTIONS=detect_leaks=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/asan \
+	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/ubsan \
 	    sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_pth_reference.sh; \
 	rc=$$?; if [ -n "$$(ls $(BUILD)/reports)" ]; then cat $(BUILD)/reports/*; \
