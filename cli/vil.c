@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "vil/backend.h"
+#include "vil/dist.h"
 #include "vil/common.h"
 
 typedef struct {
@@ -83,6 +84,13 @@ int main(int argc, char **argv) {
         }
         if (b && best <= 3) fprintf(stderr, "did you mean '%s'?\n", b);
         usage(stderr);
+        return 2;
+    }
+    /* only train is a process group; N copies of another command would each do all the work */
+    int n = vil_dist_launched();
+    if (n > 1 && c->fn != vil_cmd_train) {
+        fprintf(stderr, "vil %s: started as one of %d processes (mpirun / srun), but only "
+                        "`vil train` runs as several; run vil %s as one process\n", c->name, n, c->name);
         return 2;
     }
     return c->fn(argc - 1, argv + 1);

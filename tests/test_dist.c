@@ -164,5 +164,10 @@ int main(void) {
     corpus_write_idx_set(dir, "t10k", 200, 16, 16, 4, 0);
     test_equal_runs();
     test_sigterm_one_rank();
+    /* a command that is not a process group refuses to run N copies */
+    char out[8192];
+    int rc = t_run("mpirun --oversubscribe -np 2 bin/vil info --model none.safetensors 2>&1", out, sizeof out);
+    T_CHECK(rc != 0 && strstr(out, "only `vil train` runs as several"),
+            "vil info under mpirun -np 2 refuses: %s", out);
     return t_finish();
 }

@@ -36,6 +36,11 @@ static const char *launcher_from_env(int *size) {
     return NULL;
 }
 
+int vil_dist_launched(void) {
+    int size = 0;
+    return launcher_from_env(&size) ? size : 0;
+}
+
 int vil_dist_built_with_mpi(void) {
 #ifdef VIL_MPI
     return 1;

@@ -28,6 +28,9 @@ int vil_dist_init(VilDist *d);
 /* A single process, no MPI (tests, tools). */
 void vil_dist_single(VilDist *d);
 void vil_dist_finalize(VilDist *d);
+/* The number of processes a launcher (mpirun, srun) started, from the environment alone; 0
+ * when none did. For commands that run one process: they refuse several. */
+int vil_dist_launched(void);
 /* 1 when this vil was built with MPI */
 int vil_dist_built_with_mpi(void);
 
