@@ -121,6 +121,12 @@ static void ctx_cleanup(CuCtx *c) {
     if (c->nccl) ncclCommDestroy((ncclComm_t)c->nccl);
 #endif
     c->nccl = NULL;
+    if (c->comm_stream) {
+        cudaEventDestroy(c->comm_ready);
+        cudaEventDestroy(c->comm_done);
+        cudaStreamDestroy(c->comm_stream);
+        c->comm_stream = NULL;
+    }
     cublasLtDestroy(c->lt);
     cudnnDestroy(c->dnn);
     cudaStreamDestroy(c->stream);
@@ -389,6 +395,13 @@ static int b_dist_join(const VilBackend *be, const VilDist *d) {
     ncclComm_t comm;
     NCCL_CHECK(ncclCommInitRank(&comm, d->world, id, d->rank));
     c->nccl = comm;
+    /* the all-reduces that overlap the backward run here; priority above the compute stream's,
+     * so a bucket's transfer starts as soon as its gradients are ready */
+    int lo, hi;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&c->comm_stream, cudaStreamNonBlocking, hi));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->comm_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->comm_done, cudaEventDisableTiming));
     return 0;
 #else
     (void)c, (void)d;
@@ -403,10 +416,28 @@ extern "C" void grad_allreduce_cuda(const VilAllReduce *a) {
 #ifdef VIL_NCCL
     CuCtx *c = cu();
     if (!c->nccl) VIL_FATAL("grad_allreduce before dist_join");
-    NCCL_CHECK(ncclAllReduce(a->buf, a->buf, a->n, ncclFloat, ncclSum, (ncclComm_t)c->nccl, c->stream));
+    cudaStream_t s = c->stream;
+    if (a->async) {
+        /* on the side stream, after what the compute stream has queued so far */
+        CUDA_CHECK(cudaEventRecord(c->comm_ready, c->stream));
+        CUDA_CHECK(cudaStreamWaitEvent(c->comm_stream, c->comm_ready, 0));
+        s = c->comm_stream;
+        c->comm_pending = 1;
+    }
+    NCCL_CHECK(ncclAllReduce(a->buf, a->buf, a->n, ncclFloat, ncclSum, (ncclComm_t)c->nccl, s));
 #else
+    (void)a;
     VIL_FATAL("grad_allreduce in a build without NCCL (dist_join refuses it)");
 #endif
+}
+
+extern "C" void grad_allreduce_wait_cuda(const VilAllReduceWait *a) {
+    (void)a;
+    CuCtx *c = cu();
+    if (!c->comm_pending) return;
+    CUDA_CHECK(cudaEventRecord(c->comm_done, c->comm_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->comm_done, 0));
+    c->comm_pending = 0;
 }
 
 #define VIL_CUDA_ENTRY(op, Args, label)                          \

@@ -108,6 +108,11 @@ typedef struct CuCtx {
     struct LtPlans *lt_plans;
     struct ConvPlans *conv_plans;
     void *nccl;               /* ncclComm_t of dist_join (NULL: none) */
+    /* the async all-reduces (grad_allreduce): their stream, "the gradients before are ready",
+     * "the all-reduces so far are done", and whether one is queued since the last wait */
+    cudaStream_t comm_stream;
+    cudaEvent_t comm_ready, comm_done;
+    int comm_pending;
 } CuCtx;
 
 /* The context the calling thread works on: every entry point of the backend table binds its

@@ -121,13 +121,28 @@ int main(void) {
     T_CHECK(be[0]->dist_join(be[0], &solo) == 0, "NCCL communicator of one rank (dist_join)");
     make_model(&m[0], be[0]);
     for (int s = 0; s < STEPS; s++) {
-        vil_train_micro(&m[0], 1);
+        vil_train_micro(&m[0], &SP, 1, 1);
         vil_model_allreduce_grads(&m[0], &solo);
         vil_train_update(&m[0], &SP);
     }
     weights(&m[0], w, e);
     T_CHECK(memcmp(w, w_ref, bytes) == 0 && memcmp(e, e_ref, bytes) == 0,
             "steps through NCCL's all-reduce (1 rank): the weights and EMA of the plain steps");
+    vil_model_free(&m[0]);
+    /* the same with the all-reduce in 64 KiB buckets on the side stream during the backward */
+    make_model(&m[0], be[0]);
+    for (int s = 0; s < STEPS; s++) {
+        vil_model_zero_grad(&m[0]);
+        m[0].sync.dist = &solo;
+        m[0].sync.bucket_bytes = 1 << 16;
+        vil_model_forward(&m[0], 1);
+        vil_model_backward(&m[0]);
+        vil_train_update(&m[0], &SP); /* waits for the buckets */
+    }
+    weights(&m[0], w, e);
+    T_CHECK(memcmp(w, w_ref, bytes) == 0 && memcmp(e, e_ref, bytes) == 0,
+            "steps with the bucketed all-reduce overlapping the backward (1 rank): the weights and "
+            "EMA of the plain steps");
     vil_model_free(&m[0]);
     for (int k = 0; k < 2; k++) vil_backend_close(be[k]);
 

@@ -2,26 +2,39 @@
  * the benchmark times exactly what training runs. */
 #include "train/train.h"
 
+#include <string.h>
+
 VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
     return (VilStepParams){.lr = lr, .beta1 = t->beta1, .beta2 = t->beta2, .eps = t->adam_eps,
                            .weight_decay = t->weight_decay, .clip_grad = t->clip_grad,
-                           .ema_decay = t->ema_decay};
+                           .ema_decay = t->ema_decay, .overlap = strcmp(t->allreduce, "overlap") == 0,
+                           .bucket_bytes = (size_t)(t->bucket_mb * 1048576.0)};
 }
 
-void vil_train_micro(VilModel *m, int first) {
+static int reduces(const VilStepParams *s) { return s->dist && s->dist->mpi; }
+
+void vil_train_micro(VilModel *m, const VilStepParams *s, int first, int last) {
     if (first) vil_model_zero_grad(m);
+    /* the last backward hands finished layers' gradients to the all-reduce as it goes */
+    m->sync.dist = last && s->overlap && reduces(s) ? s->dist : NULL;
+    m->sync.bucket_bytes = s->bucket_bytes;
     vil_model_forward(m, 1);
     vil_model_backward(m);
 }
 
 void vil_train_update(VilModel *m, const VilStepParams *s) {
-    if (s->dist && s->dist->mpi) vil_model_allreduce_grads(m, s->dist);
+    if (m->sync.dist) {
+        vil_model_allreduce_wait(m);
+        m->sync.dist = NULL;
+    } else if (reduces(s)) {
+        vil_model_allreduce_grads(m, s->dist);
+    }
     if (s->clip_grad > 0.0f) vil_model_clip_grad(m, s->clip_grad);
     vil_model_adamw_step(m, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay);
     if (s->ema_decay > 0.0f) vil_model_ema_update(m, s->ema_decay);
 }
 
 void vil_train_step(VilModel *m, const VilStepParams *s) {
-    vil_train_micro(m, 1);
+    vil_train_micro(m, s, 1, 1);
     vil_train_update(m, s);
 }

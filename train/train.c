@@ -63,6 +63,7 @@ typedef struct {
     long steps_here, int_steps;
     float lr;             /* of the last step */
     float *host_losses;   /* (batch) */
+    double loss_sum;      /* a log step's losses of the micro-batches before its last */
 } Trainer;
 
 /* ---------------- small helpers ---------------- */
@@ -148,14 +149,21 @@ static int meta_long(const VilSafetensors *st, const char *key, long *out) {
     return 0;
 }
 
+static int listed(const char *const *list, const char *k) {
+    for (; list && *list; list++)
+        if (strcmp(*list, k) == 0) return 1;
+    return 0;
+}
+
 /* Keys whose values differ between two flat JSON objects, as "key a -> b, ..." (malloc'd) or
- * NULL when none. */
-static char *json_diff(const char *a, const char *b) {
+ * NULL when none; the keys in skip (NULL-terminated, or NULL) aside. */
+static char *json_diff(const char *a, const char *b, const char *const *skip) {
     cJSON *oa = cJSON_Parse(a), *ob = cJSON_Parse(b);
     size_t cap = 4096, len = 0;
     char *out = vil_calloc(cap, 1);
     cJSON *it;
     cJSON_ArrayForEach(it, ob) {
+        if (listed(skip, it->string)) continue;
         cJSON *o = cJSON_GetObjectItemCaseSensitive(oa, it->string);
         char *sa = o ? cJSON_PrintUnformatted(o) : NULL, *sb = cJSON_PrintUnformatted(it);
         if (!sa || !sb || strcmp(sa, sb) != 0) {
@@ -213,7 +221,7 @@ static int state_restore(Trainer *T, const char *path) {
         vil_error("cannot resume: '%s' holds no valid model configuration", path);
         goto done;
     }
-    char *sj = vil_config_to_json(&saved), *d = json_diff(sj, mine);
+    char *sj = vil_config_to_json(&saved), *d = json_diff(sj, mine, NULL);
     free(sj);
     if (d) {
         vil_error("cannot resume: '%s' was trained with another model (%s); drop --config to use "
@@ -221,11 +229,25 @@ static int state_restore(Trainer *T, const char *path) {
         free(d);
         goto done;
     }
-    if ((d = json_diff(tj, tmine)) != NULL) {
+    /* Keys that do not change the run: the loader's threads, the log and evaluation batches,
+     * how the all-reduce is scheduled, and, with the same global batch, how it is cut into
+     * ranks and micro-batches (the samples, their augmentation and drop path are keyed by their
+     * place in the global batch). */
+    const char *g = vil_st_meta(&st, "vil.global_batch");
+    long saved_global = 0;
+    int same_global = g && vil_parse_int(g, &saved_global) == 0 && saved_global == T->global_batch;
+    const char *skip[8] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb"};
+    if (same_global) skip[5] = "batch", skip[6] = "accum_steps";
+    if ((d = json_diff(tj, tmine, skip)) != NULL) {
         vil_warn("resuming with changed training settings (%s): the run will differ from an "
                  "uninterrupted one", d);
         free(d);
     }
+    long saved_world = 0;
+    const char *w = vil_st_meta(&st, "vil.world");
+    if (same_global && !T->quiet && w && vil_parse_int(w, &saved_world) == 0 && saved_world != T->world)
+        fprintf(T->log, "resuming a run of %ld rank%s on %d, at the same global batch of %ld\n",
+                saved_world, saved_world == 1 ? "" : "s", T->world, T->global_batch);
     long step, epoch, eb, adam_step, spe;
     if (meta_long(&st, "vil.step", &step) || meta_long(&st, "vil.epoch", &epoch) ||
         meta_long(&st, "vil.epoch_batch", &eb) || meta_long(&st, "vil.adam_step", &adam_step) ||
@@ -461,13 +483,21 @@ static int sync_run_files(Trainer *T) {
 
 /* The mean loss of the last micro-batch over all ranks: the same value on every rank, so the
  * divergence check decides alike everywhere. */
-static float read_loss(Trainer *T) {
+/* the sum of the per-sample losses of the micro-batch just run (a host read: log steps only) */
+static double batch_loss_sum(Trainer *T) {
     int B = T->m.acts.B;
     T->be->to_host(T->be, T->host_losses, T->m.acts.losses, (size_t)B * sizeof(float));
     double s = 0;
     for (int b = 0; b < B; b++) s += T->host_losses[b];
+    return s;
+}
+
+/* the mean loss of the step just run: its micro-batches' (the earlier ones summed by step()) on
+ * every rank */
+static float read_loss(Trainer *T) {
+    double s = T->loss_sum + batch_loss_sum(T);
     vil_dist_sum_double(T->dist, &s, 1);
-    return (float)(s / ((double)B * T->world));
+    return (float)(s / (double)T->global_batch);
 }
 
 /* The counts of a validation pass summed over the ranks (each read its shard). */
@@ -879,6 +909,14 @@ static int start_epoch(Trainer *T) {
  * ran dry on any rank (reported, saved). */
 static int step(Trainer *T) {
     const VilTrainConfig *t = T->tc;
+    T->lr = (float)vil_lr_at(T->step, T->total_steps, T->warmup_steps, T->peak_lr, t->warmup_lr,
+                             t->min_lr);
+    VilStepParams sp = vil_step_params(t, T->lr);
+    sp.dist = T->dist;
+    /* a step that logs reads each micro-batch's losses: the logged loss is the step's mean */
+    int logs = (T->step + 1) % t->log_every == 0 || T->epoch_batch + 1 == T->spe ||
+               T->step + 1 == T->total_steps;
+    T->loss_sum = 0;
     for (int a = 0; a < T->accum; a++) {
         void *in[3];
         const VilBatch *b = vil_feed_take(&T->feed, in);
@@ -892,7 +930,7 @@ static int step(Trainer *T) {
             return VIL_TRAIN_FAILED;
         }
         vil_model_set_inputs(&T->m, in[0], in[1], T->feed.n > 2 ? in[2] : NULL);
-        vil_train_micro(&T->m, a == 0);
+        vil_train_micro(&T->m, &sp, a == 0, a + 1 == T->accum);
         vil_feed_done(&T->feed);
         /* the next micro-batch (this step's, or the next step's first while this epoch has
          * one): its upload runs while the device works on this one */
@@ -900,11 +938,8 @@ static int step(Trainer *T) {
         else if (T->epoch_batch + 1 < T->spe && T->step + 1 < T->total_steps) feed_next(T, T->step + 1, 0);
         /* the feed has finished copying the batch (vil_feed_take waited for it) */
         vil_loader_release_batch(T->loader, b);
+        if (logs && a + 1 < T->accum) T->loss_sum += batch_loss_sum(T);
     }
-    T->lr = (float)vil_lr_at(T->step, T->total_steps, T->warmup_steps, T->peak_lr, t->warmup_lr,
-                             t->min_lr);
-    VilStepParams sp = vil_step_params(t, T->lr);
-    sp.dist = T->dist;
     vil_train_update(&T->m, &sp);
     T->step++;
     T->epoch_batch++;

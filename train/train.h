@@ -25,17 +25,20 @@ typedef struct {
     float clip_grad; /* > 0: clip the global gradient norm to this (m->grad_norm holds the norm) */
     float ema_decay; /* > 0: update the model's EMA (vil_model_init_training with ema) */
     const VilDist *dist; /* the group whose gradients are summed (NULL or no MPI: none) */
+    int overlap;         /* 1: summed in buckets during the last micro-batch's backward */
+    size_t bucket_bytes; /* the buckets' size */
 } VilStepParams;
 /* A run's step hyperparameters at learning rate lr. */
 VilStepParams vil_step_params(const VilTrainConfig *t, float lr);
 /* The training step, the same for `vil train` and `vil bench` (step.c): forward with the loss
- * on the model's inputs, backward, the gradients summed over the ranks, gradient clipping,
- * AdamW and the EMA, all queued on the backend without a host read. With several micro-batches
- * per step (accum_steps): vil_train_micro for each (first = 1 zeroes the gradients; the loss is
- * the mean over m->loss_denom samples, so the sums make the global batch's mean), then
- * vil_train_update. vil_train_step is the two for one micro-batch. */
+ * on the model's inputs, backward, the gradients summed over the ranks (overlapping the last
+ * backward, or after it), gradient clipping, AdamW and the EMA, all queued on the backend
+ * without a host read. With several micro-batches per step (accum_steps): vil_train_micro for
+ * each (first = 1 zeroes the gradients, last = 1 on the last one; the loss is the mean over
+ * m->loss_denom samples, so the sums make the global batch's mean), then vil_train_update.
+ * vil_train_step is the two for one micro-batch. */
 void vil_train_step(VilModel *m, const VilStepParams *s);
-void vil_train_micro(VilModel *m, int first);
+void vil_train_micro(VilModel *m, const VilStepParams *s, int first, int last);
 void vil_train_update(VilModel *m, const VilStepParams *s);
 
 /* Progress at a log step (the only per-step host read: the batch's losses). */

@@ -44,6 +44,9 @@ static const VilKey TKEYS[] = {
     TF(crop_pct, 1e-3, 1, "evaluation: resize to img_size / crop_pct, center crop"),
     TI(seed, 0, 2147483647, "seed of the initialization, data order, augmentation and drop path"),
     TI(workers, 1, 256, "data loader threads"),
+    TS(allreduce, "with several ranks: overlap (the gradients summed in buckets while the backward "
+                  "runs, the default) or end (one all-reduce after the backward)"),
+    TF(bucket_mb, 0.001, 65536, "allreduce = overlap: MiB of gradients per all-reduce bucket"),
     TI(log_every, 1, BIG, "progress line every N steps"),
     TI(eval_every_epochs, 0, 1000000, "validation pass every N epochs and after the last (0: never)"),
     TI(eval_batch, 0, VIL_MAX_BATCH, "evaluation batch (0: the training batch)"),
@@ -119,6 +122,8 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->crop_pct = 0.875f;
     t->seed = 0;
     t->workers = 4;
+    strcpy(t->allreduce, "overlap");
+    t->bucket_mb = 4.0f;
     t->log_every = 50;
     t->eval_every_epochs = 1;
     t->eval_batch = 0;
@@ -158,6 +163,8 @@ int vil_train_config_finalize(const VilTrainConfig *t) {
     NEED(t->crop_pct > 0.0f && t->crop_pct <= 1.0f, "crop_pct must be in (0, 1]");
     NEED(strcmp(t->decode, "fast") == 0 || strcmp(t->decode, "exact") == 0,
          "decode must be 'fast' or 'exact' (got '%s')", t->decode);
+    NEED(strcmp(t->allreduce, "overlap") == 0 || strcmp(t->allreduce, "end") == 0,
+         "allreduce must be 'overlap' or 'end' (got '%s')", t->allreduce);
     NEED(t->workers >= 1 && t->workers <= 256, "workers must be in 1..256");
     NEED(t->log_every >= 1, "log_every must be >= 1");
     NEED(t->batch <= VIL_MAX_BATCH && t->eval_batch <= VIL_MAX_BATCH, "batch and eval_batch must be at most %d", VIL_MAX_BATCH);

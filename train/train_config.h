@@ -33,6 +33,8 @@ typedef struct {
     float crop_pct;          /* evaluation: resize to img_size / crop_pct, center crop */
     int seed;
     int workers;             /* data loader threads */
+    char allreduce[8];       /* "overlap": bucketed during the backward; "end": after it */
+    float bucket_mb;         /* gradient MiB per bucket of allreduce = overlap */
     int log_every;           /* progress line every N steps (the only per-step host read) */
     int eval_every_epochs;   /* validation pass every N epochs (and after the last); 0: never */
     int eval_batch;          /* 0: the training batch */

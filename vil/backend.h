@@ -205,13 +205,21 @@ typedef struct {
 } VilEma;
 
 /* dist.c / cuda/backend_cuda.cu: buf (n floats, backend memory) summed over the ranks of dist
- * in place (MPI on the CPU, NCCL on CUDA after dist_join); every rank calls it in the same order */
+ * in place (MPI on the CPU, NCCL on CUDA after dist_join); every rank calls it in the same order.
+ * async 0: done before the ops queued after it run. async 1: it runs beside the ops queued after
+ * it (CUDA: NCCL on a side stream, once the ops queued before it are done; CPU: MPI_Iallreduce),
+ * and buf may be touched again only after grad_allreduce_wait. */
 struct VilDist;
 typedef struct {
     float *buf;
     size_t n;
+    int async;
     const struct VilDist *dist;
 } VilAllReduce;
+/* the ops queued after it wait for every async grad_allreduce before it */
+typedef struct {
+    const struct VilDist *dist;
+} VilAllReduceWait;
 
 /* Every op: name, argument struct, the line of the profiler's report it adds to. */
 #define VIL_OPS(X)                                                      \
@@ -234,7 +242,8 @@ typedef struct {
     X(adamw_update, VilAdamW, "adamw")                                  \
     X(grad_clip, VilGradClip, "grad clip")                              \
     X(ema_update, VilEma, "ema")                                        \
-    X(grad_allreduce, VilAllReduce, "allreduce")
+    X(grad_allreduce, VilAllReduce, "allreduce")                        \
+    X(grad_allreduce_wait, VilAllReduceWait, "allreduce wait")
 
 typedef struct VilBackend VilBackend;
 struct VilBackend {

@@ -10,6 +10,10 @@
 
 #ifdef VIL_MPI
 #include <mpi.h>
+#define ACTIVE(d) ((d) && (d)->mpi)
+/* the CPU backend's async all-reduces not yet waited for (one process group per process) */
+static MPI_Request *g_pending;
+static int g_npending, g_cap;
 #endif
 
 /* The launcher, from the variables it sets in each process it starts. */
@@ -46,6 +50,18 @@ int vil_dist_built_with_mpi(void) {
     return 1;
 #else
     return 0;
+#endif
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+const char *vil_dist_build_info(void) {
+#if defined(VIL_MPI) && defined(OMPI_MAJOR_VERSION)
+    return "MPI yes (Open MPI " STR(OMPI_MAJOR_VERSION) "." STR(OMPI_MINOR_VERSION) "." STR(OMPI_RELEASE_VERSION) ")";
+#elif defined(VIL_MPI)
+    return "MPI yes (MPI " STR(MPI_VERSION) "." STR(MPI_SUBVERSION) ")";
+#else
+    return "MPI no (one process per run: apt-get install libopenmpi-dev openmpi-bin, then rebuild)";
 #endif
 }
 
@@ -92,6 +108,8 @@ int vil_dist_init(VilDist *d) {
 void vil_dist_finalize(VilDist *d) {
 #ifdef VIL_MPI
     if (d && d->mpi) {
+        free(g_pending);
+        g_pending = NULL, g_npending = g_cap = 0;
         MPI_Finalize();
         d->mpi = 0;
     }
@@ -99,12 +117,37 @@ void vil_dist_finalize(VilDist *d) {
     (void)d;
 }
 
+/* the CPU backend's ops (backend.h): host memory, summed by MPI */
+void grad_allreduce(const VilAllReduce *a) {
 #ifdef VIL_MPI
-#define ACTIVE(d) ((d) && (d)->mpi)
+    if (a->async && ACTIVE(a->dist)) {
+        for (size_t o = 0; o < a->n;) {
+            int c = a->n - o > (size_t)1 << 30 ? 1 << 30 : (int)(a->n - o);
+            if (g_npending == g_cap) {
+                g_cap = g_cap ? 2 * g_cap : 64;
+                g_pending = vil_realloc(g_pending, (size_t)g_cap * sizeof *g_pending);
+            }
+            MPI_Iallreduce(MPI_IN_PLACE, a->buf + o, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                           &g_pending[g_npending++]);
+            o += (size_t)c;
+        }
+        /* Open MPI moves a nonblocking collective on only inside MPI calls: each new bucket
+         * moves the earlier ones on */
+        int done;
+        MPI_Testall(g_npending, g_pending, &done, MPI_STATUSES_IGNORE);
+        return;
+    }
 #endif
+    vil_dist_sum_float(a->dist, a->buf, a->n);
+}
 
-/* the CPU backend's op (backend.h): host memory, summed by MPI */
-void grad_allreduce(const VilAllReduce *args) { vil_dist_sum_float(args->dist, args->buf, args->n); }
+void grad_allreduce_wait(const VilAllReduceWait *a) {
+#ifdef VIL_MPI
+    if (g_npending) MPI_Waitall(g_npending, g_pending, MPI_STATUSES_IGNORE);
+    g_npending = 0;
+#endif
+    (void)a;
+}
 
 void vil_dist_sum_double(const VilDist *d, double *v, int n) {
 #ifdef VIL_MPI

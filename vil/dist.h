@@ -33,6 +33,8 @@ void vil_dist_finalize(VilDist *d);
 int vil_dist_launched(void);
 /* 1 when this vil was built with MPI */
 int vil_dist_built_with_mpi(void);
+/* "MPI yes (Open MPI 4.1.6)", or "MPI no (...how to get it)" */
+const char *vil_dist_build_info(void);
 
 /* Host-side collectives over the group; with d NULL or no MPI they return at once. Every rank
  * must make the same calls in the same order. */

@@ -118,6 +118,7 @@ static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
     if (off) o.layer = vil_calloc((size_t)c->depth, sizeof(VilLayerOffsets));
     for (int i = 0; i < c->depth; i++) {
         VilLayerOffsets l = {0};
+        int first = t.n;
         const char *sfx[2] = {"", "_b"};
         for (int j = 0; j < 2; j++) {
             if (vim) l.A_log[j] = ADD(1, (E, N), "layers.%d.mixer.A%s_log", i, sfx[j]);
@@ -136,6 +137,7 @@ static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
         }
         l.out_proj = ADD(1, (D, E), "layers.%d.mixer.out_proj.weight", i);
         l.norm = ADD(0, (D), "layers.%d.norm.weight", i);
+        l.begin = t.info[first].offset;
         if (off) o.layer[i] = l;
     }
     o.norm_f = ADD(0, (D), "norm_f.weight");
@@ -625,6 +627,18 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
                                             .OC = 2 * E, .ld_in = D, .ld_out = 2 * E});
 }
 
+/* The backward's gradient buckets (m->sync): the gradients at [lo, buf_len) are final; those
+ * not yet sent go to the all-reduce once they come to bucket_bytes, or at the end (last). The
+ * buffer is filled from its end: norm_f, the layers from the last, then the embeddings and the
+ * head (whose gradients, made first, sit at its start). */
+static void grads_ready(VilModel *m, size_t lo, int last) {
+    if (!m->sync.dist || m->sync.hi == lo) return;
+    if (!last && (m->sync.hi - lo) * sizeof(float) < m->sync.bucket_bytes) return;
+    m->be->grad_allreduce(m->be, &(VilAllReduce){.buf = m->grads + lo, .n = m->sync.hi - lo,
+                                                 .async = 1, .dist = m->sync.dist});
+    m->sync.hi = lo;
+}
+
 void vil_model_backward(VilModel *m) {
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
@@ -632,6 +646,7 @@ void vil_model_backward(VilModel *m) {
     const VilParamOffsets *o = &m->off;
     if (!a->training) VIL_FATAL("vil_model_backward needs activations allocated for training");
     int B = a->B, L = c->seq_len, D = c->embed_dim, NC = c->num_classes;
+    m->sync.hi = m->buf_len;
     be->softmax_xent_backward(be, &(VilXentBwd){.dlogits = a->dlogits, .probs = a->probs,
                                                 .targets = a->targets, .B = B, .C = NC,
                                                 .denom = m->loss_denom > 0 ? m->loss_denom : B});
@@ -653,6 +668,7 @@ void vil_model_backward(VilModel *m) {
                                                    .res_out = l->res, .rstd = l->rstd,
                                                    .w = Pm(m, o->layer[i].norm),
                                                    .scale = i > 0 ? dp_row(m, i) : NULL, .B = B, .L = L, .D = D});
+        grads_ready(m, o->layer[i].begin, 0);
     }
     be->tokens_backward(be, &(VilTokensBwd){.dpatches = a->dpatches, .dcls = Gr(m, o->cls), .dpos = Gr(m, o->pos),
                                             .dx = a->dres, .B = B, .M = c->n_patches, .D = D, .t = c->cls_pos});
@@ -660,6 +676,7 @@ void vil_model_backward(VilModel *m) {
         .dimg = a->dimg, .dw = Gr(m, o->patch_w), .db = Gr(m, o->patch_b), .dout = a->dpatches,
         .w = Wt(m, o->patch_w), .img = a->img, .B = B, .C = c->in_chans, .H = c->img_size,
         .W = c->img_size, .P = c->patch_size, .S = c->stride, .D = D});
+    grads_ready(m, 0, 1);
 }
 
 void vil_model_zero_grad(VilModel *m) { m->be->zero(m->be, m->grads, m->buf_len * sizeof(float)); }
@@ -712,6 +729,10 @@ void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float
 
 void vil_model_allreduce_grads(VilModel *m, const struct VilDist *dist) {
     m->be->grad_allreduce(m->be, &(VilAllReduce){.buf = m->grads, .n = m->buf_len, .dist = dist});
+}
+
+void vil_model_allreduce_wait(VilModel *m) {
+    m->be->grad_allreduce_wait(m->be, &(VilAllReduceWait){.dist = m->sync.dist});
 }
 
 void vil_model_ema_update(VilModel *m, float decay) {

@@ -40,6 +40,7 @@ void vil_param_store(const VilParamInfo *p, float *stored, const float *dense);
 typedef struct {
     size_t A_log[2], D[2], in_proj, conv_w[2], conv_b[2], x_proj[2], dt_w[2], dt_b[2], out_proj,
         norm;
+    size_t begin; /* the layer's tensors are [begin, the next layer's begin) */
 } VilLayerOffsets;
 typedef struct {
     size_t cls, pos, patch_w, patch_b, head_w, head_b, norm_f;
@@ -104,6 +105,14 @@ typedef struct {
     int input_grad;      /* set before vil_model_alloc_acts to get dL/dimage in acts.dimg */
     long loss_denom;     /* the samples the minimized loss is the mean over: 0 = the batch;
                           * the global batch when gradients sum over micro-batches and ranks */
+    /* Set (train/step.c) for the last micro-batch of a step: the backward hands the gradients
+     * of finished layers to the all-reduce over dist in buckets of about bucket_bytes while it
+     * goes on, and vil_model_allreduce_wait ends it. dist NULL: no all-reduce in the backward. */
+    struct {
+        const struct VilDist *dist;
+        size_t bucket_bytes;
+        size_t hi; /* gradients at [hi, buf_len) are on their way */
+    } sync;
     VilActs acts;
 } VilModel;
 
@@ -171,9 +180,13 @@ void vil_model_init_training(VilModel *m, int ema);
 /* clip_grad_norm_: the gradients scaled to max_norm when their global norm is above it; the
  * norm stays on the device in m->grad_norm (read it with to_host when needed). */
 void vil_model_clip_grad(VilModel *m, float max_norm);
-/* The gradients summed over the ranks of dist (backend grad_allreduce: MPI or NCCL). */
+/* The gradients summed over the ranks of dist (backend grad_allreduce: MPI or NCCL), in one
+ * call after the backward. */
 struct VilDist;
 void vil_model_allreduce_grads(VilModel *m, const struct VilDist *dist);
+/* The end of the all-reduce the backward started bucket by bucket (m->sync): the ops queued
+ * after it see the summed gradients. */
+void vil_model_allreduce_wait(VilModel *m);
 /* One AdamW step over all parameters (weight decay on the tensors with decay = 1). */
 void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd);
 /* ema = decay * ema + (1 - decay) * params (needs vil_model_init_training with ema). */
