@@ -1,11 +1,16 @@
 /* bench.c: `vil bench`: training-step, forward+backward and inference throughput of a model
  * config on a backend, with random images, the peak memory and a per-op time breakdown. The
  * step timed is vil_train_step (train/step.c), the one `vil train` runs, with the cfg file's
- * training settings (clipping, EMA, AdamW). */
+ * training settings (clipping, EMA, AdamW). Under mpirun / srun: the scaling of the step over
+ * the ranks against one rank alone, and the exposed time of the gradient all-reduce. With
+ * --data: vil train's own loop (loader, feed, step) on a dataset, alone and on all ranks. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -14,6 +19,7 @@
 #include "train/train.h"
 #include "vil/backend_prof.h"
 #include "vil/common.h"
+#include "vil/dist.h"
 #include "vil/limits.h"
 #include "vil/model.h"
 
@@ -99,28 +105,253 @@ static double feed_steps(VilModel *m, const VilStepParams *sp, int warmup, int s
     return t;
 }
 
+/* ---------------- several ranks, and the real loader ---------------- */
+
+/* this rank's seconds for `steps` steps after `warmup`, the ranks of d starting together */
+static double timed_steps(VilModel *m, const VilStepParams *sp, int warmup, int steps, const VilDist *d) {
+    for (int i = 0; i < warmup; i++) vil_train_step(m, sp);
+    m->be->sync(m->be);
+    vil_dist_barrier(d);
+    double t0 = vil_now();
+    for (int i = 0; i < steps; i++) vil_train_step(m, sp);
+    m->be->sync(m->be);
+    return vil_now() - t0;
+}
+
+/* One row of the scaling table from every rank's seconds per step t: the slowest and fastest
+ * rank's images/s, the group's (all images over the slowest rank's time) and, with t_base, the
+ * slowest time over it. Returns the slowest rank's t. */
+static double scaling_row(const char *what, double t, int batch, const VilDist *d, double t_base) {
+    double *all = vil_calloc((size_t)d->world, sizeof(double));
+    all[d->rank] = t;
+    vil_dist_sum_double(d, all, d->world);
+    double lo = all[0], hi = all[0];
+    for (int r = 1; r < d->world; r++) lo = all[r] < lo ? all[r] : lo, hi = all[r] > hi ? all[r] : hi;
+    free(all);
+    if (d->rank == 0) {
+        printf("  %-40s %9.1f - %-9.1f %11.1f   %8.2f", what, batch / hi, batch / lo,
+               (double)batch * d->world / hi, 1e3 * hi);
+        if (t_base > 0) printf("   %+8.2f", 1e3 * (hi - t_base));
+        printf("\n");
+        fflush(stdout);
+    }
+    return hi;
+}
+
+/* The step over the ranks (random images, no loader): rank 0 alone, then all ranks without an
+ * all-reduce (the compute's own scaling), with one after the backward, and overlapped. The
+ * exposed communication is a step's time over the no-all-reduce one. */
+static void bench_ranks(VilModel *m, const VilStepParams *sp0, int batch, int warmup, int steps,
+                        const VilDist *d) {
+    VilStepParams none = *sp0, end = *sp0, ovl = *sp0;
+    none.dist = NULL;
+    end.dist = ovl.dist = d;
+    end.overlap = 0;
+    ovl.overlap = 1;
+    if (d->rank == 0) {
+        printf("\nthe training step over %d rank%s (random images; ms per step, the slowest rank's; "
+               "exposed: over 'no all-reduce'):\n", d->world, d->world == 1 ? "" : "s");
+        printf("  %-40s %-21s %11s   %8s   %s\n", "", "img/s per rank", "img/s total", "ms", "exposed ms");
+    }
+    /* rank 0 alone while the others wait (no all-reduce: nobody waits on another rank) */
+    double alone = 0;
+    if (d->rank == 0) alone = timed_steps(m, &none, warmup, steps, NULL) / steps;
+    vil_dist_barrier(d);
+    vil_dist_bcast(d, &alone, sizeof alone, 0);
+    if (d->rank == 0)
+        printf("  %-40s %9.1f %-11s %11.1f   %8.2f\n", "rank 0 alone, no all-reduce", batch / alone, "",
+               batch / alone, 1e3 * alone);
+    double base = scaling_row("all ranks, no all-reduce", timed_steps(m, &none, warmup, steps, d) / steps,
+                              batch, d, 0);
+    scaling_row("all ranks, all-reduce after the backward", timed_steps(m, &end, warmup, steps, d) / steps,
+                batch, d, base);
+    char what[64];
+    snprintf(what, sizeof what, "all ranks, overlapped (%.3g MiB buckets)", sp0->bucket_bytes / 1048576.0);
+    double t = scaling_row(what, timed_steps(m, &ovl, warmup, steps, d) / steps, batch, d, base);
+    if (d->rank == 0) {
+        printf("scaling efficiency (overlapped, against %d x rank 0 alone): %.1f%%\n", d->world,
+               100.0 * alone / t);
+        fflush(stdout);
+    }
+}
+
+/* vil train's loop on the dataset: the progress callbacks after the first interval (warm-up)
+ * add up the images and seconds */
+typedef struct {
+    long prev_step, global_batch;
+    int intervals;
+    double images, seconds, wait_s;
+} LoopTally;
+
+static void tally_log(void *ctx, const VilTrainProgress *p) {
+    LoopTally *t = ctx;
+    long n = p->step - t->prev_step;
+    t->prev_step = p->step;
+    if (t->intervals++ == 0 || p->images_per_s <= 0) return;
+    double sec = (double)n * t->global_batch / p->images_per_s;
+    t->images += (double)n * t->global_batch;
+    t->seconds += sec;
+    t->wait_s += p->data_wait * sec;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+    (void)st, (void)flag, (void)f;
+    return remove(path);
+}
+
+/* 2 x steps steps of vil train (eval off) into a scratch folder that is removed after; the
+ * tally of the second half. 0, or -1 (reported). */
+static int train_loop_run(const VilConfig *mc, const VilTrainConfig *tc, const char *data,
+                          const VilBackend *be, const VilDist *d, int steps, LoopTally *tally) {
+    char dir[64] = "/tmp/vil-bench-XXXXXX";
+    int ok = d->rank != 0 || mkdtemp(dir) != NULL;
+    if (vil_dist_any(d, !ok)) {
+        vil_error("cannot make a scratch folder in /tmp for the training loop");
+        return -1;
+    }
+    vil_dist_bcast(d, dir, sizeof dir, 0);
+    VilTrainRun run = {0};
+    run.model = *mc;
+    run.train = *tc;
+    run.train.eval_every_epochs = 0;
+    run.train.log_every = steps;
+    run.train.max_steps = 2 * steps;
+    run.data = data;
+    run.out_dir = dir;
+    run.be = be;
+    run.dist = d;
+    run.quiet = 1;
+    run.on_log = tally_log;
+    memset(tally, 0, sizeof *tally);
+    tally->global_batch = (long)tc->batch * tc->accum_steps * d->world;
+    run.ctx = tally;
+    VilTrainResult res;
+    VilTrainStatus st = vil_train(&run, &res);
+    vil_dist_barrier(d);
+    if (d->rank == 0) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (st != VIL_TRAIN_DONE) return -1;
+    if (tally->seconds <= 0) {
+        vil_error("the training loop logged no timed interval (a dataset shorter than %d steps?)", steps);
+        return -1;
+    }
+    return 0;
+}
+
+static void print_loop(const char *what, const LoopTally *t) {
+    printf("  %-36s %11.1f img/s   data wait %4.1f%%\n", what, t->images / t->seconds,
+           100.0 * t->wait_s / t->seconds);
+    fflush(stdout);
+}
+
+/* vil train's loop with the real loader: alone (rank 0), and on all ranks when there are several */
+static int bench_loop(const VilConfig *mc, const VilTrainConfig *tc, const char *data,
+                      const VilBackend *be, const VilDist *d, int steps) {
+    VilDist solo;
+    vil_dist_single(&solo);
+    LoopTally one = {0}, all = {0};
+    if (d->rank == 0) {
+        printf("\nvil train's loop on %s (loader with %d worker%s, the feed, the step; %d steps "
+               "timed after %d):\n", data, tc->workers, tc->workers == 1 ? "" : "s", steps, steps);
+        fflush(stdout);
+    }
+    int bad = d->rank == 0 && train_loop_run(mc, tc, data, be, &solo, steps, &one) != 0;
+    if (vil_dist_any(d, bad)) return -1;
+    if (d->rank == 0) print_loop(d->world > 1 ? "rank 0 alone" : "one process", &one);
+    if (d->world == 1) return 0;
+    if (train_loop_run(mc, tc, data, be, d, steps, &all) != 0) return -1;
+    if (d->rank == 0) {
+        char what[64];
+        snprintf(what, sizeof what, "all %d ranks (total)", d->world);
+        print_loop(what, &all);
+        printf("scaling efficiency with the loader (against %d x rank 0 alone): %.1f%%\n", d->world,
+               100.0 * (all.images / all.seconds) / (d->world * one.images / one.seconds));
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* One process: the step, forward+backward, the step with uploads, inference, the peak memory
+ * and (profile) the per-op breakdown; m has training activations of the batch. 0, or 1 when the
+ * loss is not finite. */
+static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps, int profile) {
+    const VilBackend *be = m->be;
+    int batch = m->acts.B;
+    for (int i = 0; i < warmup; i++) vil_train_step(m, sp);
+    be->sync(be);
+    float loss0 = mean_loss(m);
+    double t0 = vil_now();
+    for (int i = 0; i < steps; i++) vil_train_step(m, sp);
+    be->sync(be);
+    double t_train = vil_now() - t0;
+    float loss1 = mean_loss(m);
+    t0 = vil_now();
+    for (int i = 0; i < steps; i++) forward_backward(m);
+    be->sync(be);
+    double t_fb = vil_now() - t0;
+    size_t peak_train = be->peak_bytes ? be->peak_bytes(be) : 0;
+    if (!isfinite(loss1)) {
+        vil_error("the loss is not finite after %d steps (%g): the backend is broken", steps, loss1);
+        return 1;
+    }
+    printf("train step (as vil train):  %10.1f images/s  (%.2f ms/step; loss %.4f -> %.4f)\n",
+           batch * steps / t_train, 1e3 * t_train / steps, loss0, loss1);
+    printf("forward+backward:           %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_fb,
+           1e3 * t_fb / steps);
+    double t_feed = feed_steps(m, sp, warmup, steps);
+    printf("train step + upload (feed): %10.1f images/s  (%.2f ms/step; each batch from host memory, as vil train)\n",
+           batch * steps / t_feed, 1e3 * t_feed / steps);
+    fflush(stdout);
+
+    vil_model_alloc_acts(m, batch, 0);
+    upload_batch(m, 2);
+    double t_inf = steps * vil_time_forward(m, warmup, steps);
+    printf("inference (forward):        %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_inf,
+           1e3 * t_inf / steps);
+    printf("peak memory (training):     %10.2f GiB (%.1f MiB)%s\n", peak_train / 1073741824.0,
+           peak_train / 1048576.0, strcmp(be->name, "cpu") == 0 ? " (process RSS)" : "");
+    fflush(stdout);
+
+    if (profile) {
+        int iters = steps < 5 ? steps : 5;
+        vil_model_alloc_acts(m, batch, 1);
+        upload_batch(m, 3);
+        m->be = vil_backend_profiled(be);
+        vil_train_step(m, sp); /* warm */
+        vil_prof_reset();
+        for (int i = 0; i < iters; i++) vil_train_step(m, sp);
+        printf("\nper-op breakdown of a training step (synchronized after every op, %d steps):\n", iters);
+        vil_prof_report(stdout, iters);
+        m->be = be;
+    }
+    return 0;
+}
+
 int vil_cmd_bench(int argc, char **argv) {
-    const char *device = "cpu", *model = "configs/vil_tiny.cfg";
-    int batch = 8, steps = 0, warmup = 2, profile = 1, no_profile = 0;
+    const char *device = "cpu", *model = "configs/vil_tiny.cfg", *data = NULL;
+    int batch = 8, steps = 0, warmup = 2, no_profile = 0;
     VilArgList sets = {0};
     VilArg args[] = {
         {"--device", VIL_ARG_STR, &device, "cpu or cuda"},
         {"--model", VIL_ARG_STR, &model, "cfg file (model and training keys)"},
-        {"--batch", VIL_ARG_INT, &batch, "batch size"},
+        {"--batch", VIL_ARG_INT, &batch, "batch size (per rank)"},
         {"--steps", VIL_ARG_INT, &steps, "timed steps per measurement (0: 5 on cpu, 30 on cuda)"},
         {"--warmup", VIL_ARG_INT, &warmup, "untimed steps first"},
+        {"--data", VIL_ARG_STR, &data, "also time vil train's loop (loader, feed, step) on this dataset"},
         {"--no-profile", VIL_ARG_FLAG, &no_profile, "skip the per-op breakdown"},
         {"--set", VIL_ARG_LIST, &sets, "override a config key (repeatable)"},
     };
-    VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B] [options]",
+    VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B] [--data DIR] [options]",
                        "Times the training step `vil train` runs (forward, backward, clipping and\n"
                        "EMA as the cfg file sets them, AdamW), forward+backward and inference on\n"
                        "random images, and prints images/s, the peak memory and a per-op\n"
-                       "breakdown (a separate, synchronized pass).",
+                       "breakdown (a separate, synchronized pass). Under mpirun / srun (one\n"
+                       "process per GPU): the step on rank 0 alone and on all ranks without an\n"
+                       "all-reduce, with one after the backward and overlapped, the exposed\n"
+                       "communication and the scaling efficiency. --data adds vil train's own\n"
+                       "loop on a dataset (alone, and on all ranks).",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
-    profile = !no_profile;
     if (batch < 1 || batch > VIL_MAX_BATCH || steps < 0 || warmup < 0 || !vil_device_name_ok(device)) {
         fprintf(stderr, "vil bench: --batch must be in 1..%d, --steps and --warmup >= 0, --device "
                         "cpu, cuda or auto\n", VIL_MAX_BATCH);
@@ -135,76 +366,48 @@ int vil_cmd_bench(int argc, char **argv) {
     if (r == 0) r = vil_config_finalize(&cfg);
     if (r == 0) r = vil_train_config_finalize(&tc);
     if (r != 0) return vil_exit_code(r);
-    /* the step at the peak learning rate of this batch */
-    VilStepParams sp = vil_step_params(&tc, (float)vil_peak_lr(tc.base_lr, batch));
+    tc.batch = batch;
+    /* the process group (mpirun / srun), and this process's GPU: local_rank */
+    VilDist dist;
+    if (vil_dist_init(&dist) != 0) return 1;
+    int code = 1, lead = dist.rank == 0;
     const VilBackend *be = vil_backend_get(device);
-    if (!be) return 1;
+    if (be && dist.mpi && strcmp(be->name, "cuda") == 0) be = vil_backend_open("cuda", dist.local_rank);
+    if (vil_dist_any(&dist, !be || (dist.mpi && be->dist_join(be, &dist) != 0))) goto out;
+    /* the step at the peak learning rate of the global batch */
+    VilStepParams sp = vil_step_params(&tc, (float)vil_peak_lr(tc.base_lr, (long)batch * dist.world));
     if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 5 : 30;
     VilModel m;
-    if (vil_model_init(&m, &cfg, be) != 0) return 1;
-    if (vil_model_check_acts(&m, batch, 1) != 0) {
+    if (vil_dist_any(&dist, vil_model_init(&m, &cfg, be) != 0)) goto out;
+    if (vil_dist_any(&dist, vil_model_check_acts(&m, batch, 1) != 0)) {
         vil_model_free(&m);
-        return 1;
+        goto out;
     }
     vil_model_init_weights(&m, 0);
-    printf("bench: %s (%s) on %s, %zu parameters, %dx%d, batch %d, %d tokens\n", cfg.name,
-           cfg.arch, be->name, m.param_count, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
-    printf("step:  forward, backward, %s AdamW (lr %.3g, wd %g), %s\n",
-           sp.clip_grad > 0 ? "clip_grad," : "no clipping,", sp.lr, sp.weight_decay,
-           sp.ema_decay > 0 ? "EMA" : "no EMA");
-    fflush(stdout);
-
+    if (lead) {
+        printf("bench: %s (%s) on %s, %zu parameters, %dx%d, batch %d, %d tokens\n", cfg.name,
+               cfg.arch, be->name, m.param_count, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
+        printf("step:  forward, backward, %s AdamW (lr %.3g, wd %g), %s\n",
+               sp.clip_grad > 0 ? "clip_grad," : "no clipping,", sp.lr, sp.weight_decay,
+               sp.ema_decay > 0 ? "EMA" : "no EMA");
+        if (dist.mpi)
+            printf("ranks: %d (%s), %d on this host; global batch %ld\n", dist.world, dist.launcher,
+                   dist.local_world, (long)batch * dist.world);
+        fflush(stdout);
+    }
     vil_model_init_training(&m, sp.ema_decay > 0.0f);
     vil_model_alloc_acts(&m, batch, 1);
     upload_batch(&m, 1);
-    for (int i = 0; i < warmup; i++) vil_train_step(&m, &sp);
-    be->sync(be);
-    float loss0 = mean_loss(&m);
-    double t0 = vil_now();
-    for (int i = 0; i < steps; i++) vil_train_step(&m, &sp);
-    be->sync(be);
-    double t_train = vil_now() - t0;
-    float loss1 = mean_loss(&m);
-    t0 = vil_now();
-    for (int i = 0; i < steps; i++) forward_backward(&m);
-    be->sync(be);
-    double t_fb = vil_now() - t0;
-    size_t peak_train = be->peak_bytes ? be->peak_bytes(be) : 0;
-    if (!isfinite(loss1)) {
-        vil_error("the loss is not finite after %d steps (%g): the backend is broken", steps, loss1);
-        vil_model_free(&m);
-        return 1;
-    }
-    printf("train step (as vil train):  %10.1f images/s  (%.2f ms/step; loss %.4f -> %.4f)\n",
-           batch * steps / t_train, 1e3 * t_train / steps, loss0, loss1);
-    printf("forward+backward:           %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_fb,
-           1e3 * t_fb / steps);
-    double t_feed = feed_steps(&m, &sp, warmup, steps);
-    printf("train step + upload (feed): %10.1f images/s  (%.2f ms/step; each batch from host memory, as vil train)\n",
-           batch * steps / t_feed, 1e3 * t_feed / steps);
-    fflush(stdout);
-
-    vil_model_alloc_acts(&m, batch, 0);
-    upload_batch(&m, 2);
-    double t_inf = steps * vil_time_forward(&m, warmup, steps);
-    printf("inference (forward):        %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_inf,
-           1e3 * t_inf / steps);
-    printf("peak memory (training):     %10.2f GiB (%.1f MiB)%s\n", peak_train / 1073741824.0,
-           peak_train / 1048576.0, strcmp(be->name, "cpu") == 0 ? " (process RSS)" : "");
-    fflush(stdout);
-
-    if (profile) {
-        int iters = steps < 5 ? steps : 5;
-        vil_model_alloc_acts(&m, batch, 1);
-        upload_batch(&m, 3);
-        m.be = vil_backend_profiled(be);
-        vil_train_step(&m, &sp); /* warm */
-        vil_prof_reset();
-        for (int i = 0; i < iters; i++) vil_train_step(&m, &sp);
-        printf("\nper-op breakdown of a training step (synchronized after every op, %d steps):\n", iters);
-        vil_prof_report(stdout, iters);
-        m.be = be;
+    if (dist.mpi) {
+        bench_ranks(&m, &sp, batch, warmup, steps, &dist);
+        code = 0;
+    } else {
+        code = bench_one(&m, &sp, warmup, steps, !no_profile);
     }
     vil_model_free(&m);
-    return 0;
+    if (code == 0 && data && bench_loop(&cfg, &tc, data, be, &dist, steps) != 0) code = 1;
+out:
+    if (dist.mpi) vil_backend_close(be);
+    vil_dist_finalize(&dist);
+    return code;
 }

@@ -35,9 +35,9 @@ static void usage(FILE *f) {
                "usage: vil COMMAND [options]   (vil COMMAND --help for its options)\n\ncommands:\n");
     for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].help);
 #ifdef VIL_CUDA
-    fprintf(f, "\nbuilt with %s\n", vil_cuda_build_info());
+    fprintf(f, "\nbuilt with %s; %s\n", vil_cuda_build_info(), vil_dist_build_info());
 #else
-    fprintf(f, "\nbuilt without CUDA (CPU only)\n");
+    fprintf(f, "\nbuilt without CUDA (CPU only); %s\n", vil_dist_build_info());
 #endif
 }
 
@@ -86,11 +86,13 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    /* only train is a process group; N copies of another command would each do all the work */
+    /* train and bench run as a process group; N copies of another command would each do all
+     * the work */
     int n = vil_dist_launched();
-    if (n > 1 && c->fn != vil_cmd_train) {
-        fprintf(stderr, "vil %s: started as one of %d processes (mpirun / srun), but only "
-                        "`vil train` runs as several; run vil %s as one process\n", c->name, n, c->name);
+    if (n > 1 && c->fn != vil_cmd_train && c->fn != vil_cmd_bench) {
+        fprintf(stderr, "vil %s: started as one of %d processes (mpirun / srun), but only `vil "
+                        "train` and `vil bench` run as several; run vil %s as one process\n",
+                c->name, n, c->name);
         return 2;
     }
     return c->fn(argc - 1, argv + 1);

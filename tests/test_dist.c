@@ -3,6 +3,7 @@
  * micro-batches, so 2 ranks x 16, 1 rank x 8 x 4 micro-batches and 2 ranks x 8 x 2 micro-batches
  * end 20 steps where 1 rank x 32 does (float summation order apart: within 1e-5 relative); the
  * sharded validation counts every image once; SIGTERM to one rank saves and stops all. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,14 +27,15 @@ static const char *ARGS =
     "--set repeats=3 --set randaug_n=1 --set reprob=0.25 --set scale_min=0.5 --set crop_pct=1 "
     "--set workers=1 --set log_every=5 --set eval_every_epochs=1 --set eval_batch=50";
 
-/* a run of `steps` steps into dir/name: np 2 under mpirun, else one process */
-static int train(const char *name, int np, int batch, int accum, int steps, char *out, size_t n) {
+/* a run of `steps` steps into dir/name: np 2 under mpirun, else one process; more: flags */
+static int train(const char *name, int np, int batch, int accum, int steps, const char *more,
+                 char *out, size_t n) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "%sbin/vil train --data %s --out %s/%s %s --set batch=%d --set accum_steps=%d "
-             "--set max_steps=%d 2>&1",
+             "--set max_steps=%d %s 2>&1",
              np == 2 ? "mpirun --oversubscribe -np 2 " : "", dir, dir, name, ARGS, batch, accum,
-             steps);
+             steps, more ? more : "");
     int rc = t_run(cmd, out, n); /* t_run puts $VIL_BIN in place of bin/vil */
     if (rc != 0) printf("%s\n", out);
     return rc;
@@ -63,23 +65,42 @@ static double state_diff(const char *a, const char *b, const char *key) {
     return d;
 }
 
+/* the loss of the progress line of step `step` (NAN: none) */
+static double logged_loss(const char *out, int step) {
+    char key[32];
+    snprintf(key, sizeof key, "step %d/", step);
+    const char *p = strstr(out, key), *l = p ? strstr(p, "loss ") : NULL;
+    return l ? atof(l + 5) : NAN;
+}
+
 static void test_equal_runs(void) {
     static char out[65536];
-    T_CHECK(train("one", 0, 32, 1, 20, out, sizeof out) == 0, "1 process, batch 32");
+    /* the state at step 10 of this run is resumed on 2 ranks below */
+    T_CHECK(train("half", 0, 32, 1, 20, "--stop-after 10", out, sizeof out) == 0, "1 process, batch 32, 10 steps");
+    T_CHECK(train("one", 0, 32, 1, 20, NULL, out, sizeof out) == 0, "1 process, batch 32");
+    double loss1 = logged_loss(out, 5);
     char val1[256] = "";
     const char *v = strstr(out, "val   epoch 1:");
     if (v) snprintf(val1, sizeof val1, "%.*s", (int)strcspn(v, "\n"), v);
+    /* small buckets: the overlapped all-reduce goes in several pieces */
+    const char *buckets = "--set bucket_mb=0.01";
     struct {
         const char *name;
         int np, batch, accum;
-    } runs[] = {{"two", 2, 16, 1}, {"accum", 0, 8, 4}, {"two_accum", 2, 8, 2}};
-    for (int i = 0; i < 3; i++) {
-        int rc = train(runs[i].name, runs[i].np, runs[i].batch, runs[i].accum, 20, out, sizeof out);
+        const char *more;
+    } runs[] = {{"two", 2, 16, 1, buckets}, {"accum", 0, 8, 4, NULL}, {"two_accum", 2, 8, 2, buckets},
+                {"two_end", 2, 16, 1, "--set allreduce=end"}};
+    for (int i = 0; i < 4; i++) {
+        int rc = train(runs[i].name, runs[i].np, runs[i].batch, runs[i].accum, 20, runs[i].more, out, sizeof out);
         T_CHECK(rc == 0, "%s: %d process%s x batch %d x %d micro-batches runs", runs[i].name,
                 runs[i].np ? runs[i].np : 1, runs[i].np > 1 ? "es" : "", runs[i].batch, runs[i].accum);
         if (runs[i].np == 2)
             T_CHECK(strstr(out, "ranks: 2 processes (mpirun)") && strstr(out, "= 32; lr"),
                     "%s: the header names 2 ranks and the global batch 32", runs[i].name);
+        /* the logged loss is the global batch's mean, over ranks and micro-batches */
+        double l = logged_loss(out, 5);
+        T_CHECK(fabs(l - loss1) <= 2e-4, "%s: the loss logged at step 5 (%.4f) is the 1 x 32 run's (%.4f)",
+                runs[i].name, l, loss1);
         const char *keys[] = {"params", "adam_m", "adam_v", "ema"};
         for (int k = 0; k < 4; k++) {
             char nm[128];
@@ -101,6 +122,49 @@ static void test_equal_runs(void) {
     /* only rank 0 writes and prints: one "done:" line */
     const char *d1 = strstr(out, "done:");
     T_CHECK(d1 && !strstr(d1 + 1, "done:"), "one 'done:' line from 2 ranks");
+    /* two ranks sum in one order whatever the buckets: overlapped equals after-the-backward */
+    T_CHECK(state_diff("two", "two_end", "params") == 0.0 && state_diff("two", "two_end", "adam_v") == 0.0,
+            "2 ranks: the all-reduce overlapped in buckets gives the weights of one after the backward, bitwise");
+
+    /* the 1 x 32 run's step 10 resumed on 2 ranks x 16: the same global batch, so no warning,
+     * and the run of 20 steps it makes is the uninterrupted one's */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "mpirun --oversubscribe -np 2 bin/vil train --data %s --resume %s/half "
+             "--set batch=16 --set workers=2 2>&1", dir, dir);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "resuming a run of 1 rank on 2, at the same global batch of 32") &&
+                !strstr(out, "changed training settings"),
+            "resumed on 2 ranks x 16 from 1 x 32: said so, no warning (rc %d):\n%s", rc, out);
+    const char *keys[] = {"params", "adam_m", "adam_v", "ema"};
+    for (int k = 0; k < 4; k++) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "1 x 32 for 10 steps, then 2 x 16 for 10 = 1 x 32 for 20: %s", keys[k]);
+        double d = state_diff("one", "half", keys[k]);
+        T_CLOSE(nm, d < 0 ? 1.0 : d, 1e-5);
+    }
+}
+
+/* vil bench under mpirun: the table of the step over the ranks and vil train's loop on the data */
+static void test_bench(void) {
+    static char out[65536];
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "mpirun --oversubscribe -np 2 bin/vil bench --model configs/vil_fashion.cfg --set img_size=16 "
+             "--set patch_size=4 --set stride=4 --set in_chans=1 --set embed_dim=32 --set depth=2 "
+             "--set num_classes=4 --set workers=1 --set bucket_mb=0.01 --batch 8 --steps 2 --warmup 1 "
+             "--data %s 2>&1", dir);
+    int rc = t_run(cmd, out, sizeof out);
+    const char *rows[] = {"ranks: 2 (mpirun)", "rank 0 alone, no all-reduce", "all ranks, no all-reduce",
+                          "all ranks, all-reduce after the backward", "all ranks, overlapped (0.01 MiB buckets)",
+                          "scaling efficiency (overlapped, against 2 x rank 0 alone): ",
+                          "all 2 ranks (total)", "scaling efficiency with the loader (against 2 x rank 0 alone): "};
+    int all = rc == 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) all = all && strstr(out, rows[i]);
+    /* each line once: rank 0 alone prints */
+    all = all && !strstr(strstr(out, rows[1]) + 1, rows[1]);
+    const char *e = strstr(out, rows[5]);
+    double eff = e ? atof(e + strlen(rows[5])) : 0;
+    T_CHECK(all && eff > 0 && eff < 1000, "vil bench under mpirun -np 2 (rc %d):\n%s", rc, out);
 }
 
 /* SIGTERM to one rank (as Slurm's preemption sends): every rank stops at the same step, rank 0
@@ -164,10 +228,11 @@ int main(void) {
     corpus_write_idx_set(dir, "t10k", 200, 16, 16, 4, 0);
     test_equal_runs();
     test_sigterm_one_rank();
+    test_bench();
     /* a command that is not a process group refuses to run N copies */
     char out[8192];
     int rc = t_run("mpirun --oversubscribe -np 2 bin/vil info --model none.safetensors 2>&1", out, sizeof out);
-    T_CHECK(rc != 0 && strstr(out, "only `vil train` runs as several"),
+    T_CHECK(rc != 0 && strstr(out, "only `vil train` and `vil bench` run as several"),
             "vil info under mpirun -np 2 refuses: %s", out);
     return t_finish();
 }

@@ -3,7 +3,7 @@
 # memcheck on both GPU tests, then `vil bench` for the configs given (default: ViL-Tiny).
 # Full logs go to $OUT (or ./out); the summary printed last fits the reply's tail.
 #   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [dev] [e2e] [data] [pth]
-#                                                  [peer:TIMM_MODEL:BATCH[:compile]]
+#                                                  [peer:TIMM_MODEL:BATCH[:compile]] [mpi:CFG:BATCH[:NP]]
 # dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
 # defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
@@ -157,6 +157,24 @@ for c in range(1000):
         $vil eval --device cuda --model $R/last.safetensors --data $BIG --split train --batch $bs \
             --workers 14 --limit 10240 > "$OUT/eval_$tag.log" 2>&1
         echo "eval with $vil: rc=$?"; tail -2 "$OUT/eval_$tag.log"
+        ;;
+    mpi:*)
+        # under mpirun, one process per GPU (NP of them, default 1: world size 1 through the whole
+        # NCCL path on one GPU): vil bench's table of the step over the ranks plus vil train's loop
+        # on the big corpus, then 60 steps of vil train: mpi:CFG:BATCH[:NP]
+        big_corpus
+        cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); np=$(echo "$step" | cut -s -d: -f4)
+        np=${np:-1}; tag=$(basename "$cfg" .cfg)_np$np
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+        echo "$(bin/vil help | tail -1)"
+        mpirun -np $np bin/vil bench --device cuda --model "$cfg" --batch $bs --set num_classes=10 \
+            --set workers=$((14 / np)) --data $BIG > "$OUT/mpi_bench_$tag.log" 2>&1
+        echo "mpirun -np $np vil bench $cfg batch $bs: rc=$?"; grep -vE "^step:" "$OUT/mpi_bench_$tag.log" | tail -14
+        R=/tmp/vil_mpi_$tag; rm -rf $R
+        mpirun -np $np bin/vil train --config "$cfg" --data $BIG --device cuda --out $R --set num_classes=10 \
+            --set batch=$bs --set workers=$((14 / np)) --set epochs=1 --set max_steps=60 --set warmup_epochs=0 \
+            --set log_every=20 --set eval_every_epochs=0 > "$OUT/mpi_train_$tag.log" 2>&1
+        echo "mpirun -np $np vil train: rc=$?"; grep -E "ranks:|img/s|done" "$OUT/mpi_train_$tag.log" | cut -c1-150
         ;;
     peer:*)
         # the timm peer in the same call: peer:MODEL:BATCH[:compile] (dev/peers/bench_timm.py)
