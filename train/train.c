@@ -8,6 +8,7 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -578,8 +579,21 @@ static int open_data(Trainer *T) {
     return 0;
 }
 
+/* Under mpirun, more loader threads than CPUs this rank may run on: they would share them.
+ * mpirun binds each rank to one core when it starts two or fewer, a trap on a 2-GPU machine. */
+static void check_affinity(const Trainer *T) {
+    cpu_set_t set;
+    if (T->rank != 0 || !T->dist || !T->dist->mpi || sched_getaffinity(0, sizeof set, &set) != 0) return;
+    int n = CPU_COUNT(&set);
+    if (T->tc->workers > n)
+        vil_warn("this rank may run on %d CPU%s, and the loader has %d workers: they will share %s "
+                 "(mpirun binds each rank to a core when it starts 2 or fewer: add --bind-to none, "
+                 "or --map-by slot:PE=N)", n, n == 1 ? "" : "s", T->tc->workers, n == 1 ? "it" : "them");
+}
+
 static int make_loaders(Trainer *T) {
     const VilTrainConfig *t = T->tc;
+    check_affinity(T);
     const VilConfig *c = T->mc;
     VilLoaderConfig lc;
     vil_loader_config_default(&lc, VIL_LOADER_TRAIN, c->img_size, c->in_chans, t->batch,
@@ -637,10 +651,16 @@ static void print_header(Trainer *T) {
                "%ld steps from %g; cosine to %g\n", t->batch, T->world, T->world == 1 ? "" : "s",
             T->accum, T->global_batch, t->base_lr, T->global_batch, T->peak_lr, T->warmup_steps,
             t->warmup_lr, t->min_lr);
-    if (T->dist && T->dist->mpi)
-        fprintf(f, "ranks: %d processes (%s), %d on this host; gradients summed by %s; rank 0 "
-                   "prints and writes\n", T->world, T->dist->launcher, T->dist->local_world,
+    if (T->dist && T->dist->mpi) {
+        fprintf(f, "ranks: %d process%s (%s), %d on this host; gradients summed by %s, ", T->world,
+                T->world == 1 ? "" : "es", T->dist->launcher, T->dist->local_world,
                 strcmp(T->be->name, "cuda") == 0 ? "NCCL" : "MPI");
+        if (strcmp(t->allreduce, "overlap") == 0)
+            fprintf(f, "overlapping the backward in %g MiB buckets", t->bucket_mb);
+        else
+            fprintf(f, "after the backward");
+        fprintf(f, "; rank 0 prints and writes\n");
+    }
     else if (!vil_dist_built_with_mpi())
         fprintf(f, "ranks: one process (this vil has no MPI: apt-get install libopenmpi-dev "
                    "openmpi-bin and rebuild to train with mpirun or srun)\n");
