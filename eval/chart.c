@@ -317,7 +317,8 @@ static void draw_series(const Plot *p, const VilChartSeries *s, const char *colo
     Line l = {.b = p->b};
     /* thinner and a little transparent where a noisy curve fills a band that hides the next */
     put(p->b, "<g fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" stroke-linejoin=\"round\"%s>\n",
-        color, s->n > 2 * VIL_CHART_PLOT_W ? "1.2\" stroke-opacity=\"0.85" : "1.6",
+        color, s->style & VIL_CHART_FAINT ? "1\" stroke-opacity=\"0.3"
+               : s->n > 2 * VIL_CHART_PLOT_W ? "1.2\" stroke-opacity=\"0.85" : "1.6",
         s->dashed ? DASH : "");
     for (int i = 0; i < s->n; i++) {
         if (!isfinite(s->x[i]) || !isfinite(s->y[i])) line_end(&l, color);
@@ -357,7 +358,7 @@ static void draw_legend(Buf *b, const VilChartPanel *p, double x, double y) {
         double yy = y + 8 + LEGEND_ROW * row++;
         put(b, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"M%s %sh26\"/>\n",
             series_color(p, i), p->series[i].dashed ? DASH : "", px(s1, x), px(s2, yy));
-        if (p->markers)
+        if (p->markers || (p->series[i].style & VIL_CHART_MARKERS))
             put(b, "<circle cx=\"%s\" cy=\"%s\" r=\"3.5\" fill=\"%s\" stroke=\"#fff\"/>\n",
                 px(s1, x + 13), px(s2, yy), series_color(p, i));
         put_label(b, x + LEGEND_TEXT, yy + 4, "", p->series[i].label, LABEL_MAX);
@@ -380,6 +381,11 @@ static void draw_panel(Buf *b, const VilChartPanel *p, double cx, double cy) {
     for (int i = 0; have && i < p->n_xticks; i++)
         if (axis_ok(&pl.x, p->xticks[i]))
             x0 = fmin(x0, axis_t(&pl.x, p->xticks[i])), x1 = fmax(x1, axis_t(&pl.x, p->xticks[i]));
+    /* the spans asked for widen the data's (no data still reads "no data", not empty axes) */
+    if (have && p->x_min < p->x_max && axis_ok(&pl.x, p->x_min) && axis_ok(&pl.x, p->x_max))
+        x0 = fmin(x0, axis_t(&pl.x, p->x_min)), x1 = fmax(x1, axis_t(&pl.x, p->x_max));
+    if (have && p->y_min < p->y_max && axis_ok(&pl.y, p->y_min) && axis_ok(&pl.y, p->y_max))
+        y0 = fmin(y0, axis_t(&pl.y, p->y_min)), y1 = fmax(y1, axis_t(&pl.y, p->y_max));
     have = have && axis_fit(&pl.x, x0, x1) && axis_fit(&pl.y, y0, y1);
     if (have) {
         draw_axis(&pl, 0, p->xticks, p->n_xticks);
@@ -390,7 +396,8 @@ static void draw_panel(Buf *b, const VilChartPanel *p, double cx, double cy) {
     put(b, "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"none\" stroke=\"#888\"/>\n",
         px(s1, pl.L), px(s2, pl.T), px(s3, pl.W), px(s4, pl.H));
     for (int k = 0; have && k < p->n_series; k++)
-        draw_series(&pl, &p->series[k], series_color(p, k), p->markers);
+        draw_series(&pl, &p->series[k], series_color(p, k),
+                    p->markers || (p->series[k].style & VIL_CHART_MARKERS));
     if (!have) put_label(b, mx, my + 5, " fill=\"#888\" font-size=\"14\"", "no data", -1);
     put_label(b, mx, cy + 26, " font-size=\"14\" font-weight=\"bold\"", p->title, -1);
     put_label(b, mx, pl.T + pl.H + 42, " font-size=\"13\"", p->xlabel, -1);

@@ -10,7 +10,13 @@ typedef struct {
     const double *x, *y; /* (n) each; a non-finite x or y breaks the line there (a gap) */
     int dashed;          /* 1: dashed stroke (e.g. the EMA of a run) */
     int color;           /* index into the 10-colour palette; -1: by series order */
+    int style;           /* 0, or VIL_CHART_* flags of this series alone: */
 } VilChartSeries;
+/* a marker at every point even where the panel has none (a few evaluations beside a dense
+ * training curve) */
+#define VIL_CHART_MARKERS 1
+/* thin and pale: the raw points of a noisy curve, under a smoothed copy in the same colour */
+#define VIL_CHART_FAINT 2
 
 typedef struct {
     const char *title;           /* panel title; NULL: none */
@@ -21,13 +27,17 @@ typedef struct {
     int n_series;
     const double *xticks; /* (n_xticks) fixed x ticks, increasing, e.g. 224, 384, 512; NULL: auto */
     int n_xticks;
+    /* Where min < max, the axis spans at least [min, max] besides the data: panels that share
+     * an x range line up (0 .. the last step of a run), a y axis can include 0. */
+    double x_min, x_max, y_min, y_max;
 } VilChartPanel;
 
 /* Layout in SVG pixels. Every panel's cell has the same size; the document title, when given,
  * takes VIL_CHART_TITLE_H at the top. The plot area of the panel in (row, col) has its top-left
  * corner at (col * cell_w + VIL_CHART_MARGIN_L, title_h + row * cell_h + VIL_CHART_MARGIN_T)
  * and measures VIL_CHART_PLOT_W x VIL_CHART_PLOT_H; the legend sits to its right. An axis spans
- * the valid points (and fixed ticks) widened by VIL_CHART_PAD of that span on each side, in
+ * the valid points (and fixed ticks, and the panel's x_min .. x_max or y_min .. y_max when
+ * given) widened by VIL_CHART_PAD of that span on each side, in
  * log10 units on a log axis; a flat span around v first becomes v -/+ 5% of |v| (1 when v is 0;
  * 0.1 decade on a log axis). Within a series, points that fall into the same pixel column are
  * thinned to the first, lowest, highest and last of them, so x should mostly increase. */

@@ -1,6 +1,7 @@
 /* test_chart.c: the SVG chart writer: XML escaping, where a data point lands (from the plot-area
- * geometry in chart.h), tick values and labels, NaN gaps, thinning of a 300k-point series, flat
- * and single-point data, empty panels, determinism, locale, the written file, XML validity. */
+ * geometry in chart.h), axis spans asked for, series styles, tick values and labels, NaN gaps,
+ * thinning of a 300k-point series, flat and single-point data, empty panels, determinism,
+ * locale, the written file, XML validity. */
 #include <locale.h>
 #include <math.h>
 #include <string.h>
@@ -11,17 +12,6 @@
 #include "tests/testing.h"
 #include "vil/common.h"
 
-static int count(const char *s, const char *needle) {
-    int n = 0;
-    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
-
-static int has_nan_inf(const char *s) {
-    for (const char *p = s; *p; p++)
-        if (!strncasecmp(p, "nan", 3) || !strncasecmp(p, "inf", 3)) return 1;
-    return 0;
-}
 
 /* one panel, no document title: its plot area has its corner at (MARGIN_L, MARGIN_T) */
 static char *render1(const VilChartPanel *p) { return vil_chart_svg(NULL, p, 1, 1); }
@@ -30,11 +20,11 @@ static void test_escape(void) {
     const char *bad = "a<b&c>\"d'e\x01\tf";
     const char *want = "a&lt;b&amp;c&gt;&quot;d&apos;ef";
     double x[2] = {0, 1}, y[2] = {0, 1};
-    VilChartSeries s = {bad, 2, x, y, 0, -1};
+    VilChartSeries s = {bad, 2, x, y, 0, -1, 0};
     VilChartPanel p = {.title = bad, .xlabel = bad, .ylabel = "y", .series = &s, .n_series = 1};
     char *svg = vil_chart_svg(bad, &p, 1, 1);
-    T_CHECK(svg && count(svg, want) == 4, "title, panel title, x label and legend escaped (%d)",
-            svg ? count(svg, want) : -1);
+    T_CHECK(svg && t_count(svg, want) == 4, "title, panel title, x label and legend escaped (%d)",
+            svg ? t_count(svg, want) : -1);
     T_CHECK(svg && !strchr(svg, '\x01') && !strchr(svg, '\t'), "control characters dropped");
     T_CHECK(svg && !strstr(svg, "a<b"), "no raw '<' from the text");
     free(svg);
@@ -55,7 +45,7 @@ static void test_mapping(void) {
     const double L = VIL_CHART_MARGIN_L, T = VIL_CHART_MARGIN_T;
     const double W = VIL_CHART_PLOT_W, H = VIL_CHART_PLOT_H;
     double x[3] = {0, 5, 10}, y[3] = {0, 50, 100};
-    VilChartSeries s = {"s", 3, x, y, 0, -1};
+    VilChartSeries s = {"s", 3, x, y, 0, -1, 0};
     VilChartPanel p = {.series = &s, .n_series = 1};
     char want[256], a[24], b[24];
     want[0] = 0;
@@ -77,13 +67,49 @@ static void test_mapping(void) {
 
     /* log x: 10 is the middle of [1, 100]; 1000 on a log y lies at 3 of [2, 4] decades */
     double lx[3] = {1, 10, 100}, ly[3] = {100, 1000, 10000};
-    VilChartSeries ls = {"s", 3, lx, ly, 0, -1};
+    VilChartSeries ls = {"s", 3, lx, ly, 0, -1, 0};
     VilChartPanel lp = {.series = &ls, .n_series = 1, .log_x = 1, .log_y = 1, .markers = 1};
     svg = render1(&lp);
     T_CHECK(svg && strstr(svg, "<circle cx=\"304\" cy=\"170\""), "log-log centre at (304, 170)");
     expect_px(a, 0, 0, 2, L, W, 0); /* log10(1) on [0, 2] decades */
     snprintf(want, sizeof want, "<circle cx=\"%s\"", a);
     T_CHECK(svg && strstr(svg, want), "log x of 1 at %s", a);
+    free(svg);
+}
+
+/* a panel's x_min .. x_max and y_min .. y_max widen its axes; a series' own style flags */
+static void test_spans_styles(void) {
+    const double L = VIL_CHART_MARGIN_L, T = VIL_CHART_MARGIN_T;
+    const double W = VIL_CHART_PLOT_W, H = VIL_CHART_PLOT_H;
+    double x[3] = {0, 5, 10}, y[3] = {0, 50, 100};
+    VilChartSeries s = {"s", 3, x, y, 0, -1, 0};
+    VilChartPanel p = {.series = &s, .n_series = 1, .x_min = 0, .x_max = 20, .y_min = -100,
+                       .y_max = 0};
+    char want[64], a[24], b[24];
+    expect_px(a, 10, 0, 20, L, W, 0); /* x over [0, 20], y over [-100, 100] */
+    expect_px(b, 100, -100, 100, T, H, 1);
+    snprintf(want, sizeof want, " %s,%s\"", a, b);
+    char *svg = render1(&p);
+    T_CHECK(svg && strstr(svg, want) && strstr(svg, ">20<") && strstr(svg, ">-100<"),
+            "x_min .. x_max and y_min .. y_max widen the axes (last point at%s)", want);
+    free(svg);
+    p.x_min = 30, p.x_max = 20, p.y_min = p.y_max = 0; /* not a span: the data's alone */
+    expect_px(a, 10, 0, 10, L, W, 0);
+    expect_px(b, 100, 0, 100, T, H, 1);
+    snprintf(want, sizeof want, " %s,%s\"", a, b);
+    svg = render1(&p);
+    T_CHECK(svg && strstr(svg, want), "min >= max leaves the axes to the data (%s)", want);
+    free(svg);
+
+    VilChartSeries two[2] = {{NULL, 3, x, y, 0, 1, VIL_CHART_FAINT},
+                             {"dots", 3, x, y, 1, 1, VIL_CHART_MARKERS}};
+    VilChartPanel q = {.series = two, .n_series = 2};
+    svg = render1(&q);
+    T_CHECK(svg && t_count(svg, "stroke-opacity=\"0.3\"") == 1, "a faint series is pale");
+    T_CHECK(svg && t_count(svg, "r=\"3.5\"") == 4, "a series with markers: 3 points and its legend (%d)",
+            svg ? t_count(svg, "r=\"3.5\"") : -1);
+    T_CHECK(svg && t_count(svg, "<text") > 0 && !strstr(svg, ">(null)<") && t_count(svg, ">dots<") == 1,
+            "the unlabelled faint series has no legend entry");
     free(svg);
 }
 
@@ -128,7 +154,7 @@ static void test_ticks(void) {
         x[i] = 200.0 * i, y[i] = 1e-6 * pow(1000, i / 100.0);
         x2[i] = 224 + 2.88 * i, y2[i] = 0.37 + 0.0044 * i;
     }
-    VilChartSeries s = {"s", N, x, y, 0, -1}, s2 = {"s", N, x2, y2, 0, -1};
+    VilChartSeries s = {"s", N, x, y, 0, -1, 0}, s2 = {"s", N, x2, y2, 0, -1, 0};
     VilChartPanel p = {.series = &s, .n_series = 1, .log_y = 1};
     char *svg = render1(&p);
     T_CHECK(svg && strstr(svg, ">5k<") && strstr(svg, ">20k<") && strstr(svg, ">0<"),
@@ -145,20 +171,20 @@ static void test_ticks(void) {
 
 static void test_gaps(void) {
     double x[7] = {0, 1, 2, 3, 4, 5, 6}, y[7] = {1, 2, NAN, 4, 5, INFINITY, 3};
-    VilChartSeries s = {"s", 7, x, y, 0, -1};
+    VilChartSeries s = {"s", 7, x, y, 0, -1, 0};
     VilChartPanel p = {.series = &s, .n_series = 1};
     char *svg = render1(&p);
-    T_CHECK(svg && count(svg, "<polyline") == 2, "NaN splits the line into two polylines");
-    T_CHECK(svg && count(svg, "r=\"2\"") == 1, "a lone point between gaps is a dot");
-    T_CHECK(svg && !has_nan_inf(svg), "no nan/inf in the output");
+    T_CHECK(svg && t_count(svg, "<polyline") == 2, "NaN splits the line into two polylines");
+    T_CHECK(svg && t_count(svg, "r=\"2\"") == 1, "a lone point between gaps is a dot");
+    T_CHECK(svg && !t_has_nan_inf(svg), "no nan/inf in the output");
     free(svg);
 
     /* on a log axis, values <= 0 are skipped, not gaps */
     double ly[4] = {1, 0, -3, 100};
-    VilChartSeries ls = {"s", 4, x, ly, 0, -1};
+    VilChartSeries ls = {"s", 4, x, ly, 0, -1, 0};
     VilChartPanel lp = {.series = &ls, .n_series = 1, .log_y = 1};
     svg = render1(&lp);
-    T_CHECK(svg && count(svg, "<polyline") == 1 && !has_nan_inf(svg), "log axis skips <= 0");
+    T_CHECK(svg && t_count(svg, "<polyline") == 1 && !t_has_nan_inf(svg), "log axis skips <= 0");
     free(svg);
 }
 
@@ -169,14 +195,14 @@ static void test_big(void) {
     vil_rng_seed(&rng, 5);
     for (int i = 0; i < N; i++) x[i] = i, y[i] = exp(-i / 5e4) + 0.1 * vil_rng_normal(&rng);
     y[N / 2] = NAN;
-    VilChartSeries s[2] = {{"loss", N, x, y, 0, 0}, {"loss (EMA)", N, x, y, 1, 0}};
+    VilChartSeries s[2] = {{"loss", N, x, y, 0, 0, 0}, {"loss (EMA)", N, x, y, 1, 0, 0}};
     VilChartPanel p = {.series = s, .n_series = 2, .log_x = 0};
     double t0 = vil_now();
     char *svg = render1(&p);
     double dt = vil_now() - t0;
     size_t n = svg ? strlen(svg) : 0;
     T_CHECK(svg && n < 200000, "two 300k-point series: %zu bytes (< 200 KB)", n);
-    T_CHECK(svg && count(svg, "<polyline") == 4, "the NaN splits each of them");
+    T_CHECK(svg && t_count(svg, "<polyline") == 4, "the NaN splits each of them");
     printf("     300k-point chart: %zu bytes in %.3f s\n", n, dt);
     free(svg);
     free(x);
@@ -187,9 +213,9 @@ static void test_degenerate(void) {
     double x[4] = {1, 2, 3, 4}, flat[4] = {3, 3, 3, 3}, zero[4] = {0, 0, 0, 0}, nan4[4];
     for (int i = 0; i < 4; i++) nan4[i] = NAN;
     double one_x = 7, one_y = 0.5;
-    VilChartSeries s[5] = {{"flat", 4, x, flat, 0, -1}, {"zero", 4, x, zero, 0, -1},
-                           {"one", 1, &one_x, &one_y, 0, -1}, {"missing", 4, x, nan4, 0, -1},
-                           {"empty", 0, NULL, NULL, 0, -1}};
+    VilChartSeries s[5] = {{"flat", 4, x, flat, 0, -1, 0}, {"zero", 4, x, zero, 0, -1, 0},
+                           {"one", 1, &one_x, &one_y, 0, -1, 0},
+                           {"missing", 4, x, nan4, 0, -1, 0}, {"empty", 0, NULL, NULL, 0, -1, 0}};
     const char *what[5] = {"flat series", "flat zero series", "single point", "", ""};
     for (int k = 0; k < 3; k++)
         for (int lg = 0; lg < 2; lg++) {
@@ -197,7 +223,7 @@ static void test_degenerate(void) {
                                .markers = 1};
             char *svg = render1(&p);
             int dot = svg && strstr(svg, "<circle");
-            T_CHECK(svg && !has_nan_inf(svg) && (dot || (lg && k == 1)),
+            T_CHECK(svg && !t_has_nan_inf(svg) && (dot || (lg && k == 1)),
                     "%s%s renders without nan/inf", what[k], lg ? " (log)" : "");
             free(svg);
         }
@@ -205,10 +231,10 @@ static void test_degenerate(void) {
                           {.title = "empty series", .series = &s[4], .n_series = 1},
                           {.title = "no series"}};
     char *svg = vil_chart_svg("empty", e, 3, 2);
-    T_CHECK(svg && count(svg, ">no data<") == 3 && !has_nan_inf(svg), "empty panels say no data");
+    T_CHECK(svg && t_count(svg, ">no data<") == 3 && !t_has_nan_inf(svg), "empty panels say no data");
     free(svg);
 
-    VilChartSeries bad = {"bad", 3, NULL, flat, 0, -1};
+    VilChartSeries bad = {"bad", 3, NULL, flat, 0, -1, 0};
     VilChartPanel bp = {.series = &bad, .n_series = 1};
     printf("     (two expected errors follow)\n");
     T_CHECK(!vil_chart_svg(NULL, &bp, 1, 1), "points without an x array are refused");
@@ -219,12 +245,13 @@ static void test_degenerate(void) {
 static char *compare_chart(void) {
     static double res[3] = {224, 384, 512}, acc[2][3] = {{76.1, 78.3, 78.9}, {80.5, 82.0, 82.6}};
     static double ips[2][3] = {{2950, 940, 505}, {1120, 355, 190}};
-    static VilChartSeries a[2] = {{"ViL-Tiny", 3, res, acc[0], 0, -1},
-                                  {"ViL-Small", 3, res, acc[1], 0, -1}};
-    static VilChartSeries b[2] = {{"ViL-Tiny", 3, res, ips[0], 0, -1},
-                                  {"ViL-Small", 3, res, ips[1], 0, -1}};
-    VilChartPanel p[2] = {{"accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, a, 2, res, 3},
-                          {"speed", "image size (px)", "images/s", 0, 1, 1, b, 2, res, 3}};
+    static VilChartSeries a[2] = {{"ViL-Tiny", 3, res, acc[0], 0, -1, 0},
+                                  {"ViL-Small", 3, res, acc[1], 0, -1, 0}};
+    static VilChartSeries b[2] = {{"ViL-Tiny", 3, res, ips[0], 0, -1, 0},
+                                  {"ViL-Small", 3, res, ips[1], 0, -1, 0}};
+    VilChartPanel p[2] = {
+        {"accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, a, 2, res, 3, 0, 0, 0, 0},
+        {"speed", "image size (px)", "images/s", 0, 1, 1, b, 2, res, 3, 0, 0, 0, 0}};
     return vil_chart_svg("compare", p, 2, 2);
 }
 
@@ -248,8 +275,9 @@ static void test_output(void) {
     char path[64];
     snprintf(path, sizeof path, "/tmp/vil_test_chart_%ld.svg", (long)getpid());
     static double res[3] = {224, 384, 512}, acc[3] = {76.1, 78.3, 78.9};
-    VilChartSeries s = {"ViL-Tiny", 3, res, acc, 0, -1};
-    VilChartPanel p = {"accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, &s, 1, res, 3};
+    VilChartSeries s = {"ViL-Tiny", 3, res, acc, 0, -1, 0};
+    VilChartPanel p = {"accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, &s, 1, res, 3,
+                       0, 0, 0, 0};
     int rc = vil_chart_write(path, "compare", &p, 1, 1);
     size_t n = 0;
     char *back = rc ? NULL : (char *)vil_read_file(path, &n);
@@ -276,6 +304,7 @@ static void test_output(void) {
 int main(void) {
     test_escape();
     test_mapping();
+    test_spans_styles();
     test_ticks();
     test_gaps();
     test_big();

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 
 static int t_passed = 0, t_failed = 0;
@@ -32,6 +33,20 @@ static int t_passed = 0, t_failed = 0;
         else t_failed++;                                                                   \
         printf("%s %-48s err %.3e  tol %.1e\n", ok_ ? "ok  " : "FAIL", name, e_, t_);      \
     } while (0)
+
+/* occurrences of needle in s (not overlapping) */
+static inline int t_count(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* 1 when s holds "nan" or "inf" in any case (a number that should not be in a document) */
+static inline int t_has_nan_inf(const char *s) {
+    for (const char *p = s; *p; p++)
+        if (!strncasecmp(p, "nan", 3) || !strncasecmp(p, "inf", 3)) return 1;
+    return 0;
+}
 
 /* Run a shell command, capture its stdout into out (may be NULL); its exit status, -1 if it
  * could not run or did not exit. The first "bin/vil " that starts a word (the command, or the
