@@ -143,8 +143,25 @@ ifeq ($(CUDA),1)
   CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
 endif
 
+# ---- the git commit of the build, for `vil version` (and no date: builds stay reproducible) ----
+# Only vil/version.o gets it, with the BLAS's pkg-config name, and that object is linked into
+# bin/vil rather than libvil.a: a new commit recompiles one file and relinks vil, not the tests.
+# The stamp file is rewritten only when the text changes, so it is what version.o depends on.
+# Outside a git checkout (a tarball; .git is a file in a worktree) the commit is "unknown".
+VIL_GIT := $(if $(wildcard .git),$(shell git describe --always --dirty --abbrev=12 2>/dev/null \
+             | tr -cd 'A-Za-z0-9._+-'))
+VIL_GIT := $(or $(VIL_GIT),unknown)
+VERSION_OBJ := $(BUILD)/vil/version.o
+$(VERSION_OBJ): CFLAGS += -DVIL_GIT_COMMIT='"$(VIL_GIT)"' -DVIL_BLAS_NAME='"$(BLAS)"'
+$(VERSION_OBJ): $(BUILD)/gen/version.stamp
+$(BUILD)/gen/version.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(VIL_GIT) $(BLAS)' > $@.tmp; if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+FORCE:
+
 LIB_SRC := $(wildcard vil/*.c data/*.c train/*.c eval/*.c)
-LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/gen/imagenet_names.o $(CU_OBJ)
+LIB_OBJ := $(filter-out $(VERSION_OBJ),$(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))) \
+           $(BUILD)/gen/imagenet_names.o $(CU_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
@@ -153,7 +170,7 @@ TOOL_SRC := $(wildcard tools/*.c)
 TOOL_BIN := $(patsubst tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
 HDR := $(wildcard vil/*.h data/*.h train/*.h eval/*.h cli/*.h cuda/*.h cuda/*.cuh)
 
-.PHONY: all test test-run test-gpu clean fuzz demo deps dev-cuda
+.PHONY: all test test-run test-gpu clean fuzz demo deps dev-cuda FORCE
 all: bin/vil $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 $(BUILD)/%.o: %.c $(HDR) Makefile
@@ -183,7 +200,7 @@ $(BUILD)/libvil.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 CLI_SRC := $(wildcard cli/*.c)
-CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
+CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC)) $(VERSION_OBJ)
 bin/vil: $(CLI_OBJ) $(BUILD)/libvil.a
 	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

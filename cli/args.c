@@ -1,13 +1,19 @@
-/* args.c: the flag parser behind every `vil` subcommand (see args.h). */
+/* args.c: the flag parser behind every `vil` subcommand, and what the commands share: the data
+ * and device opening, the compute threads (see args.h). */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "args.h"
 
+#include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/dataset.h"
 #include "vil/backend.h"
 #include "vil/common.h"
+#include "vil/limits.h"
 
 void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
     FILE *f = to_stderr ? stderr : stdout;
@@ -157,4 +163,47 @@ int vil_cli_open_data_device(const char *data, const char *split, const char *la
         return 1;
     }
     return 0;
+}
+
+/* The CPUs this process may run on: its affinity mask, which OpenMP's own default also counts. */
+static int cpus_allowed(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN); /* a mask wider than cpu_set_t's 1024 CPUs */
+    return n > 0 ? (int)n : 1;
+}
+
+/* Processes of this run on this host that were not bound to their own CPUs (mpirun
+ * --bind-to none): they share the machine. 1 otherwise. */
+static int unbound_procs_here(void) {
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!v) v = getenv("MPI_LOCALNRANKS"); /* MPICH */
+    int n = v ? atoi(v) : 1;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 1 && cpus_allowed() == online ? n : 1;
+}
+
+int vil_cli_set_threads(const char *cmd, int requested, int loader_threads) {
+    (void)loader_threads;
+    if (requested < 0 || requested > VIL_MAX_THREADS) {
+        fprintf(stderr, "vil %s: --threads must be in 0..%d (0: $OMP_NUM_THREADS if set, else the "
+                        "CPUs this process may use), got %d\n", cmd, VIL_MAX_THREADS, requested);
+        return -1;
+    }
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (requested == 0 && env && env[strspn(env, " \t")]) return omp_get_max_threads();
+    int n = requested;
+    if (n == 0) {
+        n = cpus_allowed() / unbound_procs_here();
+        if (n < 1) n = 1;
+    }
+    /* OpenBLAS needs nothing: vil/linear.c runs it single-threaded inside these threads */
+    omp_set_num_threads(n);
+    return n;
+}
+
+void vil_cli_print_threads(FILE *f, int loader_threads) {
+    fprintf(f, "threads: %d compute (OpenMP)", omp_get_max_threads());
+    if (loader_threads > 0) fprintf(f, ", %d loader", loader_threads);
+    fprintf(f, "\n");
 }

@@ -4,6 +4,8 @@
 #ifndef VIL_ARGS_H
 #define VIL_ARGS_H
 
+#include <stdio.h>
+
 typedef enum { VIL_ARG_INT, VIL_ARG_FLOAT, VIL_ARG_STR, VIL_ARG_FLAG, VIL_ARG_LIST } VilArgType;
 
 /* VIL_ARG_LIST: a flag that may repeat (--set key=value --set ...) */
@@ -42,6 +44,23 @@ struct VilBackend;
 int vil_cli_open_data_device(const char *data, const char *split, const char *labels,
                              const char *device, struct VilDataset **ds,
                              const struct VilBackend **be);
+
+/* The OpenMP threads of the CPU compute, one rule for every command's --threads N: N > 0 is
+ * taken as it is; 0 takes OMP_NUM_THREADS when the environment sets it (a user who sets it means
+ * it), else the CPUs this process may run on (its affinity mask, which taskset and mpirun's
+ * binding narrow), divided among the ranks of this host when mpirun left them unbound. The
+ * loader's threads (loader_threads, printed beside) are not taken off: on the CPU device they
+ * wait for the compute almost all the time, and taking them off made the Fashion-MNIST demo
+ * 1.9x slower on 2 cores (1 compute thread: 110-115 img/s; 2: 197-240; data wait 0% in both).
+ * Returns the count now in effect, or -1 after a usage message on stderr when N is outside
+ * 0..VIL_MAX_THREADS (the caller exits 2). Call it before the first OpenMP region. */
+int vil_cli_set_threads(const char *cmd, int requested, int loader_threads);
+/* "threads: N compute (OpenMP), L loader" and a newline (no loader part when L is 0): the line
+ * the commands print for a run on the cpu device */
+void vil_cli_print_threads(FILE *f, int loader_threads);
+/* the help text of every --threads flag; loader: the threads subtracted, e.g. "--workers" */
+#define VIL_THREADS_HELP_CPUS "CPU compute threads (0: $OMP_NUM_THREADS if set, else the usable CPUs"
+#define VIL_THREADS_HELP(loader) VIL_THREADS_HELP_CPUS " less " loader ")"
 
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
 void vil_args_usage(const VilArgSpec *spec, int to_stderr);

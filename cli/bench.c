@@ -328,7 +328,7 @@ static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps
 
 int vil_cmd_bench(int argc, char **argv) {
     const char *device = "cpu", *model = "configs/vil_tiny.cfg", *data = NULL;
-    int batch = 8, steps = 0, warmup = 2, no_profile = 0;
+    int batch = 8, steps = 0, warmup = 2, no_profile = 0, threads = 0;
     VilArgList sets = {0};
     VilArg args[] = {
         {"--device", VIL_ARG_STR, &device, "cpu or cuda"},
@@ -339,6 +339,7 @@ int vil_cmd_bench(int argc, char **argv) {
         {"--data", VIL_ARG_STR, &data, "also time vil train's loop (loader, feed, step) on this dataset"},
         {"--no-profile", VIL_ARG_FLAG, &no_profile, "skip the per-op breakdown"},
         {"--set", VIL_ARG_LIST, &sets, "override a config key (repeatable)"},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP("`workers` with --data")},
     };
     VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B] [--data DIR] [options]",
                        "Times the training step `vil train` runs (forward, backward, clipping and\n"
@@ -367,6 +368,9 @@ int vil_cmd_bench(int argc, char **argv) {
     if (r == 0) r = vil_train_config_finalize(&tc);
     if (r != 0) return vil_exit_code(r);
     tc.batch = batch;
+    /* the loader runs beside the step only in --data's loop, which should time vil train's own */
+    int loader = data ? tc.workers : 0;
+    if (vil_cli_set_threads("bench", threads, loader) < 0) return 2;
     /* the process group (mpirun / srun), and this process's GPU: local_rank */
     VilDist dist;
     if (vil_dist_init(&dist) != 0) return 1;
@@ -390,6 +394,7 @@ int vil_cmd_bench(int argc, char **argv) {
         printf("step:  forward, backward, %s AdamW (lr %.3g, wd %g), %s\n",
                sp.clip_grad > 0 ? "clip_grad," : "no clipping,", sp.lr, sp.weight_decay,
                sp.ema_decay > 0 ? "EMA" : "no EMA");
+        if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, loader);
         if (dist.mpi)
             printf("ranks: %d (%s), %d on this host; global batch %ld\n", dist.world, dist.launcher,
                    dist.local_world, (long)batch * dist.world);

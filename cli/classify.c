@@ -76,7 +76,7 @@ static void print_result(const char *file, const float *logits, int C, int topk,
 
 int vil_cmd_classify(int argc, char **argv) {
     const char *model = NULL, *device = "auto";
-    int img_size = 0, topk = 5, json = 0, ema = 0;
+    int img_size = 0, topk = 5, json = 0, ema = 0, threads = 0;
     float crop_pct = 0;
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
@@ -86,6 +86,7 @@ int vil_cmd_classify(int argc, char **argv) {
         {"--topk", VIL_ARG_INT, &topk, "classes to print per image"},
         {"--json", VIL_ARG_FLAG, &json, "one JSON object per image: file, logits, topk"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP_CPUS ")"},
     };
     VilArgSpec spec = {"classify", "--model CKPT [--ema] [--img-size N] [--crop-pct F] [--topk K] [--json] IMAGE...",
                        "Classifies images (JPEG, PNG, BMP, GIF, PNM, ...; the format is read from the\n"
@@ -109,6 +110,12 @@ int vil_cmd_classify(int argc, char **argv) {
         free(pos);
         return 2;
     }
+    /* no loader: the images are read between the batches */
+    int nthreads = vil_cli_set_threads("classify", threads, 0);
+    if (nthreads < 0) {
+        free(pos);
+        return 2;
+    }
     const VilBackend *be = vil_backend_get(device);
     if (!be) {
         free(pos);
@@ -127,7 +134,10 @@ int vil_cmd_classify(int argc, char **argv) {
     VilEvalSpec ev;
     char note[128];
     vil_eval_spec_resolve(&ev, &meta, crop_pct, C, note, sizeof note);
-    fprintf(stderr, "vil classify: %d x %d, %s\n", S, S, note);
+    fprintf(stderr, "vil classify: %d x %d, %s", S, S, note);
+    if (strcmp(be->name, "cpu") == 0)
+        fprintf(stderr, "; %d compute thread%s (OpenMP)", nthreads, nthreads == 1 ? "" : "s");
+    fprintf(stderr, "\n");
     if (vil_model_check_acts(&m, CHUNK, 0) != 0) {
         free(pos);
         vil_checkpoint_meta_free(&meta);

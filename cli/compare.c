@@ -226,13 +226,13 @@ static int write_chart(const char *path, const Row *rows, int nm, int nr, int fi
             y1[i][j] = r->ok ? r->top1 : NAN;
             y2[i][j] = r->ok ? r->images_per_s : NAN;
         }
-        acc[i] = (VilChartSeries){rows[i * nr].label, nr, x[i], y1[i], 0, -1};
-        ips[i] = (VilChartSeries){rows[i * nr].label, nr, x[i], y2[i], 0, -1};
+        acc[i] = (VilChartSeries){rows[i * nr].label, nr, x[i], y1[i], 0, -1, 0};
+        ips[i] = (VilChartSeries){rows[i * nr].label, nr, x[i], y2[i], 0, -1, 0};
     }
     for (int j = 0; j < nr; j++) ticks[j] = rows[j].res;
     VilChartPanel p[2] = {
-        {"Accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, acc, nm, fixed_ticks ? ticks : NULL, fixed_ticks ? nr : 0},
-        {"Throughput", "image size (px)", "images/s", 0, 1, 1, ips, nm, fixed_ticks ? ticks : NULL, fixed_ticks ? nr : 0},
+        {"Accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, acc, nm, fixed_ticks ? ticks : NULL, fixed_ticks ? nr : 0, 0, 0, 0, 0},
+        {"Throughput", "image size (px)", "images/s", 0, 1, 1, ips, nm, fixed_ticks ? ticks : NULL, fixed_ticks ? nr : 0, 0, 0, 0, 0},
     };
     return vil_chart_write(path, title, p, 2, 2);
 }
@@ -240,7 +240,7 @@ static int write_chart(const char *path, const Row *rows, int nm, int nr, int fi
 int vil_cmd_compare(int argc, char **argv) {
     const char *data = NULL, *split = "val", *labels = NULL, *device = "auto", *sizes = NULL,
                *out = "out/compare";
-    int batch = 64, ema = 0, workers = 4, limit = 0, steps = 0, skip_bad = 0;
+    int batch = 64, ema = 0, workers = 4, limit = 0, steps = 0, skip_bad = 0, threads = 0;
     float crop_pct = 0;
     VilArgList models = {0};
     VilArg args[] = {
@@ -257,6 +257,7 @@ int vil_cmd_compare(int argc, char **argv) {
         {"--steps", VIL_ARG_INT, &steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
         {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP("--workers")},
         {"--out", VIL_ARG_STR, &out, "folder for compare.csv, compare.json and compare.svg"},
     };
     VilArgSpec spec = {"compare", "--models A.pth B.safetensors ... --data DIR [--img-size 224,384,512] [--batch B] [--ema] [--out DIR]",
@@ -303,6 +304,7 @@ int vil_cmd_compare(int argc, char **argv) {
         fprintf(stderr, "vil compare: --device takes cpu, cuda or auto, --split val, test or train\n");
         return 2;
     }
+    if (vil_cli_set_threads("compare", threads, workers) < 0) return 2;
     VilDataset *ds;
     const VilBackend *be;
     if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;
@@ -313,6 +315,7 @@ int vil_cmd_compare(int argc, char **argv) {
     printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, %s\n", nm,
            nm == 1 ? "" : "s", nr, nr == 1 ? "" : "s", be->name, vil_dataset_source(ds), n_img,
            batch, crop);
+    if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     fflush(stdout);
     Row *rows = vil_calloc((size_t)nm * nr, sizeof(Row));
     int failed = 0;

@@ -2,6 +2,7 @@
  * with the evaluation transform it was trained with (the pass itself: eval/eval.c). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -12,7 +13,7 @@
 
 int vil_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto";
-    int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0, skip_bad = 0;
+    int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0, skip_bad = 0, threads = 0;
     float crop_pct = 0;
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
@@ -25,6 +26,7 @@ int vil_cmd_eval(int argc, char **argv) {
         {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
         {"--img-size", VIL_ARG_INT, &img_size, "evaluation resolution (0: the checkpoint's); another size interpolates pos_embed"},
         {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP("--workers")},
         {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
         {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "images that cannot be read are named and left out, and the exit code stays 0"},
     };
@@ -52,6 +54,7 @@ int vil_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "vil eval: --device takes cpu, cuda or auto, --split val, test or train\n");
         return 2;
     }
+    if (vil_cli_set_threads("eval", threads, workers) < 0) return 2;
     VilDataset *ds;
     const VilBackend *be;
     if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;
@@ -74,6 +77,7 @@ int vil_cmd_eval(int argc, char **argv) {
     printf("data: %s: %d images, %d classes; resize %d, center crop %d (%s)\n",
            vil_dataset_source(ds), vil_dataset_size(ds), vil_dataset_num_classes(ds),
            vil_eval_scale_size(c->img_size, ev.crop_pct), c->img_size, note);
+    if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     fflush(stdout);
     VilEvalResult r;
     if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, stdout, "  ", &r) != 0) goto done;

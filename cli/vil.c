@@ -1,13 +1,14 @@
 /* vil.c: the `vil` command-line program: a table of subcommands, one file each in cli/, over
- * the library in vil/, data/, train/, eval/. `vil help`, `vil CMD --help`; unknown command:
- * usage on stderr, exit 2. */
+ * the library in vil/, data/, train/, eval/. `vil help`, `vil CMD --help`, `vil --version`;
+ * unknown command: usage on stderr, exit 2. */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
-#include "vil/backend.h"
 #include "vil/dist.h"
 #include "vil/common.h"
+#include "vil/version.h"
 
 typedef struct {
     const char *name;
@@ -16,6 +17,7 @@ typedef struct {
 } Command;
 
 static int cmd_help(int argc, char **argv);
+static int cmd_version(int argc, char **argv);
 
 static const Command COMMANDS[] = {
     {"train", vil_cmd_train, "train a classifier with the recipe of a cfg file (resumable)"},
@@ -24,8 +26,10 @@ static const Command COMMANDS[] = {
     {"info", vil_cmd_info, "describe a checkpoint: architecture, parameters, image size, classes"},
     {"convert", vil_cmd_convert, "a PyTorch .pth (e.g. the published ViM files) to a vil safetensors checkpoint"},
     {"compare", vil_cmd_compare, "models side by side: accuracy, speed, memory, GFLOPs per resolution"},
+    {"plot", vil_cmd_plot, "training curves of runs (their metrics.jsonl) as SVG"},
     {"bench", vil_cmd_bench, "training and inference throughput of a model config on cpu or cuda"},
     {"bench-data", vil_cmd_bench_data, "throughput of the data pipeline (decode + augmentation)"},
+    {"version", cmd_version, "the version, git commit and build options"},
     {"help", cmd_help, "this list, or `vil help CMD` for one command"},
 };
 #define NCOMMANDS (int)(sizeof COMMANDS / sizeof COMMANDS[0])
@@ -34,11 +38,20 @@ static void usage(FILE *f) {
     fprintf(f, "vil: Vision Longhorn (ViL) and Vision Mamba (ViM) classifiers in C and CUDA\n\n"
                "usage: vil COMMAND [options]   (vil COMMAND --help for its options)\n\ncommands:\n");
     for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].help);
-#ifdef VIL_CUDA
-    fprintf(f, "\nbuilt with %s; %s\n", vil_cuda_build_info(), vil_dist_build_info());
-#else
-    fprintf(f, "\nbuilt without CUDA (CPU only); %s\n", vil_dist_build_info());
-#endif
+    /* the pieces `vil version` prints, so the two always agree */
+    fprintf(f, "\n%s\nbuilt with %s\n", vil_version_string(), vil_build_options());
+}
+
+static int cmd_version(int argc, char **argv) {
+    VilArgSpec spec = {"version", "(or vil --version)",
+                       "Prints the version, the git commit this vil was built from (\"unknown\"\n"
+                       "outside a git checkout; -dirty: with uncommitted changes) and the build\n"
+                       "options: compiler, CUDA, BLAS, MPI, OpenMP. `vil --version` is the same.",
+                       NULL, 0, 0, 0};
+    int rc = vil_args_parse_flags(&spec, argc, argv);
+    if (rc >= 0) return rc;
+    vil_version_print(stdout);
+    return 0;
 }
 
 static const Command *find(const char *name) {
@@ -73,6 +86,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (strcmp(argv[1], "--version") == 0) argv[1] = "version";
     const Command *c = find(argv[1]);
     if (!c) {
         fprintf(stderr, "vil: unknown command '%s'\n", argv[1]);

@@ -1,7 +1,11 @@
 /* test_cli.c: the exit codes of the `vil` commands, one rule for all: misuse of the command line
  * or of a config (a value no run could take) exits 2 with the usage or the key named; a failure
  * of the environment or of a file exits 1 with a message; nothing of it ends in the internal
- * out-of-memory message. Runs bin/vil. */
+ * out-of-memory message. Also `vil version` and the compute threads (--threads, the default,
+ * OMP_NUM_THREADS). Runs bin/vil. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <ctype.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +14,7 @@
 #include "testing.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
+#include "vil/version.h"
 
 static char *dir;
 
@@ -32,7 +37,59 @@ static void run_cases(const Case *cs, int n) {
     }
 }
 
+/* The text after "label:" and its padding on a line of out, up to the line's end, into v. */
+static int field(const char *out, const char *label, char *v, size_t n) {
+    char key[64];
+    snprintf(key, sizeof key, "\n%s:", label);
+    const char *at = strstr(out, key);
+    if (!at) return -1;
+    at += strlen(key);
+    while (*at == ' ') at++;
+    size_t k = strcspn(at, "\n");
+    snprintf(v, n, "%.*s", (int)k, at);
+    return 0;
+}
+
+/* git describe --always --dirty --abbrev=12: [TAG-N-g]HEX12[-dirty], or the build's "unknown" */
+static int commit_ok(const char *c) {
+    if (strcmp(c, "unknown") == 0) return 1;
+    char s[128];
+    snprintf(s, sizeof s, "%s", c);
+    size_t n = strlen(s);
+    if (n > 6 && strcmp(s + n - 6, "-dirty") == 0) s[n -= 6] = 0;
+    const char *h = n >= 12 ? s + n - 12 : s;
+    if (h > s && !(h - s >= 2 && h[-2] == '-' && h[-1] == 'g')) return 0;
+    if (strlen(h) != 12) return 0;
+    for (const char *p = h; *p; p++)
+        if (!isxdigit((unsigned char)*p)) return 0;
+    return 1;
+}
+
+/* vil --version, vil version, and the last lines of vil help: the same version and options */
+static void test_version(void) {
+    char a[4096], b[4096], help[8192], commit[128], blas[256], mpi[256], want[1024];
+    int ra = t_run("bin/vil --version 2>&1", a, sizeof a);
+    int rb = t_run("bin/vil version 2>&1", b, sizeof b);
+    int rh = t_run("bin/vil help 2>&1", help, sizeof help);
+    T_CHECK(ra == 0 && rb == 0 && rh == 0, "--version, version, help: exit %d, %d, %d", ra, rb, rh);
+    T_CHECK(strcmp(a, b) == 0, "vil --version and vil version differ:\n%s\n%s", a, b);
+    T_CHECK(strncmp(a, "vil " VIL_VERSION "\n", strlen("vil " VIL_VERSION "\n")) == 0,
+            "vil --version does not start with vil " VIL_VERSION ": %.200s", a);
+    int got = field(a, "commit", commit, sizeof commit) == 0 &&
+              field(a, "BLAS", blas, sizeof blas) == 0 && field(a, "MPI", mpi, sizeof mpi) == 0;
+    T_CHECK(got && strstr(a, "\ncompiler: ") && strstr(a, "\nCUDA: ") && strstr(a, "\nOpenMP: "),
+            "vil --version lacks a line (commit, compiler, CUDA, BLAS, MPI, OpenMP): %s", a);
+    if (!got) return;
+    T_CHECK(commit_ok(commit), "commit '%s' is neither git describe's 12 hex digits nor unknown", commit);
+    snprintf(want, sizeof want, "vil " VIL_VERSION " (git %s)\nbuilt with ", commit);
+    T_CHECK(strstr(help, want) != NULL, "vil help does not end with '%s': %s", want, help);
+    snprintf(want, sizeof want, "; BLAS %s; MPI %s;", blas, mpi);
+    T_CHECK(strstr(help, want) != NULL, "vil help's build options lack '%s': %s", want, help);
+    T_CHECK(t_run("bin/vil version x 2>&1", a, sizeof a) == 2, "vil version x: exit 2");
+}
+
 int main(void) {
+    test_version();
     dir = corpus_mkdtemp("cli");
     /* a small checkpoint and a cfg to work with */
     VilConfig c;
@@ -85,6 +142,30 @@ int main(void) {
     };
     run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 
+    /* --threads: a count out of 0..4096 is misuse, on every command that has it */
+    unsetenv("OMP_NUM_THREADS"); /* the defaults below are vil's, not the caller's environment */
+    const Case threads_bad[] = {
+        {"bench --model %s/tiny.cfg --threads -1", 2, "--threads must be in 0..4096"},
+        {"bench --model %s/tiny.cfg --threads 100000", 2, "--threads must be in 0..4096"},
+        {"eval --model %1$s/m.safetensors --data %1$s --threads 4097", 2, "--threads must be in 0..4096"},
+        {"classify --model %s/m.safetensors --threads -2 x.png", 2, "--threads must be in 0..4096"},
+        {"compare --models %1$s/m.safetensors --data %1$s --threads -1", 2, "--threads must be in 0..4096"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --threads 5000", 2, "--threads must be in 0..4096"},
+        {"bench --model %s/tiny.cfg --threads x", 2, "--threads wants an integer"},
+    };
+    run_cases(threads_bad, (int)(sizeof threads_bad / sizeof threads_bad[0]));
+    const char *bench1 = "bench --device cpu --model %s/tiny.cfg --batch 1 --steps 1 --warmup 0 --no-profile";
+    char b[512];
+    snprintf(b, sizeof b, "%s --threads 1", bench1);
+    const Case threads_one[] = {{b, 0, "threads: 1 compute (OpenMP)\n"}};
+    run_cases(threads_one, 1);
+    /* OMP_NUM_THREADS counts when --threads is not given, and --threads over it */
+    setenv("OMP_NUM_THREADS", "3", 1);
+    const Case threads_env[] = {{bench1, 0, "threads: 3 compute (OpenMP)\n"},
+                                {b, 0, "threads: 1 compute (OpenMP)\n"}};
+    run_cases(threads_env, 2);
+    unsetenv("OMP_NUM_THREADS");
+
     /* evaluation counts real images only, and the data must have the model's classes */
     const char *cls[4] = {"c0", "c1", "c2", "c3"};
     const char *sub[4] = {"d3", "d3/val", "d4", "d4/val"};
@@ -112,6 +193,23 @@ int main(void) {
     };
     run_cases(evals, 3);
 
+    /* the default: the CPUs this process may use (the loader's threads beside them) */
+    cpu_set_t set;
+    int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    char want_eval[128];
+    int nc = ncpu;
+    snprintf(want_eval, sizeof want_eval, "threads: %d compute (OpenMP), 2 loader\n", nc);
+    const Case thread_defaults[] = {
+        {"eval --model %1$s/m.safetensors --data %1$s/d3 --device cpu --skip-bad --workers 2", 0, want_eval},
+        {"eval --model %1$s/m.safetensors --data %1$s/d3 --device cpu --skip-bad --threads 1", 0,
+         "threads: 1 compute (OpenMP), 4 loader\n"},
+        {"classify --model %1$s/m.safetensors --device cpu --threads 2 %1$s/d3/val/c0/0.png", 0,
+         "; 2 compute threads (OpenMP)\n"},
+        {"compare --models %1$s/m.safetensors --data %1$s/d3 --device cpu --skip-bad --steps 1 --threads 1 "
+         "--workers 1 --out %1$s/cmp", 0, "threads: 1 compute (OpenMP), 1 loader\n"},
+    };
+    run_cases(thread_defaults, (int)(sizeof thread_defaults / sizeof thread_defaults[0]));
+
     /* train: config values are usage errors; a names file that does not fit names itself */
     corpus_mkdir("%s/%s", dir, "idx");
     snprintf(p, sizeof p, "%s/idx", dir);
@@ -129,6 +227,13 @@ int main(void) {
          "class-names file '/etc/passwd'"},
     };
     run_cases(trains, (int)(sizeof trains / sizeof trains[0]));
+    /* --threads reaches a run, and its header says so */
+    corpus_write_idx_set(p, "t10k", 6, 16, 16, 3, 1);
+    const Case train_threads[] = {
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --set num_classes=3 --set max_steps=1 --set batch=4 "
+         "--set workers=2 --device cpu --out %1$s/run1 --threads 1", 0, "threads: 1 compute (OpenMP), 2 loader\n"},
+    };
+    run_cases(train_threads, 1);
     corpus_rmtree(dir);
     return t_finish();
 }
