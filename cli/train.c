@@ -5,12 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "vil/dist.h"
 #include "train/train.h"
 #include "vil/common.h"
+#include "vil/version.h"
 
 static volatile sig_atomic_t g_interrupt = 0;
 
@@ -48,10 +50,38 @@ static void report(VilTrainStatus st, const VilTrainResult *res, const char *out
     }
 }
 
+/* "vil train ARGS..." as a shell would take it back: arguments with other than safe characters
+ * in single quotes (malloc'd) */
+static char *command_line(int argc, char **argv) {
+    size_t cap = 16;
+    for (int i = 0; i < argc; i++) cap += 4 * strlen(argv[i]) + 3;
+    char *s = vil_malloc(cap), *p = s;
+    p += sprintf(p, "vil");
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int plain = *a != 0;
+        for (const char *c = a; *c; c++)
+            if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%", *c)) plain = 0;
+        *p++ = ' ';
+        if (plain) {
+            p += sprintf(p, "%s", a);
+            continue;
+        }
+        *p++ = '\'';
+        for (const char *c = a; *c; c++) {
+            if (*c == '\'') p += sprintf(p, "'\\''");
+            else *p++ = *c;
+        }
+        *p++ = '\'';
+    }
+    *p = 0;
+    return s;
+}
+
 int vil_cmd_train(int argc, char **argv) {
     const char *config = NULL, *data = NULL, *device = "auto", *out = NULL, *resume = NULL,
                *names = NULL, *val_labels = NULL, *init = NULL;
-    int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0;
+    int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0, threads = 0;
     const char *decode = NULL;
     VilArgList sets = {0};
     VilArg args[] = {
@@ -60,7 +90,8 @@ int vil_cmd_train(int argc, char **argv) {
         {"--set", VIL_ARG_LIST, &sets, "override a config key, key=value (repeatable)"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
         {"--out", VIL_ARG_STR, &out, "output folder (default out/NAME, or the --resume run's)"},
-        {"--resume", VIL_ARG_STR, &resume, "continue a run: OUT/last.safetensors, its .state file or OUT"},
+        {"--resume", VIL_ARG_STR, &resume, "continue a run: OUT/last.safetensors, its .state file or OUT; "
+                                           "auto: the run in --out if there is one, else a fresh one"},
         {"--init", VIL_ARG_STR, &init, "start from these weights (.safetensors or a PyTorch .pth): fine-tuning"},
         {"--init-ema", VIL_ARG_FLAG, &init_ema, "with --init FILE.pth: take its model_ema"},
         {"--names", VIL_ARG_STR, &names, "class names file (imagenet_classes.tsv form, or one per line)"},
@@ -69,6 +100,7 @@ int vil_cmd_train(int argc, char **argv) {
         {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=..."},
         {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration first"},
         {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP("the loader's `workers`")},
     };
     VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [--device cpu|cuda|auto] [--out DIR] [--resume CKPT]",
                        "Trains a ViL / ViM classifier with the recipe of doc/recipe.md: AdamW, linear\n"
@@ -85,7 +117,7 @@ int vil_cmd_train(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
-    if (init && resume) {
+    if (init && resume && strcmp(resume, "auto") != 0) {
         fprintf(stderr, "vil train: --init starts a new run from weights, --resume continues one: "
                         "give one of them\n");
         return 2;
@@ -98,6 +130,15 @@ int vil_cmd_train(int argc, char **argv) {
         fprintf(stderr, "vil train: --stop-after must be >= 0, --device cpu, cuda or auto\n");
         return 2;
     }
+    /* --resume auto: go on with the run in the output folder when there is one, else start it
+     * (so one command serves the first launch and every requeue) */
+    int resume_auto = resume && strcmp(resume, "auto") == 0;
+    if (resume_auto && !config) {
+        fprintf(stderr, "vil train: --resume auto starts a fresh run when the output folder holds "
+                        "none, so it needs --config\n");
+        return 2;
+    }
+    if (resume_auto) resume = NULL;
     VilTrainRun run = {0};
     vil_config_default(&run.model);
     vil_train_config_default(&run.train);
@@ -115,6 +156,8 @@ int vil_cmd_train(int argc, char **argv) {
     if (r == 0) r = vil_config_finalize(&run.model);
     if (r == 0) r = vil_train_config_finalize(&run.train);
     if (r != 0) return vil_exit_code(r);
+    /* the loader's `workers` threads run beside the step the whole run */
+    if (vil_cli_set_threads("train", threads, run.train.workers) < 0) return 2;
     if (print_config) {
         vil_config_print(&run.model, stdout);
         vil_train_config_print(&run.train, stdout);
@@ -131,16 +174,25 @@ int vil_cmd_train(int argc, char **argv) {
         snprintf(outbuf, sizeof outbuf, "out/%s", run.model.name);
         out = outbuf;
     }
+    if (resume_auto) {
+        char *sp = vil_train_state_path(out);
+        struct stat st;
+        resume = stat(sp, &st) == 0 ? out : NULL;
+        free(sp);
+    }
     /* the process group (mpirun / srun), and this process's GPU: local_rank */
     VilDist dist;
     if (vil_dist_init(&dist) != 0) return 1;
     int code = 1;
+    char *cmdline = command_line(argc, argv); /* argv[0] is "train" */
     run.be = vil_backend_get(device);
     if (run.be && dist.mpi && strcmp(run.be->name, "cuda") == 0)
         run.be = vil_backend_open("cuda", dist.local_rank);
     if (!run.be || (dist.mpi && run.be->dist_join(run.be, &dist) != 0)) goto out;
     run.dist = &dist;
     run.data = data;
+    run.command = cmdline;
+    run.commit = vil_version_commit();
     run.names = names;
     run.val_labels = val_labels;
     run.out_dir = out;
@@ -164,6 +216,7 @@ int vil_cmd_train(int argc, char **argv) {
     code = st == VIL_TRAIN_DONE || st == VIL_TRAIN_STOPPED ? 0 : 1;
     if (dist.rank == 0) report(st, &res, out, data);
 out:
+    free(cmdline);
     vil_backend_close(run.be);
     vil_dist_finalize(&dist);
     return code;

@@ -55,6 +55,19 @@ static int put_batch(VilFeed *f, VilLoader *l, const VilModel *m, const VilBatch
     return 0;
 }
 
+double vil_xent_sum(const float *logits, const int *labels, int n, int C) {
+    double s = 0;
+    for (int i = 0; i < n; i++) {
+        if (labels[i] < 0) continue;
+        const float *l = logits + (size_t)i * C;
+        double mx = l[0], z = 0;
+        for (int c = 1; c < C; c++) mx = l[c] > mx ? l[c] : mx;
+        for (int c = 0; c < C; c++) z += exp(l[c] - mx);
+        s += mx + log(z) - l[labels[i]];
+    }
+    return s;
+}
+
 int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
                  VilEvalResult *r) {
     memset(r, 0, sizeof *r);
@@ -97,6 +110,7 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
         }
         be->to_host(be, logits, m->acts.logits, (size_t)b->batch * C * sizeof(float));
         vil_topk_count(logits, b->labels, n, C, &r->top1, &r->top5);
+        r->loss_sum += vil_xent_sum(logits, b->labels, n, C);
         for (int i = 0; i < n; i++) /* a file the loader could not read has no label */
             if (b->labels[i] >= 0) r->images++;
             else r->bad++;

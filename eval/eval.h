@@ -14,6 +14,7 @@ typedef struct {
     long images;     /* images evaluated (readable ones only) */
     long top1, top5; /* correct within the first 1 / 5 classes */
     long bad;        /* images that could not be read: named on stderr, not counted */
+    double loss_sum; /* the images' cross-entropy (no label smoothing), summed */
     double seconds;
 } VilEvalResult;
 
@@ -21,6 +22,8 @@ typedef struct {
  * first five. Rank of the label = the classes whose logit is larger, or equal with a smaller
  * index (a fixed tie rule); a non-finite logit of the label counts as wrong. */
 void vil_topk_count(const float *logits, const int *labels, int n, int C, long *top1, long *top5);
+/* The sum over the rows of logits (n, C) with a label (>= 0) of -log softmax(row)[label]. */
+double vil_xent_sum(const float *logits, const int *labels, int n, int C);
 
 /* One pass over the loader's epoch 0 with m (its acts are (re)allocated for the loader's
  * batch, inference mode). max_images > 0 stops after that many. With log, a progress line

@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "data_corpus.h"
 #include "eval/eval.h"
 #include "testing.h"
@@ -104,6 +106,14 @@ static void test_topk(void) {
     t1 = t5 = 0;
     vil_topk_count(&l2[0][0], lab2, 2, 3, &t1, &t5);
     T_CHECK(t1 == 1 && t5 == 2, "top-k with 3 classes: %ld / %ld", t1, t5);
+    /* the validation loss: -log softmax at the label, by hand: row {0,1,2} label 0 is
+     * log(1 + e + e^2) - 0, row {2,1,0} label 0 is log(e^2 + e + 1) - 2; a row of 1000 and 0
+     * stays finite (the max is taken out first); label -1 is not counted */
+    double z = log(1 + exp(1.0) + exp(2.0));
+    T_CLOSE("validation loss of two rows", fabs(vil_xent_sum(&l2[0][0], lab2, 2, 3) - (2 * z - 2)), 1e-6);
+    float l3[2][2] = {{1000, 0}, {0, 0}};
+    int lab3[2] = {1, -1};
+    T_CLOSE("validation loss with a logit of 1000", fabs(vil_xent_sum(&l3[0][0], lab3, 2, 2) - 1000.0), 1e-9);
 }
 
 static void test_config(void) {
@@ -302,6 +312,17 @@ static void test_train_resume(void) {
         st = vil_train(&rb, &res_b);
         T_CHECK(st == VIL_TRAIN_STOPPED && res_b.step == stops[k], "resume, stop after %ld: status %d, step %ld",
                 stops[k], st, res_b.step);
+    }
+    /* what a crash after step 17 leaves in metrics.jsonl: a later line and a torn one; the
+     * resume drops both (test_run_files compares the files) */
+    {
+        char mp[4200];
+        snprintf(mp, sizeof mp, "%s/metrics.jsonl", outb);
+        FILE *f = fopen(mp, "a");
+        if (f) {
+            fputs("{\"type\":\"train\",\"step\":18,\"loss\":123}\n{\"type\":\"tra", f);
+            fclose(f);
+        }
     }
     setup(&rb, outb, &tb);
     rb.resume = outb; /* the run folder works too */
@@ -845,6 +866,123 @@ static void test_unwritable_out(void) {
     }
 }
 
+/* the lines of a metrics.jsonl without the fields that depend on the clock, one string each */
+static int metric_lines(const char *file, char lines[][512], int max) {
+    FILE *f = fopen(file, "r");
+    if (!f) return -1;
+    char buf[4096];
+    int n = 0;
+    while (n < max && fgets(buf, sizeof buf, f)) {
+        cJSON *o = cJSON_Parse(buf);
+        if (!o) {
+            fclose(f);
+            return -2;
+        }
+        cJSON_DeleteItemFromObject(o, "time");
+        cJSON_DeleteItemFromObject(o, "images_per_s");
+        cJSON_DeleteItemFromObject(o, "data_wait");
+        char *t = cJSON_PrintUnformatted(o);
+        snprintf(lines[n++], 512, "%s", t);
+        cJSON_free(t);
+        cJSON_Delete(o);
+    }
+    fclose(f);
+    return n;
+}
+
+static int count_in(const char *file, const char *what) {
+    char cmd[4400], out[64];
+    snprintf(cmd, sizeof cmd, "grep -c -e '%s' '%s'", what, file);
+    t_run(cmd, out, sizeof out);
+    return atoi(out);
+}
+
+/* What the run folders of test_train_resume hold besides checkpoints: metrics.jsonl (the
+ * resumed run's equals the uninterrupted one's, the lines a crash left dropped), config.cfg
+ * (reads back as the run's configuration, numbers written short), run.jsonl (a line per start) */
+static void test_run_files(void) {
+    static char la[64][512], lb[64][512];
+    char fa[4200], fb[4200];
+    snprintf(fa, sizeof fa, "%s/metrics.jsonl", path("runA"));
+    snprintf(fb, sizeof fb, "%s/metrics.jsonl", path("runB"));
+    int na = metric_lines(fa, la, 64), nb = metric_lines(fb, lb, 64);
+    int same = na == nb;
+    for (int i = 0; same && i < na; i++) same = strcmp(la[i], lb[i]) == 0;
+    T_CHECK(na == 26 && same, "metrics.jsonl: 24 train + 2 eval lines (%d), the resumed run's the "
+            "same but for the clock (%d lines)", na, nb);
+    T_CHECK(na > 0 && strstr(la[0], "\"type\":\"train\",\"step\":1,") && strstr(la[0], "\"grad_norm\":") &&
+                strstr(la[12], "\"type\":\"eval\",\"step\":12,\"epoch\":1,\"top1\":") &&
+                strstr(la[12], "\"ema_top1\":") && strstr(la[12], "\"images\":64"),
+            "metrics.jsonl lines: '%s' ... '%s'", na > 0 ? la[0] : "", na > 12 ? la[12] : "");
+    /* the eval line's loss is the validation cross-entropy: finite and near ln 4 or below */
+    cJSON *e = na > 12 ? cJSON_Parse(la[12]) : NULL;
+    const cJSON *vl = e ? cJSON_GetObjectItemCaseSensitive(e, "loss") : NULL;
+    T_CHECK(cJSON_IsNumber(vl) && vl->valuedouble > 0 && vl->valuedouble < 3, "validation loss %g",
+            cJSON_IsNumber(vl) ? vl->valuedouble : -1);
+    cJSON_Delete(e);
+
+    /* config.cfg: the configuration the run had, read back by --config's loader */
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.cfg", path("runA"));
+    VilTrainRun r0;
+    Trace t0 = {0};
+    setup(&r0, path("runA"), &t0);
+    VilConfig c;
+    VilTrainConfig t;
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    int ok = vil_train_config_load(&c, &t, cfg) == 0 && vil_config_finalize(&c) == 0 &&
+             vil_train_config_finalize(&t) == 0;
+    char *j1 = vil_config_to_json(&c), *j2 = vil_config_to_json(&r0.model);
+    char *k1 = vil_train_config_to_json(&t), *k2 = vil_train_config_to_json(&r0.train);
+    T_CHECK(ok && strcmp(j1, j2) == 0 && strcmp(k1, k2) == 0, "config.cfg reads back as the run's "
+            "configuration:\n%s\n%s", k1, k2);
+    T_CHECK(count_in(cfg, "= 0.05$") == 2 && count_in(cfg, "0000") == 0 && count_in(cfg, "= 1e-05$") == 1,
+            "config.cfg writes numbers short (base_lr = 0.05, weight_decay = 0.05, min_lr = 1e-05)");
+    T_CHECK(strstr(j1, "0.0500000") == NULL && strstr(k1, "0.0500000") == NULL,
+            "the JSON of the configuration writes numbers short too: %s", k1);
+    free(j1), free(j2), free(k1), free(k2);
+
+    char runs[4200];
+    snprintf(runs, sizeof runs, "%s/run.jsonl", path("runB"));
+    T_CHECK(count_in(runs, "\"start\":\"fresh\",\"step\":0,") == 1 && count_in(runs, "\"start\":\"resume\"") == 3 &&
+                count_in(runs, "\"version\":\"") == 4 && count_in(runs, "\"commit\":\"") == 4 &&
+                count_in(runs, "\"train_images\":192") == 4 && count_in(runs, "\"device\":\"cpu:0\"") == 4,
+            "run.jsonl: a line per start (1 fresh, 3 resumed) with version, commit, device and data");
+}
+
+/* --resume auto starts a run, then continues it; save_every_steps keeps keep_last snapshots */
+static void test_resume_auto(void) {
+    char base[8400], cmd[8600], out[1 << 16];
+    const char *o = path("runAuto");
+    snprintf(base, sizeof base, "bin/vil train --config %s --data %s --out %s --resume auto --device cpu "
+             "--set epochs=1 --set eval_every_epochs=0 --set log_every=4 --set save_every_steps=2 "
+             "--set keep_last=2", path("tiny.cfg"), dir, o);
+    snprintf(cmd, sizeof cmd, "%s --stop-after 3 2>&1", base);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && !strstr(out, "resume:") && strstr(out, "saved at step 2:") &&
+                strstr(out, "stopped at step 3"), "--resume auto with no run: a fresh one (rc %d):\n%s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s 2>&1", base);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "resume: ") && strstr(out, "at step 3") && strstr(out, "done: 12 steps"),
+            "--resume auto with a run: continued to the end (rc %d):\n%s", rc, out);
+    snprintf(cmd, sizeof cmd, "ls %s | grep '^step_' | tr '\\n' ' '", o);
+    t_run(cmd, out, sizeof out);
+    T_CHECK(strcmp(out, "step_00000010.safetensors step_00000012.safetensors ") == 0,
+            "save_every_steps = 2, keep_last = 2: the last two step checkpoints are left: '%s'", out);
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/step_00000012.safetensors", o);
+    snprintf(b, sizeof b, "%s/last.safetensors", o);
+    const char *names[1] = {"layers.1.mixer.out_proj.weight"};
+    T_CHECK(same_tensors(a, b, names, 1), "step_00000012.safetensors is the last model");
+    snprintf(a, sizeof a, "%s/run.jsonl", o);
+    T_CHECK(count_in(a, "\"command\":\"vil train --config ") == 2 && count_in(a, "--resume auto") == 2,
+            "run.jsonl holds the command lines");
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume auto 2>&1", dir);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && strstr(out, "needs --config"), "--resume auto without --config: exit 2 (%d): %s", rc, out);
+}
+
 int main(void) {
     dir = corpus_mkdtemp("train");
     test_schedule();
@@ -852,6 +990,8 @@ int main(void) {
     test_topk();
     test_config();
     test_train_resume();
+    test_run_files();
+    test_resume_auto();
     test_diverge_and_errors();
     test_resume_repairs();
     test_failed_saves();

@@ -4,10 +4,13 @@
  * --resume continue bitwise-identically on the CPU. */
 #define _GNU_SOURCE
 #include "train/train.h"
+#include "train/runlog.h"
 
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
+#include <dirent.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -65,6 +68,11 @@ typedef struct {
     float lr;             /* of the last step */
     float *host_losses;   /* (batch) */
     double loss_sum;      /* a log step's losses of the micro-batches before its last */
+    VilRunLog *runlog;    /* metrics.jsonl and the run's record (rank 0; NULL after a failed write) */
+    /* a terminal gets a progress bar on its last line, redrawn in place (tty); a log file or
+     * Slurm's output plain lines only */
+    int tty, bar_shown;
+    double bar_t;
 } Trainer;
 
 /* ---------------- small helpers ---------------- */
@@ -87,6 +95,45 @@ static void fmt_duration(char *buf, size_t n, double s) {
     else if (s >= 3600) snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
     else if (s >= 60) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
     else snprintf(buf, n, "%.0fs", s);
+}
+
+/* The progress stream, the bar cleared first: every line the loop prints goes through it. */
+static FILE *out_log(Trainer *T) {
+    if (T->bar_shown) {
+        fputs("\r\033[K", T->log);
+        T->bar_shown = 0;
+    }
+    return T->log;
+}
+
+/* The bar, at most five times a second: the epoch's share, the last logged loss, the ETA. */
+static void draw_bar(Trainer *T) {
+    double now = vil_now();
+    if (!T->tty || now - T->bar_t < 0.2 || T->steps_here == 0) return;
+    T->bar_t = now;
+    enum { W = 24 };
+    char bar[W + 1];
+    int fill = (int)((double)T->epoch_batch / (double)T->spe * W);
+    for (int i = 0; i < W; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+    bar[W] = 0;
+    /* the time per step so far, evaluations and saves included (train_time), times the rest */
+    double per_step = (T->train_time + (now - T->t_int)) / (double)T->steps_here;
+    char eta[32];
+    fmt_duration(eta, sizeof eta, per_step * (double)(T->total_steps - T->step));
+    fprintf(T->log, "\r\033[Kepoch %d/%d [%s] %d/%ld  step %ld/%ld", T->epoch + 1, T->tc->epochs, bar,
+            T->epoch_batch, T->spe, T->step, T->total_steps);
+    if (T->last_loss > 0) fprintf(T->log, "  loss %.4f", T->last_loss);
+    fprintf(T->log, "  eta %s", eta);
+    fflush(T->log);
+    T->bar_shown = 1;
+}
+
+/* A metrics write that failed (a full disk): said once; training goes on without them. */
+static void runlog_failed(Trainer *T) {
+    vil_warn("%s/metrics.jsonl is no longer written from step %ld on (see above); training goes on",
+             T->run->out_dir, T->step);
+    vil_runlog_close(T->runlog);
+    T->runlog = NULL;
 }
 
 char *vil_train_state_path(const char *resume) {
@@ -167,7 +214,12 @@ static char *json_diff(const char *a, const char *b, const char *const *skip) {
         if (listed(skip, it->string)) continue;
         cJSON *o = cJSON_GetObjectItemCaseSensitive(oa, it->string);
         char *sa = o ? cJSON_PrintUnformatted(o) : NULL, *sb = cJSON_PrintUnformatted(it);
-        if (!sa || !sb || strcmp(sa, sb) != 0) {
+        /* a float key: 0.016000000759959221 (as older state files hold it) is 0.016; an int
+         * key (integral) must match exactly */
+        double x = o ? o->valuedouble : 0, y = it->valuedouble;
+        int same_num = o && cJSON_IsNumber(o) && cJSON_IsNumber(it) && x != floor(x) &&
+                       y != floor(y) && (float)x == (float)y;
+        if (!same_num && (!sa || !sb || strcmp(sa, sb) != 0)) {
             /* numbers went through float: print them short */
             char na[64], nb[64];
             if (o && cJSON_IsNumber(o)) snprintf(na, sizeof na, "%.7g", o->valuedouble);
@@ -503,35 +555,47 @@ static float read_loss(Trainer *T) {
 
 /* The counts of a validation pass summed over the ranks (each read its shard). */
 static void sum_eval(const Trainer *T, VilEvalResult *r) {
-    double v[4] = {(double)r->top1, (double)r->top5, (double)r->images, (double)r->bad};
-    vil_dist_sum_double(T->dist, v, 4);
+    double v[5] = {(double)r->top1, (double)r->top5, (double)r->images, (double)r->bad, r->loss_sum};
+    vil_dist_sum_double(T->dist, v, 5);
     r->top1 = (long)v[0], r->top5 = (long)v[1], r->images = (long)v[2], r->bad = (long)v[3];
+    r->loss_sum = v[4];
 }
 
 /* The validation pass of the model and of the EMA. */
 static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     VilEvalResult r;
-    FILE *plog = T->quiet ? NULL : T->log;
+    FILE *plog = T->quiet ? NULL : out_log(T);
+    /* on a terminal the pass shows its progress */
+    FILE *prog = T->tty ? plog : NULL;
     /* a failure on any rank stops all: none may wait in the sums below */
-    if (vil_dist_any(T->dist, vil_eval_run(&T->m, T->val_loader, 0, NULL, NULL, &r) != 0)) return -1;
+    if (vil_dist_any(T->dist, vil_eval_run(&T->m, T->val_loader, 0, prog, "val   ", &r) != 0)) return -1;
     sum_eval(T, &r);
     res->top1 = r.images ? (float)(100.0 * r.top1 / r.images) : 0.0f;
     res->top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
     long bad = r.bad, images = r.images;
     double secs = r.seconds;
+    VilEvalRecord pt = {.step = T->step, .epoch = epoch + 1, .images = images, .top1 = res->top1,
+                       .top5 = res->top5, .loss = r.images ? (float)(r.loss_sum / r.images) : 0.0f};
     if (T->m.ema) {
         vil_model_use_ema(&T->m, 1);
-        int erc = vil_eval_run(&T->m, T->val_loader, 0, NULL, NULL, &r);
+        int erc = vil_eval_run(&T->m, T->val_loader, 0, prog, "val   EMA ", &r);
         vil_model_use_ema(&T->m, 0);
         if (vil_dist_any(T->dist, erc != 0)) return -1;
         sum_eval(T, &r);
         res->ema_top1 = r.images ? (float)(100.0 * r.top1 / r.images) : 0.0f;
         res->ema_top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
         secs += r.seconds;
+        pt.has_ema = 1;
+        pt.ema_top1 = res->ema_top1, pt.ema_top5 = res->ema_top5;
+        pt.ema_loss = r.images ? (float)(r.loss_sum / r.images) : 0.0f;
     }
+    if (T->runlog && vil_runlog_eval(T->runlog, &pt) != 0) runlog_failed(T);
     if (plog) {
-        fprintf(plog, "val   epoch %d: top-1 %.2f%%  top-5 %.2f%%", epoch + 1, res->top1, res->top5);
-        if (T->m.ema) fprintf(plog, "  |  EMA top-1 %.2f%%  top-5 %.2f%%", res->ema_top1, res->ema_top5);
+        fprintf(plog, "val   epoch %d: top-1 %.2f%%  top-5 %.2f%%  loss %.4f", epoch + 1, res->top1,
+                res->top5, pt.loss);
+        if (T->m.ema)
+            fprintf(plog, "  |  EMA top-1 %.2f%%  top-5 %.2f%%  loss %.4f", res->ema_top1, res->ema_top5,
+                    pt.ema_loss);
         fprintf(plog, "  (%ld images, %.1f s)\n", images, secs);
         if (bad) fprintf(plog, "      %ld files could not be read and were left out of the count\n", bad);
         fflush(plog);
@@ -647,6 +711,10 @@ static void print_header(Trainer *T) {
     fprintf(f, "data:  %s: %d images, %d classes", vil_dataset_source(T->ds),
             vil_dataset_size(T->ds), T->n_classes);
     if (T->val_ds) fprintf(f, "; val %s: %d images", vil_dataset_source(T->val_ds), vil_dataset_size(T->val_ds));
+    if (strcmp(T->be->name, "cpu") == 0)
+        fprintf(f, "\nthreads: %d compute (OpenMP), %d loader", omp_get_max_threads(), t->workers);
+    else
+        fprintf(f, "\nthreads: %d loader", t->workers);
     fprintf(f, "\nbatch: %d x %d rank%s x %d accum_steps = %ld; lr = %g * %ld / 512 = %.4g; warmup "
                "%ld steps from %g; cosine to %g\n", t->batch, T->world, T->world == 1 ? "" : "s",
             T->accum, T->global_batch, t->base_lr, T->global_batch, T->peak_lr, T->warmup_steps,
@@ -687,6 +755,7 @@ static void trainer_free(Trainer *T) {
         if (T->dp_host[i]) T->be->host_free(T->be, T->dp_host[i]);
     if (T->model_ready) vil_model_free(&T->m);
     free(T->host_losses);
+    vil_runlog_close(T->runlog);
     vil_loader_free(T->loader);
     vil_loader_free(T->val_loader);
     free(T->class_names);
@@ -783,6 +852,20 @@ static int feed_next(Trainer *T, long step, int micro) {
 /* internal: the run goes on (not a VilTrainStatus) */
 #define GO_ON 100
 
+/* metrics.jsonl (continued at T->step), config.cfg and this start's line of run.jsonl */
+static int open_runlog(Trainer *T) {
+    const VilTrainRun *run = T->run;
+    if (!(T->runlog = vil_runlog_open(run->out_dir, T->step))) return -1;
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s:%d", T->be->name, T->be->device);
+    VilRunStart s = {.command = run->command, .commit = run->commit, .device = dev, .data = run->data,
+                     .train_source = vil_dataset_source(T->ds), .train_images = vil_dataset_size(T->ds),
+                     .val_source = T->val_ds ? vil_dataset_source(T->val_ds) : NULL,
+                     .val_images = T->val_ds ? vil_dataset_size(T->val_ds) : 0, .ranks = T->world,
+                     .accum = T->accum, .global_batch = T->global_batch, .step = T->step};
+    return vil_runlog_start(T->runlog, T->mc, T->tc, &s);
+}
+
 /* Everything before the first step: the data and the output folder checked before any work,
  * the loaders, the model (initialized, or from --init, or restored from the state), its
  * training state and the header. GO_ON, or the run's status (done, nothing to do; failed). */
@@ -862,6 +945,7 @@ static int trainer_setup(Trainer *T) {
         status = VIL_TRAIN_DONE;
         goto out;
     }
+    if (T->rank == 0 && open_runlog(T) != 0) goto out;
     T->host_losses = vil_malloc((size_t)t->batch * sizeof(float));
     T->t_int = vil_now();
     status = GO_ON;
@@ -876,6 +960,43 @@ out:
  * completed step, so they are kept. */
 static void save_after_failure(Trainer *T) {
     if (save_all(T, NULL) == 0) vil_error("saved %s at step %ld", T->path_last, T->step);
+}
+
+static int is_snapshot(const struct dirent *e) {
+    long n;
+    char tail[32];
+    return sscanf(e->d_name, "step_%ld%31s", &n, tail) == 2 && strcmp(tail, ".safetensors") == 0;
+}
+
+/* A step checkpoint (save_every_steps), rank 0, after a save: OUT/step_N.safetensors holds the
+ * model as last.safetensors does now (a hard link: last.safetensors is always replaced by a
+ * rename, never rewritten in place), and the oldest beyond keep_last go. A failure is said and
+ * the run goes on: last.safetensors and the state are saved. */
+static void snapshot_step(Trainer *T) {
+    const char *out = T->run->out_dir;
+    char name[64];
+    snprintf(name, sizeof name, "step_%08ld.safetensors", T->step);
+    char *p = join(out, name);
+    unlink(p);
+    if (link(T->path_last, p) != 0)
+        vil_warn("cannot link %s to %s (%s): no step checkpoint at step %ld", T->path_last, p,
+                 vil_errno_str(), T->step);
+    free(p);
+    struct dirent **e = NULL;
+    int n = scandir(out, &e, is_snapshot, alphasort); /* zero-padded: by name is by step */
+    for (int i = 0; i < n; i++) {
+        if (i < n - T->tc->keep_last) {
+            char *q = join(out, e[i]->d_name);
+            if (unlink(q) != 0) vil_warn("cannot remove %s: %s", q, vil_errno_str());
+            free(q);
+        }
+        free(e[i]);
+    }
+    free(e);
+}
+
+static int snapshot_due(const Trainer *T) {
+    return T->tc->save_every_steps > 0 && T->step % T->tc->save_every_steps == 0;
 }
 
 /* save_all as a status: GO_ON when saved, else diverged (weights not finite) or failed */
@@ -893,7 +1014,7 @@ static int start_epoch(Trainer *T) {
         /* the loader has no seek: decode and drop the batches done before the save, which keeps
          * every later batch exactly as an uninterrupted run sees it */
         if (!T->quiet)
-            fprintf(T->log, "resume: skipping %d batches of epoch %d\n", T->epoch_batch, T->epoch + 1);
+            fprintf(out_log(T), "resume: skipping %d batches of epoch %d\n", T->epoch_batch, T->epoch + 1);
         for (int k = 0; k < T->epoch_batch * T->accum; k++) {
             const VilBatch *b = vil_loader_next_batch(T->loader);
             if (!b) {
@@ -1006,12 +1127,13 @@ static int log_progress(Trainer *T) {
     if (!T->quiet) {
         char eta[32];
         fmt_duration(eta, sizeof eta, p.eta_s);
-        fprintf(T->log, "epoch %d/%d  step %ld/%ld (%d/%d)  loss %.4f  lr %.3e", p.epoch + 1,
+        fprintf(out_log(T), "epoch %d/%d  step %ld/%ld (%d/%d)  loss %.4f  lr %.3e", p.epoch + 1,
                 p.epochs, p.step, p.total_steps, p.epoch_step, p.epoch_steps, p.loss, p.lr);
-        if (p.grad_norm >= 0) fprintf(T->log, "  gnorm %.3f", p.grad_norm);
-        fprintf(T->log, "  %.1f img/s  data %.0f%%  eta %s\n", p.images_per_s, 100.0 * p.data_wait, eta);
+        if (p.grad_norm >= 0) fprintf(out_log(T), "  gnorm %.3f", p.grad_norm);
+        fprintf(out_log(T), "  %.1f img/s  data %.0f%%  eta %s\n", p.images_per_s, 100.0 * p.data_wait, eta);
         fflush(T->log);
     }
+    if (T->runlog && vil_runlog_train(T->runlog, &p, (double)T->step / (double)T->spe) != 0) runlog_failed(T);
     if (run->on_log) run->on_log(run->ctx, &p);
     T->t_int = vil_now();
     T->wait_int = 0;
@@ -1027,12 +1149,28 @@ static int stop_requested(const Trainer *T) {
     return 0;
 }
 
+/* save_every_steps inside an epoch: the run saved, and a step checkpoint. */
+static int save_step(Trainer *T) {
+    double t0 = vil_now();
+    int st = save_run(T, NULL);
+    if (st != GO_ON) return st;
+    if (T->rank == 0) snapshot_step(T);
+    if (!T->quiet) {
+        fprintf(out_log(T), "saved at step %ld: %s, step_%08ld.safetensors\n", T->step, T->path_last, T->step);
+        fflush(T->log);
+    }
+    /* the save counts in the ETA, not in the interval's images/s */
+    T->train_time += vil_now() - t0;
+    T->t_int += vil_now() - t0;
+    return GO_ON;
+}
+
 /* A stop inside an epoch: save and say where. */
 static int stop_mid_epoch(Trainer *T, int why) {
     int st = save_run(T, NULL);
     if (st != GO_ON) return st;
     if (!T->quiet)
-        fprintf(T->log, "%s at step %ld (epoch %d, batch %d): saved %s and %s\n",
+        fprintf(out_log(T), "%s at step %ld (epoch %d, batch %d): saved %s and %s\n",
                 why == VIL_TRAIN_INTERRUPTED ? "interrupted" : "stopped", T->step, T->epoch + 1,
                 T->epoch_batch, T->path_last, T->path_state);
     fflush(T->log);
@@ -1063,10 +1201,11 @@ static int end_of_epoch(Trainer *T, VilTrainResult *res) {
     /* best.safetensors goes last, after the state that records its step (save_all) */
     int st = save_run(T, improved ? &res->top1 : NULL);
     if (st != GO_ON) return st;
+    if (T->rank == 0 && snapshot_due(T)) snapshot_step(T);
     if (!T->quiet) {
         char el[32];
         fmt_duration(el, sizeof el, vil_now() - T->t_start);
-        fprintf(T->log, "%s %d at step %ld (%s): loss %.4f; saved %s\n",
+        fprintf(out_log(T), "%s %d at step %ld (%s): loss %.4f; saved %s\n",
                 epoch_done ? "end of epoch" : "end of the schedule (max_steps) in epoch", ep + 1,
                 T->step, el, T->last_loss, T->path_last);
         fflush(T->log);
@@ -1074,7 +1213,7 @@ static int end_of_epoch(Trainer *T, VilTrainResult *res) {
     int why = stop_requested(T);
     if (!finished && why) {
         if (!T->quiet)
-            fprintf(T->log, "%s at the end of epoch %d: saved %s and %s\n",
+            fprintf(out_log(T), "%s at the end of epoch %d: saved %s and %s\n",
                     why == VIL_TRAIN_INTERRUPTED ? "interrupted" : "stopped", ep + 1, T->path_last,
                     T->path_state);
         return why;
@@ -1095,8 +1234,10 @@ static int train_loop(Trainer *T, VilTrainResult *res) {
             if ((st = step(T)) != GO_ON) break;
             int last_of_epoch = T->epoch_batch == T->spe || T->step == T->total_steps;
             if ((T->step % T->tc->log_every == 0 || last_of_epoch) && (st = log_progress(T)) != GO_ON) break;
+            if (!last_of_epoch && snapshot_due(T) && (st = save_step(T)) != GO_ON) break;
             int why = stop_requested(T);
             if (why && !last_of_epoch) st = stop_mid_epoch(T, why);
+            else draw_bar(T);
         }
         if (st == GO_ON) st = end_of_epoch(T, res);
         if (st != GO_ON) return st;
@@ -1119,6 +1260,9 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     T->tc = &run->train;
     T->be = run->be;
     T->log = run->log ? run->log : stdout;
+    const char *term = getenv("TERM");
+    T->tty = !T->quiet && isatty(fileno(T->log)) && !getenv("SLURM_JOB_ID") &&
+             !(term && strcmp(term, "dumb") == 0);
     T->best_top1 = -1.0f;
     T->best_step = -1;
     T->last_loss = NAN;
@@ -1136,6 +1280,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     res->best_top1 = T->best_top1;
     res->last_loss = T->last_loss;
     res->seconds = vil_now() - T->t_start;
+    out_log(T); /* the bar off the terminal's last line */
     feed_stop(T);
     trainer_free(T);
     return (VilTrainStatus)status;

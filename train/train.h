@@ -54,6 +54,8 @@ typedef struct {
     VilConfig model;          /* finalized */
     VilTrainConfig train;     /* finalized */
     const char *data;         /* dataset root (doc/recipe.md layouts) */
+    const char *command;      /* the command line, for the run's record (run.jsonl); may be NULL */
+    const char *commit;       /* the git commit vil was built from (vil/version.h), or NULL */
     const char *names;        /* class names file, or NULL */
     const char *val_labels;   /* labels file of a flat validation folder, or NULL */
     const char *out_dir;      /* created when missing */

@@ -51,6 +51,9 @@ static const VilKey TKEYS[] = {
     TI(eval_every_epochs, 0, 1000000, "validation pass every N epochs and after the last (0: never)"),
     TI(eval_batch, 0, VIL_MAX_BATCH, "evaluation batch (0: the training batch)"),
     TI(max_steps, 0, 2147483647, "stop after this many steps, the schedule ending there (0: no limit)"),
+    TI(save_every_steps, 0, 2147483647, "also save every N steps (the state, last, ema and a "
+                                       "step_N.safetensors; 0: at epoch ends only)"),
+    TI(keep_last, 1, 1000000, "step_N.safetensors checkpoints kept (the newest)"),
 };
 #undef BIG
 #undef TI
@@ -128,6 +131,8 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->eval_every_epochs = 1;
     t->eval_batch = 0;
     t->max_steps = 0;
+    t->save_every_steps = 0;
+    t->keep_last = 3;
 }
 
 int vil_train_config_finalize(const VilTrainConfig *t) {

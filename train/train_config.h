@@ -39,6 +39,8 @@ typedef struct {
     int eval_every_epochs;   /* validation pass every N epochs (and after the last); 0: never */
     int eval_batch;          /* 0: the training batch */
     int max_steps;           /* 0: epochs * steps per epoch; else stop (and end the schedule) here */
+    int save_every_steps;    /* > 0: save every N steps too, with a step_N.safetensors snapshot */
+    int keep_last;           /* step snapshots kept */
 } VilTrainConfig;
 
 void vil_train_config_default(VilTrainConfig *t);

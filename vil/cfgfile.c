@@ -194,8 +194,13 @@ void vil_keys_print(const VilKeyTable *t, const void *base, int width, FILE *f) 
         const VilKey *k = &t->keys[i];
         const char *p = (const char *)base + k->offset;
         if (k->type == VIL_KEY_INT) fprintf(f, "%-*s = %d\n", width, k->name, *(const int *)p);
-        else if (k->type == VIL_KEY_FLOAT) fprintf(f, "%-*s = %g\n", width, k->name, *(const float *)p);
-        else fprintf(f, "%-*s = %s\n", width, k->name, p);
+        else if (k->type == VIL_KEY_FLOAT) {
+            char num[48];
+            vil_fmt_float(num, sizeof num, *(const float *)p);
+            fprintf(f, "%-*s = %s\n", width, k->name, num);
+        } else {
+            fprintf(f, "%-*s = %s\n", width, k->name, p);
+        }
     }
 }
 
@@ -205,7 +210,7 @@ char *vil_keys_to_json(const VilKeyTable *t, const void *base) {
         const VilKey *k = &t->keys[i];
         const char *p = (const char *)base + k->offset;
         if (k->type == VIL_KEY_INT) cJSON_AddNumberToObject(o, k->name, *(const int *)p);
-        else if (k->type == VIL_KEY_FLOAT) cJSON_AddNumberToObject(o, k->name, *(const float *)p);
+        else if (k->type == VIL_KEY_FLOAT) cJSON_AddNumberToObject(o, k->name, vil_float_clean(*(const float *)p));
         else cJSON_AddStringToObject(o, k->name, p);
     }
     char *s = cJSON_PrintUnformatted(o);

@@ -157,6 +157,19 @@ void *vil_realloc(void *p, size_t bytes) {
     return q;
 }
 
+void vil_fmt_float(char *buf, size_t n, float v) {
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, n, "%.*g", p, (double)v);
+        if (strtof(buf, NULL) == v) return;
+    }
+}
+
+double vil_float_clean(float v) {
+    char b[48];
+    vil_fmt_float(b, sizeof b, v);
+    return isfinite(v) ? strtod(b, NULL) : (double)v;
+}
+
 char *vil_strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = vil_malloc(n);

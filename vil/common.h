@@ -58,6 +58,11 @@ void *vil_malloc(size_t bytes);
 void *vil_calloc(size_t n, size_t size);
 void *vil_realloc(void *p, size_t bytes);
 char *vil_strdup(const char *s);
+/* The shortest decimal that reads back (strtof) as v: "0.016", not 0.016000000759959221 (as a
+ * float widened to double prints); non-finite values as printf's %g gives them. */
+void vil_fmt_float(char *buf, size_t n, float v);
+/* v as the double of that shortest decimal (for JSON writers that print doubles) */
+double vil_float_clean(float v);
 /* 64-byte aligned, for SIMD; free with free(). */
 void *vil_malloc_aligned(size_t bytes);
 

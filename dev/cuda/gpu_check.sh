@@ -3,7 +3,7 @@
 # memcheck on both GPU tests, then `vil bench` for the configs given (default: ViL-Tiny).
 # Full logs go to $OUT (or ./out); the summary printed last fits the reply's tail.
 #   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [dev] [e2e] [data] [pth]
-#                                                  [peer:TIMM_MODEL:BATCH[:compile]] [mpi:CFG:BATCH[:NP]]
+#                                                  [peer:TIMM_MODEL:BATCH[:compile]] [mpi:CFG:BATCH[:NP]] [tfevents]
 # dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
 # defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
@@ -157,6 +157,23 @@ for c in range(1000):
         $vil eval --device cuda --model $R/last.safetensors --data $BIG --split train --batch $bs \
             --workers 14 --limit 10240 > "$OUT/eval_$tag.log" 2>&1
         echo "eval with $vil: rc=$?"; tail -2 "$OUT/eval_$tag.log"
+        ;;
+    tfevents)
+        # vil's TensorBoard files against the tensorboard package (pip's, here): its readers on
+        # vil's copy of the reference scalars; the reference rewritten by its writer must still
+        # equal vil's records (test_tfevents on it); then the e2e run's events as it reads them
+        make -j16 build/tests/test_tfevents >> "$OUT/build.log" 2>&1
+        VIL_TFEVENTS_OUT=$OUT/tfe build/tests/test_tfevents > "$OUT/tfe_test.log" 2>&1
+        echo "test_tfevents: $(tail -1 "$OUT/tfe_test.log")"
+        python3 tests/reference/make_tfevents.py --check $OUT/tfe > "$OUT/tfe_check.log" 2>&1
+        echo "tensorboard $(python3 -c 'import tensorboard; print(tensorboard.__version__)') reads vil's file: $(tail -1 "$OUT/tfe_check.log")"
+        cp tests/data/tfevents/reference.tfevents /tmp/ref_keep.tfevents
+        python3 tests/reference/make_tfevents.py > /dev/null 2>&1
+        echo "reference rewritten by this tensorboard, test_tfevents on it: $(build/tests/test_tfevents 2>&1 | tail -1)"
+        cp /tmp/ref_keep.tfevents tests/data/tfevents/reference.tfevents
+        [ -d /tmp/vil_e2e ] && python3 tests/reference/make_tfevents.py --dump /tmp/vil_e2e > "$OUT/tfe_e2e.log" 2>&1 \
+            && echo "e2e run's events: $(grep -c . "$OUT/tfe_e2e.log") scalars; $(grep -E 'val/top1' "$OUT/tfe_e2e.log" | tail -1)" \
+            && ls /tmp/vil_e2e && cp /tmp/vil_e2e/curves.svg /tmp/vil_e2e/metrics.jsonl /tmp/vil_e2e/run.jsonl "$OUT/"
         ;;
     mpi:*)
         # under mpirun, one process per GPU (NP of them, default 1: world size 1 through the whole
