@@ -64,6 +64,7 @@ typedef struct {
     /* progress: the current log interval (since t_int: int_steps steps, wait_int seconds waiting
      * for the loader) and this process's steps (train_time seconds for steps_here steps) */
     double t_start, t_int, wait_int, train_time;
+    double eval_secs, eval_total; /* the last validation pass (model and EMA); all of them, in train_time */
     long steps_here, int_steps;
     float lr;             /* of the last step */
     float *host_losses;   /* (batch) */
@@ -106,6 +107,25 @@ static FILE *out_log(Trainer *T) {
     return T->log;
 }
 
+/* Validation passes still due: after every eval_every_epochs-th epoch and after the last. */
+static int evals_left(const Trainer *T) {
+    if (!T->val_loader || T->spe < 1) return 0;
+    int every = T->tc->eval_every_epochs, last = (int)((T->total_steps - 1) / T->spe), n = 0;
+    for (int e = T->epoch; e <= last; e++) n += (e + 1) % every == 0 || e == last;
+    return n;
+}
+
+/* Seconds left: the steps at this run's pace (saves in, evaluations out), plus the evaluations
+ * due at the last one's length; before the first, the val images at three times the training
+ * pace per pass (a forward alone), twice with an EMA. elapsed: seconds of steps_here steps. */
+static double eta_seconds(const Trainer *T, double elapsed) {
+    if (T->steps_here <= 0) return -1;
+    double per_step = (elapsed - T->eval_total) / (double)T->steps_here, per_eval = T->eval_secs;
+    if (per_eval <= 0 && T->val_ds && per_step > 0)
+        per_eval = (T->m.ema ? 2 : 1) * vil_dataset_size(T->val_ds) / (3.0 * T->global_batch / per_step);
+    return per_step * (double)(T->total_steps - T->step) + evals_left(T) * per_eval;
+}
+
 /* The bar, at most five times a second: the epoch's share, the last logged loss, the ETA. */
 static void draw_bar(Trainer *T) {
     double now = vil_now();
@@ -116,10 +136,8 @@ static void draw_bar(Trainer *T) {
     int fill = (int)((double)T->epoch_batch / (double)T->spe * W);
     for (int i = 0; i < W; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
     bar[W] = 0;
-    /* the time per step so far, evaluations and saves included (train_time), times the rest */
-    double per_step = (T->train_time + (now - T->t_int)) / (double)T->steps_here;
     char eta[32];
-    fmt_duration(eta, sizeof eta, per_step * (double)(T->total_steps - T->step));
+    fmt_duration(eta, sizeof eta, eta_seconds(T, T->train_time + (now - T->t_int)));
     fprintf(T->log, "\r\033[Kepoch %d/%d [%s] %d/%ld  step %ld/%ld", T->epoch + 1, T->tc->epochs, bar,
             T->epoch_batch, T->spe, T->step, T->total_steps);
     if (T->last_loss > 0) fprintf(T->log, "  loss %.4f", T->last_loss);
@@ -565,7 +583,8 @@ static void sum_eval(const Trainer *T, VilEvalResult *r) {
 static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     VilEvalResult r;
     FILE *plog = T->quiet ? NULL : out_log(T);
-    /* on a terminal the pass shows its progress */
+    /* on a terminal the pass shows its progress (rank 0's shard); a log gets the summary line,
+     * with the pass's time, only (20 lines a pass would swamp 300 epochs of it) */
     FILE *prog = T->tty ? plog : NULL;
     /* a failure on any rank stops all: none may wait in the sums below */
     if (vil_dist_any(T->dist, vil_eval_run(&T->m, T->val_loader, 0, prog, "val   ", &r) != 0)) return -1;
@@ -1123,7 +1142,7 @@ static int log_progress(Trainer *T) {
     p.grad_norm = grad_norm;
     p.images_per_s = dt > 0 ? (double)T->int_steps * T->global_batch / dt : 0; /* all ranks */
     p.data_wait = dt > 0 ? T->wait_int / dt : 0;
-    p.eta_s = T->train_time / T->steps_here * (double)(T->total_steps - T->step);
+    p.eta_s = eta_seconds(T, T->train_time);
     if (!T->quiet) {
         char eta[32];
         fmt_duration(eta, sizeof eta, p.eta_s);
@@ -1192,10 +1211,13 @@ static int end_of_epoch(Trainer *T, VilTrainResult *res) {
     }
     int every = T->tc->eval_every_epochs, improved = 0;
     if (T->val_loader && (finished || (epoch_done && (ep + 1) % every == 0))) {
+        double t_eval = vil_now();
         if (evaluate(T, ep, res) != 0) {
             save_after_failure(T);
             return VIL_TRAIN_FAILED;
         }
+        T->eval_secs = vil_now() - t_eval;
+        T->eval_total += T->eval_secs; /* train_time takes it in below */
         improved = res->top1 > T->best_top1;
     }
     /* best.safetensors goes last, after the state that records its step (save_all) */
