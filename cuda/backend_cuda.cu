@@ -382,6 +382,15 @@ static void b_params_to_work(const VilBackend *be, void *work, const float *mast
     params_to_work_cuda(work, master, n);
 }
 
+static const char *b_device_name(const VilBackend *be, char *buf, size_t n) {
+    CuCtx *c = cu_bind(be);
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, c->device));
+    snprintf(buf, n, "%s (compute capability %d.%d, %.0f GiB)", prop.name, prop.major, prop.minor,
+             prop.totalGlobalMem / 1073741824.0);
+    return buf;
+}
+
 /* the ops: bind the backend's context, then the _cuda twin */
 /* ---- the group's gradients: NCCL on this context's stream ---- */
 static int b_dist_join(const VilBackend *be, const VilDist *d) {
@@ -458,7 +467,8 @@ VIL_OPS(VIL_CUDA_ENTRY)
         .params_to_work = b_params_to_work, .host_alloc = b_host_alloc,                       \
         .host_free = b_host_free, .feed_upload = b_feed_upload,                               \
         .feed_acquire = b_feed_acquire, .feed_release = b_feed_release,                       \
-        .feed_wait = b_feed_wait, .dist_join = b_dist_join, VIL_OPS(VIL_CUDA_SLOT)            \
+        .feed_wait = b_feed_wait, .device_name = b_device_name, .dist_join = b_dist_join,     \
+        VIL_OPS(VIL_CUDA_SLOT)                                                                \
     }
 #define VIL_CUDA_SLOT(op, Args, label) .op = b_##op,
 extern "C" const VilBackend vil_backend_cuda = VIL_CUDA_TABLE(&default_ctx);

@@ -947,7 +947,7 @@ static void test_run_files(void) {
     snprintf(runs, sizeof runs, "%s/run.jsonl", path("runB"));
     T_CHECK(count_in(runs, "\"start\":\"fresh\",\"step\":0,") == 1 && count_in(runs, "\"start\":\"resume\"") == 3 &&
                 count_in(runs, "\"version\":\"") == 4 && count_in(runs, "\"commit\":\"") == 4 &&
-                count_in(runs, "\"train_images\":192") == 4 && count_in(runs, "\"device\":\"cpu:0\"") == 4,
+                count_in(runs, "\"train_images\":192") == 4 && count_in(runs, "\"device\":\"cpu:0 ") == 4,
             "run.jsonl: a line per start (1 fresh, 3 resumed) with version, commit, device and data");
 }
 

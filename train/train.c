@@ -875,8 +875,9 @@ static int feed_next(Trainer *T, long step, int micro) {
 static int open_runlog(Trainer *T) {
     const VilTrainRun *run = T->run;
     if (!(T->runlog = vil_runlog_open(run->out_dir, T->step))) return -1;
-    char dev[64];
-    snprintf(dev, sizeof dev, "%s:%d", T->be->name, T->be->device);
+    char dev[400], name[300];
+    snprintf(dev, sizeof dev, "%s:%d %s", T->be->name, T->be->device,
+             T->be->device_name(T->be, name, sizeof name));
     VilRunStart s = {.command = run->command, .commit = run->commit, .device = dev, .data = run->data,
                      .train_source = vil_dataset_source(T->ds), .train_images = vil_dataset_size(T->ds),
                      .val_source = T->val_ds ? vil_dataset_source(T->val_ds) : NULL,

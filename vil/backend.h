@@ -286,6 +286,9 @@ struct VilBackend {
     void (*feed_acquire)(const VilBackend *be, int slot);
     void (*feed_release)(const VilBackend *be, int slot);
     void (*feed_wait)(const VilBackend *be, int slot);
+    /* What the device is, e.g. "NVIDIA H100 80GB HBM3" or the CPU's model name (the run's
+     * record); writes at most n bytes to buf and returns it. */
+    const char *(*device_name)(const VilBackend *be, char *buf, size_t n);
     /* Readies grad_allreduce for the group d (every rank calls it once, together): nothing on
      * the CPU (MPI), the NCCL communicator on CUDA. 0, or -1 with a vil_error message. */
     int (*dist_join)(const VilBackend *be, const struct VilDist *d);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/resource.h>
 
 #include "backend.h"
@@ -60,6 +61,16 @@ static void cpu_feed_upload(const VilBackend *be, int slot, void *dst, const voi
     memcpy(dst, src, bytes);
 }
 static void cpu_feed_nop(const VilBackend *be, int slot) {}
+/* /proc/cpuinfo's model name, and how many CPUs this process may use */
+static const char *cpu_device_name(const VilBackend *be, char *buf, size_t n) {
+    char line[512], model[256] = "CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "model name : %255[^\n]", model) == 1) break;
+    if (f) fclose(f);
+    snprintf(buf, n, "%s, %ld CPUs online", model, sysconf(_SC_NPROCESSORS_ONLN));
+    return buf;
+}
 /* grad_allreduce goes through MPI on host memory: nothing to set up */
 static int cpu_dist_join(const VilBackend *be, const struct VilDist *d) { return 0; }
 
@@ -92,6 +103,7 @@ const VilBackend vil_backend_cpu = {
     .feed_acquire = cpu_feed_nop,
     .feed_release = cpu_feed_nop,
     .feed_wait = cpu_feed_nop,
+    .device_name = cpu_device_name,
     .dist_join = cpu_dist_join,
 #define VIL_CPU_SLOT(op, Args, label) .op = cpu_##op,
     VIL_OPS(VIL_CPU_SLOT)
