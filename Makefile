@@ -14,6 +14,9 @@
 # knows, plus PTX of the newest); a quick single-GPU dev build compiles one architecture:
 #   make CUDA_ARCH="-gencode arch=compute_90,code=sm_90"
 
+# `make` alone builds everything (the version rules below come before `all`)
+.DEFAULT_GOAL := all
+
 CC      ?= cc
 NVCC    ?=
 OPT     ?= -O3 -march=native

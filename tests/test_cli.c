@@ -86,6 +86,9 @@ static void test_version(void) {
     snprintf(want, sizeof want, "; BLAS %s; MPI %s;", blas, mpi);
     T_CHECK(strstr(help, want) != NULL, "vil help's build options lack '%s': %s", want, help);
     T_CHECK(t_run("bin/vil version x 2>&1", a, sizeof a) == 2, "vil version x: exit 2");
+    /* `make` alone builds everything (the version object's rules once made it the default) */
+    T_CHECK(t_run("make -pn 2>/dev/null | grep -q '^.DEFAULT_GOAL := all$'", NULL, 0) == 0,
+            "the Makefile's default goal is all");
 }
 
 int main(void) {
