@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "args.h"
 
+#include <errno.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdio.h>
@@ -151,6 +152,21 @@ int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv) {
     if (rc != VIL_ARGS_OK) return 2;
     free(pos);
     return -1;
+}
+
+int vil_cli_int_list(const char *s, int *out, int max, int lo, int hi) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < lo || v > hi || n == max || (*end && *end != ',')) return 0;
+        out[n++] = (int)v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) return 0;
+    }
+    return n;
 }
 
 int vil_cli_open_data_device(const char *data, const char *split, const char *labels,

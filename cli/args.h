@@ -37,6 +37,9 @@ enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
  * *pos (a malloc'd array the caller frees) in order. Returns VIL_ARGS_OK; VIL_ARGS_HELP after
  * printing help to stdout (the caller exits 0); VIL_ARGS_USAGE after printing the error and
  * usage to stderr (the caller exits 2). `--` ends the flags. */
+/* "224,384,512" -> out (at most max values, each in lo..hi); how many, or 0 for a malformed list */
+int vil_cli_int_list(const char *s, int *out, int max, int lo, int hi);
+
 /* The dataset split first (a wrong path is the likeliest mistake and costs nothing to find),
  * then the device: 0, or the exit code 1 with the reason reported and nothing left open. */
 struct VilDataset;

@@ -326,14 +326,107 @@ static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps
     return 0;
 }
 
+/* --img-size / --batch lists: a row per (resolution, batch) with the training step's and the
+ * inference forward's images/s and peak memory, and per resolution the forward's latency at
+ * batch 1. A batch that does not fit (the ops' indexing, the device's memory) gets "-" and its
+ * reason below the table. 0, or 1 when a configuration is invalid or the loss not finite. */
+#define MAX_LIST 16
+static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const VilBackend *be,
+                       const int *res, int nr, const int *batches, int nb, int warmup, int steps) {
+    int cpu = strcmp(be->name, "cpu") == 0;
+    printf("%6s %7s %6s %12s %12s %10s %10s %11s\n", "size", "tokens", "batch", "train img/s",
+           "infer img/s", "train GiB", "infer GiB", "batch-1 ms");
+    char notes[4096] = "";
+    size_t nl = 0;
+    for (int i = 0; i < nr; i++) {
+        VilConfig c = *base;
+        c.img_size = res[i];
+        VilModel m;
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        int ok = vil_config_finalize(&c) == 0 && vil_model_init(&m, &c, be) == 0;
+        if (!ok) {
+            nl += (size_t)snprintf(notes + nl, nl < sizeof notes ? sizeof notes - nl : 0, "  %d px: %s\n", res[i], cap.msg);
+            if (nl >= sizeof notes) nl = sizeof notes - 1;
+            vil_error_release(&cap);
+            printf("%6d %7s %6s %12s\n", res[i], "-", "-", "-");
+            continue;
+        }
+        vil_error_release(&cap);
+        vil_model_init_weights(&m, 0);
+        VilStepParams sp = vil_step_params(tc, (float)vil_peak_lr(tc->base_lr, batches[0]));
+        vil_model_init_training(&m, sp.ema_decay > 0.0f);
+        /* the latency of one image: the forward at batch 1 */
+        double lat = -1;
+        vil_error_capture(&cap);
+        if (vil_model_check_acts(&m, 1, 0) == 0) {
+            vil_model_alloc_acts(&m, 1, 0);
+            upload_batch(&m, 1);
+            lat = 1e3 * vil_time_forward(&m, warmup, steps);
+        }
+        vil_error_release(&cap);
+        for (int j = 0; j < nb; j++) {
+            int B = batches[j];
+            double tr = -1, inf = -1;
+            size_t ptr = 0, pinf = 0;
+            for (int training = 1; training >= 0; training--) {
+                vil_error_capture(&cap);
+                int fits = vil_model_check_acts(&m, B, training) == 0;
+                if (!fits)
+                    nl += (size_t)snprintf(notes + nl, nl < sizeof notes ? sizeof notes - nl : 0,
+                                           "  %d px, batch %d, %s: %s\n", res[i], B,
+                                           training ? "training" : "inference", cap.msg);
+                if (nl >= sizeof notes) nl = sizeof notes - 1;
+                vil_error_release(&cap);
+                if (!fits) continue;
+                /* the peak of this measurement alone: the last one's activations given back first */
+                vil_model_free_acts(&m);
+                if (be->peak_reset) be->peak_reset(be);
+                vil_model_alloc_acts(&m, B, training);
+                upload_batch(&m, 1);
+                if (training) {
+                    for (int k = 0; k < warmup; k++) vil_train_step(&m, &sp);
+                    be->sync(be);
+                    double t0 = vil_now();
+                    for (int k = 0; k < steps; k++) vil_train_step(&m, &sp);
+                    be->sync(be);
+                    tr = (double)B * steps / (vil_now() - t0);
+                    if (!isfinite(mean_loss(&m))) {
+                        vil_error("%d px, batch %d: the loss is not finite: the backend is broken", res[i], B);
+                        vil_model_free(&m);
+                        return 1;
+                    }
+                    ptr = be->peak_bytes ? be->peak_bytes(be) : 0;
+                } else {
+                    inf = B / vil_time_forward(&m, warmup, steps);
+                    pinf = be->peak_bytes ? be->peak_bytes(be) : 0;
+                }
+            }
+            char a[32] = "-", b[32] = "-", ga[32] = "-", gb[32] = "-", l[32] = "";
+            if (tr >= 0) snprintf(a, sizeof a, "%.1f", tr), snprintf(ga, sizeof ga, "%.2f", ptr / 1073741824.0);
+            if (inf >= 0) snprintf(b, sizeof b, "%.1f", inf), snprintf(gb, sizeof gb, "%.2f", pinf / 1073741824.0);
+            if (j == 0) snprintf(l, sizeof l, lat >= 0 ? "%.2f" : "-", lat);
+            printf("%6d %7d %6d %12s %12s %10s %10s %11s\n", res[i], c.seq_len, B, a, b, ga, gb, l);
+            fflush(stdout);
+        }
+        vil_model_free(&m);
+    }
+    if (nl) printf("not measured:\n%s", notes);
+    if (cpu) printf("(memory on the CPU: the process's peak RSS)\n");
+    return 0;
+}
+
 int vil_cmd_bench(int argc, char **argv) {
-    const char *device = "cpu", *model = "configs/vil_tiny.cfg", *data = NULL;
-    int batch = 8, steps = 0, warmup = 2, no_profile = 0, threads = 0;
+    const char *device = "cpu", *model = "configs/vil_tiny.cfg", *data = NULL, *batch_s = "8",
+               *sizes_s = NULL;
+    int steps = 0, warmup = 2, no_profile = 0, threads = 0;
     VilArgList sets = {0};
     VilArg args[] = {
         {"--device", VIL_ARG_STR, &device, "cpu or cuda"},
         {"--model", VIL_ARG_STR, &model, "cfg file (model and training keys)"},
-        {"--batch", VIL_ARG_INT, &batch, "batch size (per rank)"},
+        {"--batch", VIL_ARG_STR, &batch_s, "batch size (per rank), or a list: 1,32,256 (a table)"},
+        {"--img-size", VIL_ARG_STR, &sizes_s, "image sizes, e.g. 224,512,1024,2048: a table of train and inference "
+                                             "images/s, peak memory and batch-1 latency per size and batch"},
         {"--steps", VIL_ARG_INT, &steps, "timed steps per measurement (0: 5 on cpu, 30 on cuda)"},
         {"--warmup", VIL_ARG_INT, &warmup, "untimed steps first"},
         {"--data", VIL_ARG_STR, &data, "also time vil train's loop (loader, feed, step) on this dataset"},
@@ -341,7 +434,7 @@ int vil_cmd_bench(int argc, char **argv) {
         {"--set", VIL_ARG_LIST, &sets, "override a config key (repeatable)"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP("`workers` with --data")},
     };
-    VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B] [--data DIR] [options]",
+    VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B[,B...]] [--img-size S[,S...]] [--data DIR] [options]",
                        "Times the training step `vil train` runs (forward, backward, clipping and\n"
                        "EMA as the cfg file sets them, AdamW), forward+backward and inference on\n"
                        "random images, and prints images/s, the peak memory and a per-op\n"
@@ -353,9 +446,18 @@ int vil_cmd_bench(int argc, char **argv) {
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
-    if (batch < 1 || batch > VIL_MAX_BATCH || steps < 0 || warmup < 0 || !vil_device_name_ok(device)) {
-        fprintf(stderr, "vil bench: --batch must be in 1..%d, --steps and --warmup >= 0, --device "
-                        "cpu, cuda or auto\n", VIL_MAX_BATCH);
+    int batches[MAX_LIST], sizes[MAX_LIST];
+    int nb = vil_cli_int_list(batch_s, batches, MAX_LIST, 1, VIL_MAX_BATCH);
+    int ns = sizes_s ? vil_cli_int_list(sizes_s, sizes, MAX_LIST, 1, VIL_MAX_IMG_SIZE) : 0;
+    if (!nb || (sizes_s && !ns) || steps < 0 || warmup < 0 || !vil_device_name_ok(device)) {
+        fprintf(stderr, "vil bench: --batch must be sizes in 1..%d (a list of at most %d), --img-size "
+                        "sizes in 1..%d, --steps and --warmup >= 0, --device cpu, cuda or auto\n",
+                VIL_MAX_BATCH, MAX_LIST, VIL_MAX_IMG_SIZE);
+        return 2;
+    }
+    int batch = batches[0], table = nb > 1 || ns > 0;
+    if (table && (data || vil_dist_launched() > 0)) {
+        fprintf(stderr, "vil bench: the --img-size / --batch table runs one process without --data\n");
         return 2;
     }
     VilConfig cfg;
@@ -378,9 +480,17 @@ int vil_cmd_bench(int argc, char **argv) {
     const VilBackend *be = vil_backend_get(device);
     if (be && dist.mpi && strcmp(be->name, "cuda") == 0) be = vil_backend_open("cuda", dist.local_rank);
     if (vil_dist_any(&dist, !be || (dist.mpi && be->dist_join(be, &dist) != 0))) goto out;
+    if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 5 : 30;
+    if (table) {
+        if (!ns) sizes[0] = cfg.img_size, ns = 1;
+        printf("bench: %s (%s) on %s; %d timed steps after %d per measurement\n", cfg.name, cfg.arch,
+               be->name, steps, warmup);
+        if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, 0);
+        code = bench_table(&cfg, &tc, be, sizes, ns, batches, nb, warmup, steps);
+        goto out;
+    }
     /* the step at the peak learning rate of the global batch */
     VilStepParams sp = vil_step_params(&tc, (float)vil_peak_lr(tc.base_lr, (long)batch * dist.world));
-    if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 5 : 30;
     VilModel m;
     if (vil_dist_any(&dist, vil_model_init(&m, &cfg, be) != 0)) goto out;
     if (vil_dist_any(&dist, vil_model_check_acts(&m, batch, 1) != 0)) {

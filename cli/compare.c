@@ -42,22 +42,6 @@ typedef struct {
     long bad;            /* images that could not be read (not counted) */
 } Row;
 
-/* "224,384,512" -> sizes; 0 on a malformed list */
-static int parse_sizes(const char *s, int *out, int max) {
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > 8192 || n == max || (*end && *end != ',')) return 0;
-        out[n++] = (int)v;
-        p = *end ? end + 1 : end;
-        if (*end && !*p) return 0;
-    }
-    return n;
-}
-
 /* file name without folders and extension; the whole path when two models share it */
 static void make_labels(Row *rows, int nm, int ema) {
     for (int i = 0; i < nm; i++) {
@@ -285,7 +269,7 @@ int vil_cmd_compare(int argc, char **argv) {
     free(pos);
     int res[MAX_RES], nr = 1;
     res[0] = 0; /* each model's own */
-    if (sizes && !(nr = parse_sizes(sizes, res, MAX_RES))) {
+    if (sizes && !(nr = vil_cli_int_list(sizes, res, MAX_RES, 1, 8192))) {
         fprintf(stderr, "vil compare: --img-size wants sizes like 224,384,512 (at most %d, each 1..8192)\n", MAX_RES);
         return 2;
     }

@@ -91,6 +91,32 @@ static void test_version(void) {
             "the Makefile's default goal is all");
 }
 
+/* vil bench --img-size 16,32,8192 --batch 1,2: a row per size and batch, each with images/s and
+ * memory, the batch-1 latency on a size's first row, and the size that cannot be built named */
+static void test_bench_table(void) {
+    char cmd[2048], out[16384];
+    snprintf(cmd, sizeof cmd, "bin/vil bench --device cpu --model %s/tiny.cfg --img-size 16,32,8192 "
+             "--batch 1,2 --steps 1 --warmup 0 2>&1", dir);
+    int rc = t_run(cmd, out, sizeof out);
+    int rows = 0, good = 0;
+    const int want[4][3] = {{16, 17, 1}, {16, 17, 2}, {32, 65, 1}, {32, 65, 2}};
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        int size, tok, b;
+        double tr, inf, gt, gi, lat = -1;
+        char line[256];
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(l, "\n"), l); /* sscanf would go on to the next line */
+        int n = sscanf(line, "%d %d %d %lf %lf %lf %lf %lf", &size, &tok, &b, &tr, &inf, &gt, &gi, &lat);
+        if (n < 7) continue;
+        int first = rows % 2 == 0;
+        good += rows < 4 && size == want[rows][0] && tok == want[rows][1] && b == want[rows][2] && tr > 0 &&
+                inf > 0 && gt > 0 && gi > 0 && (first ? n == 8 && lat > 0 : n == 7);
+        rows++;
+    }
+    T_CHECK(rc == 0 && rows == 4 && good == 4 && strstr(out, "  size  tokens  batch  train img/s") &&
+                strstr(out, "not measured:\n  8192 px: config: 2048 x 2048 patches"),
+            "vil bench table: %d rows, %d as expected (rc %d):\n%s", rows, good, rc, out);
+}
+
 int main(void) {
     test_version();
     dir = corpus_mkdtemp("cli");
@@ -126,6 +152,8 @@ int main(void) {
         {"bench --model %s/tiny.cfg --warmup -1", 2, "--warmup"},
         {"bench --model %s/tiny.cfg --steps -1", 2, "--steps"},
         {"bench --model %s/tiny.cfg --batch 0", 2, "--batch"},
+        {"bench --model %s/tiny.cfg --batch 1,,2", 2, "--batch"},
+        {"bench --model %s/tiny.cfg --img-size 16,x", 2, "--img-size"},
         {"bench --model %s/tiny.cfg --set depth=0", 2, "depth"},
         {"bench --model %s/tiny.cfg --set img_size=3", 2, "img_size"},
         {"bench --model %s/tiny.cfg --set arch=foo", 2, "arch"},
@@ -144,6 +172,7 @@ int main(void) {
         {"classify --model %s/tiny.cfg x.png", 1, NULL},
     };
     run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+    test_bench_table();
 
     /* --threads: a count out of 0..4096 is misuse, on every command that has it */
     unsetenv("OMP_NUM_THREADS"); /* the defaults below are vil's, not the caller's environment */

@@ -207,7 +207,7 @@ int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
     return 0;
 }
 
-static void free_acts(VilModel *m) {
+void vil_model_free_acts(VilModel *m) {
     if (m->acts.base) m->be->free(m->be, m->acts.base);
     free(m->acts.layer);
     memset(&m->acts, 0, sizeof m->acts);
@@ -215,7 +215,7 @@ static void free_acts(VilModel *m) {
 
 void vil_model_free(VilModel *m) {
     if (!m->be) return;
-    free_acts(m);
+    vil_model_free_acts(m);
     if (m->work && m->work != m->params) m->be->free(m->be, m->work);
     m->be->free(m->be, m->params);
     m->be->free(m->be, m->grads);
@@ -450,7 +450,7 @@ void vil_model_alloc_acts(VilModel *m, int B, int training) {
     if (m->acts.base && m->acts.B == B && m->acts.training == training &&
         (m->acts.dimg != NULL) == (training && m->input_grad))
         return;
-    free_acts(m);
+    vil_model_free_acts(m);
     m->acts.layer = vil_calloc((size_t)m->cfg.depth, sizeof(VilLayerActs));
     Arena a = {0};
     layout_acts(m, &a, B, training);

@@ -154,6 +154,8 @@ const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name);
  * backward pass. The inputs are then the allocation's own buffers (acts.img, acts.targets,
  * acts.dp_scale), which callers may fill. */
 void vil_model_alloc_acts(VilModel *m, int B, int training);
+/* The activations given back (vil_model_alloc_acts makes them again). */
+void vil_model_free_acts(VilModel *m);
 /* Read the next passes' inputs from other backend buffers of the same sizes (an input feed's
  * slot: data/feed.h): images, soft targets and drop-path scales; NULL: the model's own buffer
  * for that input. */

@@ -4,6 +4,7 @@
 # Full logs go to $OUT (or ./out); the summary printed last fits the reply's tail.
 #   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [dev] [e2e] [data] [pth]
 #                                                  [peer:TIMM_MODEL:BATCH[:compile]] [mpi:CFG:BATCH[:NP]] [tfevents]
+#                                                  [res:CFG:SIZES:BATCHES[:TIMM_MODEL]]
 # dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
 # defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
@@ -157,6 +158,18 @@ for c in range(1000):
         $vil eval --device cuda --model $R/last.safetensors --data $BIG --split train --batch $bs \
             --workers 14 --limit 10240 > "$OUT/eval_$tag.log" 2>&1
         echo "eval with $vil: rc=$?"; tail -2 "$OUT/eval_$tag.log"
+        ;;
+    res:*)
+        # vil bench's table across resolutions and batches, and DeiT (timm, eager) at the same
+        # resolutions: res:CFG:SIZES:BATCHES:PEER (sizes and batches comma-separated; PEER the
+        # timm model, at the batches too)
+        cfg=$(echo "$step" | cut -d: -f2); sz=$(echo "$step" | cut -d: -f3); bs=$(echo "$step" | cut -d: -f4)
+        peer=$(echo "$step" | cut -s -d: -f5)
+        bin/vil bench --device cuda --model "$cfg" --img-size "$sz" --batch "$bs" --steps 10 > "$OUT/res_$(basename "$cfg" .cfg).log" 2>&1
+        echo "vil bench --img-size $sz --batch $bs: rc=$?"; cat "$OUT/res_$(basename "$cfg" .cfg).log"
+        for r in $(echo "$sz" | tr ',' ' '); do for b in $(echo "$bs" | tr ',' ' '); do
+            [ -n "$peer" ] && python3 dev/peers/bench_timm.py --model "$peer" --img-size $r --batch $b --steps 10 --warmup 3 2>&1 | tail -1 | sed 's/; torch.*//'
+        done; done
         ;;
     tfevents)
         # vil's TensorBoard files against the tensorboard package (pip's, here): its readers on
