@@ -38,17 +38,18 @@ static struct LtPlans *plans_of_ctx(void) {
     return c->lt_plans;
 }
 
+static void plan_destroy(LtPlan *p) {
+    if (!p->ok) return;
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->ld);
+    cublasLtMatmulDescDestroy(p->desc);
+}
+
 void cu_linear_plans_free(void) {
     struct LtPlans *ps = cu()->lt_plans;
     if (!ps) return;
-    for (int i = 0; i < ps->n; i++) {
-        LtPlan *p = &ps->plan[i];
-        if (!p->ok) continue;
-        cublasLtMatrixLayoutDestroy(p->la);
-        cublasLtMatrixLayoutDestroy(p->lb);
-        cublasLtMatrixLayoutDestroy(p->ld);
-        cublasLtMatmulDescDestroy(p->desc);
-    }
+    for (int i = 0; i < ps->n; i++) plan_destroy(&ps->plan[i]);
     free(ps);
     cu()->lt_plans = NULL;
 }
@@ -68,7 +69,14 @@ static LtPlan *plan_get(const LtKey *k) {
 /* Builds a plan; one with ok = 0 when cuBLASLt has no kernel for it. */
 static LtPlan *plan_make(const LtKey *k) {
     struct LtPlans *ps = plans_of_ctx();
-    if (ps->n == MAX_PLANS) VIL_FATAL("too many distinct matrix-product shapes (%d)", MAX_PLANS);
+    if (ps->n == MAX_PLANS) {
+        /* a process that meets many shapes (vil bench's table, vil compare's resolutions) drops
+         * the oldest plan; cuBLASLt reads a plan when a product is queued, so none in flight
+         * needs it, and no caller holds one across this call */
+        plan_destroy(&ps->plan[0]);
+        memmove(ps->plan, ps->plan + 1, (MAX_PLANS - 1) * sizeof(LtPlan));
+        ps->n--;
+    }
     LtPlan *p = &ps->plan[ps->n];
     memset(p, 0, sizeof *p);
     p->key = *k;
