@@ -154,6 +154,12 @@ int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv) {
     return -1;
 }
 
+int vil_cli_check_device_split(const char *cmd, const char *device, const char *split) {
+    if (vil_device_name_ok(device) && vil_dataset_split_ok(split)) return 0;
+    fprintf(stderr, "vil %s: --device takes cpu, cuda or auto, --split val, test or train\n", cmd);
+    return 2;
+}
+
 int vil_cli_int_list(const char *s, int *out, int max, int lo, int hi) {
     int n = 0;
     const char *p = s;
@@ -199,8 +205,7 @@ static int unbound_procs_here(void) {
     return n > 1 && cpus_allowed() == online ? n : 1;
 }
 
-int vil_cli_set_threads(const char *cmd, int requested, int loader_threads) {
-    (void)loader_threads;
+int vil_cli_set_threads(const char *cmd, int requested) {
     if (requested < 0 || requested > VIL_MAX_THREADS) {
         fprintf(stderr, "vil %s: --threads must be in 0..%d (0: $OMP_NUM_THREADS if set, else the "
                         "CPUs this process may use), got %d\n", cmd, VIL_MAX_THREADS, requested);

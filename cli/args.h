@@ -37,6 +37,9 @@ enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
  * *pos (a malloc'd array the caller frees) in order. Returns VIL_ARGS_OK; VIL_ARGS_HELP after
  * printing help to stdout (the caller exits 0); VIL_ARGS_USAGE after printing the error and
  * usage to stderr (the caller exits 2). `--` ends the flags. */
+/* --device and --split checked: 0, or 2 after a usage message (the caller exits 2) */
+int vil_cli_check_device_split(const char *cmd, const char *device, const char *split);
+
 /* "224,384,512" -> out (at most max values, each in lo..hi); how many, or 0 for a malformed list */
 int vil_cli_int_list(const char *s, int *out, int max, int lo, int hi);
 
@@ -52,18 +55,17 @@ int vil_cli_open_data_device(const char *data, const char *split, const char *la
  * taken as it is; 0 takes OMP_NUM_THREADS when the environment sets it (a user who sets it means
  * it), else the CPUs this process may run on (its affinity mask, which taskset and mpirun's
  * binding narrow), divided among the ranks of this host when mpirun left them unbound. The
- * loader's threads (loader_threads, printed beside) are not taken off: on the CPU device they
+ * loader's threads are not taken off: on the CPU device they
  * wait for the compute almost all the time, and taking them off made the Fashion-MNIST demo
  * 1.9x slower on 2 cores (1 compute thread: 110-115 img/s; 2: 197-240; data wait 0% in both).
  * Returns the count now in effect, or -1 after a usage message on stderr when N is outside
  * 0..VIL_MAX_THREADS (the caller exits 2). Call it before the first OpenMP region. */
-int vil_cli_set_threads(const char *cmd, int requested, int loader_threads);
+int vil_cli_set_threads(const char *cmd, int requested);
 /* "threads: N compute (OpenMP), L loader" and a newline (no loader part when L is 0): the line
  * the commands print for a run on the cpu device */
 void vil_cli_print_threads(FILE *f, int loader_threads);
 /* the help text of every --threads flag; loader: the threads subtracted, e.g. "--workers" */
-#define VIL_THREADS_HELP_CPUS "CPU compute threads (0: $OMP_NUM_THREADS if set, else the usable CPUs"
-#define VIL_THREADS_HELP(loader) VIL_THREADS_HELP_CPUS " less " loader ")"
+#define VIL_THREADS_HELP "CPU compute threads (0: $OMP_NUM_THREADS if set, else the CPUs this process may use)"
 
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
 void vil_args_usage(const VilArgSpec *spec, int to_stderr);

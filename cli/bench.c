@@ -385,12 +385,7 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
                 vil_model_alloc_acts(&m, B, training);
                 upload_batch(&m, 1);
                 if (training) {
-                    for (int k = 0; k < warmup; k++) vil_train_step(&m, &sp);
-                    be->sync(be);
-                    double t0 = vil_now();
-                    for (int k = 0; k < steps; k++) vil_train_step(&m, &sp);
-                    be->sync(be);
-                    tr = (double)B * steps / (vil_now() - t0);
+                    tr = (double)B * steps / timed_steps(&m, &sp, warmup, steps, NULL);
                     if (!isfinite(mean_loss(&m))) {
                         vil_error("%d px, batch %d: the loss is not finite: the backend is broken", res[i], B);
                         vil_model_free(&m);
@@ -432,7 +427,7 @@ int vil_cmd_bench(int argc, char **argv) {
         {"--data", VIL_ARG_STR, &data, "also time vil train's loop (loader, feed, step) on this dataset"},
         {"--no-profile", VIL_ARG_FLAG, &no_profile, "skip the per-op breakdown"},
         {"--set", VIL_ARG_LIST, &sets, "override a config key (repeatable)"},
-        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP("`workers` with --data")},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
     };
     VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B[,B...]] [--img-size S[,S...]] [--data DIR] [options]",
                        "Times the training step `vil train` runs (forward, backward, clipping and\n"
@@ -472,7 +467,7 @@ int vil_cmd_bench(int argc, char **argv) {
     tc.batch = batch;
     /* the loader runs beside the step only in --data's loop, which should time vil train's own */
     int loader = data ? tc.workers : 0;
-    if (vil_cli_set_threads("bench", threads, loader) < 0) return 2;
+    if (vil_cli_set_threads("bench", threads) < 0) return 2;
     /* the process group (mpirun / srun), and this process's GPU: local_rank */
     VilDist dist;
     if (vil_dist_init(&dist) != 0) return 1;

@@ -86,7 +86,7 @@ int vil_cmd_classify(int argc, char **argv) {
         {"--topk", VIL_ARG_INT, &topk, "classes to print per image"},
         {"--json", VIL_ARG_FLAG, &json, "one JSON object per image: file, logits, topk"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
-        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP_CPUS ")"},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
     };
     VilArgSpec spec = {"classify", "--model CKPT [--ema] [--img-size N] [--crop-pct F] [--topk K] [--json] IMAGE...",
                        "Classifies images (JPEG, PNG, BMP, GIF, PNM, ...; the format is read from the\n"
@@ -111,7 +111,7 @@ int vil_cmd_classify(int argc, char **argv) {
         return 2;
     }
     /* no loader: the images are read between the batches */
-    int nthreads = vil_cli_set_threads("classify", threads, 0);
+    int nthreads = vil_cli_set_threads("classify", threads);
     if (nthreads < 0) {
         free(pos);
         return 2;

@@ -241,7 +241,7 @@ int vil_cmd_compare(int argc, char **argv) {
         {"--steps", VIL_ARG_INT, &steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
         {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
-        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP("--workers")},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
         {"--out", VIL_ARG_STR, &out, "folder for compare.csv, compare.json and compare.svg"},
     };
     VilArgSpec spec = {"compare", "--models A.pth B.safetensors ... --data DIR [--img-size 224,384,512] [--batch B] [--ema] [--out DIR]",
@@ -284,11 +284,8 @@ int vil_cmd_compare(int argc, char **argv) {
                         "--steps >= 0, --crop-pct in (0, 1]\n", VIL_MAX_BATCH);
         return 2;
     }
-    if (!vil_device_name_ok(device) || !vil_dataset_split_ok(split)) {
-        fprintf(stderr, "vil compare: --device takes cpu, cuda or auto, --split val, test or train\n");
-        return 2;
-    }
-    if (vil_cli_set_threads("compare", threads, workers) < 0) return 2;
+    if (vil_cli_check_device_split("compare", device, split) != 0) return 2;
+    if (vil_cli_set_threads("compare", threads) < 0) return 2;
     VilDataset *ds;
     const VilBackend *be;
     if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;

@@ -26,7 +26,7 @@ int vil_cmd_eval(int argc, char **argv) {
         {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
         {"--img-size", VIL_ARG_INT, &img_size, "evaluation resolution (0: the checkpoint's); another size interpolates pos_embed"},
         {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
-        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP("--workers")},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
         {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
         {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "images that cannot be read are named and left out, and the exit code stays 0"},
     };
@@ -50,11 +50,8 @@ int vil_cmd_eval(int argc, char **argv) {
                         "--img-size in 0..%d, --crop-pct in (0, 1]\n", VIL_MAX_BATCH, VIL_MAX_IMG_SIZE);
         return 2;
     }
-    if (!vil_device_name_ok(device) || !vil_dataset_split_ok(split)) {
-        fprintf(stderr, "vil eval: --device takes cpu, cuda or auto, --split val, test or train\n");
-        return 2;
-    }
-    if (vil_cli_set_threads("eval", threads, workers) < 0) return 2;
+    if (vil_cli_check_device_split("eval", device, split) != 0) return 2;
+    if (vil_cli_set_threads("eval", threads) < 0) return 2;
     VilDataset *ds;
     const VilBackend *be;
     if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;

@@ -100,7 +100,7 @@ int vil_cmd_train(int argc, char **argv) {
         {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=..."},
         {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration first"},
         {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
-        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP("the loader's `workers`")},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
     };
     VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [--device cpu|cuda|auto] [--out DIR] [--resume CKPT]",
                        "Trains a ViL / ViM classifier with the recipe of doc/recipe.md: AdamW, linear\n"
@@ -157,7 +157,7 @@ int vil_cmd_train(int argc, char **argv) {
     if (r == 0) r = vil_train_config_finalize(&run.train);
     if (r != 0) return vil_exit_code(r);
     /* the loader's `workers` threads run beside the step the whole run */
-    if (vil_cli_set_threads("train", threads, run.train.workers) < 0) return 2;
+    if (vil_cli_set_threads("train", threads) < 0) return 2;
     if (print_config) {
         vil_config_print(&run.model, stdout);
         vil_train_config_print(&run.train, stdout);

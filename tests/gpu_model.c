@@ -34,14 +34,7 @@ static void small_config(VilConfig *c, const char *arch, float drop_path) {
     c->drop_path = drop_path;
 }
 
-static double rel(const float *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
+static double rel(const float *a, const float *ref, size_t n) { return rel_l2(a, ref, 1, n, n); }
 
 /* the same batch on both models: images N(0,1), soft targets (smoothing + a mixup pair) */
 static void fill_batch(VilModel *mc, VilModel *mg) {

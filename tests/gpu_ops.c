@@ -83,18 +83,7 @@ static float *get_f32(const void *d, size_t n) {
     G->to_host(G, h, d, n * sizeof(float));
     return h;
 }
-/* ||a - ref|| / ||ref|| over rows x cols of row stride ld; NaN anywhere gives NaN */
-static double rel2(const float *a, const float *ref, size_t rows, size_t cols, size_t ld) {
-    double num = 0, den = 0;
-    for (size_t r = 0; r < rows; r++)
-        for (size_t c = 0; c < cols; c++) {
-            double x = a[r * ld + c], y = ref[r * ld + c];
-            num += (x - y) * (x - y);
-            den += y * y;
-        }
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
-static double rel(const float *a, const float *ref, size_t n) { return rel2(a, ref, 1, n, n); }
+static double rel(const float *a, const float *ref, size_t n) { return rel_l2(a, ref, 1, n, n); }
 /* bf16 elements of a strided buffer outside [c0, c1) of each row still hold the poison */
 static int untouched(const void *d, size_t rows, size_t ld, size_t c0, size_t c1) {
     uint16_t *h = vil_malloc(rows * ld * 2 + 2);
@@ -124,7 +113,7 @@ static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32
     snprintf(nm, sizeof nm, "linear fwd N=%d C=%d OC=%d ld=%d ldo=%d%s%s", N, C, OC, ld, ldo,
              bias ? " bias" : "", f32out ? " f32" : "");
     /* f32 output from bf16 operands: only the summation order differs */
-    T_CLOSE(nm, rel2(out_g, out_c, N, OC, ldo), f32out ? TOL_F32 : TOL_BF16);
+    T_CLOSE(nm, rel_l2(out_g, out_c, N, OC, ldo), f32out ? TOL_F32 : TOL_BF16);
     if (ldo > OC && !f32out) T_CHECK(untouched(d_out, N, ldo, 0, OC) == 0, "linear fwd wrote past OC in out");
 
     /* backward: dout random (f32 for the head: the CUDA op rounds it to bf16 internally) */
@@ -148,7 +137,7 @@ static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32
     float *db_g = get_f32(d_db, OC);
     double tol_g = f32out ? TOL_BF16 : TOL_F32; /* the head's dout is rounded to bf16 */
     snprintf(nm, sizeof nm, "linear bwd dinp N=%d C=%d OC=%d ld=%d%s", N, C, OC, ld, acc ? " +=" : "");
-    T_CLOSE(nm, rel2(dinp_g, dinp_c, N, C, ld), TOL_BF16);
+    T_CLOSE(nm, rel_l2(dinp_g, dinp_c, N, C, ld), TOL_BF16);
     if (!acc && ld > C) T_CHECK(untouched(d_dinp, N, ld, 0, C) == 0, "linear bwd wrote past C in dinp");
     /* dw accumulates onto random values: compare the increment */
     for (size_t i = 0; i < (size_t)OC * C; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
@@ -249,7 +238,7 @@ static void test_conv(int B, int L, int E, int K, int rev, int acc) {
     for (int i = 0; i < E * K; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
     for (int i = 0; i < E; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
     snprintf(nm, sizeof nm, "conv1d+silu bwd dx B=%d L=%d E=%d%s%s", B, L, E, rev ? " rev" : "", acc ? " +=" : "");
-    T_CLOSE(nm, rel2(dx_g, dx_c, (size_t)B * L, E, ldx), TOL_BF16);
+    T_CLOSE(nm, rel_l2(dx_g, dx_c, (size_t)B * L, E, ldx), TOL_BF16);
     if (!acc) T_CHECK(untouched(d_dx, (size_t)B * L, ldx, 0, E) == 0, "conv1d bwd wrote outside x's columns");
     snprintf(nm, sizeof nm, "conv1d+silu bwd dw B=%d L=%d E=%d K=%d", B, L, E, K);
     T_CLOSE(nm, rel(dw_g, dw_c, (size_t)E * K), TOL_F32);
@@ -307,7 +296,7 @@ static void test_conv_bidir(int B, int L, int E, int K) {
                                                         .b = {gb[0], gb[1]}, .B = B, .L = L, .E = E, .K = K, .ldx = ldx});
     float *dx_g = get_act(d_dx, nx);
     snprintf(nm, sizeof nm, "conv1d+silu bidir bwd dx B=%d L=%d E=%d K=%d", B, L, E, K);
-    T_CLOSE(nm, rel2(dx_g, dx_c, (size_t)B * L, E, ldx), TOL_BF16);
+    T_CLOSE(nm, rel_l2(dx_g, dx_c, (size_t)B * L, E, ldx), TOL_BF16);
     T_CHECK(untouched(d_dx, (size_t)B * L, ldx, 0, E) == 0, "conv1d bidir bwd wrote outside x's columns");
     for (int j = 0; j < 2; j++) {
         float *dw_g = get_f32(d_dw[j], (size_t)E * K), *db_g = get_f32(d_db[j], E);
@@ -408,9 +397,9 @@ static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba)
         snprintf(nm, sizeof nm, "scan %s bwd ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), TOL_BF16);
         snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "B" : "k", j, B, L, E);
-        T_CLOSE(nm, rel2(dxd_g + dt_ld, dxd_c[j] + dt_ld, (size_t)B * L, N, W), TOL_BF16);
+        T_CLOSE(nm, rel_l2(dxd_g + dt_ld, dxd_c[j] + dt_ld, (size_t)B * L, N, W), TOL_BF16);
         snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "C" : "q", j, B, L, E);
-        T_CLOSE(nm, rel2(dxd_g + dt_ld + N, dxd_c[j] + dt_ld + N, (size_t)B * L, N, W), TOL_BF16);
+        T_CLOSE(nm, rel_l2(dxd_g + dt_ld + N, dxd_c[j] + dt_ld + N, (size_t)B * L, N, W), TOL_BF16);
         T_CHECK(untouched(g_dxd[j], (size_t)B * L, W, dt_ld, dt_ld + 2 * N) == 0, "scan bwd wrote into the dt_low or padding columns");
         for (int e = 0; e < E; e++) dD_g[e] -= dD0[j][e], dD_c[j][e] -= dD0[j][e];
         snprintf(nm, sizeof nm, "scan %s bwd dD[%d] B=%d L=%d E=%d", kind, j, B, L, E);
@@ -431,7 +420,7 @@ static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba)
     }
     float *dz_g = get_act(d_dz, nz);
     snprintf(nm, sizeof nm, "scan %s bwd dz B=%d L=%d E=%d", kind, B, L, E);
-    T_CLOSE(nm, rel2(dz_g + E, dz_c + E, (size_t)B * L, E, ldz), TOL_BF16);
+    T_CLOSE(nm, rel_l2(dz_g + E, dz_c + E, (size_t)B * L, E, ldz), TOL_BF16);
     T_CHECK(untouched(d_dz, (size_t)B * L, ldz, E, ldz) == 0, "scan bwd wrote outside dz's columns");
 
     /* determinism: a second backward gives the same bits */

@@ -10,6 +10,8 @@
 #include <strings.h>
 #include <sys/wait.h>
 
+#include "tests/rel_err.h"
+
 static int t_passed = 0, t_failed = 0;
 
 #define T_CHECK(cond, ...)                                                                 \

@@ -1065,6 +1065,12 @@ static int start_epoch(Trainer *T) {
     return GO_ON;
 }
 
+/* A progress line after global step `step`, batch `batch` of its epoch (both counted from 1):
+ * every log_every steps and at the last step of an epoch or of the run. */
+static int is_log_step(const Trainer *T, long step, int batch) {
+    return step % T->tc->log_every == 0 || batch == T->spe || step == T->total_steps;
+}
+
 /* One step: per micro-batch, the batch the feed holds, forward and backward on it, the next
  * batch's upload queued behind it; then the update (train.h). GO_ON, or failed when the loader
  * ran dry on any rank (reported, saved). */
@@ -1075,8 +1081,7 @@ static int step(Trainer *T) {
     VilStepParams sp = vil_step_params(t, T->lr);
     sp.dist = T->dist;
     /* a step that logs reads each micro-batch's losses: the logged loss is the step's mean */
-    int logs = (T->step + 1) % t->log_every == 0 || T->epoch_batch + 1 == T->spe ||
-               T->step + 1 == T->total_steps;
+    int logs = is_log_step(T, T->step + 1, T->epoch_batch + 1);
     T->loss_sum = 0;
     for (int a = 0; a < T->accum; a++) {
         void *in[3];
@@ -1256,7 +1261,7 @@ static int train_loop(Trainer *T, VilTrainResult *res) {
         while (st == GO_ON && T->epoch_batch < T->spe && T->step < T->total_steps) {
             if ((st = step(T)) != GO_ON) break;
             int last_of_epoch = T->epoch_batch == T->spe || T->step == T->total_steps;
-            if ((T->step % T->tc->log_every == 0 || last_of_epoch) && (st = log_progress(T)) != GO_ON) break;
+            if (is_log_step(T, T->step, T->epoch_batch) && (st = log_progress(T)) != GO_ON) break;
             if (!last_of_epoch && snapshot_due(T) && (st = save_step(T)) != GO_ON) break;
             int why = stop_requested(T);
             if (why && !last_of_epoch) st = stop_mid_epoch(T, why);

@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
     char nm[64];
     for (int j = 0; j < 2; j++) {
         snprintf(nm, sizeof nm, "fwd u[%d]", j);
-        h_check(&h, nm, h_rel(h_get_act(&h, gf.u[j], nu), (const float *)cf.u[j], 1, nu, nu), H_TOL_BF16);
+        h_check(&h, nm, rel_l2(h_get_act(&h, gf.u[j], nu), (const float *)cf.u[j], 1, nu, nu), H_TOL_BF16);
     }
 
     /* backward: dx overwritten with both directions' sum (x's columns only); dw, db start from
@@ -169,15 +169,15 @@ int main(int argc, char **argv) {
     }
     conv1d_silu_bidir_backward(&cb);
     h.v->bwd(&h, &gb);
-    h_check(&h, "bwd dx", h_rel(h_get_act(&h, gb.dx, nx), (const float *)cb.dx, BL, E, ldx), H_TOL_BF16);
+    h_check(&h, "bwd dx", rel_l2(h_get_act(&h, gb.dx, nx), (const float *)cb.dx, BL, E, ldx), H_TOL_BF16);
     for (int j = 0; j < 2; j++) {
         float *dw_g = h_get_f32(&h, gb.dw[j], (size_t)E * K), *db_g = h_get_f32(&h, gb.db[j], E);
         h_sub(dw_g, dw0[j], (size_t)E * K), h_sub(cb.dw[j], dw0[j], (size_t)E * K);
         h_sub(db_g, db0[j], E), h_sub(cb.db[j], db0[j], E);
         snprintf(nm, sizeof nm, "bwd dw[%d]", j);
-        h_check(&h, nm, h_rel(dw_g, cb.dw[j], 1, (size_t)E * K, (size_t)E * K), H_TOL_F32);
+        h_check(&h, nm, rel_l2(dw_g, cb.dw[j], 1, (size_t)E * K, (size_t)E * K), H_TOL_F32);
         snprintf(nm, sizeof nm, "bwd db[%d]", j);
-        h_check(&h, nm, h_rel(db_g, cb.db[j], 1, E, E), H_TOL_F32);
+        h_check(&h, nm, rel_l2(db_g, cb.db[j], 1, E, E), H_TOL_F32);
     }
     if (!h_valid(&h)) return h_finish(&h);
 

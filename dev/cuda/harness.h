@@ -19,6 +19,7 @@
 
 #include "vil/backend.h"
 #include "vil/common.h"
+#include "tests/rel_err.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -165,17 +166,6 @@ static inline float *h_get_f32(Harness *h, const void *d, size_t n) {
 }
 
 /* ---- validation ---- */
-/* ||a - ref|| / ||ref|| over rows x cols with rows ld apart; NaN anywhere gives NaN */
-static inline double h_rel(const float *a, const float *ref, size_t rows, size_t cols, size_t ld) {
-    double num = 0, den = 0;
-    for (size_t r = 0; r < rows; r++)
-        for (size_t c = 0; c < cols; c++) {
-            double x = a[r * ld + c], y = ref[r * ld + c];
-            num += (x - y) * (x - y);
-            den += y * y;
-        }
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
 /* a -= base: an accumulated output compared by its increment */
 static inline void h_sub(float *a, const float *base, size_t n) {
     for (size_t i = 0; i < n; i++) a[i] -= base[i];

@@ -125,7 +125,7 @@ static void product_check(Harness *h, const Product *p, int N, VilLinearFwd *gf,
     h->v->fwd(h, gf);
     char nm[64];
     snprintf(nm, sizeof nm, "%s fwd out", p->name);
-    h_check(h, nm, h_rel(h_get_act(h, gf->out, no), (const float *)cf.out, N, p->OC, p->ld_out), H_TOL_BF16);
+    h_check(h, nm, rel_l2(h_get_act(h, gf->out, no), (const float *)cf.out, N, p->OC, p->ld_out), H_TOL_BF16);
 
     /* dinp starts from random values when it accumulates (x_proj's adds to the scan's du);
      * dw from random values on both sides, compared by its increment */
@@ -140,11 +140,11 @@ static void product_check(Harness *h, const Product *p, int N, VilLinearFwd *gf,
     gb->dw = h_f32(h, dw0, nw), gb->dout = h_act(h, dout, no), gb->in = gf->in, gb->w = gf->w;
     h->v->bwd(h, gb);
     snprintf(nm, sizeof nm, "%s bwd dinp%s", p->name, p->accumulate_dinp ? " +=" : "");
-    h_check(h, nm, h_rel(h_get_act(h, gb->dinp, ni), (const float *)cb.dinp, N, p->C, p->ld_in), H_TOL_BF16);
+    h_check(h, nm, rel_l2(h_get_act(h, gb->dinp, ni), (const float *)cb.dinp, N, p->C, p->ld_in), H_TOL_BF16);
     float *dw_g = h_get_f32(h, gb->dw, nw);
     h_sub(dw_g, dw0, nw), h_sub(cb.dw, dw0, nw);
     snprintf(nm, sizeof nm, "%s bwd dw", p->name);
-    h_check(h, nm, h_rel(dw_g, cb.dw, 1, nw, nw), H_TOL_F32);
+    h_check(h, nm, rel_l2(dw_g, cb.dw, 1, nw, nw), H_TOL_F32);
 }
 
 int main(int argc, char **argv) {

@@ -101,9 +101,9 @@ int main(int argc, char **argv) {
                      .rstd = (float *)h_poison(&h, BL * 4), .res_in = h_f32(&h, res_in, n), .h = h_act(&h, hh, n),
                      .scale = h_f32(&h, scale, B), .w = h_f32(&h, w, D), .B = B, .L = L, .D = D};
     h.v->fwd(&h, &gf);
-    h_check(&h, "fwd res_out", h_rel(h_get_f32(&h, gf.res_out, n), cf.res_out, 1, n, n), 1e-6);
-    h_check(&h, "fwd normed", h_rel(h_get_act(&h, gf.normed, n), (const float *)cf.normed, 1, n, n), H_TOL_BF16);
-    h_check(&h, "fwd rstd", h_rel(h_get_f32(&h, gf.rstd, BL), cf.rstd, 1, BL, BL), 1e-5);
+    h_check(&h, "fwd res_out", rel_l2(h_get_f32(&h, gf.res_out, n), cf.res_out, 1, n, n), 1e-6);
+    h_check(&h, "fwd normed", rel_l2(h_get_act(&h, gf.normed, n), (const float *)cf.normed, 1, n, n), H_TOL_BF16);
+    h_check(&h, "fwd rstd", rel_l2(h_get_f32(&h, gf.rstd, BL), cf.rstd, 1, BL, BL), 1e-5);
 
     /* backward, from the reference's forward outputs; dres (in/out) and dw (accumulated) start
      * from the same random values on both sides, dw compared by its increment */
@@ -117,9 +117,9 @@ int main(int argc, char **argv) {
     h.v->bwd(&h, &gb);
     float *dw_g = h_get_f32(&h, gb.dw, D);
     h_sub(dw_g, dw0, D), h_sub(cb.dw, dw0, D);
-    h_check(&h, "bwd dres", h_rel(h_get_f32(&h, gb.dres, n), cb.dres, 1, n, n), 1e-5);
-    h_check(&h, "bwd dh", h_rel(h_get_act(&h, gb.dh, n), (const float *)cb.dh, 1, n, n), H_TOL_BF16);
-    h_check(&h, "bwd dw", h_rel(dw_g, cb.dw, 1, D, D), 1e-5);
+    h_check(&h, "bwd dres", rel_l2(h_get_f32(&h, gb.dres, n), cb.dres, 1, n, n), 1e-5);
+    h_check(&h, "bwd dh", rel_l2(h_get_act(&h, gb.dh, n), (const float *)cb.dh, 1, n, n), H_TOL_BF16);
+    h_check(&h, "bwd dw", rel_l2(dw_g, cb.dw, 1, D, D), 1e-5);
     if (!h_valid(&h)) return h_finish(&h);
 
     double T = (double)BL; /* res_in, h, res_out, normed; rstd */

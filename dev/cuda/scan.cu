@@ -276,7 +276,7 @@ int main(int argc, char **argv) {
         gf.A_log[j] = mamba ? gA[j] : NULL;
     }
     h.v->fwd(&h, &gf);
-    h_check(&h, "fwd out", h_rel(h_get_act(&h, gf.out, ne), out_c, 1, ne, ne), H_TOL_BF16);
+    h_check(&h, "fwd out", rel_l2(h_get_act(&h, gf.out, ne), out_c, 1, ne, ne), H_TOL_BF16);
 
     /* backward: the accumulated outputs (dD, dA_log, ddelta_sum) start from random values on
      * both sides and are compared by their increments */
@@ -302,29 +302,29 @@ int main(int argc, char **argv) {
     for (int j = 0; j < 2; j++) {
         const float *dxd_c = (const float *)cb.dxdbl[j], *dxd_g = h_get_act(&h, gb.dxdbl[j], nx);
         snprintf(nm, sizeof nm, "bwd du[%d]", j);
-        h_check(&h, nm, h_rel(h_get_act(&h, gb.du[j], ne), (const float *)cb.du[j], 1, ne, ne), H_TOL_BF16);
+        h_check(&h, nm, rel_l2(h_get_act(&h, gb.du[j], ne), (const float *)cb.du[j], 1, ne, ne), H_TOL_BF16);
         snprintf(nm, sizeof nm, "bwd ddelta[%d]", j);
-        h_check(&h, nm, h_rel(h_get_act(&h, gb.ddelta[j], ne), (const float *)cb.ddelta[j], 1, ne, ne), H_TOL_BF16);
+        h_check(&h, nm, rel_l2(h_get_act(&h, gb.ddelta[j], ne), (const float *)cb.ddelta[j], 1, ne, ne), H_TOL_BF16);
         snprintf(nm, sizeof nm, "bwd d%s[%d]", mamba ? "B" : "k", j);
-        h_check(&h, nm, h_rel(dxd_g + R, dxd_c + R, BL, N, ldx), H_TOL_BF16);
+        h_check(&h, nm, rel_l2(dxd_g + R, dxd_c + R, BL, N, ldx), H_TOL_BF16);
         snprintf(nm, sizeof nm, "bwd d%s[%d]", mamba ? "C" : "q", j);
-        h_check(&h, nm, h_rel(dxd_g + R + N, dxd_c + R + N, BL, N, ldx), H_TOL_BF16);
+        h_check(&h, nm, rel_l2(dxd_g + R + N, dxd_c + R + N, BL, N, ldx), H_TOL_BF16);
         float *dD_g = h_get_f32(&h, gb.dD[j], E), *ds_g = h_get_f32(&h, gb.ddelta_sum[j], E);
         h_sub(dD_g, dD0[j], E), h_sub(cb.dD[j], dD0[j], E);
         snprintf(nm, sizeof nm, "bwd dD[%d]", j);
-        h_check(&h, nm, h_rel(dD_g, cb.dD[j], 1, E, E), H_TOL_F32);
+        h_check(&h, nm, rel_l2(dD_g, cb.dD[j], 1, E, E), H_TOL_F32);
         /* the sum of the fp32 ddelta, before its bf16 rounding */
         h_sub(ds_g, ds0[j], E), h_sub(cb.ddelta_sum[j], ds0[j], E);
         snprintf(nm, sizeof nm, "bwd ddelta_sum[%d]", j);
-        h_check(&h, nm, h_rel(ds_g, cb.ddelta_sum[j], 1, E, E), H_TOL_BF16);
+        h_check(&h, nm, rel_l2(ds_g, cb.ddelta_sum[j], 1, E, E), H_TOL_BF16);
         if (mamba) {
             float *dA_g = h_get_f32(&h, gb.dA_log[j], (size_t)E * N);
             h_sub(dA_g, dA0[j], (size_t)E * N), h_sub(cb.dA_log[j], dA0[j], (size_t)E * N);
             snprintf(nm, sizeof nm, "bwd dA_log[%d]", j);
-            h_check(&h, nm, h_rel(dA_g, cb.dA_log[j], 1, (size_t)E * N, (size_t)E * N), 1e-3);
+            h_check(&h, nm, rel_l2(dA_g, cb.dA_log[j], 1, (size_t)E * N, (size_t)E * N), 1e-3);
         }
     }
-    h_check(&h, "bwd dz", h_rel(h_get_act(&h, (const char *)gb.dz - E * h.be->act_bytes, nz) + E,
+    h_check(&h, "bwd dz", rel_l2(h_get_act(&h, (const char *)gb.dz - E * h.be->act_bytes, nz) + E,
                                 (const float *)cb.dz, BL, E, ldz), H_TOL_BF16);
     if (!h_valid(&h)) return h_finish(&h);
 
