@@ -332,7 +332,8 @@ static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps
  * reason below the table. 0, or 1 when a configuration is invalid or the loss not finite. */
 #define MAX_LIST 16
 static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const VilBackend *be,
-                       const int *res, int nr, const int *batches, int nb, int warmup, int steps) {
+                       const int *res, int nr, const int *batches, int nb, int warmup, int steps,
+                       int use_graph) {
     int cpu = strcmp(be->name, "cpu") == 0;
     printf("%6s %7s %6s %12s %12s %10s %10s %11s\n", "size", "tokens", "batch", "train img/s",
            "infer img/s", "train GiB", "infer GiB", "batch-1 ms");
@@ -353,6 +354,8 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
             continue;
         }
         vil_error_release(&cap);
+        m.use_graph = use_graph;
+        m.recompute = tc->recompute;
         vil_model_init_weights(&m, 0);
         VilStepParams sp = vil_step_params(tc, (float)vil_peak_lr(tc->base_lr, batches[0]));
         vil_model_init_training(&m, sp.ema_decay > 0.0f);
@@ -414,7 +417,7 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
 int vil_cmd_bench(int argc, char **argv) {
     const char *device = "cpu", *model = "configs/vil_tiny.cfg", *data = NULL, *batch_s = "8",
                *sizes_s = NULL;
-    int steps = 0, warmup = 2, no_profile = 0, threads = 0;
+    int steps = 0, warmup = 2, no_profile = 0, threads = 0, no_graph = 0;
     VilArgList sets = {0};
     VilArg args[] = {
         {"--device", VIL_ARG_STR, &device, "cpu or cuda"},
@@ -426,6 +429,8 @@ int vil_cmd_bench(int argc, char **argv) {
         {"--warmup", VIL_ARG_INT, &warmup, "untimed steps first"},
         {"--data", VIL_ARG_STR, &data, "also time vil train's loop (loader, feed, step) on this dataset"},
         {"--no-profile", VIL_ARG_FLAG, &no_profile, "skip the per-op breakdown"},
+        {"--no-graph", VIL_ARG_FLAG, &no_graph, "run the inference forward op by op, not replayed as a CUDA graph "
+                                                "(what the graph gains)"},
         {"--set", VIL_ARG_LIST, &sets, "override a config key (repeatable)"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
     };
@@ -481,13 +486,15 @@ int vil_cmd_bench(int argc, char **argv) {
         printf("bench: %s (%s) on %s; %d timed steps after %d per measurement\n", cfg.name, cfg.arch,
                be->name, steps, warmup);
         if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, 0);
-        code = bench_table(&cfg, &tc, be, sizes, ns, batches, nb, warmup, steps);
+        code = bench_table(&cfg, &tc, be, sizes, ns, batches, nb, warmup, steps, !no_graph);
         goto out;
     }
     /* the step at the peak learning rate of the global batch */
     VilStepParams sp = vil_step_params(&tc, (float)vil_peak_lr(tc.base_lr, (long)batch * dist.world));
     VilModel m;
     if (vil_dist_any(&dist, vil_model_init(&m, &cfg, be) != 0)) goto out;
+    m.use_graph = !no_graph;
+    m.recompute = tc.recompute;
     if (vil_dist_any(&dist, vil_model_check_acts(&m, batch, 1) != 0)) {
         vil_model_free(&m);
         goto out;

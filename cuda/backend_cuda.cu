@@ -186,11 +186,20 @@ void cu_free(void *p) {
 void *cu_scratch(int slot, size_t bytes) {
     CuCtx *c = cu();
     if (bytes <= c->scratch_bytes[slot]) return c->scratch[slot];
-    if (c->scratch[slot]) {
+    if (c->capturing) {
+        /* no synchronizing inside a capture: the old region is freed at its end, and the graph,
+         * which recorded the old region, is dropped there */
+        c->capture_failed = 1;
+        if (c->scratch[slot]) {
+            c->capture_old = (void **)vil_realloc(c->capture_old, (c->n_capture_old + 1) * sizeof(void *));
+            c->capture_old[c->n_capture_old++] = c->scratch[slot];
+        }
+    } else if (c->scratch[slot]) {
         /* the old buffer may still be read by queued kernels */
         CUDA_CHECK(cudaStreamSynchronize(c->stream));
         cu_free(c->scratch[slot]);
     }
+    c->scratch_gen++;
     bytes = (bytes + 4095) / 4096 * 4096;
     c->scratch[slot] = cu_malloc(bytes);
     c->scratch_bytes[slot] = bytes;
@@ -391,6 +400,49 @@ static const char *b_device_name(const VilBackend *be, char *buf, size_t n) {
     return buf;
 }
 
+/* ---- CUDA graphs: the ops between graph_begin and graph_end, replayed by one launch ---- */
+typedef struct {
+    cudaGraphExec_t exec;
+    unsigned long gen; /* the scratch generation it recorded */
+} CuGraph;
+static int b_graph_begin(const VilBackend *be) {
+    CuCtx *c = cu_bind(be);
+    if (c->debug_sync || c->capturing) return -1;
+    c->capturing = 1, c->capture_failed = 0;
+    CUDA_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
+    return 0;
+}
+static void *b_graph_end(const VilBackend *be) {
+    CuCtx *c = cu_bind(be);
+    cudaGraph_t g = NULL;
+    CUDA_CHECK(cudaStreamEndCapture(c->stream, &g));
+    c->capturing = 0;
+    for (int i = 0; i < c->n_capture_old; i++) cu_free(c->capture_old[i]);
+    c->n_capture_old = 0;
+    CuGraph *h = NULL;
+    if (!c->capture_failed) {
+        h = (CuGraph *)vil_calloc(1, sizeof *h);
+        CUDA_CHECK(cudaGraphInstantiate(&h->exec, g, 0));
+        h->gen = c->scratch_gen;
+    }
+    CUDA_CHECK(cudaGraphDestroy(g));
+    return h;
+}
+static int b_graph_launch(const VilBackend *be, void *graph) {
+    CuCtx *c = cu_bind(be);
+    CuGraph *h = (CuGraph *)graph;
+    if (h->gen != c->scratch_gen) return -1;
+    CUDA_CHECK(cudaGraphLaunch(h->exec, c->stream));
+    return 0;
+}
+static void b_graph_free(const VilBackend *be, void *graph) {
+    cu_bind(be);
+    CuGraph *h = (CuGraph *)graph;
+    if (!h) return;
+    CUDA_CHECK(cudaGraphExecDestroy(h->exec));
+    free(h);
+}
+
 /* the ops: bind the backend's context, then the _cuda twin */
 /* ---- the group's gradients: NCCL on this context's stream ---- */
 static int b_dist_join(const VilBackend *be, const VilDist *d) {
@@ -468,6 +520,8 @@ VIL_OPS(VIL_CUDA_ENTRY)
         .host_free = b_host_free, .feed_upload = b_feed_upload,                               \
         .feed_acquire = b_feed_acquire, .feed_release = b_feed_release,                       \
         .feed_wait = b_feed_wait, .device_name = b_device_name, .dist_join = b_dist_join,     \
+        .graph_begin = b_graph_begin, .graph_end = b_graph_end, .graph_launch = b_graph_launch, \
+        .graph_free = b_graph_free,                                                           \
         VIL_OPS(VIL_CUDA_SLOT)                                                                \
     }
 #define VIL_CUDA_SLOT(op, Args, label) .op = b_##op,

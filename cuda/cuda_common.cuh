@@ -113,6 +113,13 @@ typedef struct CuCtx {
     cudaStream_t comm_stream;
     cudaEvent_t comm_ready, comm_done;
     int comm_pending;
+    /* CUDA graph capture (backend graph_*): capturing; a scratch region had to grow while
+     * capturing (the graph is dropped); the regions replaced then, freed at the capture's end;
+     * scratch_gen counts scratch reallocations, so a graph knows when its buffers moved */
+    int capturing, capture_failed;
+    void **capture_old;
+    int n_capture_old;
+    unsigned long scratch_gen;
 } CuCtx;
 
 /* The context the calling thread works on: every entry point of the backend table binds its

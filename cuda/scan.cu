@@ -19,11 +19,20 @@
  *                        block's partial sums of dk (dB) and dkappa.
  *   finalize kernels     sum the partials over channel blocks (dk, dq, dkappa) and samples (dD,
  *                        dA_log) in a fixed order.
+ *   the token-parallel form (nch > 1, chosen when batch x channels leave the GPU idle): each
+ *   direction's steps are cut into chunks of C; scan_local_kernel summarizes every chunk from a
+ *   zero state (its end state S and the product P of its forget gates: h_end = P h_start + S;
+ *   in the backward also the adjoint carried past its start), scan_carry_kernel chains the
+ *   summaries chunk by chunk, and the pair and adjoint kernels run every chunk at once from its
+ *   carried state (the pair kernel then runs one direction per launch: the forward direction's
+ *   pass reads the backward direction's stash at the same token, written by another chunk).
  * Sums over channels (dq, dk, dkappa) are fp32: within a warp by a transpose through shared
  * memory (warp_colsum; dkappa by shuffles), then the warps of a block in order (shared memory),
  * then the blocks in order: deterministic, no atomics. The backward also sums ddelta over the
  * tokens (dt_proj's bias gradient) per (sample, direction, channel), then over the samples. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
@@ -47,7 +56,19 @@ typedef struct {
     float *pa;   /* (B, 2, E, N) dA_log partials (Mamba) */
     int B, L, E, dt_ld, W, ldz, nck, nblk1, nblk2;
     int vec_act, vec_ck; /* bytes per async copy: 16, 8, 4, or 2 (plain loads) */
+    /* the token-parallel form: steps [k C, (k + 1) C) of each direction are chunk k of nch (nch
+     * = 1, C = L: one thread walks them all); the pair kernel runs passes [pass_lo, pass_hi) */
+    int C, nch, pass_lo, pass_hi;
+    float *chs; /* (B, 2, nch, N, E) chunk k's end state from zero, then the state after it */
+    float *chp; /* (B, 2, nch, N, E) the product of chunk k's forget gates */
+    float *chg; /* (B, 2, nch, N, E) the adjoint carried into chunk k - 1 (a_s0 lam_s0), from
+                 * zero past chunk k's end, then with the later chunks' */
 } ScanArgs;
+
+/* element (b, j, chunk k, n, d) of the chunk summaries */
+__device__ __forceinline__ size_t ch_idx(const ScanArgs &a, int N, int b, int j, int k, int n, int d) {
+    return ((((size_t)b * 2 + j) * a.nch + k) * N + n) * a.E + d;
+}
 
 /* k/q row (written once per layer by scan_kq_kernel, staged into shared memory as is):
  * k[N] | q[N] | k^2[N] | -2k[N] | kappa, padded to float4 */
@@ -256,13 +277,18 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
     __shared__ __align__(16) float tp[BWD ? NW * N * TP_LD : 4]; /* warp_colsum tiles */
     const int L = a.L, E = a.E;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int b = blockIdx.y, c0 = blockIdx.x * T, d = c0 + tid;
+    int b = blockIdx.y, c0 = blockIdx.x * T, d = c0 + tid, k = blockIdx.z;
     bool act = d < E;
     /* the stash: out (forward) or dz (backward prep) */
     bf16 *ys = BWD ? a.dz : a.out;
     size_t ldy = BWD ? (size_t)a.ldz : (size_t)E;
-    int nch = (L + CKS - 1) / CKS;
+    const int sb = k * a.C, se = min(L, sb + a.C); /* this block's steps */
+    int nsc = (se - sb + CKS - 1) / CKS;
+    /* constant bounds, so each pass is compiled with its own j (the staging and the gate
+     * specialized): a loop over [pass_lo, pass_hi) made the sequential kernel 1.5x slower */
+#pragma unroll
     for (int pass = 0; pass < 2; pass++) {
+        if (pass < a.pass_lo || pass >= a.pass_hi) continue;
         const int j = 1 - pass; /* the backward direction first */
         /* which staged rows this pass reads: u, dl always; z, go when the gate is needed */
         const bool need_z = BWD || j == 0, need_go = BWD, need_ys = j == 0;
@@ -270,7 +296,7 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
         float Dsk = act ? a.Dsk[j][d] : 0.0f;
 #pragma unroll
         for (int n = 0; n < N; n++) {
-            h[n] = 0.0f;
+            h[n] = (k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, n, d)] : 0.0f;
             A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         }
         auto issue = [&](int s0, int cs, bf16 *dst) {
@@ -296,12 +322,12 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
         };
         /* staged row index of each kind (see issue) */
         const int rz = 2, rg = need_z ? 3 : 2, ry = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0);
-        issue(0, min(CKS, L), stage);
+        issue(sb, min(CKS, se - sb), stage);
         cp_commit();
-        for (int ch = 0; ch < nch; ch++) {
-            int s0 = ch * CKS, cs = min(CKS, L - s0);
-            if (ch + 1 < nch) {
-                issue(s0 + CKS, min(CKS, L - s0 - CKS), stage + ((ch + 1) & 1) * buf_elems);
+        for (int ch = 0; ch < nsc; ch++) {
+            int s0 = sb + ch * CKS, cs = min(CKS, se - s0);
+            if (ch + 1 < nsc) {
+                issue(s0 + CKS, min(CKS, se - s0 - CKS), stage + ((ch + 1) & 1) * buf_elems);
                 cp_commit();
                 cp_wait<1>();
             } else {
@@ -532,14 +558,20 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
     __shared__ __align__(16) float tp[NWB * N * TP_LD];  /* warp_colsum tiles */
     const int L = a.L, E = a.E;
     int tid = threadIdx.x;
-    int j = blockIdx.y, b = blockIdx.z, c0 = blockIdx.x * T, d = c0 + tid;
+    /* blockIdx.z: sample b, chunk k of the token-parallel form; CK-chunks c_lo..c_hi */
+    int j = blockIdx.y, bz = blockIdx.z, b = bz / a.nch, k = bz - b * a.nch, c0 = blockIdx.x * T, d = c0 + tid;
+    const int c_lo = k * a.C / CK, c_hi = (min(L, (k + 1) * a.C) - 1) / CK;
+    const bool carried = k + 1 < a.nch; /* the later chunks' adjoint comes in */
     bool act = d < E;
     float Dsk = act ? a.Dsk[j][d] : 0.0f;
     float A[N], lam[N], anext[N], dAacc[N], dDacc = 0.0f, dbacc = 0.0f;
 #pragma unroll
     for (int n = 0; n < N; n++) {
         A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
-        lam[n] = anext[n] = dAacc[n] = 0.0f;
+        /* lam_s = a_{s+1} lam_{s+1} + ...: the carry holds a_{s+1} lam_{s+1} already */
+        lam[n] = (carried && act) ? a.chg[ch_idx(a, N, b, j, k + 1, n, d)] : 0.0f;
+        anext[n] = carried ? 1.0f : 0.0f;
+        dAacc[n] = 0.0f;
     }
     const float *kqb = a.kqt + ((size_t)j * a.B + b) * L * KQW;
     const bool fast = a.vec_act == 16 && a.vec_ck == 16;
@@ -570,11 +602,11 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
     size_t pbase = ((size_t)b * 2 + j) * a.nblk2 + blockIdx.x;
     float *pk = a.pk + pbase * L * N, *pkap = a.pkap + pbase * L;
     int par = 0;
-    issue(a.nck - 1, 0);
+    issue(c_hi, 0);
     cp_commit();
-    for (int c = a.nck - 1, it = 0; c >= 0; c--, it++) {
+    for (int c = c_hi, it = 0; c >= c_lo; c--, it++) {
         int s0 = c * CK, cs = min(CK, L - s0), slot = it & 1;
-        if (c > 0) {
+        if (c > c_lo) {
             issue(c - 1, slot ^ 1);
             cp_commit();
             cp_wait<1>();
@@ -621,12 +653,117 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
         }
         __syncthreads(); /* this buffer is free for the next chunk */
     }
-    if (act) {
-        a.pd[((size_t)b * 2 + j) * E + d] = dDacc;
-        a.pd[((size_t)a.B * 2 + b * 2 + j) * E + d] = dbacc;
+    if (act) { /* per (sample, chunk) row bz */
+        a.pd[((size_t)bz * 2 + j) * E + d] = dDacc;
+        a.pd[((size_t)a.B * a.nch * 2 + bz * 2 + j) * E + d] = dbacc;
         if (MAMBA)
 #pragma unroll
-            for (int n = 0; n < N; n++) a.pa[(((size_t)b * 2 + j) * E + d) * N + n] = dAacc[n] * A[n];
+            for (int n = 0; n < N; n++) a.pa[(((size_t)bz * 2 + j) * E + d) * N + n] = dAacc[n] * A[n];
+    }
+}
+
+/* ---------------- the token-parallel form: chunk summaries and their chain ----------------
+ * Thread (channel d; direction j; sample b, chunk k) runs chunk k's recurrence from a zero state:
+ * its end state S and the product P of its forget gates (h_end = P h_start + S). With ADJ also
+ * the reverse adjoint from zero past the chunk's end, lam_s = a_{s+1} lam_{s+1} + gy_s q_s, whose
+ * carry into the chunk before is a_s0 lam_s0 (with the later chunks': G = G_local + P G_next).
+ * Plain loads: 8 steps of inputs are loaded before any of them is used. */
+#define LOC_T 128
+#define LOC_S 8
+template <int N, bool MAMBA, bool ADJ>
+__global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
+    constexpr int KQW = KQ<N>::W;
+    const int L = a.L, E = a.E, j = blockIdx.y, b = blockIdx.z / a.nch, k = blockIdx.z - b * a.nch;
+    const int d = blockIdx.x * LOC_T + threadIdx.x;
+    if (d >= E) return;
+    const int sb = k * a.C, se = min(L, sb + a.C);
+    const float *kqb = a.kqt + ((size_t)j * a.B + b) * L * KQW;
+    const bf16 *u = a.u[j] + (size_t)b * L * E + d, *dl = a.delta[j] + (size_t)b * L * E + d;
+    float A[N], h[N], P[N], sdt = 0.0f;
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        A[n] = MAMBA ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
+        h[n] = 0.0f, P[n] = 1.0f;
+    }
+    for (int s0 = sb; s0 < se; s0 += LOC_S) {
+        float uu[LOC_S], dd[LOC_S];
+#pragma unroll
+        for (int i = 0; i < LOC_S; i++) {
+            int s = min(s0 + i, se - 1), t = j ? L - 1 - s : s;
+            uu[i] = bf2f(u[(size_t)t * E]), dd[i] = bf2f(dl[(size_t)t * E]);
+        }
+#pragma unroll
+        for (int i = 0; i < LOC_S; i++) {
+            if (s0 + i >= se) break;
+            int s = s0 + i, t = j ? L - 1 - s : s;
+            const float *row = kqb + (size_t)t * KQW;
+            float p0, p1;
+            step_pre<N, MAMBA>(p0, p1, row, uu[i], dd[i]);
+            step_upd<N, MAMBA>(h, row, p0, p1, A);
+            if (MAMBA) sdt += p0;
+            else
+#pragma unroll
+                for (int n = 0; n < N; n++) P[n] *= fmaf(-p0, row[KQ<N>::KK + n], 1.0f);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        a.chs[ch_idx(a, N, b, j, k, n, d)] = h[n];
+        a.chp[ch_idx(a, N, b, j, k, n, d)] = MAMBA ? __expf(A[n] * sdt) : P[n];
+    }
+    if (!ADJ) return;
+    const bf16 *z = a.z + (size_t)b * L * a.ldz + d, *go = a.dout + (size_t)b * L * E + d;
+    float lam[N], an[N];
+#pragma unroll
+    for (int n = 0; n < N; n++) lam[n] = 0.0f, an[n] = 0.0f;
+    for (int s1 = se; s1 > sb; s1 -= LOC_S) { /* steps s1 - 1, s1 - 2, ... */
+        float uu[LOC_S], dd[LOC_S], gy[LOC_S];
+#pragma unroll
+        for (int i = 0; i < LOC_S; i++) {
+            int s = max(s1 - 1 - i, sb), t = j ? L - 1 - s : s;
+            float zz = bf2f(z[(size_t)t * a.ldz]);
+            uu[i] = bf2f(u[(size_t)t * E]), dd[i] = bf2f(dl[(size_t)t * E]);
+            gy[i] = 0.5f * bf2f(go[(size_t)t * E]) * zz * sigmoidf_fast(zz);
+        }
+#pragma unroll
+        for (int i = 0; i < LOC_S; i++) {
+            if (s1 - 1 - i < sb) break;
+            int s = s1 - 1 - i, t = j ? L - 1 - s : s;
+            const float *row = kqb + (size_t)t * KQW;
+            float p0, p1;
+            step_pre<N, MAMBA>(p0, p1, row, uu[i], dd[i]);
+#pragma unroll
+            for (int n = 0; n < N; n++) {
+                lam[n] = fmaf(an[n], lam[n], gy[i] * row[N + n]);
+                an[n] = MAMBA ? __expf(p0 * A[n]) : fmaf(-p0, row[KQ<N>::KK + n], 1.0f);
+            }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) a.chg[ch_idx(a, N, b, j, k, n, d)] = an[n] * lam[n];
+}
+
+/* The chain over the chunks, one thread per (sample, direction, n, channel): the state after
+ * chunk k, h_k = P_k h_{k-1} + S_k (k = 1 .. nch - 2: the last one starts nothing), in place of
+ * S_k; with adj also the adjoint carried into chunk k - 1, G_k = G_local,k + P_k G_{k+1}
+ * (k = nch - 2 .. 1), in place of G_local,k. */
+template <int N>
+__global__ void scan_carry_kernel(ScanArgs a, int adj) {
+    const size_t tot = (size_t)a.B * 2 * N * a.E, st = (size_t)N * a.E;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < tot; idx += (size_t)gridDim.x * blockDim.x) {
+        size_t d = idx % a.E, r = idx / a.E, n = r % N, bj = r / N;
+        size_t base = bj * a.nch * st + n * a.E + d; /* chunk k at base + k st */
+        float hc = a.chs[base];
+        for (int k = 1; k + 1 < a.nch; k++) {
+            hc = fmaf(a.chp[base + k * st], hc, a.chs[base + k * st]);
+            a.chs[base + k * st] = hc;
+        }
+        if (!adj) continue;
+        float g = a.chg[base + (a.nch - 1) * st];
+        for (int k = a.nch - 2; k >= 1; k--) {
+            g = fmaf(a.chp[base + k * st], g, a.chg[base + k * st]);
+            a.chg[base + k * st] = g;
+        }
     }
 }
 
@@ -707,51 +844,141 @@ static void make_kq(ScanArgs *a, float *kqt) {
     a->kqt = kqt;
 }
 
+/* The chunks of the token-parallel form. req > 0: chunks of req steps (rounded up to a multiple
+ * of CK); req < 0: none. req = 0, by shape: none while the sample x channel threads of a pass
+ * (B x E, in blocks of 128) reach SCAN_SEQ_THREADS, where the sequential kernels are as fast;
+ * else chunks that bring a pass to about SCAN_PAR_THREADS threads, none shorter than SCAN_MIN_C.
+ * Measured on the H100 (dev/cuda/scan, ViL-Tiny's E = 384, fwd / bwd us): L = 4097, B = 1:
+ * C = 16 140 / 435, 32 106 / 308, 64 104 / 295, 128 150 / 435; B = 32: C = 64 1897 / 5609,
+ * 128 1835 / 5556, 256 1836 / 5618, 512 2039 / 5662; L = 16385, B = 8: C = 64 1935 / 5709,
+ * 256 1852 / 5641; L = 197, B = 256: sequential 271 / 1349 (cuda/PERF_NOTES.md). The
+ * environment's VIL_SCAN_CHUNK, when set, takes the place of a request of 0 (for measuring the
+ * model with other chunks: -1 the sequential kernels). */
+#ifndef SCAN_SEQ_THREADS
+#define SCAN_SEQ_THREADS 32768
+#endif
+#ifndef SCAN_PAR_THREADS
+#define SCAN_PAR_THREADS 196608
+#endif
+#ifndef SCAN_MIN_C
+#define SCAN_MIN_C 64
+#endif
+static int env_chunk = -2; /* VIL_SCAN_CHUNK: a measurement knob, read once */
+static void choose_chunks(ScanArgs *a, int req) {
+    if (req == 0) {
+        if (env_chunk == -2) {
+            const char *e = getenv("VIL_SCAN_CHUNK");
+            env_chunk = e && *e ? atoi(e) : 0;
+            if (env_chunk) fprintf(stderr, "vil: VIL_SCAN_CHUNK=%d: the scan's chunks are set, not chosen by shape\n", env_chunk);
+        }
+        req = env_chunk;
+    }
+    long L = a->L, th = (long)a->B * ((a->E + 127) / 128 * 128), C = L;
+    if (req > 0) {
+        C = (req + CK - 1) / CK * CK;
+    } else if (req == 0 && th < SCAN_SEQ_THREADS) {
+        long want = (SCAN_PAR_THREADS + th - 1) / th; /* chunks */
+        C = (L + want - 1) / want;
+        C = (C + CK - 1) / CK * CK;
+        if (C < SCAN_MIN_C) C = SCAN_MIN_C;
+    }
+    /* blockIdx.z holds sample x chunk */
+    long most = 65535 / a->B;
+    if ((L + C - 1) / C > most) C = ((L + most - 1) / most + CK - 1) / CK * CK;
+    if (C >= L) C = L;
+    a->C = (int)C, a->nch = (int)((L + C - 1) / C);
+}
+
+/* bytes of one chunk-summary array */
+template <int N>
+static size_t ch_bytes(const ScanArgs *a) {
+    return (size_t)a->B * 2 * a->nch * N * a->E * sizeof(float);
+}
+
+/* the chunk summaries and their chain (nch > 1): the start state of every chunk, and with adj
+ * the adjoint carried into it */
+template <int N, bool MAMBA>
+static void chunk_chain(const ScanArgs &a, bool adj) {
+    dim3 grid((a.E + LOC_T - 1) / LOC_T, 2, a.B * a.nch);
+    if (adj) scan_local_kernel<N, MAMBA, true><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else scan_local_kernel<N, MAMBA, false><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    CU_LAUNCH_CHECK();
+    if (a.nch > 2) {
+        scan_carry_kernel<N><<<cu_blocks_capped((size_t)a.B * 2 * N * a.E, 256, 16), 256, 0, cu()->stream>>>(a, adj);
+        CU_LAUNCH_CHECK();
+    }
+}
+
+/* the pair kernel over all chunks: both directions in one launch when there is one chunk, else
+ * the backward direction (the stash) in one launch and the forward one after it */
+template <int N, bool MAMBA, bool BWD>
+static void pair_launch(ScanArgs a) {
+    dim3 grid((a.E + PAIR_T - 1) / PAIR_T, a.B, a.nch);
+    for (int p = 0; p < 2; p++) {
+        a.pass_lo = a.nch > 1 ? p : 0, a.pass_hi = a.nch > 1 ? p + 1 : 2;
+        scan_pair_kernel<N, MAMBA, BWD><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        CU_LAUNCH_CHECK();
+        if (a.nch == 1) break;
+    }
+}
+
+/* carve sizes[i] bytes from one SCR_OP scratch region in 4 KB aligned pieces */
+static void carve(void **out, const size_t *sizes, int n) {
+    size_t off = 0, offs[16];
+    for (int i = 0; i < n; i++) offs[i] = off, off += (sizes[i] + 4095) / 4096 * 4096;
+    char *base = (char *)cu_scratch(SCR_OP, off);
+    for (int i = 0; i < n; i++) out[i] = base + offs[i];
+}
+
 template <int N, bool MAMBA>
 static void forward_impl(ScanArgs a) {
-    make_kq<N>(&a, (float *)cu_scratch(SCR_OP, kq_bytes<N>(&a)));
-    dim3 grid((a.E + PAIR_T - 1) / PAIR_T, a.B);
-    scan_pair_kernel<N, MAMBA, false><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-    CU_LAUNCH_CHECK();
+    size_t chb = a.nch > 1 ? ch_bytes<N>(&a) : 0, sz[3] = {kq_bytes<N>(&a), chb, chb};
+    void *p[3];
+    carve(p, sz, 3);
+    make_kq<N>(&a, (float *)p[0]);
+    a.chs = (float *)p[1], a.chp = (float *)p[2];
+    if (a.nch > 1) chunk_chain<N, MAMBA>(a, false);
+    pair_launch<N, MAMBA, false>(a);
 }
 
 template <int N, bool MAMBA>
 static void backward_impl(ScanArgs a) {
     a.nblk1 = (a.E + PAIR_T - 1) / PAIR_T;
     a.nblk2 = (a.E + ADJ_T - 1) / ADJ_T;
-    size_t B = a.B, L = a.L, E = a.E;
+    size_t B = a.B, L = a.L, E = a.E, Bc = B * a.nch; /* Bc: the (sample, chunk) rows of pd, pa */
     /* one scratch region, carved in 4 KB aligned pieces (checkpoint rows are copied in 16-byte
      * pieces from (row * E + block * 32) floats) */
-    size_t sz[5] = {B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float), /* ckpt */
+    size_t chb = a.nch > 1 ? ch_bytes<N>(&a) : 0;
+    size_t sz[8] = {B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float), /* ckpt */
                     B * a.nblk1 * 2 * L * N * sizeof(float),                      /* pq */
                     B * 2 * a.nblk2 * L * (N + 1) * sizeof(float),                /* pk, pkap */
-                    B * 2 * E * (MAMBA ? N + 2 : 2) * sizeof(float),              /* pd, pb, pa */
-                    kq_bytes<N>(&a)};
-    size_t off[6] = {0};
-    for (int i = 0; i < 5; i++) off[i + 1] = off[i] + (sz[i] + 4095) / 4096 * 4096;
-    char *base = (char *)cu_scratch(SCR_OP, off[5]);
-    a.ckpt = (float *)(base + off[0]);
-    a.pq = (float *)(base + off[1]);
-    a.pk = (float *)(base + off[2]);
+                    Bc * 2 * E * (MAMBA ? N + 2 : 2) * sizeof(float),             /* pd, pb, pa */
+                    kq_bytes<N>(&a), chb, chb, chb};                              /* chs chp chg */
+    void *p[8];
+    carve(p, sz, 8);
+    a.ckpt = (float *)p[0];
+    a.pq = (float *)p[1];
+    a.pk = (float *)p[2];
     a.pkap = a.pk + B * 2 * a.nblk2 * L * N;
-    a.pd = (float *)(base + off[3]);
-    a.pa = a.pd + 2 * B * 2 * E;
-    make_kq<N>(&a, (float *)(base + off[4]));
-    scan_pair_kernel<N, MAMBA, true><<<dim3(a.nblk1, a.B), PAIR_T, 0, cu()->stream>>>(a);
-    CU_LAUNCH_CHECK();
-    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, a.B), ADJ_T, 0, cu()->stream>>>(a);
+    a.pd = (float *)p[3];
+    a.pa = a.pd + 2 * Bc * 2 * E;
+    make_kq<N>(&a, (float *)p[4]);
+    a.chs = (float *)p[5], a.chp = (float *)p[6], a.chg = (float *)p[7];
+    if (a.nch > 1) chunk_chain<N, MAMBA>(a, true);
+    pair_launch<N, MAMBA, true>(a);
+    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, Bc), ADJ_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
     size_t tot = B * 2 * L * N;
     int blocks = cu_blocks_capped(tot, 256, 16);
     scan_dkdq_kernel<N, MAMBA><<<blocks, 256, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
-    /* dD[j] (+ dA_log[j]) += the per-sample partials, summed in sample order */
+    /* dD[j] (+ dA_log[j]) += the per-(sample, chunk) partials, summed in a fixed order */
     for (int j = 0; j < 2; j++) {
-        colsum_rows_accumulate_cuda(a.dD[j], a.pd + (size_t)j * E, (int)B, (int)E, (int)(2 * E));
+        colsum_rows_accumulate_cuda(a.dD[j], a.pd + (size_t)j * E, (int)Bc, (int)E, (int)(2 * E));
         if (a.dbs[j])
-            colsum_rows_accumulate_cuda(a.dbs[j], a.pd + (B * 2 + j) * E, (int)B, (int)E, (int)(2 * E));
+            colsum_rows_accumulate_cuda(a.dbs[j], a.pd + (Bc * 2 + j) * E, (int)Bc, (int)E, (int)(2 * E));
         if (MAMBA)
-            colsum_rows_accumulate_cuda(a.dA[j], a.pa + (size_t)j * E * N, (int)B, (int)(E * N), (int)(2 * E * N));
+            colsum_rows_accumulate_cuda(a.dA[j], a.pa + (size_t)j * E * N, (int)Bc, (int)(E * N), (int)(2 * E * N));
     }
 }
 
@@ -769,6 +996,7 @@ extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
     fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, mamba ? p->A_log : NULL, p->B, p->L,
                 p->E, p->N, p->dt_ld, p->ldx, p->ldz);
     a.out = (bf16 *)p->out;
+    choose_chunks(&a, p->chunk);
     DISPATCH_N(p->N, mamba, forward_impl, a);
 }
 
@@ -786,5 +1014,6 @@ extern "C" void scan_bidir_backward_cuda(const VilScanBwd *p) {
         a.dA[j] = mamba ? p->dA_log[j] : NULL;
         a.dbs[j] = p->ddelta_sum[j];
     }
+    choose_chunks(&a, p->chunk);
     DISPATCH_N(p->N, mamba, backward_impl, a);
 }

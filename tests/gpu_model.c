@@ -202,6 +202,64 @@ static void test_inference_matches_training(void) {
     vil_model_free(&m);
 }
 
+/* the inference forward replayed as a CUDA graph gives the logits of the op-by-op forward bit
+ * for bit: on new image contents (the graph reads the input buffer, it does not keep results),
+ * with the EMA's weights swapped in (another weight buffer: recorded anew), and after another
+ * model's larger training step has moved the scratch buffers the recording named (recorded
+ * again) */
+static void graph_logits(VilModel *m, const float *img, size_t ni, float *out, int use_graph) {
+    m->use_graph = use_graph;
+    m->be->to_device(m->be, m->acts.img, img, ni * sizeof(float));
+    vil_model_forward(m, 0);
+    m->be->to_host(m->be, out, m->acts.logits, sizeof(float) * m->acts.B * m->cfg.num_classes);
+}
+static void test_graph_forward(void) {
+    VilConfig c;
+    small_config(&c, "vil", 0.0f);
+    vil_config_finalize(&c);
+    VilModel m;
+    vil_model_init(&m, &c, &vil_backend_cuda);
+    vil_model_init_weights(&m, 5);
+    vil_model_init_training(&m, 1);
+    int B = 3, nc = c.num_classes;
+    size_t ni = (size_t)B * c.in_chans * c.img_size * c.img_size, nl = (size_t)B * nc;
+    float *img[2], ref[64], got[64];
+    for (int k = 0; k < 2; k++) {
+        img[k] = vil_malloc(ni * sizeof(float));
+        for (size_t i = 0; i < ni; i++) img[k][i] = vil_rng_normal(&rng);
+    }
+    T_CHECK(nl <= 64, "graph test: logits buffer");
+    vil_model_alloc_acts(&m, B, 0);
+    for (int round = 0; round < 3; round++) {
+        if (round == 1) vil_model_use_ema(&m, 1);
+        if (round == 2) { /* another model's training step at 4x the batch, on the same
+                           * device context, grows the scratch buffers the recordings name */
+            vil_model_use_ema(&m, 0);
+            VilModel m2;
+            vil_model_init(&m2, &c, &vil_backend_cuda);
+            vil_model_init_weights(&m2, 6);
+            vil_model_alloc_acts(&m2, 4 * B, 1);
+            vil_model_zero_grad(&m2);
+            vil_model_forward(&m2, 1);
+            vil_model_backward(&m2);
+            vil_model_free(&m2);
+        }
+        for (int call = 0; call < 4; call++) {
+            const float *x = img[call & 1];
+            graph_logits(&m, x, ni, ref, 0);
+            graph_logits(&m, x, ni, got, 1);
+            T_CHECK(memcmp(ref, got, nl * sizeof(float)) == 0,
+                    "graph forward, round %d call %d: logits differ from the op-by-op forward", round, call);
+        }
+        int recorded = 0;
+        for (int i = 0; i < 2; i++) recorded += m.graphs[i].g != NULL;
+        /* round 1 adds the EMA's; round 2 records the first one again */
+        T_CHECK(recorded == (round ? 2 : 1), "graph forward, round %d: %d recordings", round, recorded);
+    }
+    for (int k = 0; k < 2; k++) free(img[k]);
+    vil_model_free(&m);
+}
+
 int main(void) {
     char why[256];
     if (!vil_cuda_available(why, sizeof why)) {
@@ -214,5 +272,6 @@ int main(void) {
     test_model("vil", 0.3f, 3);
     test_model("vim", 0.0f, 3);
     test_inference_matches_training();
+    test_graph_forward();
     return t_finish();
 }

@@ -315,8 +315,9 @@ static void test_conv_bidir(int B, int L, int E, int K) {
 }
 
 /* ---------------- the bidirectional scan ---------------- */
-/* x_dbl rows are ldx >= dt_ld + 2N apart (k at column dt_ld) (the model pads them to 8) */
-static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba) {
+/* x_dbl rows are ldx >= dt_ld + 2N apart (k at column dt_ld) (the model pads them to 8); chunk:
+ * the GPU scan's chunks of tokens (-1 the sequential kernels, 0 chosen by shape) */
+static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk) {
     char nm[160];
     const char *kind = mamba ? "mamba" : "longhorn";
     VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
@@ -351,9 +352,10 @@ static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba)
     G->scan_bidir_forward(G, &(VilScanFwd){.rec = rec, .out = d_out, .u = {gu[0], gu[1]}, .delta = {gdl[0], gdl[1]},
                                            .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                                            .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
-                                           .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz});
+                                           .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz,
+                                           .chunk = chunk});
     float *out_g = get_act(d_out, ne);
-    snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d", kind, B, L, E, N);
+    snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d chunk %d", kind, B, L, E, N, chunk);
     T_CLOSE(nm, rel(out_g, out_c, ne), TOL_BF16);
 
     /* backward */
@@ -387,12 +389,12 @@ static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba)
                        .ddelta_sum = {g_db[0], g_db[1]}, .dout = d_dout, .u = {gu[0], gu[1]},
                        .delta = {gdl[0], gdl[1]}, .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                        .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
-                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz};
+                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz, .chunk = chunk};
     G->scan_bidir_backward(G, &gbwd);
     for (int j = 0; j < 2; j++) {
         float *du_g = get_act(g_du[j], ne), *ddl_g = get_act(g_ddl[j], ne), *dxd_g = get_act(g_dxd[j], nw);
         float *dD_g = get_f32(g_dD[j], E), *dA_g = get_f32(g_dA[j], (size_t)E * N);
-        snprintf(nm, sizeof nm, "scan %s bwd du[%d] B=%d L=%d E=%d N=%d", kind, j, B, L, E, N);
+        snprintf(nm, sizeof nm, "scan %s bwd du[%d] B=%d L=%d E=%d N=%d chunk %d", kind, j, B, L, E, N, chunk);
         T_CLOSE(nm, rel(du_g, du_c[j], ne), TOL_BF16);
         snprintf(nm, sizeof nm, "scan %s bwd ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), TOL_BF16);
@@ -660,16 +662,33 @@ int main(int argc, char **argv) {
 
     for (int i = 0; i < 4; i++) {
         if (quick && Ls[i] == 730) continue;
-        test_scan(2, Ls[i], 40, 16, 3, 35, 0);
+        test_scan(2, Ls[i], 40, 16, 3, 35, 0, -1);
     }
-    test_scan(2, 26, 48, 4, 2, 10, 0);
-    test_scan(2, 33, 72, 8, 5, 21, 0);
-    test_scan(2, 197, 40, 16, 3, 35, 1);
-    test_scan(2, 7, 20, 8, 2, 18, 1);
-    test_scan(2, 197, 264, 16, 9, 48, 0); /* several channel blocks, the last one partial */
-    test_scan(1, 33, 136, 16, 4, 40, 1);
-    test_scan(2, 197, 72, 16, 12, 48, 0); /* ViL-Tiny's R + 2N = 44, padded to 48 */
-    if (!quick) test_scan(1, 730, 72, 16, 5, 37, 1);
+    /* the sequential kernels (one thread walks all tokens) */
+    test_scan(2, 26, 48, 4, 2, 10, 0, -1);
+    test_scan(2, 33, 72, 8, 5, 21, 0, -1);
+    test_scan(2, 197, 40, 16, 3, 35, 1, -1);
+    test_scan(2, 7, 20, 8, 2, 18, 1, -1);
+    test_scan(2, 197, 264, 16, 9, 48, 0, -1); /* several channel blocks, the last one partial */
+    test_scan(1, 33, 136, 16, 4, 40, 1, -1);
+    test_scan(2, 197, 72, 16, 12, 48, 0, -1); /* ViL-Tiny's R + 2N = 44, padded to 48 */
+    if (!quick) test_scan(1, 730, 72, 16, 5, 37, 1, -1);
+    /* the token-parallel form: chunks as chosen by shape (these small B x E all take it) at the
+     * lengths of 224, 512 (odd), 1024 and 2048 px; forced chunk sizes that leave a short last
+     * chunk, one or two chunks, and several channel blocks */
+    int Lc[6] = {1, 7, 197, 730, 4097, 16385};
+    for (int i = 0; i < 6; i++) {
+        if (quick && Lc[i] > 730) continue;
+        test_scan(1, Lc[i], 40, 16, 3, 35, 0, 0);
+        test_scan(2, Lc[i], 72, 16, 5, 37, 1, 0);
+    }
+    test_scan(2, 197, 264, 16, 9, 48, 0, 24);
+    test_scan(2, 197, 264, 16, 9, 48, 1, 64);
+    test_scan(1, 200, 40, 16, 3, 35, 0, 100); /* rounded up to 104: two chunks */
+    test_scan(2, 33, 72, 8, 5, 21, 0, 8);
+    test_scan(2, 26, 48, 4, 2, 10, 1, 16);
+    test_scan(3, 730, 136, 16, 4, 40, 0, 32);
+    test_scan(1, 64, 40, 16, 3, 35, 1, 64); /* one chunk exactly */
 
     test_loss(3, 5);
     test_loss(7, 1000);

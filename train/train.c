@@ -307,8 +307,8 @@ static int state_restore(Trainer *T, const char *path) {
     const char *g = vil_st_meta(&st, "vil.global_batch");
     long saved_global = 0;
     int same_global = g && vil_parse_int(g, &saved_global) == 0 && saved_global == T->global_batch;
-    const char *skip[8] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb"};
-    if (same_global) skip[5] = "batch", skip[6] = "accum_steps";
+    const char *skip[9] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb", "recompute"};
+    if (same_global) skip[6] = "batch", skip[7] = "accum_steps";
     if ((d = json_diff(tj, tmine, skip)) != NULL) {
         vil_warn("resuming with changed training settings (%s): the run will differ from an "
                  "uninterrupted one", d);
@@ -931,6 +931,7 @@ static int trainer_setup(Trainer *T) {
     VilModel *m = &T->m;
     if (vil_model_init(m, T->mc, T->be) != 0) goto out;
     T->model_ready = 1;
+    m->recompute = t->recompute;
     vil_model_init_weights(m, (uint64_t)t->seed);
     char init_note[1024] = "";
     if (run->init && !state_in) {

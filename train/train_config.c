@@ -47,6 +47,8 @@ static const VilKey TKEYS[] = {
     TS(allreduce, "with several ranks: overlap (the gradients summed in buckets while the backward "
                   "runs, the default) or end (one all-reduce after the backward)"),
     TF(bucket_mb, 0.001, 65536, "allreduce = overlap: MiB of gradients per all-reduce bucket"),
+    TI(recompute, 0, 1, "1: keep the conv1d outputs and delta of one layer and recompute them in the "
+                        "backward: 46% less activation memory, ~3% more time (same gradients)"),
     TI(log_every, 1, BIG, "progress line every N steps"),
     TI(eval_every_epochs, 0, 1000000, "validation pass every N epochs and after the last (0: never)"),
     TI(eval_batch, 0, VIL_MAX_BATCH, "evaluation batch (0: the training batch)"),

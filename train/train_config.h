@@ -35,6 +35,7 @@ typedef struct {
     int workers;             /* data loader threads */
     char allreduce[8];       /* "overlap": bucketed during the backward; "end": after it */
     float bucket_mb;         /* gradient MiB per bucket of allreduce = overlap */
+    int recompute;           /* 1: the backward recomputes u and delta (VilModel.recompute) */
     int log_every;           /* progress line every N steps (the only per-step host read) */
     int eval_every_epochs;   /* validation pass every N epochs (and after the last); 0: never */
     int eval_batch;          /* 0: the training batch */

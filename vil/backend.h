@@ -147,6 +147,9 @@ typedef struct {
     const float *D[2];             /* (E) each */
     const float *A_log[2];         /* (E, N) each: Mamba only */
     int B, L, E, N, dt_ld, ldx, ldz;
+    int chunk;                     /* CUDA: tokens per chunk of the scan that runs parallel over
+                                    * tokens (a multiple of 8); 0 chosen by shape, -1 none (one
+                                    * thread walks all L tokens). The CPU ignores it. */
 } VilScanFwd;
 typedef struct {
     VilRecurrence rec;
@@ -159,6 +162,7 @@ typedef struct {
     const void *u[2], *delta[2], *xdbl[2], *z;
     const float *D[2], *A_log[2];
     int B, L, E, N, dt_ld, ldx, ldz;
+    int chunk;                     /* as VilScanFwd's */
 } VilScanBwd;
 
 /* loss.c: softmax cross-entropy against soft targets; dlogits = (probs - targets) / denom, where
@@ -292,6 +296,16 @@ struct VilBackend {
     /* Readies grad_allreduce for the group d (every rank calls it once, together): nothing on
      * the CPU (MPI), the NCCL communicator on CUDA. 0, or -1 with a vil_error message. */
     int (*dist_join)(const VilBackend *be, const struct VilDist *d);
+    /* CUDA graphs (NULL where there are none: the CPU, the profiling wrapper). The ops queued
+     * between graph_begin and graph_end are recorded, not run; graph_end returns the graph (NULL
+     * when the recording failed: an op needed new scratch memory, which the caller then has;
+     * run the ops again, uncaptured). graph_launch replays it, one launch for all of its ops on
+     * the same buffers, and returns 0; or -1 when scratch memory it recorded has moved since
+     * (capture it again). graph_begin returns -1 where capture cannot be used (VIL_CUDA_SYNC). */
+    int (*graph_begin)(const VilBackend *be);
+    void *(*graph_end)(const VilBackend *be);
+    int (*graph_launch)(const VilBackend *be, void *graph);
+    void (*graph_free)(const VilBackend *be, void *graph);
 
 #define VIL_OP_MEMBER(op, Args, label) void (*op)(const VilBackend *be, const Args *a);
     VIL_OPS(VIL_OP_MEMBER)

@@ -53,6 +53,8 @@ const VilBackend *vil_backend_profiled(const VilBackend *inner) {
     in = inner;
     wrapped = *inner; /* the same device context: the other members work unchanged */
     wrapped.zero = w_zero;
+    /* the timers wait for the device after every op: nothing can be captured */
+    wrapped.graph_begin = NULL, wrapped.graph_end = NULL, wrapped.graph_launch = NULL, wrapped.graph_free = NULL;
 #define VIL_PROF_SET(op, Args, label) wrapped.op = w_##op;
     VIL_OPS(VIL_PROF_SET)
 #undef VIL_PROF_SET

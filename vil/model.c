@@ -194,6 +194,7 @@ int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
     if (fits(be, bytes, what, "a smaller model, or another device") != 0) return -1;
     m->cfg = *cfg;
     m->be = be;
+    m->use_graph = 1;
     Table t;
     build_table(cfg, &t, &m->off);
     m->info = t.info;
@@ -207,7 +208,16 @@ int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
     return 0;
 }
 
+/* the recorded forwards, which name the activations' buffers, given back */
+static void drop_graphs(VilModel *m) {
+    for (int i = 0; i < 2; i++) {
+        if (m->graphs[i].g) m->be->graph_free(m->be, m->graphs[i].g);
+        memset(&m->graphs[i], 0, sizeof m->graphs[i]);
+    }
+}
+
 void vil_model_free_acts(VilModel *m) {
+    drop_graphs(m);
     if (m->acts.base) m->be->free(m->be, m->acts.base);
     free(m->acts.layer);
     memset(&m->acts, 0, sizeof m->acts);
@@ -388,9 +398,10 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
         l->normed = carve(a, BL * D, ab);
         l->xz = carve(a, BL * 2 * E, ab);
         for (int j = 0; j < 2; j++) {
-            l->u[j] = carve(a, BL * E, ab);
+            int own = i == 0 || !m->recompute; /* recompute: layer 0's u and delta serve all */
+            l->u[j] = own ? carve(a, BL * E, ab) : x->layer[0].u[j];
             l->xdbl[j] = carve(a, BL * W, ab);
-            l->delta[j] = carve(a, BL * E, ab);
+            l->delta[j] = own ? carve(a, BL * E, ab) : x->layer[0].delta[j];
         }
         l->ysum = carve(a, BL * E, ab);
     }
@@ -443,11 +454,14 @@ int vil_model_check_acts(const VilModel *m, int B, int training) {
                   "lower the batch or the image size", what, B, c->seq_len, 2 * c->d_inner);
         return -1;
     }
-    return fits(m->be, vil_model_acts_bytes(m, B, training), what, "lower the batch or the image size");
+    return fits(m->be, vil_model_acts_bytes(m, B, training), what,
+                training && !m->recompute ? "lower the batch or the image size, or set recompute = 1 (46% less)"
+                                          : "lower the batch or the image size");
 }
 
 void vil_model_alloc_acts(VilModel *m, int B, int training) {
     if (m->acts.base && m->acts.B == B && m->acts.training == training &&
+        m->acts.recompute == (training && m->recompute) &&
         (m->acts.dimg != NULL) == (training && m->input_grad))
         return;
     vil_model_free_acts(m);
@@ -461,6 +475,7 @@ void vil_model_alloc_acts(VilModel *m, int B, int training) {
     m->acts.base = a.base;
     m->acts.B = B;
     m->acts.training = training;
+    m->acts.recompute = training && m->recompute;
     if (training) /* dx_dbl's padding columns must be 0 (xdbl_ld); nothing writes them later */
         for (int j = 0; j < 2; j++)
             m->be->zero(m->be, m->acts.dxdbl[j], (size_t)B * m->cfg.seq_len * xdbl_ld(&m->cfg) * m->be->act_bytes);
@@ -517,6 +532,23 @@ void vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
     free(h);
 }
 
+/* u = SiLU(conv1d(x)) of both directions in one pass over x */
+static void conv_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l) {
+    const VilConfig *c = &m->cfg;
+    m->be->conv1d_silu_bidir_forward(m->be, &(VilConvBidirFwd){
+        .u = {l->u[0], l->u[1]}, .x = l->xz,
+        .w = {Pm(m, o->conv_w[0]), Pm(m, o->conv_w[1])}, .b = {Pm(m, o->conv_b[0]), Pm(m, o->conv_b[1])},
+        .B = m->acts.B, .L = c->seq_len, .E = c->d_inner, .K = c->d_conv, .ldx = 2 * c->d_inner});
+}
+/* delta = dt_proj(dt_low) of direction j */
+static void delta_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l, int j) {
+    const VilConfig *c = &m->cfg;
+    m->be->linear_forward(m->be, &(VilLinearFwd){.out = l->delta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
+                                                 .b = Pm(m, o->dt_b[j]), .N = m->acts.B * c->seq_len,
+                                                 .C = dt_ld(c), .OC = c->d_inner, .ld_in = xdbl_ld(c),
+                                                 .ld_out = c->d_inner});
+}
+
 static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l, void *out) {
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
@@ -526,16 +558,11 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     be->linear_forward(be, &(VilLinearFwd){.out = l->xz, .in = l->normed, .w = Wt(m, o->in_proj),
                                            .N = BL, .C = D, .OC = 2 * E, .ld_in = D, .ld_out = 2 * E});
     /* both directions' conv1d in one pass over x */
-    be->conv1d_silu_bidir_forward(be, &(VilConvBidirFwd){
-        .u = {l->u[0], l->u[1]}, .x = l->xz,
-        .w = {Pm(m, o->conv_w[0]), Pm(m, o->conv_w[1])}, .b = {Pm(m, o->conv_b[0]), Pm(m, o->conv_b[1])},
-        .B = B, .L = L, .E = E, .K = c->d_conv, .ldx = 2 * E});
+    conv_forward(m, o, l);
     for (int j = 0; j < 2; j++) {
         be->linear_forward(be, &(VilLinearFwd){.out = l->xdbl[j], .in = l->u[j], .w = Wt(m, o->x_proj[j]),
                                                .N = BL, .C = E, .OC = ldx, .ld_in = E, .ld_out = ldx});
-        be->linear_forward(be, &(VilLinearFwd){.out = l->delta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
-                                               .b = Pm(m, o->dt_b[j]), .N = BL, .C = dl, .OC = E,
-                                               .ld_in = ldx, .ld_out = E});
+        delta_forward(m, o, l, j);
     }
     be->scan_bidir_forward(be, &(VilScanFwd){
         .rec = vim ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .out = l->ysum,
@@ -547,7 +574,41 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
                                            .N = BL, .C = E, .OC = D, .ld_in = E, .ld_out = D});
 }
 
+static void forward_ops(VilModel *m, int with_loss);
+
 void vil_model_forward(VilModel *m, int with_loss) {
+    const VilBackend *be = m->be;
+    if (with_loss || m->acts.training || !m->use_graph || !be->graph_begin) {
+        forward_ops(m, with_loss);
+        return;
+    }
+    /* the inference forward: replay its recording for these inputs and weights, or record it
+     * the second time they come (the first sizes every scratch buffer and plan), or run it */
+    struct VilGraphSlot *s = NULL;
+    for (int i = 0; i < 2; i++)
+        if (m->graphs[i].img == m->acts.img && m->graphs[i].params == m->params) s = &m->graphs[i];
+    if (s && s->g) {
+        if (be->graph_launch(be, s->g) == 0) return;
+        be->graph_free(be, s->g); /* a scratch buffer moved: record it again */
+        s->g = NULL;
+    }
+    if (!s) {
+        s = &m->graphs[m->graph_next];
+        m->graph_next ^= 1;
+        if (s->g) be->graph_free(be, s->g);
+        *s = (struct VilGraphSlot){.img = m->acts.img, .params = m->params};
+        forward_ops(m, 0);
+        return;
+    }
+    if (be->graph_begin(be) == 0) {
+        forward_ops(m, 0);
+        s->g = be->graph_end(be);
+        if (s->g && be->graph_launch(be, s->g) == 0) return;
+    }
+    forward_ops(m, 0); /* not recorded: it needed new scratch memory (or capture is off) */
+}
+
+static void forward_ops(VilModel *m, int with_loss) {
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     VilActs *a = &m->acts;
@@ -591,6 +652,10 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     be->linear_backward(be, &(VilLinearBwd){.dinp = a->dysum, .dw = Gr(m, o->out_proj), .dout = a->dh,
                                             .in = l->ysum, .w = Wt(m, o->out_proj), .N = BL, .C = E,
                                             .OC = D, .ld_in = E, .ld_out = D});
+    if (a->recompute) { /* this layer's u and delta again, by the forward's own ops */
+        conv_forward(m, o, l);
+        for (int j = 0; j < 2; j++) delta_forward(m, o, l, j);
+    }
     /* the scan also sums ddelta over the tokens: dt_proj's bias gradient */
     be->scan_bidir_backward(be, &(VilScanBwd){
         .rec = vim ? VIL_REC_MAMBA : VIL_REC_LONGHORN,

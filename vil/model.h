@@ -60,7 +60,7 @@ typedef struct {
 } VilLayerActs;
 
 typedef struct {
-    int B, training;
+    int B, training, recompute; /* recompute: u and delta are one layer's (VilModel.recompute) */
     /* the inputs the next pass reads: the model's own buffers below, or those given to
      * vil_model_set_inputs */
     float *img;         /* (B, C, H, W) f32 */
@@ -114,6 +114,22 @@ typedef struct {
         size_t hi; /* gradients at [hi, buf_len) are on their way */
     } sync;
     VilActs acts;
+    /* The inference forward as a CUDA graph (backends with graph_begin): with use_graph (on from
+     * vil_model_init), vil_model_forward(m, 0) on inference activations runs its ops plainly
+     * the first time it sees an input buffer with the weights in use, records them the second
+     * time, and replays the recording from then on: one launch instead of ~20 per layer. Two
+     * recordings are kept (an input feed's two slots). */
+    int use_graph;
+    /* Set before vil_model_alloc_acts: training activations keep SiLU(conv1d(x)) and delta of
+     * one layer only, and the backward computes them again from x and x_dbl (a conv1d and
+     * dt_proj forward per layer, about 3% of a step) for 46% less activation memory. The
+     * gradients are the same bits. */
+    int recompute;
+    struct VilGraphSlot {
+        void *g; /* the backend's graph; NULL: only seen once */
+        const void *img, *params;
+    } graphs[2];
+    int graph_next;
 } VilModel;
 
 /* Lay out and allocate the parameters for cfg (finalized) on backend be. Contents undefined

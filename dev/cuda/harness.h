@@ -221,6 +221,22 @@ static inline int h_take_flag(int *argc, char **argv, const char *flag) {
         }
     return 0;
 }
+/* `flag N` among argv[1..] (both then left out): N, a whole number from lo to hi; def when
+ * the flag is absent; exit 2 with a message for anything else */
+static inline int h_take_int(int *argc, char **argv, const char *flag, int def, int lo, int hi) {
+    for (int i = 1; i < *argc; i++)
+        if (strcmp(argv[i], flag) == 0) {
+            long v;
+            if (i + 1 >= *argc || vil_parse_int(argv[i + 1], &v) != 0 || v < lo || v > hi) {
+                fprintf(stderr, "%s takes a whole number from %d to %d\n", flag, lo, hi);
+                exit(2);
+            }
+            memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 1) * sizeof(char *));
+            *argc -= 2;
+            return (int)v;
+        }
+    return def;
+}
 /* what a harness tells h_init */
 typedef struct {
     const char *name;         /* the binary, for messages and the summary */

@@ -223,7 +223,7 @@ static const HVersion versions[] = {
 };
 static const HSpec SPEC = {
     "scan",
-    "usage: scan [version] [B] [iters] [--mamba] [--cpu]\n"
+    "usage: scan [version] [B] [iters] [--mamba] [--L N] [--chunk C] [--cpu]\n"
     "The bidirectional scan, forward then backward, at ViL-Tiny's shapes: E=384, N=16, L=197,\n"
     "x_dbl rows 48 wide with k at column 16.\n"
     "  version 1  naive: one thread per (sample, channel) walks the tokens in fp32, both\n"
@@ -231,15 +231,21 @@ static const HSpec SPEC = {
     "             sums dk, dq, dD, dA_log with atomics (not deterministic)\n"
     "  version 2  the backend's scan_bidir_forward/backward (cuda/scan.cu), what the model\n"
     "             runs (the default)\n",
-    "  --mamba    the Mamba (ViM) recurrence instead of Longhorn (ViL)\n",
+    "  --mamba    the Mamba (ViM) recurrence instead of Longhorn (ViL)\n"
+    "  --L N      N tokens instead of 197 (4097: 1024 px; 16385: 2048 px)\n"
+    "  --chunk C  version 2's token-parallel form: chunks of C tokens (0 chosen by shape, the\n"
+    "             default; -1 none: one thread walks all tokens)\n",
     versions, (int)(sizeof versions / sizeof versions[0]), 64, 50};
 
 int main(int argc, char **argv) {
     Harness h;
     int mamba = h_take_flag(&argc, argv, "--mamba");
+    int Lq = h_take_int(&argc, argv, "--L", 197, 1, 1 << 20);
+    int chunk = h_take_int(&argc, argv, "--chunk", 0, -1, 1 << 20);
     h_init(&h, argc, argv, &SPEC);
-    snprintf(h.tag, sizeof h.tag, "%s", mamba ? "mamba" : "longhorn");
     HShapes S = h_shapes(h.B, 192);
+    S.L = Lq;
+    snprintf(h.tag, sizeof h.tag, "%s L=%d chunk %d", mamba ? "mamba" : "longhorn", Lq, chunk);
     int B = S.B, L = S.L, E = S.E, N = S.N, R = S.dt_ld, ldx = S.ldx, ldz = 2 * E;
     size_t BL = (size_t)B * L, ne = BL * E, nx = BL * ldx, nz = BL * ldz;
     VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
@@ -270,6 +276,7 @@ int main(int argc, char **argv) {
                      .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
     scan_bidir_forward(&cf);
     VilScanFwd gf = cf;
+    gf.chunk = chunk;
     gf.out = h_poison_act(&h, ne), gf.z = h_act_at(&h, gxz, E);
     for (int j = 0; j < 2; j++) {
         gf.u[j] = gu[j], gf.delta[j] = gdl[j], gf.xdbl[j] = gxd[j], gf.D[j] = gD[j];
@@ -284,6 +291,7 @@ int main(int argc, char **argv) {
     VilScanBwd cb = {.rec = rec, .dz = h_host(&h, nz) + E, .dout = dout, .z = xz + E,
                      .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
     VilScanBwd gb = cb;
+    gb.chunk = chunk;
     gb.dz = h_act_at(&h, h_poison_act(&h, nz), E), gb.dout = gdout, gb.z = gf.z;
     for (int j = 0; j < 2; j++) {
         dD0[j] = h_rand(&h, E, 1.0f), dA0[j] = h_rand(&h, (size_t)E * N, 1.0f), ds0[j] = h_rand(&h, E, 1.0f);
