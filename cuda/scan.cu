@@ -266,8 +266,13 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
                       * forward 278 / 289 / 289 us per Tiny layer at 6 / 7 / 8 */
 #endif
 #define PAIR_NQ 5
+#ifndef PAIR_SEQ_UNROLL
+#define PAIR_SEQ_UNROLL 1 /* the sequential pair kernel's two passes: rolled (1) or unrolled (2) */
+#endif
 
-template <int N, bool MAMBA, bool BWD>
+/* CH: the token-parallel form (blockIdx.z is the chunk); without it the kernel is compiled as
+ * before it, without the chunk bounds and carried states (which cost spills) */
+template <int N, bool MAMBA, bool BWD, bool CH>
 __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
     constexpr int buf_elems = PAIR_NQ * CKS * T;
@@ -277,18 +282,20 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
     __shared__ __align__(16) float tp[BWD ? NW * N * TP_LD : 4]; /* warp_colsum tiles */
     const int L = a.L, E = a.E;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int b = blockIdx.y, c0 = blockIdx.x * T, d = c0 + tid, k = blockIdx.z;
+    int b = blockIdx.y, c0 = blockIdx.x * T, d = c0 + tid, k = CH ? blockIdx.z : 0;
     bool act = d < E;
     /* the stash: out (forward) or dz (backward prep) */
     bf16 *ys = BWD ? a.dz : a.out;
     size_t ldy = BWD ? (size_t)a.ldz : (size_t)E;
-    const int sb = k * a.C, se = min(L, sb + a.C); /* this block's steps */
+    const int sb = CH ? k * a.C : 0, se = CH ? min(L, sb + a.C) : L; /* this block's steps */
     int nsc = (se - sb + CKS - 1) / CKS;
-    /* constant bounds, so each pass is compiled with its own j (the staging and the gate
-     * specialized): a loop over [pass_lo, pass_hi) made the sequential kernel 1.5x slower */
-#pragma unroll
+    /* constant bounds: with a loop over [pass_lo, pass_hi) the sequential kernel ran 1.3x
+     * slower (L = 4097, B = 1: 1997 against 1527 us). The chunked form unrolls the two passes
+     * (each compiled with its own j); the sequential one keeps them rolled, as it always had
+     * (unrolled, it spills 16 bytes where it spilled 4) */
+#pragma unroll(CH ? 2 : PAIR_SEQ_UNROLL)
     for (int pass = 0; pass < 2; pass++) {
-        if (pass < a.pass_lo || pass >= a.pass_hi) continue;
+        if (CH && (pass < a.pass_lo || pass >= a.pass_hi)) continue;
         const int j = 1 - pass; /* the backward direction first */
         /* which staged rows this pass reads: u, dl always; z, go when the gate is needed */
         const bool need_z = BWD || j == 0, need_go = BWD, need_ys = j == 0;
@@ -296,7 +303,7 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
         float Dsk = act ? a.Dsk[j][d] : 0.0f;
 #pragma unroll
         for (int n = 0; n < N; n++) {
-            h[n] = (k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, n, d)] : 0.0f;
+            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, n, d)] : 0.0f;
             A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         }
         auto issue = [&](int s0, int cs, bf16 *dst) {
@@ -846,16 +853,23 @@ static void make_kq(ScanArgs *a, float *kqt) {
 
 /* The chunks of the token-parallel form. req > 0: chunks of req steps (rounded up to a multiple
  * of CK); req < 0: none. req = 0, by shape: none while the sample x channel threads of a pass
- * (B x E, in blocks of 128) reach SCAN_SEQ_THREADS, where the sequential kernels are as fast;
- * else chunks that bring a pass to about SCAN_PAR_THREADS threads, none shorter than SCAN_MIN_C.
+ * (B x E, in blocks of 128) reach `seq` (SCAN_SEQ_FWD, SCAN_SEQ_BWD), where the sequential
+ * kernels are as fast; else chunks that bring a pass to about SCAN_PAR_THREADS threads, none
+ * shorter than SCAN_MIN_C. The forward's threshold is lower: its sequential kernel does half
+ * the work of the chunked form, its backward the same work in a kernel that fills the GPU less.
  * Measured on the H100 (dev/cuda/scan, ViL-Tiny's E = 384, fwd / bwd us): L = 4097, B = 1:
  * C = 16 140 / 435, 32 106 / 308, 64 104 / 295, 128 150 / 435; B = 32: C = 64 1897 / 5609,
  * 128 1835 / 5556, 256 1836 / 5618, 512 2039 / 5662; L = 16385, B = 8: C = 64 1935 / 5709,
- * 256 1852 / 5641; L = 197, B = 256: sequential 271 / 1349 (cuda/PERF_NOTES.md). The
+ * 256 1852 / 5641; L = 197, B = 256: sequential 271 / 1349 (cuda/PERF_NOTES.md). Once the
+ * sequential pair kernel was compiled per direction again: L = 4097, B = 32: sequential 1579 /
+ * 7289, chunked (C = 256) 1785 / 5560; B = 1: 1527 / 6215 against 97 / 286. The
  * environment's VIL_SCAN_CHUNK, when set, takes the place of a request of 0 (for measuring the
  * model with other chunks: -1 the sequential kernels). */
-#ifndef SCAN_SEQ_THREADS
-#define SCAN_SEQ_THREADS 32768
+#ifndef SCAN_SEQ_FWD
+#define SCAN_SEQ_FWD 12288
+#endif
+#ifndef SCAN_SEQ_BWD
+#define SCAN_SEQ_BWD 32768
 #endif
 #ifndef SCAN_PAR_THREADS
 #define SCAN_PAR_THREADS 196608
@@ -864,7 +878,7 @@ static void make_kq(ScanArgs *a, float *kqt) {
 #define SCAN_MIN_C 64
 #endif
 static int env_chunk = -2; /* VIL_SCAN_CHUNK: a measurement knob, read once */
-static void choose_chunks(ScanArgs *a, int req) {
+static void choose_chunks(ScanArgs *a, int req, long seq) {
     if (req == 0) {
         if (env_chunk == -2) {
             const char *e = getenv("VIL_SCAN_CHUNK");
@@ -876,7 +890,7 @@ static void choose_chunks(ScanArgs *a, int req) {
     long L = a->L, th = (long)a->B * ((a->E + 127) / 128 * 128), C = L;
     if (req > 0) {
         C = (req + CK - 1) / CK * CK;
-    } else if (req == 0 && th < SCAN_SEQ_THREADS) {
+    } else if (req == 0 && th < seq) {
         long want = (SCAN_PAR_THREADS + th - 1) / th; /* chunks */
         C = (L + want - 1) / want;
         C = (C + CK - 1) / CK * CK;
@@ -916,7 +930,8 @@ static void pair_launch(ScanArgs a) {
     dim3 grid((a.E + PAIR_T - 1) / PAIR_T, a.B, a.nch);
     for (int p = 0; p < 2; p++) {
         a.pass_lo = a.nch > 1 ? p : 0, a.pass_hi = a.nch > 1 ? p + 1 : 2;
-        scan_pair_kernel<N, MAMBA, BWD><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        if (a.nch > 1) scan_pair_kernel<N, MAMBA, BWD, true><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        else scan_pair_kernel<N, MAMBA, BWD, false><<<grid, PAIR_T, 0, cu()->stream>>>(a);
         CU_LAUNCH_CHECK();
         if (a.nch == 1) break;
     }
@@ -996,7 +1011,7 @@ extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
     fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, mamba ? p->A_log : NULL, p->B, p->L,
                 p->E, p->N, p->dt_ld, p->ldx, p->ldz);
     a.out = (bf16 *)p->out;
-    choose_chunks(&a, p->chunk);
+    choose_chunks(&a, p->chunk, SCAN_SEQ_FWD);
     DISPATCH_N(p->N, mamba, forward_impl, a);
 }
 
@@ -1014,6 +1029,6 @@ extern "C" void scan_bidir_backward_cuda(const VilScanBwd *p) {
         a.dA[j] = mamba ? p->dA_log[j] : NULL;
         a.dbs[j] = p->ddelta_sum[j];
     }
-    choose_chunks(&a, p->chunk);
+    choose_chunks(&a, p->chunk, SCAN_SEQ_BWD);
     DISPATCH_N(p->N, mamba, backward_impl, a);
 }
