@@ -269,6 +269,7 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
 #ifndef PAIR_SEQ_UNROLL
 #define PAIR_SEQ_UNROLL 1 /* the sequential pair kernel's two passes: rolled (1) or unrolled (2) */
 #endif
+static constexpr int pair_seq_unroll = PAIR_SEQ_UNROLL; /* #pragma unroll expands no macro */
 
 /* CH: the token-parallel form (blockIdx.z is the chunk); without it the kernel is compiled as
  * before it, without the chunk bounds and carried states (which cost spills) */
@@ -293,7 +294,7 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
      * slower (L = 4097, B = 1: 1997 against 1527 us). The chunked form unrolls the two passes
      * (each compiled with its own j); the sequential one keeps them rolled, as it always had
      * (unrolled, it spills 16 bytes where it spilled 4) */
-#pragma unroll(CH ? 2 : PAIR_SEQ_UNROLL)
+#pragma unroll(CH ? 2 : pair_seq_unroll)
     for (int pass = 0; pass < 2; pass++) {
         if (CH && (pass < a.pass_lo || pass >= a.pass_hi)) continue;
         const int j = 1 - pass; /* the backward direction first */
