@@ -175,14 +175,19 @@ static void test_model(const char *arch, float drop_path, int B) {
     vil_model_free(&mg);
 }
 
+/* the small ViL config on the GPU, its weights from seed */
+static void small_vil_cuda(VilModel *m, VilConfig *c, uint64_t seed) {
+    small_config(c, "vil", 0.0f);
+    vil_config_finalize(c);
+    vil_model_init(m, c, &vil_backend_cuda);
+    vil_model_init_weights(m, seed);
+}
+
 /* inference-mode activations (one shared layer set) give the training-mode logits exactly */
 static void test_inference_matches_training(void) {
     VilConfig c;
-    small_config(&c, "vil", 0.0f);
-    vil_config_finalize(&c);
     VilModel m;
-    vil_model_init(&m, &c, &vil_backend_cuda);
-    vil_model_init_weights(&m, 3);
+    small_vil_cuda(&m, &c, 3);
     int B = 2;
     size_t ni = (size_t)B * c.in_chans * c.img_size * c.img_size;
     float *img = vil_malloc(ni * sizeof(float));
@@ -215,11 +220,8 @@ static void graph_logits(VilModel *m, const float *img, size_t ni, float *out, i
 }
 static void test_graph_forward(void) {
     VilConfig c;
-    small_config(&c, "vil", 0.0f);
-    vil_config_finalize(&c);
     VilModel m;
-    vil_model_init(&m, &c, &vil_backend_cuda);
-    vil_model_init_weights(&m, 5);
+    small_vil_cuda(&m, &c, 5);
     vil_model_init_training(&m, 1);
     int B = 3, nc = c.num_classes;
     size_t ni = (size_t)B * c.in_chans * c.img_size * c.img_size, nl = (size_t)B * nc;
@@ -236,8 +238,7 @@ static void test_graph_forward(void) {
                            * device context, grows the scratch buffers the recordings name */
             vil_model_use_ema(&m, 0);
             VilModel m2;
-            vil_model_init(&m2, &c, &vil_backend_cuda);
-            vil_model_init_weights(&m2, 6);
+            small_vil_cuda(&m2, &c, 6);
             vil_model_alloc_acts(&m2, 4 * B, 1);
             vil_model_zero_grad(&m2);
             vil_model_forward(&m2, 1);
