@@ -20,7 +20,9 @@
 CC      ?= cc
 NVCC    ?=
 OPT     ?= -O3 -march=native
-CFLAGS  += $(OPT) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -g -I.
+# -fno-math-errno: expf and log1pf need not set errno, so loops that call them can vectorize
+# (vil/vecmath.h: glibc's libmvec); nothing in vil reads errno after a math function
+CFLAGS  += $(OPT) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fno-math-errno -fopenmp -g -I.
 LDLIBS  += -fopenmp -lm -lpthread
 BUILD   := build
 

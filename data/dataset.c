@@ -34,6 +34,7 @@ struct VilDataset {
     char **class_names; /* (num_classes) readable name or NULL */
     int *class_off;     /* (num_classes + 1) */
     int *members;       /* (n) sample indices grouped by class */
+    int *orig;          /* (n) a subset's sample indices in the dataset it came from, or NULL */
 };
 
 /* What every "not found" message repeats, so the user sees the accepted layouts at once. */
@@ -639,6 +640,7 @@ void vil_dataset_free(VilDataset *ds) {
     free(ds->idx_file);
     free(ds->class_off);
     free(ds->members);
+    free(ds->orig);
     free(ds);
 }
 
@@ -679,7 +681,8 @@ void vil_dataset_class_members(const VilDataset *ds, int c, const int **members,
 
 size_t vil_dataset_path(const VilDataset *ds, int i, char *buf, size_t len) {
     if (i < 0 || i >= ds->n) return (size_t)snprintf(buf, len, "<no sample %d>", i);
-    if (ds->kind == VIL_DATA_IDX) return (size_t)snprintf(buf, len, "%s#%d", ds->source, i);
+    if (ds->kind == VIL_DATA_IDX)
+        return (size_t)snprintf(buf, len, "%s#%d", ds->source, ds->orig ? ds->orig[i] : i);
     const char *rel = ds->arena + ds->name_off[i];
     if (rel[0] == '/') return (size_t)snprintf(buf, len, "%s", rel);
     return (size_t)snprintf(buf, len, "%s%s", ds->root, rel);
@@ -774,4 +777,81 @@ int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *
     if (rc == 0) rc = vil_image_decode(b->data, b->size, channels, out);
     vil_buffer_free(&local);
     return rc;
+}
+
+/* ---- subsets: a held-out validation split carved from the training samples ---- */
+VilDataset *vil_dataset_subset(const VilDataset *ds, const int *idx, int n) {
+    VilDataset *sub = vil_calloc(1, sizeof *sub);
+    sub->kind = ds->kind;
+    sub->n = sub->cap = n;
+    sub->num_classes = ds->num_classes;
+    sub->source = vil_strdup(ds->source);
+    sub->root = ds->root ? vil_strdup(ds->root) : NULL;
+    sub->labels = vil_malloc((size_t)(n ? n : 1) * sizeof(int));
+    sub->orig = vil_malloc((size_t)(n ? n : 1) * sizeof(int));
+    if (ds->kind == VIL_DATA_IDX) {
+        size_t px = (size_t)ds->idx_h * (size_t)ds->idx_w;
+        sub->idx_h = ds->idx_h, sub->idx_w = ds->idx_w;
+        sub->idx_file = vil_malloc(16 + (size_t)n * px);
+        memcpy(sub->idx_file, ds->idx_file, 16);
+        sub->idx_pixels = sub->idx_file + 16;
+    } else {
+        sub->name_off = vil_malloc((size_t)(n ? n : 1) * sizeof(size_t));
+    }
+    for (int k = 0; k < n; k++) {
+        int i = idx[k];
+        sub->labels[k] = ds->labels[i];
+        sub->orig[k] = ds->orig ? ds->orig[i] : i;
+        if (ds->kind == VIL_DATA_IDX) {
+            size_t px = (size_t)ds->idx_h * (size_t)ds->idx_w;
+            memcpy(sub->idx_pixels + (size_t)k * px, ds->idx_pixels + (size_t)i * px, px);
+        } else {
+            sub->name_off[k] = arena_add(sub, ds->arena + ds->name_off[i], NULL);
+        }
+    }
+    sub->class_ids = vil_calloc((size_t)ds->num_classes, sizeof(char *));
+    sub->class_names = vil_calloc((size_t)ds->num_classes, sizeof(char *));
+    for (int c = 0; c < ds->num_classes; c++) {
+        sub->class_ids[c] = vil_strdup(ds->class_ids[c]);
+        if (ds->class_names[c]) sub->class_names[c] = vil_strdup(ds->class_names[c]);
+    }
+    build_members(sub);
+    return sub;
+}
+
+/* a fixed permutation (splitmix64 on `seed`, Fisher-Yates): the same on every machine */
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+int vil_dataset_holdout(VilDataset **train, VilDataset **val, int n, uint64_t seed) {
+    VilDataset *ds = *train;
+    if (n <= 0 || n >= ds->n) {
+        vil_error("holdout = %d: hold out between 1 and %d of the %d training images", n, ds->n - 1,
+                  ds->n);
+        return -1;
+    }
+    int N = ds->n, *perm = vil_malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) perm[i] = i;
+    uint64_t st = seed;
+    for (int i = N - 1; i > 0; i--) {
+        int j = (int)(splitmix64(&st) % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    /* both parts in dataset order: the held-out images are the permutation's last n */
+    qsort(perm, (size_t)(N - n), sizeof(int), cmp_int);
+    qsort(perm + N - n, (size_t)n, sizeof(int), cmp_int);
+    VilDataset *tr = vil_dataset_subset(ds, perm, N - n), *va = vil_dataset_subset(ds, perm + N - n, n);
+    free(perm);
+    vil_dataset_free(ds);
+    *train = tr, *val = va;
+    return 0;
 }

@@ -5,6 +5,7 @@
 #define VIL_DATASET_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "data/image.h"
 
@@ -70,6 +71,14 @@ int vil_dataset_raw_image(const VilDataset *ds, int i, VilImage *view);
  * byte buffer (may be NULL). Free out with vil_image_free. 0, or -1 (vil_error). */
 int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *out,
                            VilBuffer *scratch);
+
+/* A new dataset of samples idx[0..n-1] of ds (copied: ds may be freed), in that order. */
+VilDataset *vil_dataset_subset(const VilDataset *ds, const int *idx, int n);
+/* Hold out n samples of *train, chosen by a fixed permutation of `seed` (the same set on every
+ * machine and for every training seed): *train becomes the other samples, *val the held-out
+ * ones, both in dataset order; the old *train is freed. 0, or -1 (vil_error) when n is not
+ * in [1, size). */
+int vil_dataset_holdout(VilDataset **train, VilDataset **val, int n, uint64_t seed);
 
 /* 1 for the split names a command line may give: train, val, test */
 int vil_dataset_split_ok(const char *split);

@@ -354,11 +354,86 @@ static void test_fashion_mnist(void) {
     }
 }
 
+/* holdout: the two parts are disjoint, cover the dataset, keep every sample's pixels, label and
+ * path, do not depend on the call (a fixed permutation), and differ between seeds */
+static void holdout_check(const char *path, const char *split, int n, const char *what) {
+    VilDataset *all = open_ok(path, split, NULL), *tr = open_ok(path, split, NULL), *va = NULL;
+    VilDataset *tr2 = open_ok(path, split, NULL), *va2 = NULL, *tr3 = open_ok(path, split, NULL), *va3 = NULL;
+    if (!all || !tr || !tr2 || !tr3) return;
+    int N = vil_dataset_size(all);
+    T_CHECK(vil_dataset_holdout(&tr, &va, n, 7) == 0 && vil_dataset_holdout(&tr2, &va2, n, 7) == 0 &&
+                vil_dataset_holdout(&tr3, &va3, n, 8) == 0, "%s: holdout", what);
+    if (!va || !va2 || !va3) return;
+    T_CHECK(vil_dataset_size(tr) == N - n && vil_dataset_size(va) == n, "%s: sizes %d + %d of %d", what,
+            vil_dataset_size(tr), vil_dataset_size(va), N);
+    T_CHECK(vil_dataset_num_classes(va) == vil_dataset_num_classes(all), "%s: classes", what);
+    /* every sample of `all` lands in exactly one part, found by its path */
+    char pa[4096], pb[4096];
+    int found_all = 1, same = 1, differs = 0, data_ok = 1;
+    for (int i = 0; i < N; i++) {
+        vil_dataset_path(all, i, pa, sizeof pa);
+        int hits = 0;
+        for (int part = 0; part < 2; part++) {
+            VilDataset *d = part ? va : tr;
+            for (int k = 0; k < vil_dataset_size(d); k++) {
+                vil_dataset_path(d, k, pb, sizeof pb);
+                if (strcmp(pa, pb) != 0) continue;
+                hits++;
+                data_ok &= vil_dataset_label(d, k) == vil_dataset_label(all, i);
+                VilImage x, y; /* the corpus's broken files fail in both */
+                vil_error_capture(&g_cap);
+                int rx = vil_dataset_read_image(all, i, 1, &x, NULL), ry = vil_dataset_read_image(d, k, 1, &y, NULL);
+                vil_error_release(&g_cap);
+                data_ok &= rx == ry;
+                if (rx == 0 && ry == 0)
+                    data_ok &= x.w == y.w && x.h == y.h && memcmp(x.px, y.px, (size_t)x.w * x.h) == 0;
+                vil_image_free(&x);
+                vil_image_free(&y);
+            }
+        }
+        found_all &= hits == 1;
+    }
+    for (int k = 0; k < n; k++) {
+        vil_dataset_path(va, k, pa, sizeof pa);
+        vil_dataset_path(va2, k, pb, sizeof pb);
+        same &= strcmp(pa, pb) == 0;
+        vil_dataset_path(va3, k, pb, sizeof pb);
+        differs |= strcmp(pa, pb) != 0;
+    }
+    T_CHECK(found_all, "%s: each sample in exactly one part", what);
+    T_CHECK(data_ok, "%s: labels and pixels kept", what);
+    T_CHECK(same, "%s: the same seed holds out the same samples", what);
+    T_CHECK(differs, "%s: another seed holds out others", what);
+    /* the members of a class are the part's own indices */
+    const int *mem;
+    int cnt, tot = 0, mem_ok = 1;
+    for (int c = 0; c < vil_dataset_num_classes(va); c++) {
+        vil_dataset_class_members(va, c, &mem, &cnt);
+        for (int k = 0; k < cnt; k++) mem_ok &= mem[k] < n && vil_dataset_label(va, mem[k]) == c;
+        tot += cnt;
+    }
+    T_CHECK(mem_ok && tot == n, "%s: class members of the held-out part", what);
+    vil_error_capture(&g_cap);
+    VilDataset *va4 = NULL;
+    int rc = vil_dataset_holdout(&all, &va4, N, 7);
+    vil_error_release(&g_cap);
+    T_CHECK(rc != 0 && all != NULL && va4 == NULL && strstr(g_cap.msg, "hold out between 1 and"),
+            "%s: holding out all is refused: %s", what, g_cap.msg);
+    vil_dataset_free(all);
+    vil_dataset_free(tr), vil_dataset_free(va), vil_dataset_free(tr2), vil_dataset_free(va2);
+    vil_dataset_free(tr3), vil_dataset_free(va3);
+    printf("ok   holdout %s: %d of %d\n", what, n, N);
+}
+
 int main(void) {
     char *root = corpus_mkdtemp("dataset");
     test_folder(root);
     test_flat(root);
     test_idx(root);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/fashion_gz", root);
+    holdout_check(p, "train", 12, "idx");
+    holdout_check(root, "train", 5, "folder");
     test_fashion_mnist();
     corpus_rmtree(root);
     free(root);

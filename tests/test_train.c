@@ -419,6 +419,16 @@ static void test_diverge_and_errors(void) {
     rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 2 && strstr(out, "did you mean 'epochs'"), "unknown key: exit 2 with a hint: %s", out);
     T_CHECK(t_run("bin/vil train --data x 2>/dev/null", NULL, 0) == 2, "no --config: exit 2");
+    /* holdout: validation on held-out training images, the rest trained on */
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s/runHold --device cpu --set epochs=1 "
+             "--set holdout=40 --set mixup=0 --set cutmix=0 2>&1", path("tiny.cfg"), dir, dir);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "val: 40 more training images, held out") && strstr(out, "(40 images"),
+            "holdout = 40: validates on 40 held-out images (%d): %s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s/runHold2 --device cpu "
+             "--set holdout=40 --set eval_every_epochs=0 2>&1", path("tiny.cfg"), dir, dir);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "never validates"), "holdout without validation is refused: %s", out);
     snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu 2>&1", path("tiny.cfg"), dir, outc);
     rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 1 && strstr(out, "--resume"), "a fresh run over an existing one is refused: %s", out);

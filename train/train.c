@@ -624,6 +624,10 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
 
 /* ---------------- setup ---------------- */
 
+/* the permutation that picks the holdout images: fixed, so that every seed (and every machine)
+ * holds out the same ones */
+#define VIL_HOLDOUT_SEED 20261124u
+
 static int open_data(Trainer *T) {
     const VilTrainRun *run = T->run;
     T->ds = vil_dataset_open(run->data, "train", NULL);
@@ -642,7 +646,15 @@ static int open_data(Trainer *T) {
                   T->mc->num_classes, K);
         return -1;
     }
-    if (T->tc->eval_every_epochs > 0) {
+    if (T->tc->holdout > 0) {
+        if (T->tc->eval_every_epochs <= 0) {
+            vil_error("holdout = %d holds images out for validation, but eval_every_epochs = 0 "
+                      "never validates: set eval_every_epochs, or holdout = 0", T->tc->holdout);
+            return -1;
+        }
+        /* a fixed choice, not the run's seed: every seed of a recipe sees the same split */
+        if (vil_dataset_holdout(&T->ds, &T->val_ds, T->tc->holdout, VIL_HOLDOUT_SEED) != 0) return -1;
+    } else if (T->tc->eval_every_epochs > 0) {
         T->val_ds = vil_dataset_open(run->data, "val", run->val_labels);
         if (!T->val_ds) {
             vil_error("no validation split in '%s': add one, or set eval_every_epochs=0 to train "
@@ -729,7 +741,10 @@ static void print_header(Trainer *T) {
             T->m.param_count, c->in_chans, c->img_size, c->img_size, T->be->name);
     fprintf(f, "data:  %s: %d images, %d classes", vil_dataset_source(T->ds),
             vil_dataset_size(T->ds), T->n_classes);
-    if (T->val_ds) fprintf(f, "; val %s: %d images", vil_dataset_source(T->val_ds), vil_dataset_size(T->val_ds));
+    if (T->val_ds && t->holdout > 0)
+        fprintf(f, "; val: %d more training images, held out (holdout)", vil_dataset_size(T->val_ds));
+    else if (T->val_ds)
+        fprintf(f, "; val %s: %d images", vil_dataset_source(T->val_ds), vil_dataset_size(T->val_ds));
     if (strcmp(T->be->name, "cpu") == 0)
         fprintf(f, "\nthreads: %d compute (OpenMP), %d loader", omp_get_max_threads(), t->workers);
     else

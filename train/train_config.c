@@ -51,6 +51,9 @@ static const VilKey TKEYS[] = {
                         "backward: 46% less activation memory, ~3% more time (same gradients)"),
     TI(log_every, 1, BIG, "progress line every N steps"),
     TI(eval_every_epochs, 0, 1000000, "validation pass every N epochs and after the last (0: never)"),
+    TI(holdout, 0, 2147483647, "validate on this many training images (a fixed random choice, the "
+                               "same for every seed) instead of the val/test split, and train on the "
+                               "rest: for choosing a recipe without the test set (0: off)"),
     TI(eval_batch, 0, VIL_MAX_BATCH, "evaluation batch (0: the training batch)"),
     TI(max_steps, 0, 2147483647, "stop after this many steps, the schedule ending there (0: no limit)"),
     TI(save_every_steps, 0, 2147483647, "also save every N steps (the state, last, ema and a "
@@ -131,6 +134,7 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->bucket_mb = 4.0f;
     t->log_every = 50;
     t->eval_every_epochs = 1;
+    t->holdout = 0;
     t->eval_batch = 0;
     t->max_steps = 0;
     t->save_every_steps = 0;

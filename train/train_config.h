@@ -38,6 +38,7 @@ typedef struct {
     int recompute;           /* 1: the backward recomputes u and delta (VilModel.recompute) */
     int log_every;           /* progress line every N steps (the only per-step host read) */
     int eval_every_epochs;   /* validation pass every N epochs (and after the last); 0: never */
+    int holdout;             /* > 0: validate on this many held-out training images, not val/test */
     int eval_batch;          /* 0: the training batch */
     int max_steps;           /* 0: epochs * steps per epoch; else stop (and end the schedule) here */
     int save_every_steps;    /* > 0: save every N steps too, with a step_N.safetensors snapshot */

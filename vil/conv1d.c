@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "vecmath.h"
 #include "ops_cpu.h"
 
 /* tap j of the filter (j = K-1 is the current token) reads token t - (K-1-j) forward,

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "vecmath.h"
 #include "ops_cpu.h"
 
 #define MAXN 64
