@@ -223,14 +223,14 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-run
 
-test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump
+test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder
 	@sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_pth_reference.sh
 
 test-gpu: bin/vil $(GPU_TEST_BIN)
 	@sh tests/run_all.sh $(GPU_TEST_BIN)
 
-# The CPU library, vil (as build/asan/bin/vil: bin/vil stays as it is), every test and ref_dump
-# built with AddressSanitizer + UBSan in build/asan by a recursive make, then the suite run
+# The CPU library, vil (as build/asan/bin/vil: bin/vil stays as it is), every test, ref_dump and
+# idx_to_folder built with AddressSanitizer + UBSan in build/asan by a recursive make, then the suite run
 # against them (the tests run $VIL_BIN where they say bin/vil). A report also fails the target
 # when it came from a vil run whose stderr a test discards: ASan and LeakSanitizer (and UBSan
 # under clang; gcc's prints to stderr only) log to build/asan/reports/, and every sanitizer
@@ -244,7 +244,7 @@ else
 $(BUILD)/bin/vil: $(CLI_OBJ) $(BUILD)/libvil.a
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump
+test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder
 	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
 	@VIL_BIN=$(BUILD)/bin/vil VIL_BUILD=$(BUILD) \
 	    ASAN_OPTIONS=detect_leaks=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/asan \
