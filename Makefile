@@ -229,6 +229,13 @@ test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_fold
 test-gpu: bin/vil $(GPU_TEST_BIN)
 	@sh tests/run_all.sh $(GPU_TEST_BIN)
 
+# vil of a build in another folder (BUILD=build/asan, build/cpu), leaving bin/vil as it is
+ifneq ($(BUILD),build)
+$(BUILD)/bin/vil: $(CLI_OBJ) $(BUILD)/libvil.a
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+endif
+
 # The CPU library, vil (as build/asan/bin/vil: bin/vil stays as it is), every test, ref_dump and
 # idx_to_folder built with AddressSanitizer + UBSan in build/asan by a recursive make, then the suite run
 # against them (the tests run $VIL_BIN where they say bin/vil). A report also fails the target
@@ -241,9 +248,6 @@ ifneq ($(ASAN_BUILD),1)
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan CUDA=0 OPT="$(ASAN_OPT)" ASAN_BUILD=1 test-asan
 else
-$(BUILD)/bin/vil: $(CLI_OBJ) $(BUILD)/libvil.a
-	@mkdir -p $(dir $@)
-	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder
 	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
 	@VIL_BIN=$(BUILD)/bin/vil VIL_BUILD=$(BUILD) \
@@ -279,11 +283,19 @@ endif
 deps:
 	@sh tools/deps.sh
 
-# the build comes after deps (it needs the packages), hence the recursive make
+# the build comes after deps (it needs the packages), hence the recursive make. The demo trains
+# on the CPU: where nvcc is found but no GPU is visible, it builds a CPU-only vil in build/cpu
+# (bin/vil stays as it is; `make` builds it with CUDA): ~30 s on 2 cores, where compiling the
+# CUDA kernels for every GPU family takes ~5 minutes there
 demo:
 	@sh tools/deps.sh demo
-	@$(MAKE) --no-print-directory bin/vil $(BUILD)/tools/export_png
-	@sh tools/demo.sh
+	@if [ "$(CUDA)" = 1 ] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then \
+	    echo "demo: no GPU visible: a CPU-only build in build/cpu (make builds bin/vil with CUDA)"; \
+	    $(MAKE) --no-print-directory BUILD=build/cpu CUDA=0 build/cpu/bin/vil build/cpu/tools/export_png && \
+	    VIL=build/cpu/bin/vil EXPORT_PNG=build/cpu/tools/export_png sh tools/demo.sh; \
+	else \
+	    $(MAKE) --no-print-directory bin/vil $(BUILD)/tools/export_png && sh tools/demo.sh; \
+	fi
 
 clean:
 	rm -rf $(BUILD) bin
