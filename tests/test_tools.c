@@ -112,17 +112,29 @@ static void check_pixels(const char *out, const char *split, const VilDataset *i
     vil_dataset_free(ds);
 }
 
+/* An IDX corpus in tmp/sub (ntr train, nte test pictures of h x w, `classes` classes; one split
+ * gzipped, the other plain), opened: 0, or -1 after a failed check. */
+static int make_idx(const char *tmp, const char *sub, int ntr, int nte, int h, int w, int classes,
+                    int gz_train, char *idxdir, size_t len, VilDataset **train, VilDataset **test) {
+    snprintf(idxdir, len, "%s/%s", tmp, sub);
+    corpus_mkdir("%s/%s", tmp, sub);
+    corpus_write_idx_set(idxdir, "train", ntr, h, w, classes, gz_train);
+    corpus_write_idx_set(idxdir, "t10k", nte, h, w, classes, !gz_train);
+    *train = vil_dataset_open(idxdir, "train", NULL);
+    *test = vil_dataset_open(idxdir, "test", NULL);
+    T_CHECK(*train && *test, "the IDX corpus does not open");
+    if (*train && *test) return 0;
+    vil_dataset_free(*train);
+    vil_dataset_free(*test);
+    return -1;
+}
+
 /* Fashion-MNIST's names (the data folder's path says "fashion"), 28x28 pictures upsampled. */
 static void test_fashion(const char *tmp) {
     char idxdir[4096], out[4096], log[8192];
-    snprintf(idxdir, sizeof idxdir, "%s/idx", tmp);
     snprintf(out, sizeof out, "%s/out", tmp);
-    corpus_mkdir("%s/%s", tmp, "idx");
-    corpus_write_idx_set(idxdir, "train", 30, 28, 28, 10, 0);
-    corpus_write_idx_set(idxdir, "t10k", 12, 28, 28, 10, 1);
-    VilDataset *train = vil_dataset_open(idxdir, "train", NULL), *test = vil_dataset_open(idxdir, "test", NULL);
-    T_CHECK(train && test, "the IDX corpus does not open");
-    if (!train || !test) return;
+    VilDataset *train, *test;
+    if (make_idx(tmp, "idx", 30, 12, 28, 28, 10, 0, idxdir, sizeof idxdir, &train, &test) != 0) return;
 
     int rc = run_tool(log, sizeof log, "'%s' '%s' --size 32 --quality 95 --threads 2", idxdir, out);
     T_CHECK(rc == 0, "idx_to_folder exited %d:\n%s", rc, log);
@@ -170,14 +182,9 @@ static void test_fashion(const char *tmp) {
  * pictures downsampled, --limit on train and a limit above the size of the test split. */
 static void test_limit(const char *tmp) {
     char idxdir[4096], out[4096], log[8192];
-    snprintf(idxdir, sizeof idxdir, "%s/idx12", tmp);
     snprintf(out, sizeof out, "%s/out12", tmp);
-    corpus_mkdir("%s/%s", tmp, "idx12");
-    corpus_write_idx_set(idxdir, "train", 24, 10, 12, 12, 1);
-    corpus_write_idx_set(idxdir, "t10k", 12, 10, 12, 12, 0);
-    VilDataset *train = vil_dataset_open(idxdir, "train", NULL), *test = vil_dataset_open(idxdir, "test", NULL);
-    T_CHECK(train && test, "the IDX corpus does not open");
-    if (!train || !test) return;
+    VilDataset *train, *test;
+    if (make_idx(tmp, "idx12", 24, 12, 10, 12, 12, 1, idxdir, sizeof idxdir, &train, &test) != 0) return;
     int rc = run_tool(log, sizeof log, "'%s' '%s' --size 8 --quality 95 --limit 20 --threads 1", idxdir, out);
     T_CHECK(rc == 0, "idx_to_folder --limit exited %d:\n%s", rc, log);
     T_CHECK(strstr(log, "train 20 images, val 12 images") != NULL, "summary line missing:\n%s", log);
