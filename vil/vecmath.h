@@ -14,10 +14,15 @@
 
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(_OPENMP) && !defined(__FAST_MATH__) && \
     !defined(__clang__)
+/* the vector versions came with glibc 2.22 (expf) and 2.35 (log1pf): older ones lack them */
+#if __GLIBC_PREREQ(2, 22)
 #pragma omp declare simd notinbranch
 extern float expf(float);
+#endif
+#if __GLIBC_PREREQ(2, 35)
 #pragma omp declare simd notinbranch
 extern float log1pf(float);
+#endif
 #endif
 
 #endif
