@@ -11,6 +11,9 @@
  *                        backward prep), then the forward one, which combines the two. Forward:
  *                        writes the gated average. Backward prep: recomputes the states, writes
  *                        dz, the state checkpoint every CK steps and the dq partial sums.
+ *   scan_quad_kernel     the forward with a channel's N states split over 4 lanes (N / 4 each),
+ *                        from compact bf16 k|q rows: chosen where the pair kernel's passes would
+ *                        leave the GPU idle (1024 px at batch 32, 224 px at batch 1 to 32).
  *   scan_adjoint_kernel  a block of ADJ_T threads (one per channel) per (sample, direction,
  *                        ADJ_T channels): per chunk of CK steps, in reverse, recomputes the
  *                        states from the chunk's checkpoint (a 4-step history in registers),
@@ -46,6 +49,7 @@ typedef struct {
     const bf16 *u[2], *delta[2], *xdbl[2], *z, *dout;
     const float *Dsk[2], *A_log[2];
     const float *kqt; /* (2, B, L, KQ<N>::W) the k|q rows in float with k^2, -2k, kappa */
+    const char *kqh;  /* (2, B, L) rows of KQH<N>::BYTES: the quad kernel's compact k|q rows */
     bf16 *out, *dz, *du[2], *ddelta[2], *dxdbl[2];
     float *dD[2], *dA[2], *dbs[2]; /* dbs: dt_proj's bias gradient (sum of ddelta), or NULL */
     float *ckpt; /* (B, 2, nck-1, N, E) state at the start of CK-chunks 1.. */
@@ -59,6 +63,7 @@ typedef struct {
     /* the token-parallel form: steps [k C, (k + 1) C) of each direction are chunk k of nch (nch
      * = 1, C = L: one thread walks them all); the pair kernel runs passes [pass_lo, pass_hi) */
     int C, nch, pass_lo, pass_hi;
+    int split; /* the forward: threads per channel, 1 (the pair kernel) or 4 (the quad kernel) */
     float *chs; /* (B, 2, nch, N, E) chunk k's end state from zero, then the state after it */
     float *chp; /* (B, 2, nch, N, E) the product of chunk k's forget gates */
     float *chg; /* (B, 2, nch, N, E) the adjoint carried into chunk k - 1 (a_s0 lam_s0), from
@@ -75,6 +80,13 @@ __device__ __forceinline__ size_t ch_idx(const ScanArgs &a, int N, int b, int j,
 template <int N>
 struct KQ {
     static constexpr int W = 4 * N + 4, KK = 2 * N, M2K = 3 * N, KAP = 4 * N;
+};
+/* the quad kernel's compact row: kappa (float, in a 16-byte head), then per group of N / 4
+ * states its N / 4 k then N / 4 q as bf16 (exact: x_proj's output is bf16), so a lane's k and
+ * q of a step are one 16-byte load at N = 16 */
+template <int N>
+struct KQH {
+    static constexpr int NS = N / 4, BYTES = 16 + 4 * N, GB = 4 * NS; /* GB: bytes per group */
 };
 
 /* ---- asynchronous global -> shared copies (cp.async), zero-filling past `valid` bytes ---- */
@@ -185,9 +197,10 @@ __device__ __forceinline__ void queue_kq(float *dst, const float *base, int s0, 
 }
 
 /* The k|q table: one row per (direction, sample, token) from the x_proj output's B and C columns
- * (bf16) as float, with k^2, -2k and kappa = sum k^2, so the scan kernels stage it as is. One
- * thread per (row, n); the N threads of a row are consecutive lanes (N divides 32). */
-template <int N>
+ * (bf16) as float, with k^2, -2k and kappa = sum k^2, so the scan kernels stage it as is; with
+ * COMPACT the quad kernel's rows (KQH) instead. One thread per (row, n); the N threads of a row
+ * are consecutive lanes (N divides 32). */
+template <int N, bool COMPACT>
 __global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int BL, int W, int dt_ld) {
     constexpr int KQW = KQ<N>::W;
     size_t tot = (size_t)2 * BL * N;
@@ -202,7 +215,14 @@ __global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int B
         float kap = kk;
 #pragma unroll
         for (int m = 1; m < N; m <<= 1) kap += __shfl_xor_sync(FULL, kap, m);
-        if (on) {
+        if (on && COMPACT) {
+            char *dst = (char *)kqt + row * KQH<N>::BYTES;
+            constexpr int NS = KQH<N>::NS;
+            bf16 *g = (bf16 *)(dst + 16 + (n / NS) * KQH<N>::GB);
+            g[n % NS] = src[n];
+            g[NS + n % NS] = src[N + n];
+            if (n < 4) ((float *)dst)[n] = n == 0 ? kap : 0.0f;
+        } else if (on) {
             float *dst = kqt + row * KQW;
             dst[n] = k;
             dst[N + n] = q;
@@ -218,16 +238,20 @@ __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : lo
 /* The per-step scalars of one direction, which do not depend on the state (so a chunk's worth
  * can be computed ahead of the state updates): Longhorn eps and u (kappa from the k row), Mamba
  * dt and dt*u. A masked-out step gets 0, 0: the state passes through unchanged. */
-template <int N, bool MAMBA>
-__device__ __forceinline__ void step_pre(float &p0, float &p1, const float *row, float u, float dl) {
+template <bool MAMBA>
+__device__ __forceinline__ void pre_scalars(float &p0, float &p1, float kap, float u, float dl) {
     if (!MAMBA) {
         /* eps = beta / (1 + beta kappa) = 1 / (1 + e^-dl + kappa): one reciprocal */
-        p0 = rcp_fast(1.0f + __expf(-dl) + row[KQ<N>::KAP]);
+        p0 = rcp_fast(1.0f + __expf(-dl) + kap);
         p1 = u;
     } else {
         p0 = softplusf_(dl);
         p1 = p0 * u;
     }
+}
+template <int N, bool MAMBA>
+__device__ __forceinline__ void step_pre(float &p0, float &p1, const float *row, float u, float dl) {
+    pre_scalars<MAMBA>(p0, p1, MAMBA ? 0.0f : row[KQ<N>::KAP], u, dl);
 }
 
 /* h <- a h + b with the step's scalars; returns q.h (the D skip is added by the caller).
@@ -408,6 +432,186 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
         }
         /* the stash written by pass 1 is read (through L2) by pass 0: __syncthreads above
          * orders the block's global writes before the next pass's copies */
+        __threadfence_block();
+        __syncthreads();
+    }
+}
+
+/* ---------------- the quad kernel: four threads per channel (the forward) ----------------
+ * The pair kernel's forward with a channel's N states split over QUAD_Q = 4 consecutive lanes
+ * (N / 4 each): 4x the threads where batch x channels leave the GPU idle. Shared-memory
+ * traffic is what limits a kernel with 4 states a thread (a warp's k and q loads serve 4 states
+ * where the pair kernel's serve 16), so: the k|q rows are the compact bf16 ones (a lane's k and
+ * q of a step in one 16-byte load); per round of QCK = 8 steps, lane s computes the scalars of
+ * steps 2s and 2s + 1 only and the channel's lanes read them back two steps per 16-byte load;
+ * the y partials are reduce-scattered back (6 shuffles), so lane s ends with the y of the same
+ * two steps and writes their outputs. Inputs are staged QS_STAGES rounds deep, with shapes
+ * known at compile time where rows are 16-byte aligned. Both directions as in the pair kernel:
+ * the backward one first, into the output buffer, then the forward one, which combines; in the
+ * token-parallel form one direction per launch (pass_lo, pass_hi), from the carried states. */
+#define QUAD_T 128
+#define QUAD_Q 4
+#define QCK 8 /* steps per staging round: 2 per lane */
+#ifndef QS_STAGES
+#define QS_STAGES 4
+#endif
+/* a lane's k and q (NS each, bf16 in the compact row's group) as float */
+__device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+template <int NS>
+__device__ __forceinline__ void load_group(float (&k)[NS], float (&q)[NS], const char *p) {
+    if (NS == 4) {
+        uint4 w = *reinterpret_cast<const uint4 *>(p);
+        k[0] = bf_lo(w.x), k[1 % NS] = bf_hi(w.x), k[2 % NS] = bf_lo(w.y), k[3 % NS] = bf_hi(w.y);
+        q[0] = bf_lo(w.z), q[1 % NS] = bf_hi(w.z), q[2 % NS] = bf_lo(w.w), q[3 % NS] = bf_hi(w.w);
+    } else if (NS == 2) {
+        uint2 w = *reinterpret_cast<const uint2 *>(p);
+        k[0] = bf_lo(w.x), k[1 % NS] = bf_hi(w.x), q[0] = bf_lo(w.y), q[1 % NS] = bf_hi(w.y);
+    } else {
+        unsigned w = *reinterpret_cast<const unsigned *>(p);
+        k[0] = bf_lo(w), q[0] = bf_hi(w);
+    }
+}
+
+template <int N, bool MAMBA, bool CH>
+__global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
+    constexpr int T = QUAD_T, NS = N / QUAD_Q, TC = T / QUAD_Q, NQ = 4;
+    constexpr int RB = KQH<N>::BYTES, PK = RB / 16; /* compact row bytes, 16-byte pieces */
+    static_assert(QUAD_Q == 4 && QCK == 8 && N % QUAD_Q == 0 && NQ * QCK * TC / 8 == T && QCK * PK <= T,
+                  "quad kernel shape");
+    constexpr int buf_elems = NQ * QCK * TC;
+    __shared__ __align__(16) bf16 stage[QS_STAGES * buf_elems];
+    __shared__ __align__(16) char kqs[QS_STAGES * QCK * RB];
+    __shared__ __align__(16) float4 pre[T]; /* lane s of channel c: the scalars of steps 2s, 2s + 1 */
+    const int L = a.L, E = a.E, tid = threadIdx.x, s = tid & (QUAD_Q - 1), cl = tid / QUAD_Q;
+    const int b = blockIdx.y, c0 = blockIdx.x * TC, d = c0 + cl, k = CH ? blockIdx.z : 0;
+    const bool act = d < E, hi = s & 2, odd = s & 1;
+    const int sb = CH ? k * a.C : 0, se = CH ? min(L, sb + a.C) : L; /* this block's steps */
+    const int nsc = (se - sb + QCK - 1) / QCK;
+    /* the compile-time staging: this thread's piece of the act rows (8 channels of row r) and,
+     * for the first QCK x PK threads, its piece of the compact k|q rows */
+    const int ap = tid & 3, ar = tid >> 2, aq = ar / QCK, ai = ar % QCK;
+    const int acv = min(max(E - (c0 + ap * 8), 0), 8) * 2; /* valid bytes of the piece */
+    const int kr = tid / PK, kp = tid % PK;
+#pragma unroll 1
+    for (int pass = 0; pass < 2; pass++) {
+        if (CH && (pass < a.pass_lo || pass >= a.pass_hi)) continue;
+        const int j = 1 - pass; /* the backward direction first */
+        const int nq = j ? 2 : 4; /* staged rows: u, dl [, z, the stash] */
+        float h[NS], A[NS];
+        const float Dsk = act ? a.Dsk[j][d] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+            int nn = s * NS + n;
+            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, nn, d)] : 0.0f;
+            A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + nn]) : 0.0f;
+        }
+        const char *kqb = a.kqh + ((size_t)j * a.B + b) * L * RB;
+        auto row_of = [&](int q, int i, int s0) -> const bf16 * {
+            int st = s0 + i, t = j ? L - 1 - st : st;
+            const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : a.out;
+            size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
+            return base + ((size_t)b * L + t) * ld + c0;
+        };
+        /* round ch's inputs into slot ch % QS_STAGES (nothing past the block's steps) */
+        auto issue = [&](int ch) {
+            const int s0 = sb + ch * QCK, cs = min(QCK, se - s0), slot = ch % QS_STAGES;
+            if (cs <= 0) return;
+            bf16 *dst = stage + slot * buf_elems;
+            if (a.vec_act == 16) {
+                if (aq < nq) {
+                    const int valid = ai < cs ? acv : 0;
+                    const bf16 *row = row_of(aq, min(ai, cs - 1), s0);
+                    cp_async<16>(dst + ar * TC + ap * 8, valid > 0 ? row + ap * 8 : row, valid);
+                }
+            } else {
+                queue_rows(dst, nq * cs, TC, 2, c0, E, a.vec_act, [&](int r) -> const void * {
+                    int q = r / cs;
+                    return row_of(q, r - q * cs, s0);
+                }, tid, T, cs, QCK);
+            }
+            if (kr < QCK) {
+                const bool on = kr < cs;
+                const int st = s0 + (on ? kr : 0), t = j ? L - 1 - st : st;
+                cp_async<16>(kqs + (slot * QCK + kr) * RB + kp * 16, kqb + (size_t)t * RB + kp * 16, on ? 16 : 0);
+            }
+        };
+#pragma unroll
+        for (int ch = 0; ch < QS_STAGES - 1; ch++) {
+            issue(ch);
+            cp_commit(); /* one group per round, empty past the end: the count stays simple */
+        }
+        for (int ch = 0; ch < nsc; ch++) {
+            const int s0 = sb + ch * QCK, cs = min(QCK, se - s0), slot = ch % QS_STAGES;
+            issue(ch + QS_STAGES - 1); /* into the slot the previous round has freed */
+            cp_commit();
+            cp_wait<QS_STAGES - 1>(); /* round ch's group is complete */
+            __syncthreads();
+            const bf16 *st = stage + slot * buf_elems;
+            const char *kq = kqs + slot * QCK * RB;
+            auto in = [&](int q, int i) { return bf2f(st[(q * QCK + i) * TC + cl]); };
+            /* the scalars of this lane's two steps (rows past cs are stale: the state passes
+             * through unchanged there), then every step's, two per load */
+            float m[4];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int i = 2 * s + e;
+                const bool on = i < cs;
+                pre_scalars<MAMBA>(m[2 * e], m[2 * e + 1], *reinterpret_cast<const float *>(kq + i * RB),
+                                   on ? in(0, i) : 0.0f, on ? in(1, i) : 0.0f);
+                if (!on) m[2 * e] = 0.0f, m[2 * e + 1] = 0.0f;
+            }
+            pre[tid] = make_float4(m[0], m[1], m[2], m[3]);
+            __syncwarp();
+            float y[QCK];
+#pragma unroll
+            for (int g = 0; g < QCK / 2; g++) {
+                const float4 pp = pre[cl * QUAD_Q + g];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int i = 2 * g + e;
+                    const float p0 = e ? pp.z : pp.x, p1 = e ? pp.w : pp.y;
+                    float kk[NS], qq[NS], ya = 0.0f, yb = 0.0f;
+                    load_group<NS>(kk, qq, kq + i * RB + 16 + s * KQH<N>::GB);
+#pragma unroll
+                    for (int n = 0; n < NS; n++) {
+                        if (MAMBA) h[n] = fmaf(__expf(p0 * A[n]), h[n], p1 * kk[n]);
+                        else h[n] = fmaf(p0 * kk[n], fmaf(-kk[n], h[n], p1), h[n]);
+                        if (n & 1) yb = fmaf(qq[n], h[n], yb);
+                        else ya = fmaf(qq[n], h[n], ya);
+                    }
+                    y[i] = ya + yb;
+                }
+            }
+            /* reduce-scatter over the channel's 4 lanes: steps 4 hi .. 4 hi + 3, then 2s, 2s + 1 */
+            float r4[4], r2[2];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float mine = hi ? y[4 + e] : y[e], give = hi ? y[e] : y[4 + e];
+                r4[e] = mine + __shfl_xor_sync(FULL, give, 2);
+            }
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float mine = odd ? r4[2 + e] : r4[e], give = odd ? r4[e] : r4[2 + e];
+                r2[e] = mine + __shfl_xor_sync(FULL, give, 1);
+            }
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int i = 2 * s + e, stp = s0 + i, t = j ? L - 1 - stp : stp;
+                if (!act || i >= cs) continue;
+                const size_t r = (size_t)b * L + t;
+                const float yt = fmaf(Dsk, in(0, i), r2[e]);
+                if (j == 1) {
+                    a.out[r * E + d] = f2bf(yt);
+                } else {
+                    float zz = in(2, i), sg = sigmoidf_fast(zz);
+                    a.out[r * E + d] = f2bf(0.5f * zz * sg * (yt + in(3, i)));
+                }
+            }
+            __syncthreads(); /* this slot and pre are free for the next rounds */
+        }
+        cp_wait<0>(); /* the empty groups */
+        /* the stash written by pass 1 is read (through L2) by pass 0 */
         __threadfence_block();
         __syncthreads();
     }
@@ -842,14 +1046,16 @@ template <int N>
 static size_t kq_bytes(const ScanArgs *a) {
     return (size_t)2 * a->B * a->L * KQ<N>::W * sizeof(float);
 }
-/* the k|q table of both directions into kqt */
+/* the k|q table of both directions into kqt; compact: the quad kernel's rows into kqh */
 template <int N>
-static void make_kq(ScanArgs *a, float *kqt) {
+static void make_kq(ScanArgs *a, float *kqt, bool compact = false) {
     size_t BL = (size_t)a->B * a->L;
     int blocks = cu_blocks_capped(2 * BL * N, 256, 16);
-    scan_kq_kernel<N><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->dt_ld);
+    if (compact) scan_kq_kernel<N, true><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->dt_ld);
+    else scan_kq_kernel<N, false><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->dt_ld);
     CU_LAUNCH_CHECK();
-    a->kqt = kqt;
+    if (compact) a->kqh = (const char *)kqt;
+    else a->kqt = kqt;
 }
 
 /* The chunks of the token-parallel form. req > 0: chunks of req steps (rounded up to a multiple
@@ -872,22 +1078,34 @@ static void make_kq(ScanArgs *a, float *kqt) {
 #ifndef SCAN_SEQ_BWD
 #define SCAN_SEQ_BWD 32768
 #endif
+/* The forward's quad kernel (4 threads per channel) where the pair kernel's passes would have
+ * fewer threads than this (B x E x chunks, E in blocks of 128). Measured on the H100 (dev/cuda/scan,
+ * E = 384, fwd us, pair / quad): L = 4097, B = 32 sequential 1368 / 1150; L = 197, B = 64
+ * 97.6 / 104.6, B = 256 234 / 362; chunked (C = 64) L = 4097, B = 1 97 / 97, B = 8 510 / 692 with
+ * the quad's then 4x longer chunks; vil bench, 224 px b1 latency 2.21 / 1.90 ms, b32 inference
+ * 11,702 / 12,794 img/s (cuda/PERF_NOTES.md session 12) */
+#ifndef SCAN_QUAD_FWD
+#define SCAN_QUAD_FWD 16384
+#endif
 #ifndef SCAN_PAR_THREADS
 #define SCAN_PAR_THREADS 196608
 #endif
 #ifndef SCAN_MIN_C
 #define SCAN_MIN_C 64
 #endif
-static int env_chunk = -2; /* VIL_SCAN_CHUNK: a measurement knob, read once */
-static void choose_chunks(ScanArgs *a, int req, long seq) {
-    if (req == 0) {
-        if (env_chunk == -2) {
-            const char *e = getenv("VIL_SCAN_CHUNK");
-            env_chunk = e && *e ? atoi(e) : 0;
-            if (env_chunk) fprintf(stderr, "vil: VIL_SCAN_CHUNK=%d: the scan's chunks are set, not chosen by shape\n", env_chunk);
-        }
-        req = env_chunk;
+/* a measurement knob from the environment (VIL_SCAN_CHUNK, VIL_SCAN_SPLIT), read once and
+ * announced on stderr when set; 0 when not */
+static int env_knob(int *cache, const char *name, const char *what) {
+    if (*cache == -2) {
+        const char *e = getenv(name);
+        *cache = e && *e ? atoi(e) : 0;
+        if (*cache) fprintf(stderr, "vil: %s=%d: the scan's %s set, not chosen by shape\n", name, *cache, what);
     }
+    return *cache;
+}
+static int env_chunk = -2, env_split = -2;
+static void choose_chunks(ScanArgs *a, int req, long seq) {
+    if (req == 0) req = env_knob(&env_chunk, "VIL_SCAN_CHUNK", "chunks are");
     long L = a->L, th = (long)a->B * ((a->E + 127) / 128 * 128), C = L;
     if (req > 0) {
         C = (req + CK - 1) / CK * CK;
@@ -924,14 +1142,18 @@ static void chunk_chain(const ScanArgs &a, bool adj) {
     }
 }
 
-/* the pair kernel over all chunks: both directions in one launch when there is one chunk, else
- * the backward direction (the stash) in one launch and the forward one after it */
+/* the pair (quad) kernel over all chunks: both directions in one launch when there is one
+ * chunk, else the backward direction (the stash) in one launch and the forward one after it */
 template <int N, bool MAMBA, bool BWD>
 static void pair_launch(ScanArgs a) {
-    dim3 grid((a.E + PAIR_T - 1) / PAIR_T, a.B, a.nch);
+    const bool quad = !BWD && a.split == QUAD_Q;
+    const int tc = quad ? QUAD_T / QUAD_Q : PAIR_T; /* channels per block */
+    dim3 grid((a.E + tc - 1) / tc, a.B, a.nch);
     for (int p = 0; p < 2; p++) {
         a.pass_lo = a.nch > 1 ? p : 0, a.pass_hi = a.nch > 1 ? p + 1 : 2;
-        if (a.nch > 1) scan_pair_kernel<N, MAMBA, BWD, true><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        if (quad && a.nch > 1) scan_quad_kernel<N, MAMBA, true><<<grid, QUAD_T, 0, cu()->stream>>>(a);
+        else if (quad) scan_quad_kernel<N, MAMBA, false><<<grid, QUAD_T, 0, cu()->stream>>>(a);
+        else if (a.nch > 1) scan_pair_kernel<N, MAMBA, BWD, true><<<grid, PAIR_T, 0, cu()->stream>>>(a);
         else scan_pair_kernel<N, MAMBA, BWD, false><<<grid, PAIR_T, 0, cu()->stream>>>(a);
         CU_LAUNCH_CHECK();
         if (a.nch == 1) break;
@@ -948,11 +1170,16 @@ static void carve(void **out, const size_t *sizes, int n) {
 
 template <int N, bool MAMBA>
 static void forward_impl(ScanArgs a) {
-    size_t chb = a.nch > 1 ? ch_bytes<N>(&a) : 0, sz[3] = {kq_bytes<N>(&a), chb, chb};
-    void *p[3];
-    carve(p, sz, 3);
-    make_kq<N>(&a, (float *)p[0]);
-    a.chs = (float *)p[1], a.chp = (float *)p[2];
+    /* the float k|q rows for the pair kernel and the chunk summaries, the compact ones for the
+     * quad kernel */
+    const bool quad = a.split == QUAD_Q, flt = !quad || a.nch > 1;
+    size_t chb = a.nch > 1 ? ch_bytes<N>(&a) : 0;
+    size_t sz[4] = {flt ? kq_bytes<N>(&a) : 0, quad ? (size_t)2 * a.B * a.L * KQH<N>::BYTES : 0, chb, chb};
+    void *p[4];
+    carve(p, sz, 4);
+    if (flt) make_kq<N>(&a, (float *)p[0]);
+    if (quad) make_kq<N>(&a, (float *)p[1], true);
+    a.chs = (float *)p[2], a.chp = (float *)p[3];
     if (a.nch > 1) chunk_chain<N, MAMBA>(a, false);
     pair_launch<N, MAMBA, false>(a);
 }
@@ -1012,7 +1239,14 @@ extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
     fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, mamba ? p->A_log : NULL, p->B, p->L,
                 p->E, p->N, p->dt_ld, p->ldx, p->ldz);
     a.out = (bf16 *)p->out;
+    /* the chunks are the pair kernel's (the chunk summaries run a thread per channel whichever
+     * kernel runs the passes); the quad kernel runs the passes where the pair kernel's would
+     * have fewer than SCAN_QUAD_FWD threads */
     choose_chunks(&a, p->chunk, SCAN_SEQ_FWD);
+    int split = p->split ? p->split : env_knob(&env_split, "VIL_SCAN_SPLIT", "threads per channel are");
+    if (split == 0) split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < SCAN_QUAD_FWD ? QUAD_Q : 1;
+    if (split != 1 && split != QUAD_Q) VIL_FATAL("scan: split = %d; the CUDA forward has 1 and %d threads per channel", split, QUAD_Q);
+    a.split = split;
     DISPATCH_N(p->N, mamba, forward_impl, a);
 }
 
@@ -1030,6 +1264,7 @@ extern "C" void scan_bidir_backward_cuda(const VilScanBwd *p) {
         a.dA[j] = mamba ? p->dA_log[j] : NULL;
         a.dbs[j] = p->ddelta_sum[j];
     }
+    a.split = 1;
     choose_chunks(&a, p->chunk, SCAN_SEQ_BWD);
     DISPATCH_N(p->N, mamba, backward_impl, a);
 }

@@ -316,8 +316,9 @@ static void test_conv_bidir(int B, int L, int E, int K) {
 
 /* ---------------- the bidirectional scan ---------------- */
 /* x_dbl rows are ldx >= dt_ld + 2N apart (k at column dt_ld) (the model pads them to 8); chunk:
- * the GPU scan's chunks of tokens (-1 the sequential kernels, 0 chosen by shape) */
-static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk) {
+ * the GPU scan's chunks of tokens (-1 the sequential kernels, 0 chosen by shape); split: the
+ * forward's threads per channel (0 chosen by shape, 1 the pair kernel, 4 the quad kernel) */
+static void test_scan_split(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk, int split) {
     char nm[160];
     const char *kind = mamba ? "mamba" : "longhorn";
     VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
@@ -353,9 +354,9 @@ static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba,
                                            .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                                            .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
                                            .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz,
-                                           .chunk = chunk});
+                                           .chunk = chunk, .split = split});
     float *out_g = get_act(d_out, ne);
-    snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d chunk %d", kind, B, L, E, N, chunk);
+    snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d chunk %d split %d", kind, B, L, E, N, chunk, split);
     T_CLOSE(nm, rel(out_g, out_c, ne), TOL_BF16);
 
     /* backward */
@@ -442,6 +443,9 @@ static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba,
     }
     G->free(G, d_xz), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dz);
     free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g);
+}
+static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk) {
+    test_scan_split(B, L, E, N, dt_ld, ldx, mamba, chunk, 0);
 }
 
 /* ---------------- loss ---------------- */
@@ -689,6 +693,21 @@ int main(int argc, char **argv) {
     test_scan(2, 26, 48, 4, 2, 10, 1, 16);
     test_scan(3, 730, 136, 16, 4, 40, 0, 32);
     test_scan(1, 64, 40, 16, 3, 35, 1, 64); /* one chunk exactly */
+    /* the forward's two kernels forced where the other one is chosen: the pair kernel (one
+     * thread per channel) sequential and chunked at small B x E, the quad kernel (four) with a
+     * partial last block (264 = 8 x 32 + 8), N = 4 and 8 (1 and 2 states a thread), rows that
+     * take 8-byte copies (E = 36) and plain loads (E = 37), both forms */
+    test_scan_split(1, 4097, 40, 16, 3, 35, 0, 0, 1);
+    test_scan_split(2, 730, 72, 16, 5, 37, 1, 0, 1);
+    test_scan_split(2, 197, 40, 16, 3, 35, 0, -1, 1);
+    test_scan_split(2, 197, 264, 16, 9, 48, 0, -1, 4);
+    test_scan_split(2, 197, 264, 16, 9, 48, 1, 40, 4);
+    test_scan_split(2, 33, 72, 8, 5, 21, 0, -1, 4);
+    test_scan_split(2, 26, 48, 4, 2, 10, 1, 16, 4);
+    test_scan_split(2, 26, 48, 4, 2, 10, 0, -1, 4);
+    test_scan_split(3, 101, 36, 16, 4, 40, 0, -1, 4);
+    test_scan_split(2, 99, 37, 16, 4, 40, 1, 24, 4);
+    test_scan_split(1, 1, 37, 16, 4, 40, 0, -1, 4);
 
     test_loss(3, 5);
     test_loss(7, 1000);

@@ -150,6 +150,8 @@ typedef struct {
     int chunk;                     /* CUDA: tokens per chunk of the scan that runs parallel over
                                     * tokens (a multiple of 8); 0 chosen by shape, -1 none (one
                                     * thread walks all L tokens). The CPU ignores it. */
+    int split;                     /* CUDA: threads per channel, each holding N / split states: 0
+                                    * chosen by shape, 1 or 4. The CPU ignores it. */
 } VilScanFwd;
 typedef struct {
     VilRecurrence rec;

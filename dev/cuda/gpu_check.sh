@@ -4,7 +4,7 @@
 # Full logs go to $OUT (or ./out); the summary printed last fits the reply's tail.
 #   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [dev] [e2e] [data] [pth]
 #                                                  [peer:TIMM_MODEL:BATCH[:compile]] [mpi:CFG:BATCH[:NP]] [tfevents]
-#                                                  [res:CFG:SIZES:BATCHES[:TIMM_MODEL]] [scan:L:B:CHUNKS[:mamba]]
+#                                                  [res:CFG:SIZES:BATCHES[:TIMM_MODEL]] [scan:L:B:CHUNKS[:mamba[:SPLITS]]]
 # dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
 # defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
@@ -66,14 +66,17 @@ for step in "$@"; do
         echo "bench_ops D=$D B=$bs: rc=$?"; cat "$OUT/ops_$D.log"
         ;;
     scan:*)
-        # the scan harness at one length and batch over chunk sizes: scan:L:B:CHUNKS[:mamba]
-        # (CHUNKS comma-separated; 0 chosen by shape, -1 the sequential kernels)
+        # the scan harness at one length and batch over chunk sizes: scan:L:B:CHUNKS[:mamba[:SPLITS]]
+        # (CHUNKS comma-separated; 0 chosen by shape, -1 the sequential kernels; SPLITS the
+        # forward's threads per channel, comma-separated: 0 chosen by shape, 1, 4)
         make dev-cuda >> "$OUT/build.log" 2>&1
         L=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); cks=$(echo "$step" | cut -d: -f4)
-        mb=$(echo "$step" | cut -s -d: -f5)
-        for c in $(echo "$cks" | tr ',' ' '); do
-            build/dev/cuda/scan 2 "$bs" 10 --L "$L" --chunk "$c" ${mb:+--mamba} >> "$OUT/scan_sweep.log" 2>&1
-            echo "scan L=$L B=$bs chunk $c${mb:+ mamba}: rc=$? $(tail -1 "$OUT/scan_sweep.log" | sed 's/.*validation/validation/')"
+        mb=$(echo "$step" | cut -s -d: -f5); sps=$(echo "$step" | cut -s -d: -f6)
+        for sp in $(echo "${sps:-0}" | tr ',' ' '); do
+            for c in $(echo "$cks" | tr ',' ' '); do
+                build/dev/cuda/scan 2 "$bs" 10 --L "$L" --chunk "$c" --split "$sp" ${mb:+--mamba} >> "$OUT/scan_sweep.log" 2>&1
+                echo "scan L=$L B=$bs chunk $c split $sp${mb:+ mamba}: rc=$? $(tail -1 "$OUT/scan_sweep.log" | sed 's/.*validation/validation/')"
+            done
         done
         ;;
     ncu:*)

@@ -234,7 +234,9 @@ static const HSpec SPEC = {
     "  --mamba    the Mamba (ViM) recurrence instead of Longhorn (ViL)\n"
     "  --L N      N tokens instead of 197 (4097: 1024 px; 16385: 2048 px)\n"
     "  --chunk C  version 2's token-parallel form: chunks of C tokens (0 chosen by shape, the\n"
-    "             default; -1 none: one thread walks all tokens)\n",
+    "             default; -1 none: one thread walks all tokens)\n"
+    "  --split S  version 2's forward: threads per channel (0 chosen by shape, the default; 1 the\n"
+    "             pair kernel, 4 the quad kernel)\n",
     versions, (int)(sizeof versions / sizeof versions[0]), 64, 50};
 
 int main(int argc, char **argv) {
@@ -242,10 +244,11 @@ int main(int argc, char **argv) {
     int mamba = h_take_flag(&argc, argv, "--mamba");
     int Lq = h_take_int(&argc, argv, "--L", 197, 1, 1 << 20);
     int chunk = h_take_int(&argc, argv, "--chunk", 0, -1, 1 << 20);
+    int split = h_take_int(&argc, argv, "--split", 0, 0, 4);
     h_init(&h, argc, argv, &SPEC);
     HShapes S = h_shapes(h.B, 192);
     S.L = Lq;
-    snprintf(h.tag, sizeof h.tag, "%s L=%d chunk %d", mamba ? "mamba" : "longhorn", Lq, chunk);
+    snprintf(h.tag, sizeof h.tag, "%s L=%d chunk %d split %d", mamba ? "mamba" : "longhorn", Lq, chunk, split);
     int B = S.B, L = S.L, E = S.E, N = S.N, R = S.dt_ld, ldx = S.ldx, ldz = 2 * E;
     size_t BL = (size_t)B * L, ne = BL * E, nx = BL * ldx, nz = BL * ldz;
     VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
@@ -276,7 +279,7 @@ int main(int argc, char **argv) {
                      .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
     scan_bidir_forward(&cf);
     VilScanFwd gf = cf;
-    gf.chunk = chunk;
+    gf.chunk = chunk, gf.split = split;
     gf.out = h_poison_act(&h, ne), gf.z = h_act_at(&h, gxz, E);
     for (int j = 0; j < 2; j++) {
         gf.u[j] = gu[j], gf.delta[j] = gdl[j], gf.xdbl[j] = gxd[j], gf.D[j] = gD[j];
