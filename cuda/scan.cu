@@ -1083,9 +1083,14 @@ static void make_kq(ScanArgs *a, float *kqt, bool compact = false) {
  * E = 384, fwd us, pair / quad): L = 4097, B = 32 sequential 1368 / 1150; L = 197, B = 64
  * 97.6 / 104.6, B = 256 234 / 362; chunked (C = 64) L = 4097, B = 1 97 / 97, B = 8 510 / 692 with
  * the quad's then 4x longer chunks; vil bench, 224 px b1 latency 2.21 / 1.90 ms, b32 inference
- * 11,702 / 12,794 img/s (cuda/PERF_NOTES.md session 12) */
+ * 11,702 / 12,794 img/s (cuda/PERF_NOTES.md session 12). Mamba's step costs an exp per state,
+ * so its quad kernel pays off further: L = 197, B = 64 217 / 133, B = 256 420 / 466; L = 1025,
+ * B = 32 1005 / 377 (B = 65 .. 255 not measured: the threshold sits between) */
 #ifndef SCAN_QUAD_FWD
 #define SCAN_QUAD_FWD 16384
+#endif
+#ifndef SCAN_QUAD_FWD_MAMBA
+#define SCAN_QUAD_FWD_MAMBA 32768
 #endif
 #ifndef SCAN_PAR_THREADS
 #define SCAN_PAR_THREADS 196608
@@ -1244,7 +1249,8 @@ extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
      * have fewer than SCAN_QUAD_FWD threads */
     choose_chunks(&a, p->chunk, SCAN_SEQ_FWD);
     int split = p->split ? p->split : env_knob(&env_split, "VIL_SCAN_SPLIT", "threads per channel are");
-    if (split == 0) split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < SCAN_QUAD_FWD ? QUAD_Q : 1;
+    if (split == 0)
+        split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < (mamba ? SCAN_QUAD_FWD_MAMBA : SCAN_QUAD_FWD) ? QUAD_Q : 1;
     if (split != 1 && split != QUAD_Q) VIL_FATAL("scan: split = %d; the CUDA forward has 1 and %d threads per channel", split, QUAD_Q);
     a.split = split;
     DISPATCH_N(p->N, mamba, forward_impl, a);
