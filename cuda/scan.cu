@@ -254,6 +254,12 @@ __device__ __forceinline__ void step_pre(float &p0, float &p1, const float *row,
     pre_scalars<MAMBA>(p0, p1, MAMBA ? 0.0f : row[KQ<N>::KAP], u, dl);
 }
 
+/* one state's h <- a h + b with the step's scalars (k: the state's k) */
+template <bool MAMBA>
+__device__ __forceinline__ float state_upd(float h, float k, float p0, float p1, float A) {
+    return MAMBA ? fmaf(__expf(p0 * A), h, p1 * k) : fmaf(p0 * k, fmaf(-k, h, p1), h);
+}
+
 /* h <- a h + b with the step's scalars; returns q.h (the D skip is added by the caller).
  * Longhorn in the form h + eps k (u - k h) = (1 - eps k^2) h + eps u k: three operations per
  * state as before, without the k^2 row (4 fewer shared loads of 16 bytes per step at N = 16). */
@@ -269,8 +275,7 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int n = 4 * g + e;
-            if (MAMBA) h[n] = fmaf(__expf(p0 * A[n]), h[n], p1 * k[e]);
-            else h[n] = fmaf(p0 * k[e], fmaf(-k[e], h[n], p1), h[n]);
+            h[n] = state_upd<MAMBA>(h[n], k[e], p0, p1, A[n]);
             y[e] = fmaf(q[e], h[n], y[e]);
         }
     }
@@ -575,8 +580,7 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
                     load_group<NS>(kk, qq, kq + i * RB + 16 + s * KQH<N>::GB);
 #pragma unroll
                     for (int n = 0; n < NS; n++) {
-                        if (MAMBA) h[n] = fmaf(__expf(p0 * A[n]), h[n], p1 * kk[n]);
-                        else h[n] = fmaf(p0 * kk[n], fmaf(-kk[n], h[n], p1), h[n]);
+                        h[n] = state_upd<MAMBA>(h[n], kk[n], p0, p1, A[n]);
                         if (n & 1) yb = fmaf(qq[n], h[n], yb);
                         else ya = fmaf(qq[n], h[n], ya);
                     }
