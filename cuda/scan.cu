@@ -883,102 +883,178 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
  * its end state S and the product P of its forget gates (h_end = P h_start + S). With ADJ also
  * the reverse adjoint from zero past the chunk's end, lam_s = a_{s+1} lam_{s+1} + gy_s q_s, whose
  * carry into the chunk before is a_s0 lam_s0 (with the later chunks': G = G_local + P G_next).
- * Plain loads: 8 steps of inputs are loaded before any of them is used. */
+ * Only what the chain reads is made: S and P of chunks 0 .. nch - 2, G of chunks 1 .. nch - 1.
+ * The inputs are staged as in the pair kernel (cp.async, LOC_STAGES rounds of CKS steps in
+ * flight; the k|q rows in shared memory, read by every thread of the block): v1 read them with
+ * plain global loads a step at a time and was latency-bound (1024 px b1: 62 us for 64 steps;
+ * 2048 px b8: 1.15 ms, twice the pair kernel's time for the same steps). */
 #define LOC_T 128
-#define LOC_S 8
+#define LOC_STAGES 3
 template <int N, bool MAMBA, bool ADJ>
 __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
-    constexpr int KQW = KQ<N>::W;
+    constexpr int KQW = KQ<N>::W, T = LOC_T, NQ = ADJ ? 4 : 2;
+    constexpr int buf_elems = NQ * CKS * T;
+    __shared__ __align__(16) bf16 stage[LOC_STAGES * buf_elems];
+    __shared__ __align__(16) float kqs[LOC_STAGES * CKS * KQW];
     const int L = a.L, E = a.E, j = blockIdx.y, b = blockIdx.z / a.nch, k = blockIdx.z - b * a.nch;
-    const int d = blockIdx.x * LOC_T + threadIdx.x;
-    if (d >= E) return;
-    const int sb = k * a.C, se = min(L, sb + a.C);
+    const int tid = threadIdx.x, c0 = blockIdx.x * T, d = c0 + tid;
+    const bool act = d < E;
+    const int sb = k * a.C, se = min(L, sb + a.C), nsc = (se - sb + CKS - 1) / CKS;
     const float *kqb = a.kqt + ((size_t)j * a.B + b) * L * KQW;
-    const bf16 *u = a.u[j] + (size_t)b * L * E + d, *dl = a.delta[j] + (size_t)b * L * E + d;
-    float A[N], h[N], P[N], sdt = 0.0f;
+    float A[N];
 #pragma unroll
-    for (int n = 0; n < N; n++) {
-        A[n] = MAMBA ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
-        h[n] = 0.0f, P[n] = 1.0f;
-    }
-    for (int s0 = sb; s0 < se; s0 += LOC_S) {
-        float uu[LOC_S], dd[LOC_S];
-#pragma unroll
-        for (int i = 0; i < LOC_S; i++) {
-            int s = min(s0 + i, se - 1), t = j ? L - 1 - s : s;
-            uu[i] = bf2f(u[(size_t)t * E]), dd[i] = bf2f(dl[(size_t)t * E]);
-        }
-#pragma unroll
-        for (int i = 0; i < LOC_S; i++) {
-            if (s0 + i >= se) break;
+    for (int n = 0; n < N; n++) A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
+    /* round r (steps sb + r CKS ..) into slot `slot`: u, dl [, z, go] and the k|q rows */
+    auto issue = [&](int r, int nq, int slot) {
+        if (r < 0 || r >= nsc) return;
+        const int s0 = sb + r * CKS, cs = min(CKS, se - s0);
+        bf16 *dst = stage + slot * buf_elems;
+        auto row_of = [&](int q, int i) -> const bf16 * {
             int s = s0 + i, t = j ? L - 1 - s : s;
-            const float *row = kqb + (size_t)t * KQW;
-            float p0, p1;
-            step_pre<N, MAMBA>(p0, p1, row, uu[i], dd[i]);
-            step_upd<N, MAMBA>(h, row, p0, p1, A);
-            if (MAMBA) sdt += p0;
-            else
+            const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : a.dout;
+            size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
+            return base + ((size_t)b * L + t) * ld + c0;
+        };
+        if (a.vec_act == 16)
+            queue_rows16<T, CKS, NQ>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
+        else
+            queue_rows(dst, nq * cs, T, 2, c0, E, a.vec_act, [&](int rr) -> const void * {
+                int q = rr / cs;
+                return row_of(q, rr - q * cs);
+            }, tid, T, cs, CKS);
+        queue_kq<N>(kqs + slot * CKS * KQW, kqb, s0, cs, CKS, j, L, tid, T);
+    };
+    /* the pipeline over rounds r(0), r(1), ... (forward or reverse order); body(st, kq, cs, s0) */
+    auto pipeline = [&](bool rev, int nq, auto body) {
+        auto rnd = [&](int it) { return rev ? nsc - 1 - it : it; };
 #pragma unroll
-                for (int n = 0; n < N; n++) P[n] *= fmaf(-p0, row[KQ<N>::KK + n], 1.0f);
+        for (int it = 0; it < LOC_STAGES - 1; it++) {
+            issue(rnd(it), nq, it);
+            cp_commit();
         }
-    }
+        for (int it = 0; it < nsc; it++) {
+            const int r = rnd(it), s0 = sb + r * CKS, cs = min(CKS, se - s0), slot = it % LOC_STAGES;
+            issue(rnd(it + LOC_STAGES - 1), nq, (it + LOC_STAGES - 1) % LOC_STAGES);
+            cp_commit();
+            cp_wait<LOC_STAGES - 1>();
+            __syncthreads();
+            body(stage + slot * buf_elems, kqs + slot * CKS * KQW, cs, s0);
+            __syncthreads(); /* the slot is free for the next rounds */
+        }
+        cp_wait<0>();
+    };
+    if (k + 1 < a.nch) { /* S, P: the last chunk's start nothing */
+        float h[N], P[N], sdt = 0.0f;
 #pragma unroll
-    for (int n = 0; n < N; n++) {
-        a.chs[ch_idx(a, N, b, j, k, n, d)] = h[n];
-        a.chp[ch_idx(a, N, b, j, k, n, d)] = MAMBA ? __expf(A[n] * sdt) : P[n];
+        for (int n = 0; n < N; n++) h[n] = 0.0f, P[n] = 1.0f;
+        pipeline(false, 2, [&](const bf16 *st, const float *kq, int cs, int s0) {
+            float p0[CKS], p1[CKS];
+#pragma unroll
+            for (int i = 0; i < CKS; i++) {
+                step_pre<N, MAMBA>(p0[i], p1[i], kq + i * KQW, bf2f(st[i * T + tid]), bf2f(st[(CKS + i) * T + tid]));
+                if (i >= cs) p0[i] = 0.0f, p1[i] = 0.0f; /* past the chunk: nothing changes */
+            }
+#pragma unroll
+            for (int i = 0; i < CKS; i++) {
+                const float4 *r4 = reinterpret_cast<const float4 *>(kq + i * KQW);
+#pragma unroll
+                for (int g = 0; g < N / 4; g++) {
+                    float4 k4 = r4[g], kk4 = r4[KQ<N>::KK / 4 + g];
+                    float kv[4] = {k4.x, k4.y, k4.z, k4.w}, kk[4] = {kk4.x, kk4.y, kk4.z, kk4.w};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int n = 4 * g + e;
+                        h[n] = state_upd<MAMBA>(h[n], kv[e], p0[i], p1[i], A[n]);
+                        if (!MAMBA) P[n] *= fmaf(-p0[i], kk[e], 1.0f);
+                    }
+                }
+                if (MAMBA) sdt += p0[i];
+            }
+        });
+        if (act)
+#pragma unroll
+            for (int n = 0; n < N; n++) {
+                a.chs[ch_idx(a, N, b, j, k, n, d)] = h[n];
+                a.chp[ch_idx(a, N, b, j, k, n, d)] = MAMBA ? __expf(A[n] * sdt) : P[n];
+            }
     }
-    if (!ADJ) return;
-    const bf16 *z = a.z + (size_t)b * L * a.ldz + d, *go = a.dout + (size_t)b * L * E + d;
+    if (!ADJ || k == 0) return; /* G: nothing comes before chunk 0 */
     float lam[N], an[N];
 #pragma unroll
     for (int n = 0; n < N; n++) lam[n] = 0.0f, an[n] = 0.0f;
-    for (int s1 = se; s1 > sb; s1 -= LOC_S) { /* steps s1 - 1, s1 - 2, ... */
-        float uu[LOC_S], dd[LOC_S], gy[LOC_S];
+    pipeline(true, NQ, [&](const bf16 *st, const float *kq, int cs, int s0) {
+        auto in = [&](int q, int i) { return bf2f(st[(q * CKS + i) * T + tid]); };
 #pragma unroll
-        for (int i = 0; i < LOC_S; i++) {
-            int s = max(s1 - 1 - i, sb), t = j ? L - 1 - s : s;
-            float zz = bf2f(z[(size_t)t * a.ldz]);
-            uu[i] = bf2f(u[(size_t)t * E]), dd[i] = bf2f(dl[(size_t)t * E]);
-            gy[i] = 0.5f * bf2f(go[(size_t)t * E]) * zz * sigmoidf_fast(zz);
-        }
+        for (int i = CKS - 1; i >= 0; i--) {
+            if (i >= cs) continue;
+            const float *row = kq + i * KQW;
+            float p0, p1, zz = in(2, i), gy = 0.5f * in(3, i) * zz * sigmoidf_fast(zz);
+            step_pre<N, MAMBA>(p0, p1, row, in(0, i), in(1, i));
+            const float4 *r4 = reinterpret_cast<const float4 *>(row);
 #pragma unroll
-        for (int i = 0; i < LOC_S; i++) {
-            if (s1 - 1 - i < sb) break;
-            int s = s1 - 1 - i, t = j ? L - 1 - s : s;
-            const float *row = kqb + (size_t)t * KQW;
-            float p0, p1;
-            step_pre<N, MAMBA>(p0, p1, row, uu[i], dd[i]);
+            for (int g = 0; g < N / 4; g++) {
+                float4 q4 = r4[N / 4 + g], kk4 = r4[KQ<N>::KK / 4 + g];
+                float qv[4] = {q4.x, q4.y, q4.z, q4.w}, kk[4] = {kk4.x, kk4.y, kk4.z, kk4.w};
 #pragma unroll
-            for (int n = 0; n < N; n++) {
-                lam[n] = fmaf(an[n], lam[n], gy[i] * row[N + n]);
-                an[n] = MAMBA ? __expf(p0 * A[n]) : fmaf(-p0, row[KQ<N>::KK + n], 1.0f);
+                for (int e = 0; e < 4; e++) {
+                    int n = 4 * g + e;
+                    lam[n] = fmaf(an[n], lam[n], gy * qv[e]);
+                    an[n] = MAMBA ? __expf(p0 * A[n]) : fmaf(-p0, kk[e], 1.0f);
+                }
             }
         }
-    }
+    });
+    if (act)
 #pragma unroll
-    for (int n = 0; n < N; n++) a.chg[ch_idx(a, N, b, j, k, n, d)] = an[n] * lam[n];
+        for (int n = 0; n < N; n++) a.chg[ch_idx(a, N, b, j, k, n, d)] = an[n] * lam[n];
 }
 
 /* The chain over the chunks, one thread per (sample, direction, n, channel): the state after
  * chunk k, h_k = P_k h_{k-1} + S_k (k = 1 .. nch - 2: the last one starts nothing), in place of
  * S_k; with adj also the adjoint carried into chunk k - 1, G_k = G_local,k + P_k G_{k+1}
- * (k = nch - 2 .. 1), in place of G_local,k. */
+ * (k = nch - 2 .. 1), in place of G_local,k. The loads of CAR_U chunks are issued before any of
+ * their results is stored (v1 loaded one chunk at a time behind the previous store: 29 us for
+ * the 65 chunks of 1024 px b1, a global-memory latency per chunk). */
+#define CAR_U 8
 template <int N>
 __global__ void scan_carry_kernel(ScanArgs a, int adj) {
     const size_t tot = (size_t)a.B * 2 * N * a.E, st = (size_t)N * a.E;
+    const int nch = a.nch;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < tot; idx += (size_t)gridDim.x * blockDim.x) {
         size_t d = idx % a.E, r = idx / a.E, n = r % N, bj = r / N;
-        size_t base = bj * a.nch * st + n * a.E + d; /* chunk k at base + k st */
+        size_t base = bj * nch * st + n * a.E + d; /* chunk k at base + k st */
         float hc = a.chs[base];
-        for (int k = 1; k + 1 < a.nch; k++) {
-            hc = fmaf(a.chp[base + k * st], hc, a.chs[base + k * st]);
-            a.chs[base + k * st] = hc;
+        for (int k0 = 1; k0 + 1 < nch; k0 += CAR_U) {
+            float pv[CAR_U], sv[CAR_U];
+#pragma unroll
+            for (int i = 0; i < CAR_U; i++) {
+                const bool on = k0 + i + 1 < nch;
+                pv[i] = on ? a.chp[base + (k0 + i) * st] : 0.0f;
+                sv[i] = on ? a.chs[base + (k0 + i) * st] : 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < CAR_U; i++) {
+                if (k0 + i + 1 >= nch) break;
+                hc = fmaf(pv[i], hc, sv[i]);
+                a.chs[base + (k0 + i) * st] = hc;
+            }
         }
         if (!adj) continue;
-        float g = a.chg[base + (a.nch - 1) * st];
-        for (int k = a.nch - 2; k >= 1; k--) {
-            g = fmaf(a.chp[base + k * st], g, a.chg[base + k * st]);
-            a.chg[base + k * st] = g;
+        float g = a.chg[base + (nch - 1) * st];
+        for (int k0 = nch - 2; k0 >= 1; k0 -= CAR_U) {
+            float pv[CAR_U], gv[CAR_U];
+#pragma unroll
+            for (int i = 0; i < CAR_U; i++) {
+                const bool on = k0 - i >= 1;
+                pv[i] = on ? a.chp[base + (k0 - i) * st] : 0.0f;
+                gv[i] = on ? a.chg[base + (k0 - i) * st] : 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < CAR_U; i++) {
+                if (k0 - i < 1) break;
+                g = fmaf(pv[i], g, gv[i]);
+                a.chg[base + (k0 - i) * st] = g;
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 #   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [dev] [e2e] [data] [pth]
 #                                                  [peer:TIMM_MODEL:BATCH[:compile]] [mpi:CFG:BATCH[:NP]] [tfevents]
 #                                                  [res:CFG:SIZES:BATCHES[:TIMM_MODEL]] [scan:L:B:CHUNKS[:mamba[:SPLITS]]]
+#                                                  [scanprof:L:B:CHUNK[:mamba[:SPLIT]]]
 # dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
 # defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
@@ -78,6 +79,19 @@ for step in "$@"; do
                 echo "scan L=$L B=$bs chunk $c split $sp${mb:+ mamba}: rc=$? $(tail -1 "$OUT/scan_sweep.log" | sed 's/.*validation/validation/')"
             done
         done
+        ;;
+    scanprof:*)
+        # each kernel's time in the scan harness's first forward and backward (the validated
+        # calls), by Nsight Compute (kernels serialized): scanprof:L:B:CHUNK[:mamba[:SPLIT]]
+        make dev-cuda >> "$OUT/build.log" 2>&1
+        L=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); c=$(echo "$step" | cut -d: -f4)
+        mb=$(echo "$step" | cut -s -d: -f5); sp=$(echo "$step" | cut -s -d: -f6)
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        log="$OUT/scanprof_${L}_${bs}_${c}${mb:+_m}${sp:+_s$sp}.log"
+        $NCU --clock-control none --metrics gpu__time_duration.sum -k "regex:scan_|colsum" -c 24 \
+            build/dev/cuda/scan 2 "$bs" 1 --L "$L" --chunk "$c" --split "${sp:-0}" ${mb:+--mamba} > "$log" 2>&1
+        echo "scanprof L=$L B=$bs chunk $c${mb:+ mamba}${sp:+ split $sp}: rc=$?"
+        awk '/^  [a-z_]+.*\(/ {k=$0; sub(/^ +/, "", k); sub(/\(ScanArgs.*|\(float.*|\(const.*/, "", k); gsub(/ /, "", k); g=$0; sub(/.*\) \(/, "(", g); sub(/, Context.*/, "", g)} /gpu__time_duration.sum/ {printf "  %-40s %-28s %10s %s\n", k, g, $NF, $(NF-1)}' "$log"
         ;;
     ncu:*)
         # Nsight Compute on the kernels matching a regex, in bench_ops (one launch each)
