@@ -294,7 +294,13 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
 #define PAIR_MINB 6 /* blocks per SM the register allocation aims at (80 registers); measured
                       * forward 278 / 289 / 289 us per Tiny layer at 6 / 7 / 8 */
 #endif
-#define PAIR_NQ 5
+#define PAIR_NQ 5 /* staged rows: u dl z go ys in the backward prep; the forward has no go */
+#ifndef PAIR_STAGES
+#define PAIR_STAGES 2 /* the forward's staging slots (rounds in flight + 1); measured 3 against 2
+                       * (fwd us, E = 384): L = 4097 B = 1 70.3 / 68.6, B = 32 chunked 1,053 /
+                       * 1,076; L = 16385 B = 8 1,099 / 1,083: no gain. The backward prep keeps
+                       * 2 (its shared memory is near a static allocation's 48 KB) */
+#endif
 #ifndef PAIR_SEQ_UNROLL
 #define PAIR_SEQ_UNROLL 1 /* the sequential pair kernel's two passes: rolled (1) or unrolled (2) */
 #endif
@@ -305,9 +311,10 @@ static constexpr int pair_seq_unroll = PAIR_SEQ_UNROLL; /* #pragma unroll expand
 template <int N, bool MAMBA, bool BWD, bool CH>
 __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
-    constexpr int buf_elems = PAIR_NQ * CKS * T;
-    __shared__ __align__(16) bf16 stage[2 * buf_elems];
-    __shared__ __align__(16) float kqs[2 * CKS * KQW];
+    constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : PAIR_STAGES; /* rows, slots */
+    constexpr int buf_elems = NQ * CKS * T;
+    __shared__ __align__(16) bf16 stage[NSTG * buf_elems];
+    __shared__ __align__(16) float kqs[NSTG * CKS * KQW];
     __shared__ float red[BWD ? NW * CKS * N : 1];
     __shared__ __align__(16) float tp[BWD ? NW * N * TP_LD : 4]; /* warp_colsum tiles */
     const int L = a.L, E = a.E;
@@ -348,7 +355,7 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
                 return base + ((size_t)b * L + t) * ld + c0;
             };
             if (a.vec_act == 16)
-                queue_rows16<T, CKS, PAIR_NQ>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
+                queue_rows16<T, CKS, NQ>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
             else
                 queue_rows(dst, nq * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
                     int q = r / cs;
@@ -359,20 +366,25 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
         };
         /* staged row index of each kind (see issue) */
         const int rz = 2, rg = need_z ? 3 : 2, ry = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0);
-        issue(sb, min(CKS, se - sb), stage);
-        cp_commit();
+        /* round r of the block's steps into slot r % NSTG; NSTG - 1 rounds in flight */
+        auto issue_round = [&](int r) {
+            if (r >= nsc) return;
+            const int s0 = sb + r * CKS;
+            issue(s0, min(CKS, se - s0), stage + (r % NSTG) * buf_elems);
+        };
+#pragma unroll
+        for (int r = 0; r < NSTG - 1; r++) {
+            issue_round(r);
+            cp_commit(); /* one group per round, empty past the end */
+        }
         for (int ch = 0; ch < nsc; ch++) {
             int s0 = sb + ch * CKS, cs = min(CKS, se - s0);
-            if (ch + 1 < nsc) {
-                issue(s0 + CKS, min(CKS, se - s0 - CKS), stage + ((ch + 1) & 1) * buf_elems);
-                cp_commit();
-                cp_wait<1>();
-            } else {
-                cp_wait<0>();
-            }
+            issue_round(ch + NSTG - 1); /* into the slot the previous round has freed */
+            cp_commit();
+            cp_wait<NSTG - 1>();
             __syncthreads();
-            const bf16 *st = stage + (ch & 1) * buf_elems;
-            const float *kq = kqs + (ch & 1) * CKS * KQW;
+            const bf16 *st = stage + (ch % NSTG) * buf_elems;
+            const float *kq = kqs + (ch % NSTG) * CKS * KQW;
             auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CKS + i) * T + tid]); };
             /* phase 1: the state-independent scalars of every step of the chunk */
             float uu[CKS], p0[CKS], p1[CKS];
@@ -435,6 +447,7 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
             }
             __syncthreads(); /* this buffer, kq and red are free for the next chunk */
         }
+        cp_wait<0>(); /* the empty groups */
         /* the stash written by pass 1 is read (through L2) by pass 0: __syncthreads above
          * orders the block's global writes before the next pass's copies */
         __threadfence_block();
@@ -1155,6 +1168,16 @@ static void make_kq(ScanArgs *a, float *kqt, bool compact = false) {
 #ifndef SCAN_SEQ_FWD
 #define SCAN_SEQ_FWD 12288
 #endif
+/* Longhorn's forward also chunks up to this many threads when the sequence is long (at least
+ * SCAN_LONG_L tokens), since the staged chunk summaries: E = 384, B = 32, fwd us, sequential
+ * (quad kernel) / chunked: L = 4097 1,142 / 1,053; L = 1025 295 / 317; L = 197 63 / 97. Mamba's
+ * quad kernel stays ahead there (L = 4097 1,465 / 1,736). */
+#ifndef SCAN_SEQ_FWD_LONG
+#define SCAN_SEQ_FWD_LONG 16384
+#endif
+#ifndef SCAN_LONG_L
+#define SCAN_LONG_L 2048
+#endif
 #ifndef SCAN_SEQ_BWD
 #define SCAN_SEQ_BWD 32768
 #endif
@@ -1327,7 +1350,7 @@ extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
     /* the chunks are the pair kernel's (the chunk summaries run a thread per channel whichever
      * kernel runs the passes); the quad kernel runs the passes where the pair kernel's would
      * have fewer than SCAN_QUAD_FWD threads */
-    choose_chunks(&a, p->chunk, SCAN_SEQ_FWD);
+    choose_chunks(&a, p->chunk, !mamba && p->L >= SCAN_LONG_L ? SCAN_SEQ_FWD_LONG : SCAN_SEQ_FWD);
     int split = p->split ? p->split : env_knob(&env_split, "VIL_SCAN_SPLIT", "threads per channel are");
     if (split == 0)
         split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < (mamba ? SCAN_QUAD_FWD_MAMBA : SCAN_QUAD_FWD) ? QUAD_Q : 1;

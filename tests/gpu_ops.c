@@ -693,6 +693,11 @@ int main(int argc, char **argv) {
     test_scan(2, 26, 48, 4, 2, 10, 1, 16);
     test_scan(3, 730, 136, 16, 4, 40, 0, 32);
     test_scan(1, 64, 40, 16, 3, 35, 1, 64); /* one chunk exactly */
+    /* the chunk summaries' generic staging: rows that take 8-byte copies (E = 36) and plain
+     * loads (E = 37), Longhorn and Mamba, N = 16 and 8 */
+    test_scan(2, 197, 36, 16, 4, 40, 0, 32);
+    test_scan(2, 130, 37, 8, 4, 24, 0, 24);
+    test_scan(1, 99, 37, 16, 4, 40, 1, 16);
     /* the forward's two kernels forced where the other one is chosen: the pair kernel (one
      * thread per channel) sequential and chunked at small B x E, the quad kernel (four) with a
      * partial last block (264 = 8 x 32 + 8), N = 4 and 8 (1 and 2 states a thread), rows that
