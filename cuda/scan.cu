@@ -13,7 +13,8 @@
  *                        dz, the state checkpoint every CK steps and the dq partial sums.
  *   scan_quad_kernel     the forward with a channel's N states split over 4 lanes (N / 4 each),
  *                        from compact bf16 k|q rows: chosen where the pair kernel's passes would
- *                        leave the GPU idle (1024 px at batch 32, 224 px at batch 1 to 32).
+ *                        leave the GPU idle (224 px at batch 1 to 32, 512 px at batch 32; ViM
+ *                        also at 1024 px batch 32).
  *   scan_adjoint_kernel  a block of ADJ_T threads (one per channel) per (sample, direction,
  *                        ADJ_T channels): per chunk of CK steps, in reverse, recomputes the
  *                        states from the chunk's checkpoint (a 4-step history in registers),
