@@ -156,6 +156,21 @@ __device__ __forceinline__ void queue_rows16(bf16 *dst, int nq, int cs, int c0, 
     }
 }
 
+/* The act rows of one staging round: nq <= NQ quantities of cs <= ROWS steps, row_of(q, i) the
+ * source of quantity q at step i, into dst (quantity q at rows q * ROWS ..): the compile-time
+ * 16-byte pieces where every row allows them (vb = 16), the generic queue otherwise. */
+template <int T, int ROWS, int NQ, typename RowFn>
+__device__ __forceinline__ void queue_act(bf16 *dst, int nq, int cs, int c0, int E, int vb,
+                                          RowFn row_of, int tid) {
+    if (vb == 16)
+        queue_rows16<T, ROWS, NQ>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
+    else
+        queue_rows(dst, nq * cs, T, 2, c0, E, vb, [&](int r) -> const void * {
+            int q = r / cs;
+            return row_of(q, r - q * cs);
+        }, tid, T, cs, ROWS);
+}
+
 /* Sum over the warp's 32 lanes of v[n] for each n < NV (a power of two, 4..16), by a transpose
  * through the warp's own shared tile tp (NV rows of TP_LD floats, 16-byte aligned): each lane
  * writes its column, then P = 32 / NV lanes read a row each (32 / P channels apiece, float4
@@ -355,13 +370,7 @@ __global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a
                 size_t ld = kind == 2 ? (size_t)a.ldz : kind == 4 ? ldy : (size_t)E;
                 return base + ((size_t)b * L + t) * ld + c0;
             };
-            if (a.vec_act == 16)
-                queue_rows16<T, CKS, NQ>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
-            else
-                queue_rows(dst, nq * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
-                    int q = r / cs;
-                    return row_of(q, r - q * cs);
-                }, tid, T, cs, CKS);
+            queue_act<T, CKS, NQ>(dst, nq, cs, c0, E, a.vec_act, row_of, tid);
             queue_kq<N>(kqs + (dst - stage) / buf_elems * CKS * KQW, a.kqt + ((size_t)j * a.B + b) * L * KQW,
                         s0, cs, CKS, j, L, tid, T);
         };
@@ -804,7 +813,6 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
         dAacc[n] = 0.0f;
     }
     const float *kqb = a.kqt + ((size_t)j * a.B + b) * L * KQW;
-    const bool fast = a.vec_act == 16 && a.vec_ck == 16;
     auto issue = [&](int c, int slot) {
         int s0 = c * CK, cs = min(CK, L - s0);
         bf16 *dst = stage + slot * act_elems;
@@ -815,16 +823,10 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
             return base + ((size_t)b * L + t) * ld + c0;
         };
         queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
-        if (fast) {
-            queue_rows16<T, CK, 4>(dst, 4, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
-            if (c > 0) adj_stage_ck16<N>(a, ckb + slot * N * T, c, j, b, c0, tid);
-            return;
-        }
-        queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
-            int q = r / cs;
-            return row_of(q, r - q * cs);
-        }, tid, T, cs, CK);
-        if (c > 0)
+        queue_act<T, CK, 4>(dst, 4, cs, c0, E, a.vec_act, row_of, tid);
+        if (c > 0 && a.vec_ck == 16)
+            adj_stage_ck16<N>(a, ckb + slot * N * T, c, j, b, c0, tid);
+        else if (c > 0)
             queue_rows(ckb + slot * N * T, N, T, 4, c0, E, a.vec_ck, [&](int n) -> const void * {
                 return a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0;
             }, tid, T, N);
@@ -929,13 +931,7 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
             size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
             return base + ((size_t)b * L + t) * ld + c0;
         };
-        if (a.vec_act == 16)
-            queue_rows16<T, CKS, NQ>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
-        else
-            queue_rows(dst, nq * cs, T, 2, c0, E, a.vec_act, [&](int rr) -> const void * {
-                int q = rr / cs;
-                return row_of(q, rr - q * cs);
-            }, tid, T, cs, CKS);
+        queue_act<T, CKS, NQ>(dst, nq, cs, c0, E, a.vec_act, row_of, tid);
         queue_kq<N>(kqs + slot * CKS * KQW, kqb, s0, cs, CKS, j, L, tid, T);
     };
     /* the pipeline over rounds r(0), r(1), ... (forward or reverse order); body(st, kq, cs, s0) */
