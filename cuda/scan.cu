@@ -156,6 +156,16 @@ __device__ __forceinline__ void queue_rows16(bf16 *dst, int nq, int cs, int c0, 
     }
 }
 
+/* The act row of quantity q (0 u, 1 delta, 2 z, 3 `q3`: go, or the forward's stash) at step s
+ * of direction j (token L-1-s for the backward one) and sample b, from channel c0 */
+__device__ __forceinline__ const bf16 *act_row(const ScanArgs &a, const bf16 *q3, int q, int j, int b,
+                                               int s, int c0) {
+    const int t = j ? a.L - 1 - s : s;
+    const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : q3;
+    const size_t ld = q == 2 ? (size_t)a.ldz : (size_t)a.E;
+    return base + ((size_t)b * a.L + t) * ld + c0;
+}
+
 /* The act rows of one staging round: nq <= NQ quantities of cs <= ROWS steps, row_of(q, i) the
  * source of quantity q at step i, into dst (quantity q at rows q * ROWS ..): the compile-time
  * 16-byte pieces where every row allows them (vb = 16), the generic queue otherwise. */
@@ -535,12 +545,7 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
             A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + nn]) : 0.0f;
         }
         const char *kqb = a.kqh + ((size_t)j * a.B + b) * L * RB;
-        auto row_of = [&](int q, int i, int s0) -> const bf16 * {
-            int st = s0 + i, t = j ? L - 1 - st : st;
-            const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : a.out;
-            size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
-            return base + ((size_t)b * L + t) * ld + c0;
-        };
+        auto row_of = [&](int q, int i, int s0) { return act_row(a, a.out, q, j, b, s0 + i, c0); };
         /* round ch's inputs into slot ch % QS_STAGES (nothing past the block's steps) */
         auto issue = [&](int ch) {
             const int s0 = sb + ch * QCK, cs = min(QCK, se - s0), slot = ch % QS_STAGES;
@@ -816,12 +821,7 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
     auto issue = [&](int c, int slot) {
         int s0 = c * CK, cs = min(CK, L - s0);
         bf16 *dst = stage + slot * act_elems;
-        auto row_of = [&](int q, int i) -> const bf16 * {
-            int s = s0 + i, t = j ? L - 1 - s : s;
-            const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : a.dout;
-            size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
-            return base + ((size_t)b * L + t) * ld + c0;
-        };
+        auto row_of = [&](int q, int i) { return act_row(a, a.dout, q, j, b, s0 + i, c0); };
         queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
         queue_act<T, CK, 4>(dst, 4, cs, c0, E, a.vec_act, row_of, tid);
         if (c > 0 && a.vec_ck == 16)
@@ -925,12 +925,7 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
         if (r < 0 || r >= nsc) return;
         const int s0 = sb + r * CKS, cs = min(CKS, se - s0);
         bf16 *dst = stage + slot * buf_elems;
-        auto row_of = [&](int q, int i) -> const bf16 * {
-            int s = s0 + i, t = j ? L - 1 - s : s;
-            const bf16 *base = q == 0 ? a.u[j] : q == 1 ? a.delta[j] : q == 2 ? a.z : a.dout;
-            size_t ld = q == 2 ? (size_t)a.ldz : (size_t)E;
-            return base + ((size_t)b * L + t) * ld + c0;
-        };
+        auto row_of = [&](int q, int i) { return act_row(a, a.dout, q, j, b, s0 + i, c0); };
         queue_act<T, CKS, NQ>(dst, nq, cs, c0, E, a.vec_act, row_of, tid);
         queue_kq<N>(kqs + slot * CKS * KQW, kqb, s0, cs, CKS, j, L, tid, T);
     };
