@@ -27,6 +27,11 @@ big_corpus() {
     for d in corpus/train/*/; do c=$(basename $d); mkdir -p $BIG/train/$c
         for k in $(seq 1 40); do for f in $d*; do cp "$f" "$BIG/train/$c/${k}_$(basename $f)"; done; done; done
 }
+# the fields of a scan or scanprof step, NAME:L:B:CHUNKS[:mamba[:SPLITS]]
+scan_fields() {
+    L=$(echo "$1" | cut -d: -f2); bs=$(echo "$1" | cut -d: -f3); cks=$(echo "$1" | cut -d: -f4)
+    mb=$(echo "$1" | cut -s -d: -f5); sps=$(echo "$1" | cut -s -d: -f6)
+}
 for step in "$@"; do
     case "$step" in
     tests)
@@ -71,8 +76,7 @@ for step in "$@"; do
         # (CHUNKS comma-separated; 0 chosen by shape, -1 the sequential kernels; SPLITS the
         # forward's threads per channel, comma-separated: 0 chosen by shape, 1, 4)
         make dev-cuda >> "$OUT/build.log" 2>&1
-        L=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); cks=$(echo "$step" | cut -d: -f4)
-        mb=$(echo "$step" | cut -s -d: -f5); sps=$(echo "$step" | cut -s -d: -f6)
+        scan_fields "$step"
         for sp in $(echo "${sps:-0}" | tr ',' ' '); do
             for c in $(echo "$cks" | tr ',' ' '); do
                 build/dev/cuda/scan 2 "$bs" 10 --L "$L" --chunk "$c" --split "$sp" ${mb:+--mamba} >> "$OUT/scan_sweep.log" 2>&1
@@ -84,8 +88,7 @@ for step in "$@"; do
         # each kernel's time in the scan harness's first forward and backward (the validated
         # calls), by Nsight Compute (kernels serialized): scanprof:L:B:CHUNK[:mamba[:SPLIT]]
         make dev-cuda >> "$OUT/build.log" 2>&1
-        L=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); c=$(echo "$step" | cut -d: -f4)
-        mb=$(echo "$step" | cut -s -d: -f5); sp=$(echo "$step" | cut -s -d: -f6)
+        scan_fields "$step"; c=$cks; sp=$sps
         NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         log="$OUT/scanprof_${L}_${bs}_${c}${mb:+_m}${sp:+_s$sp}.log"
         $NCU --clock-control none --metrics gpu__time_duration.sum -k "regex:scan_|colsum" -c 24 \
