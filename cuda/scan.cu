@@ -684,16 +684,18 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
                 int n = 4 * g + e;
                 float l = fmaf(anext[n], lam[n], gy * q[e]);
                 lam[n] = l;
-                float X = l * hp[n];
+                float lw = l * fmaf(m2k[e], hp[n], u);    /* lam (u - 2 k h_{t-1}) */
                 S1[e] = fmaf(l, k[e], S1[e]);             /* sum_n lam k */
-                S2[e] = fmaf(X, kk[e], S2[e]);            /* sum_n lam k^2 h_{t-1} */
-                dkv[n] = (l * eps) * fmaf(m2k[e], hp[n], u); /* lam eps (u - 2 k h_{t-1}) */
+                S2[e] = fmaf(lw, k[e], S2[e]);            /* sum_n lam k (u - 2 k h_{t-1}) */
+                dkv[n] = eps * lw;
                 anext[n] = fmaf(-eps, kk[e], 1.0f);       /* a_t, used at step t-1 */
             }
         }
         float s1 = (S1[0] + S1[1]) + (S1[2] + S1[3]), s2 = (S2[0] + S2[1]) + (S2[2] + S2[3]);
         du = fmaf(gy, Dsk, eps * s1);
-        float deps = fmaf(u, s1, -s2); /* sum_n lam (u k - k^2 h_{t-1}) */
+        /* deps = sum_n lam (u k - k^2 h_{t-1}) = u s1 - (u s1 - s2) / 2, s2 = u s1 - 2 sum_n lam
+         * k^2 h_{t-1}: 8 operations per state (the product lam h_{t-1} is not needed) */
+        float deps = 0.5f * fmaf(u, s1, s2);
         float rden2 = rden * rden;
         ddl = deps * rden2 * beta * (1.0f - beta);
         dkap2 = -2.0f * deps * beta * beta * rden2;
@@ -735,42 +737,45 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
 #ifndef ADJ_T
 #define ADJ_T 128 /* threads (channels) per adjoint block: its warps share the staged inputs */
 #endif
+#ifndef ADJ_WARPS_LH
+#define ADJ_WARPS_LH 16 /* Longhorn adjoint: warps per SM the register allocation aims at */
+#endif
+/* One sub-chunk of the adjoint: kq and st point at the sub-chunk's first step (st also at the
+ * thread's column), du / dd at its first token's du and ddelta for the thread's channel, the next
+ * step's `tstr` elements on (every address below is a compile-time offset from these) */
 template <int N, bool MAMBA>
-__device__ __forceinline__ void adjoint_sub(const ScanArgs &a, float (&lam)[N], float (&anext)[N],
-                                            float (&dAacc)[N], float &dDacc, float &dbacc,
-                                            const float (&hs)[N],
-                                            const float *kq, const bf16 *st, int base, int n,
-                                            int s0, int j, int b, int d, bool act, int col,
+__device__ __forceinline__ void adjoint_sub(float (&lam)[N], float (&anext)[N], float (&dAacc)[N],
+                                            float &dDacc, float &dbacc, const float (&hs)[N],
+                                            const float *kq, const bf16 *st, int n, bf16 *du_p,
+                                            bf16 *dd_p, ptrdiff_t tstr, bool act, int col,
                                             float Dsk, const float (&A)[N], float *red, float *tp) {
     constexpr int KQW = KQ<N>::W, T = ADJ_T;
-    const int L = a.L, E = a.E, lane = col & 31, warp = col >> 5;
-    auto in = [&](int q, int i) { return bf2f(st[(q * CK + i) * T + col]); };
+    const int lane = col & 31, warp = col >> 5;
+    auto in = [&](int q, int i) { return bf2f(st[(q * CK + i) * T]); };
     float H[SUB][N], h[N];
 #pragma unroll
     for (int k = 0; k < N; k++) h[k] = hs[k];
 #pragma unroll
     for (int i = 0; i < SUB; i++) {
         bool on = i < n;
-        float u = on ? in(0, base + i) : 0.0f, dl = on ? in(1, base + i) : 0.0f, p0, p1;
-        step_pre<N, MAMBA>(p0, p1, kq + (base + i) * KQW, u, dl);
+        float u = on ? in(0, i) : 0.0f, dl = on ? in(1, i) : 0.0f, p0, p1;
+        step_pre<N, MAMBA>(p0, p1, kq + i * KQW, u, dl);
         if (!on) p0 = 0.0f, p1 = 0.0f;
-        step_upd<N, MAMBA>(h, kq + (base + i) * KQW, p0, p1, A);
+        step_upd<N, MAMBA>(h, kq + i * KQW, p0, p1, A);
 #pragma unroll
         for (int k = 0; k < N; k++) H[i][k] = h[k];
     }
 #pragma unroll
     for (int i = SUB - 1; i >= 0; i--) {
         if (i >= n) continue;
-        int ii = base + i, s = s0 + ii, t = j ? L - 1 - s : s;
-        float u = in(0, ii), dl = in(1, ii), zv = in(2, ii);
-        float gy = 0.5f * in(3, ii) * zv * sigmoidf_fast(zv);
+        float u = in(0, i), dl = in(1, i), zv = in(2, i);
+        float gy = 0.5f * in(3, i) * zv * sigmoidf_fast(zv);
         float dkv[N], du, ddl, dkap2;
-        if (i > 0) adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, H[i > 0 ? i - 1 : 0], kq + ii * KQW, u, dl, gy, Dsk, A);
-        else adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, hs, kq + ii * KQW, u, dl, gy, Dsk, A);
-        size_t r = (size_t)b * L + t;
+        if (i > 0) adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, H[i > 0 ? i - 1 : 0], kq + i * KQW, u, dl, gy, Dsk, A);
+        else adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, hs, kq + i * KQW, u, dl, gy, Dsk, A);
         if (act) {
-            a.du[j][r * E + d] = f2bf(du);
-            a.ddelta[j][r * E + d] = f2bf(ddl);
+            du_p[i * tstr] = f2bf(du);
+            dd_p[i * tstr] = f2bf(ddl);
         }
         dDacc = fmaf(gy, u, dDacc);
         dbacc += ddl;
@@ -800,7 +805,7 @@ __device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, 
 }
 
 template <int N, bool MAMBA>
-__global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(ScanArgs a) {
+__global__ void __launch_bounds__(ADJ_T, (MAMBA ? 12 : ADJ_WARPS_LH) * 32 / ADJ_T) scan_adjoint_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, T = ADJ_T, NWB = ADJ_T / 32;
     constexpr int act_elems = 4 * CK * T;
     __shared__ __align__(16) bf16 stage[2 * act_elems];
@@ -848,6 +853,10 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
                 return a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0;
             }, tid, T, N);
     };
+    /* du and ddelta of token 0 for this thread's channel (a valid address when inactive too);
+     * the direction's next step is tstr elements on */
+    bf16 *du_b = a.du[j] + (size_t)b * L * E + (act ? d : 0), *dd_b = a.ddelta[j] + (size_t)b * L * E + (act ? d : 0);
+    const ptrdiff_t tstr = j ? -(ptrdiff_t)E : (ptrdiff_t)E;
     size_t pbase = ((size_t)b * 2 + j) * a.nblk2 + blockIdx.x;
     float *pk = a.pk + pbase * L * N, *pkap = a.pkap + pbase * L;
     int par = 0;
@@ -885,8 +894,10 @@ __global__ void __launch_bounds__(ADJ_T, 12 * 32 / ADJ_T) scan_adjoint_kernel(Sc
             int nsub = min(SUB, cs - sub * SUB);
 #pragma unroll
             for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (c > 0 ? h0[n * T] : 0.0f);
-            adjoint_sub<N, MAMBA>(a, lam, anext, dAacc, dDacc, dbacc, hs, kq, st, sub * SUB, nsub, s0, j, b,
-                                  d, act, tid, Dsk, A, red[par], tp);
+            const int sf = s0 + sub * SUB, tf = j ? L - 1 - sf : sf; /* the sub-chunk's first step, token */
+            adjoint_sub<N, MAMBA>(lam, anext, dAacc, dDacc, dbacc, hs, kq + sub * SUB * KQW, st + sub * SUB * T + tid,
+                                  nsub, du_b + (ptrdiff_t)tf * E, dd_b + (ptrdiff_t)tf * E, tstr, act, tid, Dsk, A,
+                                  red[par], tp);
             /* the block's sums over its warps in warp order; red[par] is written again two
              * sub-chunks later, after the next barrier */
             __syncthreads();
@@ -970,11 +981,12 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
 #pragma unroll
         for (int n = 0; n < N; n++) h[n] = 0.0f, P[n] = 1.0f;
         pipeline(false, 2, [&](const bf16 *st, const float *kq, int cs, int s0) {
-            float p0[CKS], p1[CKS];
+            float p0[CKS], p1[CKS], pu[CKS];
 #pragma unroll
             for (int i = 0; i < CKS; i++) {
                 step_pre<N, MAMBA>(p0[i], p1[i], kq + i * KQW, bf2f(st[i * T + tid]), bf2f(st[(CKS + i) * T + tid]));
                 if (i >= cs) p0[i] = 0.0f, p1[i] = 0.0f; /* past the chunk: nothing changes */
+                pu[i] = p0[i] * p1[i]; /* Longhorn: eps u */
             }
 #pragma unroll
             for (int i = 0; i < CKS; i++) {
@@ -986,8 +998,13 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         int n = 4 * g + e;
-                        h[n] = state_upd<MAMBA>(h[n], kv[e], p0[i], p1[i], A[n]);
-                        if (!MAMBA) P[n] *= fmaf(-p0[i], kk[e], 1.0f);
+                        if (MAMBA) {
+                            h[n] = state_upd<MAMBA>(h[n], kv[e], p0[i], p1[i], A[n]);
+                        } else { /* a = 1 - eps k^2 serves both: 4 operations per state, not 5 */
+                            const float at = fmaf(-p0[i], kk[e], 1.0f);
+                            h[n] = fmaf(at, h[n], pu[i] * kv[e]);
+                            P[n] *= at;
+                        }
                     }
                 }
                 if (MAMBA) sdt += p0[i];

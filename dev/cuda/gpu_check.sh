@@ -5,7 +5,7 @@
 #   . tools/gpu_env.sh && sh dev/cuda/gpu_check.sh [tests] [sanitize] [bench:CFG:BATCH ...] [dev] [e2e] [data] [pth]
 #                                                  [peer:TIMM_MODEL:BATCH[:compile]] [mpi:CFG:BATCH[:NP]] [tfevents]
 #                                                  [res:CFG:SIZES:BATCHES[:TIMM_MODEL]] [scan:L:B:CHUNKS[:mamba[:SPLITS]]]
-#                                                  [scanprof:L:B:CHUNK[:mamba[:SPLIT]]]
+#                                                  [scanprof:L:B:CHUNK[:mamba[:SPLIT]]] [scanncu:L:B:CHUNK:REGEX[:mamba]]
 # dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
 # defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
@@ -95,6 +95,22 @@ for step in "$@"; do
             build/dev/cuda/scan 2 "$bs" 1 --L "$L" --chunk "$c" --split "${sp:-0}" ${mb:+--mamba} > "$log" 2>&1
         echo "scanprof L=$L B=$bs chunk $c${mb:+ mamba}${sp:+ split $sp}: rc=$?"
         awk '/^  [a-z_]+.*\(/ {k=$0; sub(/^ +/, "", k); sub(/\(ScanArgs.*|\(float.*|\(const.*/, "", k); gsub(/ /, "", k); g=$0; sub(/.*\) \(/, "(", g); sub(/, Context.*/, "", g)} /gpu__time_duration.sum/ {printf "  %-40s %-28s %10s %s\n", k, g, $NF, $(NF-1)}' "$log"
+        ;;
+    scanncu:*)
+        # Nsight Compute's issue-stall reasons, pipe use and instruction mix of the scan kernels
+        # matching REGEX in the harness's validated calls: scanncu:L:B:CHUNK:REGEX[:mamba]
+        make dev-cuda >> "$OUT/build.log" 2>&1
+        L=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); c=$(echo "$step" | cut -d: -f4)
+        re=$(echo "$step" | cut -d: -f5); mb=$(echo "$step" | cut -s -d: -f6)
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        log="$OUT/scanncu_${L}_${bs}_${c}_$(echo "$re" | tr -c 'a-z0-9\n' '_')${mb:+_m}.log"
+        $NCU --clock-control none -k "regex:$re" -c 8 --section SpeedOfLight --section Occupancy \
+            --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats \
+            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum,smsp__cycles_active.avg" \
+            build/dev/cuda/scan 2 "$bs" 1 --L "$L" --chunk "$c" ${mb:+--mamba} > "$log" 2>&1
+        echo "scanncu L=$L B=$bs chunk $c $re${mb:+ mamba}: rc=$?"
+        grep -E "void |Duration|Executed Ipc A|Issue Slots Busy|Registers Per|Achieved Occupancy|Eligible Warps|Warp Cycles Per Issued|Pipe|stalled_[a-z_]+_per_issue_active.ratio +[a-z]* +[0-9.]*[1-9]|wavefronts_mem_shared|smsp__inst_executed.sum|cycles_active" "$log" \
+            | awk '!/stalled/ || $NF+0 >= 0.05' | cut -c1-160 | head -120
         ;;
     ncu:*)
         # Nsight Compute on the kernels matching a regex, in bench_ops (one launch each)
