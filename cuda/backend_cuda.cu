@@ -501,6 +501,11 @@ extern "C" void grad_allreduce_wait_cuda(const VilAllReduceWait *a) {
     c->comm_pending = 0;
 }
 
+static size_t b_scan_states_bytes(const VilBackend *be, const VilScanFwd *a) {
+    (void)be;
+    return scan_states_bytes_cuda(a);
+}
+
 #define VIL_CUDA_ENTRY(op, Args, label)                          \
     static void b_##op(const VilBackend *be, const Args *args) { \
         cu_bind(be);                                             \
@@ -521,7 +526,7 @@ VIL_OPS(VIL_CUDA_ENTRY)
         .feed_acquire = b_feed_acquire, .feed_release = b_feed_release,                       \
         .feed_wait = b_feed_wait, .device_name = b_device_name, .dist_join = b_dist_join,     \
         .graph_begin = b_graph_begin, .graph_end = b_graph_end, .graph_launch = b_graph_launch, \
-        .graph_free = b_graph_free,                                                           \
+        .graph_free = b_graph_free, .scan_states_bytes = b_scan_states_bytes,                 \
         VIL_OPS(VIL_CUDA_SLOT)                                                                \
     }
 #define VIL_CUDA_SLOT(op, Args, label) .op = b_##op,

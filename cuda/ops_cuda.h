@@ -21,6 +21,8 @@ VIL_OPS(VIL_CUDA_OP_DECL)
 #undef VIL_CUDA_OP_DECL
 
 void params_to_work_cuda(void *work /* (n) bf16 */, const float *master /* (n) */, size_t n);
+/* the backend's scan_states_bytes: the states the scan's forward keeps for its backward */
+size_t scan_states_bytes_cuda(const VilScanFwd *a);
 
 /* column sums of a row-major (N, OC) matrix with rows ld apart into db (+=), in a fixed order
  * (deterministic); shared by the linear and patch-embedding bias gradients */

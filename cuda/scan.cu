@@ -69,6 +69,9 @@ typedef struct {
     float *chp; /* (B, 2, nch, N, E) the product of chunk k's forget gates */
     float *chg; /* (B, 2, nch, N, E) the adjoint carried into chunk k - 1 (a_s0 lam_s0), from
                  * zero past chunk k's end, then with the later chunks' */
+    float *keep; /* the forward: chs in the caller's buffer (VilScanFwd.states), kept for the
+                  * backward; or NULL */
+    int kept;    /* the backward: chs holds the forward's kept states (no S pass, no S chain) */
 } ScanArgs;
 
 /* element (b, j, chunk k, n, d) of the chunk summaries */
@@ -934,8 +937,12 @@ __global__ void __launch_bounds__(ADJ_T, (MAMBA ? 12 : ADJ_WARPS_LH) * 32 / ADJ_
  * 2048 px b8: 1.15 ms, twice the pair kernel's time for the same steps). */
 #define LOC_T 128
 #define LOC_STAGES 3
-template <int N, bool MAMBA, bool ADJ>
+/* MODE: LOC_FWD S and P; LOC_BWD S and P, then G; LOC_KEPT (the forward's states kept) G, with P
+ * made in the same reverse pass */
+enum { LOC_FWD, LOC_BWD, LOC_KEPT };
+template <int N, bool MAMBA, int MODE>
 __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
+    constexpr bool ADJ = MODE != LOC_FWD;
     constexpr int KQW = KQ<N>::W, T = LOC_T, NQ = ADJ ? 4 : 2;
     constexpr int buf_elems = NQ * CKS * T;
     __shared__ __align__(16) bf16 stage[LOC_STAGES * buf_elems];
@@ -976,7 +983,7 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
         }
         cp_wait<0>();
     };
-    if (k + 1 < a.nch) { /* S, P: the last chunk's start nothing */
+    if (MODE != LOC_KEPT && k + 1 < a.nch) { /* S, P: the last chunk's start nothing */
         float h[N], P[N], sdt = 0.0f;
 #pragma unroll
         for (int n = 0; n < N; n++) h[n] = 0.0f, P[n] = 1.0f;
@@ -1018,9 +1025,9 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
             }
     }
     if (!ADJ || k == 0) return; /* G: nothing comes before chunk 0 */
-    float lam[N], an[N];
+    float lam[N], an[N], P[N], sdt = 0.0f; /* P, sdt: LOC_KEPT's product of the forget gates */
 #pragma unroll
-    for (int n = 0; n < N; n++) lam[n] = 0.0f, an[n] = 0.0f;
+    for (int n = 0; n < N; n++) lam[n] = 0.0f, an[n] = 0.0f, P[n] = 1.0f;
     pipeline(true, NQ, [&](const bf16 *st, const float *kq, int cs, int s0) {
         auto in = [&](int q, int i) { return bf2f(st[(q * CKS + i) * T + tid]); };
 #pragma unroll
@@ -1039,13 +1046,19 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
                     int n = 4 * g + e;
                     lam[n] = fmaf(an[n], lam[n], gy * qv[e]);
                     an[n] = MAMBA ? __expf(p0 * A[n]) : fmaf(-p0, kk[e], 1.0f);
+                    if (MODE == LOC_KEPT && !MAMBA) P[n] *= an[n];
                 }
             }
+            if (MODE == LOC_KEPT && MAMBA) sdt += p0;
         }
     });
     if (act)
 #pragma unroll
-        for (int n = 0; n < N; n++) a.chg[ch_idx(a, N, b, j, k, n, d)] = an[n] * lam[n];
+        for (int n = 0; n < N; n++) {
+            a.chg[ch_idx(a, N, b, j, k, n, d)] = an[n] * lam[n];
+            if (MODE == LOC_KEPT && k + 1 < a.nch) /* the chain reads P of chunks 1 .. nch - 2 */
+                a.chp[ch_idx(a, N, b, j, k, n, d)] = MAMBA ? __expf(A[n] * sdt) : P[n];
+        }
 }
 
 /* The chain over the chunks, one thread per (sample, direction, n, channel): the state after
@@ -1056,14 +1069,14 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
  * the 65 chunks of 1024 px b1, a global-memory latency per chunk). */
 #define CAR_U 8
 template <int N>
-__global__ void scan_carry_kernel(ScanArgs a, int adj) {
+__global__ void scan_carry_kernel(ScanArgs a, int adj) { /* adj: also G; a.kept: only G */
     const size_t tot = (size_t)a.B * 2 * N * a.E, st = (size_t)N * a.E;
     const int nch = a.nch;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < tot; idx += (size_t)gridDim.x * blockDim.x) {
         size_t d = idx % a.E, r = idx / a.E, n = r % N, bj = r / N;
         size_t base = bj * nch * st + n * a.E + d; /* chunk k at base + k st */
         float hc = a.chs[base];
-        for (int k0 = 1; k0 + 1 < nch; k0 += CAR_U) {
+        for (int k0 = 1; k0 + 1 < nch && !a.kept; k0 += CAR_U) {
             float pv[CAR_U], sv[CAR_U];
 #pragma unroll
             for (int i = 0; i < CAR_U; i++) {
@@ -1267,8 +1280,9 @@ static size_t ch_bytes(const ScanArgs *a) {
 template <int N, bool MAMBA>
 static void chunk_chain(const ScanArgs &a, bool adj) {
     dim3 grid((a.E + LOC_T - 1) / LOC_T, 2, a.B * a.nch);
-    if (adj) scan_local_kernel<N, MAMBA, true><<<grid, LOC_T, 0, cu()->stream>>>(a);
-    else scan_local_kernel<N, MAMBA, false><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    if (adj && a.kept) scan_local_kernel<N, MAMBA, LOC_KEPT><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else if (adj) scan_local_kernel<N, MAMBA, LOC_BWD><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else scan_local_kernel<N, MAMBA, LOC_FWD><<<grid, LOC_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
     if (a.nch > 2) {
         scan_carry_kernel<N><<<cu_blocks_capped((size_t)a.B * 2 * N * a.E, 256, 16), 256, 0, cu()->stream>>>(a, adj);
@@ -1308,12 +1322,12 @@ static void forward_impl(ScanArgs a) {
      * quad kernel */
     const bool quad = a.split == QUAD_Q, flt = !quad || a.nch > 1;
     size_t chb = a.nch > 1 ? ch_bytes<N>(&a) : 0;
-    size_t sz[4] = {flt ? kq_bytes<N>(&a) : 0, quad ? (size_t)2 * a.B * a.L * KQH<N>::BYTES : 0, chb, chb};
+    size_t sz[4] = {flt ? kq_bytes<N>(&a) : 0, quad ? (size_t)2 * a.B * a.L * KQH<N>::BYTES : 0, a.keep ? 0 : chb, chb};
     void *p[4];
     carve(p, sz, 4);
     if (flt) make_kq<N>(&a, (float *)p[0]);
     if (quad) make_kq<N>(&a, (float *)p[1], true);
-    a.chs = (float *)p[2], a.chp = (float *)p[3];
+    a.chs = a.keep ? a.keep : (float *)p[2], a.chp = (float *)p[3];
     if (a.nch > 1) chunk_chain<N, MAMBA>(a, false);
     pair_launch<N, MAMBA, false>(a);
 }
@@ -1330,7 +1344,7 @@ static void backward_impl(ScanArgs a) {
                     B * a.nblk1 * 2 * L * N * sizeof(float),                      /* pq */
                     B * 2 * a.nblk2 * L * (N + 1) * sizeof(float),                /* pk, pkap */
                     Bc * 2 * E * (MAMBA ? N + 2 : 2) * sizeof(float),             /* pd, pb, pa */
-                    kq_bytes<N>(&a), chb, chb, chb};                              /* chs chp chg */
+                    kq_bytes<N>(&a), a.kept ? 0 : chb, chb, chb};                 /* chs chp chg */
     void *p[8];
     carve(p, sz, 8);
     a.ckpt = (float *)p[0];
@@ -1340,7 +1354,8 @@ static void backward_impl(ScanArgs a) {
     a.pd = (float *)p[3];
     a.pa = a.pd + 2 * Bc * 2 * E;
     make_kq<N>(&a, (float *)p[4]);
-    a.chs = (float *)p[5], a.chp = (float *)p[6], a.chg = (float *)p[7];
+    if (!a.kept) a.chs = (float *)p[5];
+    a.chp = (float *)p[6], a.chg = (float *)p[7];
     if (a.nch > 1) chunk_chain<N, MAMBA>(a, true);
     pair_launch<N, MAMBA, true>(a);
     scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, Bc), ADJ_T, 0, cu()->stream>>>(a);
@@ -1367,6 +1382,29 @@ static void backward_impl(ScanArgs a) {
         else VIL_FATAL("scan: d_state = %d; the CUDA scan is built for 4, 8 and 16", (N_));     \
     } while (0)
 
+/* the forward's and the backward's chunks of a shape (req: VilScanFwd/Bwd.chunk) */
+static void fwd_chunks(ScanArgs *a, int req, int mamba) {
+    choose_chunks(a, req, !mamba && a->L >= SCAN_LONG_L ? SCAN_SEQ_FWD_LONG : SCAN_SEQ_FWD);
+}
+static void bwd_chunks(ScanArgs *a, int req) { choose_chunks(a, req, SCAN_SEQ_BWD); }
+/* 1 when the forward and the backward cut a's shape into the same chunks (more than one): the
+ * forward's states at the chunk boundaries are then what the backward's chain would make */
+static int states_shared(const ScanArgs &a, int req, int mamba) {
+    ScanArgs f = a, g = a;
+    fwd_chunks(&f, req, mamba);
+    bwd_chunks(&g, req);
+    return f.nch > 1 && f.C == g.C && f.nch == g.nch;
+}
+
+extern "C" size_t scan_states_bytes_cuda(const VilScanFwd *p) {
+    ScanArgs a;
+    memset(&a, 0, sizeof a);
+    a.B = p->B, a.L = p->L, a.E = p->E;
+    if (!states_shared(a, p->chunk, p->rec == VIL_REC_MAMBA)) return 0;
+    fwd_chunks(&a, p->chunk, p->rec == VIL_REC_MAMBA);
+    return (size_t)a.B * 2 * a.nch * p->N * a.E * sizeof(float);
+}
+
 extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
     int mamba = p->rec == VIL_REC_MAMBA;
     ScanArgs a;
@@ -1376,7 +1414,9 @@ extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
     /* the chunks are the pair kernel's (the chunk summaries run a thread per channel whichever
      * kernel runs the passes); the quad kernel runs the passes where the pair kernel's would
      * have fewer than SCAN_QUAD_FWD threads */
-    choose_chunks(&a, p->chunk, !mamba && p->L >= SCAN_LONG_L ? SCAN_SEQ_FWD_LONG : SCAN_SEQ_FWD);
+    fwd_chunks(&a, p->chunk, mamba);
+    /* the states at the chunk boundaries into the caller's buffer, for the backward */
+    if (p->states && states_shared(a, p->chunk, mamba)) a.keep = p->states;
     int split = p->split ? p->split : env_knob(&env_split, "VIL_SCAN_SPLIT", "threads per channel are");
     if (split == 0)
         split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < (mamba ? SCAN_QUAD_FWD_MAMBA : SCAN_QUAD_FWD) ? QUAD_Q : 1;
@@ -1400,6 +1440,8 @@ extern "C" void scan_bidir_backward_cuda(const VilScanBwd *p) {
         a.dbs[j] = p->ddelta_sum[j];
     }
     a.split = 1;
-    choose_chunks(&a, p->chunk, SCAN_SEQ_BWD);
+    bwd_chunks(&a, p->chunk);
+    /* the forward's states at the chunk boundaries (kept where the chunks are the same) */
+    if (p->states && states_shared(a, p->chunk, mamba)) a.chs = (float *)p->states, a.kept = 1;
     DISPATCH_N(p->N, mamba, backward_impl, a);
 }

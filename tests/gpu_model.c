@@ -61,10 +61,13 @@ static double mean_loss(VilModel *m) {
     return s / B;
 }
 
-static void test_model(const char *arch, float drop_path, int B) {
+/* stride 0: small_config's (26 tokens); 1: 170 tokens, which the GPU scan cuts into chunks (of 64),
+ * its training forward keeping the chunk-boundary states for the backward */
+static void test_model_stride(const char *arch, float drop_path, int B, int stride) {
     char nm[200];
     VilConfig c;
     small_config(&c, arch, drop_path);
+    if (stride) c.stride = stride;
     T_CHECK(vil_config_finalize(&c) == 0, "finalize");
     VilModel mc, mg;
     vil_model_init(&mc, &c, &vil_backend_cpu);
@@ -80,6 +83,9 @@ static void test_model(const char *arch, float drop_path, int B) {
     mc.input_grad = mg.input_grad = 1;
     vil_model_alloc_acts(&mc, B, 1);
     vil_model_alloc_acts(&mg, B, 1);
+    if (stride == 1)
+        T_CHECK(mg.acts.layer[0].scan_states != NULL, "%s L=%d B=%d: the GPU model keeps no scan states", arch,
+                c.seq_len, B);
     fill_batch(&mc, &mg);
     /* seed 100 at B = 3: block 2 drops sample 1 (a zero row) and scales the others, the final
      * add keeps all three; a draw that leaves a block's gradient to one sample alone (seed 99:
@@ -92,12 +98,12 @@ static void test_model(const char *arch, float drop_path, int B) {
     vil_model_forward(&mc, 1);
     vil_model_forward(&mg, 1);
     double lc = mean_loss(&mc), lg = mean_loss(&mg);
-    snprintf(nm, sizeof nm, "%s%s loss (cpu %.5f gpu %.5f)", arch, drop_path > 0 ? " dp" : "", lc, lg);
+    snprintf(nm, sizeof nm, "%s%s L=%d loss (cpu %.5f gpu %.5f)", arch, drop_path > 0 ? " dp" : "", c.seq_len, lc, lg);
     T_CLOSE(nm, fabs(lg - lc) / fabs(lc), 1e-2);
     size_t nl = (size_t)B * c.num_classes;
     float *lgt = vil_malloc(nl * sizeof(float));
     mg.be->to_host(mg.be, lgt, mg.acts.logits, nl * sizeof(float));
-    snprintf(nm, sizeof nm, "%s%s logits", arch, drop_path > 0 ? " dp" : "");
+    snprintf(nm, sizeof nm, "%s%s L=%d logits", arch, drop_path > 0 ? " dp" : "", c.seq_len);
     T_CLOSE(nm, rel(lgt, mc.acts.logits, nl), 2e-2);
 
     vil_model_backward(&mc);
@@ -109,7 +115,7 @@ static void test_model(const char *arch, float drop_path, int B) {
     for (int i = 0; i < mc.n_tensors; i++) {
         const VilParamInfo *pi = &mc.info[i];
         double e = rel(gg + pi->offset, mc.grads + pi->offset, vil_param_extent(pi));
-        snprintf(nm, sizeof nm, "%s%s grad %s", arch, drop_path > 0 ? " dp" : "", pi->name);
+        snprintf(nm, sizeof nm, "%s%s L=%d grad %s", arch, drop_path > 0 ? " dp" : "", c.seq_len, pi->name);
         T_CLOSE(nm, e, TOL_GRAD);
         if (!(e <= worst)) worst = e, worst_name = pi->name;
     }
@@ -184,6 +190,8 @@ static void small_vil_cuda(VilModel *m, VilConfig *c, uint64_t seed) {
 }
 
 /* inference-mode activations (one shared layer set) give the training-mode logits exactly */
+static void test_model(const char *arch, float drop_path, int B) { test_model_stride(arch, drop_path, B, 0); }
+
 static void test_inference_matches_training(void) {
     VilConfig c;
     VilModel m;
@@ -272,6 +280,8 @@ int main(void) {
     test_model("vil", 0.0f, 3);
     test_model("vil", 0.3f, 3);
     test_model("vim", 0.0f, 3);
+    test_model_stride("vil", 0.0f, 3, 1);
+    test_model_stride("vim", 0.0f, 2, 1);
     test_inference_matches_training();
     test_graph_forward();
     return t_finish();

@@ -317,8 +317,11 @@ static void test_conv_bidir(int B, int L, int E, int K) {
 /* ---------------- the bidirectional scan ---------------- */
 /* x_dbl rows are ldx >= dt_ld + 2N apart (k at column dt_ld) (the model pads them to 8); chunk:
  * the GPU scan's chunks of tokens (-1 the sequential kernels, 0 chosen by shape); split: the
- * forward's threads per channel (0 chosen by shape, 1 the pair kernel, 4 the quad kernel) */
-static void test_scan_split(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk, int split) {
+ * forward's threads per channel (0 chosen by shape, 1 the pair kernel, 4 the quad kernel); keep:
+ * the forward keeps its chunk-boundary states for the backward (VilScanFwd.states), as the model
+ * does in training (the shape must be one where the backend keeps them) */
+static void test_scan_full(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk, int split,
+                           int keep) {
     char nm[160];
     const char *kind = mamba ? "mamba" : "longhorn";
     VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
@@ -350,13 +353,18 @@ static void test_scan_split(int B, int L, int E, int N, int dt_ld, int ldx, int 
                                      .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL}, .B = B, .L = L, .E = E,
                                      .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz});
     void *d_out = dev_poison(ne * 2);
-    G->scan_bidir_forward(G, &(VilScanFwd){.rec = rec, .out = d_out, .u = {gu[0], gu[1]}, .delta = {gdl[0], gdl[1]},
-                                           .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
-                                           .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
-                                           .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz,
-                                           .chunk = chunk, .split = split});
+    VilScanFwd gfwd = {.rec = rec, .out = d_out, .u = {gu[0], gu[1]}, .delta = {gdl[0], gdl[1]},
+                       .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
+                       .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
+                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz,
+                       .chunk = chunk, .split = split};
+    size_t sbytes = keep && G->scan_states_bytes ? G->scan_states_bytes(G, &gfwd) : 0;
+    if (keep) T_CHECK(sbytes > 0, "scan %s B=%d L=%d E=%d chunk %d: the backend keeps no states here", kind, B, L, E, chunk);
+    gfwd.states = sbytes ? dev_poison(sbytes) : NULL;
+    G->scan_bidir_forward(G, &gfwd);
     float *out_g = get_act(d_out, ne);
-    snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d chunk %d split %d", kind, B, L, E, N, chunk, split);
+    snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d chunk %d split %d%s", kind, B, L, E, N, chunk, split,
+             keep ? " keeping states" : "");
     T_CLOSE(nm, rel(out_g, out_c, ne), TOL_BF16);
 
     /* backward */
@@ -390,12 +398,14 @@ static void test_scan_split(int B, int L, int E, int N, int dt_ld, int ldx, int 
                        .ddelta_sum = {g_db[0], g_db[1]}, .dout = d_dout, .u = {gu[0], gu[1]},
                        .delta = {gdl[0], gdl[1]}, .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                        .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
-                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz, .chunk = chunk};
+                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz, .chunk = chunk,
+                       .states = gfwd.states};
     G->scan_bidir_backward(G, &gbwd);
     for (int j = 0; j < 2; j++) {
         float *du_g = get_act(g_du[j], ne), *ddl_g = get_act(g_ddl[j], ne), *dxd_g = get_act(g_dxd[j], nw);
         float *dD_g = get_f32(g_dD[j], E), *dA_g = get_f32(g_dA[j], (size_t)E * N);
-        snprintf(nm, sizeof nm, "scan %s bwd du[%d] B=%d L=%d E=%d N=%d chunk %d", kind, j, B, L, E, N, chunk);
+        snprintf(nm, sizeof nm, "scan %s bwd du[%d] B=%d L=%d E=%d N=%d chunk %d%s", kind, j, B, L, E, N, chunk,
+                 keep ? " from kept states" : "");
         T_CLOSE(nm, rel(du_g, du_c[j], ne), TOL_BF16);
         snprintf(nm, sizeof nm, "scan %s bwd ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), TOL_BF16);
@@ -442,10 +452,14 @@ static void test_scan_split(int B, int L, int E, int N, int dt_ld, int ldx, int 
         G->free(G, g_db[j]), free(db_c[j]), free(db0[j]);
     }
     G->free(G, d_xz), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dz);
+    if (gfwd.states) G->free(G, gfwd.states);
     free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g);
 }
+static void test_scan_split(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk, int split) {
+    test_scan_full(B, L, E, N, dt_ld, ldx, mamba, chunk, split, 0);
+}
 static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk) {
-    test_scan_split(B, L, E, N, dt_ld, ldx, mamba, chunk, 0);
+    test_scan_full(B, L, E, N, dt_ld, ldx, mamba, chunk, 0, 0);
 }
 
 /* ---------------- loss ---------------- */
@@ -713,6 +727,19 @@ int main(int argc, char **argv) {
     test_scan_split(3, 101, 36, 16, 4, 40, 0, -1, 4);
     test_scan_split(2, 99, 37, 16, 4, 40, 1, 24, 4);
     test_scan_split(1, 1, 37, 16, 4, 40, 0, -1, 4);
+    /* the backward from the chunk-boundary states the forward kept (training at long sequences):
+     * chunks by shape and forced, Longhorn and Mamba, N = 16, 8 and 4, a partial channel block,
+     * rows that take plain loads (E = 37), two chunks and many */
+    test_scan_full(1, 4097, 40, 16, 3, 35, 0, 0, 0, 1);
+    test_scan_full(2, 730, 72, 16, 5, 37, 1, 0, 0, 1);
+    test_scan_full(2, 197, 264, 16, 9, 48, 0, 24, 0, 1);
+    test_scan_full(2, 197, 264, 16, 9, 48, 1, 64, 0, 1);
+    test_scan_full(1, 200, 40, 16, 3, 35, 0, 100, 0, 1);
+    test_scan_full(2, 33, 72, 8, 5, 21, 0, 8, 0, 1);
+    test_scan_full(2, 26, 48, 4, 2, 10, 1, 16, 0, 1);
+    test_scan_full(2, 130, 37, 8, 4, 24, 0, 24, 0, 1);
+    test_scan_full(1, 99, 37, 16, 4, 40, 1, 16, 0, 1);
+    if (!quick) test_scan_full(1, 16385, 40, 16, 3, 35, 0, 0, 0, 1);
 
     test_loss(3, 5);
     test_loss(7, 1000);

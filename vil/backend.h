@@ -152,6 +152,9 @@ typedef struct {
                                     * thread walks all L tokens). The CPU ignores it. */
     int split;                     /* CUDA: threads per channel, each holding N / split states: 0
                                     * chosen by shape, 1 or 4. The CPU ignores it. */
+    float *states;                 /* CUDA, training: where the forward keeps the states at its
+                                    * chunk boundaries for the backward (scan_states_bytes of
+                                    * them), or NULL */
 } VilScanFwd;
 typedef struct {
     VilRecurrence rec;
@@ -165,6 +168,8 @@ typedef struct {
     const float *D[2], *A_log[2];
     int B, L, E, N, dt_ld, ldx, ldz;
     int chunk;                     /* as VilScanFwd's */
+    const float *states;           /* the forward's kept states (its VilScanFwd.states, same
+                                    * shapes and chunk), or NULL: the backward makes them again */
 } VilScanBwd;
 
 /* loss.c: softmax cross-entropy against soft targets; dlogits = (probs - targets) / denom, where
@@ -308,6 +313,11 @@ struct VilBackend {
     void *(*graph_end)(const VilBackend *be);
     int (*graph_launch)(const VilBackend *be, void *graph);
     void (*graph_free)(const VilBackend *be, void *graph);
+    /* Bytes of the states the scan's forward keeps at its chunk boundaries for the backward at
+     * a's shapes (VilScanFwd.states; the backward then skips a pass that makes them again): 0,
+     * or a NULL member, where it keeps none (the CPU; shapes the CUDA scan runs sequentially,
+     * or chunks differently in its forward and backward). */
+    size_t (*scan_states_bytes)(const VilBackend *be, const VilScanFwd *a);
 
 #define VIL_OP_MEMBER(op, Args, label) void (*op)(const VilBackend *be, const Args *a);
     VIL_OPS(VIL_OP_MEMBER)

@@ -391,6 +391,10 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
     x->img = carve(a, (size_t)B * c->in_chans * c->img_size * c->img_size, f);
     x->patches = carve(a, (size_t)B * c->n_patches * D, ab);
     int nsets = training ? c->depth : 1;
+    /* the scan's kept states: training only, where the backend keeps them at this shape */
+    const VilScanFwd shape = {.rec = c->arch_id == VIL_ARCH_VIM ? VIL_REC_MAMBA : VIL_REC_LONGHORN,
+                              .B = B, .L = c->seq_len, .E = c->d_inner, .N = c->d_state};
+    size_t states = training && m->be->scan_states_bytes ? m->be->scan_states_bytes(m->be, &shape) : 0;
     for (int i = 0; i < nsets; i++) {
         VilLayerActs *l = &x->layer[i];
         l->res = carve(a, BL * D, f);
@@ -404,6 +408,7 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
             l->delta[j] = own ? carve(a, BL * E, ab) : x->layer[0].delta[j];
         }
         l->ysum = carve(a, BL * E, ab);
+        l->scan_states = states ? carve(a, states, 1) : NULL;
     }
     for (int i = nsets; i < c->depth; i++) x->layer[i] = x->layer[0];
     x->h = carve(a, BL * D, ab);
@@ -569,7 +574,8 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
         .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
         .A_log = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL},
-        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E});
+        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E,
+        .states = m->acts.training ? l->scan_states : NULL});
     be->linear_forward(be, &(VilLinearFwd){.out = out, .in = l->ysum, .w = Wt(m, o->out_proj),
                                            .N = BL, .C = E, .OC = D, .ld_in = E, .ld_out = D});
 }
@@ -667,7 +673,7 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
         .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
         .A_log = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL},
-        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E});
+        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E, .states = l->scan_states});
     for (int j = 0; j < 2; j++) {
         /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the
          * scan); its bias gradient came from the scan too */

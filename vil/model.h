@@ -57,6 +57,8 @@ typedef struct {
     void *xdbl[2];  /* (B, L, xdbl_ld) act: dt_low | 0 | k | q | 0 (model.c) */
     void *delta[2]; /* (B, L, E) act: dt_proj(dt_low) */
     void *ysum;     /* (B, L, E) act: gated, averaged scan output */
+    float *scan_states; /* training: the scan's states at its chunk boundaries, kept from the
+                         * forward for the backward (VilBackend.scan_states_bytes); or NULL */
 } VilLayerActs;
 
 typedef struct {

@@ -223,7 +223,7 @@ static const HVersion versions[] = {
 };
 static const HSpec SPEC = {
     "scan",
-    "usage: scan [version] [B] [iters] [--mamba] [--L N] [--chunk C] [--cpu]\n"
+    "usage: scan [version] [B] [iters] [--mamba] [--L N] [--chunk C] [--split S] [--no-states] [--cpu]\n"
     "The bidirectional scan, forward then backward, at ViL-Tiny's shapes: E=384, N=16, L=197,\n"
     "x_dbl rows 48 wide with k at column 16.\n"
     "  version 1  naive: one thread per (sample, channel) walks the tokens in fp32, both\n"
@@ -235,6 +235,8 @@ static const HSpec SPEC = {
     "  --L N      N tokens instead of 197 (4097: 1024 px; 16385: 2048 px)\n"
     "  --chunk C  version 2's token-parallel form: chunks of C tokens (0 chosen by shape, the\n"
     "             default; -1 none: one thread walks all tokens)\n"
+    "  --no-states  version 2: the backward makes the chunk-boundary states again rather than\n"
+    "             reading those the forward kept (what the model does in training)\n"
     "  --split S  version 2's forward: threads per channel (0 chosen by shape, the default; 1 the\n"
     "             pair kernel, 4 the quad kernel)\n",
     versions, (int)(sizeof versions / sizeof versions[0]), 64, 50};
@@ -245,6 +247,7 @@ int main(int argc, char **argv) {
     int Lq = h_take_int(&argc, argv, "--L", 197, 1, 1 << 20);
     int chunk = h_take_int(&argc, argv, "--chunk", 0, -1, 1 << 20);
     int split = h_take_int(&argc, argv, "--split", 0, 0, 4);
+    int no_states = h_take_flag(&argc, argv, "--no-states");
     h_init(&h, argc, argv, &SPEC);
     HShapes S = h_shapes(h.B, 192);
     S.L = Lq;
@@ -281,6 +284,11 @@ int main(int argc, char **argv) {
     VilScanFwd gf = cf;
     gf.chunk = chunk, gf.split = split;
     gf.out = h_poison_act(&h, ne), gf.z = h_act_at(&h, gxz, E);
+    /* version 2: the chunk-boundary states kept from the forward for the backward, as the model
+     * keeps them in training (--no-states: the backward makes them again) */
+    size_t sb = h.version == 2 && !no_states && h.be->scan_states_bytes ? h.be->scan_states_bytes(h.be, &gf) : 0;
+    gf.states = sb ? (float *)h_alloc(&h, sb) : NULL;
+    if (sb) printf("the forward keeps %.1f MB of chunk-boundary states for the backward\n", sb / 1e6);
     for (int j = 0; j < 2; j++) {
         gf.u[j] = gu[j], gf.delta[j] = gdl[j], gf.xdbl[j] = gxd[j], gf.D[j] = gD[j];
         gf.A_log[j] = mamba ? gA[j] : NULL;
@@ -294,7 +302,7 @@ int main(int argc, char **argv) {
     VilScanBwd cb = {.rec = rec, .dz = h_host(&h, nz) + E, .dout = dout, .z = xz + E,
                      .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
     VilScanBwd gb = cb;
-    gb.chunk = chunk;
+    gb.chunk = chunk, gb.states = gf.states;
     gb.dz = h_act_at(&h, h_poison_act(&h, nz), E), gb.dout = gdout, gb.z = gf.z;
     for (int j = 0; j < 2; j++) {
         dD0[j] = h_rand(&h, E, 1.0f), dA0[j] = h_rand(&h, (size_t)E * N, 1.0f), ds0[j] = h_rand(&h, E, 1.0f);
