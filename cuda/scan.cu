@@ -29,7 +29,9 @@
  *   in the backward also the adjoint carried past its start), scan_carry_kernel chains the
  *   summaries chunk by chunk, and the pair and adjoint kernels run every chunk at once from its
  *   carried state (the pair kernel then runs one direction per launch: the forward direction's
- *   pass reads the backward direction's stash at the same token, written by another chunk).
+ *   pass reads the backward direction's stash at the same token, written by another chunk). In
+ *   training the forward's chained states are kept (VilScanFwd.states) where the backward cuts
+ *   the same chunks; its summaries then run only the adjoint's reverse pass (LOC_KEPT).
  * Sums over channels (dq, dk, dkappa) are fp32: within a warp by a transpose through shared
  * memory (warp_colsum; dkappa by shuffles), then the warps of a block in order (shared memory),
  * then the blocks in order: deterministic, no atomics. The backward also sums ddelta over the
@@ -733,9 +735,11 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
  * reverse: the chunk's inputs (u dl z go rows, k|q rows, the start state) are staged by cp.async,
  * double-buffered. The history of h is kept in registers SUB steps at a time: the second half of
  * the chunk is reached by recomputing the first half without keeping it, then the first half is
- * recomputed with its history (1.5 recomputes per step; no shared-memory history). SUB = 4 keeps
- * the history at 4N registers, so the kernel fits in 168 registers without spilling (12 warps per
- * SM; v5 had SUB = 8, 244 registers, 8 warps and local-memory spills). */
+ * recomputed with its history (1.5 recomputes per step, 1.25 once the unused last step of each
+ * sub-chunk is left out; no shared-memory history). SUB = 4 keeps the history at 4N registers:
+ * the Longhorn kernel fits in 128 registers (16 warps per SM; 40 bytes spilled outside the step
+ * loop; 12 warps at 168 registers measured 2.5% slower), Mamba's in 168 (12 warps); v5 had SUB =
+ * 8, 244 registers, 8 warps and local-memory spills. */
 #define SUB 4
 #ifndef ADJ_T
 #define ADJ_T 128 /* threads (channels) per adjoint block: its warps share the staged inputs */
