@@ -1386,16 +1386,25 @@ static void backward_impl(ScanArgs a) {
         else VIL_FATAL("scan: d_state = %d; the CUDA scan is built for 4, 8 and 16", (N_));     \
     } while (0)
 
-/* the forward's and the backward's chunks of a shape (req: VilScanFwd/Bwd.chunk) */
-static void fwd_chunks(ScanArgs *a, int req, int mamba) {
-    choose_chunks(a, req, !mamba && a->L >= SCAN_LONG_L ? SCAN_SEQ_FWD_LONG : SCAN_SEQ_FWD);
-}
+/* In training (the forward asked to keep its states) at L >= SCAN_LONG_L the forward cuts the
+ * backward's chunks wherever the backward chunks, so that its states serve the backward: the
+ * chunked forward costs more than the sequential one there (ViL-Small, ViM at 1024 px b32) but
+ * the backward's summaries then skip their forward pass. 0: the forward chooses alone. */
+#ifndef SCAN_KEEP_LONG
+#define SCAN_KEEP_LONG 1
+#endif
+/* the forward's and the backward's chunks of a shape (req: VilScanFwd/Bwd.chunk; keep: the
+ * forward is asked to keep its states) */
 static void bwd_chunks(ScanArgs *a, int req) { choose_chunks(a, req, SCAN_SEQ_BWD); }
-/* 1 when the forward and the backward cut a's shape into the same chunks (more than one): the
- * forward's states at the chunk boundaries are then what the backward's chain would make */
+static void fwd_chunks(ScanArgs *a, int req, int mamba, bool keep) {
+    if (SCAN_KEEP_LONG && keep && a->L >= SCAN_LONG_L) bwd_chunks(a, req);
+    else choose_chunks(a, req, !mamba && a->L >= SCAN_LONG_L ? SCAN_SEQ_FWD_LONG : SCAN_SEQ_FWD);
+}
+/* 1 when a forward that keeps its states and the backward cut a's shape into the same chunks
+ * (more than one): those states are then what the backward's chain would make */
 static int states_shared(const ScanArgs &a, int req, int mamba) {
     ScanArgs f = a, g = a;
-    fwd_chunks(&f, req, mamba);
+    fwd_chunks(&f, req, mamba, true);
     bwd_chunks(&g, req);
     return f.nch > 1 && f.C == g.C && f.nch == g.nch;
 }
@@ -1405,7 +1414,7 @@ extern "C" size_t scan_states_bytes_cuda(const VilScanFwd *p) {
     memset(&a, 0, sizeof a);
     a.B = p->B, a.L = p->L, a.E = p->E;
     if (!states_shared(a, p->chunk, p->rec == VIL_REC_MAMBA)) return 0;
-    fwd_chunks(&a, p->chunk, p->rec == VIL_REC_MAMBA);
+    fwd_chunks(&a, p->chunk, p->rec == VIL_REC_MAMBA, true);
     return (size_t)a.B * 2 * a.nch * p->N * a.E * sizeof(float);
 }
 
@@ -1418,7 +1427,7 @@ extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
     /* the chunks are the pair kernel's (the chunk summaries run a thread per channel whichever
      * kernel runs the passes); the quad kernel runs the passes where the pair kernel's would
      * have fewer than SCAN_QUAD_FWD threads */
-    fwd_chunks(&a, p->chunk, mamba);
+    fwd_chunks(&a, p->chunk, mamba, p->states != NULL);
     /* the states at the chunk boundaries into the caller's buffer, for the backward */
     if (p->states && states_shared(a, p->chunk, mamba)) a.keep = p->states;
     int split = p->split ? p->split : env_knob(&env_split, "VIL_SCAN_SPLIT", "threads per channel are");

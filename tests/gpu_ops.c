@@ -740,6 +740,9 @@ int main(int argc, char **argv) {
     test_scan_full(2, 130, 37, 8, 4, 24, 0, 24, 0, 1);
     test_scan_full(1, 99, 37, 16, 4, 40, 1, 16, 0, 1);
     if (!quick) test_scan_full(1, 16385, 40, 16, 3, 35, 0, 0, 0, 1);
+    /* a long sequence whose B x E the forward alone would run sequentially: kept, it cuts the
+     * backward's chunks (ViM-Tiny at 1024 px b32 has B x E = 12,288) */
+    if (!quick) test_scan_full(1, 2048, 12289, 16, 3, 35, 1, 0, 0, 1);
 
     test_loss(3, 5);
     test_loss(7, 1000);
