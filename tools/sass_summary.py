@@ -40,6 +40,7 @@ def main():
     ap.add_argument("--hot", type=int, default=0, help="list the lines executed at least this often")
     ap.add_argument("--top", type=int, default=25, help="opcodes to list")
     a = ap.parse_args()
+    seen = set()
     for i, (name, hdr, rows) in enumerate(read(a.csv)):
         if a.kernel >= 0 and i != a.kernel:
             continue
@@ -50,6 +51,9 @@ def main():
             ops = [w for w in row[src].split() if not w.startswith("@")]
             by[ops[0].split(".")[0] if ops else "?"] += n
             tot += n
+        if a.kernel < 0 and (name, tot, len(rows)) in seen:
+            continue  # the page repeats a launch's section; identical launches are shown once
+        seen.add((name, tot, len(rows)))
         print(f"[{i}] {name}: {len(rows)} SASS lines, {tot:,} warp instructions"
               + (f", {tot / a.per:.1f} per unit" if a.per else ""))
         for op, n in by.most_common(a.top):
