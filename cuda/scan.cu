@@ -325,6 +325,13 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
 #define PAIR_MINB 6 /* blocks per SM the register allocation aims at (80 registers); measured
                       * forward 278 / 289 / 289 us per Tiny layer at 6 / 7 / 8 */
 #endif
+#ifndef PAIR_MINB_CHF
+#define PAIR_MINB_CHF 5 /* the chunked forward's (up to 102 registers): against 6 / 7, harness
+                         * fwd us, E = 384: L 4097 B 32 962 / 987 / 995, L 16385 B 8 1,004 / 1,034 /
+                         * 1,041; the same 5 for every pair kernel made the sequential forward
+                         * (L 197 B 256: 237 / 231) and the backward prep (bwd 1,360 / 1,269)
+                         * slower */
+#endif
 #define PAIR_NQ 5 /* staged rows: u dl z go ys in the backward prep; the forward has no go */
 #ifndef PAIR_STAGES
 #define PAIR_STAGES 2 /* the forward's staging slots (rounds in flight + 1); measured 3 against 2
@@ -340,7 +347,7 @@ static constexpr int pair_seq_unroll = PAIR_SEQ_UNROLL; /* #pragma unroll expand
 /* CH: the token-parallel form (blockIdx.z is the chunk); without it the kernel is compiled as
  * before it, without the chunk bounds and carried states (which cost spills) */
 template <int N, bool MAMBA, bool BWD, bool CH>
-__global__ void __launch_bounds__(PAIR_T, PAIR_MINB) scan_pair_kernel(ScanArgs a) {
+__global__ void __launch_bounds__(PAIR_T, CH && !BWD ? PAIR_MINB_CHF : PAIR_MINB) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
     constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : PAIR_STAGES; /* rows, slots */
     constexpr int buf_elems = NQ * CKS * T;
