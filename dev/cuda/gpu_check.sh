@@ -14,6 +14,7 @@
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 SAN=/usr/local/cuda/bin/compute-sanitizer
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1) # scanprof, scanncu, ncu
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 t0=$(date +%s)
 make -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
@@ -89,7 +90,6 @@ for step in "$@"; do
         # calls), by Nsight Compute (kernels serialized): scanprof:L:B:CHUNK[:mamba[:SPLIT]]
         make dev-cuda >> "$OUT/build.log" 2>&1
         scan_fields "$step"; c=$cks; sp=$sps
-        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         log="$OUT/scanprof_${L}_${bs}_${c}${mb:+_m}${sp:+_s$sp}.log"
         $NCU --clock-control none --metrics gpu__time_duration.sum -k "regex:scan_|colsum" -c 24 \
             build/dev/cuda/scan 2 "$bs" 1 --L "$L" --chunk "$c" --split "${sp:-0}" ${mb:+--mamba} > "$log" 2>&1
@@ -102,7 +102,6 @@ for step in "$@"; do
         make dev-cuda >> "$OUT/build.log" 2>&1
         L=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); c=$(echo "$step" | cut -d: -f4)
         re=$(echo "$step" | cut -d: -f5); mb=$(echo "$step" | cut -s -d: -f6)
-        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         log="$OUT/scanncu_${L}_${bs}_${c}_$(echo "$re" | tr -c 'a-z0-9\n' '_')${mb:+_m}.log"
         $NCU --clock-control none -k "regex:$re" -c 8 --section SpeedOfLight --section Occupancy \
             --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats \
@@ -116,7 +115,6 @@ for step in "$@"; do
         # Nsight Compute on the kernels matching a regex, in bench_ops (one launch each)
         make dev-cuda >> "$OUT/build.log" 2>&1
         re=$(echo "$step" | cut -d: -f2); cnt=$(echo "$step" | cut -d: -f3); filt=$(echo "$step" | cut -d: -f4)
-        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         $NCU --clock-control none -k "regex:$re" -c "${cnt:-4}" --section SpeedOfLight \
             --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section InstructionStats \
             build/dev/cuda/bench_ops 192 256 1 "$filt" > "$OUT/ncu_$cnt.log" 2>&1
