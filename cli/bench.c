@@ -321,6 +321,14 @@ static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps
         for (int i = 0; i < iters; i++) vil_train_step(m, sp);
         printf("\nper-op breakdown of a training step (synchronized after every op, %d steps):\n", iters);
         vil_prof_report(stdout, iters);
+        /* and of the inference forward (not replayed from a graph: every op is timed alone) */
+        vil_model_alloc_acts(m, batch, 0);
+        upload_batch(m, 3);
+        vil_model_forward(m, 0); /* warm */
+        vil_prof_reset();
+        for (int i = 0; i < iters; i++) vil_model_forward(m, 0);
+        printf("\nper-op breakdown of the inference forward (synchronized after every op, %d passes):\n", iters);
+        vil_prof_report(stdout, iters);
         m->be = be;
     }
     return 0;

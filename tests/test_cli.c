@@ -5,6 +5,7 @@
  * OMP_NUM_THREADS). Runs bin/vil. */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <ctype.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +118,44 @@ static void test_bench_table(void) {
             "vil bench table: %d rows, %d as expected (rc %d):\n%s", rows, good, rc, out);
 }
 
+/* vil bench's per-op breakdowns: the training step's and the inference forward's, each with its
+ * matrix products split by shape, whose lines add up to the "linear fwd" line. The test model
+ * (embed 8, d_inner 16, d_state 4, depth 2) has in_proj 8->32, x_proj 16->16 (dt rank
+ * 1 padded to 8, then 2 x 4, padded to 16), dt_proj 8->16, out_proj 16->8, the head 8->1000
+ * (tiny.cfg keeps the default classes). */
+static void test_bench_profile(void) {
+    char cmd[2048], out[16384];
+    snprintf(cmd, sizeof cmd, "bin/vil bench --device cpu --model %s/tiny.cfg --batch 1 --steps 1 --warmup 0 2>&1", dir);
+    int rc = t_run(cmd, out, sizeof out);
+    const char *inf = strstr(out, "per-op breakdown of the inference forward");
+    T_CHECK(rc == 0 && strstr(out, "per-op breakdown of a training step") && inf,
+            "vil bench: both breakdowns (rc %d):\n%s", rc, out);
+    if (!inf) return;
+    const struct { int C, OC, calls; } want[5] = {{8, 32, 2}, {16, 16, 4}, {8, 16, 4}, {16, 8, 2}, {8, 1000, 1}};
+    int seen[5] = {0}, bad = 0, tot_calls = -1;
+    double sum = 0, tot = -1;
+    for (const char *l = inf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        char line[256];
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(l, "\n"), l);
+        int C, OC, calls;
+        double ms;
+        if (sscanf(line, "linear fwd %lf %d", &tot, &tot_calls) == 2) continue;
+        if (sscanf(line, "  linear fwd %d->%d %lf %d", &C, &OC, &ms, &calls) != 4) {
+            if (strncmp(line, "  linear", 8) == 0) bad++; /* a backward line in the forward's table */
+            continue;
+        }
+        int k = 0;
+        while (k < 5 && !(want[k].C == C && want[k].OC == OC)) k++;
+        if (k == 5 || calls != want[k].calls) bad++;
+        else seen[k]++;
+        sum += ms;
+    }
+    int all = seen[0] == 1 && seen[1] == 1 && seen[2] == 1 && seen[3] == 1 && seen[4] == 1;
+    T_CHECK(!bad && all && tot_calls == 13 && fabs(sum - tot) <= 0.003 + 1e-3 * tot,
+            "the inference breakdown's linear shapes (%d unexpected, all %d; %d calls, %.3f ms against "
+            "the shapes' %.3f):\n%s", bad, all, tot_calls, tot, sum, inf);
+}
+
 int main(void) {
     test_version();
     dir = corpus_mkdtemp("cli");
@@ -173,6 +212,7 @@ int main(void) {
     };
     run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
     test_bench_table();
+    test_bench_profile();
 
     /* --threads: a count out of 0..4096 is misuse, on every command that has it */
     unsetenv("OMP_NUM_THREADS"); /* the defaults below are vil's, not the caller's environment */

@@ -28,11 +28,31 @@ static double t_begin(void) {
     in->sync(in);
     return vil_now();
 }
-static void t_end(double t0, const char *label) {
+static double t_end(double t0, const char *label) {
     in->sync(in);
     int k = line_of(label);
-    secs[k] += vil_now() - t0;
+    double dt = vil_now() - t0;
+    secs[k] += dt;
     calls[k]++;
+    return dt;
+}
+
+/* the matrix products split by shape (in -> out features), forward and backward apart: which
+ * linear of the layer the time goes to */
+#define MAX_SHAPES 32
+static struct {
+    int bwd, C, OC;
+    double secs;
+    long calls;
+} shapes[MAX_SHAPES];
+static int n_shapes;
+static void shape_add(int bwd, int C, int OC, double dt) {
+    int i = 0;
+    while (i < n_shapes && !(shapes[i].bwd == bwd && shapes[i].C == C && shapes[i].OC == OC)) i++;
+    if (i == MAX_SHAPES) return; /* more shapes than any model has: the total line still counts them */
+    if (i == n_shapes) shapes[n_shapes++] = (__typeof__(shapes[0])){.bwd = bwd, .C = C, .OC = OC};
+    shapes[i].secs += dt;
+    shapes[i].calls++;
 }
 
 static void w_zero(const VilBackend *be, void *p, size_t bytes) {
@@ -48,6 +68,16 @@ static void w_zero(const VilBackend *be, void *p, size_t bytes) {
     }
 VIL_OPS(VIL_PROF_WRAP)
 #undef VIL_PROF_WRAP
+static void w_linear_fwd_shape(const VilBackend *be, const VilLinearFwd *args) {
+    double t0 = t_begin();
+    in->linear_forward(in, args);
+    shape_add(0, args->C, args->OC, t_end(t0, "linear fwd"));
+}
+static void w_linear_bwd_shape(const VilBackend *be, const VilLinearBwd *args) {
+    double t0 = t_begin();
+    in->linear_backward(in, args);
+    shape_add(1, args->C, args->OC, t_end(t0, "linear bwd"));
+}
 
 const VilBackend *vil_backend_profiled(const VilBackend *inner) {
     in = inner;
@@ -58,6 +88,7 @@ const VilBackend *vil_backend_profiled(const VilBackend *inner) {
 #define VIL_PROF_SET(op, Args, label) wrapped.op = w_##op;
     VIL_OPS(VIL_PROF_SET)
 #undef VIL_PROF_SET
+    wrapped.linear_forward = w_linear_fwd_shape, wrapped.linear_backward = w_linear_bwd_shape;
     vil_prof_reset();
     return &wrapped;
 }
@@ -65,13 +96,14 @@ const VilBackend *vil_backend_profiled(const VilBackend *inner) {
 void vil_prof_reset(void) {
     memset(secs, 0, sizeof secs);
     memset(calls, 0, sizeof calls);
+    n_shapes = 0;
 }
 
 void vil_prof_report(FILE *f, int iters) {
     double total = 0;
     for (int i = 0; i < N_LABELS; i++) total += secs[i];
     if (iters < 1) iters = 1;
-    fprintf(f, "%-20s %10s %8s %7s\n", "op", "ms/step", "calls", "share");
+    fprintf(f, "%-24s %10s %8s %7s\n", "op", "ms/step", "calls", "share");
     int order[N_LABELS];
     for (int i = 0; i < N_LABELS; i++) order[i] = i;
     for (int i = 0; i < N_LABELS; i++) /* largest first */
@@ -84,8 +116,14 @@ void vil_prof_report(FILE *f, int iters) {
     for (int k = 0; k < N_LABELS; k++) {
         int i = order[k];
         if (!calls[i]) continue;
-        fprintf(f, "%-20s %10.3f %8ld %6.1f%%\n", LABELS[i], 1e3 * secs[i] / iters,
+        fprintf(f, "%-24s %10.3f %8ld %6.1f%%\n", LABELS[i], 1e3 * secs[i] / iters,
                 calls[i] / iters, total > 0 ? 100.0 * secs[i] / total : 0.0);
     }
-    fprintf(f, "%-20s %10.3f\n", "total (serialized)", 1e3 * total / iters);
+    fprintf(f, "%-24s %10.3f\n", "total (serialized)", 1e3 * total / iters);
+    for (int i = 0; i < n_shapes; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "  linear %s %d->%d", shapes[i].bwd ? "bwd" : "fwd", shapes[i].C, shapes[i].OC);
+        fprintf(f, "%-24s %10.3f %8ld %6.1f%%\n", name, 1e3 * shapes[i].secs / iters, shapes[i].calls / iters,
+                total > 0 ? 100.0 * shapes[i].secs / total : 0.0);
+    }
 }
