@@ -1,8 +1,11 @@
-/* plot.c: `vil plot RUN [RUN ...] [--out FILE.svg] [--label NAME ...]`: the training curves of
- * run folders (their metrics.jsonl) as one SVG chart: loss, top-1 (and its EMA), learning rate
- * and throughput against the step, one colour per run. One run's chart goes where the trainer
- * keeps it, RUN/curves.svg (so this redraws it, e.g. after the run was killed); several runs'
- * to curves.svg in the current folder, not inside any one of them. */
+/* plot.c: `vil plot RUN [RUN ...] [--out FILE.svg] [--label NAME ...] [--agree PCT [--window
+ * STEPS]]`: the training curves of run folders (their metrics.jsonl) as one SVG chart: loss,
+ * top-1 (and its EMA), learning rate and throughput against the step, one colour per run. One
+ * run's chart goes where the trainer keeps it, RUN/curves.svg (so this redraws it, e.g. after the
+ * run was killed); several runs' to curves.svg in the current folder, not inside any one of them.
+ * --agree checks that every run's training loss follows the first run's (1 GPU against N, one
+ * batch against micro-batches): windowed means within PCT percent, else exit 1. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,25 +16,74 @@
 #include "vil/common.h"
 
 #define MAX_RUNS 32
+#define MAX_ROWS 30 /* windows listed in full; past that, the worst one */
+
+/* run r's loss against the first run's: the windows, then the verdict. 1 when it agrees. */
+static int agreement(const VilRunMetrics *m0, const VilRunMetrics *m, const char *l0, const char *l,
+                     long window, double pct) {
+    static VilLossWindow w[MAX_ROWS];
+    double worst;
+    int at, n = vil_loss_agreement(m0, m, window, w, MAX_ROWS, &worst, &at);
+    if (n == 0) {
+        printf("%s: no step that %s also logged: nothing to compare\n", l, l0);
+        return 0;
+    }
+    printf("training loss of %s against %s, mean over windows of %ld steps (the steps both logged):\n",
+           l, l0, window);
+    printf("  %-15s %6s %10s %10s %8s\n", "steps", "points", "first", "this", "diff");
+    for (int k = 0; k < n && k < MAX_ROWS; k++) {
+        if (n > MAX_ROWS && k != at) continue;
+        char r[48];
+        snprintf(r, sizeof r, "%ld-%ld", w[k].first, w[k].last);
+        printf("  %-15s %6d %10.4f %10.4f %7.2f%%\n", r, w[k].points, w[k].a, w[k].b, 100 * w[k].rel);
+    }
+    if (n > MAX_ROWS && at >= MAX_ROWS) printf("  (the worst window is past the first %d)\n", MAX_ROWS);
+    int ok = worst <= pct / 100;
+    printf("%s: worst window %.2f%% over %d windows, tolerance %g%%: %s\n", l, 100 * worst, n, pct,
+           ok ? "agrees" : "DIFFERS");
+    return ok;
+}
 
 int vil_cmd_plot(int argc, char **argv) {
     const char *out = NULL;
     VilArgList labels = {0};
+    const char *agree_s = NULL;
+    int window = 50;
     VilArg args[] = {
         {"--out", VIL_ARG_STR, &out, "the SVG to write (default: RUN/curves.svg for one run, ./curves.svg for several)"},
         {"--label", VIL_ARG_LIST, &labels, "legend name of a run, once per run in their order (default: the folder's name)"},
+        {"--agree", VIL_ARG_STR, &agree_s, "PCT: check each run's training loss against the first's: windowed means within PCT percent, else exit 1"},
+        {"--window", VIL_ARG_INT, &window, "--agree's window in optimizer steps"},
     };
-    VilArgSpec spec = {"plot", "RUN [RUN ...] [--out FILE.svg] [--label NAME ...]",
+    VilArgSpec spec = {"plot", "RUN [RUN ...] [--out FILE.svg] [--label NAME ...] [--agree PCT [--window STEPS]]",
                        "Charts the training curves of run folders from their metrics.jsonl: loss\n"
                        "(training, and validation dashed), top-1 accuracy (the EMA dashed), learning\n"
                        "rate and training images/s, against the optimizer step. Several runs are\n"
-                       "overlaid, one colour each. A line cut short by a crash is skipped.",
+                       "overlaid, one colour each. A line cut short by a crash is skipped. With\n"
+                       "--agree, also compares every run's training loss with the first run's (the\n"
+                       "same recipe on 1 and N GPUs, or as micro-batches): the mean over each window\n"
+                       "of steps that both logged, and exits 1 when a window differs by more.",
                        args, (int)(sizeof args / sizeof args[0]), 1, MAX_RUNS};
     char **pos;
     int n;
     int rc = vil_args_parse(&spec, argc, argv, &pos, &n);
     if (rc == VIL_ARGS_HELP) return 0;
     if (rc != VIL_ARGS_OK) return 2;
+    double agree = -1;
+    if (agree_s) {
+        char *end;
+        agree = strtod(agree_s, &end);
+        if (end == agree_s || *end || !(agree >= 0) || !isfinite(agree)) agree = -2;
+    }
+    const char *bad = agree == -2 ? "--agree wants a percentage, 0 or more (e.g. 2)"
+                      : agree < 0 && window != 50 ? "--window goes with --agree"
+                      : agree >= 0 && n < 2 ? "--agree compares runs with the first: give two or more"
+                      : window < 1 ? "--window must be at least 1 step" : NULL;
+    if (bad) {
+        fprintf(stderr, "vil plot: %s\n", bad);
+        free(pos);
+        return 2;
+    }
     if (labels.n && labels.n != n) {
         fprintf(stderr, "vil plot: %d --label for %d run%s: give one per run, in their order\n",
                 labels.n, n, n == 1 ? "" : "s");
@@ -40,21 +92,31 @@ int vil_cmd_plot(int argc, char **argv) {
     }
     /* read here (also done by vil_curves_write) to say what was skipped: cheap next to the
      * chart, and a run with nothing to draw deserves a word */
+    VilRunMetrics first = {0};
+    char first_shown[256] = "";
+    int agree_all = 1;
     for (int r = 0; r < n; r++) {
         VilRunMetrics m;
         if (vil_run_metrics_read(pos[r], &m) != 0) {
+            vil_run_metrics_free(&first);
             free(pos);
             return 1;
         }
         char shown[256];
-        vil_printable(shown, sizeof shown, pos[r]);
+        vil_printable(shown, sizeof shown, labels.n ? labels.v[r] : pos[r]);
         if (m.bad_lines)
             fprintf(stderr, "vil plot: %s: skipped %d line%s that did not parse (a crash mid-write "
                             "leaves one)\n", shown, m.bad_lines, m.bad_lines == 1 ? "" : "s");
         if (!m.n_train && !m.n_eval)
             fprintf(stderr, "vil plot: %s: no train or eval lines yet\n", shown);
+        if (agree >= 0 && r == 0) {
+            first = m, snprintf(first_shown, sizeof first_shown, "%s", shown);
+            continue;
+        }
+        if (agree >= 0) agree_all &= agreement(&first, &m, first_shown, shown, window, agree);
         vil_run_metrics_free(&m);
     }
+    vil_run_metrics_free(&first);
     char def[4200];
     if (!out) {
         if (n == 1) snprintf(def, sizeof def, "%s/curves.svg", pos[0]);
@@ -64,5 +126,5 @@ int vil_cmd_plot(int argc, char **argv) {
     rc = vil_curves_write(out, (const char *const *)pos, labels.n ? labels.v : NULL, n);
     if (rc == 0) printf("wrote %s\n", out);
     free(pos);
-    return rc ? 1 : 0;
+    return rc || !agree_all ? 1 : 0;
 }

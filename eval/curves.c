@@ -112,6 +112,39 @@ void vil_run_metrics_free(VilRunMetrics *m) {
     memset(m, 0, sizeof *m);
 }
 
+int vil_loss_agreement(const VilRunMetrics *a, const VilRunMetrics *b, long window, VilLossWindow *out,
+                       int cap, double *worst, int *worst_at) {
+    if (window < 1) window = 1;
+    *worst = 0, *worst_at = -1;
+    int n = 0, i = 0, j = 0;
+    VilLossWindow w = {0};
+    long cur = -1; /* the open window's index */
+    double sa = 0, sb = 0;
+    for (;;) {
+        /* the next step both runs logged (the reader keeps each run's steps increasing) */
+        while (i < a->n_train && j < b->n_train && a->train[i].step != b->train[j].step) {
+            if (a->train[i].step < b->train[j].step) i++;
+            else j++;
+        }
+        int done = i >= a->n_train || j >= b->n_train;
+        long step = done ? 0 : a->train[i].step, k = done ? -1 : (step - 1) / window;
+        if (cur >= 0 && (done || k != cur)) { /* close the open window */
+            w.a = sa / w.points, w.b = sb / w.points;
+            w.rel = isfinite(w.a) && isfinite(w.b) ? fabs(w.b - w.a) / fabs(w.a) : INFINITY;
+            if (w.rel != w.rel) w.rel = INFINITY; /* 0 / 0 */
+            if (w.rel > *worst || *worst_at < 0) *worst = w.rel, *worst_at = n;
+            if (n < cap) out[n] = w;
+            n++;
+        }
+        if (done) break;
+        if (k != cur) cur = k, w = (VilLossWindow){.first = step}, sa = sb = 0;
+        sa += a->train[i].loss, sb += b->train[j].loss;
+        w.last = step, w.points++;
+        i++, j++;
+    }
+    return n;
+}
+
 char *vil_run_label(char *dst, size_t cap, const char *run_dir) {
     size_t n = strlen(run_dir);
     while (n > 1 && run_dir[n - 1] == '/') n--;

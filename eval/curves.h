@@ -40,6 +40,21 @@ typedef struct {
 int vil_run_metrics_read(const char *run_dir, VilRunMetrics *m);
 void vil_run_metrics_free(VilRunMetrics *m);
 
+/* How closely run b's training loss follows run a's (the same recipe on other hardware, another
+ * number of ranks, another split into micro-batches): the steps both runs logged, in windows of
+ * `window` steps, (k - 1) window < step <= k window; per window the mean loss of each run over
+ * those common steps and their relative difference |b - a| / |a|. Windows without a common step
+ * are skipped. A loss that is not finite makes its window's difference infinite. */
+typedef struct {
+    long first, last; /* the window's first and last common step */
+    int points;       /* common steps in it */
+    double a, b, rel;
+} VilLossWindow;
+/* The windows into out[0 .. min(count, cap)), *worst the largest difference (0 without windows)
+ * and *worst_at its index. Returns the number of windows (0: no common step). */
+int vil_loss_agreement(const VilRunMetrics *a, const VilRunMetrics *b, long window, VilLossWindow *out,
+                       int cap, double *worst, int *worst_at);
+
 /* The legend name of a run folder: its base name ("runs/tiny/" -> "tiny", "." -> the current
  * folder's name). dst: cap bytes. Returns dst. */
 char *vil_run_label(char *dst, size_t cap, const char *run_dir);

@@ -2,7 +2,8 @@
  * line, a torn line continued by a resumed run, steps logged again after a resume, an empty
  * file, a missing folder), the training-curve chart of two runs (legends, series, axis labels,
  * aligned x ranges), runs without evaluations or with one point, run labels, and `vil plot`
- * (called in-process: exit codes, default output paths, --label). With a folder as argument the
+ * (called in-process: exit codes, default output paths, --label), and the loss agreement of two
+ * runs (`vil plot --agree`). With a folder as argument the
  * synthetic runs and their charts are left there to look at. */
 #define _GNU_SOURCE /* cli/args.c (included below) reads the CPU affinity */
 #include <errno.h>
@@ -405,6 +406,74 @@ static void test_cli(void) {
     T_CHECK(rc == 0 && strstr(out, "--label"), "--help: exit 0 with the flags (%d)", rc);
 }
 
+/* vil_loss_agreement and `vil plot --agree`: run a logs every 10 steps, run b every 5 (only
+ * the multiples of 10 are common), equal losses up to step 150, then b 1% above a; run c has a
+ * null loss at step 220 (how metrics.jsonl holds a NaN); run d shares no step with a. */
+static void test_agreement(void) {
+    char ta[8192] = "", tb[16384] = "", tc[8192] = "", td[256];
+    size_t ka = 0, kb = 0, kc = 0;
+    for (int st = 5; st <= 300; st += 5) {
+        double la = 3.0 - st / 200.0, lb = st > 150 ? la * 1.01 : la;
+        kb += (size_t)snprintf(tb + kb, sizeof tb - kb, "{\"type\":\"train\",\"step\":%d,\"loss\":%.9g}\n", st, lb);
+        if (st % 10) continue;
+        ka += (size_t)snprintf(ta + ka, sizeof ta - ka, "{\"type\":\"train\",\"step\":%d,\"loss\":%.9g}\n", st, la);
+        kc += (size_t)snprintf(tc + kc, sizeof tc - kc, st == 220 ? "{\"type\":\"train\",\"step\":%d,\"loss\":null}\n"
+                                                                   : "{\"type\":\"train\",\"step\":%d,\"loss\":%.9g}\n", st, la);
+    }
+    snprintf(td, sizeof td, "{\"type\":\"train\",\"step\":7,\"loss\":2}\n{\"type\":\"train\",\"step\":13,\"loss\":2}\n");
+    const char *ra = write_run("agree_a", ta), *rb = write_run("agree_b", tb), *rc_ = write_run("agree_c", tc),
+               *rd = write_run("agree_d", td);
+    VilRunMetrics a, b, c, d;
+    int ok = !vil_run_metrics_read(ra, &a) && !vil_run_metrics_read(rb, &b) && !vil_run_metrics_read(rc_, &c) &&
+             !vil_run_metrics_read(rd, &d);
+    T_CHECK(ok && a.n_train == 30 && b.n_train == 60, "the four runs read (%d: %d, %d points)", ok, a.n_train, b.n_train);
+    if (!ok) return;
+    VilLossWindow w[8];
+    double worst;
+    int at, n = vil_loss_agreement(&a, &b, 50, w, 8, &worst, &at);
+    /* windows 10-50 (5 points), 60-100, ..., 260-300; the means of b are 1.01 x a's from 160 on */
+    int shape = n == 6 && w[0].first == 10 && w[0].last == 50 && w[0].points == 5 && w[1].first == 60 &&
+                w[5].first == 260 && w[5].last == 300 && w[5].points == 5;
+    double want3 = (5 * 0.01 * (3.0 - 180 / 200.0) - 0.01 * (3.0 - 160 / 200.0) + 0.01 * (3.0 - 160 / 200.0)) /
+                   (5 * (3.0 - 180 / 200.0)); /* window 160-200: all five above; = 1% */
+    T_CHECK(shape && w[0].rel == 0 && w[2].rel < 1e-12 && fabs(w[3].rel - want3) < 1e-6 && fabs(worst - 0.01) < 1e-6 &&
+                at >= 3 && fabs(w[at].a - (3.0 - w[at].first / 200.0 - 0.1)) < 1e-9,
+            "a against b: %d windows (want 6), rel %g %g %g, worst %g at %d", n, n > 0 ? w[0].rel : -1,
+            n > 3 ? w[3].rel : -1, n > 5 ? w[5].rel : -1, worst, at);
+    n = vil_loss_agreement(&a, &c, 50, w, 8, &worst, &at);
+    T_CHECK(n == 6 && isinf(worst) && at == 4 && w[4].first == 210 && w[3].rel == 0,
+            "a NaN loss makes its window's difference infinite (%d windows, worst %g at %d)", n, worst, at);
+    n = vil_loss_agreement(&a, &d, 50, w, 8, &worst, &at);
+    T_CHECK(n == 0 && worst == 0 && at == -1, "no common step: no window (%d)", n);
+    n = vil_loss_agreement(&a, &b, 100, w, 2, &worst, &at);
+    T_CHECK(n == 3 && w[1].first == 110 && w[1].points == 10 && fabs(worst - 0.01) < 1e-6 && at == 2,
+            "window 100, cap 2: 3 windows counted, 2 stored (%d; worst %g at %d)", n, worst, at);
+    vil_run_metrics_free(&a), vil_run_metrics_free(&b), vil_run_metrics_free(&c), vil_run_metrics_free(&d);
+
+    char out[16384];
+    int rc = plot(out, sizeof out, "plot %s %s --agree 1.5 --out %s/agree.svg", ra, rb, dir);
+    T_CHECK(rc == 0 && strstr(out, "worst window 1.00% over 6 windows, tolerance 1.5%: agrees") &&
+                strstr(out, "160-200") && strstr(out, "wrote "),
+            "vil plot --agree 1.5: agrees, exit 0 (%d): %s", rc, out);
+    rc = plot(out, sizeof out, "plot %s %s %s --agree 1.5 --window 100 --label A --label B --label C --out %s/agree.svg",
+              ra, rb, rc_, dir);
+    T_CHECK(rc == 1 && strstr(out, "B: worst window 1.00% over 3 windows, tolerance 1.5%: agrees") &&
+                strstr(out, "C: worst window inf% over 3 windows") && strstr(out, "DIFFERS"),
+            "a run that diverges (NaN): exit 1, named by its label (%d): %s", rc, out);
+    rc = plot(out, sizeof out, "plot %s %s --agree 0.5 --out %s/agree.svg", ra, rb, dir);
+    T_CHECK(rc == 1 && strstr(out, "tolerance 0.5%: DIFFERS"), "--agree 0.5: differs, exit 1 (%d): %s", rc, out);
+    rc = plot(out, sizeof out, "plot %s %s --agree 1 --out %s/agree.svg", ra, rd, dir);
+    T_CHECK(rc == 1 && strstr(out, "nothing to compare"), "no common step: exit 1 (%d): %s", rc, out);
+    const char *misuse[] = {"plot %s --agree 1", "plot %s %s --window 10", "plot %s %s --agree x",
+                            "plot %s %s --agree -1", "plot %s %s --agree 1 --window 0"};
+    const char *says[] = {"give two or more", "--window goes with --agree", "wants a percentage",
+                          "wants a percentage", "at least 1 step"};
+    for (int k = 0; k < 5; k++) {
+        rc = plot(out, sizeof out, misuse[k], ra, rb);
+        T_CHECK(rc == 2 && strstr(out, says[k]), "'%s': exit 2 saying '%s' (%d): %s", misuse[k], says[k], rc, out);
+    }
+}
+
 /* a real XML parser, where python3 is installed */
 static void test_xml(void) {
     char cmd[8800], out[512];
@@ -436,6 +505,7 @@ int main(int argc, char **argv) {
     test_chart();
     test_sparse();
     test_cli();
+    test_agreement();
     test_xml();
     if (keep) {
         printf("     the runs and charts are in %s\n", dir);
