@@ -6,6 +6,7 @@
 #                                                  [peer:TIMM_MODEL:BATCH[:compile]] [mpi:CFG:BATCH[:NP]] [tfevents]
 #                                                  [res:CFG:SIZES:BATCHES[:TIMM_MODEL]] [scan:L:B:CHUNKS[:mamba[:SPLITS]]]
 #                                                  [scanprof:L:B:CHUNK[:mamba[:SPLIT]]] [scanncu:L:B:CHUNK:REGEX[:mamba]]
+#                                                  [scaling:CFG:BATCH:NPS[:STEPS:GLOBAL]]
 # dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
 # defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
@@ -203,6 +204,54 @@ for c in range(1000):
         $vil eval --device cuda --model $R/last.safetensors --data $BIG --split train --batch $bs \
             --workers 14 --limit 10240 > "$OUT/eval_$tag.log" 2>&1
         echo "eval with $vil: rc=$?"; tail -2 "$OUT/eval_$tag.log"
+        ;;
+    scaling:*)
+        # issue 19's protocol on this host: scaling:CFG:BATCH:NPS[:STEPS:GLOBAL] (NPS the process
+        # counts, comma-separated, e.g. 1,2,4,8; one process per GPU, NCCL_NVLS_ENABLE=0). Per
+        # count: `mpirun -np N vil bench --data` (the step over the ranks from in-memory batches,
+        # the scaling efficiency, then vil train's loop with the JPEG loader) and 60 steps of
+        # `mpirun -np N vil train` on the JPEGs at BATCH per GPU (its img/s over the last 30). Then
+        # the loss curves at one global batch (GLOBAL, default 128) over STEPS (default 200): N
+        # processes with GLOBAL / N each, against 1; where the host has fewer than N GPUs, one
+        # GPU with N micro-batches of GLOBAL / N (the same samples and split of the sum, without
+        # NCCL), said so; and the 1-GPU run once more (run-to-run differences: the floor under the
+        # others). `vil plot --agree 2 --window 25` compares each with the first (NPS starts at 1).
+        big_corpus
+        cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); nps=$(echo "$step" | cut -d: -f4)
+        steps=$(echo "$step" | cut -s -d: -f5); G=$(echo "$step" | cut -s -d: -f6); steps=${steps:-200}; G=${G:-128}
+        tag=$(basename "$cfg" .cfg); ngpu=$(nvidia-smi -L | wc -l); ncpu=$(nproc)
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+        echo "scaling $tag: $ngpu GPUs ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)), $ncpu CPUs; $(bin/vil help | tail -1)"
+        R=/tmp/vil_scaling_$tag; rm -rf $R; mkdir -p $R
+        common="--set num_classes=10 --set eval_every_epochs=0 --set warmup_epochs=0"
+        for np in $(echo "$nps" | tr ',' ' '); do
+            [ "$np" -gt "$ngpu" ] && { echo "np $np: $ngpu GPUs here, speed not measured"; continue; }
+            w=$((ncpu / np - 1)); [ $w -lt 1 ] && w=1
+            mpirun -np $np bin/vil bench --device cuda --model "$cfg" --batch $bs --set num_classes=10 \
+                --set workers=$w --data $BIG > "$OUT/scaling_bench_${tag}_np$np.log" 2>&1
+            echo "np $np: mpirun vil bench batch $bs/GPU, $w loader threads/GPU: rc=$?"
+            grep -E "alone|all ranks|all [0-9]+ ranks|one process|efficiency" "$OUT/scaling_bench_${tag}_np$np.log" | sed 's/^/  /'
+            mpirun -np $np bin/vil train --config "$cfg" --data $BIG --device cuda --out $R/speed_np$np $common \
+                --set batch=$bs --set workers=$w --set epochs=1 --set max_steps=60 --set log_every=10 \
+                > "$OUT/scaling_train_${tag}_np$np.log" 2>&1
+            echo "  mpirun -np $np vil train (JPEGs, batch $bs/GPU): rc=$?, img/s at steps 40-60 (all GPUs):" \
+                "$(grep -E '"step":(40|50|60),' $R/speed_np$np/metrics.jsonl | sed 's/.*"images_per_s":\([0-9.]*\).*/\1/' | tr '\n' ' ')"
+        done
+        # the loss curves at one global batch
+        runs=""; labels=""
+        for np in $(echo "$nps" | tr ',' ' ') again; do
+            # again: the 1-GPU run repeated (is the run deterministic: the floor under the others)
+            if [ "$np" = again ]; then how="1 GPU, repeated"; launch=""; acc=1; lab="1gpu_again"; np=1
+            elif [ "$np" -le "$ngpu" ]; then how="mpirun -np $np"; launch="mpirun -np $np"; acc=1; lab="${np}gpu"
+            else how="1 GPU, $np micro-batches"; launch=""; acc=$np; lab="1gpu_x${np}micro"; fi
+            $launch bin/vil train --config "$cfg" --data $BIG --device cuda --out $R/curve_$lab $common \
+                --set batch=$((G / np)) --set accum_steps=$acc --set workers=$((ncpu / (np <= ngpu ? np : 1) - 1)) \
+                --set epochs=2 --set max_steps=$steps --set log_every=1 > "$OUT/scaling_curve_${tag}_$lab.log" 2>&1
+            echo "curve $lab ($how, global batch $G): rc=$?, last loss $(tail -1 $R/curve_$lab/metrics.jsonl | sed 's/.*"loss":\([0-9.]*\).*/\1/')"
+            runs="$runs $R/curve_$lab"; labels="$labels --label $lab"
+            cp $R/curve_$lab/metrics.jsonl "$OUT/curve_${tag}_$lab.jsonl"
+        done
+        bin/vil plot $runs $labels --agree 2 --window 25 --out "$OUT/curves_$tag.svg" | grep -E "worst|nothing"
         ;;
     res:*)
         # vil bench's table across resolutions and batches, and DeiT (timm, eager) at the same
