@@ -214,7 +214,9 @@ for c in range(1000):
         # the loss curves at one global batch (GLOBAL, default 128) over STEPS (default 200): N
         # processes with GLOBAL / N each, against 1; where the host has fewer than N GPUs, one
         # GPU with N micro-batches of GLOBAL / N (the same samples and split of the sum, without
-        # NCCL), said so; and the 1-GPU run once more (run-to-run differences: the floor under the
+        # NCCL), said so; Mixup and CutMix off there (they mix each process's own batch, as timm's
+        # do on each GPU, so N processes train on other mixtures than one: measured 4-6% apart in
+        # the windows below with them on); and the 1-GPU run once more (run-to-run differences: the floor under the
         # others). `vil plot --agree 2 --window 25` compares each with the first (NPS starts at 1).
         big_corpus
         cfg=$(echo "$step" | cut -d: -f2); bs=$(echo "$step" | cut -d: -f3); nps=$(echo "$step" | cut -d: -f4)
@@ -246,7 +248,8 @@ for c in range(1000):
             else how="1 GPU, $np micro-batches"; launch=""; acc=$np; lab="1gpu_x${np}micro"; fi
             $launch bin/vil train --config "$cfg" --data $BIG --device cuda --out $R/curve_$lab $common \
                 --set batch=$((G / np)) --set accum_steps=$acc --set workers=$((ncpu / (np <= ngpu ? np : 1) - 1)) \
-                --set epochs=2 --set max_steps=$steps --set log_every=1 > "$OUT/scaling_curve_${tag}_$lab.log" 2>&1
+                --set epochs=3 --set max_steps=$steps --set log_every=1 --set mixup=0 --set cutmix=0 \
+                > "$OUT/scaling_curve_${tag}_$lab.log" 2>&1
             echo "curve $lab ($how, global batch $G): rc=$?, last loss $(tail -1 $R/curve_$lab/metrics.jsonl | sed 's/.*"loss":\([0-9.]*\).*/\1/')"
             runs="$runs $R/curve_$lab"; labels="$labels --label $lab"
             cp $R/curve_$lab/metrics.jsonl "$OUT/curve_${tag}_$lab.jsonl"
