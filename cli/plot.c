@@ -16,28 +16,30 @@
 #include "vil/common.h"
 
 #define MAX_RUNS 32
-#define MAX_ROWS 30 /* windows listed in full; past that, the worst one */
+#define MAX_ROWS 30 /* windows listed in full; past that, the first, the worst and the last */
 
 /* run r's loss against the first run's: the windows, then the verdict. 1 when it agrees. */
 static int agreement(const VilRunMetrics *m0, const VilRunMetrics *m, const char *l0, const char *l,
                      long window, double pct) {
-    static VilLossWindow w[MAX_ROWS];
     double worst;
-    int at, n = vil_loss_agreement(m0, m, window, w, MAX_ROWS, &worst, &at);
+    int at, n = vil_loss_agreement(m0, m, window, NULL, 0, &worst, &at);
     if (n == 0) {
         printf("%s: no step that %s also logged: nothing to compare\n", l, l0);
         return 0;
     }
+    VilLossWindow *w = vil_calloc((size_t)n, sizeof *w);
+    vil_loss_agreement(m0, m, window, w, n, &worst, &at);
     printf("training loss of %s against %s, mean over windows of %ld steps (the steps both logged):\n",
            l, l0, window);
     printf("  %-15s %6s %10s %10s %8s\n", "steps", "points", "first", "this", "diff");
-    for (int k = 0; k < n && k < MAX_ROWS; k++) {
-        if (n > MAX_ROWS && k != at) continue;
+    for (int k = 0; k < n; k++) {
+        if (n > MAX_ROWS && k != 0 && k != at && k != n - 1) continue;
         char r[48];
         snprintf(r, sizeof r, "%ld-%ld", w[k].first, w[k].last);
-        printf("  %-15s %6d %10.4f %10.4f %7.2f%%\n", r, w[k].points, w[k].a, w[k].b, 100 * w[k].rel);
+        printf("  %-15s %6d %10.4f %10.4f %7.2f%%%s\n", r, w[k].points, w[k].a, w[k].b, 100 * w[k].rel,
+               n > MAX_ROWS && k == at ? "  (the worst)" : "");
     }
-    if (n > MAX_ROWS && at >= MAX_ROWS) printf("  (the worst window is past the first %d)\n", MAX_ROWS);
+    free(w);
     int ok = worst <= pct / 100;
     printf("%s: worst window %.2f%% over %d windows, tolerance %g%%: %s\n", l, 100 * worst, n, pct,
            ok ? "agrees" : "DIFFERS");
@@ -102,18 +104,19 @@ int vil_cmd_plot(int argc, char **argv) {
             free(pos);
             return 1;
         }
-        char shown[256];
-        vil_printable(shown, sizeof shown, labels.n ? labels.v[r] : pos[r]);
+        char shown[256], name[256];
+        vil_printable(shown, sizeof shown, pos[r]);
+        vil_printable(name, sizeof name, labels.n ? labels.v[r] : pos[r]);
         if (m.bad_lines)
             fprintf(stderr, "vil plot: %s: skipped %d line%s that did not parse (a crash mid-write "
                             "leaves one)\n", shown, m.bad_lines, m.bad_lines == 1 ? "" : "s");
         if (!m.n_train && !m.n_eval)
             fprintf(stderr, "vil plot: %s: no train or eval lines yet\n", shown);
         if (agree >= 0 && r == 0) {
-            first = m, snprintf(first_shown, sizeof first_shown, "%s", shown);
+            first = m, snprintf(first_shown, sizeof first_shown, "%s", name);
             continue;
         }
-        if (agree >= 0) agree_all &= agreement(&first, &m, first_shown, shown, window, agree);
+        if (agree >= 0) agree_all &= agreement(&first, &m, first_shown, name, window, agree);
         vil_run_metrics_free(&m);
     }
     vil_run_metrics_free(&first);

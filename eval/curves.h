@@ -50,8 +50,9 @@ typedef struct {
     int points;       /* common steps in it */
     double a, b, rel;
 } VilLossWindow;
-/* The windows into out[0 .. min(count, cap)), *worst the largest difference (0 without windows)
- * and *worst_at its index. Returns the number of windows (0: no common step). */
+/* The windows into out[0 .. min(count, cap)) (out may be NULL with cap 0: count them), *worst the
+ * largest difference (0 without windows) and *worst_at its index. Returns the number of windows
+ * (0: no common step). */
 int vil_loss_agreement(const VilRunMetrics *a, const VilRunMetrics *b, long window, VilLossWindow *out,
                        int cap, double *worst, int *worst_at);
 

@@ -410,11 +410,14 @@ static void test_cli(void) {
  * the multiples of 10 are common), equal losses up to step 150, then b 1% above a; run c has a
  * null loss at step 220 (how metrics.jsonl holds a NaN); run d shares no step with a. */
 static void test_agreement(void) {
-    char ta[8192] = "", tb[16384] = "", tc[8192] = "", td[256];
-    size_t ka = 0, kb = 0, kc = 0;
+    char ta[8192] = "", tb[16384] = "", tc[8192] = "", td[256], te[16384] = "";
+    size_t ka = 0, kb = 0, kc = 0, ke = 0;
     for (int st = 5; st <= 300; st += 5) {
         double la = 3.0 - st / 200.0, lb = st > 150 ? la * 1.01 : la;
         kb += (size_t)snprintf(tb + kb, sizeof tb - kb, "{\"type\":\"train\",\"step\":%d,\"loss\":%.9g}\n", st, lb);
+        /* e: b with step 155 5% off, for the long listing (60 windows of 1 step) */
+        ke += (size_t)snprintf(te + ke, sizeof te - ke, "{\"type\":\"train\",\"step\":%d,\"loss\":%.9g}\n", st,
+                               st == 155 ? lb * 1.05 : lb);
         if (st % 10) continue;
         ka += (size_t)snprintf(ta + ka, sizeof ta - ka, "{\"type\":\"train\",\"step\":%d,\"loss\":%.9g}\n", st, la);
         kc += (size_t)snprintf(tc + kc, sizeof tc - kc, st == 220 ? "{\"type\":\"train\",\"step\":%d,\"loss\":null}\n"
@@ -464,6 +467,11 @@ static void test_agreement(void) {
     T_CHECK(rc == 1 && strstr(out, "tolerance 0.5%: DIFFERS"), "--agree 0.5: differs, exit 1 (%d): %s", rc, out);
     rc = plot(out, sizeof out, "plot %s %s --agree 1 --out %s/agree.svg", ra, rd, dir);
     T_CHECK(rc == 1 && strstr(out, "nothing to compare"), "no common step: exit 1 (%d): %s", rc, out);
+    const char *re = write_run("agree_e", te);
+    rc = plot(out, sizeof out, "plot %s %s --agree 1 --window 1 --out %s/agree.svg", rb, re, dir);
+    T_CHECK(rc == 1 && strstr(out, "155-155") && strstr(out, "5.00%  (the worst)") && strstr(out, "5-5 ") &&
+                strstr(out, "300-300") && !strstr(out, "160-160") && strstr(out, "worst window 5.00% over 60 windows"),
+            "60 windows: the first, the worst and the last listed (%d): %s", rc, out);
     const char *misuse[] = {"plot %s --agree 1", "plot %s %s --window 10", "plot %s %s --agree x",
                             "plot %s %s --agree -1", "plot %s %s --agree 1 --window 0"};
     const char *says[] = {"give two or more", "--window goes with --agree", "wants a percentage",
