@@ -1407,21 +1407,24 @@ static void fwd_chunks(ScanArgs *a, int req, int mamba, bool keep) {
     if (SCAN_KEEP_LONG && keep && a->L >= SCAN_LONG_L) bwd_chunks(a, req);
     else choose_chunks(a, req, !mamba && a->L >= SCAN_LONG_L ? SCAN_SEQ_FWD_LONG : SCAN_SEQ_FWD);
 }
-/* 1 when a forward that keeps its states and the backward cut a's shape into the same chunks
- * (more than one): those states are then what the backward's chain would make */
-static int states_shared(const ScanArgs &a, int req, int mamba) {
-    ScanArgs f = a, g = a;
-    fwd_chunks(&f, req, mamba, true);
+/* 1 when the backward cuts f's shape into f's chunks (more than one): states kept at them are
+ * then what the backward's chain would make */
+static bool same_as_bwd(const ScanArgs &f, int req) {
+    ScanArgs g = f;
     bwd_chunks(&g, req);
     return f.nch > 1 && f.C == g.C && f.nch == g.nch;
+}
+/* f cut as a forward that keeps its states; 1 when those states serve the backward */
+static bool states_shared(ScanArgs *f, int req, int mamba) {
+    fwd_chunks(f, req, mamba, true);
+    return same_as_bwd(*f, req);
 }
 
 extern "C" size_t scan_states_bytes_cuda(const VilScanFwd *p) {
     ScanArgs a;
     memset(&a, 0, sizeof a);
     a.B = p->B, a.L = p->L, a.E = p->E;
-    if (!states_shared(a, p->chunk, p->rec == VIL_REC_MAMBA)) return 0;
-    fwd_chunks(&a, p->chunk, p->rec == VIL_REC_MAMBA, true);
+    if (!states_shared(&a, p->chunk, p->rec == VIL_REC_MAMBA)) return 0;
     return (size_t)a.B * 2 * a.nch * p->N * a.E * sizeof(float);
 }
 
@@ -1436,7 +1439,7 @@ extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
      * have fewer than SCAN_QUAD_FWD threads */
     fwd_chunks(&a, p->chunk, mamba, p->states != NULL);
     /* the states at the chunk boundaries into the caller's buffer, for the backward */
-    if (p->states && states_shared(a, p->chunk, mamba)) a.keep = p->states;
+    if (p->states && same_as_bwd(a, p->chunk)) a.keep = p->states;
     int split = p->split ? p->split : env_knob(&env_split, "VIL_SCAN_SPLIT", "threads per channel are");
     if (split == 0)
         split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < (mamba ? SCAN_QUAD_FWD_MAMBA : SCAN_QUAD_FWD) ? QUAD_Q : 1;
@@ -1462,6 +1465,7 @@ extern "C" void scan_bidir_backward_cuda(const VilScanBwd *p) {
     a.split = 1;
     bwd_chunks(&a, p->chunk);
     /* the forward's states at the chunk boundaries (kept where the chunks are the same) */
-    if (p->states && states_shared(a, p->chunk, mamba)) a.chs = (float *)p->states, a.kept = 1;
+    ScanArgs f = a;
+    if (p->states && states_shared(&f, p->chunk, mamba)) a.chs = (float *)p->states, a.kept = 1;
     DISPATCH_N(p->N, mamba, backward_impl, a);
 }
