@@ -1,11 +1,13 @@
 /* test_common.c: the capture of vil_error messages (vil/common.h): a captured message is not
  * printed, several are joined, captures nest, a long text is cut with "...", a capture belongs
- * to its thread, and releasing one that is not the innermost is fatal. */
+ * to its thread, and releasing one that is not the innermost is fatal; vil_open_regular refuses
+ * FIFOs, folders and devices at once. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -194,7 +196,59 @@ static void test_bad_release(void) {
     T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "releasing an outer capture first is fatal");
 }
 
+/* vil_open_regular: a regular file opens; a FIFO with no writer, a folder and /dev/zero are
+ * refused at once, by name (a FIFO would block a plain open forever: the test runs under an
+ * alarm so a regression fails instead of hanging the suite) */
+static void test_open_regular(void) {
+    char dir[] = "/tmp/vil_test_common_XXXXXX";
+    if (!mkdtemp(dir)) {
+        T_CHECK(0, "mkdtemp");
+        return;
+    }
+    char reg[256], fifo[256];
+    snprintf(reg, sizeof reg, "%s/file.bin", dir);
+    snprintf(fifo, sizeof fifo, "%s/pipe.jpg", dir);
+    FILE *f = fopen(reg, "wb");
+    fputs("abc", f);
+    fclose(f);
+    T_CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    alarm(20);
+    int fd = vil_open_regular(reg);
+    T_CHECK(fd >= 0, "a regular file opens");
+    if (fd >= 0) {
+        char b[4] = {0};
+        T_CHECK(read(fd, b, 4) == 3 && strcmp(b, "abc") == 0, "and reads (blocking again)");
+        close(fd);
+    }
+    const char *bad[] = {fifo, dir, "/dev/zero"};
+    const char *words[] = {"FIFO", "folder", "character device"};
+    for (int i = 0; i < 3; i++) {
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        int r = vil_open_regular(bad[i]);
+        FILE *g = vil_fopen_regular(bad[i], "rb");
+        size_t n = 0;
+        unsigned char *all = vil_read_file(bad[i], &n);
+        vil_error_release(&cap);
+        T_CHECK(r < 0 && !g && !all && cap.count == 3 && strstr(cap.msg, bad[i]) &&
+                    strstr(cap.msg, words[i]),
+                "'%s' refused, named, said to be a %s: '%s'", bad[i], words[i], cap.msg);
+        if (r >= 0) close(r);
+        if (g) fclose(g);
+        free(all);
+    }
+    alarm(0);
+    size_t n = 0;
+    unsigned char *all = vil_read_file(reg, &n);
+    T_CHECK(all && n == 3 && all[3] == 0, "vil_read_file reads a regular file whole");
+    free(all);
+    unlink(reg);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 int main(void) {
+    test_open_regular();
     test_capture_basics();
     test_nesting();
     test_long();

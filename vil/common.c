@@ -185,24 +185,71 @@ void *vil_malloc_aligned(size_t bytes) {
     return p;
 }
 
-unsigned char *vil_read_file(const char *path, size_t *size_out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        vil_error("cannot open '%s': %s", path, strerror(errno));
-        return NULL;
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a folder";
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+int vil_open_regular(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        vil_error("cannot open '%s': %s", path, vil_errno_str());
+        return -1;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        vil_error("'%s' is not a regular file", path);
-        fclose(f);
+    if (fstat(fd, &st) != 0) {
+        vil_error("cannot stat '%s': %s", path, vil_errno_str());
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        vil_error("'%s' is %s, not a regular file", path, file_kind(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        vil_error("'%s': %s", path, vil_errno_str());
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+FILE *vil_fopen_regular(const char *path, const char *mode) {
+    int fd = vil_open_regular(path);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, mode);
+    if (!f) {
+        vil_error("cannot open '%s': %s", path, vil_errno_str());
+        close(fd);
+    }
+    return f;
+}
+
+unsigned char *vil_read_file(const char *path, size_t *size_out) {
+    int fd = vil_open_regular(path);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        vil_error("cannot stat '%s': %s", path, vil_errno_str());
+        close(fd);
         return NULL;
     }
-    size_t n = (size_t)st.st_size;
+    size_t n = (size_t)st.st_size, got = 0;
     unsigned char *buf = vil_malloc(n + 1);
-    size_t got = n ? fread(buf, 1, n, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (got != n || err) {
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (got != n) {
         vil_error("cannot read '%s': read %zu of %zu bytes", path, got, n);
         free(buf);
         return NULL;

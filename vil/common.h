@@ -67,7 +67,17 @@ double vil_float_clean(float v);
 void *vil_malloc_aligned(size_t bytes);
 
 /* ---- files ---- */
-/* Read a whole file. Returns NULL and reports (with the path) on failure. */
+/* Open path for reading only when it is a regular file. The open itself uses O_NONBLOCK, so a
+ * FIFO (or a device) returns at once instead of waiting for a writer; fstat then refuses
+ * anything but a regular file and the descriptor goes back to blocking reads. Returns the
+ * descriptor (O_CLOEXEC), or -1 with a vil_error naming the path and what it is ("'x' is a
+ * FIFO, not a regular file"). Every reader of user-named files opens through it (or the
+ * FILE form): a FIFO as an image, a checkpoint or a config would otherwise hang vil. */
+int vil_open_regular(const char *path);
+/* The same as a stdio stream (mode "r" or "rb"); NULL with a vil_error on failure. */
+FILE *vil_fopen_regular(const char *path, const char *mode);
+/* Read a whole regular file (vil_open_regular). Returns NULL and reports (with the path) on
+ * failure. */
 unsigned char *vil_read_file(const char *path, size_t *size_out);
 /* Create dir and its missing parents (mkdir -p). 0, or -1 with a vil_error message (also when
  * dir exists as something other than a folder). */
