@@ -2,6 +2,7 @@
  * tensors as persistent ids), NAME/data/KEY (one storage per key, raw little-endian elements),
  * NAME/version and, since torch 2.0, NAME/byteorder. Only data.pkl and the storages of the one
  * state dict asked for are read: a training checkpoint's optimizer moments stay on disk. */
+#define _GNU_SOURCE /* qsort_r */
 #include "pth.h"
 
 #include <errno.h>
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zip.h>
 
 #include "common.h"
@@ -40,60 +43,100 @@ static VilStDtype st_dtype(VilPkDtype d) {
     return VIL_ST_F32;
 }
 
-/* One whole entry into a new buffer of exactly want bytes (want == (size_t)-1: any size up to
- * max). libzip checks the CRC as the last byte is read. */
-static int read_entry(zip_t *za, const char *name, size_t want, size_t max, unsigned char **out,
-                      size_t *n) {
-    *out = NULL;
-    zip_int64_t idx = zip_name_locate(za, name, ZIP_FL_ENC_RAW);
-    if (idx < 0) {
+/* deflate never makes more than 1032 bytes of one (a 258-byte match in 2 bits) */
+#define MAX_DEFLATE_RATIO 1032
+
+/* Where entry name lies and how large it is, before anything is read: stored or deflated (what
+ * zip tools write; torch.save stores), want bytes ((size_t)-1: any) up to max, and a size its
+ * compressed bytes inside the archive (arch bytes) can hold, so a central directory that lies
+ * about a size sizes nothing. */
+static int stat_entry(zip_t *za, uint64_t arch, const char *name, size_t want, size_t max,
+                      zip_int64_t *idx, zip_stat_t *zs) {
+    *idx = zip_name_locate(za, name, ZIP_FL_ENC_RAW);
+    if (*idx < 0) {
         vil_error("the archive has no entry '%s'", name);
         return -1;
     }
-    zip_stat_t zs;
-    if (zip_stat_index(za, (zip_uint64_t)idx, 0, &zs) != 0 || !(zs.valid & ZIP_STAT_SIZE)) {
+    if (zip_stat_index(za, (zip_uint64_t)*idx, 0, zs) != 0 ||
+        (zs->valid & (ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD)) !=
+            (ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD)) {
         vil_error("entry '%s': %s", name, zip_strerror(za));
         return -1;
     }
-    if (want != (size_t)-1 && zs.size != want) {
+    if (want != (size_t)-1 && zs->size != want) {
         vil_error("entry '%s' holds %" PRIu64 " bytes, its tensors need %zu", name,
-                  (uint64_t)zs.size, want);
+                  (uint64_t)zs->size, want);
         return -1;
     }
-    if (zs.size > max) {
+    if (zs->size > max) {
         vil_error("entry '%s' is %" PRIu64 " bytes, over the limit of %zu", name,
-                  (uint64_t)zs.size, max);
+                  (uint64_t)zs->size, max);
         return -1;
     }
+    if (zs->comp_method != ZIP_CM_STORE && zs->comp_method != ZIP_CM_DEFLATE) {
+        vil_error("entry '%s' is compressed with method %d; vil reads stored and deflated "
+                  "entries only", name, (int)zs->comp_method);
+        return -1;
+    }
+    uint64_t c = zs->comp_size;
+    if (c > arch || (zs->comp_method == ZIP_CM_STORE ? zs->size != c
+                                                    : zs->size > c * MAX_DEFLATE_RATIO + 1024)) {
+        vil_error("entry '%s' claims %" PRIu64 " bytes from %" PRIu64 " compressed bytes in a "
+                  "%" PRIu64 "-byte archive: a damaged or forged archive", name,
+                  (uint64_t)zs->size, c, arch);
+        return -1;
+    }
+    return 0;
+}
+
+/* Bytes [lo, hi) of entry idx (size bytes) into out: the bytes before are skipped and the rest
+ * is read too (through a small scratch buffer), so that libzip checks the CRC at the end. */
+static int read_span(zip_t *za, zip_int64_t idx, const char *name, uint64_t size, uint64_t lo,
+                     uint64_t hi, unsigned char *out) {
     zip_file_t *f = zip_fopen_index(za, (zip_uint64_t)idx, 0);
     if (!f) {
         vil_error("entry '%s': %s", name, zip_strerror(za));
         return -1;
     }
-    size_t size = (size_t)zs.size;
-    unsigned char *buf = vil_malloc_aligned(size ? size : 1);
-    size_t got = 0;
+    enum { SCRATCH = 1 << 16 };
+    unsigned char *scratch = vil_malloc(SCRATCH);
+    uint64_t got = 0;
+    int rc = 0;
     while (got < size) {
-        zip_int64_t k = zip_fread(f, buf + got, size - got);
+        uint64_t stop = got < lo ? lo : got < hi ? hi : size;
+        uint64_t want = stop - got;
+        unsigned char *dst = got >= lo && got < hi ? out + (got - lo) : scratch;
+        if (dst == scratch && want > SCRATCH) want = SCRATCH;
+        zip_int64_t k = zip_fread(f, dst, want);
         if (k <= 0) break;
-        got += (size_t)k;
+        got += (uint64_t)k;
     }
     /* one more read: the CRC is checked when the end is reached */
-    unsigned char extra;
-    zip_int64_t tail = got == size ? zip_fread(f, &extra, 1) : -1;
-    int rc = 0;
+    zip_int64_t tail = got == size ? zip_fread(f, scratch, 1) : -1;
     if (got != size || tail != 0) {
-        vil_error("entry '%s' cannot be read whole (%zu of %zu bytes): %s", name, got,
-                  size, zip_file_strerror(f));
+        vil_error("entry '%s' cannot be read whole (%" PRIu64 " of %" PRIu64 " bytes): %s", name,
+                  got, size, zip_file_strerror(f));
         rc = -1;
     }
+    free(scratch);
     zip_fclose(f);
-    if (rc != 0) {
+    return rc;
+}
+
+/* One whole entry (up to max bytes) into a new buffer. */
+static int read_entry(zip_t *za, uint64_t arch, const char *name, size_t max, unsigned char **out,
+                      size_t *n) {
+    *out = NULL;
+    zip_int64_t idx;
+    zip_stat_t zs;
+    if (stat_entry(za, arch, name, (size_t)-1, max, &idx, &zs) != 0) return -1;
+    unsigned char *buf = vil_malloc(zs.size ? (size_t)zs.size : 1);
+    if (read_span(za, idx, name, zs.size, 0, zs.size, buf) != 0) {
         free(buf);
-        return rc;
+        return -1;
     }
     *out = buf;
-    *n = size;
+    *n = (size_t)zs.size;
     return 0;
 }
 
@@ -192,107 +235,228 @@ static const VilPkObj *select_dict(const VilPkObj *root, int ema, VilPthInfo *in
     return NULL;
 }
 
-/* the view t of storage s (es bytes per element) as a contiguous tensor at dst */
-static void gather(unsigned char *dst, const unsigned char *s, const VilPkTensor *t, size_t es) {
+/* the elements [first, last] of storage a view t reaches (numel > 0) */
+static void view_span(const VilPkTensor *t, int64_t *first, int64_t *last) {
+    *first = *last = t->offset;
+    for (int i = 0; i < t->ndim; i++) *last += (t->size[i] - 1) * t->stride[i];
+}
+
+/* the view t as a contiguous tensor at dst, from s: the storage's elements from base on (es
+ * bytes each) */
+static void gather(unsigned char *dst, const unsigned char *s, int64_t base, const VilPkTensor *t,
+                   size_t es) {
     int contiguous = 1;
     int64_t want = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->size[i] != 1 && t->stride[i] != want) contiguous = 0;
         want *= t->size[i];
     }
-    if (contiguous || t->numel <= 1) {
-        memcpy(dst, s + (size_t)t->offset * es, (size_t)t->numel * es);
+    if (t->numel == 0) return;
+    if (contiguous || t->numel == 1) {
+        memcpy(dst, s + (size_t)(t->offset - base) * es, (size_t)t->numel * es);
         return;
     }
     int64_t idx[VIL_PK_MAX_DIMS] = {0};
     for (int64_t k = 0; k < t->numel; k++) {
-        int64_t at = t->offset;
+        int64_t at = t->offset - base;
         for (int i = 0; i < t->ndim; i++) at += idx[i] * t->stride[i];
         memcpy(dst + (size_t)k * es, s + (size_t)at * es, es);
         for (int i = t->ndim - 1; i >= 0 && ++idx[i] == t->size[i]; i--) idx[i] = 0;
     }
 }
 
-static int read_tensors(zip_t *za, const char *prefix, const VilPkObj *d, VilSafetensors *st) {
+/* An archive opened for its descriptors: what vil_st_load needs to read the storages. */
+typedef struct {
+    zip_t *za;
+    uint64_t arch; /* the archive's bytes */
+    VilPickle *pk;
+    char prefix[256];
+    const VilPkObj **views; /* (n_tensors) each tensor's VIL_PK_TENSOR, in st's order */
+} PthSource;
+
+static void pth_close(void *ctx) {
+    PthSource *ps = ctx;
+    if (!ps) return;
+    vil_pickle_free(ps->pk);
+    if (ps->za) zip_discard(ps->za);
+    free(ps->views);
+    free(ps);
+}
+
+static void entry_name(char *name, size_t cap, const PthSource *ps, const VilPkObj *s) {
+    snprintf(name, cap, "%s/data/%s", ps->prefix, s->s);
+}
+
+static int same_storage(const VilPkObj *a, const VilPkObj *b) {
+    return a == b || (strcmp(a->s, b->s) == 0 && a->dtype == b->dtype && a->i == b->i);
+}
+
+/* tensor indices by storage key, so that the views of one storage come together */
+static int cmp_storage(const void *a, const void *b, void *ctx) {
+    const PthSource *ps = ctx;
+    const VilPkObj *x = ps->views[*(const int *)a]->tensor->storage;
+    const VilPkObj *y = ps->views[*(const int *)b]->tensor->storage;
+    int c = strcmp(x->s, y->s);
+    return c ? c : *(const int *)a - *(const int *)b;
+}
+static int *by_storage(PthSource *ps, const int *idx, int n) {
+    int *o = vil_malloc((size_t)(n ? n : 1) * sizeof(int));
+    memcpy(o, idx, (size_t)n * sizeof(int));
+    qsort_r(o, (size_t)n, sizeof(int), cmp_storage, ps);
+    return o;
+}
+
+/* Each storage that a wanted tensor views is read once, only the span [first, last] its wanted
+ * views reach: the storages of the tensors not wanted (a training checkpoint's other dicts, or
+ * what the caller's model has no place for) are never inflated. */
+static int pth_load(void *ctx, VilSafetensors *st, const unsigned char *want) {
+    PthSource *ps = ctx;
+    int n = 0;
+    int *idx = vil_malloc((size_t)(st->n_tensors ? st->n_tensors : 1) * sizeof(int));
+    for (int i = 0; i < st->n_tensors; i++)
+        if ((!want || want[i]) && ps->views[i]->tensor->numel > 0) idx[n++] = i;
+    int *ord = by_storage(ps, idx, n);
+    free(idx);
+    int rc = 0;
+    for (int a = 0; a < n && rc == 0;) {
+        const VilPkObj *s = ps->views[ord[a]]->tensor->storage;
+        int b = a;
+        int64_t lo = INT64_MAX, hi = -1;
+        for (; b < n && same_storage(ps->views[ord[b]]->tensor->storage, s); b++) {
+            int64_t f, l;
+            view_span(ps->views[ord[b]]->tensor, &f, &l);
+            if (f < lo) lo = f;
+            if (l > hi) hi = l;
+        }
+        size_t es = vil_pk_dtype_size(s->dtype);
+        char name[VIL_PK_MAX_GLOBAL + 512];
+        entry_name(name, sizeof name, ps, s);
+        zip_int64_t zi;
+        zip_stat_t zs;
+        unsigned char *span = NULL;
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        rc = stat_entry(ps->za, ps->arch, name, (size_t)s->i * es, VIL_PTH_MAX_ENTRY, &zi, &zs);
+        if (rc == 0) {
+            span = vil_malloc((size_t)(hi - lo + 1) * es);
+            rc = read_span(ps->za, zi, name, zs.size, (uint64_t)lo * es, (uint64_t)(hi + 1) * es,
+                           span);
+        }
+        vil_error_release(&cap);
+        if (rc != 0) {
+            vil_error("tensor '%s': %s", st->tensors[ord[a]].name, cap.msg);
+        } else {
+            for (int k = a; k < b; k++) {
+                const VilPkObj *v = ps->views[ord[k]];
+                gather((unsigned char *)st->tensors[ord[k]].data, span, lo, v->tensor,
+                       vil_pk_dtype_size(v->dtype));
+            }
+        }
+        free(span);
+        a = b;
+    }
+    free(ord);
+    return rc;
+}
+
+/* The descriptors of state dict d: every name and view checked, every storage's entry there,
+ * of the size the storage declares and one the archive can hold, and the total bounded, all
+ * before anything sized by the file is allocated. */
+static int describe_tensors(PthSource *ps, const VilPkObj *d, VilSafetensors *st) {
     int n = d->n / 2;
     VilStTensor *ts = vil_calloc((size_t)(n ? n : 1), sizeof *ts);
+    ps->views = vil_calloc((size_t)(n ? n : 1), sizeof *ps->views);
     int strip = n > 0, rc = 0;
     size_t total = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         const VilPkObj *k = d->items[2 * i], *v = d->items[2 * i + 1];
+        rc = -1;
         if (k->kind != VIL_PK_STR || k->len == 0 || k->len > MAX_NAME || strlen(k->s) != k->len) {
             vil_error("state dict key %d is %s, not a tensor name", i, vil_pk_kind_name(k));
-            rc = -1;
             break;
         }
         if (v->kind != VIL_PK_TENSOR) {
             vil_error("state dict entry '%s' is %s, not a tensor", k->s, vil_pk_kind_name(v));
-            rc = -1;
             break;
         }
         const VilPkTensor *t = v->tensor;
-        size_t es = vil_pk_dtype_size(v->dtype);
-        if ((uint64_t)t->numel > VIL_PTH_MAX_ENTRY / es || total + (size_t)t->numel * es > VIL_PTH_MAX_ENTRY) {
+        const VilPkObj *s = t->storage;
+        size_t es = vil_pk_dtype_size(v->dtype), ses = vil_pk_dtype_size(s->dtype);
+        /* the unpickler has put the view inside the storage's declared elements; a view of more
+         * elements than its storage holds (stride 0) would make bytes out of nothing */
+        if (t->numel > s->i || (uint64_t)s->i > VIL_PTH_MAX_ENTRY / ses) {
+            vil_error("tensor '%s' has %lld elements from storage '%s' of %lld: vil reads no "
+                      "views larger than their storage", k->s, (long long)t->numel, s->s,
+                      (long long)s->i);
+            break;
+        }
+        char name[VIL_PK_MAX_GLOBAL + 512];
+        entry_name(name, sizeof name, ps, s);
+        zip_int64_t zi;
+        zip_stat_t zs;
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        int ok = stat_entry(ps->za, ps->arch, name, (size_t)s->i * ses, VIL_PTH_MAX_ENTRY, &zi, &zs) == 0;
+        vil_error_release(&cap);
+        if (!ok) {
+            vil_error("tensor '%s': %s", k->s, cap.msg);
+            break;
+        }
+        total = (total + 63) & ~(size_t)63; /* each tensor 64-byte aligned, as in vil's files */
+        if ((size_t)t->numel * es > VIL_PTH_MAX_ENTRY - total) {
             vil_error("tensor '%s' takes the state dict over %zu bytes", k->s, VIL_PTH_MAX_ENTRY);
-            rc = -1;
             break;
         }
         ts[i].name = k->s;
         ts[i].dtype = st_dtype(v->dtype);
         ts[i].ndim = t->ndim;
         for (int j = 0; j < t->ndim; j++) ts[i].shape[j] = t->size[j];
-        total = (total + 63) & ~(size_t)63; /* each tensor 64-byte aligned, as in vil's files */
         ts[i].offset = total;
         ts[i].nbytes = (size_t)t->numel * es;
         total += ts[i].nbytes;
+        ps->views[i] = v;
         strip &= strncmp(k->s, "module.", 7) == 0 && k->len > 7;
+        rc = 0;
     }
-    unsigned char *buf = rc == 0 ? vil_malloc_aligned(total ? total : 1) : NULL;
-    /* the storages, each read once; tensors that share one (views) are cut from the same copy */
-    unsigned char *sbuf = NULL;
-    const VilPkObj *sobj = NULL;
-    for (int i = 0; i < n && rc == 0; i++) {
-        const VilPkObj *v = d->items[2 * i + 1];
-        const VilPkObj *s = v->tensor->storage;
-        if (s != sobj && (!sobj || strcmp(s->s, sobj->s) != 0 || s->dtype != sobj->dtype || s->i != sobj->i)) {
-            free(sbuf);
-            sbuf = NULL;
-            sobj = s;
-            char name[VIL_PK_MAX_GLOBAL + 512];
-            snprintf(name, sizeof name, "%s/data/%s", prefix, s->s);
-            size_t es = vil_pk_dtype_size(s->dtype), got;
-            /* the entry's message, with the tensor that needed it */
-            VilErrCapture cap;
-            vil_error_capture(&cap);
-            rc = read_entry(za, name, (size_t)s->i * es, VIL_PTH_MAX_ENTRY, &sbuf, &got);
-            vil_error_release(&cap);
-            if (rc != 0) {
-                vil_error("tensor '%s': %s", d->items[2 * i]->s, cap.msg);
-                break;
-            }
+    /* views may repeat a storage's bytes (tied weights), but not without bound */
+    if (rc == 0) {
+        int *idx = vil_malloc((size_t)(n ? n : 1) * sizeof(int));
+        for (int i = 0; i < n; i++) idx[i] = i;
+        int *ord = by_storage(ps, idx, n);
+        uint64_t distinct = 0;
+        for (int i = 0; i < n; i++) {
+            const VilPkObj *s = ps->views[ord[i]]->tensor->storage;
+            if (i == 0 || !same_storage(ps->views[ord[i - 1]]->tensor->storage, s))
+                distinct += (uint64_t)s->i * vil_pk_dtype_size(s->dtype);
         }
-        gather(buf + ts[i].offset, sbuf, v->tensor, vil_pk_dtype_size(v->dtype));
+        if (total > 2 * distinct + (1u << 20)) {
+            vil_error("the state dict's tensors hold %zu bytes from %" PRIu64 " bytes of storages: "
+                      "vil reads views that repeat their storages at most twice over", total,
+                      distinct);
+            rc = -1;
+        }
+        free(ord);
+        free(idx);
     }
-    free(sbuf);
     if (rc == 0) {
         for (int i = 0; strip && i < n; i++) ts[i].name += 7;
-        rc = vil_st_from_memory(st, buf, total, ts, n);
-    } else {
-        free(buf);
+        rc = vil_st_from_memory(st, NULL, total, ts, n);
     }
     free(ts);
     return rc;
 }
 
-static int read_archive(zip_t *za, int ema, VilSafetensors *st, VilPthInfo *info) {
-    char prefix[256];
-    if (find_prefix(za, prefix, sizeof prefix) != 0) return -1;
+/* data.pkl of the archive and the descriptors of the state dict asked for; on success ps
+ * belongs to st (its source) */
+static int open_archive(PthSource *ps, int ema, VilSafetensors *st, VilPthInfo *info) {
+    zip_t *za = ps->za;
+    if (find_prefix(za, ps->prefix, sizeof ps->prefix) != 0) return -1;
     char name[300];
     unsigned char *b = NULL;
     size_t n = 0;
-    snprintf(name, sizeof name, "%s/byteorder", prefix);
+    snprintf(name, sizeof name, "%s/byteorder", ps->prefix);
     if (zip_name_locate(za, name, ZIP_FL_ENC_RAW) >= 0) {
-        if (read_entry(za, name, (size_t)-1, 64, &b, &n) != 0) return -1;
+        if (read_entry(za, ps->arch, name, 64, &b, &n) != 0) return -1;
         int little = n == 6 && memcmp(b, "little", 6) == 0;
         free(b);
         if (!little) {
@@ -300,42 +464,59 @@ static int read_archive(zip_t *za, int ema, VilSafetensors *st, VilPthInfo *info
             return -1;
         }
     }
-    snprintf(name, sizeof name, "%s/data.pkl", prefix);
-    if (read_entry(za, name, (size_t)-1, VIL_PK_MAX_BYTES, &b, &n) != 0) return -1;
+    snprintf(name, sizeof name, "%s/data.pkl", ps->prefix);
+    if (read_entry(za, ps->arch, name, VIL_PK_MAX_BYTES, &b, &n) != 0) return -1;
     VilErrCapture cap;
     vil_error_capture(&cap);
-    VilPickle *pk = vil_pickle_load(b, n);
+    ps->pk = vil_pickle_load(b, n);
     vil_error_release(&cap);
     free(b);
-    if (!pk) {
+    if (!ps->pk) {
         vil_error("data.pkl: %s", cap.msg);
         return -1;
     }
-    const VilPkObj *root = vil_pickle_root(pk);
+    const VilPkObj *root = vil_pickle_root(ps->pk);
     if (root->kind == VIL_PK_DICT) describe(root, info);
     const VilPkObj *d = select_dict(root, ema, info);
-    int rc = d ? read_tensors(za, prefix, d, st) : -1;
-    vil_pickle_free(pk);
-    return rc;
+    if (!d || describe_tensors(ps, d, st) != 0) return -1;
+    st->src = (VilStSource){ps, pth_load, pth_close};
+    return 0;
 }
 
-static zip_t *open_source(zip_source_t *src) {
+/* za (which the source becomes) opened for its descriptors; ps freed on failure */
+static int open_source(zip_source_t *src, uint64_t arch, int ema, VilSafetensors *st,
+                       VilPthInfo *info) {
+    memset(st, 0, sizeof *st);
     zip_error_t ze;
     zip_error_init(&ze);
     zip_t *za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
     if (!za) {
         vil_error("not a readable zip archive: %s", zip_error_strerror(&ze));
         zip_source_free(src);
+        zip_error_fini(&ze);
+        return -1;
     }
     zip_error_fini(&ze);
-    return za;
+    PthSource *ps = vil_calloc(1, sizeof *ps);
+    ps->za = za;
+    ps->arch = arch;
+    if (open_archive(ps, ema, st, info) != 0) {
+        vil_st_free(st);
+        pth_close(ps);
+        return -1;
+    }
+    return 0;
+}
+
+static void info_init(VilSafetensors *st, VilPthInfo *info) {
+    memset(st, 0, sizeof *st);
+    memset(info, 0, sizeof *info);
+    info->epoch = -1;
 }
 
 int vil_pth_parse(const unsigned char *buf, size_t n, int ema, VilSafetensors *st,
                   VilPthInfo *info) {
-    memset(st, 0, sizeof *st);
-    memset(info, 0, sizeof *info);
-    info->epoch = -1;
+    info_init(st, info);
     zip_error_t ze;
     zip_error_init(&ze);
     zip_source_t *src = zip_source_buffer_create(buf, n, 0, &ze);
@@ -344,35 +525,53 @@ int vil_pth_parse(const unsigned char *buf, size_t n, int ema, VilSafetensors *s
         vil_error("cannot read the bytes as a zip archive");
         return -1;
     }
-    zip_t *za = open_source(src);
-    if (!za) return -1;
-    int rc = read_archive(za, ema, st, info);
-    zip_discard(za);
-    return rc;
+    if (open_source(src, n, ema, st, info) != 0) return -1;
+    if (vil_st_load(st, NULL) != 0) {
+        vil_st_free(st);
+        return -1;
+    }
+    return 0;
 }
 
-int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info) {
-    memset(st, 0, sizeof *st);
-    memset(info, 0, sizeof *info);
-    info->epoch = -1;
+int vil_pth_open(const char *path, int ema, VilSafetensors *st, VilPthInfo *info) {
+    info_init(st, info);
+    int fd = vil_open_regular(path);
+    if (fd < 0) return -1;
+    struct stat sb;
+    FILE *f = fstat(fd, &sb) == 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        vil_error("cannot open '%s': %s", path, vil_errno_str());
+        close(fd);
+        return -1;
+    }
     zip_error_t ze;
     zip_error_init(&ze);
-    zip_source_t *src = zip_source_file_create(path, 0, -1, &ze);
+    zip_source_t *src = zip_source_filep_create(f, 0, -1, &ze); /* owns f from here */
     int rc = -1;
     /* the reader's messages name no file: one message that says which */
     VilErrCapture cap;
     vil_error_capture(&cap);
     if (!src) {
         vil_error("cannot open: %s", zip_error_strerror(&ze));
+        fclose(f);
     } else {
-        zip_t *za = open_source(src);
-        if (za) {
-            rc = read_archive(za, ema, st, info);
-            zip_discard(za);
-        }
+        rc = open_source(src, (uint64_t)sb.st_size, ema, st, info);
     }
     vil_error_release(&cap);
     zip_error_fini(&ze);
     if (rc != 0) vil_error("'%s': %s", path, cap.msg);
+    return rc;
+}
+
+int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info) {
+    if (vil_pth_open(path, ema, st, info) != 0) return -1;
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_load(st, NULL);
+    vil_error_release(&cap);
+    if (rc != 0) {
+        vil_error("'%s': %s", path, cap.msg);
+        vil_st_free(st);
+    }
     return rc;
 }

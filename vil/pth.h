@@ -34,7 +34,12 @@ int vil_pth_sniff(const unsigned char *head, size_t n);
  * name (a DataParallel model's) is dropped. 0, or -1 with a vil_error message naming the file
  * and what is wrong (the opcode, global, entry or tensor); *st is then empty. */
 int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info);
-/* The same from bytes in memory (the tests and the fuzzer); messages carry no file name. */
+/* The same, reading only data.pkl and checking every tensor's view, storage entry (its size
+ * against what the storage declares and what its compressed bytes can hold) and the total:
+ * st holds the names, dtypes and shapes, no data, until vil_st_load reads the storages of the
+ * tensors the caller wants (and only the spans of them those views reach). */
+int vil_pth_open(const char *path, int ema, VilSafetensors *st, VilPthInfo *info);
+/* The same as vil_pth_read from bytes in memory (the tests and the fuzzer); messages carry no file name. */
 int vil_pth_parse(const unsigned char *buf, size_t n, int ema, VilSafetensors *st,
                   VilPthInfo *info);
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The format is little-endian and tensors are stored and read with memcpy. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -303,6 +304,84 @@ done:
     return rc;
 }
 
+/* The 8-byte length against the limit and the avail bytes after it; 0 or -1 (reported). */
+static int check_length(uint64_t hlen, uint64_t avail) {
+    if (hlen > VIL_ST_MAX_HEADER) {
+        vil_error("header length %" PRIu64 " is over the %u-byte limit (not a safetensors file?)",
+                  hlen, VIL_ST_MAX_HEADER);
+        return -1;
+    }
+    if (hlen > avail) {
+        vil_error("header length %" PRIu64 " but only %" PRIu64 " bytes follow it (truncated file?)",
+                  hlen, avail);
+        return -1;
+    }
+    if (hlen == 0) {
+        vil_error("header length is 0; the header must be at least \"{}\"");
+        return -1;
+    }
+    return 0;
+}
+
+/* { [ , : outside strings, up to limit + 1: what bounds cJSON's tree before it is built */
+static size_t json_tokens(const char *s, size_t n, size_t limit) {
+    size_t k = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < n && k <= limit; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[' || c == ',' || c == ':') {
+            k++;
+        }
+    }
+    return k;
+}
+
+/* The header text (hlen bytes, NUL at text[hlen]) into st's tensors and metadata; the data
+ * (buf_size bytes after the header) is not touched. */
+static int parse_header(char *text, uint64_t hlen, size_t buf_size, VilSafetensors *st) {
+    const char *nul = memchr(text, 0, (size_t)hlen);
+    if (nul) {
+        vil_error("header has a NUL byte at offset %zu", (size_t)(nul - text));
+        return -1;
+    }
+    size_t bad = vil_utf8_invalid_at((const unsigned char *)text, (size_t)hlen);
+    if (bad != hlen) {
+        vil_error("header is not valid UTF-8 (byte %zu)", bad);
+        return -1;
+    }
+    if (json_tokens(text, (size_t)hlen, VIL_ST_MAX_JSON_TOKENS) > VIL_ST_MAX_JSON_TOKENS) {
+        vil_error("header holds more than %u JSON brackets, commas and colons (far more tensors "
+                  "than a model has)", VIL_ST_MAX_JSON_TOKENS);
+        return -1;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen + 1, &end, 0);
+    int rc = 0;
+    if (!root) {
+        size_t at = end && end >= text && end <= text + hlen ? (size_t)(end - text) : 0;
+        vil_error("header is not valid JSON (near byte %zu of %" PRIu64 ", or nested too deeply)",
+                  at, hlen);
+        return -1;
+    }
+    for (const char *q = end; q < text + hlen; q++) {
+        if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+            vil_error("unexpected byte 0x%02x after the JSON header (byte %zu)",
+                      (unsigned char)*q, (size_t)(q - text));
+            rc = -1;
+            goto out;
+        }
+    }
+    rc = parse_root(root, buf_size, st);
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
 int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st) {
     memset(st, 0, sizeof *st);
     if (n < 8) {
@@ -313,56 +392,15 @@ int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st) {
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++)
         hlen |= (uint64_t)buf[i] << (8 * i);
-    if (hlen > VIL_ST_MAX_HEADER) {
-        vil_error("header length %" PRIu64 " is over the %u-byte limit (not a safetensors file?)",
-                  hlen, VIL_ST_MAX_HEADER);
-        return -1;
-    }
-    if (hlen > n - 8) {
-        vil_error("header length %" PRIu64 " but only %zu bytes follow it (truncated file?)",
-                  hlen, n - 8);
-        return -1;
-    }
-    if (hlen == 0) {
-        vil_error("header length is 0; the header must be at least \"{}\"");
-        return -1;
-    }
+    if (check_length(hlen, n - 8) != 0) return -1;
     const unsigned char *hdr = buf + 8;
-    const unsigned char *nul = memchr(hdr, 0, (size_t)hlen);
-    if (nul) {
-        vil_error("header has a NUL byte at offset %zu", (size_t)(nul - hdr));
-        return -1;
-    }
-    size_t bad = vil_utf8_invalid_at(hdr, (size_t)hlen);
-    if (bad != hlen) {
-        vil_error("header is not valid UTF-8 (byte %zu)", bad);
-        return -1;
-    }
-
     /* cJSON gets its own NUL-terminated copy so that no parser path can read past it */
     char *text = vil_malloc((size_t)hlen + 1);
     memcpy(text, hdr, (size_t)hlen);
     text[hlen] = 0;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen + 1, &end, 0);
-    int rc = 0;
-    if (!root) {
-        size_t at = end && end >= text && end <= text + hlen ? (size_t)(end - text) : 0;
-        vil_error("header is not valid JSON (near byte %zu of %" PRIu64 ", or nested too deeply)",
-                  at, hlen);
-        rc = -1;
-        goto out;
-    }
-    for (const char *q = end; q < text + hlen; q++) {
-        if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-            vil_error("unexpected byte 0x%02x after the JSON header (byte %zu)",
-                      (unsigned char)*q, (size_t)(q - text));
-            rc = -1;
-            goto out;
-        }
-    }
     size_t buf_size = n - 8 - (size_t)hlen;
-    rc = parse_root(root, buf_size, st);
+    int rc = parse_header(text, hlen, buf_size, st);
+    free(text);
     if (rc == 0) {
         st->buf = vil_malloc_aligned(buf_size);
         if (buf_size) memcpy(st->buf, hdr + hlen, buf_size);
@@ -370,9 +408,6 @@ int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st) {
         for (int i = 0; i < st->n_tensors; i++)
             st->tensors[i].data = st->buf + st->tensors[i].offset;
     }
-out:
-    cJSON_Delete(root);
-    free(text);
     if (rc != 0) vil_st_free(st);
     return rc;
 }
@@ -397,7 +432,7 @@ int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
                       SHOWN(t[i].name));
             return -1;
         }
-        d->data = buf + d->offset;
+        d->data = buf ? buf + d->offset : NULL;
     }
     VilStTensor **p = vil_malloc((size_t)(n ? n : 1) * sizeof(*p));
     int rc = index_names(st, p);
@@ -406,26 +441,165 @@ int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
     return rc;
 }
 
-int vil_st_read(const char *path, VilSafetensors *st) {
-    memset(st, 0, sizeof *st);
+/* the data of a file opened by vil_st_open: bytes [at + offset, ...) of fd */
+typedef struct {
+    int fd;
+    off_t at;
+} FileSource;
+
+static int file_load(void *ctx, VilSafetensors *st, const unsigned char *want) {
+    const FileSource *fs = ctx;
+    for (int i = 0; i < st->n_tensors; i++) {
+        VilStTensor *t = &st->tensors[i];
+        if (want && !want[i]) continue;
+        size_t got = 0;
+        while (got < t->nbytes) {
+            ssize_t k = pread(fs->fd, (unsigned char *)t->data + got, t->nbytes - got,
+                              fs->at + (off_t)(t->offset + got));
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) {
+                vil_error("tensor '%.*s': %s", SHOWN(t->name),
+                          k < 0 ? vil_errno_str() : "the file ends early (changed while read?)");
+                return -1;
+            }
+            got += (size_t)k;
+        }
+    }
+    return 0;
+}
+
+static void file_close(void *ctx) {
+    FileSource *fs = ctx;
+    close(fs->fd);
+    free(fs);
+}
+
+/* read exactly n bytes at off; 0, or -1 */
+static int read_at(int fd, void *dst, size_t n, off_t off) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, (unsigned char *)dst + got, n - got, off + (off_t)got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+static int open_file(const char *path, VilSafetensors *st) {
+    int fd = vil_open_regular(path);
+    if (fd < 0) return -1;
     struct stat sb;
-    if (stat(path, &sb) != 0) {
-        vil_error("'%s': cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &sb) != 0) {
+        vil_error("cannot stat: %s", vil_errno_str());
+        close(fd);
         return -1;
     }
-    if (!S_ISREG(sb.st_mode)) {
-        vil_error("'%s': not a regular file", path);
+    uint64_t n = (uint64_t)sb.st_size;
+    unsigned char len8[8];
+    if (n < 8) {
+        vil_error("file is %" PRIu64 " bytes, shorter than the 8-byte header length (empty or "
+                  "truncated)", n);
+        close(fd);
         return -1;
     }
-    size_t n = 0;
-    unsigned char *buf = vil_read_file(path, &n);
+    if (read_at(fd, len8, 8, 0) != 0) {
+        vil_error("cannot read the header length: %s", vil_errno_str());
+        close(fd);
+        return -1;
+    }
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)len8[i] << (8 * i);
+    if (check_length(hlen, n - 8) != 0) {
+        close(fd);
+        return -1;
+    }
+    char *text = vil_malloc((size_t)hlen + 1);
+    if (read_at(fd, text, (size_t)hlen, 8) != 0) {
+        vil_error("cannot read the %" PRIu64 "-byte header: %s", hlen, vil_errno_str());
+        free(text);
+        close(fd);
+        return -1;
+    }
+    text[hlen] = 0;
+    uint64_t buf_size = n - 8 - hlen;
+    if (buf_size > SIZE_MAX / 2) {
+        vil_error("the file's %" PRIu64 " data bytes are more than this machine can address", buf_size);
+        free(text);
+        close(fd);
+        return -1;
+    }
+    int rc = parse_header(text, hlen, (size_t)buf_size, st);
+    free(text);
+    if (rc != 0) {
+        close(fd);
+        vil_st_free(st);
+        return -1;
+    }
+    FileSource *fs = vil_malloc(sizeof *fs);
+    fs->fd = fd;
+    fs->at = (off_t)(8 + hlen);
+    st->src = (VilStSource){fs, file_load, file_close};
+    st->buf_size = (size_t)buf_size;
+    return 0;
+}
+
+int vil_st_open(const char *path, VilSafetensors *st) {
+    memset(st, 0, sizeof *st);
     VilErrCapture cap;
     vil_error_capture(&cap);
-    int rc = buf ? vil_st_parse(buf, n, st) : -1;
+    int rc = open_file(path, st);
     vil_error_release(&cap);
-    free(buf);
-    /* the parser's message names no file: one message that says which */
-    if (rc != 0) vil_error("'%s': %s", path, cap.msg);
+    /* the parser's message names no file: one message that says which (vil_open_regular's
+     * name it already) */
+    if (rc != 0) {
+        if (strstr(cap.msg, path)) vil_error("%s", cap.msg);
+        else vil_error("'%s': %s", path, cap.msg);
+    }
+    return rc;
+}
+
+int vil_st_load(VilSafetensors *st, const unsigned char *want) {
+    if (!st->src.load) return 0;
+    /* all: the layout the open gave (the file's own); some: packed anew */
+    size_t total = want ? 0 : st->buf_size;
+    for (int i = 0; want && i < st->n_tensors; i++) {
+        if (!want[i]) continue;
+        total = (total + 63) & ~(size_t)63;
+        total += st->tensors[i].nbytes;
+    }
+    /* the sizes were checked against the file (or the archive's entries) by the open */
+    st->buf = vil_malloc_aligned(total ? total : 1);
+    st->buf_size = total;
+    size_t at = 0;
+    for (int i = 0; i < st->n_tensors; i++) {
+        if (want && !want[i]) continue;
+        at = want ? (at + 63) & ~(size_t)63 : st->tensors[i].offset;
+        st->tensors[i].data = st->buf + at;
+        at += st->tensors[i].nbytes;
+    }
+    int rc = st->src.load(st->src.ctx, st, want);
+    st->src.close(st->src.ctx);
+    memset(&st->src, 0, sizeof st->src);
+    for (int i = 0; i < st->n_tensors; i++) {
+        VilStTensor *t = &st->tensors[i];
+        if (rc != 0 || (want && !want[i])) t->data = NULL;
+        else t->offset = (size_t)((const unsigned char *)t->data - st->buf);
+    }
+    return rc;
+}
+
+int vil_st_read(const char *path, VilSafetensors *st) {
+    if (vil_st_open(path, st) != 0) return -1;
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_load(st, NULL);
+    vil_error_release(&cap);
+    if (rc != 0) {
+        vil_error("'%s': %s", path, cap.msg);
+        vil_st_free(st);
+    }
     return rc;
 }
 
@@ -463,6 +637,7 @@ void vil_st_free(VilSafetensors *st) {
     free(st->meta_vals);
     free(st->buf);
     free(st->by_name);
+    if (st->src.close) st->src.close(st->src.ctx);
     memset(st, 0, sizeof *st);
 }
 

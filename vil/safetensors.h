@@ -15,6 +15,10 @@ extern "C" {
 /* The reference implementation refuses larger headers; so do we, which also bounds the
  * memory a hostile file can make the JSON parser allocate. */
 #define VIL_ST_MAX_HEADER 100000000u
+/* JSON structure ({ [ , : outside strings) a header may hold, counted before it is parsed: a
+ * vil model of VIL_MAX_DEPTH blocks (~15,000 tensors, ~12 each) needs ~200,000; the cap keeps
+ * cJSON's tree of a hostile header (1.7M empty tensors fit in 100 MB) near 100 MB. */
+#define VIL_ST_MAX_JSON_TOKENS (1u << 21)
 
 typedef enum {
     VIL_ST_BOOL,
@@ -44,14 +48,26 @@ typedef struct {
     int ndim; /* 0 for a scalar */
     int64_t shape[VIL_ST_MAX_DIMS];
     size_t nbytes; /* = product(shape) * dtype size */
-    size_t offset; /* data_offsets[0], relative to buf */
+    size_t offset; /* data_offsets[0], relative to buf (vil_st_open: to the file's data until
+                    * vil_st_load, which lays the tensors read out anew) */
     /* Points into buf. buf is 64-byte aligned, so data is aligned for its dtype exactly when
      * offset is a multiple of the dtype size: always for files written by vil or by the Python
      * library. For any file, vil_st_to_f32 or memcpy are safe. */
     const void *data;
 } VilStTensor;
 
+typedef struct VilSafetensors VilSafetensors;
+
+/* Where the data of a file opened without it lies (vil_st_open, vil_pth_open): load fills
+ * st->tensors[i].data (already pointing into st->buf) for every i with want[i]; close
+ * releases ctx. */
 typedef struct {
+    void *ctx;
+    int (*load)(void *ctx, VilSafetensors *st, const unsigned char *want);
+    void (*close)(void *ctx);
+} VilStSource;
+
+struct VilSafetensors {
     int n_tensors;
     VilStTensor *tensors; /* in header (JSON) order, which for vil files is the
                            * order the writer was given */
@@ -60,7 +76,8 @@ typedef struct {
     unsigned char *buf;            /* the byte buffer (the part after the header); owned */
     size_t buf_size;
     int *by_name; /* private: tensor indices sorted by name, for find */
-} VilSafetensors;
+    VilStSource src; /* private: the file, until vil_st_load (vil_st_open, vil_pth_open) */
+};
 
 /* Read and validate a whole file. Checks: the header length fits in the file and is at most
  * VIL_ST_MAX_HEADER; the header is UTF-8 JSON (an object) with only whitespace after it;
@@ -71,13 +88,24 @@ typedef struct {
  * requires. Returns 0, or -1 with a vil_error message naming the file and the tensor. On
  * failure *st is left empty (safe to vil_st_free). */
 int vil_st_read(const char *path, VilSafetensors *st);
+/* The same checks, reading only the 8-byte length (against the file's size and
+ * VIL_ST_MAX_HEADER), then the header: names, dtypes, shapes, metadata, and offsets checked
+ * against the file's size. No tensor data is read: every data is NULL and buf empty until
+ * vil_st_load, so a caller checks the shapes against what it expects first. */
+int vil_st_open(const char *path, VilSafetensors *st);
+/* Read the data of the tensors with want[i] (want NULL: all) of a file opened by vil_st_open or
+ * vil_pth_open into one new buffer (each tensor 64-byte aligned); the others keep data NULL.
+ * Once per open; a no-op (0) for a st that holds its data already. 0, or -1 with a vil_error
+ * message naming the tensor. */
+int vil_st_load(VilSafetensors *st, const unsigned char *want);
 /* The same checks on bytes in memory. Copies what it keeps (the caller's buf stays the
  * caller's), so buf may be freed right after. Messages carry no file name. */
 int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st);
 /* Fill *st from tensors assembled in memory (a .pth file's state dict): buf (from
  * vil_malloc_aligned, buf_size bytes) becomes st's, even on failure; names are copied. Each
  * tensor's offset and nbytes (its shape's bytes) must lie in buf; a repeated name is an error.
- * The callers' shapes are already bounded, so numel cannot overflow here. 0 or -1 (vil_error). */
+ * The callers' shapes are already bounded, so numel cannot overflow here. buf NULL: descriptors
+ * only (vil_pth_open), data NULL. 0 or -1 (vil_error). */
 int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
                        const VilStTensor *t, int n);
 const VilStTensor *vil_st_find(const VilSafetensors *st, const char *name); /* NULL if absent */
