@@ -239,7 +239,8 @@ int vil_keys_from_json(const VilKeyTarget *t, const char *json, const char *what
         if (cJSON_IsString(it)) buf = it->valuestring;
         else if (cJSON_IsNumber(it)) {
             double d = it->valuedouble;
-            if (k && k->type == VIL_KEY_INT && d == (double)(long long)d && fabs(d) < 1e15)
+            /* the range first: a cast of a double outside long long's range is undefined */
+            if (k && k->type == VIL_KEY_INT && fabs(d) < 1e15 && d == (double)(long long)d)
                 snprintf(num, sizeof num, "%lld", (long long)d);
             else snprintf(num, sizeof num, "%.17g", d);
         } else {

@@ -306,20 +306,25 @@ static int infer_config(const VilSafetensors *st, const char *path, int img, Vil
     return 0;
 }
 
-/* The first bytes tell the format: a zip archive is a .pth, anything else must be safetensors. */
+/* The first bytes tell the format: a zip archive is a .pth, anything else must be safetensors.
+ * Only the descriptors (names, dtypes, shapes, metadata) are read here: the tensors' data comes
+ * with load_data once check_tensors has matched every tensor to the model, so a storage for a
+ * tensor the model has no place for, or of the wrong shape, is never read or inflated. */
 static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
                        VilCheckpointMeta *meta) {
     memset(s, 0, sizeof *s);
     unsigned char head[8] = {0};
-    FILE *f = fopen(path, "rb");
+    /* the readers' messages, said as failures to load the checkpoint */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    FILE *f = vil_fopen_regular(path, "rb"); /* a FIFO or a device: refused, not waited on */
+    vil_error_release(&cap);
     if (!f) {
-        vil_error("cannot load checkpoint '%s': %s", path, vil_errno_str());
+        vil_error("cannot load checkpoint: %s", cap.msg);
         return -1;
     }
     size_t got = fread(head, 1, sizeof head, f);
     fclose(f);
-    /* the readers' messages, said as failures to load the checkpoint */
-    VilErrCapture cap;
     int kind = vil_pth_sniff(head, got), img = 0;
     if (kind == 2) {
         vil_error("'%s' is in torch.save's legacy format (PyTorch before 1.6), which vil does not "
@@ -329,7 +334,7 @@ static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
     if (kind == 1) {
         VilPthInfo info;
         vil_error_capture(&cap);
-        int rc = vil_pth_read(path, o->ema, &s->st, &info);
+        int rc = vil_pth_open(path, o->ema, &s->st, &info);
         vil_error_release(&cap);
         if (rc != 0) {
             vil_error("cannot load checkpoint %s", cap.msg);
@@ -352,7 +357,7 @@ static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
             return -1;
         }
         vil_error_capture(&cap);
-        int rc = vil_st_read(path, &s->st);
+        int rc = vil_st_open(path, &s->st);
         vil_error_release(&cap);
         if (rc != 0) {
             vil_error("cannot load checkpoint: %s", cap.msg);
@@ -450,6 +455,20 @@ static int check_tensors(const Source *s, const char *path, const VilConfig *cfg
     return bad ? -1 : 0;
 }
 
+/* The data of the tensors fill_params takes (all but head.* with keep_head), read once
+ * check_tensors has passed them. */
+static int load_data(Source *s, const char *path, int keep_head) {
+    unsigned char *want = vil_malloc((size_t)(s->st.n_tensors ? s->st.n_tensors : 1));
+    for (int i = 0; i < s->st.n_tensors; i++) want[i] = !(keep_head && is_head(s->st.tensors[i].name));
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_st_load(&s->st, want);
+    vil_error_release(&cap);
+    free(want);
+    if (rc != 0) vil_error("'%s': %s", path, cap.msg);
+    return rc;
+}
+
 /* m's parameters (host, in the parameter buffers' layout) from the file's tensors, which
  * check_tensors has passed for m's config. -1 when a value is not finite. */
 static int fill_params(const Source *s, const char *path, const VilModel *m, int src_grid,
@@ -521,6 +540,10 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
     }
     if (check_tensors(&s, path, &cfg, train_grid, 0) != 0) goto out;
     if (vil_model_init(m, &cfg, be) != 0) goto out;
+    if (load_data(&s, path, 0) != 0) {
+        vil_model_free(m);
+        goto out;
+    }
     float *host = vil_calloc(m->buf_len, sizeof(float));
     if (fill_params(&s, path, m, train_grid, 0, host) != 0 ||
         set_class_names(&s, path, cfg.num_classes, meta) != 0) {
@@ -549,6 +572,11 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
     rc = 0;
 out:
     vil_st_free(&s.st);
+    if (rc != 0 && meta->class_names) { /* read before a later check failed */
+        for (int i = 0; i < meta->n_classes; i++) free(meta->class_names[i]);
+        free(meta->class_names);
+        meta->class_names = NULL;
+    }
     return rc;
 }
 
@@ -579,7 +607,9 @@ int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMet
     SAME(patch_size) SAME(in_chans)
 #undef SAME
     int keep_head = fc.num_classes != c->num_classes;
-    if (check_tensors(&s, path, c, fc.grid != c->grid ? fc.grid : 0, keep_head) != 0) goto out;
+    if (check_tensors(&s, path, c, fc.grid != c->grid ? fc.grid : 0, keep_head) != 0 ||
+        load_data(&s, path, keep_head) != 0)
+        goto out;
     float *host = vil_malloc(m->buf_len * sizeof(float));
     vil_model_get_params(m, host); /* the head keeps its fresh weights when the classes differ */
     if (fill_params(&s, path, m, fc.grid != c->grid ? fc.grid : 0, keep_head, host) != 0) {
