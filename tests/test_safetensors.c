@@ -3,6 +3,7 @@
  * kind of corruption, atomic saves, and random damage to a valid file that must never crash.
  * Given file arguments, it instead reads each one and prints what it holds (cross-checks). */
 #define _GNU_SOURCE
+#include "tests/limited.h"
 #include "tests/testing.h"
 #include "vil/common.h"
 #include "vil/safetensors.h"
@@ -617,6 +618,89 @@ static void test_fuzz(void) {
     T_CHECK(rejected > iters / 2, "fuzz: only %d of %d damaged files rejected", rejected, iters);
 }
 
+/* vil_st_read in a limited child: 0 when refused, 3 when read */
+static int do_read_refused(void *a) {
+    VilSafetensors st;
+    if (vil_st_read((const char *)a, &st) != 0) return 0;
+    vil_st_free(&st);
+    return 3;
+}
+
+/* a header of n empty tensors (names in hex: 1.7M fit in 99 MB) and no data */
+static int write_empty_tensors(const char *p, int n) {
+    size_t cap = (size_t)n * 64 + 16, k = 8;
+    char *b = vil_malloc(cap);
+    b[k++] = '{';
+    for (int i = 0; i < n; i++)
+        k += (size_t)snprintf(b + k, cap - k, "%s\"%x\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                              i ? "," : "", (unsigned)i);
+    b[k++] = '}';
+    uint64_t h = k - 8;
+    for (int i = 0; i < 8; i++) b[i] = (char)(h >> (8 * i));
+    int rc = vil_write_file_atomic(p, b, k);
+    free(b);
+    return rc == 0 && h <= VIL_ST_MAX_HEADER ? 0 : -1;
+}
+
+/* issue 30: the 8-byte length is checked before anything else is read, the JSON's size before
+ * cJSON builds it, and open reads no data until the caller asks for it */
+static void test_hostile_headers(void) {
+    char p[512], msg[1024];
+    /* a 3 GB sparse file that declares a 10^12-byte header: refused at once, in 256 MB */
+    path_in_tmp(p, sizeof p, "sparse.safetensors");
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(1000000000000ull >> (8 * i));
+    int made = fd >= 0 && write(fd, len8, 8) == 8 && ftruncate(fd, (off_t)3 << 30) == 0;
+    if (fd >= 0) close(fd);
+    T_CHECK(made, "a 3 GB sparse file");
+    double t0 = vil_now();
+    int rc = t_limited(do_read_refused, p, 256, 20, msg, sizeof msg);
+    double dt = vil_now() - t0;
+    T_CHECK(rc == 0 && strstr(msg, "header length 1000000000000 is over the 100000000-byte limit") &&
+                strstr(msg, p) && dt < 5,
+            "3 GB sparse file, 10^12-byte header: refused in %.2f s under 256 MB (child %d): %s", dt, rc, msg);
+    unlink(p);
+    /* 1.7M empty tensors in a 99 MB header: refused before cJSON, in 300 MB */
+    path_in_tmp(p, sizeof p, "empties.safetensors");
+    T_CHECK(write_empty_tensors(p, 1700000) == 0, "a 99 MB header of 1.7M empty tensors");
+    t0 = vil_now();
+    rc = t_limited(do_read_refused, p, 300, 60, msg, sizeof msg);
+    dt = vil_now() - t0;
+    T_CHECK(rc == 0 && strstr(msg, "more than 2097152 JSON brackets") && strstr(msg, p),
+            "1.7M empty tensors: refused in %.2f s under 300 MB (child %d): %s", dt, rc, msg);
+    unlink(p);
+    /* 20,000 tensors (a model of VIL_MAX_DEPTH blocks has ~15,000) still read */
+    path_in_tmp(p, sizeof p, "many.safetensors");
+    VilSafetensors st;
+    T_CHECK(write_empty_tensors(p, 20000) == 0 && vil_st_read(p, &st) == 0 && st.n_tensors == 20000,
+            "a header of 20,000 tensors reads");
+    vil_st_free(&st);
+    unlink(p);
+    /* open: descriptors only; load: the tensors asked for */
+    float a[3] = {1, 2, 3}, b[2] = {4, 5};
+    int64_t sa = 3, sb = 2;
+    VilStWriter *w = vil_st_writer_new();
+    vil_st_writer_add(w, "a", VIL_ST_F32, 1, &sa, a);
+    vil_st_writer_add(w, "b", VIL_ST_F32, 1, &sb, b);
+    vil_st_writer_meta(w, "k", "v");
+    path_in_tmp(p, sizeof p, "lazy.safetensors");
+    T_CHECK(vil_st_writer_save(w, p) == 0, "lazy.safetensors written");
+    vil_st_writer_free(w);
+    T_CHECK(vil_st_open(p, &st) == 0 && st.n_tensors == 2 && !st.tensors[0].data &&
+                !st.tensors[1].data && vil_st_find(&st, "b")->shape[0] == 2 &&
+                strcmp(vil_st_meta(&st, "k"), "v") == 0,
+            "open: names, shapes and metadata, no data");
+    unsigned char want[2] = {0, 0};
+    want[vil_st_find(&st, "b") - st.tensors] = 1;
+    const VilStTensor *tb = vil_st_find(&st, "b"), *ta = vil_st_find(&st, "a");
+    T_CHECK(vil_st_load(&st, want) == 0 && !ta->data && tb->data && memcmp(tb->data, b, 8) == 0 &&
+                st.buf_size == 8,
+            "load: only the tensor asked for (%zu bytes)", st.buf_size);
+    vil_st_free(&st);
+    unlink(p);
+}
+
 static void cleanup_tmp(void) {
     DIR *d = opendir(tmpdir);
     if (!d) return;
@@ -683,6 +767,7 @@ int main(int argc, char **argv) {
     test_corrupt();
     test_writer();
     test_fuzz();
+    test_hostile_headers();
     if (!keep) cleanup_tmp();
     return t_finish();
 }
