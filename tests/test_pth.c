@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zip.h>
+#include <zlib.h>
 
+#include "limited.h"
 #include "testing.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
@@ -681,6 +683,376 @@ static void test_broken_files(void) {
     free(full);
 }
 
+/* ---------------- issue 30: files that claim more than they hold ---------------- */
+static void intv(Buf *p, int64_t v) {
+    if (v >= 0 && v < 256) {
+        int1(p, (unsigned)v);
+    } else if (v >= 0 && v < ((int64_t)1 << 31)) {
+        uint32_t u = (uint32_t)v;
+        op(p, 'J');
+        put(p, &u, 4);
+    } else {
+        op(p, 0x8a);
+        op(p, 8);
+        put(p, &v, 8);
+    }
+}
+
+typedef struct {
+    const char *name, *key; /* the tensor and its storage */
+    int64_t numel, offset;  /* the storage's elements (float32); the view's first */
+    int ndim;
+    int64_t size[4], stride[4];
+} View;
+
+/* {'model': OrderedDict(name: tensor, ...)} as torch.save writes it */
+static Buf views_pickle(const View *v, int n) {
+    Buf p = {0};
+    op(&p, 0x80);
+    op(&p, 2);
+    op(&p, '}');
+    ustr(&p, "model");
+    ordered_dict(&p);
+    op(&p, '(');
+    for (int k = 0; k < n; k++) {
+        ustr(&p, v[k].name);
+        glob(&p, "torch._utils", "_rebuild_tensor_v2");
+        op(&p, '(');
+        op(&p, '(');
+        ustr(&p, "storage");
+        glob(&p, "torch", "FloatStorage");
+        ustr(&p, v[k].key);
+        ustr(&p, "cpu");
+        intv(&p, v[k].numel);
+        op(&p, 't');
+        op(&p, 'Q');
+        intv(&p, v[k].offset);
+        op(&p, '(');
+        for (int i = 0; i < v[k].ndim; i++) intv(&p, v[k].size[i]);
+        op(&p, 't');
+        op(&p, '(');
+        for (int i = 0; i < v[k].ndim; i++) intv(&p, v[k].stride[i]);
+        op(&p, 't');
+        op(&p, 0x89);
+        ordered_dict(&p);
+        op(&p, 't');
+        op(&p, 'R');
+    }
+    op(&p, 'u');
+    op(&p, 's');
+    op(&p, '.');
+    return p;
+}
+
+/* A zip entry written by hand, so that it may be deflated already (comp bytes of raw deflate
+ * for size bytes with CRC crc) or say sizes its bytes do not back (a forged central directory). */
+typedef struct {
+    const char *name;
+    const void *data;
+    uint64_t comp, size;
+    uint32_t crc;
+    int deflated;
+} ZEntry;
+
+static void le(FILE *f, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) fputc((int)(v >> (8 * i)) & 0xff, f);
+}
+
+static void zip_header(FILE *f, const ZEntry *e, int central, uint64_t at) {
+    le(f, central ? 0x02014b50 : 0x04034b50, 4);
+    if (central) le(f, 20, 2);
+    le(f, 20, 2);
+    le(f, 0, 2);                    /* flags */
+    le(f, e->deflated ? 8 : 0, 2);  /* method */
+    le(f, 0, 2);                    /* time */
+    le(f, 0x21, 2);                 /* date: 1980-01-01 */
+    le(f, e->crc, 4);
+    le(f, e->comp, 4);
+    le(f, e->size, 4);
+    le(f, strlen(e->name), 2);
+    le(f, 0, 2);                    /* extra */
+    if (central) {
+        le(f, 0, 2);                /* comment */
+        le(f, 0, 2);                /* disk */
+        le(f, 0, 2);                /* internal attributes */
+        le(f, 0, 4);                /* external attributes */
+        le(f, at, 4);               /* the local header */
+    }
+    fputs(e->name, f);
+}
+
+static int write_zip_raw(const char *file, const ZEntry *e, int n) {
+    FILE *f = fopen(file, "wb");
+    if (!f) return -1;
+    uint64_t at[16];
+    for (int i = 0; i < n; i++) {
+        at[i] = (uint64_t)ftell(f);
+        zip_header(f, &e[i], 0, 0);
+        fwrite(e[i].data, 1, e[i].comp, f);
+    }
+    uint64_t cd = (uint64_t)ftell(f);
+    for (int i = 0; i < n; i++) zip_header(f, &e[i], 1, at[i]);
+    uint64_t cd_end = (uint64_t)ftell(f);
+    le(f, 0x06054b50, 4);
+    le(f, 0, 4);
+    le(f, n, 2);
+    le(f, n, 2);
+    le(f, cd_end - cd, 4);
+    le(f, cd, 4);
+    le(f, 0, 2);
+    return fclose(f);
+}
+
+static ZEntry stored(const char *name, const void *data, size_t n) {
+    return (ZEntry){name, data, n, n, (uint32_t)crc32(0, data, (uInt)n), 0};
+}
+
+/* 1 GiB of zeros as raw deflate (~1 MB), made fast: 1 MiB of zeros compressed up to a full
+ * flush (which resets the compressor, so each MiB compresses to the same bytes), repeated, then
+ * the final empty block */
+static unsigned char *deflated_zeros(uint64_t size, uint64_t *comp, uint32_t *crc) {
+    const size_t chunk = 1 << 20;
+    unsigned char *zero = calloc(chunk, 1), *c1 = vil_malloc(chunk), *c2 = vil_malloc(chunk);
+    z_stream z = {0};
+    deflateInit2(&z, 9, Z_DEFLATED, -15, 9, Z_RLE);
+    size_t n1, n2;
+    z.next_in = zero, z.avail_in = (uInt)chunk, z.next_out = c1, z.avail_out = (uInt)chunk;
+    deflate(&z, Z_FULL_FLUSH);
+    n1 = chunk - z.avail_out;
+    z.next_in = zero, z.avail_in = (uInt)chunk, z.next_out = c2, z.avail_out = (uInt)chunk;
+    deflate(&z, Z_FULL_FLUSH);
+    n2 = chunk - z.avail_out;
+    unsigned char fin[64];
+    z.next_in = zero, z.avail_in = 0, z.next_out = fin, z.avail_out = sizeof fin;
+    deflate(&z, Z_FINISH);
+    size_t nf = sizeof fin - z.avail_out;
+    deflateEnd(&z);
+    uint64_t reps = size / chunk;
+    unsigned char *out = NULL;
+    if (n1 == n2 && memcmp(c1, c2, n1) == 0 && size % chunk == 0) {
+        out = vil_malloc(n1 * reps + nf);
+        for (uint64_t i = 0; i < reps; i++) memcpy(out + i * n1, c1, n1);
+        memcpy(out + n1 * reps, fin, nf);
+        *comp = n1 * reps + nf;
+        uLong c = crc32(0, zero, (uInt)chunk), all = c;
+        for (uint64_t i = 1; i < reps; i++) all = crc32_combine(all, c, (z_off_t)chunk);
+        *crc = (uint32_t)all;
+    }
+    free(zero);
+    free(c1);
+    free(c2);
+    return out;
+}
+
+static int do_pth_read(void *a) {
+    VilSafetensors st;
+    VilPthInfo info;
+    if (vil_pth_read((const char *)a, 0, &st, &info) != 0) return 0;
+    vil_st_free(&st);
+    return 3;
+}
+
+static int do_ckpt_load(void *a) {
+    VilModel m;
+    VilCheckpointMeta meta;
+    if (vil_checkpoint_load((const char *)a, &vil_backend_cpu,
+                            &(VilCheckpointOpts){.img_size = 16}, &m, &meta) != 0)
+        return 0;
+    vil_model_free(&m);
+    vil_checkpoint_meta_free(&meta);
+    return 3;
+}
+
+/* an archive of the views, each storage stored with numel * 4 bytes (want_bytes < 0) or with
+ * want_bytes bytes, plus the extra entries */
+static int write_views(const char *file, const View *v, int n, int64_t want_bytes,
+                       const ZEntry *extra, int n_extra) {
+    Buf p = views_pickle(v, n);
+    ZEntry e[16];
+    int k = 0;
+    e[k++] = stored("archive/data.pkl", p.b, p.n);
+    char names[8][64];
+    float *data[8] = {0};
+    for (int i = 0; i < n && i < 8; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup |= strcmp(v[j].key, v[i].key) == 0;
+        if (dup) continue;
+        snprintf(names[i], sizeof names[i], "archive/data/%s", v[i].key);
+        size_t bytes = want_bytes >= 0 ? (size_t)want_bytes : (size_t)v[i].numel * 4;
+        data[i] = calloc(bytes ? bytes : 1, 1);
+        e[k++] = stored(names[i], data[i], bytes);
+    }
+    for (int i = 0; i < n_extra; i++) e[k++] = extra[i];
+    int rc = write_zip_raw(file, e, k);
+    for (int i = 0; i < 8; i++) free(data[i]);
+    free(p.b);
+    return rc;
+}
+
+static long file_size(const char *file) {
+    FILE *f = fopen(file, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+/* A tiny ViM as a .pth state dict (each tensor its own stored storage of 0.01s), plus extra
+ * views (their storages among the extra entries) */
+static int write_model_pth(const char *file, const View *more, int n_more, const char *drop,
+                           const ZEntry *extra, int n_extra) {
+    VilConfig c;
+    vil_config_default(&c);
+    strcpy(c.arch, "vim");
+    c.img_size = 16, c.patch_size = 4, c.stride = 4, c.in_chans = 3, c.embed_dim = 8;
+    c.depth = 2, c.d_state = 4, c.num_classes = 3;
+    if (vil_config_finalize(&c) != 0) return -1;
+    int n;
+    VilParamInfo *info = vil_model_param_table(&c, &n);
+    View *v = vil_calloc((size_t)(n + n_more), sizeof *v);
+    char (*keys)[16] = vil_calloc((size_t)n, 16);
+    ZEntry *e = vil_calloc((size_t)(n + n_extra + 1), sizeof *e);
+    char (*names)[64] = vil_calloc((size_t)n, 64);
+    size_t most = 0;
+    for (int i = 0; i < n; i++) most = info[i].numel > most ? info[i].numel : most;
+    float *vals = vil_malloc(most * 4);
+    for (size_t i = 0; i < most; i++) vals[i] = 0.01f;
+    int k = 0, ne = 1;
+    for (int i = 0; i < n; i++) {
+        if (drop && strcmp(info[i].name, drop) == 0) continue;
+        snprintf(keys[i], 16, "%d", i);
+        v[k] = (View){info[i].name, keys[i], (int64_t)info[i].numel, 0, info[i].ndim, {0}, {0}};
+        int64_t st = 1;
+        for (int d = info[i].ndim - 1; d >= 0; d--) {
+            v[k].size[d] = info[i].shape[d];
+            v[k].stride[d] = st;
+            st *= info[i].shape[d];
+        }
+        snprintf(names[i], 64, "archive/data/%d", i);
+        e[ne++] = stored(names[i], vals, info[i].numel * 4);
+        k++;
+    }
+    for (int i = 0; i < n_more; i++) v[k++] = more[i];
+    for (int i = 0; i < n_extra; i++) e[ne++] = extra[i];
+    Buf p = views_pickle(v, k);
+    e[0] = stored("archive/data.pkl", p.b, p.n);
+    /* write_zip_raw keeps 16 offsets: this model has fewer than 60 tensors, so write in one go
+     * with a larger table */
+    FILE *f = fopen(file, "wb");
+    int rc = f ? 0 : -1;
+    uint64_t *at = vil_calloc((size_t)ne, sizeof *at);
+    for (int i = 0; f && i < ne; i++) {
+        at[i] = (uint64_t)ftell(f);
+        zip_header(f, &e[i], 0, 0);
+        fwrite(e[i].data, 1, e[i].comp, f);
+    }
+    if (f) {
+        uint64_t cd = (uint64_t)ftell(f);
+        for (int i = 0; i < ne; i++) zip_header(f, &e[i], 1, at[i]);
+        uint64_t cd_end = (uint64_t)ftell(f);
+        le(f, 0x06054b50, 4);
+        le(f, 0, 4);
+        le(f, (uint64_t)ne, 2);
+        le(f, (uint64_t)ne, 2);
+        le(f, cd_end - cd, 4);
+        le(f, cd, 4);
+        le(f, 0, 2);
+        rc = fclose(f);
+    }
+    free(at);
+    free(p.b);
+    free(vals);
+    free(names);
+    free(e);
+    free(keys);
+    free(v);
+    free(info);
+    return rc;
+}
+
+static void test_hostile_pth(void) {
+    char msg[1024];
+    const int64_t G29 = (int64_t)1 << 29, G31 = (int64_t)1 << 31;
+    /* 2^29 and 2^31 floats claimed of a 4-byte storage */
+    const int64_t claims[2] = {G29, G31};
+    for (int k = 0; k < 2; k++) {
+        View v = {"w", "0", claims[k], 0, 1, {claims[k]}, {1}};
+        const char *f = path("claim.pth");
+        T_CHECK(write_views(f, &v, 1, 4, NULL, 0) == 0 && file_size(f) < 600,
+                "a %ld-byte .pth claiming %lld floats of a 4-byte storage", file_size(f), (long long)claims[k]);
+        char want[128];
+        snprintf(want, sizeof want, "holds 4 bytes, its tensors need %lld", (long long)claims[k] * 4);
+        int rc = t_limited(do_pth_read, (void *)f, 512, 20, msg, sizeof msg);
+        T_CHECK(rc == 0 && strstr(msg, want) && strstr(msg, "'w'") && strstr(msg, f),
+                "%lld floats of a 4-byte storage refused under 512 MB (child %d): %s", (long long)claims[k], rc, msg);
+    }
+    /* a view of 2^29 elements with stride 0 over a storage of one */
+    View b = {"w", "0", 1, 0, 1, {G29}, {0}};
+    const char *f = path("broadcast.pth");
+    write_views(f, &b, 1, -1, NULL, 0);
+    int rc = t_limited(do_pth_read, (void *)f, 512, 20, msg, sizeof msg);
+    T_CHECK(rc == 0 && strstr(msg, "no views larger than their storage") && strstr(msg, "'w'"),
+            "a stride-0 view of 2^29 elements over 1 refused under 512 MB (child %d): %s", rc, msg);
+    /* a central directory that says 2 GiB for a 10-byte deflated entry */
+    unsigned char tiny[16];
+    uLongf tn = sizeof tiny;
+    compress2(tiny, &tn, (const Bytef *)"\0\0\0\0", 4, 9); /* zlib wrapper: 2 bytes, then raw */
+    ZEntry lie = {"archive/data/0", tiny + 2, tn - 6, (uint64_t)G29 * 4, 0, 1};
+    View lv = {"w", "0", G29, 0, 1, {G29}, {1}};
+    Buf lp = views_pickle(&lv, 1);
+    ZEntry le2[2] = {stored("archive/data.pkl", lp.b, lp.n), lie};
+    f = path("lie.pth");
+    write_zip_raw(f, le2, 2);
+    free(lp.b);
+    rc = t_limited(do_pth_read, (void *)f, 512, 20, msg, sizeof msg);
+    T_CHECK(rc == 0 && strstr(msg, "forged") && strstr(msg, "'w'"),
+            "an entry claiming 2 GiB from %lu compressed bytes refused under 512 MB (child %d): %s",
+            (unsigned long)(tn - 6), rc, msg);
+
+    /* a ~1 MB archive that inflates to 1 GiB: for a tensor the model has no place for, for one
+     * of the wrong shape, and (read, only the span kept) under a tensor that views its start */
+    uint64_t comp = 0;
+    uint32_t crc = 0;
+    const uint64_t GiB = (uint64_t)1 << 30;
+    double t0 = vil_now();
+    unsigned char *z = deflated_zeros(GiB, &comp, &crc);
+    T_CHECK(z && comp < (2u << 20), "1 GiB of zeros deflated to %llu bytes in %.2f s", (unsigned long long)comp, vil_now() - t0);
+    if (!z) return;
+    ZEntry big = {"archive/data/big", z, comp, GiB, crc, 1};
+    f = path("model.pth");
+    T_CHECK(write_model_pth(f, NULL, 0, NULL, NULL, 0) == 0 &&
+                t_limited(do_ckpt_load, (void *)f, 512, 20, msg, sizeof msg) == 3,
+            "the hand-made ViM .pth loads: %s", msg);
+    View extra = {"extra.weight", "big", (int64_t)(GiB / 4), 0, 1, {(int64_t)(GiB / 4)}, {1}};
+    f = path("extra.pth");
+    write_model_pth(f, &extra, 1, NULL, &big, 1);
+    T_CHECK(file_size(f) < (2 << 20), "with a 1 GiB deflated extra tensor: %ld bytes", file_size(f));
+    t0 = vil_now();
+    rc = t_limited(do_ckpt_load, (void *)f, 512, 20, msg, sizeof msg);
+    T_CHECK(rc == 0 && strstr(msg, "unexpected tensor 'extra.weight'") && strstr(msg, f) && vil_now() - t0 < 5,
+            "a 1 GiB deflated storage of a tensor with no place in the model: refused in %.2f s "
+            "under 512 MB, never inflated (child %d): %s", vil_now() - t0, rc, msg);
+    View wrong = {"norm_f.weight", "big", (int64_t)(GiB / 4), 0, 1, {(int64_t)(GiB / 4)}, {1}};
+    f = path("wrong.pth");
+    write_model_pth(f, &wrong, 1, "norm_f.weight", &big, 1);
+    t0 = vil_now();
+    rc = t_limited(do_ckpt_load, (void *)f, 512, 20, msg, sizeof msg);
+    T_CHECK(rc == 0 && strstr(msg, "tensor 'norm_f.weight' has shape [268435456], the model needs [8]") &&
+                vil_now() - t0 < 5,
+            "a 1 GiB deflated storage under a tensor of the wrong shape: refused in %.2f s under "
+            "512 MB (child %d): %s", vil_now() - t0, rc, msg);
+    View head = {"norm_f.weight", "big", (int64_t)(GiB / 4), 0, 1, {8}, {1}};
+    f = path("span.pth");
+    write_model_pth(f, &head, 1, "norm_f.weight", &big, 1);
+    t0 = vil_now();
+    rc = t_limited(do_ckpt_load, (void *)f, 512, 30, msg, sizeof msg);
+    T_CHECK(rc == 3, "norm_f.weight as the first 8 floats of a 1 GiB deflated storage loads under "
+            "512 MB (the storage streamed, its CRC checked, only the span kept) in %.2f s (child %d): %s",
+            vil_now() - t0, rc, msg);
+    free(z);
+}
+
 /* fine-tuning init: same network, another image size and class count */
 static void test_init(void) {
     VilModel src;
@@ -818,6 +1190,7 @@ int main(void) {
     test_archives();
     test_files();
     test_broken_files();
+    test_hostile_pth();
     test_init();
     test_cli();
     char cmd[1100];
