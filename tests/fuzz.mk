@@ -50,11 +50,14 @@ build/gen/imagenet_names.c: data/imagenet_classes.tsv Makefile
 
 # seeds: the test images; the torch.save files of tests/data/pth; their data.pkl entries; tiny
 # safetensors checkpoints of both architectures (with vil's metadata, bare state dicts in float32
-# and bfloat16, two that claim far larger networks than their tensors) and a .pth checkpoint
+# and bfloat16, two that claim far larger networks than their tensors) and a .pth checkpoint;
+# the reproducers of issue 30 (tests/data/fuzz: .pth files that claim 2^29 and 2^31 floats of a
+# 4-byte storage, written by pth_seeds.py; the seed writer's vil.eval {"crop_pct":0} with class
+# names and vil.config depth 1e300) in the pth and checkpoint corpora
 $(FUZZ_DIR)/corpus_fuzz_decode:
 	@mkdir -p $@ && cp -n tests/data/*.jpg tests/data/*.JPEG $@/ 2>/dev/null || true
 $(FUZZ_DIR)/corpus_fuzz_pth:
-	@mkdir -p $@ && cp -n tests/data/pth/*.pth $@/
+	@mkdir -p $@ && cp -n tests/data/pth/*.pth tests/data/fuzz/*.pth $@/
 	@# a small file too: mutations of a 1 KB archive run many times faster than of a 170 KB one
 	-@/usr/bin/python3 -c "import torch, collections; torch.save({'model': collections.OrderedDict(w=torch.arange(6.).reshape(2, 3), b=torch.ones(3).half())}, '$@/tiny.pth')"
 $(FUZZ_DIR)/corpus_fuzz_pickle:
@@ -62,10 +65,10 @@ $(FUZZ_DIR)/corpus_fuzz_pickle:
 	    unzip -p $$f "*/data.pkl" > $@/$$n.pkl; done
 $(FUZZ_DIR)/corpus_fuzz_checkpoint: | $(FUZZ_DIR)/seed_checkpoint
 	@mkdir -p $@.tmp && $(FUZZ_DIR)/seed_checkpoint $@.tmp && \
-	    cp tests/data/pth/vim_p4s4_noema.pth $@.tmp/ && mv $@.tmp $@
+	    cp tests/data/pth/vim_p4s4_noema.pth tests/data/fuzz/*.pth $@.tmp/ && mv $@.tmp $@
 
 run-%: $(FUZZ_DIR)/% | $(FUZZ_DIR)/corpus_%
 	cd $(FUZZ_DIR) && ./$* -max_total_time=$(FUZZ_SECONDS) \
 	    $(if $(filter-out 1,$(FUZZ_JOBS)),-jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS)) \
-	    -rss_limit_mb=2560 -malloc_limit_mb=2048 -timeout=10 -max_len=$(if $(filter fuzz_decode,$*),65536,262144) \
+	    -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 -max_len=$(if $(filter fuzz_decode,$*),65536,262144) \
 	    -artifact_prefix=$*- -print_final_stats=1 corpus_$*

@@ -215,6 +215,44 @@ static int save_tensors(const VilModel *m, const char *path, int bf16, int extra
     return rc;
 }
 
+/* The files that found issue 30's defects: vil's own file with class names and vil.eval
+ * {"crop_pct":0} (the names leaked), and with an int key of 1e300 in vil.config (cast before
+ * its range check). */
+static int save_reproducers(const VilModel *m, const char *dir, char **names) {
+    char path[4096], *cfg = vil_config_to_json(&m->cfg);
+    float *host = vil_malloc(m->buf_len * sizeof(float));
+    vil_model_get_params(m, host);
+    vil_model_pack(m, host, host);
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        VilStWriter *w = vil_st_writer_new();
+        size_t at = 0;
+        for (int i = 0; i < m->n_tensors; i++) {
+            const VilParamInfo *p = &m->info[i];
+            vil_st_writer_add(w, p->name, VIL_ST_F32, p->ndim, p->shape, host + at);
+            at += p->numel;
+        }
+        char meta[8192];
+        if (k == 0) {
+            vil_st_writer_meta(w, "vil.config", cfg);
+            snprintf(meta, sizeof meta, "[\"%s\",\"%s\",\"%s\"]", names[0], "dog", "bird");
+            vil_st_writer_meta(w, "vil.class_names", meta);
+            vil_st_writer_meta(w, "vil.eval", "{\"crop_pct\":0}");
+            snprintf(path, sizeof path, "%s/repro_eval_crop0_names.safetensors", dir);
+        } else {
+            char *d = strstr(cfg, "\"depth\":");
+            snprintf(meta, sizeof meta, "%.*s\"depth\":1e300%s", (int)(d - cfg), cfg, strchr(d, ','));
+            vil_st_writer_meta(w, "vil.config", meta);
+            snprintf(path, sizeof path, "%s/repro_config_depth_1e300.safetensors", dir);
+        }
+        rc = vil_st_writer_save(w, path);
+        vil_st_writer_free(w);
+    }
+    free(host);
+    free(cfg);
+    return rc;
+}
+
 /* bare: 0 vil's own file; 1 float32 tensors alone, 2 bfloat16; 3 float32 and a tensor of block
  * 1023 (the depth inferred from the names: 1024); 4 vil's metadata claiming a network of 64
  * blocks of width 4096 over these small tensors. The last two are refused; they start the
@@ -257,6 +295,7 @@ int main(int argc, char **argv) {
         int rc = s->bare == 0 ? vil_checkpoint_save(&m, path, 7, s->classes == 3 ? names : NULL, s->classes, NULL)
                  : s->bare == 4 ? save_tensors(&m, path, 0, 0, &big)
                  : save_tensors(&m, path, s->bare == 2, s->bare == 3 ? 1023 : 0, NULL);
+        if (rc == 0 && i == 0) rc = save_reproducers(&m, argv[1], names);
         vil_model_free(&m);
         if (rc != 0) return 1;
     }
