@@ -21,6 +21,10 @@ typedef enum {
 
 typedef struct VilDataset VilDataset;
 
+/* The most data bytes an IDX images or labels file may hold (its header is checked against it
+ * before anything is read): IDX sets are held in memory whole; MNIST's is 47 MB. */
+#define VIL_IDX_MAX_BYTES (1LL << 31)
+
 /* A growable byte buffer, reused across reads so a worker does not malloc per image. */
 typedef struct {
     unsigned char *data;
