@@ -40,8 +40,10 @@ void vil_buffer_free(VilBuffer *b);
  *   - with labels_file set: a flat folder (path/<split> when that folder exists, else path)
  *     whose files the labels file names, one "filename label" per line.
  * Every problem a run would otherwise meet later (missing folder, no class folders, no images,
- * a labels file naming missing files or holding bad labels, a truncated IDX file) is an error
- * here, with a message saying what was expected. Returns NULL (vil_error). */
+ * a labels file naming missing files or holding bad labels, a truncated IDX file, an IDX header
+ * claiming more than VIL_IDX_MAX_BYTES or images over the --max-pixels limit, a labels or IDX
+ * file that is a FIFO) is an error here, with a message saying what was expected. Returns NULL
+ * (vil_error). */
 VilDataset *vil_dataset_open(const char *path, const char *split, const char *labels_file);
 void vil_dataset_free(VilDataset *ds);
 

@@ -55,7 +55,9 @@ VilFormat vil_image_format(const unsigned char *buf, size_t n);
  * A JPEG whose data ends before the decoder has produced its last scanline is an error
  * (PIL: "image file is truncated"): libjpeg would fill the rest with gray. Corrupt-data
  * warnings that leave every pixel decoded (extraneous bytes before a marker, a bad restart
- * marker) are accepted, as PIL accepts them. Returns 0, or -1 with a vil_error message. */
+ * marker) are accepted, as PIL accepts them. An image whose header claims more pixels than
+ * vil_image_max_pixels() is refused before any pixel buffer is allocated. Returns 0, or -1 with
+ * a vil_error message. */
 int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage *out);
 /* vil_image_decode of a file; one message, "'FILE': reason", the name made printable. */
 int vil_image_load(const char *path, int channels, VilImage *out);
