@@ -113,7 +113,12 @@ static char *trim(char *s) {
 }
 
 int vil_keys_load(const VilKeyTarget *t, int nt, const char *path) {
-    /* a FIFO, a folder or a device is refused at once, not waited on */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        vil_error("config '%s' is not a file but a folder: give a cfg file such as configs/vil_tiny.cfg", path);
+        return -1;
+    }
+    /* a FIFO or a device is refused at once, not waited on */
     VilErrCapture why;
     vil_error_capture(&why);
     FILE *f = vil_fopen_regular(path, "r");
