@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
+#include "data/image.h"
 #include "vil/backend.h"
 #include "vil/common.h"
 #include "vil/limits.h"
@@ -227,4 +228,13 @@ void vil_cli_print_threads(FILE *f, int loader_threads) {
     fprintf(f, "threads: %d compute (OpenMP)", omp_get_max_threads());
     if (loader_threads > 0) fprintf(f, ", %d loader", loader_threads);
     fprintf(f, "\n");
+}
+
+int vil_cli_set_max_pixels(const char *cmd, int n) {
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_image_set_max_pixels(n);
+    vil_error_release(&cap);
+    if (rc) fprintf(stderr, "vil %s: %s\n", cmd, cap.msg);
+    return rc ? 2 : 0;
 }

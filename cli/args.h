@@ -67,6 +67,12 @@ void vil_cli_print_threads(FILE *f, int loader_threads);
 /* the help text of every --threads flag; loader: the threads subtracted, e.g. "--workers" */
 #define VIL_THREADS_HELP "CPU compute threads (0: $OMP_NUM_THREADS if set, else the CPUs this process may use)"
 
+/* --max-pixels N of the commands that decode images (classify, eval, train, bench-data): the
+ * decoded-pixel limit checked on each image's header (vil_image_set_max_pixels). 0, or 2 after
+ * a usage message (the caller exits 2). */
+int vil_cli_set_max_pixels(const char *cmd, int n);
+#define VIL_MAX_PIXELS_HELP "refuse images of more pixels (width x height; read on the header, before decoding)"
+
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
 void vil_args_usage(const VilArgSpec *spec, int to_stderr);
 /* For a command without positional arguments: parses the flags and returns -1 to go on, or the

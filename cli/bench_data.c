@@ -182,7 +182,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
     int threads = ncpu > 0 ? (int)ncpu : 1, batches = 20, warmup = 3, res = 224, batch = 64;
     int prefetch = 0, channels = 0, eval = 0, no_mixup = 0, seed = 0, randaug_n = -1;
     float reprob = -1.0f;
-    int stages = 0, no_share = 0;
+    int stages = 0, no_share = 0, max_pixels = (int)vil_image_max_pixels();
     const char *decode = "exact";
     VilArg args[] = {
         {"--data", VIL_ARG_STR, &data, "dataset: ImageNet-style root, IDX folder, or flat folder"},
@@ -205,6 +205,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
         {"--no-share-decode", VIL_ARG_FLAG, &no_share, "decode every sample on its own, also the copies of "
                                                         "repeated augmentation (same output, for comparison)"},
         {"--stages", VIL_ARG_FLAG, &stages, "also time each stage of the train transform alone (one thread)"},
+        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
     };
     VilArgSpec spec = {
         "bench-data", "--data DIR [--split train|val] [--threads N] [--batches K] [--res R] [--batch B]",
@@ -237,6 +238,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
+    if (vil_cli_set_max_pixels("bench-data", max_pixels) != 0) return 2;
 
     VilDataset *ds = vil_dataset_open(data, split, labels);
     if (!ds) return 1;
@@ -323,7 +325,9 @@ int vil_cmd_bench_data(int argc, char **argv) {
                cfg.share_decode ? "the copies of an image made together share one decode" : "no sharing",
                cfg.repeats, cfg.world);
     }
-    if (st.total_bad) printf("bad files: %ld distinct, %ld reads replaced\n", st.distinct_bad, st.total_bad);
+    if (st.total_bad)
+        printf("bad files: %ld distinct, %ld reads %s\n", st.distinct_bad, st.total_bad,
+               eval ? "left out" : "replaced by other images of their class");
     goto done;
 fail:
     vil_error("the loader stopped: %s", vil_loader_error(l) ? vil_loader_error(l) : "unknown error");

@@ -24,6 +24,27 @@ typedef struct {
     int ok;
 } Item;
 
+/* s as valid UTF-8 for JSON (malloc'd): each byte that breaks UTF-8 (vil_utf8_invalid_at) is
+ * replaced by U+FFFD, as Python's errors="replace" does; control characters stay, cJSON escapes
+ * them (\u0001). cJSON itself writes strings byte for byte, valid or not. */
+static char *utf8_lossy(const char *s) {
+    size_t n = strlen(s), o = 0;
+    char *d = vil_malloc(3 * n + 1);
+    const unsigned char *p = (const unsigned char *)s;
+    while (n > 0) {
+        size_t ok = vil_utf8_invalid_at(p, n);
+        memcpy(d + o, p, ok);
+        o += ok;
+        if (ok == n) break;
+        memcpy(d + o, "\xef\xbf\xbd", 3);
+        o += 3;
+        p += ok + 1;
+        n -= ok + 1;
+    }
+    d[o] = 0;
+    return d;
+}
+
 static void print_result(const char *file, const float *logits, int C, int topk, int json,
                          char *const *names) {
     /* softmax in double, then a partial selection of the top k */
@@ -45,15 +66,22 @@ static void print_result(const char *file, const float *logits, int C, int topk,
     }
     if (json) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "file", file);
+        char *f8 = utf8_lossy(file);
+        cJSON_AddStringToObject(o, "file", f8);
+        free(f8);
         cJSON *l = cJSON_AddArrayToObject(o, "logits");
         for (int k = 0; k < C; k++) cJSON_AddItemToArray(l, cJSON_CreateNumber(logits[k]));
         cJSON *t = cJSON_AddArrayToObject(o, "topk");
         for (int j = 0; j < K; j++) {
             cJSON *e = cJSON_CreateObject();
             cJSON_AddNumberToObject(e, "index", idx[j]);
-            if (names) cJSON_AddStringToObject(e, "name", names[idx[j]]);
-            else cJSON_AddNullToObject(e, "name");
+            if (names) {
+                char *n8 = utf8_lossy(names[idx[j]]);
+                cJSON_AddStringToObject(e, "name", n8);
+                free(n8);
+            } else {
+                cJSON_AddNullToObject(e, "name");
+            }
             cJSON_AddNumberToObject(e, "prob", p[idx[j]]);
             cJSON_AddItemToArray(t, e);
         }
@@ -62,9 +90,9 @@ static void print_result(const char *file, const float *logits, int C, int topk,
         cJSON_free(s);
         cJSON_Delete(o);
     } else {
-        printf("%s\n", file);
+        char shown[1024];
+        printf("%s\n", vil_printable(shown, sizeof shown, file));
         for (int j = 0; j < K; j++) { /* names come from the file: nothing raw to the terminal */
-            char shown[160];
             printf("  %6.2f%%  %4d  %s\n", 100.0 * p[idx[j]], idx[j],
                    names ? vil_printable(shown, sizeof shown, names[idx[j]]) : "");
         }
@@ -77,6 +105,7 @@ static void print_result(const char *file, const float *logits, int C, int topk,
 int vil_cmd_classify(int argc, char **argv) {
     const char *model = NULL, *device = "auto";
     int img_size = 0, topk = 5, json = 0, ema = 0, threads = 0;
+    int max_pixels = (int)vil_image_max_pixels();
     float crop_pct = 0;
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
@@ -87,6 +116,7 @@ int vil_cmd_classify(int argc, char **argv) {
         {"--json", VIL_ARG_FLAG, &json, "one JSON object per image: file, logits, topk"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
+        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
     };
     VilArgSpec spec = {"classify", "--model CKPT [--ema] [--img-size N] [--crop-pct F] [--topk K] [--json] IMAGE...",
                        "Classifies images (JPEG, PNG, BMP, GIF, PNM, ...; the format is read from the\n"
@@ -107,6 +137,10 @@ int vil_cmd_classify(int argc, char **argv) {
         img_size > VIL_MAX_IMG_SIZE || !vil_device_name_ok(device)) {
         fprintf(stderr, "vil classify: --crop-pct must be in (0, 1], --topk >= 1, --img-size in "
                         "0..%d, --device cpu, cuda or auto\n", VIL_MAX_IMG_SIZE);
+        free(pos);
+        return 2;
+    }
+    if (vil_cli_set_max_pixels("classify", max_pixels) != 0) {
         free(pos);
         return 2;
     }
@@ -160,13 +194,15 @@ int vil_cmd_classify(int argc, char **argv) {
             vil_error_capture(&cap);
             int rc = vil_image_load(items[i].file, C, &im);
             vil_error_release(&cap);
-            if (rc != 0) {
-                vil_error("cannot classify '%s': %s", items[i].file, cap.msg);
+            if (rc != 0) { /* cap.msg: "'FILE': reason", the name printable */
+                vil_error("cannot classify %s", cap.msg);
                 failed++;
                 continue;
             }
             if (vil_transform_eval(&im, S, ev.crop_pct, ev.mean, ev.std, batch + (size_t)good * per) != 0) {
-                vil_error("cannot classify '%s': the evaluation transform failed", items[i].file);
+                char shown[1024];
+                vil_error("cannot classify '%s': the evaluation transform failed",
+                          vil_printable(shown, sizeof shown, items[i].file));
                 failed++;
                 vil_image_free(&im);
                 continue;

@@ -10,10 +10,12 @@
 #include "vil/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"
+#include "data/image.h"
 
 int vil_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto";
     int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0, skip_bad = 0, threads = 0;
+    int max_pixels = (int)vil_image_max_pixels();
     float crop_pct = 0;
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
@@ -28,6 +30,7 @@ int vil_cmd_eval(int argc, char **argv) {
         {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
         {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
+        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
         {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "images that cannot be read are named and left out, and the exit code stays 0"},
     };
     VilArgSpec spec = {"eval", "--model CKPT --data DIR [--split val] [--batch B] [options]",
@@ -51,6 +54,7 @@ int vil_cmd_eval(int argc, char **argv) {
         return 2;
     }
     if (vil_cli_check_device_split("eval", device, split) != 0) return 2;
+    if (vil_cli_set_max_pixels("eval", max_pixels) != 0) return 2;
     if (vil_cli_set_threads("eval", threads) < 0) return 2;
     VilDataset *ds;
     const VilBackend *be;
@@ -74,6 +78,10 @@ int vil_cmd_eval(int argc, char **argv) {
     printf("data: %s: %d images, %d classes; resize %d, center crop %d (%s)\n",
            vil_dataset_source(ds), vil_dataset_size(ds), vil_dataset_num_classes(ds),
            vil_eval_scale_size(c->img_size, ev.crop_pct), c->img_size, note);
+    int eb = vil_eval_batch(ds, batch, limit);
+    if (eb != batch) /* said once: the loader and the model are sized for eb */
+        printf("note: batch %d (--batch %d capped at %s %d images)\n", eb, batch,
+               limit > 0 && limit < vil_dataset_size(ds) ? "--limit's" : "the split's", eb);
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     fflush(stdout);
     VilEvalResult r;
@@ -82,7 +90,7 @@ int vil_cmd_eval(int argc, char **argv) {
         vil_error("no images were evaluated%s", r.bad ? ": none could be read" : "");
         goto done;
     }
-    printf("top-1 %.2f%%  top-5 %.2f%%  (%ld images; %ld unreadable, not counted; %.1f s)\n",
+    printf("top-1 %.2f%%  top-5 %.2f%%  (%ld images; %ld unreadable, left out; %.1f s)\n",
            100.0 * r.top1 / r.images, 100.0 * r.top5 / r.images, r.images, r.bad, r.seconds);
     if (r.bad && !skip_bad) {
         vil_error("%ld images could not be read (named above) and are not in the result: fix "

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "vil/dist.h"
 #include "train/train.h"
+#include "data/image.h"
 #include "vil/common.h"
 #include "vil/version.h"
 
@@ -82,6 +83,7 @@ int vil_cmd_train(int argc, char **argv) {
     const char *config = NULL, *data = NULL, *device = "auto", *out = NULL, *resume = NULL,
                *names = NULL, *val_labels = NULL, *init = NULL;
     int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0, threads = 0;
+    int max_pixels = (int)vil_image_max_pixels();
     const char *decode = NULL;
     VilArgList sets = {0};
     VilArg args[] = {
@@ -101,6 +103,7 @@ int vil_cmd_train(int argc, char **argv) {
         {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration first"},
         {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
+        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
     };
     VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [--device cpu|cuda|auto] [--out DIR] [--resume CKPT]",
                        "Trains a ViL / ViM classifier with the recipe of doc/recipe.md: AdamW, linear\n"
@@ -130,6 +133,7 @@ int vil_cmd_train(int argc, char **argv) {
         fprintf(stderr, "vil train: --stop-after must be >= 0, --device cpu, cuda or auto\n");
         return 2;
     }
+    if (vil_cli_set_max_pixels("train", max_pixels) != 0) return 2;
     /* --resume auto: go on with the run in the output folder when there is one, else start it
      * (so one command serves the first launch and every requeue) */
     int resume_auto = resume && strcmp(resume, "auto") == 0;

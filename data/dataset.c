@@ -50,14 +50,6 @@ void vil_buffer_free(VilBuffer *b) {
     b->size = b->cap = 0;
 }
 
-static void buffer_reserve(VilBuffer *b, size_t n) {
-    if (b->cap >= n) return;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < n) cap *= 2;
-    b->data = vil_realloc(b->data, cap);
-    b->cap = cap;
-}
-
 /* ---- small growable arrays ---- */
 typedef struct {
     char **v;
@@ -137,7 +129,8 @@ static char *path_join(const char *a, const char *b) {
 static int list_dir(const char *dir, StrList *dirs, StrList *files) {
     DIR *d = opendir(dir);
     if (!d) {
-        vil_error("cannot open folder '%s': %s", dir, strerror(errno));
+        char shown[512]; /* a class folder's name comes from the dataset */
+        vil_error("cannot open folder '%s': %s", vil_printable(shown, sizeof shown, dir), strerror(errno));
         return -1;
     }
     struct dirent *e;
@@ -166,7 +159,8 @@ static int list_dir(const char *dir, StrList *dirs, StrList *files) {
     int rerr = errno;
     closedir(d);
     if (rerr) {
-        vil_error("cannot list folder '%s': %s", dir, strerror(rerr));
+        char shown[512];
+        vil_error("cannot list folder '%s': %s", vil_printable(shown, sizeof shown, dir), strerror(rerr));
         return -1;
     }
     if (dirs && dirs->n > 1) qsort(dirs->v, (size_t)dirs->n, sizeof(char *), cmp_str);
@@ -227,7 +221,10 @@ static int open_folder(VilDataset *ds, const char *dir) {
                   ds->num_classes, dir, dir);
         return -1;
     }
-    if (empty) vil_warn("%d class folders of '%s' are empty (first: '%s')", empty, dir, first_empty);
+    char shown[256];
+    if (empty)
+        vil_warn("%d class folders of '%s' are empty (first: '%s')", empty, dir,
+                 vil_printable(shown, sizeof shown, first_empty));
     return 0;
 }
 
@@ -240,10 +237,13 @@ static char *trim(char *s) {
 }
 
 static int open_flat(VilDataset *ds, const char *dir, const char *labels_file) {
-    FILE *f = fopen(labels_file, "r");
+    /* a FIFO or a folder is refused at once (vil_fopen_regular), not waited on */
+    VilErrCapture why;
+    vil_error_capture(&why);
+    FILE *f = vil_fopen_regular(labels_file, "r");
+    vil_error_release(&why);
     if (!f) {
-        vil_error("cannot open labels file '%s': %s (expected one \"filename label\" per line)",
-                  labels_file, strerror(errno));
+        vil_error("labels file: %s (expected one \"filename label\" per line)", why.msg);
         return -1;
     }
     set_root(ds, dir);
@@ -260,8 +260,10 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file) {
         /* the label is the last field, so file names may hold spaces */
         char *sp = s + strlen(s);
         while (sp > s && !isspace((unsigned char)sp[-1]) && sp[-1] != ',') sp--;
+        char shown[256], shown2[64];
         if (sp == s) {
-            vil_error("%s:%ld: expected \"filename label\", found \"%s\"", labels_file, lineno, s);
+            vil_error("%s:%ld: expected \"filename label\", found \"%s\"", labels_file, lineno,
+                      vil_printable(shown, sizeof shown, s));
             rc = -1;
             break;
         }
@@ -271,7 +273,8 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file) {
         long v;
         if (vil_parse_int(lab, &v) != 0 || v < 0 || v > 1000000) {
             vil_error("%s:%ld: bad label '%s' for '%s' (expected a class index, an integer >= 0)",
-                      labels_file, lineno, lab, name);
+                      labels_file, lineno, vil_printable(shown2, sizeof shown2, lab),
+                      vil_printable(shown, sizeof shown, name));
             rc = -1;
             break;
         }
@@ -284,7 +287,7 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file) {
         char *full = name[0] == '/' ? vil_strdup(name) : path_join(dir, name);
         struct stat st;
         if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) {
-            if (missing < 3) snprintf(first_missing[missing], sizeof first_missing[0], "%s", name);
+            if (missing < 3) vil_printable(first_missing[missing], sizeof first_missing[0], name);
             missing++;
         }
         free(full);
@@ -299,7 +302,8 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file) {
     fclose(f);
     if (rc) return -1;
     if (missing) {
-        vil_error("labels file '%s' names %d files that are not in '%s' (first: %s%s%s%s%s)",
+        vil_error("labels file '%s' names %d files that are missing from '%s' or not regular "
+                  "files (first: %s%s%s%s%s)",
                   labels_file, missing, dir, first_missing[0], missing > 1 ? ", " : "",
                   missing > 1 ? first_missing[1] : "", missing > 2 ? ", " : "",
                   missing > 2 ? first_missing[2] : "");
@@ -315,81 +319,139 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file) {
 }
 
 /* ---- IDX ---- */
-/* zlib's gzread reads plain files as they are, so one path serves .gz and raw IDX. */
-static unsigned char *read_maybe_gz(const char *path, size_t *n) {
-    gzFile g = gzopen(path, "rb");
-    if (!g) {
-        vil_error("cannot open '%s': %s", path, errno ? strerror(errno) : "out of memory");
-        return NULL;
-    }
-    gzbuffer(g, 1 << 17);
-    size_t cap = 1 << 20, len = 0;
-    unsigned char *buf = vil_malloc(cap);
-    for (;;) {
-        if (len == cap) buf = vil_realloc(buf, cap *= 2);
-        unsigned want = (unsigned)((cap - len) > (1u << 30) ? (1u << 30) : (cap - len));
-        int got = gzread(g, buf + len, want);
-        if (got < 0) {
-            int zerr;
-            const char *msg = gzerror(g, &zerr);
-            vil_error("cannot read '%s': %s (corrupt gzip data?)", path, msg);
-            free(buf);
-            gzclose(g);
-            return NULL;
-        }
-        if (got == 0) break;
-        len += (size_t)got;
-    }
-    /* a gzip stream cut short reads as a clean end of file; gzclose_r reports it */
-    int zrc = gzclose(g);
-    if (zrc != Z_OK && zrc != Z_BUF_ERROR) {
-        vil_error("cannot read '%s': gzip error %d", path, zrc);
-        free(buf);
-        return NULL;
-    }
-    if (zrc == Z_BUF_ERROR) {
-        vil_error("'%s' is truncated (the gzip stream ends early)", path);
-        free(buf);
-        return NULL;
-    }
-    *n = len;
-    return buf;
-}
+/* An IDX file is held in memory whole, so its header's claim is checked before the data is
+ * read, and the buffer grows with what was actually decompressed: a small gzip file whose
+ * header (or whose data) claims gigabytes costs no more memory than it holds, up to the bound. */
+typedef struct {
+    const char *path;
+    gzFile g;
+    int ndim;
+    uint32_t dims[3];
+    size_t hdr, total; /* header bytes; data bytes the header promises */
+    unsigned char *buf; /* header + data */
+    size_t len;         /* bytes in buf */
+} IdxFile;
 
 static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* Parse an IDX header: unsigned-byte data of `ndim` dimensions. */
-static int idx_header(const unsigned char *b, size_t n, int ndim, uint32_t *dims,
-                      const char *path) {
-    if (n < 4 || b[0] != 0 || b[1] != 0) {
-        vil_error("'%s' is not an IDX file (bad magic number)", path);
+/* Up to want bytes into dst; *got short only at the end of the data. 0, or -1 (reported). */
+static int gz_read_full(IdxFile *f, unsigned char *dst, size_t want, size_t *got) {
+    *got = 0;
+    while (*got < want) {
+        size_t chunk = want - *got > (1u << 30) ? (1u << 30) : want - *got;
+        int r = gzread(f->g, dst + *got, (unsigned)chunk);
+        if (r < 0) {
+            int zerr;
+            vil_error("cannot read '%s': %s (corrupt gzip data?)", f->path, gzerror(f->g, &zerr));
+            return -1;
+        }
+        if (r == 0) break;
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
+static void idx_close(IdxFile *f) {
+    if (f->g) gzclose(f->g);
+    f->g = NULL;
+    free(f->buf);
+    f->buf = NULL;
+}
+
+/* Open an IDX file of unsigned bytes with `ndim` dimensions (zlib's gzread reads plain files as
+ * they are, so one path serves .gz and raw) and check its header against VIL_IDX_MAX_BYTES.
+ * 0, or -1 (reported; f closed). */
+static int idx_open(IdxFile *f, const char *path, int ndim) {
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    f->ndim = ndim;
+    f->hdr = 4 + 4 * (size_t)ndim;
+    int fd = vil_open_regular(path); /* a FIFO is refused, not waited on */
+    if (fd < 0) return -1;
+    if (!(f->g = gzdopen(fd, "rb"))) {
+        close(fd);
+        vil_error("cannot read '%s': out of memory", path);
         return -1;
+    }
+    gzbuffer(f->g, 1 << 17);
+    f->buf = vil_malloc(f->hdr);
+    const unsigned char *b = f->buf;
+    size_t got;
+    if (gz_read_full(f, f->buf, f->hdr, &got) != 0) goto fail;
+    f->len = got;
+    if (got < 4 || b[0] != 0 || b[1] != 0) {
+        vil_error("'%s' is not an IDX file (bad magic number)", path);
+        goto fail;
     }
     if (b[2] != 0x08) {
         vil_error("'%s': IDX element type 0x%02x is not supported (expected unsigned bytes, 0x08)",
                   path, b[2]);
-        return -1;
+        goto fail;
     }
     if (b[3] != ndim) {
         vil_error("'%s' has %d dimensions, expected %d (%s)", path, b[3], ndim,
                   ndim == 3 ? "an idx3 images file" : "an idx1 labels file");
-        return -1;
+        goto fail;
     }
-    if (n < 4 + 4 * (size_t)ndim) {
+    if (got < f->hdr) {
         vil_error("'%s' is truncated (header)", path);
-        return -1;
+        goto fail;
     }
-    size_t total = 1;
+    uint64_t total = 1;
+    int over = 0;
     for (int d = 0; d < ndim; d++) {
-        dims[d] = be32(b + 4 + 4 * d);
-        total *= dims[d];
+        f->dims[d] = be32(b + 4 + 4 * d);
+        if (f->dims[d] && total > (uint64_t)VIL_IDX_MAX_BYTES / f->dims[d]) over = 1;
+        else total *= f->dims[d];
     }
-    size_t have = n - 4 - 4 * (size_t)ndim;
-    if (have < total) {
-        vil_error("'%s' is truncated: its header promises %zu bytes of data, it holds %zu", path,
-                  total, have);
+    if (over || total > (uint64_t)VIL_IDX_MAX_BYTES) {
+        char shape[64];
+        if (ndim == 3) snprintf(shape, sizeof shape, "%u x %u x %u", f->dims[0], f->dims[1], f->dims[2]);
+        else snprintf(shape, sizeof shape, "%u", f->dims[0]);
+        vil_error("'%s': its header claims %s bytes of data, over the limit of %lld bytes for an "
+                  "IDX file (vil holds IDX sets in memory; make a larger set image folders)",
+                  path, shape, (long long)VIL_IDX_MAX_BYTES);
+        goto fail;
+    }
+    f->total = (size_t)total;
+    return 0;
+fail:
+    idx_close(f);
+    return -1;
+}
+
+/* Read the data the header promises; the buffer doubles as data arrives (capped at the
+ * promise), never sized by the header alone. 0, or -1 (reported; a short file is truncated). */
+static int idx_read_data(IdxFile *f) {
+    size_t want = f->hdr + f->total, cap = f->hdr;
+    while (f->len < want) {
+        if (f->len == cap) {
+            size_t ncap = cap < ((size_t)1 << 20) ? ((size_t)1 << 20) : cap * 2;
+            if (ncap > want) ncap = want;
+            unsigned char *nb = realloc(f->buf, ncap);
+            if (!nb) {
+                vil_error("'%s': cannot hold %zu bytes of IDX data in memory", f->path, ncap);
+                return -1;
+            }
+            f->buf = nb;
+            cap = ncap;
+        }
+        size_t got;
+        if (gz_read_full(f, f->buf + f->len, cap - f->len, &got) != 0) return -1;
+        f->len += got;
+        if (f->len < cap) break; /* the end of the data */
+    }
+    if (f->len < want) {
+        /* a gzip stream cut short reads as a clean end of file; gzclose_r says which */
+        int zrc = gzclose(f->g);
+        f->g = NULL;
+        if (zrc == Z_BUF_ERROR)
+            vil_error("'%s' is truncated (the gzip stream ends early)", f->path);
+        else
+            vil_error("'%s' is truncated: its header promises %zu bytes of data, it holds %zu",
+                      f->path, f->total, f->len - f->hdr);
         return -1;
     }
     return 0;
@@ -459,22 +521,16 @@ static int open_idx(VilDataset *ds, const char *images) {
                   images);
         return -1;
     }
-    size_t ni, nl;
-    unsigned char *bi = read_maybe_gz(images, &ni);
-    if (!bi) {
-        free(labels);
-        return -1;
-    }
-    unsigned char *bl = read_maybe_gz(labels, &nl);
-    if (!bl) {
-        free(bi);
-        free(labels);
-        return -1;
-    }
-    uint32_t di[3], dl[1];
+    IdxFile fi, fl;
     int rc = -1;
-    if (idx_header(bi, ni, 3, di, images) != 0) goto done;
-    if (idx_header(bl, nl, 1, dl, labels) != 0) goto done;
+    memset(&fl, 0, sizeof fl);
+    if (idx_open(&fi, images, 3) != 0) {
+        free(labels);
+        return -1;
+    }
+    if (idx_open(&fl, labels, 1) != 0) goto done;
+    /* both headers first: their counts must agree before any data is read */
+    const uint32_t *di = fi.dims, *dl = fl.dims;
     if (di[0] != dl[0]) {
         vil_error("'%s' holds %u images but '%s' holds %u labels", images, di[0], labels, dl[0]);
         goto done;
@@ -483,16 +539,19 @@ static int open_idx(VilDataset *ds, const char *images) {
         vil_error("'%s' holds no images (%u x %u x %u)", images, di[0], di[1], di[2]);
         goto done;
     }
+    if (vil_image_check_size("an IDX image", di[2], di[1]) != 0) goto done;
+    if (idx_read_data(&fi) != 0 || idx_read_data(&fl) != 0) goto done;
     ds->kind = VIL_DATA_IDX;
     ds->n = ds->cap = (int)di[0];
     ds->idx_h = (int)di[1];
     ds->idx_w = (int)di[2];
     /* keep the whole file buffer; the pixels start after the 16-byte header */
-    ds->idx_file = bi;
-    ds->idx_pixels = bi + 16;
-    bi = NULL;
+    ds->idx_file = fi.buf;
+    ds->idx_pixels = fi.buf + 16;
+    fi.buf = NULL;
     ds->labels = vil_malloc((size_t)ds->n * sizeof(int));
     int maxlab = 0;
+    const unsigned char *bl = fl.buf;
     for (int i = 0; i < ds->n; i++) {
         ds->labels[i] = bl[8 + i];
         if (ds->labels[i] > maxlab) maxlab = ds->labels[i];
@@ -511,8 +570,8 @@ static int open_idx(VilDataset *ds, const char *images) {
     }
     rc = 0;
 done:
-    free(bi);
-    free(bl);
+    idx_close(&fi);
+    idx_close(&fl);
     free(labels);
     return rc;
 }
@@ -702,43 +761,9 @@ int vil_dataset_read_bytes(const VilDataset *ds, int i, VilBuffer *buf) {
         vil_error("path too long");
         return -1;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        vil_error("cannot open: %s", strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        vil_error("not a regular file");
-        close(fd);
-        return -1;
-    }
-    if (st.st_size == 0) {
-        vil_error("empty file (0 bytes)");
-        close(fd);
-        return -1;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    buffer_reserve(buf, n + 1);
-    while (got < n) {
-        ssize_t r = read(fd, buf->data + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            vil_error("read error after %zu of %zu bytes: %s", got, n, strerror(errno));
-            close(fd);
-            return -1;
-        }
-        if (r == 0) {
-            vil_error("file shrank while reading: %zu of %zu bytes", got, n);
-            close(fd);
-            return -1;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    buf->data[n] = 0;
-    buf->size = n;
-    return 0;
+    /* a FIFO is refused at once; the message gives the reason alone: the loader names the
+     * file, printable */
+    return vil_read_regular(path, &buf->data, &buf->cap, &buf->size);
 }
 
 int vil_dataset_raw_image(const VilDataset *ds, int i, VilImage *view) {

@@ -21,6 +21,10 @@ typedef enum {
 
 typedef struct VilDataset VilDataset;
 
+/* The most data bytes an IDX images or labels file may hold (its header is checked against it
+ * before anything is read): IDX sets are held in memory whole; MNIST's is 47 MB. */
+#define VIL_IDX_MAX_BYTES (1LL << 31)
+
 /* A growable byte buffer, reused across reads so a worker does not malloc per image. */
 typedef struct {
     unsigned char *data;
@@ -36,8 +40,10 @@ void vil_buffer_free(VilBuffer *b);
  *   - with labels_file set: a flat folder (path/<split> when that folder exists, else path)
  *     whose files the labels file names, one "filename label" per line.
  * Every problem a run would otherwise meet later (missing folder, no class folders, no images,
- * a labels file naming missing files or holding bad labels, a truncated IDX file) is an error
- * here, with a message saying what was expected. Returns NULL (vil_error). */
+ * a labels file naming missing files or holding bad labels, a truncated IDX file, an IDX header
+ * claiming more than VIL_IDX_MAX_BYTES or images over the --max-pixels limit, a labels or IDX
+ * file that is a FIFO) is an error here, with a message saying what was expected. Returns NULL
+ * (vil_error). */
 VilDataset *vil_dataset_open(const char *path, const char *split, const char *labels_file);
 void vil_dataset_free(VilDataset *ds);
 

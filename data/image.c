@@ -3,17 +3,57 @@
  * everything else goes through stb_image. Size limits are checked on the header. */
 #include "data/image.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jpeglib.h>
 #include <jerror.h>
 #include <stb_image.h>
 
 #include "vil/common.h"
+
+/* the --max-pixels limit; written before decoding starts, read by the loader's threads */
+static long long g_max_pixels =
+    VIL_IMAGE_DEFAULT_MAX_PIXELS < VIL_IMAGE_MAX_PIXELS ? VIL_IMAGE_DEFAULT_MAX_PIXELS : VIL_IMAGE_MAX_PIXELS;
+
+int vil_image_set_max_pixels(long long n) {
+    if (n < 1 || n > VIL_IMAGE_MAX_PIXELS) {
+        vil_error("--max-pixels must be in 1..%lld (the default: %lld), got %lld", VIL_IMAGE_MAX_PIXELS,
+                  VIL_IMAGE_DEFAULT_MAX_PIXELS < VIL_IMAGE_MAX_PIXELS ? VIL_IMAGE_DEFAULT_MAX_PIXELS
+                                                                     : VIL_IMAGE_MAX_PIXELS, n);
+        return VIL_EUSAGE;
+    }
+    __atomic_store_n(&g_max_pixels, n, __ATOMIC_RELAXED);
+    return 0;
+}
+
+long long vil_image_max_pixels(void) { return __atomic_load_n(&g_max_pixels, __ATOMIC_RELAXED); }
+
+int vil_image_check_size(const char *what, long long w, long long h) {
+    long long lim = vil_image_max_pixels();
+    if (w <= 0 || h <= 0) {
+        vil_error("%s has an empty size %lldx%lld", what, w, h);
+        return -1;
+    }
+    if (w > lim || h > lim || w * h > lim) { /* past the first two tests the product fits */
+        unsigned long long px = (unsigned long long)w * (unsigned long long)h; /* w, h < 2^32 */
+        if (lim < VIL_IMAGE_MAX_PIXELS)
+            vil_error("%s is %lldx%lld = %llu pixels, over the limit of %lld pixels (--max-pixels N "
+                      "raises it, up to %lld)", what, w, h, px, lim, VIL_IMAGE_MAX_PIXELS);
+        else
+            vil_error("%s is %lldx%lld = %llu pixels, over the limit of %lld pixels (the most "
+                      "--max-pixels allows)", what, w, h, px, lim);
+        return -1;
+    }
+    return 0;
+}
 
 void vil_image_free(VilImage *im) {
     if (!im) return;
@@ -160,16 +200,8 @@ typedef struct {
 static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j) {
     struct jpeg_decompress_struct *ci = &d->cinfo;
     jpeg_read_header(ci, TRUE);
-    long long npx = (long long)ci->image_width * ci->image_height;
-    if (ci->image_width == 0 || ci->image_height == 0) {
-        vil_error("JPEG has an empty size %ux%u", ci->image_width, ci->image_height);
-        return -1;
-    }
-    if (npx > VIL_IMAGE_MAX_PIXELS) {
-        vil_error("JPEG is %ux%u = %lld pixels, over the limit of %lld (decompression bomb?)",
-                  ci->image_width, ci->image_height, npx, VIL_IMAGE_MAX_PIXELS);
-        return -1;
-    }
+    /* on the header, before libjpeg allocates anything the size of the image */
+    if (vil_image_check_size("JPEG", ci->image_width, ci->image_height) != 0) return -1;
     int ncomp;
     switch (ci->jpeg_color_space) {
     case JCS_GRAYSCALE: ci->out_color_space = JCS_GRAYSCALE; ncomp = 1; break;
@@ -349,20 +381,72 @@ done:
 /* ------------------------------------------------------------------------------------------ */
 /* stb_image                                                                                   */
 
+static uint32_t rd_be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static uint32_t rd_le16(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+static int32_t rd_le32(const unsigned char *p) {
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+/* The format's name and, where its header holds them at fixed places (PNG, GIF, BMP, PSD), the
+ * size it claims: 1 when *w, *h were read. stb_image's own header check gives up on sizes it
+ * finds too large, and then stbi_info_from_memory goes on to try the other formats, leaving
+ * "unknown image type" as its reason: reading the size here first lets the message say it. */
+static int stb_header_size(const unsigned char *buf, size_t n, const char **name, long long *w,
+                           long long *h) {
+    *name = "image";
+    if (n >= 8 && memcmp(buf, "\x89PNG\r\n\x1a\n", 8) == 0) {
+        *name = "PNG";
+        if (n < 24 || memcmp(buf + 12, "IHDR", 4) != 0) return 0;
+        *w = rd_be32(buf + 16), *h = rd_be32(buf + 20);
+        return 1;
+    }
+    if (n >= 6 && memcmp(buf, "GIF8", 4) == 0) {
+        *name = "GIF";
+        if (n < 10) return 0;
+        *w = rd_le16(buf + 6), *h = rd_le16(buf + 8);
+        return 1;
+    }
+    if (n >= 2 && buf[0] == 'B' && buf[1] == 'M') {
+        *name = "BMP";
+        if (n < 26) return 0;
+        if (rd_le32(buf + 14) == 12) { /* OS/2 BITMAPCOREHEADER: 16-bit sizes */
+            *w = rd_le16(buf + 18), *h = rd_le16(buf + 20);
+        } else {
+            long long hh = rd_le32(buf + 22); /* negative: top-down rows */
+            *w = rd_le32(buf + 18), *h = hh < 0 ? -hh : hh;
+        }
+        return 1;
+    }
+    if (n >= 4 && memcmp(buf, "8BPS", 4) == 0) {
+        *name = "PSD";
+        if (n < 26) return 0;
+        *h = rd_be32(buf + 14), *w = rd_be32(buf + 18);
+        return 1;
+    }
+    if (n >= 2 && buf[0] == 'P') *name = "PNM";
+    else if (n >= 2 && buf[0] == '#') *name = "HDR";
+    return 0;
+}
+
 static int stb_decode(const unsigned char *buf, size_t n, int channels, VilImage *out) {
     int w, h, comp;
     if (n > INT32_MAX) {
         vil_error("image file too large (%zu bytes)", n);
         return -1;
     }
+    const char *name;
+    long long hw, hh;
+    if (stb_header_size(buf, n, &name, &hw, &hh) && vil_image_check_size(name, hw, hh) != 0)
+        return -1;
     if (!stbi_info_from_memory(buf, (int)n, &w, &h, &comp)) {
-        vil_error("image header: %s", stbi_failure_reason());
+        /* stb's reason is that of the last format it tried: rarely this file's */
+        vil_error("the %s header is corrupt or of an unsupported kind (stb_image: %s)", name,
+                  stbi_failure_reason());
         return -1;
     }
-    if (w <= 0 || h <= 0 || (long long)w * h > VIL_IMAGE_MAX_PIXELS) {
-        vil_error("image is %dx%d, outside the limit of %lld pixels", w, h, VIL_IMAGE_MAX_PIXELS);
-        return -1;
-    }
+    if (vil_image_check_size(name, w, h) != 0) return -1;
     /* Ask stb for gray only when the file is gray: its own RGB -> Y weights are not PIL's. */
     int want = (channels == 1 && comp <= 2) ? 1 : 3;
     int w2, h2, c2;
@@ -423,20 +507,79 @@ int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage 
     }
 }
 
-int vil_image_load(const char *path, int channels, VilImage *out) {
-    memset(out, 0, sizeof *out);
-    size_t n = 0;
-    unsigned char *buf = vil_read_file(path, &n);
-    if (!buf) {
-        vil_error("%s: cannot read file", path);
+static const char *kind_of(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISDIR(m)) return "a folder";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+int vil_read_regular(const char *path, unsigned char **data, size_t *cap, size_t *size) {
+    /* O_NONBLOCK: a FIFO would block the open itself until a writer came (a dataset's FIFO
+     * hung the loader's worker and the run); for a regular file's reads it changes nothing */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        vil_error("cannot open: %s", strerror(errno));
         return -1;
     }
-    /* the decoder's message names no file: one message that says which */
-    VilErrCapture cap;
-    vil_error_capture(&cap);
-    int rc = vil_image_decode(buf, n, channels, out);
-    vil_error_release(&cap);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        vil_error("cannot stat: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        vil_error("%s, not a regular file", kind_of(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    if (st.st_size == 0) {
+        vil_error("empty file (0 bytes)");
+        close(fd);
+        return -1;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    if (*cap < n + 1) {
+        size_t c = *cap ? *cap : 4096;
+        while (c < n + 1) c *= 2;
+        *data = vil_realloc(*data, c);
+        *cap = c;
+    }
+    while (got < n) {
+        ssize_t r = read(fd, *data + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            vil_error("read error after %zu of %zu bytes: %s", got, n, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        if (r == 0) {
+            vil_error("file shrank while reading: %zu of %zu bytes", got, n);
+            close(fd);
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    (*data)[n] = 0;
+    *size = n;
+    return 0;
+}
+
+int vil_image_load(const char *path, int channels, VilImage *out) {
+    memset(out, 0, sizeof *out);
+    unsigned char *buf = NULL;
+    size_t cap = 0, n = 0;
+    /* the reader's and the decoder's messages name no file: one message that says which */
+    VilErrCapture cap_msg;
+    vil_error_capture(&cap_msg);
+    int rc = vil_read_regular(path, &buf, &cap, &n);
+    if (rc == 0) rc = vil_image_decode(buf, n, channels, out);
+    vil_error_release(&cap_msg);
     free(buf);
-    if (rc) vil_error("%s: %s", path, cap.msg);
+    char shown[1024];
+    if (rc) vil_error("'%s': %s", vil_printable(shown, sizeof shown, path), cap_msg.msg);
     return rc;
 }

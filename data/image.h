@@ -10,12 +10,25 @@
 extern "C" {
 #endif
 
-/* PIL's Image.MAX_IMAGE_PIXELS * 2, where PIL turns its DecompressionBombWarning into an
- * error. Checked against the header's size before any pixel buffer is allocated. The fuzz
- * build lowers it (tests/fuzz.mk) to keep each input fast. */
+/* The most pixels (width x height) --max-pixels may allow: PIL's Image.MAX_IMAGE_PIXELS * 2,
+ * where PIL turns its DecompressionBombWarning into an error. The fuzz build lowers it
+ * (tests/fuzz.mk) to keep each input fast. */
 #ifndef VIL_IMAGE_MAX_PIXELS
 #define VIL_IMAGE_MAX_PIXELS 178956970LL
 #endif
+/* The default limit: 64 Mi pixels (8192 x 8192; 192 MiB decoded as RGB), above every ImageNet
+ * image (the largest is a few tens of megapixels) and far below what a 680-byte JPEG header
+ * may claim. */
+#define VIL_IMAGE_DEFAULT_MAX_PIXELS (64LL << 20)
+
+/* The decoded-pixel limit every decoder checks on the image's header, before any pixel buffer
+ * is allocated: the command's --max-pixels. Process-wide, so set it before decoding starts (the
+ * loader's threads read it). 0, or VIL_EUSAGE (reported) outside 1 .. VIL_IMAGE_MAX_PIXELS. */
+int vil_image_set_max_pixels(long long n);
+long long vil_image_max_pixels(void);
+/* 0 when a w x h image of format `what` ("JPEG", "PNG", ...) is within the limit, else -1 with
+ * a vil_error naming the size, the limit and --max-pixels. */
+int vil_image_check_size(const char *what, long long w, long long h);
 
 /* A progressive JPEG may hold any number of scans; each one re-reads the whole coefficient
  * buffer, so a crafted file can take minutes. libjpeg-turbo's TurboJPEG uses the same kind
@@ -42,10 +55,19 @@ VilFormat vil_image_format(const unsigned char *buf, size_t n);
  * A JPEG whose data ends before the decoder has produced its last scanline is an error
  * (PIL: "image file is truncated"): libjpeg would fill the rest with gray. Corrupt-data
  * warnings that leave every pixel decoded (extraneous bytes before a marker, a bad restart
- * marker) are accepted, as PIL accepts them. Returns 0, or -1 with a vil_error message. */
+ * marker) are accepted, as PIL accepts them. An image whose header claims more pixels than
+ * vil_image_max_pixels() is refused before any pixel buffer is allocated. Returns 0, or -1 with
+ * a vil_error message. */
 int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage *out);
-/* vil_image_decode of a file; the message names the file. */
+/* vil_image_decode of a file; one message, "'FILE': reason", the name made printable. */
 int vil_image_load(const char *path, int channels, VilImage *out);
+
+/* Read the whole of a regular file into *data (grown with realloc to *cap, a power of two, one
+ * byte more than the file, which is a NUL after it); *size = its bytes. The open uses O_NONBLOCK
+ * and fstat, so a FIFO, a folder or a device is refused at once instead of blocking (as
+ * vil_open_regular does); a zero-byte file is an error too. The message gives the reason but not
+ * the path, for callers that name the file themselves (printable). 0, or -1 (vil_error). */
+int vil_read_regular(const char *path, unsigned char **data, size_t *cap, size_t *size);
 
 /* Size from the header alone (cheap: no pixel data is decoded). 0 or -1 (vil_error). */
 int vil_image_info(const unsigned char *buf, size_t n, int *w, int *h, VilFormat *fmt);

@@ -175,10 +175,11 @@ static void note_bad(VilLoader *l, int idx, const char *reason) {
     if (__atomic_exchange_n(&l->bad[idx], 1, __ATOMIC_ACQ_REL) == 0) {
         __atomic_add_fetch(&l->distinct_bad, 1, __ATOMIC_RELAXED);
         if (!l->cfg.quiet) {
-            char path[4096];
+            /* the name comes from the dataset: escape codes and bad bytes go out as \xNN */
+            char path[4096], shown[1024];
             vil_dataset_path(l->ds, idx, path, sizeof path);
-            vil_warn("bad image '%s': %s (%s)", path, reason,
-                     l->cfg.mode == VIL_LOADER_EVAL ? "not evaluated"
+            vil_warn("bad image '%s': %s (%s)", vil_printable(shown, sizeof shown, path), reason,
+                     l->cfg.mode == VIL_LOADER_EVAL ? "left out of the evaluation"
                                                     : "replaced by another image of its class");
         }
     }
@@ -255,13 +256,13 @@ static int fill_sample(Worker *w, Slot *s, int j, long pos) {
     }
     s->b.labels[j] = vil_dataset_label(l->ds, idx);
     s->b.indices[j] = idx;
-    char path[4096];
+    char path[4096], shown[1024];
     vil_dataset_path(l->ds, idx, path, sizeof path);
     pthread_mutex_lock(&l->mu);
     set_error(l,
               "no readable image among %d tried in place of '%s' (and the file itself): is the "
-              "dataset readable (permissions, a network mount gone)?",
-              MAX_TRIES - 1, path);
+              "dataset readable (permissions, a network mount gone, a --max-pixels limit)?",
+              MAX_TRIES - 1, vil_printable(shown, sizeof shown, path));
     pthread_cond_broadcast(&l->ready_cv);
     pthread_mutex_unlock(&l->mu);
     return -1;
@@ -615,9 +616,15 @@ const VilBatch *vil_loader_next_batch(VilLoader *l) {
     }
     if (l->consumed >= l->nbatches) {
         long bad = __atomic_load_n(&l->epoch_bad, __ATOMIC_RELAXED);
-        if (!l->epoch_reported && bad > 0 && !l->cfg.quiet)
-            vil_warn("epoch %d: %ld bad image reads were replaced (%ld distinct bad files so far)",
-                     l->epoch, bad, __atomic_load_n(&l->distinct_bad, __ATOMIC_RELAXED));
+        if (!l->epoch_reported && bad > 0 && !l->cfg.quiet) {
+            long distinct = __atomic_load_n(&l->distinct_bad, __ATOMIC_RELAXED);
+            if (l->cfg.mode == VIL_LOADER_EVAL) /* fill_sample: an empty row, label -1 */
+                vil_warn("%ld bad image%s left out of the evaluation (named above)", bad,
+                         bad == 1 ? " was" : "s were");
+            else
+                vil_warn("epoch %d: %ld bad image reads were replaced by other images of their "
+                         "class (%ld distinct bad files so far)", l->epoch, bad, distinct);
+        }
         l->epoch_reported = 1;
         pthread_mutex_unlock(&l->mu);
         return NULL;

@@ -40,9 +40,13 @@ static void free_rows(NameRow *rows, int nrows) {
 static int read_rows(const char *path, NameRow **out, int *nout) {
     *out = NULL;
     *nout = 0;
-    FILE *f = fopen(path, "r");
+    /* a FIFO or a folder is refused at once, not waited on */
+    VilErrCapture why;
+    vil_error_capture(&why);
+    FILE *f = vil_fopen_regular(path, "r");
+    vil_error_release(&why);
     if (!f) {
-        vil_error("cannot open class-names file '%s': %s", path, strerror(errno));
+        vil_error("class-names file: %s", why.msg);
         return -1;
     }
     NameRow *rows = NULL;

@@ -952,10 +952,7 @@ static int train_file_group(const unsigned char *buf, size_t n, const VilTrainTr
     }
     int W, H;
     if (vil_image_info(buf, n, &W, &H, NULL) != 0) return -1;
-    if (W <= 0 || H <= 0 || (long long)W * H > VIL_IMAGE_MAX_PIXELS) {
-        vil_error("JPEG size outside the pixel limit");
-        return -1;
-    }
+    if (vil_image_check_size("JPEG", W, H) != 0) return -1;
     for (int g0 = 0; g0 < count; g0 += GROUP_MAX) {
         int cnt = count - g0 < GROUP_MAX ? count - g0 : GROUP_MAX;
         /* every crop first (each from its own stream, as a lone sample draws it) */

@@ -160,9 +160,16 @@ void vil_eval_spec_resolve(VilEvalSpec *ev, const VilCheckpointMeta *meta, float
     if (note) snprintf(note, notelen, "crop_pct %g from %s", ev->crop_pct, from);
 }
 
+int vil_eval_batch(const VilDataset *ds, int batch, long max_images) {
+    long n = vil_dataset_size(ds);
+    if (max_images > 0 && max_images < n) n = max_images;
+    return n >= 1 && n < batch ? (int)n : batch;
+}
+
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
                      long max_images, FILE *log, const char *prefix, VilEvalResult *r) {
     const VilConfig *c = &m->cfg;
+    batch = vil_eval_batch(ds, batch, max_images);
     int K = vil_dataset_num_classes(ds);
     if (K != c->num_classes) {
         vil_error("the data (%s) has %d classes but the model %d: the labels would not be the "

@@ -37,7 +37,13 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
 void vil_eval_spec_resolve(VilEvalSpec *ev, const VilCheckpointMeta *meta, float user_crop,
                            int channels, char *note, size_t notelen);
 
-/* The evaluation of m on a dataset as `vil eval` runs it: an eval-mode loader of `batch` images
+/* The batch an evaluation of ds uses for a requested `batch`: no larger than the images it reads
+ * (the split, or max_images when > 0 and smaller), so a large --batch on a small split does not
+ * allocate batch slots and activations for images that are not there. */
+int vil_eval_batch(const VilDataset *ds, int batch, long max_images);
+
+/* The evaluation of m on a dataset as `vil eval` runs it: an eval-mode loader of
+ * vil_eval_batch(ds, batch, max_images) images
  * (the transform ev; pinned buffers on CUDA) with `workers` threads, then vil_eval_run. The data
  * must have the model's classes (else the labels would not mean the model's classes), and the
  * batch must fit (vil_model_check_acts). 0, or -1 (reported). */

@@ -1,12 +1,27 @@
 /* test_dataset.c: layout detection and its errors (class folders, flat folder + labels file,
  * IDX plain and gzip), reading bytes and pixels, class names; on a corpus the test writes in
- * a temporary folder. Fashion-MNIST from Debian's package is opened too when installed. */
+ * a temporary folder; hostile files (a FIFO as a sample or a labels file, IDX headers claiming
+ * gigabytes). Fashion-MNIST from Debian's package is opened too when installed. */
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "data/dataset.h"
 #include "tests/data_corpus.h"
 #include "tests/testing.h"
 #include "vil/common.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define T_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define T_ASAN 1
+#endif
+#endif
+#ifndef T_ASAN
+#define T_ASAN 0
+#endif
 
 /* the messages of the calls expected to fail */
 static VilErrCapture g_cap;
@@ -207,7 +222,7 @@ static void test_flat(const char *root) {
     }
     const char *missing = "ILSVRC_00.JPEG 0\nnot_there.JPEG 1\nalso_not.JPEG 1\n";
     corpus_write(lab, missing, strlen(missing));
-    open_fails("labels: missing files", dir, NULL, lab, "names 2 files that are not in");
+    open_fails("labels: missing files", dir, NULL, lab, "names 2 files that are missing from");
     const char *badlab = "ILSVRC_00.JPEG 0\nILSVRC_01.JPEG cat\n";
     corpus_write(lab, badlab, strlen(badlab));
     open_fails("labels: bad label", dir, NULL, lab, ":2: bad label 'cat'");
@@ -220,7 +235,7 @@ static void test_flat(const char *root) {
     corpus_write(lab, "", 0);
     open_fails("labels: empty", dir, NULL, lab, "lists no images");
     snprintf(p, sizeof p, "%s/none.txt", root);
-    open_fails("labels: no file", dir, NULL, p, "cannot open labels file");
+    open_fails("labels: no file", dir, NULL, p, "labels file: cannot open");
 }
 
 static void test_idx(const char *root) {
@@ -425,8 +440,78 @@ static void holdout_check(const char *path, const char *split, int n, const char
     printf("ok   holdout %s: %d of %d\n", what, n, N);
 }
 
+/* ---- hostile files: FIFOs, IDX headers claiming gigabytes ---- */
+static void test_hostile(const char *root) {
+    char dir[4096], p[4200];
+    /* a FIFO among the images is found bad at once (the open would wait for a writer) */
+    snprintf(dir, sizeof dir, "%s/fifo", root);
+    corpus_mkdir("%s%s", dir, "");
+    corpus_mkdir("%s/%s", dir, "c0");
+    snprintf(p, sizeof p, "%s/c0/a.png", dir);
+    corpus_write_png(p, 8, 8, 0, 0);
+    snprintf(p, sizeof p, "%s/c0/b.png", dir);
+    T_CHECK(mkfifo(p, 0644) == 0, "mkfifo");
+    alarm(20); /* a hang fails the test */
+    VilDataset *ds = open_ok(dir, NULL, NULL);
+    if (ds) {
+        T_CHECK(vil_dataset_size(ds) == 2, "the FIFO is listed as a sample");
+        VilBuffer b = {0};
+        vil_error_capture(&g_cap);
+        int rc = vil_dataset_read_bytes(ds, 1, &b);
+        vil_error_release(&g_cap);
+        T_CHECK(rc != 0 && strstr(g_cap.msg, "a FIFO (named pipe), not a regular file") &&
+                    !strstr(g_cap.msg, "b.png"),
+                "a FIFO sample is refused with the reason alone: %s", g_cap.msg);
+        vil_buffer_free(&b);
+        vil_dataset_free(ds);
+    }
+    /* a FIFO as the labels file */
+    snprintf(p, sizeof p, "%s/labels", dir);
+    T_CHECK(mkfifo(p, 0644) == 0, "mkfifo labels");
+    snprintf(dir, sizeof dir, "%s/fifo/c0", root);
+    open_fails("labels: a FIFO", dir, NULL, p, "is a FIFO (named pipe), not a regular file");
+    alarm(0);
+
+    /* an IDX header claiming 65536 x 256 x 256 (4 GiB): refused on the header */
+    snprintf(dir, sizeof dir, "%s/idxbig", root);
+    corpus_mkdir("%s%s", dir, "");
+    unsigned dims3[3] = {65536, 256, 256}, dims1[1] = {65536};
+    unsigned char zeros[4096] = {0};
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", dir);
+    corpus_write_idx(p, 3, dims3, zeros, sizeof zeros, 1);
+    snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", dir);
+    corpus_write_idx(p, 1, dims1, zeros, sizeof zeros, 1);
+    open_fails("idx claims 4 GiB", dir, "train", NULL, "claims 65536 x 256 x 256 bytes of data, over the limit");
+    /* 30000 x 256 x 256 (1.97 GB, under the bound) with 4 KB behind it: the buffer grows with
+     * the data, so it is found truncated within 256 MiB of address space */
+    dims3[0] = dims1[0] = 30000;
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", dir);
+    corpus_write_idx(p, 3, dims3, zeros, sizeof zeros, 1);
+    snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", dir);
+    corpus_write_idx(p, 1, dims1, zeros, sizeof zeros, 1);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+#if !T_ASAN
+        struct rlimit rl = {256L << 20, 256L << 20};
+        setrlimit(RLIMIT_AS, &rl);
+#endif
+        vil_error_capture(&g_cap);
+        VilDataset *d = vil_dataset_open(dir, "train", NULL);
+        vil_error_release(&g_cap);
+        _exit(d == NULL && strstr(g_cap.msg, "is truncated: its header promises 1966080000 bytes of data, it holds 4096") ? 0 : 3);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "an IDX header claiming 1.97 GB with 4 KB of data: truncated, within 256 MiB (status %d)", st);
+    printf("ok   idx claims 1.97 GB -> truncated%s\n",
+           T_ASAN ? " (AddressSanitizer build: the 256 MiB limit skipped)" : ", within 256 MiB");
+}
+
 int main(void) {
     char *root = corpus_mkdtemp("dataset");
+    test_hostile(root);
     test_folder(root);
     test_flat(root);
     test_idx(root);

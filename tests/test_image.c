@@ -1,7 +1,8 @@
 /* test_image.c: the decoders. JPEGs written here with libjpeg (baseline 4:2:0 and 4:4:4,
  * progressive, grayscale, CMYK, YCCK) against their source pixels; JPEGs written by PIL
  * against PIL's own decode (tests/data, made by tools/make_test_images.py); a PNG named
- * .JPEG; and every way a file can be broken: truncated, empty, garbage, decompression bomb. */
+ * .JPEG; and every way a file can be broken: truncated, empty, garbage, decompression bomb;
+ * headers claiming more pixels than the --max-pixels limit (JPEG, PNG, GIF, BMP). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,9 +326,78 @@ static void test_broken(void) {
     free(rgb);
 }
 
+/* ---- the --max-pixels limit, checked on the header ---- */
+
+/* decode must fail with a message holding every one of want[] (NULL-terminated) */
+static void refused_with(const unsigned char *buf, size_t n, const char *what, const char *const *want) {
+    VilImage im;
+    VilErrCapture cap;
+    int rc = decode_captured(buf, n, 3, &im, &cap);
+    int words = 1;
+    for (int k = 0; want[k]; k++) words &= strstr(cap.msg, want[k]) != NULL;
+    T_CHECK(rc != 0 && words && !strstr(cap.msg, "unknown image type"), "%s: rc %d, message '%s'",
+            what, rc, cap.msg);
+    if (rc == 0) vil_image_free(&im);
+    printf("ok   %-32s -> %s\n", what, cap.msg);
+}
+
+static void test_pixel_limit(void) {
+    T_CHECK(vil_image_max_pixels() == (64LL << 20), "default limit %lld", vil_image_max_pixels());
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int r0 = vil_image_set_max_pixels(0), r1 = vil_image_set_max_pixels(VIL_IMAGE_MAX_PIXELS + 1);
+    vil_error_release(&cap);
+    T_CHECK(r0 == VIL_EUSAGE && r1 == VIL_EUSAGE && strstr(cap.msg, "--max-pixels must be in 1..178956970"),
+            "limits outside 1..%lld are usage errors: %s", VIL_IMAGE_MAX_PIXELS, cap.msg);
+
+    /* a 40x30 JPEG's SOF0 claiming 13000x13000: refused before anything is allocated */
+    int w = 40, h = 30;
+    unsigned char *px = smooth_rgb(w, h);
+    unsigned long n;
+    unsigned char *j = write_jpeg(px, w, h, 3, JCS_RGB, JCS_UNKNOWN, 90, 0, 0, &n);
+    unsigned char *big = vil_malloc(n);
+    memcpy(big, j, n);
+    for (size_t i = 2; i + 9 < n; i++)
+        if (big[i] == 0xFF && big[i + 1] == 0xC0) {
+            big[i + 5] = 13000 >> 8, big[i + 6] = 13000 & 255, big[i + 7] = 13000 >> 8, big[i + 8] = 13000 & 255;
+            break;
+        }
+    int iw = 0, ih = 0;
+    T_CHECK(vil_image_info(big, n, &iw, &ih, NULL) == 0 && iw == 13000 && ih == 13000,
+            "vil_image_info reads the claimed 13000x13000");
+    refused_with(big, n, "JPEG claiming 13000x13000",
+                 (const char *const[]){"JPEG is 13000x13000 = 169000000 pixels", "limit of 67108864",
+                                       "--max-pixels", NULL});
+    /* the real 40x30 (1,200 pixels) against 1,199 and 1,200 */
+    T_CHECK(vil_image_set_max_pixels(1199) == 0, "set 1199");
+    refused_with(j, n, "40x30 JPEG, limit 1199",
+                 (const char *const[]){"JPEG is 40x30 = 1200 pixels", "limit of 1199", NULL});
+    T_CHECK(vil_image_set_max_pixels(1200) == 0, "set 1200");
+    VilImage im;
+    T_CHECK(vil_image_decode(j, n, 3, &im) == 0 && im.w == 40, "40x30 JPEG, limit 1200: decoded");
+    vil_image_free(&im);
+    T_CHECK(vil_image_set_max_pixels(VIL_IMAGE_DEFAULT_MAX_PIXELS) == 0, "default again");
+
+    /* headers stb_image gives up on ("unknown image type" after trying every format) */
+    unsigned char png[33] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
+                             0, 0, 0xFF, 0xFF, 0, 0, 0xFF, 0xFF, 8, 2, 0, 0, 0};
+    refused_with(png, sizeof png, "PNG claiming 65535x65535",
+                 (const char *const[]){"PNG is 65535x65535 = 4294836225 pixels", "--max-pixels", NULL});
+    unsigned char gif[32] = {'G', 'I', 'F', '8', '9', 'a', 0xFF, 0xFF, 0xFF, 0xFF, 0xF7};
+    refused_with(gif, sizeof gif, "GIF claiming 65535x65535", (const char *const[]){"GIF is 65535x65535", NULL});
+    unsigned char bmp[54] = {'B', 'M', [14] = 40, [18] = 0x10, [19] = 0x27, [22] = 0xF0, [23] = 0xD8,
+                             [24] = 0xFF, [25] = 0xFF, [26] = 1, [28] = 24}; /* 10000 x -10000 */
+    refused_with(bmp, sizeof bmp, "BMP claiming 10000x10000 top-down",
+                 (const char *const[]){"BMP is 10000x10000", NULL});
+    free(big);
+    free(j);
+    free(px);
+}
+
 int main(void) {
     test_own_jpegs();
     test_pil_files();
     test_broken();
+    test_pixel_limit();
     return t_finish();
 }

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,8 +33,10 @@ static char *path_in(const char *dir, const char *name) {
 /* The lines of an existing metrics.jsonl up to `step` (a torn or unreadable line ends it: what
  * follows was written by a crashed run), rewritten atomically; *seconds: the last kept "time". */
 static int keep_until(const char *path, long step, double *seconds) {
-    FILE *f = fopen(path, "r");
-    if (!f) return errno == ENOENT ? 0 : (vil_error("cannot read '%s': %s", path, strerror(errno)), -1);
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return 0;
+    FILE *f = vil_fopen_regular(path, "r"); /* a FIFO is refused, not waited on */
+    if (!f) return -1;
     char *line = NULL, *kept = NULL;
     size_t cap = 0, len = 0, kcap = 0;
     ssize_t n;

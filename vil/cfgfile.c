@@ -114,17 +114,17 @@ static char *trim(char *s) {
 
 int vil_keys_load(const VilKeyTarget *t, int nt, const char *path) {
     struct stat sb;
-    if (stat(path, &sb) != 0) {
-        vil_error("cannot open config '%s': %s", path, vil_errno_str());
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        vil_error("config '%s' is not a file but a folder: give a cfg file such as configs/vil_tiny.cfg", path);
         return -1;
     }
-    if (!S_ISREG(sb.st_mode)) {
-        vil_error("config '%s' is not a file (a folder?): give a cfg file such as configs/vil_tiny.cfg", path);
-        return -1;
-    }
-    FILE *f = fopen(path, "r");
+    /* a FIFO or a device is refused at once, not waited on */
+    VilErrCapture why;
+    vil_error_capture(&why);
+    FILE *f = vil_fopen_regular(path, "r");
+    vil_error_release(&why);
     if (!f) {
-        vil_error("cannot open config '%s': %s", path, vil_errno_str());
+        vil_error("config: %s: give a cfg file such as configs/vil_tiny.cfg", why.msg);
         return -1;
     }
     char *line = NULL;
