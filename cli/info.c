@@ -16,7 +16,7 @@ int vil_cmd_info(int argc, char **argv) {
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
         {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
-        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed"},
+        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
         {"--device", VIL_ARG_STR, &device, "cpu or cuda: where to load it"},
     };
     VilArgSpec spec = {"info", "--model CKPT [--ema] [--img-size N]",
