@@ -157,6 +157,31 @@ static void test_bench_profile(void) {
             "the shapes' %.3f):\n%s", bad, all, tot_calls, tot, sum, inf);
 }
 
+/* The build folder records its options: `make CUDA=0` after a CUDA build kept the CUDA objects
+ * and failed to link. A changed option rebuilds, the same options again build nothing. Tried on
+ * one small object in a temp build folder (CUDA itself takes minutes to compile; OPT changes
+ * objects the same way). */
+static void test_build_options(void) {
+    char b[1100], cmd[4096], out[16384];
+    snprintf(b, sizeof b, "%s/build", dir);
+    const char *mk = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory";
+    const char *opts[4] = {"MPI=0 OPT=-O0", "MPI=0 OPT=-O0", "MPI=0 OPT=-O1", "MPI=0 OPT=-O1"};
+    const int rebuilds[4] = {1, 0, 1, 0};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "%s BUILD=%s CUDA=0 %s %s/data/sampler.o 2>&1", mk, b, opts[i], b);
+        int rc = t_run(cmd, out, sizeof out);
+        int built = strstr(out, "data/sampler.c") != NULL;
+        T_CHECK(rc == 0 && built == rebuilds[i], "make %s (step %d): %s (rc %d): %.500s", opts[i], i + 1,
+                rebuilds[i] ? "rebuilds" : "builds nothing", rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s/options", b);
+    size_t n = 0;
+    char *o = (char *)vil_read_file(cmd, &n);
+    T_CHECK(o && strstr(o, "CUDA=0 MPI=0") && strstr(o, "-O1 "), "the build folder's options file: %.300s",
+            o ? o : "(missing)");
+    free(o);
+}
+
 int main(void) {
     test_version();
     dir = corpus_mkdtemp("cli");
@@ -351,6 +376,7 @@ int main(void) {
         {"convert '%1$s/m\xff.safetensors' %1$s/o2.safetensors", 0, NULL},
     };
     run_cases(converts, 2);
+    test_build_options();
     snprintf(p, sizeof p, "%s/o2.safetensors", dir);
     VilSafetensors so;
     const char *src = NULL;
