@@ -343,24 +343,40 @@ static int state_restore(Trainer *T, const char *path) {
     }
     if (meta_long(&st, path, "vil.steps_per_epoch", 1, 1L << 40, &spe) ||
         meta_long(&st, path, "vil.epoch_batch", 0, spe, &eb) ||
-        meta_long(&st, path, "vil.epoch", 0, T->tc->epochs, &epoch) ||
-        meta_long(&st, path, "vil.step", epoch + eb, INT_MAX, &step) ||
-        meta_long(&st, path, "vil.adam_step", step, step, &adam_step))
+        meta_long(&st, path, "vil.epoch", 0, 1L << 40, &epoch) ||
+        meta_long(&st, path, "vil.step", 0, INT_MAX, &step) ||
+        meta_long(&st, path, "vil.adam_step", 0, INT_MAX, &adam_step))
         goto done;
     /* states of older vils lack the split of the global batch */
     int has_global = vil_st_meta(&st, "vil.global_batch") != NULL;
     if ((vil_st_meta(&st, "vil.world") && meta_long(&st, path, "vil.world", 1, 1L << 20, &saved_world)) ||
         (vil_st_meta(&st, "vil.accum_steps") &&
-         meta_long(&st, path, "vil.accum_steps", 1, INT_MAX, &saved_accum)) ||
+         meta_long(&st, path, "vil.accum_steps", 1, 4096, &saved_accum)) ||
         (has_global && meta_long(&st, path, "vil.global_batch", 1, LONG_MAX, &saved_global)))
         goto done;
     if (has_global && saved_global != (long)st_tc.batch * saved_world * saved_accum) {
         state_bad(path, "vil.global_batch", "is not its batch x vil.world x vil.accum_steps");
         goto done;
     }
+    long min_step = epoch + eb; /* at least a step per epoch before and per batch of this one */
     if (eb == spe) epoch++, eb = 0;
-    if (epoch == T->tc->epochs && eb > 0) {
-        state_bad(path, "vil.epoch", "is the last epoch but vil.epoch_batch is not 0");
+    /* a position past the run's epochs is done (epochs lowered on resume: nothing to do), but
+     * not with steps left to train: "epoch 4/3". The epoch as this run will take it (below: an
+     * epoch now shorter than the saved batch is over). */
+    long ep_here = epoch + (eb >= T->spe), eb_here = eb >= T->spe ? 0 : eb;
+    if ((ep_here > T->tc->epochs || (ep_here == T->tc->epochs && eb_here > 0)) && step < T->total_steps) {
+        char why[160];
+        snprintf(why, sizeof why, "is past the run's %d epochs while vil.step = %ld is short of its "
+                 "%ld steps", T->tc->epochs, step, T->total_steps);
+        state_bad(path, "vil.epoch", why);
+        goto done;
+    }
+    if (step < min_step) {
+        state_bad(path, "vil.step", "is smaller than vil.epoch + vil.epoch_batch (a step per batch)");
+        goto done;
+    }
+    if (adam_step != step) {
+        state_bad(path, "vil.adam_step", "differs from vil.step (one AdamW update per step)");
         goto done;
     }
     /* states of older vils lack it: unknown, and best.safetensors is then left as it is */
