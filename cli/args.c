@@ -205,16 +205,19 @@ int vil_cli_check_device_split(const char *cmd, const char *device, const char *
 int vil_cli_int_list(const char *s, int *out, int max, int lo, int hi) {
     int n = 0;
     const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < lo || v > hi || n == max || (*end && *end != ',')) return 0;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char item[32];
+        long v;
+        if (len >= sizeof item || n == max) return 0;
+        memcpy(item, p, len);
+        item[len] = 0;
+        /* each a whole decimal number, as every other number (no " 5", "+5") */
+        if (vil_parse_int(item, &v) != 0 || v < lo || v > hi) return 0;
         out[n++] = (int)v;
-        p = *end ? end + 1 : end;
-        if (*end && !*p) return 0;
+        if (!p[len]) return n;
+        p += len + 1;
     }
-    return n;
 }
 
 int vil_cli_open_data_device(const char *data, const char *split, const char *labels,

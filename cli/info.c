@@ -29,8 +29,11 @@ int vil_cmd_info(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
-    if (img_size < 0 || img_size > VIL_MAX_IMG_SIZE || !vil_device_name_ok(device)) {
-        fprintf(stderr, "vil info: --img-size must be in 0..%d, --device cpu, cuda or auto\n", VIL_MAX_IMG_SIZE);
+    /* --img-size is range-checked as it is parsed */
+    if (!vil_device_name_ok(device)) {
+        char shown[80];
+        fprintf(stderr, "vil info: --device takes cpu, cuda or auto (got '%s')\n",
+                vil_printable(shown, sizeof shown, device));
         return 2;
     }
     const VilBackend *be = vil_backend_get(device);

@@ -250,6 +250,12 @@ int main(void) {
         {"bench --model %s/tiny.cfg --set depth=+2", 2, "depth"},
         {"bench --model %s/tiny.cfg --set drop_path=0x0.1p0", 2, "drop_path"},
         {"bench --model %s/tiny.cfg --set name=", 2, "'name' (--set) is empty"},
+        {"bench --model %s/tiny.cfg --batch +4", 2, "--batch takes sizes in 1..65536"},
+        {"bench --model %s/tiny.cfg --img-size '16, 32'", 2, "--img-size takes sizes in 1..8192"},
+        {"bench --model %s/tiny.cfg --device gpu", 2, "--device takes cpu, cuda or auto (got 'gpu')"},
+        {"info --model %s/m.safetensors --device gpu", 2, "--device takes cpu, cuda or auto (got 'gpu')"},
+        {"compare --models %1$s/m.safetensors --data %1$s --workers 0", 2, "--workers is out of range"},
+        {"compare --models %1$s/m.safetensors --data %1$s --img-size 0x10", 2, "--img-size wants sizes"},
         {"compare --models %1$s/m.safetensors --data %1$s --out a --out b", 2, "--out given twice"},
         {"convert %1$s/m.safetensors %1$s/o.safetensors --names a --names b", 2, "--names given twice"},
         /* the environment or a file: 1 */
