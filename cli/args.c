@@ -4,6 +4,8 @@
 #include "args.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdio.h>
@@ -57,6 +59,7 @@ static void suggest(const VilArgSpec *spec, const char *name) {
 
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos) {
     char **p = vil_calloc((size_t)argc + 1, sizeof(char *));
+    char *given = vil_calloc((size_t)spec->nargs + 1, 1);
     int n = 0, flags_done = 0;
     for (int i = 1; i < argc; i++) {
         char *s = argv[i];
@@ -70,6 +73,7 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
         }
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             vil_args_usage(spec, 0);
+            free(given);
             free(p);
             return VIL_ARGS_HELP;
         }
@@ -103,20 +107,49 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
             }
             val = argv[++i];
         }
+        char shown[80];
+        vil_printable(shown, sizeof shown, val);
+        if (a->type != VIL_ARG_LIST) {
+            if (given[a - spec->args]) {
+                fprintf(stderr, "vil %s: %s given twice: give it once\n", spec->cmd, name);
+                goto usage;
+            }
+            given[a - spec->args] = 1;
+        }
         if (a->type == VIL_ARG_INT) {
             long v;
-            if (vil_parse_int(val, &v) != 0 || v < -2147483647L || v > 2147483647L) {
-                fprintf(stderr, "vil %s: %s wants an integer, got '%s'\n", spec->cmd, name, val);
+            double lo = a->lo < a->hi ? a->lo : -2147483647.0, hi = a->lo < a->hi ? a->hi : 2147483647.0;
+            int prc = vil_parse_int(val, &v);
+            if (prc == -1) {
+                fprintf(stderr, "vil %s: %s wants a whole decimal number, got '%s'\n", spec->cmd, name, shown);
+                goto usage;
+            }
+            if (prc != 0 || v < lo || v > hi) {
+                fprintf(stderr, "vil %s: %s %s is out of range: it takes %.0f..%.0f\n", spec->cmd, name,
+                        shown, lo, hi);
                 goto usage;
             }
             *(int *)a->dst = (int)v;
         } else if (a->type == VIL_ARG_FLOAT) {
             double v;
-            if (vil_parse_float(val, &v) != 0) {
-                fprintf(stderr, "vil %s: %s wants a number, got '%s'\n", spec->cmd, name, val);
+            int prc = vil_parse_float(val, &v);
+            if (prc == -1) {
+                fprintf(stderr, "vil %s: %s wants a decimal number, got '%s'\n", spec->cmd, name, shown);
                 goto usage;
             }
-            *(float *)a->dst = (float)v;
+            /* out of a float's range: 1e-300 became 0, which some flags read as "the default" */
+            float f = (float)v;
+            if (prc != 0 || !isfinite(f) || (v != 0.0 && !isnormal(f))) {
+                fprintf(stderr, "vil %s: %s %s is out of a float's range: 0, or a magnitude of "
+                                "%g..%g\n", spec->cmd, name, shown, (double)FLT_MIN, (double)FLT_MAX);
+                goto usage;
+            }
+            if (a->lo < a->hi && (v < a->lo || v > a->hi)) {
+                fprintf(stderr, "vil %s: %s %s is out of range: it takes %g..%g\n", spec->cmd, name,
+                        shown, a->lo, a->hi);
+                goto usage;
+            }
+            *(float *)a->dst = f;
         } else if (a->type == VIL_ARG_LIST) {
             VilArgList *l = a->dst;
             if (l->n == VIL_ARG_LIST_MAX) {
@@ -136,11 +169,13 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
                     p[spec->max_positional]);
         goto usage;
     }
+    free(given);
     *pos = p;
     *npos = n;
     return VIL_ARGS_OK;
 usage:
     vil_args_usage(spec, 1);
+    free(given);
     free(p);
     return VIL_ARGS_USAGE;
 }
@@ -156,24 +191,34 @@ int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv) {
 }
 
 int vil_cli_check_device_split(const char *cmd, const char *device, const char *split) {
-    if (vil_device_name_ok(device) && vil_dataset_split_ok(split)) return 0;
-    fprintf(stderr, "vil %s: --device takes cpu, cuda or auto, --split val, test or train\n", cmd);
+    char shown[80];
+    if (!vil_device_name_ok(device))
+        fprintf(stderr, "vil %s: --device takes cpu, cuda or auto (got '%s')\n", cmd,
+                vil_printable(shown, sizeof shown, device));
+    else if (!vil_dataset_split_ok(split))
+        fprintf(stderr, "vil %s: --split takes val, test or train (got '%s')\n", cmd,
+                vil_printable(shown, sizeof shown, split));
+    else
+        return 0;
     return 2;
 }
 
 int vil_cli_int_list(const char *s, int *out, int max, int lo, int hi) {
     int n = 0;
     const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < lo || v > hi || n == max || (*end && *end != ',')) return 0;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char item[32];
+        long v;
+        if (len >= sizeof item || n == max) return 0;
+        memcpy(item, p, len);
+        item[len] = 0;
+        /* each a whole decimal number, as every other number (no " 5", "+5") */
+        if (vil_parse_int(item, &v) != 0 || v < lo || v > hi) return 0;
         out[n++] = (int)v;
-        p = *end ? end + 1 : end;
-        if (*end && !*p) return 0;
+        if (!p[len]) return n;
+        p += len + 1;
     }
-    return n;
 }
 
 int vil_cli_open_data_device(const char *data, const char *split, const char *labels,

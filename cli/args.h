@@ -20,6 +20,8 @@ typedef struct {
     VilArgType type;
     void *dst;         /* int*, float*, const char**, int* (flag set to 1), VilArgList* */
     const char *help;  /* one line */
+    double lo, hi;     /* INT / FLOAT: the values the flag takes, checked as it is parsed (lo < hi;
+                        * both 0: any int / finite float) */
 } VilArg;
 
 typedef struct {
@@ -33,7 +35,8 @@ typedef struct {
 
 enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
 
-/* Parse argv[1..argc) (argv[0] is the command name). Positional arguments are gathered into
+/* Parse argv[1..argc) (argv[0] is the command name). A flag with a value given twice is a
+ * usage error (the last one silently won); VIL_ARG_LIST and VIL_ARG_FLAG may repeat. Positional arguments are gathered into
  * *pos (a malloc'd array the caller frees) in order. Returns VIL_ARGS_OK; VIL_ARGS_HELP after
  * printing help to stdout (the caller exits 0); VIL_ARGS_USAGE after printing the error and
  * usage to stderr (the caller exits 2). `--` ends the flags. */

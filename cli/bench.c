@@ -457,12 +457,20 @@ int vil_cmd_bench(int argc, char **argv) {
     int batches[MAX_LIST], sizes[MAX_LIST];
     int nb = vil_cli_int_list(batch_s, batches, MAX_LIST, 1, VIL_MAX_BATCH);
     int ns = sizes_s ? vil_cli_int_list(sizes_s, sizes, MAX_LIST, 1, VIL_MAX_IMG_SIZE) : 0;
-    if (!nb || (sizes_s && !ns) || steps < 0 || warmup < 0 || !vil_device_name_ok(device)) {
-        fprintf(stderr, "vil bench: --batch must be sizes in 1..%d (a list of at most %d), --img-size "
-                        "sizes in 1..%d, --steps and --warmup >= 0, --device cpu, cuda or auto\n",
-                VIL_MAX_BATCH, MAX_LIST, VIL_MAX_IMG_SIZE);
-        return 2;
-    }
+    /* the constraint that broke, alone */
+    char shown[80];
+    if (!nb)
+        fprintf(stderr, "vil bench: --batch takes sizes in 1..%d, a list of at most %d like 64,128 "
+                        "(got '%s')\n", VIL_MAX_BATCH, MAX_LIST, vil_printable(shown, sizeof shown, batch_s));
+    else if (sizes_s && !ns)
+        fprintf(stderr, "vil bench: --img-size takes sizes in 1..%d, a list of at most %d like 224,384 "
+                        "(got '%s')\n", VIL_MAX_IMG_SIZE, MAX_LIST, vil_printable(shown, sizeof shown, sizes_s));
+    else if (steps < 0 || warmup < 0)
+        fprintf(stderr, "vil bench: --steps and --warmup must be >= 0 (got %d and %d)\n", steps, warmup);
+    else if (!vil_device_name_ok(device))
+        fprintf(stderr, "vil bench: --device takes cpu, cuda or auto (got '%s')\n",
+                vil_printable(shown, sizeof shown, device));
+    if (!nb || (sizes_s && !ns) || steps < 0 || warmup < 0 || !vil_device_name_ok(device)) return 2;
     int batch = batches[0], table = nb > 1 || ns > 0;
     if (table && (data || vil_dist_launched() > 0)) {
         fprintf(stderr, "vil bench: the --img-size / --batch table runs one process without --data\n");

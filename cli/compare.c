@@ -278,10 +278,17 @@ int vil_cmd_compare(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
-    if (batch < 1 || batch > VIL_MAX_BATCH || workers < 1 || workers > 256 || limit < 0 ||
-        steps < 0 || !(crop_pct >= 0.0f && crop_pct <= 1.0f)) {
-        fprintf(stderr, "vil compare: --batch must be in 1..%d, --workers in 1..256, --limit and "
-                        "--steps >= 0, --crop-pct in (0, 1]\n", VIL_MAX_BATCH);
+    /* the constraint that broke, alone */
+    const char *bad = batch < 1 || batch > VIL_MAX_BATCH ? "--batch"
+                      : workers < 1 || workers > 256     ? "--workers"
+                      : limit < 0                        ? "--limit"
+                      : steps < 0                        ? "--steps"
+                      : !(crop_pct >= 0.0f && crop_pct <= 1.0f) ? "--crop-pct"
+                                                                : NULL;
+    if (bad) {
+        fprintf(stderr, "vil compare: %s is out of range: --batch takes 1..%d, --workers 1..256, "
+                        "--limit and --steps >= 0, --crop-pct (0, 1] (0: each checkpoint's)\n",
+                bad, VIL_MAX_BATCH);
         return 2;
     }
     if (vil_cli_check_device_split("compare", device, split) != 0) return 2;

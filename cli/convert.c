@@ -59,9 +59,22 @@ int vil_cmd_convert(int argc, char **argv) {
     if (names) {
         if (vil_names_read(names, c->num_classes, &own) != 0) goto out;
         class_names = own;
+        /* they go into the metadata, which is UTF-8 JSON */
+        for (int i = 0; i < c->num_classes; i++) {
+            size_t n = strlen(own[i]);
+            if (vil_utf8_invalid_at((const unsigned char *)own[i], n) != n) {
+                char shown[160];
+                vil_error("the class-names file '%s' names class %d '%s', which is not valid "
+                          "UTF-8; the names go into the checkpoint's metadata: write the file in "
+                          "UTF-8", names, i, vil_printable(shown, sizeof shown, own[i]));
+                goto out;
+            }
+        }
     }
-    char source[1024];
-    snprintf(source, sizeof source, "%s%s%s", in, meta.weights[0] ? ":" : "", meta.weights);
+    /* the input's path as the metadata records it: escaped where it is not UTF-8 */
+    char source[1100], shown_in[1024];
+    vil_printable(shown_in, sizeof shown_in, in);
+    snprintf(source, sizeof source, "%s%s%s", shown_in, meta.weights[0] ? ":" : "", meta.weights);
     if (vil_checkpoint_save_from(&m, out, class_names, class_names ? c->num_classes : 0,
                                  meta.eval.crop_pct > 0 ? &meta.eval : NULL, source) != 0)
         goto out;

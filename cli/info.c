@@ -16,7 +16,7 @@ int vil_cmd_info(int argc, char **argv) {
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
         {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
-        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed"},
+        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
         {"--device", VIL_ARG_STR, &device, "cpu or cuda: where to load it"},
     };
     VilArgSpec spec = {"info", "--model CKPT [--ema] [--img-size N]",
@@ -29,8 +29,11 @@ int vil_cmd_info(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
-    if (img_size < 0 || img_size > VIL_MAX_IMG_SIZE || !vil_device_name_ok(device)) {
-        fprintf(stderr, "vil info: --img-size must be in 0..%d, --device cpu, cuda or auto\n", VIL_MAX_IMG_SIZE);
+    /* --img-size is range-checked as it is parsed */
+    if (!vil_device_name_ok(device)) {
+        char shown[80];
+        fprintf(stderr, "vil info: --device takes cpu, cuda or auto (got '%s')\n",
+                vil_printable(shown, sizeof shown, device));
         return 2;
     }
     const VilBackend *be = vil_backend_get(device);

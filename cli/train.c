@@ -129,8 +129,14 @@ int vil_cmd_train(int argc, char **argv) {
         fprintf(stderr, "vil train: --init-ema needs --init FILE.pth\n");
         return 2;
     }
-    if (stop_after < 0 || !vil_device_name_ok(device)) {
-        fprintf(stderr, "vil train: --stop-after must be >= 0, --device cpu, cuda or auto\n");
+    if (stop_after < 0) {
+        fprintf(stderr, "vil train: --stop-after must be >= 0 (got %d)\n", stop_after);
+        return 2;
+    }
+    if (!vil_device_name_ok(device)) {
+        char shown[80];
+        fprintf(stderr, "vil train: --device takes cpu, cuda or auto (got '%s')\n",
+                vil_printable(shown, sizeof shown, device));
         return 2;
     }
     if (vil_cli_set_max_pixels("train", max_pixels) != 0) return 2;

@@ -28,9 +28,14 @@ static double uniform_open(VilRng *rng) {
     return ((double)(vil_rng_u64(rng) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-/* Marsaglia & Tsang (2000); shape < 1 through Gamma(shape + 1) * U^(1/shape). */
-static double rng_gamma(VilRng *rng, double shape) {
-    if (shape < 1.0) return rng_gamma(rng, shape + 1.0) * pow(uniform_open(rng), 1.0 / shape);
+/* log of a Gamma(shape, 1) draw: Marsaglia & Tsang (2000); shape < 1 through
+ * Gamma(shape + 1) * U^(1/shape), taken in logs: U^(1/shape) underflows to 0 for a small shape
+ * (U = 0.5, shape 0.001: 2^-1000), and 0 / (0 + 0) made Beta NaN. */
+static double rng_log_gamma(VilRng *rng, double shape) {
+    if (shape < 1.0) {
+        double lg = rng_log_gamma(rng, shape + 1.0);
+        return lg + log(uniform_open(rng)) / shape;
+    }
     double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
     for (;;) {
         double x, v;
@@ -40,14 +45,16 @@ static double rng_gamma(VilRng *rng, double shape) {
         } while (v <= 0.0);
         v = v * v * v;
         double u = uniform_open(rng);
-        if (u < 1.0 - 0.0331 * x * x * x * x) return d * v;
-        if (log(u) < 0.5 * x * x + d * (1.0 - v + log(v))) return d * v;
+        if (u < 1.0 - 0.0331 * x * x * x * x) return log(d * v);
+        if (log(u) < 0.5 * x * x + d * (1.0 - v + log(v))) return log(d * v);
     }
 }
 
+/* X / (X + Y) = 1 / (1 + Y/X) from the logs: finite in [0, 1] for any finite logs (exp of a
+ * large difference is inf, and 1 / inf is 0) */
 double vil_rng_beta(VilRng *rng, double a, double b) {
-    double x = rng_gamma(rng, a), y = rng_gamma(rng, b);
-    return x / (x + y);
+    double lx = rng_log_gamma(rng, a), ly = rng_log_gamma(rng, b);
+    return 1.0 / (1.0 + exp(ly - lx));
 }
 
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }

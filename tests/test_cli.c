@@ -15,6 +15,7 @@
 #include "testing.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
+#include "vil/safetensors.h"
 #include "vil/version.h"
 
 static char *dir;
@@ -156,6 +157,31 @@ static void test_bench_profile(void) {
             "the shapes' %.3f):\n%s", bad, all, tot_calls, tot, sum, inf);
 }
 
+/* The build folder records its options: `make CUDA=0` after a CUDA build kept the CUDA objects
+ * and failed to link. A changed option rebuilds, the same options again build nothing. Tried on
+ * one small object in a temp build folder (CUDA itself takes minutes to compile; OPT changes
+ * objects the same way). */
+static void test_build_options(void) {
+    char b[1100], cmd[4096], out[16384];
+    snprintf(b, sizeof b, "%s/build", dir);
+    const char *mk = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory";
+    const char *opts[4] = {"MPI=0 OPT=-O0", "MPI=0 OPT=-O0", "MPI=0 OPT=-O1", "MPI=0 OPT=-O1"};
+    const int rebuilds[4] = {1, 0, 1, 0};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "%s BUILD=%s CUDA=0 %s %s/data/sampler.o 2>&1", mk, b, opts[i], b);
+        int rc = t_run(cmd, out, sizeof out);
+        int built = strstr(out, "data/sampler.c") != NULL;
+        T_CHECK(rc == 0 && built == rebuilds[i], "make %s (step %d): %s (rc %d): %.500s", opts[i], i + 1,
+                rebuilds[i] ? "rebuilds" : "builds nothing", rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s/options", b);
+    size_t n = 0;
+    char *o = (char *)vil_read_file(cmd, &n);
+    T_CHECK(o && strstr(o, "CUDA=0 MPI=0") && strstr(o, "-O1 "), "the build folder's options file: %.300s",
+            o ? o : "(missing)");
+    free(o);
+}
+
 int main(void) {
     test_version();
     dir = corpus_mkdtemp("cli");
@@ -204,6 +230,34 @@ int main(void) {
         {"convert", 2, NULL},
         {"nonsense", 2, "unknown command"},
         {"info --modle x", 2, "did you mean --model"},
+        /* numbers whole and decimal, in range with the range said; a flag given once */
+        {"info --model %s/m.safetensors --img-size 2147483648", 2, "--img-size 2147483648 is out of range: it takes 0..8192"},
+        {"info --model %s/m.safetensors --img-size 99999999999999999999", 2, "out of range: it takes 0..8192"},
+        {"info --model %s/m.safetensors --img-size ' 5'", 2, "--img-size wants a whole decimal number, got ' 5'"},
+        {"info --model %s/m.safetensors --img-size +5", 2, "--img-size wants a whole decimal number"},
+        {"info --model %s/m.safetensors --img-size 0x10", 2, "--img-size wants a whole decimal number"},
+        {"info --model %s/m.safetensors --img-size 16 --img-size 32", 2, "--img-size given twice"},
+        {"info --model %1$s/m.safetensors --model=%1$s/m.safetensors", 2, "--model given twice"},
+        {"classify --model %s/m.safetensors --crop-pct 1e-300 x.png", 2, "--crop-pct 1e-300 is out of a float's range"},
+        {"classify --model %s/m.safetensors --crop-pct 1e39 x.png", 2, "out of a float's range"},
+        {"classify --model %s/m.safetensors --topk 1 --topk 2 x.png", 2, "--topk given twice"},
+        {"eval --model %1$s/m.safetensors --data %1$s --crop-pct 0x1p-2", 2, "--crop-pct wants a decimal number"},
+        {"eval --model %1$s/m.safetensors --data %1$s --crop-pct ' 0.5'", 2, "--crop-pct wants a decimal number"},
+        {"eval --model %1$s/m.safetensors --data %1$s --crop-pct inf", 2, "--crop-pct wants a decimal number"},
+        {"eval --model %1$s/m.safetensors --data %1$s --batch 4 --batch=8", 2, "--batch given twice"},
+        {"bench --model %s/tiny.cfg --steps 1 --steps 2", 2, "--steps given twice"},
+        {"bench --model %s/tiny.cfg --set depth=' 2'", 2, "depth"},
+        {"bench --model %s/tiny.cfg --set depth=+2", 2, "depth"},
+        {"bench --model %s/tiny.cfg --set drop_path=0x0.1p0", 2, "drop_path"},
+        {"bench --model %s/tiny.cfg --set name=", 2, "'name' (--set) is empty"},
+        {"bench --model %s/tiny.cfg --batch +4", 2, "--batch takes sizes in 1..65536"},
+        {"bench --model %s/tiny.cfg --img-size '16, 32'", 2, "--img-size takes sizes in 1..8192"},
+        {"bench --model %s/tiny.cfg --device gpu", 2, "--device takes cpu, cuda or auto (got 'gpu')"},
+        {"info --model %s/m.safetensors --device gpu", 2, "--device takes cpu, cuda or auto (got 'gpu')"},
+        {"compare --models %1$s/m.safetensors --data %1$s --workers 0", 2, "--workers is out of range"},
+        {"compare --models %1$s/m.safetensors --data %1$s --img-size 0x10", 2, "--img-size wants sizes"},
+        {"compare --models %1$s/m.safetensors --data %1$s --out a --out b", 2, "--out given twice"},
+        {"convert %1$s/m.safetensors %1$s/o.safetensors --names a --names b", 2, "--names given twice"},
         /* the environment or a file: 1 */
         {"info --model %s/nope.safetensors", 1, "nope.safetensors"},
         {"bench --model %s", 1, "not a file"},
@@ -223,7 +277,7 @@ int main(void) {
         {"classify --model %s/m.safetensors --threads -2 x.png", 2, "--threads must be in 0..4096"},
         {"compare --models %1$s/m.safetensors --data %1$s --threads -1", 2, "--threads must be in 0..4096"},
         {"train --config %1$s/tiny.cfg --data %1$s/idx --threads 5000", 2, "--threads must be in 0..4096"},
-        {"bench --model %s/tiny.cfg --threads x", 2, "--threads wants an integer"},
+        {"bench --model %s/tiny.cfg --threads x", 2, "--threads wants a whole decimal number"},
     };
     run_cases(threads_bad, (int)(sizeof threads_bad / sizeof threads_bad[0]));
     const char *bench1 = "bench --device cpu --model %s/tiny.cfg --batch 1 --steps 1 --warmup 0 --no-profile";
@@ -294,6 +348,11 @@ int main(void) {
         {"train --config %1$s/tiny.cfg --data %1$s/idx --set warmup_epochs=1e30", 2, "warmup_epochs"},
         {"train --config %1$s/bad.cfg --data %1$s/idx", 2, "bad.cfg:1"},
         {"train --config %1$s/tiny.cfg --data %1$s/idx --device foo", 2, "--device"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --device gpu", 2, "--device takes cpu, cuda or auto (got 'gpu')"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --stop-after -1", 2, "--stop-after must be >= 0 (got -1)"},
+        {"train --config %1$s/tiny.cfg --config %1$s/tiny.cfg --data %1$s/idx", 2, "--config given twice"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --set epochs=+3", 2, "epochs"},
+        {"train --config %1$s/tiny.cfg --data %1$s/idx --set name=", 2, "is empty"},
         {"train --config %1$s/nope.cfg --data %1$s/idx", 1, "nope.cfg"},
         {"train --config %1$s/tiny.cfg --data %1$s/idx --set num_classes=3 --names /etc/passwd --device cpu --out %1$s/run", 1,
          "class-names file '/etc/passwd'"},
@@ -306,6 +365,32 @@ int main(void) {
          "--set workers=2 --device cpu --out %1$s/run1 --threads 1", 0, "threads: 1 compute (OpenMP), 2 loader\n"},
     };
     run_cases(train_threads, 1);
+
+    /* convert writes metadata too: a names entry that is not UTF-8 is refused before the save
+     * naming it; an input path that is not UTF-8 is recorded escaped */
+    snprintf(p, sizeof p, "%s/names_bad.txt", dir);
+    corpus_write(p, "a\nb\nc\xff\n", 7);
+    char m2[1100];
+    snprintf(m2, sizeof m2, "%s/m\xff.safetensors", dir);
+    snprintf(p, sizeof p, "%s/m.safetensors", dir);
+    size_t mn;
+    unsigned char *mb = vil_read_file(p, &mn);
+    corpus_write(m2, mb, mn);
+    free(mb);
+    const Case converts[] = {
+        {"convert %1$s/m.safetensors %1$s/o1.safetensors --names %1$s/names_bad.txt", 1, "class 2 'c\\xff'"},
+        {"convert '%1$s/m\xff.safetensors' %1$s/o2.safetensors", 0, NULL},
+    };
+    run_cases(converts, 2);
+    test_build_options();
+    snprintf(p, sizeof p, "%s/o2.safetensors", dir);
+    VilSafetensors so;
+    const char *src = NULL;
+    int got = vil_st_read(p, &so) == 0;
+    if (got) src = vil_st_meta(&so, "vil.source");
+    T_CHECK(got && src && strstr(src, "m\\xff.safetensors"), "convert: the source path recorded escaped: %s",
+            src ? src : "(none)");
+    if (got) vil_st_free(&so);
     corpus_rmtree(dir);
     return t_finish();
 }

@@ -139,12 +139,73 @@ static void test_printable(void) {
     T_CHECK(strlen(b) < 16 && strstr(b, "..."), "cut to fit with ...: %s", b);
 }
 
+/* Numbers are whole decimal numbers: strtol / strtod alone took " 5", "+5" and hex floats. */
+static void test_parse_numbers(void) {
+    static const struct {
+        const char *s;
+        int rc;
+        long v;
+    } ints[] = {{"5", 0, 5}, {"-12", 0, -12}, {"0", 0, 0}, {"007", 0, 7}, {"9223372036854775807", 0, 9223372036854775807L},
+                {" 5", -1, 0}, {"5 ", -1, 0}, {"+5", -1, 0}, {"0x10", -1, 0}, {"", -1, 0}, {"-", -1, 0},
+                {"1e3", -1, 0}, {"1.0", -1, 0}, {"--5", -1, 0}, {"\t5", -1, 0},
+                {"9223372036854775808", -2, 0}, {"-99999999999999999999", -2, 0}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        long v = 12345;
+        int rc = vil_parse_int(ints[i].s, &v);
+        T_CHECK(rc == ints[i].rc && (rc != 0 || v == ints[i].v), "vil_parse_int('%s') = %d (%ld), want %d",
+                ints[i].s, rc, v, ints[i].rc);
+    }
+    static const struct {
+        const char *s;
+        int rc;
+        double v;
+    } floats[] = {{"0.5", 0, 0.5}, {".5", 0, 0.5}, {"5.", 0, 5.0}, {"-1e-3", 0, -1e-3}, {"1E+2", 0, 100.0},
+                  {"3", 0, 3.0}, {"1e-300", 0, 1e-300},
+                  {" 0.5", -1, 0}, {"+0.5", -1, 0}, {"0x1p3", -1, 0}, {"0x10", -1, 0}, {"inf", -1, 0},
+                  {"nan", -1, 0}, {"", -1, 0}, {".", -1, 0}, {"1e", -1, 0}, {"1e+", -1, 0}, {"1.2.3", -1, 0},
+                  {"0.5 ", -1, 0}, {"e5", -1, 0}, {"1e400", -2, 0}, {"1e-400", -2, 0}};
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        double v = 12345;
+        int rc = vil_parse_float(floats[i].s, &v);
+        T_CHECK(rc == floats[i].rc && (rc != 0 || v == floats[i].v), "vil_parse_float('%s') = %d (%g), want %d",
+                floats[i].s, rc, v, floats[i].rc);
+    }
+}
+
+/* String values go into checkpoint metadata (UTF-8 JSON): refused where they come in when empty
+ * or not UTF-8, by --set and by cfg files; a config already holding one (a state saved by an
+ * older vil) still finalizes, so its run resumes. */
+static void test_text_values(void) {
+    VilConfig c;
+    VilTrainConfig t;
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    T_CHECK(vil_train_config_set_kv(&c, &t, "name=\xff") == VIL_EUSAGE, "--set name=0xff refused");
+    T_CHECK(vil_train_config_set_kv(&c, &t, "name=") == VIL_EUSAGE, "--set name= refused");
+    T_CHECK(vil_config_set_kv(&c, "name=caf\xc3") == VIL_EUSAGE, "model --set name= cut UTF-8 refused");
+    T_CHECK(vil_config_set(&c, "name", "") == VIL_EUSAGE, "vil_config_set name '' refused");
+    T_CHECK(vil_train_config_set(&c, &t, "decode", "\xfe") == VIL_EUSAGE, "decode 0xfe refused");
+    T_CHECK(vil_train_config_set_kv(&c, &t, "name=caf\xc3\xa9") == 0 && strcmp(c.name, "caf\xc3\xa9") == 0,
+            "--set name=café (UTF-8) taken");
+    T_CHECK(vil_train_config_set_kv(&c, &t, "epochs=3") == 0 && t.epochs == 3, "other keys unaffected");
+    const char *p = write_cfg("badname.cfg", "name = vil\xff\n");
+    vil_config_default(&c);
+    T_CHECK(vil_train_config_load(&c, &t, p) == VIL_EUSAGE, "a cfg file's name not UTF-8 refused");
+    vil_config_default(&c);
+    T_CHECK(vil_config_load(&c, p) == VIL_EUSAGE, "the same through vil_config_load");
+    vil_config_default(&c);
+    c.name[0] = 0; /* a config a state saved before the check */
+    T_CHECK(vil_config_finalize(&c) == 0, "an empty name already in a config still finalizes");
+}
+
 int main(void) {
     dir = corpus_mkdtemp("config");
     test_file_errors();
     test_values();
     test_json();
     test_printable();
+    test_parse_numbers();
+    test_text_values();
     corpus_rmtree(dir);
     return t_finish();
 }

@@ -7,28 +7,55 @@
 #include "data/mixup.h"
 #include "tests/testing.h"
 
+/* Beta(a, a) against its moments: mean 1/2, variance 1/(4(2a+1)), kurtosis 3(2a+1)/(2a+3)
+ * (the last sets the variance estimate's standard error). a = 0.001 made NaN in 23% of the
+ * draws when U^(1/a) underflowed. */
 static void test_beta(void) {
     VilRng rng;
     vil_rng_seed(&rng, 1);
-    const double as[3] = {0.8, 1.0, 2.5};
-    for (int t = 0; t < 3; t++) {
+    const double as[] = {0.001, 0.005, 0.1, 0.4, 0.8, 1.0, 2.0, 2.5};
+    for (size_t t = 0; t < sizeof as / sizeof as[0]; t++) {
         double a = as[t], s = 0, s2 = 0;
-        int N = 40000, out = 0;
+        int N = 100000, out = 0;
         for (int i = 0; i < N; i++) {
             double x = vil_rng_beta(&rng, a, a);
-            out += !(x >= 0.0 && x <= 1.0);
+            out += !(x >= 0.0 && x <= 1.0); /* NaN included */
             s += x;
-            s2 += x * x;
+            s2 += (x - 0.5) * (x - 0.5);
         }
-        double mean = s / N, var = s2 / N - mean * mean;
-        double want_var = a * a / ((2 * a) * (2 * a) * (2 * a + 1));
-        char name[64];
-        snprintf(name, sizeof name, "Beta(%.1f,%.1f) mean", a, a);
-        T_CLOSE(name, fabs(mean - 0.5), 0.01);
-        snprintf(name, sizeof name, "Beta(%.1f,%.1f) variance", a, a);
-        T_CLOSE(name, fabs(var - want_var) / want_var, 0.05);
-        T_CHECK(out == 0, "beta samples outside [0, 1]: %d", out);
+        double mean = s / N, var = s2 / N - (mean - 0.5) * (mean - 0.5);
+        double want_var = 1.0 / (4.0 * (2.0 * a + 1.0));
+        double kurt = 3.0 * (2.0 * a + 1.0) / (2.0 * a + 3.0);
+        double se_mean = sqrt(want_var / N), se_var = want_var * sqrt((kurt - 1.0) / N);
+        T_CHECK(out == 0, "Beta(%g,%g): %d of %d samples NaN or outside [0, 1]", a, a, out, N);
+        T_CHECK(fabs(mean - 0.5) < 5 * se_mean, "Beta(%g,%g) mean %.5f (0.5 +- %.5f)", a, a,
+                mean, 5 * se_mean);
+        T_CHECK(fabs(var - want_var) < 5 * se_var, "Beta(%g,%g) variance %.6f (%.6f +- %.6f)", a,
+                a, var, want_var, 5 * se_var);
     }
+    /* a skewed pair: mean a / (a + b) */
+    double s = 0;
+    int N = 100000, out = 0;
+    for (int i = 0; i < N; i++) {
+        double x = vil_rng_beta(&rng, 0.002, 0.006);
+        out += !(x >= 0.0 && x <= 1.0);
+        s += x;
+    }
+    double want = 0.25, se = sqrt(want * 0.75 / (0.008 + 1.0) / N);
+    T_CHECK(out == 0 && fabs(s / N - want) < 5 * se, "Beta(0.002,0.006) mean %.4f (0.25 +- %.4f), %d bad",
+            s / N, 5 * se, out);
+
+    /* the mixup lambda of a tiny alpha is finite, Mixup and CutMix alike */
+    VilMixupConfig c;
+    vil_mixup_config_default(&c, 10);
+    c.mixup_alpha = c.cutmix_alpha = 0.001f;
+    int bad = 0;
+    for (int i = 0; i < 10000; i++) {
+        VilMixupParams p;
+        vil_mixup_draw(&c, &rng, 32, 32, &p);
+        bad += !(p.lam >= 0.0f && p.lam <= 1.0f);
+    }
+    T_CHECK(bad == 0, "mixup/cutmix alpha 0.001: %d of 10000 lambdas NaN or outside [0, 1]", bad);
 }
 
 static void test_draw(void) {

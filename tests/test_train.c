@@ -993,6 +993,231 @@ static void test_resume_auto(void) {
     T_CHECK(rc == 2 && strstr(out, "needs --config"), "--resume auto without --config: exit 2 (%d): %s", rc, out);
 }
 
+/* Rewrites a state file with one metadata key set to val (added when missing). */
+static int set_meta(const char *file, const char *key, const char *val) {
+    VilSafetensors st;
+    if (st_read_quiet(file, &st) != 0) return -1;
+    VilStWriter *w = vil_st_writer_new();
+    for (int i = 0; i < st.n_tensors; i++) {
+        const VilStTensor *t = &st.tensors[i];
+        vil_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data);
+    }
+    int seen = 0;
+    for (int i = 0; i < st.n_meta; i++) {
+        int it = strcmp(st.meta_keys[i], key) == 0;
+        seen |= it;
+        vil_st_writer_meta(w, st.meta_keys[i], it ? val : st.meta_vals[i]);
+    }
+    if (!seen) vil_st_writer_meta(w, key, val);
+    int rc = vil_st_writer_save(w, file);
+    vil_st_writer_free(w);
+    vil_st_free(&st);
+    return rc;
+}
+
+/* Rewrites a state file with element k of tensor `name` (float32) set to v. */
+static int set_value(const char *file, const char *name, size_t k, float v) {
+    VilSafetensors st;
+    if (st_read_quiet(file, &st) != 0) return -1;
+    VilStWriter *w = vil_st_writer_new();
+    float *copy = NULL;
+    for (int i = 0; i < st.n_tensors; i++) {
+        const VilStTensor *t = &st.tensors[i];
+        const void *data = t->data;
+        if (strcmp(t->name, name) == 0) {
+            copy = malloc(t->nbytes);
+            memcpy(copy, t->data, t->nbytes);
+            copy[k] = v;
+            data = copy;
+        }
+        vil_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, data);
+    }
+    for (int i = 0; i < st.n_meta; i++) vil_st_writer_meta(w, st.meta_keys[i], st.meta_vals[i]);
+    int rc = vil_st_writer_save(w, file);
+    vil_st_writer_free(w);
+    vil_st_free(&st);
+    free(copy);
+    return rc;
+}
+
+/* Every field of a real state file tampered in turn: the resume is refused before any step
+ * with the field and the file named (vil.step = -5 resumed at step -5, "epoch 4/3", and wrote
+ * step_-0000003.safetensors). The untampered file still resumes. */
+static void test_tampered_state(void) {
+    char cmd[9000], out[1 << 14], st[4200], keep[4200];
+    const char *o = path("runTamper");
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu --quiet "
+             "--set eval_every_epochs=0 --set save_every_steps=1 --stop-after 3 2>&1", path("tiny.cfg"), dir, o);
+    int rc = t_run(cmd, out, sizeof out);
+    snprintf(st, sizeof st, "%s/last.state.safetensors", o);
+    snprintf(keep, sizeof keep, "%s/keep.state", dir);
+    T_CHECK(rc == 0 && meta_num(st, "vil.step") == 3, "a 3-step run to tamper with (rc %d):\n%s", rc, out);
+    copy_file(st, keep);
+    static const struct {
+        const char *key, *val;
+    } metas[] = {
+        {"vil.step", "-5"}, {"vil.step", "99999999999"}, {"vil.step", "2"}, {"vil.step", " 3"},
+        {"vil.epoch", "-1"}, {"vil.epoch", "3"}, {"vil.epoch_batch", "-1"}, {"vil.epoch_batch", "13"},
+        {"vil.steps_per_epoch", "0"}, {"vil.adam_step", "4"}, {"vil.adam_step", "-3"},
+        {"vil.best_top1", "nan"}, {"vil.best_top1", "250"}, {"vil.best_top1", "x"},
+        {"vil.best_step", "4"}, {"vil.best_step", "-2"}, {"vil.world", "0"},
+        {"vil.accum_steps", "0"}, {"vil.global_batch", "17"}, {"vil.global_batch", "-16"},
+    };
+    char resume[9000];
+    snprintf(resume, sizeof resume, "bin/vil train --config %s --data %s --out %s --device cpu --quiet "
+             "--set eval_every_epochs=0 --set save_every_steps=1 --resume %s 2>&1", path("tiny.cfg"), dir, o, o);
+    for (size_t i = 0; i < sizeof metas / sizeof metas[0]; i++) {
+        copy_file(keep, st);
+        set_meta(st, metas[i].key, metas[i].val);
+        rc = t_run(resume, out, sizeof out);
+        /* the field itself, not a longer key it begins (vil.step, vil.steps_per_epoch) */
+        char has[96], has_a[96], quoted[96];
+        snprintf(has, sizeof has, "has %s = ", metas[i].key);
+        snprintf(has_a, sizeof has_a, "has a %s that", metas[i].key);
+        snprintf(quoted, sizeof quoted, "'%s'", metas[i].key);
+        T_CHECK(rc == 1 && (strstr(out, has) || strstr(out, has_a) || strstr(out, quoted)) &&
+                    strstr(out, st) && !strstr(out, "step_-") &&
+                    meta_num(st, "vil.step") != 4,
+                "%s = '%s': resume refused with the field and the file named (rc %d): %s", metas[i].key,
+                metas[i].val, rc, out);
+    }
+    /* the epoch of the last batch of the last epoch: "epoch 3/2" */
+    copy_file(keep, st);
+    set_meta(st, "vil.epoch", "2");
+    rc = t_run(resume, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "cannot resume") && !strstr(out, "epoch 3/2"),
+            "vil.epoch = 2 of 2 epochs, mid-epoch: refused (rc %d): %s", rc, out);
+    static const struct {
+        const char *name;
+        float v;
+    } vals[] = {{"params", NAN}, {"adam_m", INFINITY}, {"adam_v", -1.0f}, {"adam_v", NAN}, {"ema", NAN}};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        copy_file(keep, st);
+        set_value(st, vals[i].name, 5, vals[i].v);
+        rc = t_run(resume, out, sizeof out);
+        char want[4300];
+        snprintf(want, sizeof want, "'%s'", st);
+        T_CHECK(rc == 1 && strstr(out, vals[i].name) && strstr(out, want),
+                "tensor %s[5] = %g: resume refused with the tensor and the file named (rc %d): %s",
+                vals[i].name, vals[i].v, rc, out);
+    }
+    copy_file(keep, st);
+    rc = t_run(resume, out, sizeof out);
+    T_CHECK(rc == 0 && meta_num(st, "vil.step") == 24, "the untampered state resumes to the end (rc %d): %s", rc, out);
+    /* a finished run resumed with fewer epochs has nothing to do: not a damaged state */
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu --set epochs=1 "
+             "--set eval_every_epochs=0 --resume %s 2>&1", path("tiny.cfg"), dir, o, o);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "nothing to do"), "a finished run, epochs lowered: nothing to do (rc %d): %s", rc, out);
+}
+
+/* One run per --out: a second vil train on the folder of a running one is refused at once
+ * with the holder's pid (two runs used to both train and both report success, their files a
+ * mix); the lock goes with the process, SIGKILL included, and the folder then resumes. */
+static void test_out_lock(void) {
+    const char *o = path("runLock"), *bin = getenv("VIL_BIN");
+    if (!bin || !*bin) bin = "bin/vil";
+    char first[9000], cmd[9000], out[1 << 14], st[4200];
+    snprintf(st, sizeof st, "%s/last.state.safetensors", o);
+    snprintf(first, sizeof first, "exec %s train --config %s --data %s --out %s --device cpu --quiet "
+             "--set epochs=200 --set eval_every_epochs=0 > %s 2>&1", bin, path("tiny.cfg"), dir, o,
+             path("lock_first.log"));
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", first, (char *)NULL);
+        _exit(127);
+    }
+    /* the first run is at work once its first epoch's state is saved */
+    double t0 = vil_now();
+    while (meta_num(st, "vil.step") < 12 && vil_now() - t0 < 60) usleep(50000);
+    int alive = waitpid(pid, NULL, WNOHANG) == 0;
+    T_CHECK(alive && meta_num(st, "vil.step") >= 12, "a long run saved its first epoch and goes on");
+    char want[32];
+    snprintf(want, sizeof want, "pid %ld", (long)pid);
+    const char *forms[2] = {"", "--resume auto "};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "timeout 20 bin/vil train --config %s --data %s --out %s --device cpu "
+                 "--quiet %s--set epochs=200 --set eval_every_epochs=0 2>&1", path("tiny.cfg"), dir, o, forms[i]);
+        double t1 = vil_now();
+        int rc = t_run(cmd, out, sizeof out);
+        T_CHECK(rc == 1 && strstr(out, want) && strstr(out, "in use") && vil_now() - t1 < 15,
+                "a second run %son the folder: exit 1 at once naming the first's %s (rc %d, %.1f s): %s",
+                forms[i], want, rc, vil_now() - t1, out);
+    }
+    T_CHECK(waitpid(pid, NULL, WNOHANG) == 0, "the first run goes on");
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    long at = meta_num(st, "vil.step");
+    snprintf(cmd, sizeof cmd, "timeout 60 bin/vil train --config %s --data %s --out %s --device cpu "
+             "--quiet --resume auto --set epochs=200 --set eval_every_epochs=0 --stop-after %ld 2>&1",
+             path("tiny.cfg"), dir, o, at + 2);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(WIFSIGNALED(status) && rc == 0 && meta_num(st, "vil.step") == at + 2,
+            "after SIGKILL of the holder the folder's run resumes (step %ld -> %ld, rc %d): %s", at,
+            meta_num(st, "vil.step"), rc, out);
+}
+
+/* Text that goes into a checkpoint's metadata (class names, the model's name) must be UTF-8:
+ * it failed only at the first save ("metadata ... is not valid UTF-8"), after the training
+ * time, and left nothing to resume. Now refused at startup, before any step, with the entry
+ * escaped: a dataset folder or a names file exits 1, a flag or config value 2. */
+static void test_utf8_at_startup(void) {
+    char cmd[9000], out[1 << 14], d[4200], p[4300];
+    snprintf(d, sizeof d, "%s/utf8data", dir);
+    const char *classes[4] = {"a", "b", "\xff", "d"};
+    corpus_mkdir("%s%s", d, "");
+    corpus_mkdir("%s%s", d, "/train");
+    for (int c = 0; c < 4; c++)
+        for (int i = 0; i < 8; i++) {
+            snprintf(p, sizeof p, "%s/train/%s", d, classes[c]);
+            corpus_mkdir("%s%s", p, "");
+            snprintf(p, sizeof p, "%s/train/%s/%d.jpg", d, classes[c], i);
+            corpus_write_jpeg(p, 16, 16, 3, c, i, 0);
+        }
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s/runU1 --device cpu --quiet "
+             "--set in_chans=3 --set eval_every_epochs=0 --set batch=8 2>&1; echo \"rc=$?\"; ls %s/runU1 2>&1",
+             path("tiny.cfg"), d, dir, dir);
+    t_run(cmd, out, sizeof out);
+    T_CHECK(strstr(out, "rc=1") && strstr(out, "'\\xff'") && strstr(out, "rename the folder") &&
+                strstr(out, "No such file"),
+            "a class folder named 0xff: exit 1 at startup naming it escaped, nothing written: %s", out);
+    /* the names file: by index for the IDX data */
+    snprintf(p, sizeof p, "%s/names_bad.tsv", dir);
+    corpus_write(p, "0\tzero\n1\tone\n2\ttw\xc3\n3\tthree\n", 26);
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --names %s --out %s/runU2 --device cpu "
+             "--quiet --set eval_every_epochs=0 2>&1; echo \"rc=$?\"; ls %s/runU2 2>&1", path("tiny.cfg"),
+             dir, p, dir, dir);
+    t_run(cmd, out, sizeof out);
+    T_CHECK(strstr(out, "rc=1") && strstr(out, "'tw\\xc3'") && strstr(out, p) && strstr(out, "in UTF-8") &&
+                strstr(out, "No such file"),
+            "a names-file entry that is not UTF-8: exit 1 at startup naming the file and the entry: %s", out);
+    /* --set, a cfg file; and an empty value */
+    static const struct {
+        const char *set, *want;
+    } sets[] = {{"'name=\xff'", "'\\xff'"}, {"'name=ok\xe2\x82'", "'ok\\xe2\\x82'"}, {"name=", "is empty"},
+                {"'decode=\xff'", "'\\xff'"}};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s/runU3 --device cpu --quiet "
+                 "--set %s 2>&1; echo \"rc=$?\"; ls %s/runU3 2>&1", path("tiny.cfg"), dir, dir, sets[i].set, dir);
+        t_run(cmd, out, sizeof out);
+        T_CHECK(strstr(out, "rc=2") && strstr(out, sets[i].want) && strstr(out, "No such file"),
+                "--set %s: exit 2 before anything, saying %s: %s", sets[i].set, sets[i].want, out);
+    }
+    snprintf(p, sizeof p, "%s/bad_name.cfg", dir);
+    char cfg[2048];
+    int n = snprintf(cfg, sizeof cfg, "%sname = caf\xe9\n", CFG);
+    corpus_write(p, cfg, (size_t)n);
+    /* the cfg's own name key comes first in CFG; a second one is a repeated key, so replace it */
+    snprintf(cmd, sizeof cmd, "sed -i '1s/^name = tiny_test$/# no name/' %s", p);
+    t_run(cmd, NULL, 0);
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s/runU4 --device cpu --quiet 2>&1; "
+             "echo \"rc=$?\"; ls %s/runU4 2>&1", p, dir, dir, dir);
+    t_run(cmd, out, sizeof out);
+    T_CHECK(strstr(out, "rc=2") && strstr(out, "'caf\\xe9'") && strstr(out, p) && strstr(out, "No such file"),
+            "a cfg file's name not UTF-8: exit 2 naming the file and the value: %s", out);
+}
+
 int main(void) {
     dir = corpus_mkdtemp("train");
     test_schedule();
@@ -1008,6 +1233,9 @@ int main(void) {
     test_stale_temps();
     test_used_folder();
     test_unwritable_out();
+    test_tampered_state();
+    test_out_lock();
+    test_utf8_at_startup();
     corpus_rmtree(dir);
     return t_finish();
 }

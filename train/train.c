@@ -8,6 +8,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <dirent.h>
@@ -15,6 +16,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,6 +60,7 @@ typedef struct {
     long best_step; /* the step best.safetensors holds; -1: none yet, or a state too old to say */
     int stale_removed; /* temporaries of killed saves removed from the output folder */
     char *path_last, *path_state, *path_best, *path_ema;
+    int lock_fd;       /* OUT/train.lock, flock'ed by rank 0 for the run; -1: none */
     /* the inputs go to the device one step ahead (data/feed.h): images, targets and, with drop
      * path, the step's drop-path scales, staged per feed slot in dp_host */
     VilFeed feed;
@@ -206,13 +210,30 @@ int vil_train_state_read_config(const char *state_path, VilConfig *model, VilTra
     return rc;
 }
 
-static int meta_long(const VilSafetensors *st, const char *key, long *out) {
+#define STATE_DAMAGED "the state file is damaged or was edited; restore it from a backup, or " \
+    "start a new run in another folder (--init takes the weights of a checkpoint)"
+
+/* A state field as an integer in lo..hi, or an error naming the field and the file: a state
+ * file is read back from disk, so every number in it is checked before it places the run. */
+static int meta_long(const VilSafetensors *st, const char *path, const char *key, long lo, long hi,
+                     long *out) {
     const char *s = vil_st_meta(st, key);
     if (!s || vil_parse_int(s, out) != 0) {
-        vil_error("cannot resume: the state file lacks a valid '%s'", key);
+        vil_error("cannot resume: '%s' lacks a valid '%s' (an integer)", path, key);
+        return -1;
+    }
+    if (*out < lo || *out > hi) {
+        vil_error("cannot resume: '%s' has %s = %ld, outside %ld..%ld: " STATE_DAMAGED, path, key,
+                  *out, lo, hi);
         return -1;
     }
     return 0;
+}
+
+/* the state's numbers that disagree with each other or with the run */
+static int state_bad(const char *path, const char *key, const char *why) {
+    vil_error("cannot resume: '%s' has a %s that %s: " STATE_DAMAGED, path, key, why);
+    return -1;
 }
 
 static int listed(const char *const *list, const char *k) {
@@ -271,10 +292,21 @@ static const VilStTensor *state_tensor(const VilSafetensors *st, const char *nam
 
 /* Upload one state tensor (packed: vil_model_pack; its data may sit at any alignment in the
  * file buffer) into a parameter-shaped buffer. */
-static void upload(const VilModel *m, float *dst, const VilStTensor *t, float *host) {
-    memcpy(host, t->data, t->nbytes);
+static void upload(const VilModel *m, float *dst, const float *packed, float *host) {
+    memcpy(host, packed, m->param_count * sizeof(float));
     vil_model_unpack(m, host, host);
     m->be->to_device(m->be, dst, host, m->buf_len * sizeof(float));
+}
+
+/* A state tensor's values copied out (packed) and checked: finite, and >= 0 where nonneg (the
+ * second moments). 0, or -1 naming the tensor and the file. */
+static int state_values(const char *path, const VilStTensor *t, int nonneg, float *host, size_t n) {
+    memcpy(host, t->data, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(host[i]) || (nonneg && host[i] < 0.0f))
+            return state_bad(path, t->name, nonneg ? "holds a negative or non-finite value"
+                                                   : "holds a non-finite value");
+    return 0;
 }
 
 static int state_restore(Trainer *T, const char *path) {
@@ -300,13 +332,71 @@ static int state_restore(Trainer *T, const char *path) {
         free(d);
         goto done;
     }
+    /* every number that places the run, checked against its range and the others */
+    long step, epoch, eb, adam_step, spe, best_step = -1, saved_world = 1, saved_accum = 1,
+         saved_global = 0;
+    VilTrainConfig st_tc;
+    vil_train_config_default(&st_tc);
+    if (vil_train_config_from_json(&st_tc, tj) != 0) {
+        vil_error("cannot resume: '%s' holds no valid training configuration", path);
+        goto done;
+    }
+    if (meta_long(&st, path, "vil.steps_per_epoch", 1, 1L << 40, &spe) ||
+        meta_long(&st, path, "vil.epoch_batch", 0, spe, &eb) ||
+        meta_long(&st, path, "vil.epoch", 0, 1L << 40, &epoch) ||
+        meta_long(&st, path, "vil.step", 0, INT_MAX, &step) ||
+        meta_long(&st, path, "vil.adam_step", 0, INT_MAX, &adam_step))
+        goto done;
+    /* states of older vils lack the split of the global batch */
+    int has_global = vil_st_meta(&st, "vil.global_batch") != NULL;
+    if ((vil_st_meta(&st, "vil.world") && meta_long(&st, path, "vil.world", 1, 1L << 20, &saved_world)) ||
+        (vil_st_meta(&st, "vil.accum_steps") &&
+         meta_long(&st, path, "vil.accum_steps", 1, 4096, &saved_accum)) ||
+        (has_global && meta_long(&st, path, "vil.global_batch", 1, LONG_MAX, &saved_global)))
+        goto done;
+    if (has_global && saved_global != (long)st_tc.batch * saved_world * saved_accum) {
+        state_bad(path, "vil.global_batch", "is not its batch x vil.world x vil.accum_steps");
+        goto done;
+    }
+    long min_step = epoch + eb; /* at least a step per epoch before and per batch of this one */
+    if (eb == spe) epoch++, eb = 0;
+    /* a position past the run's epochs is done (epochs lowered on resume: nothing to do), but
+     * not with steps left to train: "epoch 4/3". The epoch as this run will take it (below: an
+     * epoch now shorter than the saved batch is over). */
+    long ep_here = epoch + (eb >= T->spe), eb_here = eb >= T->spe ? 0 : eb;
+    if ((ep_here > T->tc->epochs || (ep_here == T->tc->epochs && eb_here > 0)) && step < T->total_steps) {
+        char why[160];
+        snprintf(why, sizeof why, "is past the run's %d epochs while vil.step = %ld is short of its "
+                 "%ld steps", T->tc->epochs, step, T->total_steps);
+        state_bad(path, "vil.epoch", why);
+        goto done;
+    }
+    if (step < min_step) {
+        state_bad(path, "vil.step", "is smaller than vil.epoch + vil.epoch_batch (a step per batch)");
+        goto done;
+    }
+    if (adam_step != step) {
+        state_bad(path, "vil.adam_step", "differs from vil.step (one AdamW update per step)");
+        goto done;
+    }
+    /* states of older vils lack it: unknown, and best.safetensors is then left as it is */
+    if (vil_st_meta(&st, "vil.best_step") && meta_long(&st, path, "vil.best_step", -1, step, &best_step))
+        goto done;
+    const char *best = vil_st_meta(&st, "vil.best_top1");
+    double bv = -1.0;
+    if (!best || vil_parse_float(best, &bv) != 0 || !(bv == -1.0 || (bv >= 0.0 && bv <= 100.0))) {
+        state_bad(path, "vil.best_top1", "is not a top-1 percentage (0..100, or -1: none yet)");
+        goto done;
+    }
+    if (best_step >= 0 && bv < 0.0) {
+        state_bad(path, "vil.best_step", "names a best checkpoint without a vil.best_top1");
+        goto done;
+    }
     /* Keys that do not change the run: the loader's threads, the log and evaluation batches,
      * how the all-reduce is scheduled, and, with the same global batch, how it is cut into
      * ranks and micro-batches (the samples, their augmentation and drop path are keyed by their
      * place in the global batch). */
-    const char *g = vil_st_meta(&st, "vil.global_batch");
-    long saved_global = 0;
-    int same_global = g && vil_parse_int(g, &saved_global) == 0 && saved_global == T->global_batch;
+    int same_global = saved_global == T->global_batch;
     const char *skip[9] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb", "recompute"};
     if (same_global) skip[6] = "batch", skip[7] = "accum_steps";
     if ((d = json_diff(tj, tmine, skip)) != NULL) {
@@ -314,42 +404,34 @@ static int state_restore(Trainer *T, const char *path) {
                  "uninterrupted one", d);
         free(d);
     }
-    long saved_world = 0;
-    const char *w = vil_st_meta(&st, "vil.world");
-    if (same_global && !T->quiet && w && vil_parse_int(w, &saved_world) == 0 && saved_world != T->world)
+    if (same_global && !T->quiet && saved_world != T->world)
         fprintf(T->log, "resuming a run of %ld rank%s on %d, at the same global batch of %ld\n",
                 saved_world, saved_world == 1 ? "" : "s", T->world, T->global_batch);
-    long step, epoch, eb, adam_step, spe;
-    if (meta_long(&st, "vil.step", &step) || meta_long(&st, "vil.epoch", &epoch) ||
-        meta_long(&st, "vil.epoch_batch", &eb) || meta_long(&st, "vil.adam_step", &adam_step) ||
-        meta_long(&st, "vil.steps_per_epoch", &spe))
-        goto done;
     if (spe != T->spe)
         vil_warn("the saved run had %ld steps per epoch, this one %ld (another dataset or batch?): "
                  "resuming at epoch %ld, batch %ld anyway", spe, T->spe, epoch, eb);
     if (eb >= T->spe) epoch++, eb = 0;
-    const char *best = vil_st_meta(&st, "vil.best_top1");
-    double bv;
-    T->best_top1 = best && vil_parse_float(best, &bv) == 0 ? (float)bv : -1.0f;
-    /* states of older vils lack it: unknown, and best.safetensors is then left as it is */
-    const char *bs = vil_st_meta(&st, "vil.best_step");
-    T->best_step = -1;
-    if (bs && meta_long(&st, "vil.best_step", &T->best_step) != 0) goto done;
+    T->best_top1 = (float)bv;
+    T->best_step = best_step;
     size_t n = m->param_count; /* the files hold the tensors packed, without buffer padding */
     const VilStTensor *tp = state_tensor(&st, "params", n), *tm = state_tensor(&st, "adam_m", n),
                       *tv = state_tensor(&st, "adam_v", n);
     if (!tp || !tm || !tv) goto done;
+    const VilStTensor *te = m->ema ? vil_st_find(&st, "ema") : NULL;
+    if (te && !(te = state_tensor(&st, "ema", n))) goto done;
+    /* every tensor checked before any is taken */
+    if (state_values(path, tp, 0, host, n) || state_values(path, tm, 0, host, n) ||
+        state_values(path, tv, 1, host, n) || (te && state_values(path, te, 0, host, n)))
+        goto done;
     memcpy(host, tp->data, n * sizeof(float));
     vil_model_unpack(m, host, host);
     vil_model_set_params(m, host);
-    upload(m, m->m, tm, host);
-    upload(m, m->v, tv, host);
+    upload(m, m->m, tm->data, host);
+    upload(m, m->v, tv->data, host);
     m->step = (int)adam_step;
     if (m->ema) {
-        const VilStTensor *te = vil_st_find(&st, "ema");
         if (te) {
-            if (!(te = state_tensor(&st, "ema", n))) goto done;
-            upload(m, m->ema, te, host);
+            upload(m, m->ema, te->data, host);
         } else {
             vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
             vil_model_get_params(m, host);
@@ -628,6 +710,29 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
  * holds out the same ones */
 #define VIL_HOLDOUT_SEED 20261124u
 
+/* The class names go into every checkpoint's metadata, which is UTF-8 JSON: a folder or a
+ * names-file entry that is not UTF-8 failed the first save, after the training time was spent.
+ * Refused here, before any step, naming the entry (escaped) and where it came from. */
+static int check_class_names(const Trainer *T) {
+    for (int c = 0; c < T->n_classes; c++) {
+        const char *name = T->class_names[c], *id = vil_dataset_class_id(T->ds, c);
+        size_t n = strlen(name);
+        if (vil_utf8_invalid_at((const unsigned char *)name, n) == n) continue;
+        char shown[160];
+        vil_printable(shown, sizeof shown, name);
+        if (T->run->names && strcmp(name, id) != 0)
+            vil_error("the class-names file '%s' names class %d '%s', which is not valid UTF-8; the "
+                      "names go into the checkpoints' metadata: write the file in UTF-8",
+                      T->run->names, c, shown);
+        else
+            vil_error("class %d of the training data (%s) is named '%s', which is not valid UTF-8; "
+                      "the names go into the checkpoints' metadata: rename the folder, or give "
+                      "the classes UTF-8 names with --names FILE", c, vil_dataset_source(T->ds), shown);
+        return -1;
+    }
+    return 0;
+}
+
 static int open_data(Trainer *T) {
     const VilTrainRun *run = T->run;
     T->ds = vil_dataset_open(run->data, "train", NULL);
@@ -671,7 +776,7 @@ static int open_data(Trainer *T) {
     T->n_classes = K;
     T->class_names = vil_calloc((size_t)K, sizeof(char *));
     for (int c = 0; c < K; c++) T->class_names[c] = (char *)vil_dataset_class_name(T->ds, c);
-    return 0;
+    return check_class_names(T);
 }
 
 /* Under mpirun, more loader threads than CPUs this rank may run on: they would share them.
@@ -799,9 +904,50 @@ static void trainer_free(Trainer *T) {
     free(T->path_state);
     free(T->path_best);
     free(T->path_ema);
+    if (T->lock_fd >= 0) close(T->lock_fd); /* releases the lock */
 }
 
 /* ---------------- the output folder ---------------- */
+
+/* One run per folder: rank 0 (the only writer; ranks on other hosts sharing the folder write
+ * nothing) holds an exclusive flock on OUT/train.lock from before anything in the folder is
+ * read or touched until it exits, however it exits: the kernel drops the lock with the process.
+ * Two runs on one --out both trained and both said done, their files a mix. The file holds
+ * the holder's pid, for the message; it is left in place (removing it would race a waiting
+ * run). */
+static int lock_out_dir(Trainer *T) {
+    const char *out = T->run->out_dir;
+    char *p = join(out, "train.lock");
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        vil_error("the output folder '%s' cannot be written (its lock file %s: %s): fix its "
+                  "permissions or free space, or choose another --out", out, p, vil_errno_str());
+        free(p);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strspn(pid, "0123456789")] = 0;
+        if (e == EWOULDBLOCK)
+            vil_error("'%s' is in use by another vil train (pid %s, holding %s): wait for it to "
+                      "end, or choose another --out", out, pid[0] ? pid : "unknown", p);
+        else
+            vil_error("cannot lock %s: %s", p, strerror(e));
+        close(fd);
+        free(p);
+        return -1;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        vil_warn("cannot write the pid into %s: %s", p, vil_errno_str());
+    free(p);
+    T->lock_fd = fd;
+    return 0;
+}
 
 /* A fresh run refuses a folder that holds any file of a run: with the state, the run can be
  * continued; without it (a kill before the first state, or files copied in), the files are
@@ -925,8 +1071,9 @@ static int trainer_setup(Trainer *T) {
     T->path_ema = join(run->out_dir, "ema.safetensors");
     /* a fresh run never overwrites another one's files: weeks of ImageNet are one typo away */
     /* rank 0 alone owns the folder (vil_train makes the outcome collective) */
+    if (T->rank == 0 && (vil_mkdir_p(run->out_dir) != 0 || lock_out_dir(T) != 0)) goto out;
     if (T->rank == 0 && !state_in && refuse_used_folder(T) != 0) goto out;
-    if (T->rank == 0 && (vil_mkdir_p(run->out_dir) != 0 || prepare_out_dir(T) != 0)) goto out;
+    if (T->rank == 0 && prepare_out_dir(T) != 0) goto out;
     if (make_loaders(T) != 0) goto out;
 
     /* the loader's batches are micro-batches: accum of them make a step */
@@ -1295,6 +1442,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     res->top1 = res->top5 = res->ema_top1 = res->ema_top5 = res->best_top1 = -1.0f;
     res->last_loss = NAN;
     T->run = run;
+    T->lock_fd = -1;
     T->dist = run->dist;
     T->rank = run->dist ? run->dist->rank : 0;
     T->world = run->dist ? run->dist->world : 1;

@@ -74,19 +74,33 @@ static int targets(VilKeyTarget t[2], VilConfig *c, VilTrainConfig *tc) {
     return 2;
 }
 
+/* string values (the model's name; the others are checked against their choices in finalize)
+ * not empty and UTF-8 where they come in: vil/config.c says why */
+static int text_ok(const char *key, const char *value, const char *origin) {
+    int rc = vil_key_text_ok(&vil_model_keys, key, value, origin);
+    return rc ? rc : vil_key_text_ok(&vil_train_keys, key, value, origin);
+}
+
 int vil_train_config_set(VilConfig *c, VilTrainConfig *t, const char *key, const char *value) {
     VilKeyTarget k[2];
-    return vil_keys_set(k, targets(k, c, t), key, value);
+    int rc = text_ok(key, value, "--set");
+    return rc ? rc : vil_keys_set(k, targets(k, c, t), key, value);
 }
 
 int vil_train_config_set_kv(VilConfig *c, VilTrainConfig *t, const char *kv) {
     VilKeyTarget k[2];
-    return vil_keys_set_kv(k, targets(k, c, t), kv);
+    char key[128];
+    const char *v = vil_kv_split(kv, key, sizeof key);
+    int rc = v ? text_ok(key, v, "--set") : 0;
+    return rc ? rc : vil_keys_set_kv(k, targets(k, c, t), kv);
 }
 
 int vil_train_config_load(VilConfig *c, VilTrainConfig *t, const char *path) {
     VilKeyTarget k[2];
-    return vil_keys_load(k, targets(k, c, t), path);
+    int rc = vil_keys_load(k, targets(k, c, t), path);
+    if (rc == 0) rc = vil_keys_text_ok(&vil_model_keys, c, path);
+    if (rc == 0) rc = vil_keys_text_ok(&vil_train_keys, t, path);
+    return rc;
 }
 
 void vil_train_config_print(const VilTrainConfig *t, FILE *f) { vil_keys_print(&vil_train_keys, t, 17, f); }

@@ -394,22 +394,44 @@ double vil_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Whole decimal numbers only: an optional '-', digits, and for a float an optional fraction and
+ * exponent. strtol / strtod alone took " 5", "+5", "0x10" (strtod) and "inf". */
+static int decimal_syntax(const char *s, int real) {
+    const char *p = s;
+    if (*p == '-') p++;
+    size_t digits = strspn(p, "0123456789");
+    p += digits;
+    if (real && *p == '.') {
+        size_t frac = strspn(p + 1, "0123456789");
+        digits += frac;
+        p += 1 + frac;
+    }
+    if (!digits) return 0;
+    if (real && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        size_t e = strspn(p, "0123456789");
+        if (!e) return 0;
+        p += e;
+    }
+    return *p == 0;
+}
+
 int vil_parse_int(const char *s, long *out) {
-    if (!s || !*s) return -1;
-    char *end;
+    if (!s || !decimal_syntax(s, 0)) return -1;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end) return -1;
+    long v = strtol(s, NULL, 10);
+    if (errno) return -2;
     *out = v;
     return 0;
 }
 
 int vil_parse_float(const char *s, double *out) {
-    if (!s || !*s) return -1;
-    char *end;
+    if (!s || !decimal_syntax(s, 1)) return -1;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
+    double v = strtod(s, NULL);
+    /* overflow, or a nonzero value below the smallest normal double */
+    if (errno || !isfinite(v)) return -2;
     *out = v;
     return 0;
 }

@@ -106,7 +106,10 @@ uint64_t vil_hash_seed(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
 double vil_now(void); /* seconds, monotonic */
 
 /* ---- strings ---- */
-/* Strict number parsing: the whole string must be a number in range. 0 on success. */
+/* Strict number parsing: the whole string is a decimal number (an optional '-', digits; for a
+ * float an optional fraction and exponent: no spaces, '+', hex, inf or nan). 0 on success, -1
+ * when s is no such number, -2 when it is one out of range (a long; a finite double, no
+ * underflow). */
 int vil_parse_int(const char *s, long *out);
 int vil_parse_float(const char *s, double *out);
 /* The offset of the first byte of s[0..n) that breaks UTF-8, or n when all of it is valid.

@@ -58,19 +58,67 @@ static const VilKeyTarget *model_target(VilConfig *c, VilKeyTarget *t) {
     return t;
 }
 
+/* A string key's value goes into every checkpoint's metadata (vil.config), which a safetensors
+ * file holds as UTF-8 JSON: a value that is not UTF-8 failed the first save, after the training
+ * time was spent. Checked where a value comes in (--set, a cfg file), not in finalize, so a
+ * run saved before these checks still resumes. */
+int vil_key_text_ok(const VilKeyTable *t, const char *key, const char *value, const char *origin) {
+    const VilKey *k = vil_keys_find(t, key);
+    if (!k || k->type != VIL_KEY_STR) return 0;
+    size_t n = strlen(value);
+    if (n == 0) {
+        vil_error("config key '%s' (%s) is empty: give it a value (%s=VALUE)", key, origin, key);
+        return VIL_EUSAGE;
+    }
+    size_t bad = vil_utf8_invalid_at((const unsigned char *)value, n);
+    if (bad != n) {
+        char shown[80];
+        vil_printable(shown, sizeof shown, value);
+        vil_error("config key '%s' (%s): '%s' is not valid UTF-8 (byte %zu), and it goes into the "
+                  "checkpoints' metadata: give the value in UTF-8", key, origin, shown, bad);
+        return VIL_EUSAGE;
+    }
+    return 0;
+}
+
+int vil_keys_text_ok(const VilKeyTable *t, const void *base, const char *origin) {
+    for (int i = 0; i < t->n; i++) {
+        const VilKey *k = &t->keys[i];
+        if (k->type != VIL_KEY_STR) continue;
+        int rc = vil_key_text_ok(t, k->name, (const char *)base + k->offset, origin);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* the key of "key=value" (cut at 127 bytes: no key is longer) and its value, or NULL */
+const char *vil_kv_split(const char *kv, char *key, size_t cap) {
+    const char *eq = strchr(kv, '=');
+    if (!eq) return NULL;
+    size_t n = (size_t)(eq - kv) < cap ? (size_t)(eq - kv) : cap - 1;
+    memcpy(key, kv, n);
+    key[n] = 0;
+    return eq + 1;
+}
+
 int vil_config_set(VilConfig *c, const char *key, const char *value) {
     VilKeyTarget t;
-    return vil_keys_set(model_target(c, &t), 1, key, value);
+    int rc = vil_key_text_ok(&vil_model_keys, key, value, "--set");
+    return rc ? rc : vil_keys_set(model_target(c, &t), 1, key, value);
 }
 
 int vil_config_set_kv(VilConfig *c, const char *kv) {
     VilKeyTarget t;
-    return vil_keys_set_kv(model_target(c, &t), 1, kv);
+    char key[128];
+    const char *v = vil_kv_split(kv, key, sizeof key);
+    int rc = v ? vil_key_text_ok(&vil_model_keys, key, v, "--set") : 0;
+    return rc ? rc : vil_keys_set_kv(model_target(c, &t), 1, kv);
 }
 
 int vil_config_load(VilConfig *c, const char *path) {
     VilKeyTarget t;
-    return vil_keys_load(model_target(c, &t), 1, path);
+    int rc = vil_keys_load(model_target(c, &t), 1, path);
+    return rc ? rc : vil_keys_text_ok(&vil_model_keys, c, path);
 }
 
 void vil_config_print(const VilConfig *c, FILE *f) { vil_keys_print(&vil_model_keys, c, 12, f); }

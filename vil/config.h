@@ -49,6 +49,13 @@ int vil_config_load(VilConfig *c, const char *path);
 int vil_config_set(VilConfig *c, const char *key, const char *value);
 /* Apply "key=value". */
 int vil_config_set_kv(VilConfig *c, const char *kv);
+/* A string key's value as it enters a config (from origin: "--set", a cfg file's path): not
+ * empty and valid UTF-8 (it goes into checkpoint metadata). 0, or VIL_EUSAGE reported; keys of
+ * other types or of no table of t pass. vil_keys_text_ok checks every string key of base. */
+int vil_key_text_ok(const VilKeyTable *t, const char *key, const char *value, const char *origin);
+int vil_keys_text_ok(const VilKeyTable *t, const void *base, const char *origin);
+/* "key=value": the key copied into key (cap bytes), the value returned; NULL without '=' */
+const char *vil_kv_split(const char *kv, char *key, size_t cap);
 /* Validate and compute the derived sizes. Returns 0, or -1 with the error reported. */
 int vil_config_finalize(VilConfig *c);
 /* Write "key = value" lines (a loadable cfg). */
