@@ -507,31 +507,14 @@ int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage 
     }
 }
 
-static const char *kind_of(mode_t m) {
-    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
-    if (S_ISDIR(m)) return "a folder";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISSOCK(m)) return "a socket";
-    return "not a regular file";
-}
-
 int vil_read_regular(const char *path, unsigned char **data, size_t *cap, size_t *size) {
-    /* O_NONBLOCK: a FIFO would block the open itself until a writer came (a dataset's FIFO
-     * hung the loader's worker and the run); for a regular file's reads it changes nothing */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        vil_error("cannot open: %s", strerror(errno));
-        return -1;
-    }
+    /* a FIFO would block a plain open until a writer came (a dataset's FIFO hung the loader's
+     * worker and the run) */
+    int fd = vil_open_regular_unnamed(path);
+    if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         vil_error("cannot stat: %s", strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        vil_error("%s, not a regular file", kind_of(st.st_mode));
         close(fd);
         return -1;
     }

@@ -63,9 +63,9 @@ int vil_image_decode(const unsigned char *buf, size_t n, int channels, VilImage 
 int vil_image_load(const char *path, int channels, VilImage *out);
 
 /* Read the whole of a regular file into *data (grown with realloc to *cap, a power of two, one
- * byte more than the file, which is a NUL after it); *size = its bytes. The open uses O_NONBLOCK
- * and fstat, so a FIFO, a folder or a device is refused at once instead of blocking (as
- * vil_open_regular does); a zero-byte file is an error too. The message gives the reason but not
+ * byte more than the file, which is a NUL after it); *size = its bytes. It opens through
+ * vil_open_regular_unnamed, so a FIFO, a folder or a device is refused at once instead of
+ * blocking; a zero-byte file is an error too. The message gives the reason but not
  * the path, for callers that name the file themselves (printable). 0, or -1 (vil_error). */
 int vil_read_regular(const char *path, unsigned char **data, size_t *cap, size_t *size);
 

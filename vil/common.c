@@ -194,31 +194,41 @@ static const char *file_kind(mode_t m) {
     return "not a regular file";
 }
 
-int vil_open_regular(const char *path) {
+/* the open of both forms; shown: the path as messages give it, NULL to leave it out */
+static int open_regular(const char *path, const char *shown) {
+    const char *pre = shown ? "'" : "", *mid = shown ? "': " : "", *name = shown ? shown : "";
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        vil_error("cannot open '%s': %s", path, vil_errno_str());
+        vil_error("cannot open %s%s%s%s", pre, name, mid, vil_errno_str());
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        vil_error("cannot stat '%s': %s", path, vil_errno_str());
+        vil_error("cannot stat %s%s%s%s", pre, name, mid, vil_errno_str());
         close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        vil_error("'%s' is %s, not a regular file", path, file_kind(st.st_mode));
+        if (shown) vil_error("'%s' is %s, not a regular file", shown, file_kind(st.st_mode));
+        else vil_error("%s, not a regular file", file_kind(st.st_mode));
         close(fd);
         return -1;
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-        vil_error("'%s': %s", path, vil_errno_str());
+        vil_error("%s%s%s%s", pre, name, mid, vil_errno_str());
         close(fd);
         return -1;
     }
     return fd;
 }
+
+int vil_open_regular(const char *path) {
+    char shown[1024];
+    return open_regular(path, vil_printable(shown, sizeof shown, path));
+}
+
+int vil_open_regular_unnamed(const char *path) { return open_regular(path, NULL); }
 
 FILE *vil_fopen_regular(const char *path, const char *mode) {
     int fd = vil_open_regular(path);

@@ -70,10 +70,13 @@ void *vil_malloc_aligned(size_t bytes);
 /* Open path for reading only when it is a regular file. The open itself uses O_NONBLOCK, so a
  * FIFO (or a device) returns at once instead of waiting for a writer; fstat then refuses
  * anything but a regular file and the descriptor goes back to blocking reads. Returns the
- * descriptor (O_CLOEXEC), or -1 with a vil_error naming the path and what it is ("'x' is a
- * FIFO, not a regular file"). Every reader of user-named files opens through it (or the
+ * descriptor (O_CLOEXEC), or -1 with a vil_error naming the path (made printable) and what it
+ * is ("'x' is a FIFO (named pipe), not a regular file"). Every reader of user-named files opens through it (or the
  * FILE form): a FIFO as an image, a checkpoint or a config would otherwise hang vil. */
 int vil_open_regular(const char *path);
+/* The same, its messages without the path ("a FIFO (named pipe), not a regular file"), for a
+ * caller that names the file once itself. */
+int vil_open_regular_unnamed(const char *path);
 /* The same as a stdio stream (mode "r" or "rb"); NULL with a vil_error on failure. */
 FILE *vil_fopen_regular(const char *path, const char *mode);
 /* Read a whole regular file (vil_open_regular). Returns NULL and reports (with the path) on
