@@ -34,8 +34,10 @@
 static char *dir;
 static char out[1 << 17];
 
-/* Run "timeout SECS bin/vil ARGS 2>&1" (ARGS: printf-style, %1$s is the temp folder) with an
- * address-space limit of limit_kb (0: none; skipped under ASan, which reserves terabytes).
+/* Run "timeout SECS bin/vil ARGS 2>&1" (ARGS: printf-style, %1$s is the temp folder) with a
+ * data limit of limit_kb (RLIMIT_DATA: the heap and private anonymous maps; 0: none; skipped
+ * under ASan, whose shadow counts there). Not RLIMIT_AS: the CUDA build maps ~1 GB of libraries
+ * before main, and when an OpenBLAS thread's buffer malloc then fails it retries forever.
  * Returns the exit status (124: timed out); the output is in `out`. */
 static int vil(int secs, long limit_kb, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int vil(int secs, long limit_kb, const char *fmt, ...) {
@@ -45,7 +47,7 @@ static int vil(int secs, long limit_kb, const char *fmt, ...) {
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     char lim[64] = "";
-    if (limit_kb > 0 && !T_ASAN) snprintf(lim, sizeof lim, "ulimit -v %ld; ", limit_kb);
+    if (limit_kb > 0 && !T_ASAN) snprintf(lim, sizeof lim, "ulimit -d %ld; ", limit_kb);
     snprintf(cmd, sizeof cmd, "%stimeout -k 5 %d bin/vil %s 2>&1", lim, secs, args);
     int rc = t_run(cmd, out, sizeof out);
     if (limit_kb > 0 && T_ASAN) printf("note: AddressSanitizer build: the %ld KB limit is skipped\n", limit_kb);
@@ -195,7 +197,7 @@ static void test_idx_bomb(void) {
     corpus_write_idx(p, 1, dims, lab, 65536, 1);
     free(lab);
     free(zero);
-    /* 1 GiB of address space: the old reader died of it (out of memory) after decompressing */
+    /* 1 GiB of data: the old reader died of it (out of memory) after decompressing */
     int rc = vil(60, 1L << 20, "eval --model %1$s/m.safetensors --data %1$s/bomb --device cpu", dir);
     CHECK_RUN(rc == 1 && strstr(out, "65536 x 256 x 256") && strstr(out, "limit") &&
                   !strstr(out, "out of memory"),
@@ -230,7 +232,7 @@ static void test_pixels(void) {
     path(p, sizeof p, "huge.jpg");
     corpus_write(p, j, n);
     printf("note: the 13000x13000 JPEG is %zu bytes\n", n);
-    /* 2 GiB of address space: enough for vil, not for a 507 MB decode + its copies */
+    /* 2 GiB of data: enough for vil, not for a 507 MB decode + its copies */
     int rc = vil(30, 2L << 20, "classify --model %1$s/m.safetensors --device cpu --threads 1 %1$s/huge.jpg", dir);
     CHECK_RUN(rc == 1 && strstr(out, "13000x13000") && strstr(out, "67108864") && strstr(out, "--max-pixels"),
               "classify: a JPEG claiming 13000x13000 is refused on its header, naming the limit and "
@@ -346,7 +348,7 @@ static void test_json(void) {
 
 /* ---- item 9: eval's batch is capped at the split ---- */
 static void test_eval_batch(void) {
-    /* 512 MiB of address space; the old code asked for ~200 MB per batch slot of 65536 images */
+    /* 512 MiB of data; the old code asked for ~200 MB per batch slot of 65536 images */
     int rc = vil(60, 512L << 10, "eval --model %1$s/m.safetensors --data %1$s/fe --device cpu --skip-bad "
                                   "--batch 65536 --workers 2 --threads 1", dir);
     CHECK_RUN(rc == 0 && strstr(out, "batch 7 (--batch 65536 capped at the split's 7 images)"),
