@@ -133,9 +133,9 @@ int vil_cmd_classify(int argc, char **argv) {
         free(pos);
         return 2;
     }
-    if (!(crop_pct >= 0.0f && crop_pct <= 1.0f) || topk < 1 || img_size < 0 ||
+    if (!(crop_pct == 0.0f || (crop_pct >= VIL_MIN_CROP_PCT && crop_pct <= 1.0f)) || topk < 1 || img_size < 0 ||
         img_size > VIL_MAX_IMG_SIZE || !vil_device_name_ok(device)) {
-        fprintf(stderr, "vil classify: --crop-pct must be in (0, 1], --topk >= 1, --img-size in "
+        fprintf(stderr, "vil classify: --crop-pct must be in 0.001..1 (0: the file's), --topk >= 1, --img-size in "
                         "0..%d, --device cpu, cuda or auto\n", VIL_MAX_IMG_SIZE);
         free(pos);
         return 2;

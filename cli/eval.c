@@ -48,9 +48,9 @@ int vil_cmd_eval(int argc, char **argv) {
         return 2;
     }
     if (batch < 1 || batch > VIL_MAX_BATCH || workers < 1 || workers > 256 || limit < 0 ||
-        img_size < 0 || img_size > VIL_MAX_IMG_SIZE || !(crop_pct >= 0.0f && crop_pct <= 1.0f)) {
+        img_size < 0 || img_size > VIL_MAX_IMG_SIZE || !(crop_pct == 0.0f || (crop_pct >= VIL_MIN_CROP_PCT && crop_pct <= 1.0f))) {
         fprintf(stderr, "vil eval: --batch must be in 1..%d, --workers in 1..256, --limit >= 0, "
-                        "--img-size in 0..%d, --crop-pct in (0, 1]\n", VIL_MAX_BATCH, VIL_MAX_IMG_SIZE);
+                        "--img-size in 0..%d, --crop-pct in 0.001..1 (0: the file's)\n", VIL_MAX_BATCH, VIL_MAX_IMG_SIZE);
         return 2;
     }
     if (vil_cli_check_device_split("eval", device, split) != 0) return 2;

@@ -240,6 +240,8 @@ int main(void) {
         {"info --model %1$s/m.safetensors --model=%1$s/m.safetensors", 2, "--model given twice"},
         {"classify --model %s/m.safetensors --crop-pct 1e-300 x.png", 2, "--crop-pct 1e-300 is out of a float's range"},
         {"classify --model %s/m.safetensors --crop-pct 1e39 x.png", 2, "out of a float's range"},
+        {"classify --model %s/m.safetensors --crop-pct 1e-30 x.png", 2, "--crop-pct must be in 0.001..1"},
+        {"eval --model %1$s/m.safetensors --data %1$s --crop-pct 0.0009", 2, "--crop-pct in 0.001..1"},
         {"classify --model %s/m.safetensors --topk 1 --topk 2 x.png", 2, "--topk given twice"},
         {"eval --model %1$s/m.safetensors --data %1$s --crop-pct 0x1p-2", 2, "--crop-pct wants a decimal number"},
         {"eval --model %1$s/m.safetensors --data %1$s --crop-pct ' 0.5'", 2, "--crop-pct wants a decimal number"},

@@ -41,7 +41,7 @@ static const VilKey TKEYS[] = {
     TF(hflip, 0, 1, "horizontal flip probability"),
     TS(decode, "training JPEG decode: exact (PIL's pixels, the default) or fast (DCT-scaled crop, "
                "merged chroma upsampling: ~4% faster); evaluation always decodes exactly"),
-    TF(crop_pct, 1e-3, 1, "evaluation: resize to img_size / crop_pct, center crop"),
+    TF(crop_pct, VIL_MIN_CROP_PCT, 1, "evaluation: resize to img_size / crop_pct, center crop"),
     TI(seed, 0, 2147483647, "seed of the initialization, data order, augmentation and drop path"),
     TI(workers, 1, 256, "data loader threads"),
     TS(allreduce, "with several ranks: overlap (the gradients summed in buckets while the backward "
