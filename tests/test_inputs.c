@@ -353,6 +353,12 @@ static void test_eval_batch(void) {
                                   "--batch 65536 --workers 2 --threads 1", dir);
     CHECK_RUN(rc == 0 && strstr(out, "batch 7 (--batch 65536 capped at the split's 7 images)"),
               "eval --batch 65536 on 7 images runs in 512 MiB, the cap said once (rc %d)", rc);
+    /* the trainer's validation loader too (its eval_batch key): 3 validation images */
+    rc = vil(90, 512L << 10, "train --config %1$s/tiny.cfg --data %1$s/ft --set num_classes=3 "
+                             "--set max_steps=1 --set batch=4 --set eval_batch=65536 --set workers=2 "
+                             "--device cpu --out %1$s/ft_evb --threads 1", dir);
+    CHECK_RUN(rc == 0 && strstr(out, "val "),
+              "train with eval_batch=65536 on 3 validation images validates in 512 MiB (rc %d)", rc);
 }
 
 int main(void) {

@@ -823,8 +823,9 @@ static int make_loaders(Trainer *T) {
     if (!T->loader) return -1;
     if (T->val_ds) {
         VilLoaderConfig ec;
-        vil_loader_config_default(&ec, VIL_LOADER_EVAL, c->img_size, c->in_chans,
-                                  t->eval_batch ? t->eval_batch : t->batch, T->n_classes);
+        /* no larger than the split (vil_eval_batch), as `vil eval` */
+        int eb = vil_eval_batch(T->val_ds, t->eval_batch ? t->eval_batch : t->batch, 0);
+        vil_loader_config_default(&ec, VIL_LOADER_EVAL, c->img_size, c->in_chans, eb, T->n_classes);
         ec.threads = t->workers;
         ec.prefetch = t->workers + 1;
         ec.crop_pct = t->crop_pct;
