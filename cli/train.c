@@ -83,7 +83,7 @@ int vil_cmd_train(int argc, char **argv) {
     const char *config = NULL, *data = NULL, *device = "auto", *out = NULL, *resume = NULL,
                *names = NULL, *val_labels = NULL, *init = NULL;
     int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0, threads = 0;
-    int max_pixels = (int)vil_image_max_pixels();
+    int max_pixels = -1; /* not given */
     const char *decode = NULL;
     VilArgList sets = {0};
     VilArg args[] = {
@@ -103,7 +103,7 @@ int vil_cmd_train(int argc, char **argv) {
         {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration first"},
         {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
-        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
+        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP "; = --set max_pixels=N, kept by --resume"},
     };
     VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [--device cpu|cuda|auto] [--out DIR] [--resume CKPT]",
                        "Trains a ViL / ViM classifier with the recipe of doc/recipe.md: AdamW, linear\n"
@@ -139,7 +139,6 @@ int vil_cmd_train(int argc, char **argv) {
                 vil_printable(shown, sizeof shown, device));
         return 2;
     }
-    if (vil_cli_set_max_pixels("train", max_pixels) != 0) return 2;
     /* --resume auto: go on with the run in the output folder when there is one, else start it
      * (so one command serves the first launch and every requeue) */
     int resume_auto = resume && strcmp(resume, "auto") == 0;
@@ -163,6 +162,11 @@ int vil_cmd_train(int argc, char **argv) {
     int r = config ? vil_train_config_load(&run.model, &run.train, config) : 0;
     for (int i = 0; r == 0 && i < sets.n; i++) r = vil_train_config_set_kv(&run.model, &run.train, sets.v[i]);
     if (r == 0 && decode) r = vil_train_config_set(&run.model, &run.train, "decode", decode);
+    if (r == 0 && max_pixels != -1) {
+        char v[24];
+        snprintf(v, sizeof v, "%d", max_pixels);
+        r = vil_train_config_set(&run.model, &run.train, "max_pixels", v);
+    }
     if (r == 0) r = vil_config_finalize(&run.model);
     if (r == 0) r = vil_train_config_finalize(&run.train);
     if (r != 0) return vil_exit_code(r);

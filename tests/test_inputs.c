@@ -267,6 +267,15 @@ static void test_pixels(void) {
                     "--set batch=4 --set workers=1 --device cpu --out %1$s/px_run --threads 1 --max-pixels 300", dir);
     CHECK_RUN(rc != 0 && strstr(out, "20x18") && strstr(out, "--max-pixels"),
               "train --max-pixels 300: no image fits, the run says why (rc %d)", rc);
+    /* train's flag is the max_pixels key: saved with the run, so --resume keeps it */
+    rc = vil(60, 0, "train --config %1$s/tiny.cfg --data %1$s/ft --set num_classes=3 --set max_steps=1 "
+                    "--set batch=4 --set workers=1 --device cpu --out %1$s/px_keep --threads 1 --max-pixels 400", dir);
+    char grep[4200];
+    snprintf(grep, sizeof grep, "grep -c 'max_pixels[^0-9]*400[^0-9]' %s/px_keep/last.state.safetensors", dir);
+    int kept = rc == 0 && t_run(grep, NULL, 0) == 0;
+    CHECK_RUN(kept, "train --max-pixels 400 is saved in the run's state as max_pixels (rc %d)", rc);
+    rc = vil(20, 0, "train --config %1$s/tiny.cfg --data %1$s/ft --device cpu --max-pixels 0", dir);
+    CHECK_RUN(rc == 2 && strstr(out, "max_pixels"), "train --max-pixels 0 is a usage error (rc %d)", rc);
     rc = vil(60, 0, "bench-data --data %1$s/px --split val --eval --batch 2 --batches 1 --warmup 0 --threads 1 --max-pixels 300", dir);
     CHECK_RUN(strstr(out, "20x18") != NULL, "bench-data --max-pixels 300 names the limit (rc %d)", rc);
 

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "data/feed.h"
+#include "data/image.h"
 #include "data/loader.h"
 #include "data/transform.h"
 #include "eval/eval.h"
@@ -735,6 +736,8 @@ static int check_class_names(const Trainer *T) {
 
 static int open_data(Trainer *T) {
     const VilTrainRun *run = T->run;
+    /* in range: the key's bounds are the setter's */
+    if (vil_image_set_max_pixels(run->train.max_pixels) != 0) return -1;
     T->ds = vil_dataset_open(run->data, "train", NULL);
     if (!T->ds) return -1;
     int K0 = vil_dataset_num_classes(T->ds);

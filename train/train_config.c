@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "data/image.h"
 #include "vil/common.h"
 #include "vil/limits.h"
 
@@ -44,6 +45,8 @@ static const VilKey TKEYS[] = {
     TF(crop_pct, VIL_MIN_CROP_PCT, 1, "evaluation: resize to img_size / crop_pct, center crop"),
     TI(seed, 0, 2147483647, "seed of the initialization, data order, augmentation and drop path"),
     TI(workers, 1, 256, "data loader threads"),
+    TI(max_pixels, 1, VIL_IMAGE_MAX_PIXELS, "decoded pixels an image may have: a larger one is refused "
+                                           "on its header (training replaces it, evaluation leaves it out)"),
     TS(allreduce, "with several ranks: overlap (the gradients summed in buckets while the backward "
                   "runs, the default) or end (one all-reduce after the backward)"),
     TF(bucket_mb, 0.001, 65536, "allreduce = overlap: MiB of gradients per all-reduce bucket"),
@@ -144,6 +147,7 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->crop_pct = 0.875f;
     t->seed = 0;
     t->workers = 4;
+    t->max_pixels = VIL_IMAGE_DEFAULT_MAX_PIXELS;
     strcpy(t->allreduce, "overlap");
     t->bucket_mb = 4.0f;
     t->log_every = 50;

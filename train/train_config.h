@@ -33,6 +33,7 @@ typedef struct {
     float crop_pct;          /* evaluation: resize to img_size / crop_pct, center crop */
     int seed;
     int workers;             /* data loader threads */
+    int max_pixels;          /* decoded pixels an image may have (vil_image_set_max_pixels) */
     char allreduce[8];       /* "overlap": bucketed during the backward; "end": after it */
     float bucket_mb;         /* gradient MiB per bucket of allreduce = overlap */
     int recompute;           /* 1: the backward recomputes u and delta (VilModel.recompute) */
