@@ -13,18 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/testing.h"
 #include "vil/common.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define T_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define T_ASAN 1
-#endif
-#endif
-#ifndef T_ASAN
-#define T_ASAN 0
-#endif
 
 /* the address space this process holds now (bytes) */
 static inline long t_vm_bytes(void) {

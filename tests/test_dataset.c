@@ -12,17 +12,6 @@
 #include "tests/testing.h"
 #include "vil/common.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define T_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define T_ASAN 1
-#endif
-#endif
-#ifndef T_ASAN
-#define T_ASAN 0
-#endif
-
 /* the messages of the calls expected to fail */
 static VilErrCapture g_cap;
 

@@ -20,17 +20,6 @@
 #include "vil/common.h"
 #include "vil/model.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define T_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define T_ASAN 1
-#endif
-#endif
-#ifndef T_ASAN
-#define T_ASAN 0
-#endif
-
 static char *dir;
 static char out[1 << 17];
 

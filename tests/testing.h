@@ -12,6 +12,19 @@
 
 #include "tests/rel_err.h"
 
+/* 1 in an AddressSanitizer build (gcc or clang): its shadow takes terabytes of address space, so
+ * memory-limit checks skip the limit there (tests/limited.h) */
+#if defined(__SANITIZE_ADDRESS__)
+#define T_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define T_ASAN 1
+#endif
+#endif
+#ifndef T_ASAN
+#define T_ASAN 0
+#endif
+
 static int t_passed = 0, t_failed = 0;
 
 #define T_CHECK(cond, ...)                                                                 \
