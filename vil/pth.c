@@ -565,13 +565,5 @@ int vil_pth_open(const char *path, int ema, VilSafetensors *st, VilPthInfo *info
 
 int vil_pth_read(const char *path, int ema, VilSafetensors *st, VilPthInfo *info) {
     if (vil_pth_open(path, ema, st, info) != 0) return -1;
-    VilErrCapture cap;
-    vil_error_capture(&cap);
-    int rc = vil_st_load(st, NULL);
-    vil_error_release(&cap);
-    if (rc != 0) {
-        vil_error("'%s': %s", path, cap.msg);
-        vil_st_free(st);
-    }
-    return rc;
+    return vil_st_load_all(st, path);
 }

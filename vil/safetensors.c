@@ -592,6 +592,10 @@ int vil_st_load(VilSafetensors *st, const unsigned char *want) {
 
 int vil_st_read(const char *path, VilSafetensors *st) {
     if (vil_st_open(path, st) != 0) return -1;
+    return vil_st_load_all(st, path);
+}
+
+int vil_st_load_all(VilSafetensors *st, const char *path) {
     VilErrCapture cap;
     vil_error_capture(&cap);
     int rc = vil_st_load(st, NULL);

@@ -98,6 +98,9 @@ int vil_st_open(const char *path, VilSafetensors *st);
  * Once per open; a no-op (0) for a st that holds its data already. 0, or -1 with a vil_error
  * message naming the tensor. */
 int vil_st_load(VilSafetensors *st, const unsigned char *want);
+/* vil_st_load of every tensor, a failure said as "'path': reason" and *st freed (the second half
+ * of vil_st_read and vil_pth_read). */
+int vil_st_load_all(VilSafetensors *st, const char *path);
 /* The same checks on bytes in memory. Copies what it keeps (the caller's buf stays the
  * caller's), so buf may be freed right after. Messages carry no file name. */
 int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st);
