@@ -256,7 +256,7 @@ endif
 # when it came from a vil run whose stderr a test discards: ASan and LeakSanitizer (and UBSan
 # under clang; gcc's prints to stderr only) log to build/asan/reports/, and every sanitizer
 # exits 99, a status no test expects.
-ASAN_OPT := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+ASAN_OPT := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow
 .PHONY: test-asan
 ifneq ($(ASAN_BUILD),1)
 test-asan:
