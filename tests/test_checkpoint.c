@@ -354,7 +354,10 @@ static void test_bad_metadata(void) {
         vil_st_writer_free(w);
         size_t before = 0, after = 0;
         int rc = 0;
-        for (int rep = 0; rep < 3; rep++) { /* the first warms up what stays allocated */
+        /* the first warms up what stays allocated; over 16 more loads the old leak (~256 bytes
+         * of class names a load) grows the heap by ~4 KB, where other threads' bookkeeping
+         * (OpenMP, OpenBLAS on a 16-core machine) moved it by a few hundred bytes once */
+        for (int rep = 0; rep < 17; rep++) {
             if (rep == 1) before = mallinfo2().uordblks;
             vil_error_capture(&cap);
             rc = vil_checkpoint_load(path("ev_names.safetensors"), &vil_backend_cpu, NULL, &r, &meta);
@@ -366,7 +369,7 @@ static void test_bad_metadata(void) {
         }
         after = mallinfo2().uordblks;
         T_CHECK(rc != 0 && strstr(cap.msg, "metadata vil.eval is not") && meta.class_names == NULL &&
-                    after <= before,
+                    after < before + 1024,
                 "vil.eval %s with class names: refused, nothing kept (heap %+ld bytes): %s", evals[k],
                 (long)after - (long)before, cap.msg);
     }

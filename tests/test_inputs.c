@@ -36,7 +36,10 @@ static int vil(int secs, long limit_kb, const char *fmt, ...) {
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     char lim[64] = "";
-    if (limit_kb > 0 && !T_ASAN) snprintf(lim, sizeof lim, "ulimit -d %ld; ", limit_kb);
+    /* one OpenBLAS thread: each takes a 128 MB buffer and a stack against the limit, and on a
+     * 16-core machine they did not fit (pthread_create failed, or a buffer malloc retried forever) */
+    if (limit_kb > 0 && !T_ASAN)
+        snprintf(lim, sizeof lim, "ulimit -d %ld; OPENBLAS_NUM_THREADS=1 ", limit_kb);
     snprintf(cmd, sizeof cmd, "%stimeout -k 5 %d bin/vil %s 2>&1", lim, secs, args);
     int rc = t_run(cmd, out, sizeof out);
     if (limit_kb > 0 && T_ASAN) printf("note: AddressSanitizer build: the %ld KB limit is skipped\n", limit_kb);
