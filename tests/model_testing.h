@@ -1,10 +1,23 @@
 /* model_testing.h: helpers shared by the whole-model tests (test_model.c on the CPU,
- * gpu_model.c against the CUDA backend). */
+ * gpu_model.c against the CUDA backend) and the command-line tests' tiny model. */
 #ifndef VIL_MODEL_TESTING_H
 #define VIL_MODEL_TESTING_H
 
+#include "vil/backend.h"
 #include "vil/common.h"
 #include "vil/model.h"
+
+/* The tiny ViL the command-line tests run (16 px, patch 4, dim 8, depth 2, d_state 4, 3
+ * classes) on the CPU, weights from seed 1; vil_model_free it. */
+static inline void t_tiny_model(VilModel *m) {
+    VilConfig c;
+    vil_config_default(&c);
+    c.img_size = 16, c.patch_size = 4, c.stride = 4, c.embed_dim = 8, c.depth = 2, c.d_state = 4,
+    c.num_classes = 3;
+    vil_config_finalize(&c);
+    vil_model_init(m, &c, &vil_backend_cpu);
+    vil_model_init_weights(m, 1);
+}
 
 /* m's parameters into p (buf_len floats), moved off their init values (norms 1, D 1, biases 0)
  * so every path carries gradient: + 0.1 N(0, 1) everywhere, a head of unit scale (init is std

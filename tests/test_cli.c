@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "data_corpus.h"
+#include "model_testing.h"
 #include "testing.h"
 #include "vil/checkpoint.h"
 #include "vil/common.h"
@@ -186,14 +187,8 @@ int main(void) {
     test_version();
     dir = corpus_mkdtemp("cli");
     /* a small checkpoint and a cfg to work with */
-    VilConfig c;
-    vil_config_default(&c);
-    c.img_size = 16, c.patch_size = 4, c.stride = 4, c.embed_dim = 8, c.depth = 2, c.d_state = 4,
-    c.num_classes = 3;
-    vil_config_finalize(&c);
     VilModel m;
-    vil_model_init(&m, &c, &vil_backend_cpu);
-    vil_model_init_weights(&m, 1);
+    t_tiny_model(&m);
     char p[1024];
     snprintf(p, sizeof p, "%s/m.safetensors", dir);
     vil_checkpoint_save(&m, p, 0, NULL, 0, NULL);

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "tests/data_corpus.h"
+#include "tests/model_testing.h"
 #include "tests/testing.h"
 #include "vil/backend.h"
 #include "vil/checkpoint.h"
@@ -308,14 +309,8 @@ static void test_names(void) {
 static void test_json(void) {
     /* class names with a control character and a non-ASCII letter (a checkpoint's metadata is
      * UTF-8: vil refuses to write or read it otherwise) */
-    VilConfig c;
-    vil_config_default(&c);
-    c.img_size = 16, c.patch_size = 4, c.stride = 4, c.embed_dim = 8, c.depth = 2, c.d_state = 4,
-    c.num_classes = 3;
-    vil_config_finalize(&c);
     VilModel m;
-    vil_model_init(&m, &c, &vil_backend_cpu);
-    vil_model_init_weights(&m, 1);
+    t_tiny_model(&m);
     char *names[3] = {"ok", "caf\xc3\xa9", "ctl\x01"};
     char p[4096];
     path(p, sizeof p, "n.safetensors");
@@ -366,14 +361,8 @@ int main(void) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1); /* CI runs as root */
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     dir = corpus_mkdtemp("inputs");
-    VilConfig c;
-    vil_config_default(&c);
-    c.img_size = 16, c.patch_size = 4, c.stride = 4, c.embed_dim = 8, c.depth = 2, c.d_state = 4,
-    c.num_classes = 3;
-    vil_config_finalize(&c);
     VilModel m;
-    vil_model_init(&m, &c, &vil_backend_cpu);
-    vil_model_init_weights(&m, 1);
+    t_tiny_model(&m);
     char p[4096];
     path(p, sizeof p, "m.safetensors");
     vil_checkpoint_save(&m, p, 0, NULL, 0, NULL);
