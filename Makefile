@@ -175,7 +175,7 @@ $(OPTIONS_FILE): FORCE
 	$(shell mkdir -p $(dir $@))$(file >$@.tmp,$(OPTIONS))
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 
-LIB_SRC := $(wildcard vil/*.c data/*.c train/*.c eval/*.c)
+LIB_SRC := $(wildcard vil/*.c formats/*.c data/*.c train/*.c eval/*.c charts/*.c)
 LIB_OBJ := $(filter-out $(VERSION_OBJ),$(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))) \
            $(BUILD)/gen/imagenet_names.o $(CU_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -184,7 +184,7 @@ GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
 TOOL_SRC := $(wildcard tools/*.c)
 TOOL_BIN := $(patsubst tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
-HDR := $(wildcard vil/*.h data/*.h train/*.h eval/*.h cli/*.h cuda/*.h cuda/*.cuh)
+HDR := $(wildcard vil/*.h formats/*.h data/*.h train/*.h eval/*.h charts/*.h cli/*.h cuda/*.h cuda/*.cuh)
 
 .PHONY: all test test-run test-gpu clean fuzz demo deps dev-cuda FORCE
 all: bin/vil $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))

@@ -12,7 +12,7 @@
 #include "data/image.h"
 #include "data/transform.h"
 #include "cli/args.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"
 #include "eval/eval.h"

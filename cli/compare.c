@@ -14,10 +14,10 @@
 
 #include "cli/commands.h"
 #include "data/dataset.h"
-#include "eval/chart.h"
+#include "charts/chart.h"
 #include "eval/eval.h"
 #include "cli/args.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"
 

@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "data/dataset.h"
 #include "cli/args.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 
 /* the parameters of two models, bit for bit */

@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/args.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"
 

@@ -12,7 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "eval/curves.h"
+#include "charts/curves.h"
 #include "vil/common.h"
 
 #define MAX_RUNS 32

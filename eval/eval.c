@@ -9,7 +9,7 @@
 
 #include "data/feed.h"
 #include "data/transform.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"
 

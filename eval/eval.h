@@ -7,7 +7,7 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/model.h"
 
 typedef struct {

@@ -16,12 +16,12 @@ FUZZ_FLAGS   := -g -O1 -std=gnu11 -I. -I/usr/include/stb -I/usr/include/cjson -f
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 # a 4-megapixel cap keeps each input fast under ASan; the real limit is tested in test_image
 DECODE_SRC   := data/image.c data/transform.c data/randaugment.c vil/common.c
-PTH_SRC      := vil/pth.c vil/pickle.c vil/safetensors.c vil/common.c
-PICKLE_SRC   := vil/pickle.c vil/common.c
+PTH_SRC      := formats/pth.c formats/pickle.c formats/safetensors.c vil/common.c
+PICKLE_SRC   := formats/pickle.c vil/common.c
 # the checkpoint path needs the model, hence the whole library (CPU ops included: the backend's
 # table names them) and the ImageNet names table; OpenMP because scan.c calls omp_* (at -O1
 # under the sanitizers clang cannot vectorize its `omp simd` loops and would say so: no matter here)
-CKPT_SRC     := $(wildcard vil/*.c) build/gen/imagenet_names.c
+CKPT_SRC     := $(wildcard vil/*.c formats/*.c) build/gen/imagenet_names.c
 
 .PHONY: fuzz fuzz-build  # (run-% stay out: make matches no pattern rule for a phony target)
 fuzz: $(FUZZ_TARGETS:%=run-%)
@@ -30,17 +30,17 @@ fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/%)
 $(FUZZ_DIR)/fuzz_decode: tests/fuzz_decode.c $(DECODE_SRC) data/image.h data/transform.h data/randaugment.h vil/common.h tests/fuzz.mk
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) -DVIL_IMAGE_MAX_PIXELS=4000000LL -o $@ tests/fuzz_decode.c $(DECODE_SRC) -ljpeg -lstb -lm
-$(FUZZ_DIR)/fuzz_pth: tests/fuzz_pth.c $(PTH_SRC) vil/pth.h vil/pickle.h vil/safetensors.h vil/common.h tests/fuzz.mk
+$(FUZZ_DIR)/fuzz_pth: tests/fuzz_pth.c $(PTH_SRC) formats/pth.h formats/pickle.h formats/safetensors.h vil/common.h tests/fuzz.mk
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) -o $@ tests/fuzz_pth.c $(PTH_SRC) -lzip -lcjson -lm
-$(FUZZ_DIR)/fuzz_pickle: tests/fuzz_pickle.c $(PICKLE_SRC) vil/pickle.h vil/common.h tests/fuzz.mk
+$(FUZZ_DIR)/fuzz_pickle: tests/fuzz_pickle.c $(PICKLE_SRC) formats/pickle.h vil/common.h tests/fuzz.mk
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) -o $@ tests/fuzz_pickle.c $(PICKLE_SRC) -lm
-$(FUZZ_DIR)/fuzz_checkpoint: tests/fuzz_checkpoint.c $(CKPT_SRC) $(wildcard vil/*.h) tests/fuzz.mk
+$(FUZZ_DIR)/fuzz_checkpoint: tests/fuzz_checkpoint.c $(CKPT_SRC) $(wildcard vil/*.h formats/*.h) tests/fuzz.mk
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) -fopenmp -Wno-pass-failed -o $@ tests/fuzz_checkpoint.c $(CKPT_SRC) -lzip -lcjson -lm
 # the seed writer: the same file without libFuzzer, unsanitized (it only runs the library)
-$(FUZZ_DIR)/seed_checkpoint: tests/fuzz_checkpoint.c $(CKPT_SRC) $(wildcard vil/*.h) tests/fuzz.mk
+$(FUZZ_DIR)/seed_checkpoint: tests/fuzz_checkpoint.c $(CKPT_SRC) $(wildcard vil/*.h formats/*.h) tests/fuzz.mk
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) -DVIL_FUZZ_SEED -O1 -std=gnu11 -I. -I/usr/include/cjson -fopenmp -o $@ \
 	    tests/fuzz_checkpoint.c $(CKPT_SRC) -lzip -lcjson -lm

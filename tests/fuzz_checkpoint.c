@@ -15,10 +15,10 @@
 #include <unistd.h>
 
 #include "vil/backend.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/model.h"
-#include "vil/safetensors.h"
+#include "formats/safetensors.h"
 
 #ifndef VIL_FUZZ_SEED
 

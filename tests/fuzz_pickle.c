@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "vil/common.h"
-#include "vil/pickle.h"
+#include "formats/pickle.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* captured: the fuzzer stays quiet, and the text shows that a failure said why */

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 #include "vil/common.h"
-#include "vil/pth.h"
-#include "vil/safetensors.h"
+#include "formats/pth.h"
+#include "formats/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int ema = 0; ema < 2; ema++) {

@@ -10,7 +10,7 @@
 
 #include "testing.h"
 #include "vil/backend.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 
 #define DATA "tests/data/pth/"

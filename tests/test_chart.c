@@ -8,7 +8,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "eval/chart.h"
+#include "charts/chart.h"
 #include "tests/testing.h"
 #include "vil/common.h"
 

@@ -17,9 +17,9 @@
 #include "data_corpus.h"
 #include "limited.h"
 #include "testing.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
-#include "vil/safetensors.h"
+#include "formats/safetensors.h"
 
 static char *dir;
 

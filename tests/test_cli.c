@@ -14,9 +14,9 @@
 #include "data_corpus.h"
 #include "model_testing.h"
 #include "testing.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
-#include "vil/safetensors.h"
+#include "formats/safetensors.h"
 #include "vil/version.h"
 
 static char *dir;

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "testing.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/config.h"
 #include "vil/model.h"

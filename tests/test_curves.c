@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "eval/curves.h"
+#include "charts/curves.h"
 #include "tests/testing.h"
 #include "vil/common.h"
 

@@ -14,7 +14,7 @@
 #include "tests/testing.h"
 #include "vil/common.h"
 #include "vil/dist.h"
-#include "vil/safetensors.h"
+#include "formats/safetensors.h"
 
 static char *dir;
 

@@ -17,7 +17,7 @@
 #include "tests/model_testing.h"
 #include "tests/testing.h"
 #include "vil/backend.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/model.h"
 

@@ -18,11 +18,11 @@
 
 #include "limited.h"
 #include "testing.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
-#include "vil/pickle.h"
-#include "vil/pth.h"
-#include "vil/safetensors.h"
+#include "formats/pickle.h"
+#include "formats/pth.h"
+#include "formats/safetensors.h"
 
 #define DATA "tests/data/pth/"
 static char dir[] = "/tmp/vil_test_pth_XXXXXX";

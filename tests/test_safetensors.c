@@ -6,7 +6,7 @@
 #include "tests/limited.h"
 #include "tests/testing.h"
 #include "vil/common.h"
-#include "vil/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -21,10 +21,10 @@
 #include "testing.h"
 #include "train/train.h"
 #include "vil/backend.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/model.h"
-#include "vil/safetensors.h"
+#include "formats/safetensors.h"
 
 static char *dir;
 

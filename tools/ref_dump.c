@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
-#include "vil/safetensors.h"
+#include "formats/safetensors.h"
 
 int main(int argc, char **argv) {
     if (argc < 2) {

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "eval/curves.h"
+#include "charts/curves.h"
 #include "train/tfevents.h"
 #include "vil/common.h"
 #include "vil/version.h" /* VIL_VERSION: the commit comes from the command (version.o) */

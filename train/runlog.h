@@ -5,7 +5,7 @@
  *                   a crash left behind) are dropped and the file goes on
  *   events.out.tfevents.*   the same scalars for TensorBoard (train/tfevents.h), a file per start
  *   curves.svg      loss, top-1, lr and images/s against steps, redrawn after each evaluation
- *                   (eval/curves.h; `vil plot` draws it, or several runs, on demand)
+ *                   (charts/curves.h; `vil plot` draws it, or several runs, on demand)
  *   config.cfg      the effective configuration, as `vil train --config` reads it
  *   run.jsonl       one line per start, fresh or resumed: the command line, vil's version and
  *                   commit, the device, the ranks, the dataset and its size */

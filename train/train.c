@@ -26,10 +26,10 @@
 #include "data/loader.h"
 #include "data/transform.h"
 #include "eval/eval.h"
-#include "vil/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/model.h"
-#include "vil/safetensors.h"
+#include "formats/safetensors.h"
 
 #define STATE_FORMAT "vil-train-state"
 #define STATE_VERSION "1"

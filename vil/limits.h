@@ -20,7 +20,7 @@
 #define VIL_MAX_THREADS 4096       /* CPU compute threads (--threads) */
 #define VIL_MIN_CROP_PCT 1e-3      /* crop_pct, --crop-pct: resize to size / crop_pct */
 /* and elsewhere: decoded images VIL_IMAGE_MAX_PIXELS (data/image.h), a safetensors header
- * VIL_ST_MAX_HEADER and its JSON's structure VIL_ST_MAX_JSON_TOKENS (vil/safetensors.h), a .pth
- * entry VIL_PTH_MAX_ENTRY (vil/pth.h), a pickle VIL_PK_MAX_* (vil/pickle.h) */
+ * VIL_ST_MAX_HEADER and its JSON's structure VIL_ST_MAX_JSON_TOKENS (formats/safetensors.h), a .pth
+ * entry VIL_PTH_MAX_ENTRY (formats/pth.h), a pickle VIL_PK_MAX_* (formats/pickle.h) */
 
 #endif

@@ -2,14 +2,14 @@
  * that torch.save emits for a checkpoint dict; each opcode checks its operands' kinds and every
  * length against what is left of the input before it reads. Objects live in one arena freed at
  * once, so memo references (and cycles made through them) need no ownership rules. */
-#include "pickle.h"
+#include "formats/pickle.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "vil/common.h"
 
 #define BLOCK 4096 /* objects per arena block */
 #define MAX_ITEMS (1 << 23) /* container slots in all, however they were pushed */

@@ -1,7 +1,7 @@
 /* chart.c: the SVG line-chart writer of chart.h. The document grows in one buffer; numbers are
  * printed from integers (tenths of a pixel, scaled tick values), never with %f or %g, so the
  * bytes depend on the input alone and not on LC_NUMERIC. */
-#include "eval/chart.h"
+#include "charts/chart.h"
 
 #include <math.h>
 #include <stdarg.h>

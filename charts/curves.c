@@ -3,7 +3,7 @@
  * that does not parse is counted and skipped, and a step that goes back replaces the points
  * logged after it. The chart is drawn by chart.c; numbers in the title are printed from
  * integers so the document does not depend on LC_NUMERIC (as chart.c promises). */
-#include "eval/curves.h"
+#include "charts/curves.h"
 
 #include <cJSON.h>
 #include <limits.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/chart.h"
+#include "charts/chart.h"
 #include "vil/common.h"
 
 #define LABEL_CHARS 30 /* a run's name in a legend, before " (EMA)" / " (val)" */

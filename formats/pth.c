@@ -3,7 +3,7 @@
  * NAME/version and, since torch 2.0, NAME/byteorder. Only data.pkl and the storages of the one
  * state dict asked for are read: a training checkpoint's optimizer moments stay on disk. */
 #define _GNU_SOURCE /* qsort_r */
-#include "pth.h"
+#include "formats/pth.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,8 +14,8 @@
 #include <unistd.h>
 #include <zip.h>
 
-#include "common.h"
-#include "pickle.h"
+#include "vil/common.h"
+#include "formats/pickle.h"
 
 #define MAX_ENTRIES (1 << 20)
 #define MAX_NAME 255 /* a state-dict key */

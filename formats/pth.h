@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 /* the largest archive entry read (a storage or data.pkl) */
 #define VIL_PTH_MAX_ENTRY ((size_t)16 << 30)

@@ -2,9 +2,9 @@
  * the header is checked before it is used) and the writer, which produces the same bytes as
  * the Python library for the same tensor order. JSON goes through cJSON. */
 #define _GNU_SOURCE
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
-#include "common.h"
+#include "vil/common.h"
 
 #include <cJSON.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* checkpoint.c: saving and loading models as safetensors (see checkpoint.h). Loading checks
  * every expected tensor's presence, shape and dtype and reports all problems, not just the
  * first; an unknown tensor is an error, so a file of another architecture never half-loads. */
-#include "checkpoint.h"
+#include "formats/checkpoint.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "imagenet_names.h"
-#include "pth.h"
-#include "safetensors.h"
+#include "vil/common.h"
+#include "vil/imagenet_names.h"
+#include "formats/pth.h"
+#include "formats/safetensors.h"
 
 #define META_CONFIG "vil.config"
 #define META_IMG "vil.img_size"

@@ -6,7 +6,7 @@
 #ifndef VIL_CHECKPOINT_H
 #define VIL_CHECKPOINT_H
 
-#include "model.h"
+#include "vil/model.h"
 
 /* How a model's inputs are made for evaluation: the shorter side resized to img_size / crop_pct
  * (bicubic), a center crop, then (x - mean) / std per channel. Training records it in its
