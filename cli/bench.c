@@ -366,7 +366,7 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
         m.recompute = tc->recompute;
         vil_model_init_weights(&m, 0);
         VilStepParams sp = vil_step_params(tc, (float)vil_peak_lr(tc->base_lr, batches[0]));
-        vil_model_init_training(&m, sp.ema_decay > 0.0f);
+        vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
         /* the latency of one image: the forward at batch 1 */
         double lat = -1;
         vil_error_capture(&cap);
@@ -528,7 +528,7 @@ int vil_cmd_bench(int argc, char **argv) {
                    dist.local_world, (long)batch * dist.world);
         fflush(stdout);
     }
-    vil_model_init_training(&m, sp.ema_decay > 0.0f);
+    vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
     vil_model_alloc_acts(&m, batch, 1);
     upload_batch(&m, 1);
     if (dist.mpi) {
