@@ -1,7 +1,9 @@
 /* optim.h: the optimizers the model trains with, each a small description: its name, the
  * parameter-shaped float32 buffers it keeps between steps (with the names a training state file
  * saves them under) and its update, written against the backend's op table. The model owns the
- * buffers (vil_model_init_training) and runs the update (vil_model_optim_step). */
+ * buffers (vil_model_init_training) and runs the update (vil_model_optim_step); the trainer
+ * saves and restores them by the names here (vil_model_train_state_*), so an optimizer is its
+ * entry in optim.c and its op (backend.h's VIL_OPS, vil/optimizer.c, cuda/optimizer.cu). */
 #ifndef VIL_OPTIM_H
 #define VIL_OPTIM_H
 
