@@ -25,7 +25,7 @@
 
 static void upload_batch(VilModel *m, uint64_t seed) {
     const VilConfig *c = &m->cfg;
-    int B = m->acts.B;
+    int B = vil_model_batch(m);
     size_t ni = (size_t)B * c->in_chans * c->img_size * c->img_size, nt = (size_t)B * c->num_classes;
     float *img = vil_malloc(ni * sizeof(float)), *tg = vil_calloc(nt, sizeof(float));
     VilRng r;
@@ -35,16 +35,15 @@ static void upload_batch(VilModel *m, uint64_t seed) {
         for (int k = 0; k < c->num_classes; k++) tg[(size_t)b * c->num_classes + k] = 0.1f / c->num_classes;
         tg[(size_t)b * c->num_classes + vil_rng_below(&r, (uint32_t)c->num_classes)] += 0.9f;
     }
-    m->be->to_device(m->be, m->acts.img, img, ni * sizeof(float));
-    m->be->to_device(m->be, m->acts.targets, tg, nt * sizeof(float));
+    vil_model_upload_inputs(m, img, tg);
     free(img);
     free(tg);
 }
 
 static float mean_loss(VilModel *m) {
-    int B = m->acts.B;
+    int B = vil_model_batch(m);
     float *l = vil_malloc((size_t)B * sizeof(float));
-    m->be->to_host(m->be, l, m->acts.losses, (size_t)B * sizeof(float));
+    vil_model_losses(m, l);
     double s = 0;
     for (int b = 0; b < B; b++) s += l[b];
     free(l);
@@ -64,7 +63,7 @@ static void forward_backward(VilModel *m) {
 static double feed_steps(VilModel *m, const VilStepParams *sp, int warmup, int steps) {
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
-    int B = m->acts.B;
+    int B = vil_model_batch(m);
     size_t bytes[2] = {(size_t)B * c->in_chans * c->img_size * c->img_size * sizeof(float),
                        (size_t)B * c->num_classes * sizeof(float)};
     float *h[2][2];
@@ -74,11 +73,12 @@ static double feed_steps(VilModel *m, const VilStepParams *sp, int warmup, int s
             if (!h[s][i]) VIL_FATAL("host_alloc of %zu bytes failed", bytes[i]);
         }
     /* the images and targets already on the device, as the two host batches */
+    void *dev0[3], *in[2];
+    vil_model_input_buffers(m, dev0);
     for (int s = 0; s < 2; s++) {
-        be->to_host(be, h[s][0], m->acts.img, bytes[0]);
-        be->to_host(be, h[s][1], m->acts.targets, bytes[1]);
+        be->to_host(be, h[s][0], dev0[0], bytes[0]);
+        be->to_host(be, h[s][1], dev0[1], bytes[1]);
     }
-    void *dev0[2] = {m->acts.img, m->acts.targets}, *in[2];
     VilFeed f;
     vil_feed_init(&f, be, 2, dev0, bytes);
     VilBatch dummy[2];
@@ -366,7 +366,7 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
         m.recompute = tc->recompute;
         vil_model_init_weights(&m, 0);
         VilStepParams sp = vil_step_params(tc, (float)vil_peak_lr(tc->base_lr, batches[0]));
-        vil_model_init_training(&m, sp.ema_decay > 0.0f);
+        vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
         /* the latency of one image: the forward at batch 1 */
         double lat = -1;
         vil_error_capture(&cap);
@@ -528,7 +528,7 @@ int vil_cmd_bench(int argc, char **argv) {
                    dist.local_world, (long)batch * dist.world);
         fflush(stdout);
     }
-    vil_model_init_training(&m, sp.ema_decay > 0.0f);
+    vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
     vil_model_alloc_acts(&m, batch, 1);
     upload_batch(&m, 1);
     if (dist.mpi) {

@@ -214,9 +214,9 @@ int vil_cmd_classify(int argc, char **argv) {
         if (!good) continue;
         /* unused slots of the last chunk: zeros, results ignored */
         memset(batch + (size_t)good * per, 0, (CHUNK - good) * per * sizeof(float));
-        be->to_device(be, m.acts.img, batch, CHUNK * per * sizeof(float));
+        vil_model_upload_inputs(&m, batch, NULL);
         vil_model_forward(&m, 0);
-        be->to_host(be, logits, m.acts.logits, (size_t)CHUNK * NC * sizeof(float));
+        vil_model_logits(&m, logits);
         for (int i = 0, k = 0; i < n; i++)
             if (items[i].ok) print_result(items[i].file, logits + (size_t)(k++) * NC, NC, topk, json, meta.class_names);
     }

@@ -146,8 +146,8 @@ static void test_model_stride(const char *arch, float drop_path, int B, int stri
         if (s == 0) l0c = l3c;
         vil_model_backward(&mc);
         vil_model_backward(&mg);
-        vil_model_adamw_step(&mc, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f);
-        vil_model_adamw_step(&mg, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f);
+        vil_model_optim_step(&mc, &(VilOptimHyper){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f});
+        vil_model_optim_step(&mg, &(VilOptimHyper){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f});
     }
     vil_model_forward(&mc, 1);
     vil_model_forward(&mg, 1);
@@ -230,7 +230,7 @@ static void test_graph_forward(void) {
     VilConfig c;
     VilModel m;
     small_vil_cuda(&m, &c, 5);
-    vil_model_init_training(&m, 1);
+    vil_model_init_training(&m, &vil_optim_adamw, 1);
     int B = 3, nc = c.num_classes;
     size_t ni = (size_t)B * c.in_chans * c.img_size * c.img_size, nl = (size_t)B * nc;
     float *img[2], ref[64], got[64];

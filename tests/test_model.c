@@ -207,7 +207,7 @@ static void test_adamw_lowers_loss(void) {
         if (s == 0) first = l;
         last = l;
         vil_model_backward(&m);
-        vil_model_adamw_step(&m, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f);
+        vil_model_optim_step(&m, &(VilOptimHyper){.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f});
     }
     printf("     30 AdamW steps on one batch: loss %.4f -> %.4f\n", first, last);
     T_CHECK(last < 0.7 * first, "AdamW did not lower the loss on a fixed batch: %.4f -> %.4f", first, last);

@@ -4,8 +4,14 @@
 
 #include <string.h>
 
+const VilOptim *vil_train_optim(const VilTrainConfig *t) {
+    (void)t;
+    return &vil_optim_adamw;
+}
+
 VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
-    return (VilStepParams){.lr = lr, .beta1 = t->beta1, .beta2 = t->beta2, .eps = t->adam_eps,
+    return (VilStepParams){.optim = vil_train_optim(t), .lr = lr, .beta1 = t->beta1,
+                           .beta2 = t->beta2, .eps = t->adam_eps,
                            .weight_decay = t->weight_decay, .clip_grad = t->clip_grad,
                            .ema_decay = t->ema_decay, .overlap = strcmp(t->allreduce, "overlap") == 0,
                            .bucket_bytes = (size_t)(t->bucket_mb * 1048576.0)};
@@ -30,7 +36,8 @@ void vil_train_update(VilModel *m, const VilStepParams *s) {
         vil_model_allreduce_grads(m, s->dist);
     }
     if (s->clip_grad > 0.0f) vil_model_clip_grad(m, s->clip_grad);
-    vil_model_adamw_step(m, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay);
+    vil_model_optim_step(m, &(VilOptimHyper){.lr = s->lr, .beta1 = s->beta1, .beta2 = s->beta2,
+                                             .eps = s->eps, .wd = s->weight_decay});
     if (s->ema_decay > 0.0f) vil_model_ema_update(m, s->ema_decay);
 }
 

@@ -291,14 +291,6 @@ static const VilStTensor *state_tensor(const VilSafetensors *st, const char *nam
     return t;
 }
 
-/* Upload one state tensor (packed: vil_model_pack; its data may sit at any alignment in the
- * file buffer) into a parameter-shaped buffer. */
-static void upload(const VilModel *m, float *dst, const float *packed, float *host) {
-    memcpy(host, packed, m->param_count * sizeof(float));
-    vil_model_unpack(m, host, host);
-    m->be->to_device(m->be, dst, host, m->buf_len * sizeof(float));
-}
-
 /* A state tensor's values copied out (packed) and checked: finite, and >= 0 where nonneg (the
  * second moments). 0, or -1 naming the tensor and the file. */
 static int state_values(const char *path, const VilStTensor *t, int nonneg, float *host, size_t n) {
@@ -314,7 +306,6 @@ static int state_restore(Trainer *T, const char *path) {
     VilSafetensors st;
     if (state_open(path, &st) != 0) return -1;
     VilModel *m = &T->m;
-    const VilBackend *be = T->be;
     int rc = -1;
     float *host = vil_malloc(m->buf_len * sizeof(float));
     char *mine = vil_config_to_json(T->mc), *tmine = vil_train_config_to_json(T->tc);
@@ -415,30 +406,31 @@ static int state_restore(Trainer *T, const char *path) {
     T->best_top1 = (float)bv;
     T->best_step = best_step;
     size_t n = m->param_count; /* the files hold the tensors packed, without buffer padding */
-    const VilStTensor *tp = state_tensor(&st, "params", n), *tm = state_tensor(&st, "adam_m", n),
-                      *tv = state_tensor(&st, "adam_v", n);
-    if (!tp || !tm || !tv) goto done;
-    const VilStTensor *te = m->ema ? vil_st_find(&st, "ema") : NULL;
-    if (te && !(te = state_tensor(&st, "ema", n))) goto done;
+    /* the model's training state (vil_model_train_state_info): each tensor it needs looked up
+     * (every missing one reported), then the optional EMA where the file has one */
+    int ns = vil_model_train_state_count(m), ok = 1;
+    VilTrainStateInfo si[VIL_TRAIN_STATE_MAX];
+    const VilStTensor *tp = state_tensor(&st, "params", n), *ts[VIL_TRAIN_STATE_MAX] = {0};
+    for (int i = 0; i < ns; i++) {
+        si[i] = vil_model_train_state_info(m, i);
+        if (!si[i].optional) ok &= (ts[i] = state_tensor(&st, si[i].name, n)) != NULL;
+    }
+    if (!tp || !ok) goto done;
+    for (int i = 0; i < ns; i++)
+        if (si[i].optional && vil_st_find(&st, si[i].name) && !(ts[i] = state_tensor(&st, si[i].name, n)))
+            goto done;
     /* every tensor checked before any is taken */
-    if (state_values(path, tp, 0, host, n) || state_values(path, tm, 0, host, n) ||
-        state_values(path, tv, 1, host, n) || (te && state_values(path, te, 0, host, n)))
-        goto done;
+    if (state_values(path, tp, 0, host, n)) goto done;
+    for (int i = 0; i < ns; i++)
+        if (ts[i] && state_values(path, ts[i], si[i].nonneg, host, n)) goto done;
     memcpy(host, tp->data, n * sizeof(float));
     vil_model_unpack(m, host, host);
     vil_model_set_params(m, host);
-    upload(m, m->m, tm->data, host);
-    upload(m, m->v, tv->data, host);
-    m->step = (int)adam_step;
-    if (m->ema) {
-        if (te) {
-            upload(m, m->ema, te->data, host);
-        } else {
-            vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
-            vil_model_get_params(m, host);
-            be->to_device(be, m->ema, host, m->buf_len * sizeof(float));
-        }
+    for (int i = 0; i < ns; i++) {
+        if (!ts[i]) vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
+        vil_model_train_state_set(m, i, ts[i] ? (const float *)ts[i]->data : NULL);
     }
+    vil_model_optim_set_steps(m, (int)adam_step);
     T->step = step;
     T->epoch = (int)epoch;
     T->epoch_batch = (int)eb;
@@ -496,10 +488,10 @@ static int save_all(Trainer *T, const float *new_best) {
 
 static int save_all_here(Trainer *T, const float *new_best) {
     VilModel *m = &T->m;
-    const VilBackend *be = T->be;
     size_t n = m->buf_len, bytes = n * sizeof(float);
-    float *p = vil_malloc(bytes), *mm = vil_malloc(bytes), *vv = vil_malloc(bytes);
-    float *e = m->ema ? vil_malloc(bytes) : NULL;
+    int ns = vil_model_train_state_count(m);
+    float *p = vil_malloc(bytes), *ts[VIL_TRAIN_STATE_MAX] = {0};
+    for (int i = 0; i < ns; i++) ts[i] = vil_malloc(bytes);
     int rc = -1;
     vil_model_get_params(m, p);
     if (!all_finite(p, n)) {
@@ -512,21 +504,15 @@ static int save_all_here(Trainer *T, const float *new_best) {
         T->best_top1 = *new_best;
         T->best_step = T->step;
     }
-    be->to_host(be, mm, m->m, bytes);
-    be->to_host(be, vv, m->v, bytes);
-    if (e) be->to_host(be, e, m->ema, bytes);
     /* packed: the tensors without the parameter buffer's padding, so a state file does not
      * depend on the build's internal layout */
+    for (int i = 0; i < ns; i++) vil_model_train_state_get(m, i, ts[i]);
     vil_model_pack(m, p, p);
-    vil_model_pack(m, mm, mm);
-    vil_model_pack(m, vv, vv);
-    if (e) vil_model_pack(m, e, e);
     VilStWriter *w = vil_st_writer_new();
     int64_t shape[1] = {(int64_t)m->param_count};
     vil_st_writer_add(w, "params", VIL_ST_F32, 1, shape, p);
-    vil_st_writer_add(w, "adam_m", VIL_ST_F32, 1, shape, mm);
-    vil_st_writer_add(w, "adam_v", VIL_ST_F32, 1, shape, vv);
-    if (e) vil_st_writer_add(w, "ema", VIL_ST_F32, 1, shape, e);
+    for (int i = 0; i < ns; i++)
+        vil_st_writer_add(w, vil_model_train_state_info(m, i).name, VIL_ST_F32, 1, shape, ts[i]);
     char *mj = vil_config_to_json(T->mc), *tj = vil_train_config_to_json(T->tc);
     char buf[64];
     vil_st_writer_meta(w, "vil.format", STATE_FORMAT);
@@ -539,7 +525,7 @@ static int save_all_here(Trainer *T, const float *new_best) {
     META("vil.step", "%ld", T->step);
     META("vil.epoch", "%d", T->epoch);
     META("vil.epoch_batch", "%d", T->epoch_batch);
-    META("vil.adam_step", "%d", m->step);
+    META("vil.adam_step", "%d", vil_model_optim_steps(m));
     META("vil.steps_per_epoch", "%ld", T->spe);
     META("vil.best_top1", "%.9g", T->best_top1);
     META("vil.best_step", "%ld", T->best_step);
@@ -564,9 +550,7 @@ static int save_all_here(Trainer *T, const float *new_best) {
     rc = 0;
 done:
     free(p);
-    free(mm);
-    free(vv);
-    free(e);
+    for (int i = 0; i < ns; i++) free(ts[i]);
     return rc;
 }
 
@@ -639,8 +623,7 @@ static int sync_run_files(Trainer *T) {
  * divergence check decides alike everywhere. */
 /* the sum of the per-sample losses of the micro-batch just run (a host read: log steps only) */
 static double batch_loss_sum(Trainer *T) {
-    int B = T->m.acts.B;
-    T->be->to_host(T->be, T->host_losses, T->m.acts.losses, (size_t)B * sizeof(float));
+    int B = vil_model_losses(&T->m, T->host_losses);
     double s = 0;
     for (int b = 0; b < B; b++) s += T->host_losses[b];
     return s;
@@ -1111,7 +1094,7 @@ static int trainer_setup(Trainer *T) {
     }
     /* the moments (and the EMA, from the weights) exist from the start so that a save before
      * the first update is complete */
-    vil_model_init_training(m, t->ema_decay > 0.0f);
+    vil_model_init_training(m, vil_train_optim(t), t->ema_decay > 0.0f);
     /* the loss of a micro-batch is its share of the global batch's mean (0: the batch's own) */
     m->loss_denom = T->global_batch == t->batch ? 0 : T->global_batch;
     if (state_in && state_restore(T, state_in) != 0) goto out;
@@ -1220,7 +1203,8 @@ static int start_epoch(Trainer *T) {
     size_t B = (size_t)T->tc->batch;
     size_t bytes[3] = {B * c->in_chans * c->img_size * c->img_size * sizeof(float),
                        B * c->num_classes * sizeof(float), vil_model_drop_path_bytes(m)};
-    void *dev0[3] = {m->acts.img, m->acts.targets, m->acts.dp_scale};
+    void *dev0[3];
+    vil_model_input_buffers(m, dev0);
     int n = bytes[2] ? 3 : 2;
     for (int i = 0; i < 2 && n == 3; i++)
         if (!T->dp_host[i] && !(T->dp_host[i] = T->be->host_alloc(T->be, bytes[2]))) {
@@ -1288,7 +1272,7 @@ static int log_progress(Trainer *T) {
     const VilTrainRun *run = T->run;
     float grad_norm = -1.0f;
     T->last_loss = read_loss(T);
-    if (t->clip_grad > 0.0f) T->be->to_host(T->be, &grad_norm, T->m.grad_norm, sizeof grad_norm);
+    if (t->clip_grad > 0.0f) grad_norm = vil_model_grad_norm(&T->m);
     double now = vil_now(), dt = now - T->t_int;
     T->train_time += dt;
     if (t->clip_grad > 0.0f && !isfinite(grad_norm)) {

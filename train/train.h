@@ -21,13 +21,16 @@ double vil_peak_lr(double base_lr, long global_batch);
 
 /* The hyperparameters of one training step. */
 typedef struct {
+    const VilOptim *optim; /* the optimizer (vil_model_init_training) */
     float lr, beta1, beta2, eps, weight_decay;
-    float clip_grad; /* > 0: clip the global gradient norm to this (m->grad_norm holds the norm) */
+    float clip_grad; /* > 0: clip the global gradient norm to this (vil_model_grad_norm reads it) */
     float ema_decay; /* > 0: update the model's EMA (vil_model_init_training with ema) */
     const VilDist *dist; /* the group whose gradients are summed (NULL or no MPI: none) */
     int overlap;         /* 1: summed in buckets during the last micro-batch's backward */
     size_t bucket_bytes; /* the buckets' size */
 } VilStepParams;
+/* The optimizer a run's config trains with: AdamW. */
+const VilOptim *vil_train_optim(const VilTrainConfig *t);
 /* A run's step hyperparameters at learning rate lr. */
 VilStepParams vil_step_params(const VilTrainConfig *t, float lr);
 /* The training step, the same for `vil train` and `vil bench` (step.c): forward with the loss

@@ -1,6 +1,6 @@
 /* model.c: the ViL / ViM network written once against the VilBackend op table: the parameter
  * table in the official checkpoint order, initialization, the activation layout, and the
- * forward, backward and AdamW sequences. Nothing here knows which backend runs it. */
+ * forward, backward and optimizer sequences. Nothing here knows which backend runs it. */
 #include "model.h"
 #include "limits.h"
 
@@ -229,8 +229,8 @@ void vil_model_free(VilModel *m) {
     if (m->work && m->work != m->params) m->be->free(m->be, m->work);
     m->be->free(m->be, m->params);
     m->be->free(m->be, m->grads);
-    if (m->m) m->be->free(m->be, m->m);
-    if (m->v) m->be->free(m->be, m->v);
+    for (int i = 0; i < VIL_OPTIM_MAX_STATE; i++)
+        if (m->optim_state[i]) m->be->free(m->be, m->optim_state[i]);
     if (m->ema) m->be->free(m->be, m->ema);
     if (m->grad_norm) m->be->free(m->be, m->grad_norm);
     if (m->decay_mask) m->be->free(m->be, m->decay_mask);
@@ -752,14 +752,15 @@ void vil_model_backward(VilModel *m) {
 
 void vil_model_zero_grad(VilModel *m) { m->be->zero(m->be, m->grads, m->buf_len * sizeof(float)); }
 
-void vil_model_init_training(VilModel *m, int ema) {
+void vil_model_init_training(VilModel *m, const VilOptim *opt, int ema) {
     const VilBackend *be = m->be;
     size_t bytes = m->buf_len * sizeof(float);
-    if (!m->m) {
-        m->m = be->alloc(be, bytes);
-        m->v = be->alloc(be, bytes);
-        be->zero(be, m->m, bytes);
-        be->zero(be, m->v, bytes);
+    if (!m->optim) {
+        m->optim = opt;
+        for (int i = 0; i < opt->n_state; i++) m->optim_state[i] = be->alloc(be, bytes);
+        for (int i = 0; i < opt->n_state; i++) be->zero(be, m->optim_state[i], bytes);
+    } else if (opt != m->optim) {
+        VIL_FATAL("vil_model_init_training with optimizer %s after %s", opt->name, m->optim->name);
     }
     if (ema && !m->ema) {
         float *host = vil_malloc(bytes);
@@ -781,21 +782,69 @@ void vil_model_init_training(VilModel *m, int ema) {
     }
 }
 
+int vil_model_train_state_count(const VilModel *m) {
+    return (m->optim ? m->optim->n_state : 0) + (m->ema ? 1 : 0);
+}
+
+VilTrainStateInfo vil_model_train_state_info(const VilModel *m, int i) {
+    int n = vil_model_train_state_count(m);
+    if (i < 0 || i >= n) VIL_FATAL("training state tensor %d of %d", i, n);
+    if (m->optim && i < m->optim->n_state)
+        return (VilTrainStateInfo){.name = m->optim->state[i].name, .nonneg = m->optim->state[i].nonneg};
+    return (VilTrainStateInfo){.name = "ema", .optional = 1};
+}
+
+/* the backend buffer of training state tensor i */
+static float *train_state_buf(const VilModel *m, int i) {
+    vil_model_train_state_info(m, i); /* range check */
+    if (m->optim && i < m->optim->n_state) return m->optim_state[i];
+    return m->ema_active ? m->params : m->ema; /* the EMA, wherever vil_model_use_ema put it */
+}
+
+void vil_model_train_state_get(const VilModel *m, int i, float *host) {
+    m->be->to_host(m->be, host, train_state_buf(m, i), m->buf_len * sizeof(float));
+    vil_model_pack(m, host, host);
+}
+
+void vil_model_train_state_set(VilModel *m, int i, const float *packed) {
+    float *dst = train_state_buf(m, i), *host = vil_malloc(m->buf_len * sizeof(float));
+    if (packed) {
+        memcpy(host, packed, m->param_count * sizeof(float));
+        vil_model_unpack(m, host, host);
+    } else if (m->optim && i < m->optim->n_state) {
+        memset(host, 0, m->buf_len * sizeof(float));
+    } else {
+        vil_model_get_params(m, host);
+    }
+    m->be->to_device(m->be, dst, host, m->buf_len * sizeof(float));
+    free(host);
+}
+
+int vil_model_optim_steps(const VilModel *m) { return m->step; }
+
+void vil_model_optim_set_steps(VilModel *m, int steps) { m->step = steps; }
+
 void vil_model_clip_grad(VilModel *m, float max_norm) {
     if (!m->grad_norm) m->grad_norm = m->be->alloc(m->be, sizeof(float));
     m->be->grad_clip(m->be, &(VilGradClip){.g = m->grads, .n = m->buf_len, .max_norm = max_norm,
                                            .norm = m->grad_norm});
 }
 
-void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd) {
+float vil_model_grad_norm(const VilModel *m) {
+    float norm = -1.0f;
+    if (m->grad_norm) m->be->to_host(m->be, &norm, m->grad_norm, sizeof norm);
+    return norm;
+}
+
+void vil_model_optim_step(VilModel *m, const VilOptimHyper *h) {
     const VilBackend *be = m->be;
     if (m->ema_active) VIL_FATAL("an optimizer step with the EMA weights in use (vil_model_use_ema)");
-    vil_model_init_training(m, 0);
+    vil_model_init_training(m, m->optim ? m->optim : &vil_optim_adamw, 0);
     m->step++;
-    be->adamw_update(be, &(VilAdamW){.p = m->params, .work = be->work_bytes ? m->work : NULL,
-                                     .g = m->grads, .m = m->m, .v = m->v, .decay = m->decay_mask,
-                                     .n = m->buf_len, .lr = lr, .beta1 = beta1, .beta2 = beta2,
-                                     .eps = eps, .wd = wd, .step = m->step});
+    VilOptimBufs b = {.p = m->params, .work = be->work_bytes ? m->work : NULL, .g = m->grads,
+                      .decay = m->decay_mask, .n = m->buf_len, .step = m->step};
+    for (int i = 0; i < m->optim->n_state; i++) b.state[i] = m->optim_state[i];
+    m->optim->update(be, &b, h);
 }
 
 void vil_model_allreduce_grads(VilModel *m, const struct VilDist *dist) {
@@ -820,6 +869,31 @@ void vil_model_use_ema(VilModel *m, int on) {
     m->ema_active = !!on;
     if (!m->be->work_bytes) m->work = m->params;
     else m->be->params_to_work(m->be, m->work, m->params, m->buf_len);
+}
+
+int vil_model_batch(const VilModel *m) { return m->acts.B; }
+
+void vil_model_input_buffers(const VilModel *m, void *dev[3]) {
+    dev[0] = m->acts.own_img;
+    dev[1] = m->acts.own_targets;
+    dev[2] = m->acts.own_dp_scale;
+}
+
+void vil_model_upload_inputs(VilModel *m, const float *img, const float *targets) {
+    const VilConfig *c = &m->cfg;
+    size_t B = (size_t)m->acts.B;
+    m->be->to_device(m->be, m->acts.img, img, B * c->in_chans * c->img_size * c->img_size * sizeof(float));
+    if (targets) m->be->to_device(m->be, m->acts.targets, targets, B * c->num_classes * sizeof(float));
+}
+
+int vil_model_losses(const VilModel *m, float *host) {
+    m->be->to_host(m->be, host, m->acts.losses, (size_t)m->acts.B * sizeof(float));
+    return m->acts.B;
+}
+
+int vil_model_logits(const VilModel *m, float *host) {
+    m->be->to_host(m->be, host, m->acts.logits, (size_t)m->acts.B * m->cfg.num_classes * sizeof(float));
+    return m->acts.B;
 }
 
 void vil_model_set_inputs(VilModel *m, float *img, float *targets, float *dp_scale) {

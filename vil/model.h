@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "optim.h"
 
 #define VIL_MAX_NDIM 4
 
@@ -91,19 +92,23 @@ typedef struct {
     const VilBackend *be;
     int n_tensors;
     VilParamInfo *info;  /* (n_tensors) in checkpoint order */
-    size_t buf_len;      /* elements of each parameter-shaped buffer (params, grads, m, v, ema):
+    size_t buf_len;      /* elements of each parameter-shaped buffer (params, grads, optimizer
+                          * state, ema):
                           * the tensors and the padding between them */
     size_t param_count;  /* parameters of the model (the tensors' elements) */
     VilParamOffsets off;
     float *params;       /* (buf_len) f32 master, backend memory */
     void *work;          /* working copy the ops read (== params when work_bytes == 0) */
     float *grads;        /* (buf_len) f32 */
-    float *m, *v;        /* AdamW moments (buf_len f32), allocated at the first step */
+    /* The training state, read and written through the functions below (vil_model_train_state_*,
+     * vil_model_grad_norm), not by callers. */
+    const VilOptim *optim;                    /* set by vil_model_init_training */
+    float *optim_state[VIL_OPTIM_MAX_STATE];  /* (buf_len) f32 each: optim's buffers */
     float *ema;          /* (buf_len) f32 EMA of the weights (vil_model_init_training), or NULL */
     int ema_active;      /* params and ema are swapped: the EMA weights are in use */
     float *grad_norm;    /* backend float: the norm of the last vil_model_clip_grad */
     unsigned char *decay_mask; /* (buf_len) 1 where weight decay applies, backend memory */
-    int step;            /* AdamW steps taken */
+    int step;            /* optimizer steps taken */
     int input_grad;      /* set before vil_model_alloc_acts to get dL/dimage in acts.dimg */
     long loss_denom;     /* the samples the minimized loss is the mean over: 0 = the batch;
                           * the global batch when gradients sum over micro-batches and ranks */
@@ -172,6 +177,20 @@ const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name);
  * backward pass. The inputs are then the allocation's own buffers (acts.img, acts.targets,
  * acts.dp_scale), which callers may fill. */
 void vil_model_alloc_acts(VilModel *m, int B, int training);
+/* The batch the activations hold (0: none allocated). */
+int vil_model_batch(const VilModel *m);
+/* The allocation's own input buffers (backend memory): dev[0] the images (B, C, H, W) f32,
+ * dev[1] the soft targets (B, classes) f32, dev[2] the drop-path scales (depth + 1, B) f32.
+ * What an input feed's first slot copies into (data/feed.h). */
+void vil_model_input_buffers(const VilModel *m, void *dev[3]);
+/* Host images (B, C, H, W) and soft targets (B, classes; NULL: not copied) into the inputs the
+ * next pass reads. */
+void vil_model_upload_inputs(VilModel *m, const float *img, const float *targets);
+/* The per-sample losses (B floats) of the last forward with the loss into host memory; returns
+ * B. A host read: it waits for the queued ops. */
+int vil_model_losses(const VilModel *m, float *host);
+/* The logits (B, classes) of the last forward into host memory; returns B. A host read. */
+int vil_model_logits(const VilModel *m, float *host);
 /* The activations given back (vil_model_alloc_acts makes them again). */
 void vil_model_free_acts(VilModel *m);
 /* Read the next passes' inputs from other backend buffers of the same sizes (an input feed's
@@ -194,12 +213,37 @@ size_t vil_model_drop_path_bytes(const VilModel *m);
  * draws come from its own stream (seed, its global index), so they do not depend on how the
  * global batch is cut into ranks and micro-batches. */
 void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, long first, float *h);
-/* The training state the model owns: the AdamW moments (zero) and, with ema, the EMA of the
- * weights (starting as a copy of them). Allocated once; a second call adds only what is new. */
-void vil_model_init_training(VilModel *m, int ema);
+/* The training state the model owns: the buffers of optimizer opt (zero) and, with ema, the EMA
+ * of the weights (starting as a copy of them). Allocated once; a second call adds only what is
+ * new (its opt must be the first call's). */
+void vil_model_init_training(VilModel *m, const VilOptim *opt, int ema);
+/* The training state as a training state file holds it, besides the weights: the optimizer's
+ * buffers in its order under their names (AdamW: "adam_m", "adam_v"), then the EMA ("ema")
+ * when the model keeps one. i in [0, vil_model_train_state_count(m)). */
+#define VIL_TRAIN_STATE_MAX (VIL_OPTIM_MAX_STATE + 1)
+typedef struct {
+    const char *name;
+    int nonneg;   /* every value >= 0 */
+    int optional; /* the EMA: a state saved without one starts it from the weights */
+} VilTrainStateInfo;
+int vil_model_train_state_count(const VilModel *m);
+VilTrainStateInfo vil_model_train_state_info(const VilModel *m, int i);
+/* Tensor i into host memory (buf_len floats of room), packed (vil_model_pack: its first
+ * param_count floats). */
+void vil_model_train_state_get(const VilModel *m, int i, float *host);
+/* Tensor i from packed host values (param_count floats, any alignment); packed NULL: its start
+ * (optimizer buffers zero, the EMA a copy of the weights in use). */
+void vil_model_train_state_set(VilModel *m, int i, const float *packed);
+/* The optimizer steps taken (the bias corrections' step count), and set on a resume. */
+int vil_model_optim_steps(const VilModel *m);
+void vil_model_optim_set_steps(VilModel *m, int steps);
 /* clip_grad_norm_: the gradients scaled to max_norm when their global norm is above it; the
- * norm stays on the device in m->grad_norm (read it with to_host when needed). */
+ * norm stays on the device (vil_model_grad_norm reads it). */
 void vil_model_clip_grad(VilModel *m, float max_norm);
+/* The global gradient norm the last vil_model_clip_grad found (-1 before the norm has a
+ * buffer: no clip and no vil_model_init_training yet). A host read: it waits for the queued
+ * ops. */
+float vil_model_grad_norm(const VilModel *m);
 /* The gradients summed over the ranks of dist (backend grad_allreduce: MPI or NCCL), in one
  * call after the backward. */
 struct VilDist;
@@ -207,8 +251,9 @@ void vil_model_allreduce_grads(VilModel *m, const struct VilDist *dist);
 /* The end of the all-reduce the backward started bucket by bucket (m->sync): the ops queued
  * after it see the summed gradients. */
 void vil_model_allreduce_wait(VilModel *m);
-/* One AdamW step over all parameters (weight decay on the tensors with decay = 1). */
-void vil_model_adamw_step(VilModel *m, float lr, float beta1, float beta2, float eps, float wd);
+/* One step of the model's optimizer over all parameters (weight decay on the tensors with
+ * decay = 1); without vil_model_init_training before, AdamW's buffers are made. */
+void vil_model_optim_step(VilModel *m, const VilOptimHyper *h);
 /* ema = decay * ema + (1 - decay) * params (needs vil_model_init_training with ema). */
 void vil_model_ema_update(VilModel *m, float decay);
 /* on = 1: the model runs (and vil_model_get_params, checkpoint saves read) the EMA weights; 0:

@@ -1,0 +1,47 @@
+/* optim.h: the optimizers the model trains with, each a small description: its name, the
+ * parameter-shaped float32 buffers it keeps between steps (with the names a training state file
+ * saves them under) and its update, written against the backend's op table. The model owns the
+ * buffers (vil_model_init_training) and runs the update (vil_model_optim_step); the trainer
+ * saves and restores them by the names here (vil_model_train_state_*), so an optimizer is its
+ * entry in optim.c and its op (backend.h's VIL_OPS, vil/optimizer.c, cuda/optimizer.cu). */
+#ifndef VIL_OPTIM_H
+#define VIL_OPTIM_H
+
+#include "backend.h"
+
+#define VIL_OPTIM_MAX_STATE 2
+
+/* one update's hyperparameters; an optimizer reads the ones it has */
+typedef struct {
+    float lr, beta1, beta2, eps, wd;
+} VilOptimHyper;
+
+/* what one update works on: backend memory, n elements each (the whole parameter buffer) */
+typedef struct {
+    float *p;                          /* f32 master weights */
+    void *work;                        /* the backend's working copy, refreshed; or NULL */
+    const float *g;                    /* gradients */
+    float *state[VIL_OPTIM_MAX_STATE]; /* the optimizer's buffers, in VilOptim.state order */
+    const unsigned char *decay;        /* 1 where weight decay applies */
+    size_t n;
+    int step;                          /* 1 for the first update */
+} VilOptimBufs;
+
+typedef struct {
+    const char *name;
+    int n_state;
+    struct {
+        const char *name; /* the tensor's name in a training state file */
+        int nonneg;       /* every value >= 0 (a state file holding less is refused) */
+    } state[VIL_OPTIM_MAX_STATE];
+    /* queues the update on be (the buffers start at zero before step 1) */
+    void (*update)(const VilBackend *be, const VilOptimBufs *b, const VilOptimHyper *h);
+} VilOptim;
+
+/* torch.optim.AdamW (vil/optimizer.c): moments "adam_m" and "adam_v" */
+extern const VilOptim vil_optim_adamw;
+
+/* The optimizer named name ("adamw"), or NULL when there is none of that name. */
+const VilOptim *vil_optim_find(const char *name);
+
+#endif
