@@ -43,7 +43,7 @@ typedef struct {
     size_t n;                 /* adamw, ema, grad_clip: elements */
     float decay, max_norm;    /* ema; grad_clip */
     double tol, tol_f32;      /* the tolerance of act outputs; of float32 outputs */
-    int only;                 /* 0, FULL: left out by quick; QUICK: quick's stand-in of a FULL case */
+    int only;                 /* 0: always run; FULL: not by quick; QUICK: by quick alone (a FULL case's stand-in) */
 } OpCase;
 enum { FULL = 1, QUICK = 2 };
 
