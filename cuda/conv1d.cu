@@ -1,66 +1,15 @@
 /* conv1d.cu: the depthwise causal conv1d of width K (1 to 6) along the tokens fused with SiLU,
- * both directions by indexing (reverse = 1 runs the causal filter over the reversed token order).
- * One thread per (channel, sample, run of TC scan steps), all of its loads issued before any
- * arithmetic (the width K is a template argument, so the windows are registers). The
- * backward recomputes the pre-activation; dx overwrites unless accumulate_dx; dw, db accumulate
- * through per-(sample, run) partial sums reduced in a fixed order (deterministic). */
+ * both directions in one pass over x (direction 1 runs the causal filter over the reversed token
+ * order, by indexing). One thread per (channel, sample, run of tokens), all of its loads issued
+ * before any arithmetic (the width K is a template argument, so the windows are registers). The
+ * backward recomputes the pre-activation; dx is overwritten; dw, db accumulate through
+ * per-(sample, block) partial sums reduced in a fixed order (deterministic). */
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.h"
 
 #ifndef CONV_TC
-#define CONV_TC 16 /* scan steps per thread; all of a thread's loads are issued up front */
+#define CONV_TC 16 /* tokens per thread of the forward; all of a thread's loads are issued up front */
 #endif
-#ifndef CONV_BWD_MINB
-#define CONV_BWD_MINB 4 /* blocks per SM the backward kernel's register allocation aims at:
-                          * 128 registers (measured: TC 32 / 227 registers 148 us, TC 16 / 167
-                          * registers 124 us, TC 16 / 128 registers 112 us per Tiny call) */
-#endif
-
-__device__ __forceinline__ size_t conv_row(int b, int L, int s, int reverse) {
-    return (size_t)b * L + (reverse ? L - 1 - s : s);
-}
-
-/* K is a template argument: every register index is a compile-time constant */
-/* A channel's values along the scan steps sit at p0 + s * stride (stride = +-row length):
- * loads step a pointer instead of recomputing 64-bit row indices; runs away from both ends
- * skip the bounds checks. */
-template <int K>
-__global__ void __launch_bounds__(128) conv1d_silu_fwd_kernel(
-    bf16 *__restrict__ u, const bf16 *__restrict__ x, const float *__restrict__ w,
-    const float *__restrict__ bias, int L, int E, int ldx, int reverse) {
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= E) return;
-    int b = blockIdx.z, s0 = blockIdx.y * CONV_TC;
-    size_t r0 = (size_t)b * L + (reverse ? L - 1 : 0);
-    long long sx = reverse ? -(long long)ldx : ldx, su = reverse ? -(long long)E : E;
-    const bf16 *xp = x + r0 * ldx + e + (long long)(s0 - (K - 1)) * sx;
-    bf16 *up = u + r0 * E + e + (long long)s0 * su;
-    float wr[K]; /* wr[i] is the tap applied to x at step s - (K-1-i) */
-#pragma unroll
-    for (int i = 0; i < K; i++) wr[i] = w[(size_t)e * K + i];
-    /* xv[k] = x at scan step s0 - (K-1) + k */
-    float xv[CONV_TC + K - 1];
-    bool inner = s0 - (K - 1) >= 0 && s0 + CONV_TC <= L;
-    if (inner) {
-#pragma unroll
-        for (int k = 0; k < CONV_TC + K - 1; k++) xv[k] = bf2f(xp[k * sx]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < CONV_TC + K - 1; k++) {
-            int s = s0 - (K - 1) + k;
-            xv[k] = (s >= 0 && s < L) ? bf2f(xp[k * sx]) : 0.0f;
-        }
-    }
-    float bb = bias[e];
-#pragma unroll
-    for (int k = 0; k < CONV_TC; k++) {
-        if (!inner && s0 + k >= L) break;
-        float pre = bb;
-#pragma unroll
-        for (int i = 0; i < K; i++) pre = fmaf(wr[i], xv[k + i], pre);
-        up[k * su] = f2bf(siluf(pre));
-    }
-}
 
 /* The x window of a token-order thread: xv[k] = x at token t0 - (K-1) + k for k < TC + 2(K-1)
  * (zero outside [0, L)); true when the whole window lies inside (no bounds checks needed). */
@@ -115,83 +64,6 @@ __global__ void __launch_bounds__(128) conv1d_silu_bidir_fwd_kernel(
     }
 }
 
-/* part: (B * nrun, K + 1, E): per (sample, run) sums of dpre * x[tap] and of dpre */
-template <int K>
-__global__ void __launch_bounds__(128, CONV_BWD_MINB) conv1d_silu_bwd_kernel(
-    bf16 *__restrict__ dx, float *__restrict__ part, const bf16 *__restrict__ du,
-    const bf16 *__restrict__ x, const float *__restrict__ w, const float *__restrict__ bias, int L,
-    int E, int ldx, int reverse, int accumulate_dx) {
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= E) return;
-    int b = blockIdx.z, run = blockIdx.y, s0 = run * CONV_TC;
-    constexpr int NP = CONV_TC + K - 1; /* pre-activations needed: steps s0 .. s0+NP-1 */
-    size_t r0 = (size_t)b * L + (reverse ? L - 1 : 0);
-    long long sx = reverse ? -(long long)ldx : ldx, su = reverse ? -(long long)E : E;
-    const bf16 *xp = x + r0 * ldx + e + (long long)(s0 - (K - 1)) * sx; /* step s0 - (K-1) */
-    const bf16 *gp = du + r0 * E + e + (long long)s0 * su;              /* step s0 */
-    bf16 *dp_out = dx + r0 * ldx + e + (long long)s0 * sx;              /* step s0 */
-    /* wr[i] taps x at step s - (K-1-i); wf[i] = w_{K-1-i}: the input gradient
-     * dx[s] = sum_j w_j dpre[s + K-1-j] = sum_i wf[i] dpre[s + i] */
-    float wr[K], wf[K];
-#pragma unroll
-    for (int i = 0; i < K; i++) {
-        wr[i] = w[(size_t)e * K + i];
-        wf[i] = w[(size_t)e * K + K - 1 - i];
-    }
-    /* xv[k] = x at step s0 - (K-1) + k; gv[k] = du at step s0 + k; ov[k] = dx at step s0 + k */
-    float xv[NP + K - 1], gv[NP], ov[CONV_TC];
-    bool inner = s0 - (K - 1) >= 0 && s0 + NP <= L;
-    if (inner) {
-#pragma unroll
-        for (int k = 0; k < NP + K - 1; k++) xv[k] = bf2f(xp[k * sx]);
-#pragma unroll
-        for (int k = 0; k < NP; k++) gv[k] = bf2f(gp[k * su]);
-#pragma unroll
-        for (int k = 0; k < CONV_TC; k++) ov[k] = accumulate_dx ? bf2f(dp_out[k * sx]) : 0.0f;
-    } else {
-#pragma unroll
-        for (int k = 0; k < NP + K - 1; k++) {
-            int s = s0 - (K - 1) + k;
-            xv[k] = (s >= 0 && s < L) ? bf2f(xp[k * sx]) : 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < NP; k++) gv[k] = s0 + k < L ? bf2f(gp[k * su]) : 0.0f;
-#pragma unroll
-        for (int k = 0; k < CONV_TC; k++)
-            ov[k] = (accumulate_dx && s0 + k < L) ? bf2f(dp_out[k * sx]) : 0.0f;
-    }
-    float bb = bias[e], acc[K], accb = 0.0f;
-#pragma unroll
-    for (int i = 0; i < K; i++) acc[i] = 0.0f;
-    /* dpre at steps s0 .. s0+NP-1 (zero past L: gv is zero there) */
-    float dp[NP];
-#pragma unroll
-    for (int k = 0; k < NP; k++) {
-        float pre = bb;
-#pragma unroll
-        for (int i = 0; i < K; i++) pre = fmaf(wr[i], xv[k + i], pre);
-        float sg = sigmoidf_fast(pre);
-        dp[k] = gv[k] * sg * (1.0f + pre * (1.0f - sg));
-        if (k < CONV_TC) { /* the run's own steps feed dw, db */
-            accb += dp[k];
-#pragma unroll
-            for (int i = 0; i < K; i++) acc[i] = fmaf(dp[k], xv[k + i], acc[i]);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < CONV_TC; k++) {
-        if (!inner && s0 + k >= L) break;
-        float g = ov[k];
-#pragma unroll
-        for (int i = 0; i < K; i++) g = fmaf(wf[i], dp[k + i], g);
-        dp_out[k * sx] = f2bf(g);
-    }
-    size_t prow = ((size_t)b * gridDim.y + run) * (K + 1);
-#pragma unroll
-    for (int i = 0; i < K; i++) part[(prow + i) * E + e] = acc[i]; /* acc[i] = sum dpre x[s-(K-1-i)]: tap i */
-    part[(prow + K) * E + e] = accb;
-}
-
 #ifndef CONV_BI_TC
 #define CONV_BI_TC 16 /* tokens per thread of the two-direction backward */
 #endif
@@ -204,7 +76,7 @@ __global__ void __launch_bounds__(128, CONV_BWD_MINB) conv1d_silu_bwd_kernel(
 #endif
 /* Both directions' backward in one pass over x (token order): dx[t] = the forward filter's
  * input gradient sum_i wf0[i] dpre0[t + i] plus the reversed one's sum_i wf1[i] dpre1[t - i],
- * written once (the one-direction kernel twice reads x twice and dx three times). A thread
+ * written once (a pass per direction would read x twice and dx three times). A thread
  * keeps the x window of its TC tokens plus K-1 on each side, then runs one direction after the
  * other on it, for CONV_BI_RPB runs of tokens in turn. part: (2, B * ngrp, K + 1, E) per-direction
  * partial sums over a block's runs of dpre x[tap], dpre. */
@@ -354,39 +226,6 @@ __global__ void conv1d_dw_final_kernel(float *__restrict__ dw, float *__restrict
         default: VIL_FATAL("conv1d: width %d; the CUDA kernel is built for 1..6", (K));   \
         }                                                                                 \
     } while (0)
-
-extern "C" void conv1d_silu_forward_cuda(const VilConvFwd *a) {
-    void *u = a->u;
-    const void *x = a->x;
-    const float *w = a->w, *b = a->b;
-    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx, reverse = a->reverse;
-    dim3 grid((E + 127) / 128, (L + CONV_TC - 1) / CONV_TC, B);
-    CONV_DISPATCH(K, (conv1d_silu_fwd_kernel<KK><<<grid, 128, 0, cu()->stream>>>(
-                         (bf16 *)u, (const bf16 *)x, w, b, L, E, ldx, reverse)));
-    CU_LAUNCH_CHECK();
-}
-
-extern "C" void conv1d_silu_backward_cuda(const VilConvBwd *a) {
-    void *dx = a->dx;
-    float *dw = a->dw, *db = a->db;
-    const void *du = a->du, *x = a->x;
-    const float *w = a->w, *b = a->b;
-    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx, reverse = a->reverse,
-        accumulate_dx = a->accumulate_dx;
-    int nrun = (L + CONV_TC - 1) / CONV_TC;
-    size_t np = (size_t)B * nrun * (K + 1) * E;
-    float *part = (float *)cu_scratch(SCR_OP, (np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
-    float *part2 = part + np;
-    dim3 grid((E + 127) / 128, nrun, B);
-    CONV_DISPATCH(K, (conv1d_silu_bwd_kernel<KK><<<grid, 128, 0, cu()->stream>>>(
-                         (bf16 *)dx, part, (const bf16 *)du, (const bf16 *)x, w, b, L, E, ldx,
-                         reverse, accumulate_dx)));
-    CU_LAUNCH_CHECK();
-    conv1d_dw_split_kernel<<<dim3((E + 31) / 32, K + 1, CONV_SPLITS), dim3(32, 8), 0, cu()->stream>>>(part2, part, B * nrun, E, K);
-    CU_LAUNCH_CHECK();
-    conv1d_dw_final_kernel<<<cu_blocks((size_t)E * (K + 1), 128), 128, 0, cu()->stream>>>(dw, db, part2, E, K);
-    CU_LAUNCH_CHECK();
-}
 
 extern "C" void conv1d_silu_bidir_backward_cuda(const VilConvBidirBwd *a) {
     void *dx = a->dx;

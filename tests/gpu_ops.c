@@ -5,7 +5,14 @@
  * before each op, so an element the op failed to write shows up as NaN; elements an op must not
  * touch (padding columns of strided outputs) are checked to still hold the poison. Each check
  * prints ||gpu - cpu|| / ||cpu|| and its tolerance: bf16 outputs 1e-2 (one bf16 rounding is
- * 2^-9 = 2e-3 per element); float32 outputs computed from the same inputs 1e-4 or tighter. */
+ * 2^-9 = 2e-3 per element); float32 outputs computed from the same inputs 1e-4 or tighter.
+ *
+ * The cases are rows of CASES (op, what the case is for, shapes by name, tolerances), run by one
+ * loop; each family of FAMILIES checks some ops of VIL_OPS, and an op of VIL_OPS with no case
+ * and no entry in EXEMPT fails a check.
+ *   gpu_ops [quick] [OP...]
+ * OP: a family name or an op of VIL_OPS (the families that check it); none: every case. quick:
+ * the sizes compute-sanitizer can go through in reasonable time. An unknown OP: exit 2. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +25,27 @@
 
 #define TOL_BF16 1e-2
 #define TOL_F32 1e-4
+
+/* One case: the fields its family reads are set, the others stay 0. */
+typedef struct {
+    const char *op;           /* a family of FAMILIES */
+    const char *name;         /* what the case covers */
+    int B, L, E, N, K, C, OC, D, H, P, S, M, t;
+    int ld_in, ld_out;        /* linear: rows of in (and dinp), out (and dout) */
+    int bias, f32_out;        /* linear: a bias; the head's f32 output (VIL_LINEAR_OUT_F32) */
+    int accumulate;           /* linear: dinp += */
+    int sweep;                /* linear: N = 1 .. sweep in turn, a bias on odd N */
+    int add, scale;           /* add_rmsnorm: res_in + h (else the stream as it is); a drop-path scale */
+    VilRecurrence rec;        /* scan */
+    int dt_ld, ldx;           /* scan: k's column in x_dbl, x_dbl's row length (>= dt_ld + 2N) */
+    int chunk, split;         /* scan: as VilScanFwd's (chunk -1: the sequential kernels) */
+    int keep;                 /* scan: the forward keeps its chunk-boundary states for the backward */
+    size_t n;                 /* adamw, ema, grad_clip: elements */
+    float decay, max_norm;    /* ema; grad_clip */
+    double tol, tol_f32;      /* the tolerance of act outputs; of float32 outputs */
+    int only;                 /* 0: always run; FULL: not by quick; QUICK: by quick alone (a FULL case's stand-in) */
+} OpCase;
+enum { FULL = 1, QUICK = 2 };
 
 static const VilBackend *G;
 static VilRng rng;
@@ -98,7 +126,9 @@ static int untouched(const void *d, size_t rows, size_t ld, size_t c0, size_t c1
 
 /* ---------------- linear ---------------- */
 /* out and dout rows are ldo >= OC apart (x_dbl's padded rows) */
-static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32out, int acc) {
+static void linear_one(const OpCase *c) {
+    int N = c->N, C = c->C, OC = c->OC, ld = c->ld_in, ldo = c->ld_out, bias = c->bias, f32out = c->f32_out;
+    int acc = c->accumulate;
     char nm[128];
     float *in = rnd_bf((size_t)N * ld, 1.0f), *w = rnd_bf((size_t)OC * C, 0.3f);
     float *b = bias ? rnd(OC, 1.0f) : NULL;
@@ -113,7 +143,7 @@ static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32
     snprintf(nm, sizeof nm, "linear fwd N=%d C=%d OC=%d ld=%d ldo=%d%s%s", N, C, OC, ld, ldo,
              bias ? " bias" : "", f32out ? " f32" : "");
     /* f32 output from bf16 operands: only the summation order differs */
-    T_CLOSE(nm, rel_l2(out_g, out_c, N, OC, ldo), f32out ? TOL_F32 : TOL_BF16);
+    T_CLOSE(nm, rel_l2(out_g, out_c, N, OC, ldo), f32out ? c->tol_f32 : c->tol);
     if (ldo > OC && !f32out) T_CHECK(untouched(d_out, N, ldo, 0, OC) == 0, "linear fwd wrote past OC in out");
 
     /* backward: dout random (f32 for the head: the CUDA op rounds it to bf16 internally) */
@@ -135,9 +165,9 @@ static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32
                                           .flags = f32out ? VIL_LINEAR_OUT_F32 : 0});
     float *dinp_g = get_act(d_dinp, (size_t)N * ld), *dw_g = get_f32(d_dw, (size_t)OC * C);
     float *db_g = get_f32(d_db, OC);
-    double tol_g = f32out ? TOL_BF16 : TOL_F32; /* the head's dout is rounded to bf16 */
+    double tol_g = f32out ? c->tol : c->tol_f32; /* the head's dout is rounded to bf16 */
     snprintf(nm, sizeof nm, "linear bwd dinp N=%d C=%d OC=%d ld=%d%s", N, C, OC, ld, acc ? " +=" : "");
-    T_CLOSE(nm, rel_l2(dinp_g, dinp_c, N, C, ld), TOL_BF16);
+    T_CLOSE(nm, rel_l2(dinp_g, dinp_c, N, C, ld), c->tol);
     if (!acc && ld > C) T_CHECK(untouched(d_dinp, N, ld, 0, C) == 0, "linear bwd wrote past C in dinp");
     /* dw accumulates onto random values: compare the increment */
     for (size_t i = 0; i < (size_t)OC * C; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
@@ -146,16 +176,29 @@ static void test_linear(int N, int C, int OC, int ld, int ldo, int bias, int f32
     if (bias) {
         for (int i = 0; i < OC; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
         snprintf(nm, sizeof nm, "linear bwd db   N=%d OC=%d", N, OC);
-        T_CLOSE(nm, rel(db_g, db_c, OC), f32out ? 1e-6 : TOL_F32);
+        T_CLOSE(nm, rel(db_g, db_c, OC), f32out ? 1e-6 : c->tol_f32); /* f32 dout: float32 sums alone */
     }
     G->free(G, d_in), G->free(G, d_w), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dinp), G->free(G, d_dw), G->free(G, d_db);
     if (d_b) G->free(G, d_b);
     free(in), free(w), free(b), free(out_c), free(out_g), free(dout), free(dinp_c), free(dinp0);
     free(dw_c), free(db_c), free(dw0), free(db0), free(dinp_g), free(dw_g), free(db_g);
 }
+/* a sweep: N = 1 .. sweep in turn, a bias on odd N */
+static void test_linear(const OpCase *c) {
+    if (!c->sweep) {
+        linear_one(c);
+        return;
+    }
+    for (int n = 1; n <= c->sweep; n++) {
+        OpCase one = *c;
+        one.N = n, one.bias = n & 1;
+        linear_one(&one);
+    }
+}
 
 /* ---------------- add + rmsnorm ---------------- */
-static void test_norm(int B, int L, int D, int with_res, int with_scale) {
+static void test_norm(const OpCase *c) {
+    int B = c->B, L = c->L, D = c->D, with_res = c->add, with_scale = c->scale;
     char nm[128];
     size_t n = (size_t)B * L * D;
     float *res_in = rnd(n, 1.0f), *h = rnd_bf(n, 1.0f), *w = rnd(D, 1.0f);
@@ -177,11 +220,11 @@ static void test_norm(int B, int L, int D, int with_res, int with_scale) {
     float *rstd_g = get_f32(d_rstd, (size_t)B * L);
     snprintf(nm, sizeof nm, "add_rmsnorm fwd res  B=%d L=%d D=%d%s%s", B, L, D, with_res ? "" : " (no add)",
              with_scale ? " scale" : "");
-    T_CLOSE(nm, rel(res_g, res_c, n), 1e-6);
+    T_CLOSE(nm, rel(res_g, res_c, n), 1e-6); /* one add per element */
     snprintf(nm, sizeof nm, "add_rmsnorm fwd normed B=%d L=%d D=%d", B, L, D);
-    T_CLOSE(nm, rel(normed_g, normed_c, n), TOL_BF16);
+    T_CLOSE(nm, rel(normed_g, normed_c, n), c->tol);
     snprintf(nm, sizeof nm, "add_rmsnorm fwd rstd B=%d L=%d D=%d", B, L, D);
-    T_CLOSE(nm, rel(rstd_g, rstd_c, (size_t)B * L), 1e-5);
+    T_CLOSE(nm, rel(rstd_g, rstd_c, (size_t)B * L), c->tol_f32);
 
     float *dn = rnd_bf(n, 1.0f), *dres_c = rnd(n, 1.0f), *dw_c = rnd(D, 1.0f);
     float *dres0 = copy_f(dres_c, n), *dw0 = copy_f(dw_c, D), *dh_c = vil_malloc(n * sizeof(float));
@@ -194,11 +237,11 @@ static void test_norm(int B, int L, int D, int with_res, int with_scale) {
     float *dres_g = get_f32(d_dres, n), *dh_g = get_act(d_dh, n), *dw_g = get_f32(d_dw, D);
     for (int i = 0; i < D; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
     snprintf(nm, sizeof nm, "add_rmsnorm bwd dres B=%d L=%d D=%d", B, L, D);
-    T_CLOSE(nm, rel(dres_g, dres_c, n), 1e-5);
+    T_CLOSE(nm, rel(dres_g, dres_c, n), c->tol_f32);
     snprintf(nm, sizeof nm, "add_rmsnorm bwd dh   B=%d L=%d D=%d", B, L, D);
-    T_CLOSE(nm, rel(dh_g, dh_c, n), TOL_BF16);
+    T_CLOSE(nm, rel(dh_g, dh_c, n), c->tol);
     snprintf(nm, sizeof nm, "add_rmsnorm bwd dw   B=%d L=%d D=%d", B, L, D);
-    T_CLOSE(nm, rel(dw_g, dw_c, D), 1e-5);
+    T_CLOSE(nm, rel(dw_g, dw_c, D), c->tol_f32);
     G->free(G, d_res_in), G->free(G, d_w), G->free(G, d_h), G->free(G, d_res), G->free(G, d_normed), G->free(G, d_rstd);
     G->free(G, d_dn), G->free(G, d_dh), G->free(G, d_dres), G->free(G, d_dw);
     if (d_scale) G->free(G, d_scale);
@@ -208,51 +251,10 @@ static void test_norm(int B, int L, int D, int with_res, int with_scale) {
 }
 
 /* ---------------- conv1d + SiLU ---------------- */
-static void test_conv(int B, int L, int E, int K, int rev, int acc) {
-    char nm[128];
-    int ldx = 2 * E; /* x is the first half of the (B, L, 2E) in_proj output, as in the model */
-    size_t nx = (size_t)B * L * ldx, nu = (size_t)B * L * E;
-    float *x = rnd_bf(nx, 1.0f), *w = rnd((size_t)E * K, 0.5f), *b = rnd(E, 0.5f);
-    float *u_c = vil_malloc(nu * sizeof(float));
-    conv1d_silu_forward(&(VilConvFwd){.u = u_c, .x = x, .w = w, .b = b, .B = B, .L = L, .E = E, .K = K, .ldx = ldx, .reverse = rev});
-    void *d_x = dev_act(x, nx), *d_u = dev_poison(nu * 2);
-    float *d_w = dev_f32(w, (size_t)E * K), *d_b = dev_f32(b, E);
-    G->conv1d_silu_forward(G, &(VilConvFwd){.u = d_u, .x = d_x, .w = d_w, .b = d_b, .B = B, .L = L, .E = E, .K = K,
-                                            .ldx = ldx, .reverse = rev});
-    float *u_g = get_act(d_u, nu);
-    snprintf(nm, sizeof nm, "conv1d+silu fwd B=%d L=%d E=%d K=%d%s", B, L, E, K, rev ? " rev" : "");
-    T_CLOSE(nm, rel(u_g, u_c, nu), TOL_BF16);
-
-    float *du = rnd_bf(nu, 1.0f);
-    float *dx_c = acc ? rnd_bf(nx, 1.0f) : vil_calloc(nx, sizeof(float)), *dx0 = copy_f(dx_c, nx);
-    float *dw_c = rnd((size_t)E * K, 1.0f), *db_c = rnd(E, 1.0f);
-    float *dw0 = copy_f(dw_c, (size_t)E * K), *db0 = copy_f(db_c, E);
-    conv1d_silu_backward(&(VilConvBwd){.dx = dx_c, .dw = dw_c, .db = db_c, .du = du, .x = x, .w = w, .b = b, .B = B, .L = L,
-                                       .E = E, .K = K, .ldx = ldx, .reverse = rev, .accumulate_dx = acc});
-    void *d_du = dev_act(du, nu), *d_dx = acc ? dev_act(dx0, nx) : dev_poison(nx * 2);
-    float *d_dw = dev_f32(dw0, (size_t)E * K), *d_db = dev_f32(db0, E);
-    G->conv1d_silu_backward(G, &(VilConvBwd){.dx = d_dx, .dw = d_dw, .db = d_db, .du = d_du, .x = d_x, .w = d_w, .b = d_b,
-                                             .B = B, .L = L, .E = E, .K = K, .ldx = ldx, .reverse = rev,
-                                             .accumulate_dx = acc});
-    float *dx_g = get_act(d_dx, nx), *dw_g = get_f32(d_dw, (size_t)E * K), *db_g = get_f32(d_db, E);
-    for (int i = 0; i < E * K; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
-    for (int i = 0; i < E; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
-    snprintf(nm, sizeof nm, "conv1d+silu bwd dx B=%d L=%d E=%d%s%s", B, L, E, rev ? " rev" : "", acc ? " +=" : "");
-    T_CLOSE(nm, rel_l2(dx_g, dx_c, (size_t)B * L, E, ldx), TOL_BF16);
-    if (!acc) T_CHECK(untouched(d_dx, (size_t)B * L, ldx, 0, E) == 0, "conv1d bwd wrote outside x's columns");
-    snprintf(nm, sizeof nm, "conv1d+silu bwd dw B=%d L=%d E=%d K=%d", B, L, E, K);
-    T_CLOSE(nm, rel(dw_g, dw_c, (size_t)E * K), TOL_F32);
-    snprintf(nm, sizeof nm, "conv1d+silu bwd db B=%d L=%d E=%d", B, L, E);
-    T_CLOSE(nm, rel(db_g, db_c, E), TOL_F32);
-    G->free(G, d_x), G->free(G, d_u), G->free(G, d_w), G->free(G, d_b), G->free(G, d_du), G->free(G, d_dx);
-    G->free(G, d_dw), G->free(G, d_db);
-    free(x), free(w), free(b), free(u_c), free(u_g), free(du), free(dx_c), free(dx0), free(dw_c);
-    free(db_c), free(dw0), free(db0), free(dx_g), free(dw_g), free(db_g);
-}
-
 /* both directions' forward and backward in one pass each (the mixer's path): dx overwritten with the sum, each
  * direction's dw, db accumulated, the z half of xz untouched */
-static void test_conv_bidir(int B, int L, int E, int K) {
+static void test_conv_bidir(const OpCase *c) {
+    int B = c->B, L = c->L, E = c->E, K = c->K;
     char nm[128];
     int ldx = 2 * E;
     size_t nx = (size_t)B * L * ldx, nu = (size_t)B * L * E;
@@ -280,7 +282,7 @@ static void test_conv_bidir(int B, int L, int E, int K) {
         for (int j = 0; j < 2; j++) {
             float *ug = get_act(du_g[j], nu);
             snprintf(nm, sizeof nm, "conv1d+silu bidir fwd u[%d] B=%d L=%d E=%d K=%d", j, B, L, E, K);
-            T_CLOSE(nm, rel(ug, uc[j], nu), TOL_BF16);
+            T_CLOSE(nm, rel(ug, uc[j], nu), c->tol);
             free(ug), free(uc[j]), G->free(G, du_g[j]);
         }
         G->free(G, dxx);
@@ -296,16 +298,16 @@ static void test_conv_bidir(int B, int L, int E, int K) {
                                                         .b = {gb[0], gb[1]}, .B = B, .L = L, .E = E, .K = K, .ldx = ldx});
     float *dx_g = get_act(d_dx, nx);
     snprintf(nm, sizeof nm, "conv1d+silu bidir bwd dx B=%d L=%d E=%d K=%d", B, L, E, K);
-    T_CLOSE(nm, rel_l2(dx_g, dx_c, (size_t)B * L, E, ldx), TOL_BF16);
+    T_CLOSE(nm, rel_l2(dx_g, dx_c, (size_t)B * L, E, ldx), c->tol);
     T_CHECK(untouched(d_dx, (size_t)B * L, ldx, 0, E) == 0, "conv1d bidir bwd wrote outside x's columns");
     for (int j = 0; j < 2; j++) {
         float *dw_g = get_f32(d_dw[j], (size_t)E * K), *db_g = get_f32(d_db[j], E);
         for (int i = 0; i < E * K; i++) dw_g[i] -= dw0[j][i], dw_c[j][i] -= dw0[j][i];
         for (int i = 0; i < E; i++) db_g[i] -= db0[j][i], db_c[j][i] -= db0[j][i];
         snprintf(nm, sizeof nm, "conv1d+silu bidir bwd dw[%d] B=%d L=%d E=%d K=%d", j, B, L, E, K);
-        T_CLOSE(nm, rel(dw_g, dw_c[j], (size_t)E * K), TOL_F32);
+        T_CLOSE(nm, rel(dw_g, dw_c[j], (size_t)E * K), c->tol_f32);
         snprintf(nm, sizeof nm, "conv1d+silu bidir bwd db[%d] B=%d L=%d E=%d", j, B, L, E);
-        T_CLOSE(nm, rel(db_g, db_c[j], E), TOL_F32);
+        T_CLOSE(nm, rel(db_g, db_c[j], E), c->tol_f32);
         free(dw_g), free(db_g);
         G->free(G, d_w[j]), G->free(G, d_b[j]), G->free(G, d_du[j]), G->free(G, d_dw[j]), G->free(G, d_db[j]);
         free(w[j]), free(b[j]), free(du[j]), free(dw_c[j]), free(db_c[j]), free(dw0[j]), free(db0[j]);
@@ -320,11 +322,13 @@ static void test_conv_bidir(int B, int L, int E, int K) {
  * forward's threads per channel (0 chosen by shape, 1 the pair kernel, 4 the quad kernel); keep:
  * the forward keeps its chunk-boundary states for the backward (VilScanFwd.states), as the model
  * does in training (the shape must be one where the backend keeps them) */
-static void test_scan_full(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk, int split,
-                           int keep) {
+static void test_scan(const OpCase *c) {
+    int B = c->B, L = c->L, E = c->E, N = c->N, dt_ld = c->dt_ld, ldx = c->ldx, chunk = c->chunk;
+    int split = c->split, keep = c->keep;
+    VilRecurrence rec = c->rec;
+    int mamba = rec == VIL_REC_MAMBA;
     char nm[160];
     const char *kind = mamba ? "mamba" : "longhorn";
-    VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
     int W = ldx, ldz = 2 * E;
     size_t ne = (size_t)B * L * E, nw = (size_t)B * L * W, nz = (size_t)B * L * ldz;
     float *u[2], *dl[2], *xd[2], *Dk[2], *Al[2];
@@ -365,7 +369,7 @@ static void test_scan_full(int B, int L, int E, int N, int dt_ld, int ldx, int m
     float *out_g = get_act(d_out, ne);
     snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d chunk %d split %d%s", kind, B, L, E, N, chunk, split,
              keep ? " keeping states" : "");
-    T_CLOSE(nm, rel(out_g, out_c, ne), TOL_BF16);
+    T_CLOSE(nm, rel(out_g, out_c, ne), c->tol);
 
     /* backward */
     float *dout = rnd_bf(ne, 1.0f);
@@ -406,34 +410,34 @@ static void test_scan_full(int B, int L, int E, int N, int dt_ld, int ldx, int m
         float *dD_g = get_f32(g_dD[j], E), *dA_g = get_f32(g_dA[j], (size_t)E * N);
         snprintf(nm, sizeof nm, "scan %s bwd du[%d] B=%d L=%d E=%d N=%d chunk %d%s", kind, j, B, L, E, N, chunk,
                  keep ? " from kept states" : "");
-        T_CLOSE(nm, rel(du_g, du_c[j], ne), TOL_BF16);
+        T_CLOSE(nm, rel(du_g, du_c[j], ne), c->tol);
         snprintf(nm, sizeof nm, "scan %s bwd ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
-        T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), TOL_BF16);
+        T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), c->tol);
         snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "B" : "k", j, B, L, E);
-        T_CLOSE(nm, rel_l2(dxd_g + dt_ld, dxd_c[j] + dt_ld, (size_t)B * L, N, W), TOL_BF16);
+        T_CLOSE(nm, rel_l2(dxd_g + dt_ld, dxd_c[j] + dt_ld, (size_t)B * L, N, W), c->tol);
         snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "C" : "q", j, B, L, E);
-        T_CLOSE(nm, rel_l2(dxd_g + dt_ld + N, dxd_c[j] + dt_ld + N, (size_t)B * L, N, W), TOL_BF16);
+        T_CLOSE(nm, rel_l2(dxd_g + dt_ld + N, dxd_c[j] + dt_ld + N, (size_t)B * L, N, W), c->tol);
         T_CHECK(untouched(g_dxd[j], (size_t)B * L, W, dt_ld, dt_ld + 2 * N) == 0, "scan bwd wrote into the dt_low or padding columns");
         for (int e = 0; e < E; e++) dD_g[e] -= dD0[j][e], dD_c[j][e] -= dD0[j][e];
         snprintf(nm, sizeof nm, "scan %s bwd dD[%d] B=%d L=%d E=%d", kind, j, B, L, E);
-        T_CLOSE(nm, rel(dD_g, dD_c[j], E), TOL_F32);
+        T_CLOSE(nm, rel(dD_g, dD_c[j], E), c->tol_f32);
         /* dt_proj's bias gradient, summed by the scan (the GPU sums its fp32 ddelta before the
          * bf16 rounding of the stored one) */
         float *db_g = get_f32(g_db[j], E);
         for (int e = 0; e < E; e++) db_g[e] -= db0[j][e], db_c[j][e] -= db0[j][e];
         snprintf(nm, sizeof nm, "scan %s bwd sum ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
-        T_CLOSE(nm, rel(db_g, db_c[j], E), TOL_BF16);
+        T_CLOSE(nm, rel(db_g, db_c[j], E), c->tol);
         free(db_g);
         if (mamba) {
             for (size_t i = 0; i < (size_t)E * N; i++) dA_g[i] -= dA0[j][i], dA_c[j][i] -= dA0[j][i];
             snprintf(nm, sizeof nm, "scan %s bwd dA_log[%d] B=%d L=%d E=%d", kind, j, B, L, E);
-            T_CLOSE(nm, rel(dA_g, dA_c[j], (size_t)E * N), 1e-3);
+            T_CLOSE(nm, rel(dA_g, dA_c[j], (size_t)E * N), 1e-3); /* sums over every (token, state) */
         }
         free(du_g), free(ddl_g), free(dxd_g), free(dD_g), free(dA_g);
     }
     float *dz_g = get_act(d_dz, nz);
     snprintf(nm, sizeof nm, "scan %s bwd dz B=%d L=%d E=%d", kind, B, L, E);
-    T_CLOSE(nm, rel_l2(dz_g + E, dz_c + E, (size_t)B * L, E, ldz), TOL_BF16);
+    T_CLOSE(nm, rel_l2(dz_g + E, dz_c + E, (size_t)B * L, E, ldz), c->tol);
     T_CHECK(untouched(d_dz, (size_t)B * L, ldz, E, ldz) == 0, "scan bwd wrote outside dz's columns");
 
     /* determinism: a second backward gives the same bits */
@@ -455,15 +459,9 @@ static void test_scan_full(int B, int L, int E, int N, int dt_ld, int ldx, int m
     if (gfwd.states) G->free(G, gfwd.states);
     free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g);
 }
-static void test_scan_split(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk, int split) {
-    test_scan_full(B, L, E, N, dt_ld, ldx, mamba, chunk, split, 0);
-}
-static void test_scan(int B, int L, int E, int N, int dt_ld, int ldx, int mamba, int chunk) {
-    test_scan_full(B, L, E, N, dt_ld, ldx, mamba, chunk, 0, 0);
-}
-
 /* ---------------- loss ---------------- */
-static void test_loss(int B, int C) {
+static void test_loss(const OpCase *c) {
+    int B = c->B, C = c->C;
     char nm[96];
     float *logits = rnd((size_t)B * C, 3.0f), *tg = vil_calloc((size_t)B * C, sizeof(float));
     for (int b = 0; b < B; b++) {
@@ -478,21 +476,22 @@ static void test_loss(int B, int C) {
                                              .B = B, .C = C});
     float *loss_g = get_f32(d_loss, B), *probs_g = get_f32(d_probs, (size_t)B * C);
     snprintf(nm, sizeof nm, "softmax xent fwd loss B=%d C=%d", B, C);
-    T_CLOSE(nm, rel(loss_g, loss_c, B), 1e-6);
+    T_CLOSE(nm, rel(loss_g, loss_c, B), c->tol_f32);
     snprintf(nm, sizeof nm, "softmax xent fwd probs B=%d C=%d", B, C);
-    T_CLOSE(nm, rel(probs_g, probs_c, (size_t)B * C), 1e-6);
+    T_CLOSE(nm, rel(probs_g, probs_c, (size_t)B * C), c->tol_f32);
     float *dl_c = vil_malloc((size_t)B * C * sizeof(float)), *d_dl = dev_poison((size_t)B * C * 4);
     softmax_xent_backward(&(VilXentBwd){.dlogits = dl_c, .probs = probs_c, .targets = tg, .B = B, .C = C, .denom = 3L * B});
     G->softmax_xent_backward(G, &(VilXentBwd){.dlogits = d_dl, .probs = d_probs, .targets = d_tg, .B = B, .C = C, .denom = 3L * B});
     float *dl_g = get_f32(d_dl, (size_t)B * C);
     snprintf(nm, sizeof nm, "softmax xent bwd B=%d C=%d", B, C);
-    T_CLOSE(nm, rel(dl_g, dl_c, (size_t)B * C), 1e-6);
+    T_CLOSE(nm, rel(dl_g, dl_c, (size_t)B * C), c->tol_f32);
     G->free(G, d_logits), G->free(G, d_tg), G->free(G, d_loss), G->free(G, d_probs), G->free(G, d_dl);
     free(logits), free(tg), free(loss_c), free(probs_c), free(loss_g), free(probs_g), free(dl_c), free(dl_g);
 }
 
 /* ---------------- AdamW ---------------- */
-static void test_adamw(size_t n) {
+static void test_adamw(const OpCase *c) {
+    size_t n = c->n;
     char nm[96];
     float *p = rnd(n, 1.0f), *m = vil_calloc(n, 4), *v = vil_calloc(n, 4);
     float *d_p = dev_f32(p, n), *d_m = dev_f32(m, n), *d_v = dev_f32(v, n);
@@ -515,17 +514,19 @@ static void test_adamw(size_t n) {
     }
     float *p_g = get_f32(d_p, n), *m_g = get_f32(d_m, n), *v_g = get_f32(d_v, n), *w_g = get_act(d_work, n);
     snprintf(nm, sizeof nm, "adamw 3 steps p n=%zu", n);
-    T_CLOSE(nm, rel(p_g, p, n), 1e-6);
+    T_CLOSE(nm, rel(p_g, p, n), c->tol_f32);
     snprintf(nm, sizeof nm, "adamw 3 steps m, v n=%zu", n);
-    T_CLOSE(nm, fmax(rel(m_g, m, n), rel(v_g, v, n)), 1e-6);
+    T_CLOSE(nm, fmax(rel(m_g, m, n), rel(v_g, v, n)), c->tol_f32);
     snprintf(nm, sizeof nm, "adamw bf16 working copy n=%zu", n);
-    T_CLOSE(nm, rel(w_g, p, n), TOL_BF16);
+    T_CLOSE(nm, rel(w_g, p, n), c->tol);
     G->free(G, d_p), G->free(G, d_m), G->free(G, d_v), G->free(G, d_work), G->free(G, d_decay);
     free(decay), free(p), free(m), free(v), free(p_g), free(m_g), free(v_g), free(w_g);
 }
 
 /* the weight EMA: three updates against the CPU op */
-static void test_ema(size_t n, float decay) {
+static void test_ema(const OpCase *c) {
+    size_t n = c->n;
+    float decay = c->decay;
     char nm[96];
     float *e = rnd(n, 1.0f), *d_e = dev_f32(e, n);
     for (int it = 0; it < 3; it++) {
@@ -537,13 +538,15 @@ static void test_ema(size_t n, float decay) {
     }
     float *e_g = get_f32(d_e, n);
     snprintf(nm, sizeof nm, "ema 3 updates n=%zu decay %g", n, decay);
-    T_CLOSE(nm, rel(e_g, e, n), 1e-6);
+    T_CLOSE(nm, rel(e_g, e, n), c->tol_f32);
     G->free(G, d_e);
     free(e), free(e_g);
 }
 
 /* clip_grad_norm_: the norm (double sums in another order) and the scaled gradient */
-static void test_grad_clip(size_t n, float max_norm) {
+static void test_grad_clip(const OpCase *c) {
+    size_t n = c->n;
+    float max_norm = c->max_norm;
     char nm[96];
     float *g = rnd(n, 1.0f), norm_c = 0, norm_g = 0;
     float *d_g = dev_f32(g, n), *d_norm = G->alloc(G, sizeof(float));
@@ -552,15 +555,16 @@ static void test_grad_clip(size_t n, float max_norm) {
     G->to_host(G, &norm_g, d_norm, sizeof(float));
     float *g_g = get_f32(d_g, n);
     snprintf(nm, sizeof nm, "grad_clip norm n=%zu max %g", n, max_norm);
-    T_CLOSE(nm, fabs((double)norm_g - norm_c) / norm_c, 1e-6);
+    T_CLOSE(nm, fabs((double)norm_g - norm_c) / norm_c, c->tol_f32);
     snprintf(nm, sizeof nm, "grad_clip g n=%zu max %g", n, max_norm);
-    T_CLOSE(nm, rel(g_g, g, n), 1e-6);
+    T_CLOSE(nm, rel(g_g, g, n), c->tol_f32);
     G->free(G, d_g), G->free(G, d_norm);
     free(g), free(g_g);
 }
 
 /* ---------------- patch embedding and tokens ---------------- */
-static void test_patch(int B, int C, int H, int P, int S, int D) {
+static void test_patch(const OpCase *c) {
+    int B = c->B, C = c->C, H = c->H, P = c->P, S = c->S, D = c->D;
     char nm[128];
     int G_ = (H - P) / S + 1, M = G_ * G_;
     size_t ni = (size_t)B * C * H * H, nw = (size_t)D * C * P * P, no = (size_t)B * M * D;
@@ -576,7 +580,7 @@ static void test_patch(int B, int C, int H, int P, int S, int D) {
     /* stride == patch: a bf16 matrix product on the patch rows; overlapping patches: cuDNN's
      * float32 convolution, possibly with TF32 tensor ops (~1e-3 relative): bf16 tolerance */
     snprintf(nm, sizeof nm, "patch_embed fwd B=%d C=%d H=%d P=%d S=%d D=%d", B, C, H, P, S, D);
-    T_CLOSE(nm, rel(out_g, out_c, no), TOL_BF16);
+    T_CLOSE(nm, rel(out_g, out_c, no), c->tol);
     float *dout = rnd_bf(no, 1.0f), *dw_c = rnd(nw, 1.0f), *db_c = rnd(D, 1.0f);
     float *dw0 = copy_f(dw_c, nw), *db0 = copy_f(db_c, D), *dimg_c = vil_malloc(ni * sizeof(float));
     patch_embed_backward(&(VilPatchEmbedBwd){.dimg = dimg_c, .dw = dw_c, .db = db_c, .dout = dout, .w = w, .img = img,
@@ -589,18 +593,19 @@ static void test_patch(int B, int C, int H, int P, int S, int D) {
     for (size_t i = 0; i < nw; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
     for (int i = 0; i < D; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
     snprintf(nm, sizeof nm, "patch_embed bwd dw B=%d P=%d S=%d D=%d", B, P, S, D);
-    T_CLOSE(nm, rel(dw_g, dw_c, nw), TOL_BF16);
+    T_CLOSE(nm, rel(dw_g, dw_c, nw), c->tol);
     snprintf(nm, sizeof nm, "patch_embed bwd db B=%d P=%d S=%d D=%d", B, P, S, D);
-    T_CLOSE(nm, rel(db_g, db_c, D), TOL_F32);
+    T_CLOSE(nm, rel(db_g, db_c, D), c->tol_f32);
     snprintf(nm, sizeof nm, "patch_embed bwd dimg B=%d P=%d S=%d D=%d", B, P, S, D);
-    T_CLOSE(nm, rel(dimg_g, dimg_c, ni), TOL_BF16);
+    T_CLOSE(nm, rel(dimg_g, dimg_c, ni), c->tol);
     G->free(G, d_img), G->free(G, d_b), G->free(G, d_w), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dw);
     G->free(G, d_db), G->free(G, d_dimg);
     free(img), free(w), free(b), free(out_c), free(out_g), free(dout), free(dw_c), free(db_c);
     free(dw0), free(db0), free(dimg_c), free(dw_g), free(db_g), free(dimg_g);
 }
 
-static void test_tokens(int B, int M, int D, int t) {
+static void test_tokens(const OpCase *c) {
+    int B = c->B, M = c->M, D = c->D, t = c->t;
     char nm[96];
     int L = M + 1;
     size_t np = (size_t)B * M * D, nx = (size_t)B * L * D;
@@ -612,7 +617,7 @@ static void test_tokens(int B, int M, int D, int t) {
     G->tokens_forward(G, &(VilTokensFwd){.x = d_x, .patches = d_pt, .cls = d_cls, .pos = d_pos, .B = B, .M = M, .D = D, .t = t});
     float *x_g = get_f32(d_x, nx);
     snprintf(nm, sizeof nm, "tokens fwd B=%d M=%d D=%d t=%d", B, M, D, t);
-    T_CLOSE(nm, rel(x_g, x_c, nx), 1e-7);
+    T_CLOSE(nm, rel(x_g, x_c, nx), 1e-7); /* one add per element */
     float *dx = rnd(nx, 1.0f), *dp_c = vil_malloc(np * sizeof(float));
     float *dcls_c = rnd(D, 1.0f), *dpos_c = rnd((size_t)L * D, 1.0f);
     float *dcls0 = copy_f(dcls_c, D), *dpos0 = copy_f(dpos_c, (size_t)L * D);
@@ -623,16 +628,356 @@ static void test_tokens(int B, int M, int D, int t) {
                                           .D = D, .t = t});
     float *dp_g = get_act(d_dp, np), *dcls_g = get_f32(d_dcls, D), *dpos_g = get_f32(d_dpos, (size_t)L * D);
     snprintf(nm, sizeof nm, "tokens bwd dpatches B=%d M=%d D=%d", B, M, D);
-    T_CLOSE(nm, rel(dp_g, dp_c, np), TOL_BF16);
+    T_CLOSE(nm, rel(dp_g, dp_c, np), c->tol);
     snprintf(nm, sizeof nm, "tokens bwd dcls, dpos B=%d M=%d D=%d", B, M, D);
-    T_CLOSE(nm, fmax(rel(dcls_g, dcls_c, D), rel(dpos_g, dpos_c, (size_t)L * D)), 1e-6);
+    T_CLOSE(nm, fmax(rel(dcls_g, dcls_c, D), rel(dpos_g, dpos_c, (size_t)L * D)), c->tol_f32);
     G->free(G, d_pt), G->free(G, d_cls), G->free(G, d_pos), G->free(G, d_x), G->free(G, d_dx), G->free(G, d_dcls);
     G->free(G, d_dpos), G->free(G, d_dp);
     free(pt), free(cls), free(pos), free(x_c), free(x_g), free(dx), free(dp_c), free(dcls_c);
     free(dpos_c), free(dcls0), free(dpos0), free(dp_g), free(dcls_g), free(dpos_g);
 }
 
+/* ---------------- the table ---------------- */
+/* a family: the function that runs its cases and the ops of VIL_OPS they check */
+typedef struct {
+    const char *name;
+    void (*run)(const OpCase *c);
+    const char *ops[2];
+} OpFamily;
+static const OpFamily FAMILIES[] = {
+    {"linear", test_linear, {"linear_forward", "linear_backward"}},
+    {"add_rmsnorm", test_norm, {"add_rmsnorm_forward", "add_rmsnorm_backward"}},
+    {"conv1d", test_conv_bidir, {"conv1d_silu_bidir_forward", "conv1d_silu_bidir_backward"}},
+    {"scan", test_scan, {"scan_bidir_forward", "scan_bidir_backward"}},
+    {"softmax_xent", test_loss, {"softmax_xent_forward", "softmax_xent_backward"}},
+    {"adamw", test_adamw, {"adamw_update"}},
+    {"ema", test_ema, {"ema_update"}},
+    {"grad_clip", test_grad_clip, {"grad_clip"}},
+    {"patch_embed", test_patch, {"patch_embed_forward", "patch_embed_backward"}},
+    {"tokens", test_tokens, {"tokens_forward", "tokens_backward"}},
+};
+#define N_FAMILIES (int)(sizeof FAMILIES / sizeof FAMILIES[0])
+
+/* the ops of VIL_OPS that have no case here, and why */
+static const struct {
+    const char *op, *why;
+} EXEMPT[] = {
+    {"grad_allreduce", "a collective over the ranks of several processes: test_dist runs it on the CPU (MPI), "
+                       "dev/cuda/gpu_check.sh's multi-GPU steps on NCCL"},
+    {"grad_allreduce_wait", "as grad_allreduce"},
+};
+#define N_EXEMPT (int)(sizeof EXEMPT / sizeof EXEMPT[0])
+
+static const OpCase CASES[] = {
+    {.op = "linear", .name = "in_proj-like, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 394, .C = 40, .OC = 80, .ld_in = 40, .ld_out = 80},
+    {.op = "linear", .name = "dt_proj-like: a strided slice, bias", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 14, .C = 6, .OC = 40, .ld_in = 48, .ld_out = 40, .bias = 1},
+    {.op = "linear", .name = "x_proj-like, L = 730, dinp accumulates", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 1460, .C = 40, .OC = 44, .ld_in = 40, .ld_out = 48, .accumulate = 1},
+    {.op = "linear", .name = "the head: class-token rows, f32 out", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 3, .C = 24, .OC = 5, .ld_in = 24 * 26, .ld_out = 5, .bias = 1, .f32_out = 1},
+    /* output counts not a multiple of 8: a 1001-class head, and a bf16 output of 12 with a bias
+     * and an accumulated input gradient */
+    {.op = "linear", .name = "a 1001-class head", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 37, .C = 24, .OC = 1001, .ld_in = 24 * 3, .ld_out = 1001, .bias = 1, .f32_out = 1},
+    {.op = "linear", .name = "a bf16 output of 12", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 30, .C = 16, .OC = 12, .ld_in = 16, .ld_out = 12, .bias = 1, .accumulate = 1},
+    {.op = "linear", .name = "L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 2, .C = 40, .OC = 24, .ld_in = 40, .ld_out = 24},
+    /* more product shapes than cuda/linear.cu's plan cache holds (128; vil bench's table across
+     * resolutions met that limit): the oldest plans are dropped and made again when needed */
+    {.op = "linear", .name = "50 shapes through the plan cache", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .N = 1, .C = 8, .OC = 16, .ld_in = 8, .ld_out = 16, .sweep = 50},
+    {.op = "linear", .name = "the first shape again, planned anew", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .N = 394, .C = 40, .OC = 80, .ld_in = 40, .ld_out = 80},
+    {.op = "add_rmsnorm", .name = "L = 197, drop-path scale", .tol = TOL_BF16, .tol_f32 = 1e-5,
+     .B = 2, .L = 197, .D = 40, .add = 1, .scale = 1},
+    {.op = "add_rmsnorm", .name = "L = 7", .tol = TOL_BF16, .tol_f32 = 1e-5,
+     .B = 3, .L = 7, .D = 20, .add = 1},
+    {.op = "add_rmsnorm", .name = "L = 1, no add", .tol = TOL_BF16, .tol_f32 = 1e-5,
+     .B = 2, .L = 1, .D = 72},
+    {.op = "add_rmsnorm", .name = "L = 730, D = 192", .tol = TOL_BF16, .tol_f32 = 1e-5, .only = FULL,
+     .B = 2, .L = 730, .D = 192, .add = 1, .scale = 1},
+    {.op = "add_rmsnorm", .name = "L = 26, D = 192 (quick)", .tol = TOL_BF16, .tol_f32 = 1e-5, .only = QUICK,
+     .B = 2, .L = 26, .D = 192, .add = 1, .scale = 1},
+    {.op = "conv1d", .name = "L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 1, .E = 40, .K = 4},
+    {.op = "conv1d", .name = "L = 7", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 7, .E = 40, .K = 4},
+    {.op = "conv1d", .name = "L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .K = 4},
+    {.op = "conv1d", .name = "L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 730, .E = 40, .K = 4},
+    {.op = "conv1d", .name = "K = 3", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 3, .L = 33, .E = 72, .K = 3},
+    {.op = "conv1d", .name = "K = 1, E = 5", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 20, .E = 5, .K = 1},
+    {.op = "conv1d", .name = "K = 6, E = 100", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 31, .E = 100, .K = 6},
+    /* the sequential kernels (one thread walks all tokens) */
+    {.op = "scan", .name = "sequential, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 1, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1},
+    {.op = "scan", .name = "sequential, L = 7", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 7, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1},
+    {.op = "scan", .name = "sequential, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1},
+    {.op = "scan", .name = "sequential, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 730, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1},
+    {.op = "scan", .name = "sequential, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .chunk = -1},
+    {.op = "scan", .name = "sequential, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .ldx = 21, .chunk = -1},
+    {.op = "scan", .name = "sequential, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .rec = VIL_REC_MAMBA, .chunk = -1},
+    {.op = "scan", .name = "sequential, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 7, .E = 20, .N = 8, .dt_ld = 2, .ldx = 18, .rec = VIL_REC_MAMBA, .chunk = -1},
+    {.op = "scan", .name = "sequential, several channel blocks, the last partial", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .chunk = -1},
+    {.op = "scan", .name = "sequential, E = 136", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 33, .E = 136, .N = 16, .dt_ld = 4, .ldx = 40, .rec = VIL_REC_MAMBA, .chunk = -1},
+    {.op = "scan", .name = "sequential, ViL-Tiny's R + 2N = 44 padded to 48", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 12, .ldx = 48, .chunk = -1},
+    {.op = "scan", .name = "sequential, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA, .chunk = -1},
+    /* the token-parallel form: chunks as chosen by shape (these small B x E all take it) at the
+     * lengths of 224, 512 (odd), 1024 and 2048 px; forced chunk sizes that leave a short last
+     * chunk, one or two chunks, and several channel blocks */
+    {.op = "scan", .name = "chunks by shape, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 1, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+    {.op = "scan", .name = "chunks by shape, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 1, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+    {.op = "scan", .name = "chunks by shape, L = 7", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 7, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+    {.op = "scan", .name = "chunks by shape, L = 7", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 7, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+    {.op = "scan", .name = "chunks by shape, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+    {.op = "scan", .name = "chunks by shape, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+    {.op = "scan", .name = "chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 730, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+    {.op = "scan", .name = "chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+    {.op = "scan", .name = "chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+    {.op = "scan", .name = "chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 4097, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+    {.op = "scan", .name = "chunks by shape, L = 16385", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 16385, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+    {.op = "scan", .name = "chunks by shape, L = 16385", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 16385, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+    {.op = "scan", .name = "chunk 24, several channel blocks", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .chunk = 24},
+    {.op = "scan", .name = "chunk 64, several channel blocks", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .rec = VIL_REC_MAMBA, .chunk = 64},
+    {.op = "scan", .name = "chunk 100, rounded up to 104: two chunks", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 200, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = 100},
+    {.op = "scan", .name = "chunk 8, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .ldx = 21, .chunk = 8},
+    {.op = "scan", .name = "chunk 16, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .rec = VIL_REC_MAMBA, .chunk = 16},
+    {.op = "scan", .name = "chunk 32, L = 730, B = 3", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 3, .L = 730, .E = 136, .N = 16, .dt_ld = 4, .ldx = 40, .chunk = 32},
+    {.op = "scan", .name = "one chunk exactly", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 64, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .rec = VIL_REC_MAMBA, .chunk = 64},
+    /* the chunk summaries' generic staging: rows that take 8-byte copies (E = 36) and plain
+     * loads (E = 37), Longhorn and Mamba, N = 16 and 8 */
+    {.op = "scan", .name = "staging, 8-byte copies (E = 36)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 36, .N = 16, .dt_ld = 4, .ldx = 40, .chunk = 32},
+    {.op = "scan", .name = "staging, plain loads (E = 37), N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 130, .E = 37, .N = 8, .dt_ld = 4, .ldx = 24, .chunk = 24},
+    {.op = "scan", .name = "staging, plain loads (E = 37)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .ldx = 40, .rec = VIL_REC_MAMBA, .chunk = 16},
+    /* the forward's two kernels forced where the other one is chosen: the pair kernel (one
+     * thread per channel) sequential and chunked at small B x E, the quad kernel (four) with a
+     * partial last block (264 = 8 x 32 + 8), N = 4 and 8 (1 and 2 states a thread), rows that
+     * take 8-byte copies (E = 36) and plain loads (E = 37), both forms */
+    {.op = "scan", .name = "pair kernel, chunked, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .split = 1},
+    {.op = "scan", .name = "pair kernel, chunked, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA, .split = 1},
+    {.op = "scan", .name = "pair kernel, sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1, .split = 1},
+    {.op = "scan", .name = "quad kernel, sequential, partial last block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .chunk = -1, .split = 4},
+    {.op = "scan", .name = "quad kernel, chunked, partial last block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .rec = VIL_REC_MAMBA, .chunk = 40, .split = 4},
+    {.op = "scan", .name = "quad kernel, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .ldx = 21, .chunk = -1, .split = 4},
+    {.op = "scan", .name = "quad kernel, chunked, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .rec = VIL_REC_MAMBA, .chunk = 16, .split = 4},
+    {.op = "scan", .name = "quad kernel, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .chunk = -1, .split = 4},
+    {.op = "scan", .name = "quad kernel, 8-byte copies (E = 36)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 3, .L = 101, .E = 36, .N = 16, .dt_ld = 4, .ldx = 40, .chunk = -1, .split = 4},
+    {.op = "scan", .name = "quad kernel, chunked, plain loads (E = 37)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .ldx = 40, .rec = VIL_REC_MAMBA, .chunk = 24, .split = 4},
+    {.op = "scan", .name = "quad kernel, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 1, .E = 37, .N = 16, .dt_ld = 4, .ldx = 40, .chunk = -1, .split = 4},
+    /* the backward from the chunk-boundary states the forward kept (training at long sequences):
+     * chunks by shape and forced, Longhorn and Mamba, N = 16, 8 and 4, a partial channel block,
+     * rows that take plain loads (E = 37), two chunks and many */
+    {.op = "scan", .name = "kept states, chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .keep = 1},
+    {.op = "scan", .name = "kept states, chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA, .keep = 1},
+    {.op = "scan", .name = "kept states, chunk 24, partial channel block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .chunk = 24, .keep = 1},
+    {.op = "scan", .name = "kept states, chunk 64, partial channel block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .rec = VIL_REC_MAMBA, .chunk = 64, .keep = 1},
+    {.op = "scan", .name = "kept states, two chunks", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 200, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = 100, .keep = 1},
+    {.op = "scan", .name = "kept states, chunk 8, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .ldx = 21, .chunk = 8, .keep = 1},
+    {.op = "scan", .name = "kept states, chunk 16, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .rec = VIL_REC_MAMBA, .chunk = 16, .keep = 1},
+    {.op = "scan", .name = "kept states, plain loads (E = 37), N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 130, .E = 37, .N = 8, .dt_ld = 4, .ldx = 24, .chunk = 24, .keep = 1},
+    {.op = "scan", .name = "kept states, plain loads (E = 37)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .ldx = 40, .rec = VIL_REC_MAMBA, .chunk = 16, .keep = 1},
+    {.op = "scan", .name = "kept states, L = 16385", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 16385, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .keep = 1},
+    /* a long sequence whose B x E the forward alone would run sequentially: kept, it cuts the
+     * backward's chunks (ViM-Tiny at 1024 px b32 has B x E = 12,288) */
+    {.op = "scan", .name = "kept states, where the forward alone is sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 2048, .E = 12289, .N = 16, .dt_ld = 3, .ldx = 35, .rec = VIL_REC_MAMBA, .keep = 1},
+    {.op = "softmax_xent", .name = "B = 3, C = 5", .tol_f32 = 1e-6,
+     .B = 3, .C = 5},
+    {.op = "softmax_xent", .name = "C = 1000", .tol_f32 = 1e-6,
+     .B = 7, .C = 1000},
+    {.op = "adamw", .name = "n = 1001", .tol = TOL_BF16, .tol_f32 = 1e-6,
+     .n = 1001},
+    {.op = "adamw", .name = "n = 7", .tol = TOL_BF16, .tol_f32 = 1e-6,
+     .n = 7},
+    {.op = "ema", .name = "decay 0.99", .tol_f32 = 1e-6,
+     .n = 1001, .decay = 0.99f},
+    {.op = "ema", .name = "decay 0.99996", .tol_f32 = 1e-6,
+     .n = 7, .decay = 0.99996f},
+    {.op = "grad_clip", .name = "n = 7", .tol_f32 = 1e-6,
+     .n = 7, .max_norm = 0.5f},
+    {.op = "grad_clip", .name = "n = 1000003", .tol_f32 = 1e-6,
+     .n = 1000003, .max_norm = 10.0f},
+    {.op = "grad_clip", .name = "under the limit", .tol_f32 = 1e-6,
+     .n = 1000003, .max_norm = 1e4f},
+    {.op = "patch_embed", .name = "overlapping patches (stride < patch)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .C = 3, .H = 16, .P = 4, .S = 3, .D = 20},
+    {.op = "patch_embed", .name = "patch 16", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .C = 3, .H = 32, .P = 16, .S = 16, .D = 40},
+    {.op = "patch_embed", .name = "one channel, patch 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .C = 1, .H = 28, .P = 4, .S = 4, .D = 24},
+    /* image sides not a multiple of the patch: the last pixels belong to no patch (dimg 0 there);
+     * P = 8 takes the 16-byte patch-row path, P = 7 the one-pixel path */
+    {.op = "patch_embed", .name = "side not a multiple of the patch, P = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .C = 3, .H = 36, .P = 8, .S = 8, .D = 24},
+    {.op = "patch_embed", .name = "side not a multiple of the patch, P = 7", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .C = 2, .H = 30, .P = 7, .S = 7, .D = 16},
+    {.op = "tokens", .name = "class token in the middle", .tol = TOL_BF16, .tol_f32 = 1e-6,
+     .B = 2, .M = 196, .D = 40, .t = 98},
+    {.op = "tokens", .name = "class token at 12", .tol = TOL_BF16, .tol_f32 = 1e-6,
+     .B = 2, .M = 25, .D = 20, .t = 12},
+    {.op = "tokens", .name = "one patch, class token first", .tol = TOL_BF16, .tol_f32 = 1e-6,
+     .B = 3, .M = 1, .D = 8, .t = 0},
+
+};
+#define N_CASES (int)(sizeof CASES / sizeof CASES[0])
+
+#define OP_NAME(op, Args, label) #op,
+static const char *const VIL_OP_NAMES[] = {VIL_OPS(OP_NAME)};
+#undef OP_NAME
+#define N_VIL_OPS (int)(sizeof VIL_OP_NAMES / sizeof VIL_OP_NAMES[0])
+
+static int vil_op_index(const char *name) {
+    for (int i = 0; i < N_VIL_OPS; i++)
+        if (strcmp(VIL_OP_NAMES[i], name) == 0) return i;
+    return -1;
+}
+static int family_index(const char *name) {
+    for (int f = 0; f < N_FAMILIES; f++)
+        if (strcmp(FAMILIES[f].name, name) == 0) return f;
+    return -1;
+}
+static int family_checks(int f, const char *op) {
+    for (int j = 0; j < 2; j++)
+        if (FAMILIES[f].ops[j] && strcmp(FAMILIES[f].ops[j], op) == 0) return 1;
+    return 0;
+}
+static const char *exempt_why(const char *op) {
+    for (int i = 0; i < N_EXEMPT; i++)
+        if (strcmp(EXEMPT[i].op, op) == 0) return EXEMPT[i].why;
+    return NULL;
+}
+
+/* Every op of VIL_OPS has a case or an exemption (one check per op), and every name the tables
+ * give is one of VIL_OPS or of FAMILIES (one check). Needs no GPU. */
+static void check_coverage(void) {
+    char unknown[512] = "";
+    size_t len = 0;
+#define UNKNOWN(nm) len += (size_t)snprintf(unknown + len, len < sizeof unknown ? sizeof unknown - len : 0, " %s", nm)
+    for (int f = 0; f < N_FAMILIES; f++)
+        for (int j = 0; j < 2; j++)
+            if (FAMILIES[f].ops[j] && vil_op_index(FAMILIES[f].ops[j]) < 0) UNKNOWN(FAMILIES[f].ops[j]);
+    for (int i = 0; i < N_EXEMPT; i++)
+        if (vil_op_index(EXEMPT[i].op) < 0) UNKNOWN(EXEMPT[i].op);
+    for (int k = 0; k < N_CASES; k++)
+        if (family_index(CASES[k].op) < 0) UNKNOWN(CASES[k].op);
+#undef UNKNOWN
+    T_CHECK(len == 0, "gpu_ops.c's tables name ops that are neither in VIL_OPS nor in FAMILIES:%s", unknown);
+    int covered = 0;
+    for (int i = 0; i < N_VIL_OPS; i++) {
+        const char *op = VIL_OP_NAMES[i];
+        int cases = 0;
+        for (int k = 0; k < N_CASES; k++) {
+            int f = family_index(CASES[k].op);
+            if (f >= 0 && family_checks(f, op)) cases++;
+        }
+        covered += cases > 0;
+        T_CHECK(cases > 0 || exempt_why(op), "%s (VIL_OPS) has no case in gpu_ops.c's CASES and no EXEMPT entry", op);
+    }
+    printf("coverage: %d of the %d ops of VIL_OPS have cases, %d exempt\n", covered, N_VIL_OPS, N_EXEMPT);
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: gpu_ops [quick] [OP...]\nOP, a family (the ops of VIL_OPS it checks):\n");
+    for (int f = 0; f < N_FAMILIES; f++)
+        fprintf(out, "  %-13s %s%s%s\n", FAMILIES[f].name, FAMILIES[f].ops[0], FAMILIES[f].ops[1] ? " " : "",
+                FAMILIES[f].ops[1] ? FAMILIES[f].ops[1] : "");
+    fprintf(out, "or an op of VIL_OPS. Without a case:\n");
+    for (int i = 0; i < N_EXEMPT; i++) fprintf(out, "  %s: %s\n", EXEMPT[i].op, EXEMPT[i].why);
+}
+
+/* the seed of the k-th case of family op: the same inputs whichever cases run */
+static uint64_t case_seed(const char *op, int k) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *p = op; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return 20261122u + h + (uint64_t)k;
+}
+
 int main(int argc, char **argv) {
+    int quick = 0, chosen = 0, want[N_FAMILIES] = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "quick") == 0) {
+            quick = 1;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        int f = family_index(a), known = f >= 0 || vil_op_index(a) >= 0;
+        if (!known) {
+            fprintf(stderr, "gpu_ops: unknown op '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        chosen = 1;
+        for (int g = 0; g < N_FAMILIES; g++)
+            if (g == f || family_checks(g, a)) want[g] = 1;
+        if (exempt_why(a)) printf("%s has no case: %s\n", a, exempt_why(a));
+    }
+    check_coverage();
+
     char why[256];
     if (!vil_cuda_available(why, sizeof why)) {
         printf("no usable GPU: %s\n", why);
@@ -640,129 +985,16 @@ int main(int argc, char **argv) {
         return t_finish();
     }
     G = &vil_backend_cuda;
-    /* "quick": the sizes compute-sanitizer can go through in reasonable time */
-    int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-    vil_rng_seed(&rng, 20261122);
-
-    test_linear(394, 40, 80, 40, 80, 0, 0, 0);   /* in_proj-like, L = 197 */
-    test_linear(14, 6, 40, 48, 40, 1, 0, 0);     /* dt_proj-like: a strided slice, bias */
-    test_linear(1460, 40, 44, 40, 48, 0, 0, 1);  /* x_proj-like, L = 730, dinp accumulates */
-    test_linear(3, 24, 5, 24 * 26, 5, 1, 1, 0); /* the head: class-token rows, f32 out */
-    /* output counts not a multiple of 8: a 1001-class head, and a bf16 output of 12 with a bias
-     * and an accumulated input gradient */
-    test_linear(37, 24, 1001, 24 * 3, 1001, 1, 1, 0);
-    test_linear(30, 16, 12, 16, 12, 1, 0, 1);
-    test_linear(2, 40, 24, 40, 24, 0, 0, 0);     /* L = 1 */
-    /* more product shapes than cuda/linear.cu's plan cache holds (128; vil bench's table across
-     * resolutions met that limit): the oldest plans are dropped and made again when needed */
-    if (!quick) {
-        for (int n = 1; n <= 50; n++) test_linear(n, 8, 16, 8, 16, n & 1, 0, 0);
-        test_linear(394, 40, 80, 40, 80, 0, 0, 0); /* the first shape again, planned anew */
+    int nth[N_FAMILIES] = {0};
+    for (int k = 0; k < N_CASES; k++) {
+        const OpCase *c = &CASES[k];
+        int f = family_index(c->op);
+        if (f < 0) continue; /* failed check_coverage */
+        int idx = nth[f]++;
+        if ((chosen && !want[f]) || c->only == (quick ? FULL : QUICK)) continue;
+        vil_rng_seed(&rng, case_seed(c->op, idx));
+        printf("-- %s: %s\n", c->op, c->name);
+        FAMILIES[f].run(c);
     }
-
-    test_norm(2, 197, 40, 1, 1);
-    test_norm(3, 7, 20, 1, 0);
-    test_norm(2, 1, 72, 0, 0);
-    test_norm(2, quick ? 26 : 730, 192, 1, 1);
-
-    int Ls[4] = {1, 7, 197, 730};
-    for (int i = 0; i < 4; i++) {
-        if (quick && Ls[i] == 730) continue;
-        test_conv(2, Ls[i], 40, 4, i & 1, 0);
-        test_conv(2, Ls[i], 40, 4, !(i & 1), 1);
-    }
-    test_conv(2, 26, 72, 3, 1, 0);
-    for (int i = 0; i < 4; i++)
-        if (!quick || Ls[i] != 730) test_conv_bidir(2, Ls[i], 40, 4);
-    test_conv_bidir(3, 33, 72, 3);
-    test_conv_bidir(2, 20, 5, 1);
-    test_conv_bidir(1, 31, 100, 6);
-
-    for (int i = 0; i < 4; i++) {
-        if (quick && Ls[i] == 730) continue;
-        test_scan(2, Ls[i], 40, 16, 3, 35, 0, -1);
-    }
-    /* the sequential kernels (one thread walks all tokens) */
-    test_scan(2, 26, 48, 4, 2, 10, 0, -1);
-    test_scan(2, 33, 72, 8, 5, 21, 0, -1);
-    test_scan(2, 197, 40, 16, 3, 35, 1, -1);
-    test_scan(2, 7, 20, 8, 2, 18, 1, -1);
-    test_scan(2, 197, 264, 16, 9, 48, 0, -1); /* several channel blocks, the last one partial */
-    test_scan(1, 33, 136, 16, 4, 40, 1, -1);
-    test_scan(2, 197, 72, 16, 12, 48, 0, -1); /* ViL-Tiny's R + 2N = 44, padded to 48 */
-    if (!quick) test_scan(1, 730, 72, 16, 5, 37, 1, -1);
-    /* the token-parallel form: chunks as chosen by shape (these small B x E all take it) at the
-     * lengths of 224, 512 (odd), 1024 and 2048 px; forced chunk sizes that leave a short last
-     * chunk, one or two chunks, and several channel blocks */
-    int Lc[6] = {1, 7, 197, 730, 4097, 16385};
-    for (int i = 0; i < 6; i++) {
-        if (quick && Lc[i] > 730) continue;
-        test_scan(1, Lc[i], 40, 16, 3, 35, 0, 0);
-        test_scan(2, Lc[i], 72, 16, 5, 37, 1, 0);
-    }
-    test_scan(2, 197, 264, 16, 9, 48, 0, 24);
-    test_scan(2, 197, 264, 16, 9, 48, 1, 64);
-    test_scan(1, 200, 40, 16, 3, 35, 0, 100); /* rounded up to 104: two chunks */
-    test_scan(2, 33, 72, 8, 5, 21, 0, 8);
-    test_scan(2, 26, 48, 4, 2, 10, 1, 16);
-    test_scan(3, 730, 136, 16, 4, 40, 0, 32);
-    test_scan(1, 64, 40, 16, 3, 35, 1, 64); /* one chunk exactly */
-    /* the chunk summaries' generic staging: rows that take 8-byte copies (E = 36) and plain
-     * loads (E = 37), Longhorn and Mamba, N = 16 and 8 */
-    test_scan(2, 197, 36, 16, 4, 40, 0, 32);
-    test_scan(2, 130, 37, 8, 4, 24, 0, 24);
-    test_scan(1, 99, 37, 16, 4, 40, 1, 16);
-    /* the forward's two kernels forced where the other one is chosen: the pair kernel (one
-     * thread per channel) sequential and chunked at small B x E, the quad kernel (four) with a
-     * partial last block (264 = 8 x 32 + 8), N = 4 and 8 (1 and 2 states a thread), rows that
-     * take 8-byte copies (E = 36) and plain loads (E = 37), both forms */
-    test_scan_split(1, 4097, 40, 16, 3, 35, 0, 0, 1);
-    test_scan_split(2, 730, 72, 16, 5, 37, 1, 0, 1);
-    test_scan_split(2, 197, 40, 16, 3, 35, 0, -1, 1);
-    test_scan_split(2, 197, 264, 16, 9, 48, 0, -1, 4);
-    test_scan_split(2, 197, 264, 16, 9, 48, 1, 40, 4);
-    test_scan_split(2, 33, 72, 8, 5, 21, 0, -1, 4);
-    test_scan_split(2, 26, 48, 4, 2, 10, 1, 16, 4);
-    test_scan_split(2, 26, 48, 4, 2, 10, 0, -1, 4);
-    test_scan_split(3, 101, 36, 16, 4, 40, 0, -1, 4);
-    test_scan_split(2, 99, 37, 16, 4, 40, 1, 24, 4);
-    test_scan_split(1, 1, 37, 16, 4, 40, 0, -1, 4);
-    /* the backward from the chunk-boundary states the forward kept (training at long sequences):
-     * chunks by shape and forced, Longhorn and Mamba, N = 16, 8 and 4, a partial channel block,
-     * rows that take plain loads (E = 37), two chunks and many */
-    test_scan_full(1, 4097, 40, 16, 3, 35, 0, 0, 0, 1);
-    test_scan_full(2, 730, 72, 16, 5, 37, 1, 0, 0, 1);
-    test_scan_full(2, 197, 264, 16, 9, 48, 0, 24, 0, 1);
-    test_scan_full(2, 197, 264, 16, 9, 48, 1, 64, 0, 1);
-    test_scan_full(1, 200, 40, 16, 3, 35, 0, 100, 0, 1);
-    test_scan_full(2, 33, 72, 8, 5, 21, 0, 8, 0, 1);
-    test_scan_full(2, 26, 48, 4, 2, 10, 1, 16, 0, 1);
-    test_scan_full(2, 130, 37, 8, 4, 24, 0, 24, 0, 1);
-    test_scan_full(1, 99, 37, 16, 4, 40, 1, 16, 0, 1);
-    if (!quick) test_scan_full(1, 16385, 40, 16, 3, 35, 0, 0, 0, 1);
-    /* a long sequence whose B x E the forward alone would run sequentially: kept, it cuts the
-     * backward's chunks (ViM-Tiny at 1024 px b32 has B x E = 12,288) */
-    if (!quick) test_scan_full(1, 2048, 12289, 16, 3, 35, 1, 0, 0, 1);
-
-    test_loss(3, 5);
-    test_loss(7, 1000);
-    test_adamw(1001);
-    test_adamw(7);
-    test_ema(1001, 0.99f);
-    test_ema(7, 0.99996f);
-    test_grad_clip(7, 0.5f);
-    test_grad_clip(1000003, 10.0f);
-    test_grad_clip(1000003, 1e4f); /* under the limit */
-
-    test_patch(2, 3, 16, 4, 3, 20);
-    test_patch(2, 3, 32, 16, 16, 40);
-    test_patch(1, 1, 28, 4, 4, 24);
-    /* image sides not a multiple of the patch: the last pixels belong to no patch (dimg 0 there);
-     * P = 8 takes the 16-byte patch-row path, P = 7 the one-pixel path */
-    test_patch(2, 3, 36, 8, 8, 24);
-    test_patch(1, 2, 30, 7, 7, 16);
-    test_tokens(2, 196, 40, 98);
-    test_tokens(2, 25, 20, 12);
-    test_tokens(3, 1, 8, 0);
     return t_finish();
 }

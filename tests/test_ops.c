@@ -222,20 +222,27 @@ static void test_norm(int with_add) {
 }
 
 /* ---------------- conv1d + SiLU ---------------- */
+/* one direction at a time through the two-direction op: the loss reads direction rev's u, so
+ * the other direction (its own filter, du = 0) must add nothing to dx */
 typedef struct {
     int B, L, E, K, ldx, rev;
-    float *x, *w, *b, *u, *R;
+    float *x, *w, *b, *u, *R;  /* w, b, u: direction rev's */
+    float *wo, *bo, *uo;       /* the other direction's */
 } ConvCtx;
 static double conv_loss(void *p) {
     ConvCtx *c = p;
-    conv1d_silu_forward(&(VilConvFwd){.u = c->u, .x = c->x, .w = c->w, .b = c->b, .B = c->B, .L = c->L,
-                                      .E = c->E, .K = c->K, .ldx = c->ldx, .reverse = c->rev});
+    int r = c->rev;
+    conv1d_silu_bidir_forward(&(VilConvBidirFwd){.u = {r ? c->uo : c->u, r ? c->u : c->uo}, .x = c->x,
+                                                 .w = {r ? c->wo : c->w, r ? c->w : c->wo},
+                                                 .b = {r ? c->bo : c->b, r ? c->b : c->bo}, .B = c->B, .L = c->L,
+                                                 .E = c->E, .K = c->K, .ldx = c->ldx});
     return gc_dot(c->u, c->R, (size_t)c->B * c->L * c->E);
 }
 static void test_conv(int rev) {
     ConvCtx c = {.B = 2, .L = 9, .E = 5, .K = 4, .ldx = 11, .rev = rev};
     size_t nx = (size_t)c.B * c.L * c.ldx, nu = (size_t)c.B * c.L * c.E;
     c.x = rnd(nx, 1), c.w = rnd((size_t)c.E * c.K, 1), c.b = rnd(c.E, 1), c.u = zeros(nu), c.R = rnd(nu, 1);
+    c.wo = rnd((size_t)c.E * c.K, 1), c.bo = rnd(c.E, 1), c.uo = zeros(nu);
     conv_loss(&c);
     double *ref = vil_malloc(nu * sizeof(double));
     /* reverse = causal conv on the flipped sequence, flipped back */
@@ -254,12 +261,18 @@ static void test_conv(int rev) {
             }
     T_CLOSE(rev ? "conv1d_silu forward (reversed)" : "conv1d_silu forward", rel_err(c.u, ref, nu), 1e-6);
     float *dx = zeros(nx), *dw = zeros((size_t)c.E * c.K), *db = zeros(c.E);
-    conv1d_silu_backward(&(VilConvBwd){.dx = dx, .dw = dw, .db = db, .du = c.R, .x = c.x, .w = c.w, .b = c.b,
-                                       .B = c.B, .L = c.L, .E = c.E, .K = c.K, .ldx = c.ldx, .reverse = rev});
+    float *dwo = zeros((size_t)c.E * c.K), *dbo = zeros(c.E), *duo = zeros(nu);
+    conv1d_silu_bidir_backward(&(VilConvBidirBwd){.dx = dx, .dw = {rev ? dwo : dw, rev ? dw : dwo},
+                                                  .db = {rev ? dbo : db, rev ? db : dbo},
+                                                  .du = {rev ? duo : c.R, rev ? c.R : duo}, .x = c.x,
+                                                  .w = {rev ? c.wo : c.w, rev ? c.w : c.wo},
+                                                  .b = {rev ? c.bo : c.b, rev ? c.b : c.bo}, .B = c.B, .L = c.L,
+                                                  .E = c.E, .K = c.K, .ldx = c.ldx});
     gc_check(rev ? "conv1d x (rev)" : "conv1d x", conv_loss, &c, c.x, dx, nx, COORDS * 2, 1e-2f, TOL, &rng);
     gc_check(rev ? "conv1d w (rev)" : "conv1d w", conv_loss, &c, c.w, dw, (size_t)c.E * c.K, COORDS, 1e-2f, TOL, &rng);
     gc_check(rev ? "conv1d b (rev)" : "conv1d b", conv_loss, &c, c.b, db, c.E, COORDS, 1e-2f, TOL, &rng);
-    free(ref), free(dx), free(dw), free(db), free(c.x), free(c.w), free(c.b), free(c.u), free(c.R);
+    free(ref), free(dx), free(dw), free(db), free(dwo), free(dbo), free(duo);
+    free(c.x), free(c.w), free(c.b), free(c.u), free(c.R), free(c.wo), free(c.bo), free(c.uo);
 }
 
 /* ---------------- scans ---------------- */

@@ -100,35 +100,21 @@ typedef struct {
     int flags;
 } VilLinearBwd;
 
-/* conv1d.c: u = SiLU(causal depthwise conv1d(x)) along L, width K; reverse runs the filter on
- * the reversed sequence (the backward direction) by indexing */
-typedef struct {
-    void *u;               /* (B, L, E) act */
-    const void *x;         /* (B, L, ldx) act */
-    const float *w, *b;    /* (E, K), (E) */
-    int B, L, E, K, ldx, reverse;
-} VilConvFwd;
-typedef struct {
-    void *dx;              /* (B, L, ldx) act */
-    float *dw, *db;        /* (E, K), (E): accumulate */
-    const void *du, *x;    /* (B, L, E), (B, L, ldx) act */
-    const float *w, *b;
-    int B, L, E, K, ldx, reverse, accumulate_dx;
-} VilConvBwd;
-/* both directions at once: u[j] = the filter w[j], b[j] with reverse = j; the backward sums both
- * directions' input gradients into dx (overwritten) */
+/* conv1d.c: u[j] = SiLU(causal depthwise conv1d(x)) along L, width K, with the filter w[j], b[j]
+ * of direction j; direction 1 runs its filter on the reversed sequence (by indexing). Both
+ * directions at once; the backward sums both directions' input gradients into dx (overwritten) */
 typedef struct {
     void *u[2];            /* (B, L, E) act each */
     const void *x;         /* (B, L, ldx) act */
-    const float *w[2], *b[2];
+    const float *w[2], *b[2]; /* (E, K), (E) each */
     int B, L, E, K, ldx;
 } VilConvBidirFwd;
 typedef struct {
     void *dx;              /* (B, L, ldx) act */
-    float *dw[2], *db[2];  /* accumulate */
+    float *dw[2], *db[2];  /* (E, K), (E) each: accumulate */
     const void *du[2];     /* (B, L, E) act each */
     const void *x;         /* (B, L, ldx) act */
-    const float *w[2], *b[2];
+    const float *w[2], *b[2]; /* (E, K), (E) each */
     int B, L, E, K, ldx;
 } VilConvBidirBwd;
 
@@ -242,8 +228,6 @@ typedef struct {
     X(add_rmsnorm_backward, VilNormBwd, "add+rmsnorm bwd")              \
     X(linear_forward, VilLinearFwd, "linear fwd")                       \
     X(linear_backward, VilLinearBwd, "linear bwd")                      \
-    X(conv1d_silu_forward, VilConvFwd, "conv1d+silu fwd")               \
-    X(conv1d_silu_backward, VilConvBwd, "conv1d+silu bwd")              \
     X(conv1d_silu_bidir_forward, VilConvBidirFwd, "conv1d+silu fwd")    \
     X(conv1d_silu_bidir_backward, VilConvBidirBwd, "conv1d+silu bwd")   \
     X(scan_bidir_forward, VilScanFwd, "scan (bidir) fwd")               \

@@ -1,9 +1,10 @@
-/* conv1d.c: the depthwise causal conv1d of width K along the tokens, fused with SiLU.
+/* conv1d.c: the depthwise causal conv1d of width K along the tokens, fused with SiLU, both
+ * directions (the ops of backend.h), each direction by a one-direction pass below.
  * Direction 0 reads x_{t-K+1..t}; direction 1 (reverse) is the same causal filter run on the
  * reversed sequence, so it reads x_{t..t+K-1} with the taps mirrored. The pre-activation is
  * recomputed in the backward pass instead of being stored. The taps are transposed to (K, E)
- * first so every inner loop runs over contiguous channels. dx overwrites unless accumulate_dx;
- * dw, db accumulate. */
+ * first so every inner loop runs over contiguous channels. dx is overwritten (direction 1 adds
+ * onto direction 0's); dw, db accumulate. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +38,10 @@ static inline void conv_pre(float *pre, const float *x, const float *wt, const f
     }
 }
 
-void conv1d_silu_forward(const VilConvFwd *args) {
-    float *u = args->u;
-    const float *x = args->x, *w = args->w, *b = args->b;
-    int B = args->B, L = args->L, E = args->E, K = args->K, ldx = args->ldx, reverse = args->reverse;
+/* one direction's forward */
+static void conv_dir_forward(float *u /* (B, L, E) */, const float *x /* (B, L, ldx) */,
+                             const float *w /* (E, K) */, const float *b /* (E) */, int B, int L,
+                             int E, int K, int ldx, int reverse) {
     float *wt = transpose_taps(w, E, K);
 #pragma omp parallel for collapse(2)
     for (int bi = 0; bi < B; bi++)
@@ -52,11 +53,11 @@ void conv1d_silu_forward(const VilConvFwd *args) {
     free(wt);
 }
 
-void conv1d_silu_backward(const VilConvBwd *args) {
-    float *dx = args->dx, *dw = args->dw, *db = args->db;
-    const float *du = args->du, *x = args->x, *w = args->w, *b = args->b;
-    int B = args->B, L = args->L, E = args->E, K = args->K, ldx = args->ldx;
-    int reverse = args->reverse, accumulate_dx = args->accumulate_dx;
+/* one direction's backward: dx overwritten, or added to with accumulate_dx */
+static void conv_dir_backward(float *dx /* (B, L, ldx) */, float *dw /* (E, K) */, float *db /* (E) */,
+                              const float *du /* (B, L, E) */, const float *x /* (B, L, ldx) */,
+                              const float *w /* (E, K) */, const float *b /* (E) */, int B, int L,
+                              int E, int K, int ldx, int reverse, int accumulate_dx) {
     size_t BL = (size_t)B * L;
     float *wt = transpose_taps(w, E, K);
     /* dpre = du * SiLU'(pre), with pre recomputed */
@@ -118,17 +119,12 @@ void conv1d_silu_backward(const VilConvBwd *args) {
 
 void conv1d_silu_bidir_backward(const VilConvBidirBwd *args) {
     for (int j = 0; j < 2; j++)
-        conv1d_silu_backward(&(VilConvBwd){.dx = args->dx, .dw = args->dw[j], .db = args->db[j],
-                                           .du = args->du[j], .x = args->x, .w = args->w[j],
-                                           .b = args->b[j], .B = args->B, .L = args->L,
-                                           .E = args->E, .K = args->K, .ldx = args->ldx,
-                                           .reverse = j, .accumulate_dx = j});
+        conv_dir_backward(args->dx, args->dw[j], args->db[j], args->du[j], args->x, args->w[j],
+                          args->b[j], args->B, args->L, args->E, args->K, args->ldx, j, j);
 }
 
 void conv1d_silu_bidir_forward(const VilConvBidirFwd *args) {
     for (int j = 0; j < 2; j++)
-        conv1d_silu_forward(&(VilConvFwd){.u = args->u[j], .x = args->x, .w = args->w[j],
-                                          .b = args->b[j], .B = args->B, .L = args->L,
-                                          .E = args->E, .K = args->K, .ldx = args->ldx,
-                                          .reverse = j});
+        conv_dir_forward(args->u[j], args->x, args->w[j], args->b[j], args->B, args->L, args->E,
+                         args->K, args->ldx, j);
 }
