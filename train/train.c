@@ -83,13 +83,6 @@ typedef struct {
 
 /* ---------------- small helpers ---------------- */
 
-static char *join(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = vil_malloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
@@ -161,7 +154,7 @@ static void runlog_failed(Trainer *T) {
 
 char *vil_train_state_path(const char *resume) {
     struct stat st;
-    if (stat(resume, &st) == 0 && S_ISDIR(st.st_mode)) return join(resume, "last.state.safetensors");
+    if (stat(resume, &st) == 0 && S_ISDIR(st.st_mode)) return vil_path_join(resume, "last.state.safetensors");
     if (ends_with(resume, ".state.safetensors")) return vil_strdup(resume);
     size_t n = strlen(resume) + 32;
     char *p = vil_malloc(n);
@@ -921,7 +914,7 @@ static void trainer_free(Trainer *T) {
  * run). */
 static int lock_out_dir(Trainer *T) {
     const char *out = T->run->out_dir;
-    char *p = join(out, "train.lock");
+    char *p = vil_path_join(out, "train.lock");
     int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
         vil_error("the output folder '%s' cannot be written (its lock file %s: %s): fix its "
@@ -965,7 +958,7 @@ static int refuse_used_folder(Trainer *T) {
     for (int i = 0; i < 4; i++) {
         struct stat sb;
         if (lstat(paths[i], &sb) != 0) continue;
-        const char *name = strrchr(paths[i], '/') + 1;
+        const char *slash = strrchr(paths[i], '/'), *name = slash ? slash + 1 : paths[i];
         len += (size_t)snprintf(found + len, len < sizeof found ? sizeof found - len : 0, "%s%s",
                                 len ? ", " : "", name);
         if (len >= sizeof found) len = sizeof found - 1;
@@ -988,7 +981,7 @@ static int refuse_used_folder(Trainer *T) {
 static int prepare_out_dir(Trainer *T) {
     const char *out = T->run->out_dir;
     if ((T->stale_removed = vil_remove_stale_temps(out)) < 0) return -1;
-    char *probe = join(out, ".vil-write-probe");
+    char *probe = vil_path_join(out, ".vil-write-probe");
     int rc = vil_write_file_atomic(probe, "vil", 3);
     int err = errno;
     if (rc != 0)
@@ -1069,10 +1062,10 @@ static int trainer_setup(Trainer *T) {
             goto out;
         }
     }
-    T->path_last = join(run->out_dir, "last.safetensors");
-    T->path_state = join(run->out_dir, "last.state.safetensors");
-    T->path_best = join(run->out_dir, "best.safetensors");
-    T->path_ema = join(run->out_dir, "ema.safetensors");
+    T->path_last = vil_path_join(run->out_dir, "last.safetensors");
+    T->path_state = vil_path_join(run->out_dir, "last.state.safetensors");
+    T->path_best = vil_path_join(run->out_dir, "best.safetensors");
+    T->path_ema = vil_path_join(run->out_dir, "ema.safetensors");
     /* a fresh run never overwrites another one's files: weeks of ImageNet are one typo away */
     /* rank 0 alone owns the folder (vil_train makes the outcome collective) */
     if (T->rank == 0 && (vil_mkdir_p(run->out_dir) != 0 || lock_out_dir(T) != 0)) goto out;
@@ -1163,7 +1156,7 @@ static void snapshot_step(Trainer *T) {
     const char *out = T->run->out_dir;
     char name[64];
     snprintf(name, sizeof name, "step_%08ld.safetensors", T->step);
-    char *p = join(out, name);
+    char *p = vil_path_join(out, name);
     unlink(p);
     if (link(T->path_last, p) != 0)
         vil_warn("cannot link %s to %s (%s): no step checkpoint at step %ld", T->path_last, p,
@@ -1173,7 +1166,7 @@ static void snapshot_step(Trainer *T) {
     int n = scandir(out, &e, is_snapshot, alphasort); /* zero-padded: by name is by step */
     for (int i = 0; i < n; i++) {
         if (i < n - T->tc->keep_last) {
-            char *q = join(out, e[i]->d_name);
+            char *q = vil_path_join(out, e[i]->d_name);
             if (unlink(q) != 0) vil_warn("cannot remove %s: %s", q, vil_errno_str());
             free(q);
         }
