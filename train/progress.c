@@ -1,9 +1,11 @@
 /* progress.c: what a training run prints (trainer.h): the header, the progress lines and the
- * terminal's bar with its ETA, the validation and epoch-end lines, the stop message, and the
- * run's metrics record (runlog.h). Rank 0 alone prints. */
+ * terminal's bar with its ETA, the validation and epoch-end lines, the stop message, the run's
+ * last line (vil_train_report), and the run's metrics record (runlog.h). Rank 0 alone prints. */
 #include "train/trainer.h"
 
 #include <omp.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "vil/common.h"
@@ -192,7 +194,7 @@ void print_epoch_end(Trainer *T, int epoch_done, int ep) {
 }
 
 /* The stop message, after the save: a signal or --stop-after (why) stopped the run inside an
- * epoch (ep < 0) or at the end of epoch ep (0-based). */
+ * epoch (ep < 0) or at the end of epoch ep (0-based). vil_train_report gives the run's last line. */
 void print_stop(Trainer *T, VilTrainStatus why, int ep) {
     if (T->quiet) return;
     char where[96];
@@ -203,4 +205,39 @@ void print_stop(Trainer *T, VilTrainStatus why, int ep) {
     fprintf(out_log(T), "%s %s: saved %s and %s\n", why == VIL_TRAIN_INTERRUPTED ? "interrupted" : "stopped",
             where, T->path_last, T->path_state);
     fflush(T->log);
+}
+
+void vil_train_report(const VilTrainRun *run, VilTrainStatus status, const VilTrainResult *res) {
+    if (run->dist && run->dist->rank != 0) return; /* rank 0 speaks for the group */
+    char *last = vil_path_join(run->out_dir, "last.safetensors");
+    int sig = run->interrupt ? *run->interrupt : 0;
+    switch (status) {
+    case VIL_TRAIN_DONE:
+        printf("done: %ld steps (%.3g epochs) in %.0f s", res->step, res->epochs_done, res->seconds);
+        if (res->top1 >= 0) printf("; val top-1 %.2f%% top-5 %.2f%%", res->top1, res->top5);
+        if (res->ema_top1 >= 0) printf("; EMA top-1 %.2f%% top-5 %.2f%%", res->ema_top1, res->ema_top5);
+        if (res->best_top1 >= 0) {
+            char *best = vil_path_join(run->out_dir, "best.safetensors");
+            printf("; best top-1 %.2f%% (%s)", res->best_top1, best);
+            free(best);
+        }
+        printf("\n");
+        break;
+    case VIL_TRAIN_STOPPED:
+        printf("stopped at step %ld (--stop-after); continue with: vil train --resume %s --data %s\n",
+               res->step, last, run->data);
+        break;
+    case VIL_TRAIN_INTERRUPTED:
+        vil_error("interrupted (%s) at step %ld; the run is saved: continue with "
+                  "vil train --resume %s --data %s",
+                  sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "on another rank",
+                  res->step, last, run->data);
+        break;
+    case VIL_TRAIN_DIVERGED:
+        vil_error("training diverged at step %ld (see above)", res->step);
+        break;
+    default:
+        break;
+    }
+    free(last);
 }

@@ -1,7 +1,8 @@
 /* state.c: the files of a training run (train.h, trainer.h): the state file that makes --resume
  * continue bitwise-identically on the CPU (its checks on reading, the restore, the repair of
  * checkpoints left behind it), the saves (state, last, ema, best, step checkpoints), and the
- * output folder (the lock, the refusal of another run's folder, the write probe). */
+ * output folder (the lock, the refusal of another run's folder, the write probe; where a run
+ * writes and what --resume auto takes). */
 #define _GNU_SOURCE
 #include "train/trainer.h"
 
@@ -42,6 +43,23 @@ char *vil_train_state_path(const char *resume) {
     return p;
 }
 
+char *vil_train_out_dir(const char *out, const char *resume, const char *model_name) {
+    if (out) return vil_strdup(out);
+    if (!resume) return vil_path_join("out", model_name);
+    char *sp = vil_train_state_path(resume), *slash = strrchr(sp, '/');
+    if (slash) *slash = 0;
+    else strcpy(sp, ".");
+    return sp;
+}
+
+const char *vil_train_resume_auto(const char *out_dir) {
+    char *sp = vil_train_state_path(out_dir);
+    struct stat st;
+    int found = stat(sp, &st) == 0;
+    free(sp);
+    return found ? out_dir : NULL;
+}
+
 /* ---------------- the state file ---------------- */
 
 static int state_open(const char *path, VilSafetensors *st) {
@@ -71,14 +89,19 @@ static int state_open(const char *path, VilSafetensors *st) {
     return 0;
 }
 
-int vil_train_state_read_config(const char *state_path, VilConfig *model, VilTrainConfig *train) {
+int vil_train_state_read_config(const char *resume, VilConfig *model, VilTrainConfig *train) {
+    char *state_path = vil_train_state_path(resume);
     VilSafetensors st;
-    if (state_open(state_path, &st) != 0) return -1;
+    if (state_open(state_path, &st) != 0) {
+        free(state_path);
+        return -1;
+    }
     const char *mj = vil_st_meta(&st, "vil.config"), *tj = vil_st_meta(&st, "vil.train_config");
     int rc = -1;
     if (!mj || !tj) vil_error("cannot resume: '%s' holds no configuration", state_path);
     else if (vil_config_from_json(model, mj) == 0 && vil_train_config_from_json(train, tj) == 0) rc = 0;
     vil_st_free(&st);
+    free(state_path);
     return rc;
 }
 
