@@ -148,6 +148,25 @@ int open_runlog(Trainer *T) {
     return vil_runlog_start(T->runlog, T->mc, T->tc, &s);
 }
 
+/* A resumed run of saved_world ranks that goes on with another number, at the same global batch. */
+void print_resplit(Trainer *T, long saved_world) {
+    if (T->quiet) return;
+    fprintf(T->log, "resuming a run of %ld rank%s on %d, at the same global batch of %ld\n", saved_world,
+            saved_world == 1 ? "" : "s", T->world, T->global_batch);
+}
+
+/* A resumed run already at the end of its schedule. */
+void print_nothing_to_do(Trainer *T) {
+    if (T->quiet) return;
+    fprintf(T->log, "nothing to do: the run is at step %ld of %ld\n", T->step, T->total_steps);
+}
+
+/* A resume inside an epoch: the batches done before the save are decoded and dropped. */
+void print_skipping(Trainer *T) {
+    if (T->quiet) return;
+    fprintf(out_log(T), "resume: skipping %d batches of epoch %d\n", T->epoch_batch, T->epoch + 1);
+}
+
 /* A log step's line (p: the step's progress, as on_log gets it). */
 void print_progress(Trainer *T, const VilTrainProgress *p) {
     if (T->quiet) return;

@@ -299,9 +299,7 @@ int state_restore(Trainer *T, const char *path) {
                  "uninterrupted one", d);
         free(d);
     }
-    if (same_global && !T->quiet && saved_world != T->world)
-        fprintf(T->log, "resuming a run of %ld rank%s on %d, at the same global batch of %ld\n",
-                saved_world, saved_world == 1 ? "" : "s", T->world, T->global_batch);
+    if (same_global && saved_world != T->world) print_resplit(T, saved_world);
     if (spe != T->spe)
         vil_warn("the saved run had %ld steps per epoch, this one %ld (another dataset or batch?): "
                  "resuming at epoch %ld, batch %ld anyway", spe, T->spe, epoch, eb);

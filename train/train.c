@@ -329,7 +329,7 @@ static RunNext trainer_setup(Trainer *T) {
     /* before "nothing to do" too: a finished run whose last save was cut short is not done */
     if (state_in && T->rank == 0 && sync_run_files(T) != 0) goto out;
     if (T->step >= T->total_steps) {
-        if (!T->quiet) fprintf(T->log, "nothing to do: the run is at step %ld of %ld\n", T->step, T->total_steps);
+        print_nothing_to_do(T);
         next = run_end(T, VIL_TRAIN_DONE);
         goto out;
     }
@@ -352,8 +352,7 @@ static RunNext start_epoch(Trainer *T) {
     if (T->epoch_batch > 0) {
         /* the loader has no seek: decode and drop the batches done before the save, which keeps
          * every later batch exactly as an uninterrupted run sees it */
-        if (!T->quiet)
-            fprintf(out_log(T), "resume: skipping %d batches of epoch %d\n", T->epoch_batch, T->epoch + 1);
+        print_skipping(T);
         for (int k = 0; k < T->epoch_batch * T->accum; k++) {
             const VilBatch *b = vil_loader_next_batch(T->loader);
             if (!b) {
