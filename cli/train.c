@@ -1,11 +1,11 @@
 /* train.c: `vil train`: the flags, the configuration (cfg file, --set, or the one a --resume
- * state holds), the signal handlers, and the run's outcome as the exit code. The run itself is
- * train/train.c's vil_train. */
+ * state holds), the signal handlers, and the run's outcome as the exit code. The run itself,
+ * where it writes and what it resumes are train/'s (vil_train, vil_train_out_dir,
+ * vil_train_resume_auto), and so is its last line (vil_train_report). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -19,36 +19,6 @@ static volatile sig_atomic_t g_interrupt = 0;
 
 static void on_signal(int sig) {
     g_interrupt = sig;
-}
-
-/* The run's last line (rank 0 alone speaks for the group). */
-static void report(VilTrainStatus st, const VilTrainResult *res, const char *out, const char *data) {
-    char last[600];
-    snprintf(last, sizeof last, "%s/last.safetensors", out);
-    switch (st) {
-    case VIL_TRAIN_DONE:
-        printf("done: %ld steps (%.3g epochs) in %.0f s", res->step, res->epochs_done, res->seconds);
-        if (res->top1 >= 0) printf("; val top-1 %.2f%% top-5 %.2f%%", res->top1, res->top5);
-        if (res->ema_top1 >= 0) printf("; EMA top-1 %.2f%% top-5 %.2f%%", res->ema_top1, res->ema_top5);
-        if (res->best_top1 >= 0) printf("; best top-1 %.2f%% (%s/best.safetensors)", res->best_top1, out);
-        printf("\n");
-        break;
-    case VIL_TRAIN_STOPPED:
-        printf("stopped at step %ld (--stop-after); continue with: vil train --resume %s --data %s\n",
-               res->step, last, data);
-        break;
-    case VIL_TRAIN_INTERRUPTED:
-        vil_error("interrupted (%s) at step %ld; the run is saved: continue with "
-                  "vil train --resume %s --data %s",
-                  g_interrupt == SIGTERM ? "SIGTERM" : g_interrupt == SIGINT ? "SIGINT" : "on another rank",
-                  res->step, last, data);
-        break;
-    case VIL_TRAIN_DIVERGED:
-        vil_error("training diverged at step %ld (see above)", res->step);
-        break;
-    default:
-        break;
-    }
 }
 
 /* "vil train ARGS..." as a shell would take it back: arguments with other than safe characters
@@ -139,8 +109,7 @@ int vil_cmd_train(int argc, char **argv) {
                 vil_printable(shown, sizeof shown, device));
         return 2;
     }
-    /* --resume auto: go on with the run in the output folder when there is one, else start it
-     * (so one command serves the first launch and every requeue) */
+    /* --resume auto: the run in the output folder when there is one (vil_train_resume_auto) */
     int resume_auto = resume && strcmp(resume, "auto") == 0;
     if (resume_auto && !config) {
         fprintf(stderr, "vil train: --resume auto starts a fresh run when the output folder holds "
@@ -151,13 +120,7 @@ int vil_cmd_train(int argc, char **argv) {
     VilTrainRun run = {0};
     vil_config_default(&run.model);
     vil_train_config_default(&run.train);
-    char *state = NULL;
-    if (resume && !config) {
-        state = vil_train_state_path(resume);
-        int r = vil_train_state_read_config(state, &run.model, &run.train);
-        free(state);
-        if (r != 0) return 1;
-    }
+    if (resume && !config && vil_train_state_read_config(resume, &run.model, &run.train) != 0) return 1;
     /* a config's or an override's wrong value exits 2, an unreadable file 1 (vil_exit_code) */
     int r = config ? vil_train_config_load(&run.model, &run.train, config) : 0;
     for (int i = 0; r == 0 && i < sets.n; i++) r = vil_train_config_set_kv(&run.model, &run.train, sets.v[i]);
@@ -176,27 +139,14 @@ int vil_cmd_train(int argc, char **argv) {
         vil_config_print(&run.model, stdout);
         vil_train_config_print(&run.train, stdout);
     }
-    char outbuf[4096];
-    if (!out && resume) {
-        /* a resumed run goes on writing where its state is */
-        char *sp = vil_train_state_path(resume);
-        char *slash = strrchr(sp, '/');
-        snprintf(outbuf, sizeof outbuf, "%.*s", slash ? (int)(slash - sp) : 1, slash ? sp : ".");
-        free(sp);
-        out = outbuf;
-    } else if (!out) {
-        snprintf(outbuf, sizeof outbuf, "out/%s", run.model.name);
-        out = outbuf;
-    }
-    if (resume_auto) {
-        char *sp = vil_train_state_path(out);
-        struct stat st;
-        resume = stat(sp, &st) == 0 ? out : NULL;
-        free(sp);
-    }
+    char *out_dir = vil_train_out_dir(out, resume, run.model.name);
+    if (resume_auto) resume = vil_train_resume_auto(out_dir);
     /* the process group (mpirun / srun), and this process's GPU: local_rank */
     VilDist dist;
-    if (vil_dist_init(&dist) != 0) return 1;
+    if (vil_dist_init(&dist) != 0) {
+        free(out_dir);
+        return 1;
+    }
     int code = 1;
     char *cmdline = command_line(argc, argv); /* argv[0] is "train" */
     run.be = vil_backend_get(device);
@@ -209,7 +159,7 @@ int vil_cmd_train(int argc, char **argv) {
     run.commit = vil_version_commit();
     run.names = names;
     run.val_labels = val_labels;
-    run.out_dir = out;
+    run.out_dir = out_dir;
     run.resume = resume;
     run.init = init;
     run.init_ema = init_ema;
@@ -228,9 +178,10 @@ int vil_cmd_train(int argc, char **argv) {
     VilTrainResult res;
     VilTrainStatus st = vil_train(&run, &res);
     code = st == VIL_TRAIN_DONE || st == VIL_TRAIN_STOPPED ? 0 : 1;
-    if (dist.rank == 0) report(st, &res, out, data);
+    vil_train_report(&run, st, &res);
 out:
     free(cmdline);
+    free(out_dir);
     vil_backend_close(run.be);
     vil_dist_finalize(&dist);
     return code;

@@ -114,16 +114,6 @@ static int is_dir(const char *p) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static char *path_join(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    int slash = la > 0 && a[la - 1] != '/';
-    char *s = vil_malloc(la + slash + lb + 1);
-    memcpy(s, a, la);
-    if (slash) s[la] = '/';
-    memcpy(s + la + slash, b, lb + 1);
-    return s;
-}
-
 /* Entries of a folder, hidden ones ('.'-prefixed) skipped, split into folders and other
  * entries (files, and links to them); both sorted by byte order as Python's sorted() does. */
 static int list_dir(const char *dir, StrList *dirs, StrList *files) {
@@ -142,7 +132,7 @@ static int list_dir(const char *dir, StrList *dirs, StrList *files) {
         else if (e->d_type == DT_REG) isfile = 1;
         else {
             /* links and file systems without d_type: ask stat, following the link */
-            char *p = path_join(dir, e->d_name);
+            char *p = vil_path_join(dir, e->d_name);
             struct stat st;
             if (stat(p, &st) == 0) {
                 isdir = S_ISDIR(st.st_mode);
@@ -202,7 +192,7 @@ static int open_folder(VilDataset *ds, const char *dir) {
     const char *first_empty = NULL;
     for (int c = 0; c < classes.n; c++) {
         ds->class_ids[c] = vil_strdup(classes.v[c]);
-        char *cdir = path_join(dir, classes.v[c]);
+        char *cdir = vil_path_join(dir, classes.v[c]);
         StrList files = {0};
         int rc = list_dir(cdir, NULL, &files);
         free(cdir);
@@ -284,7 +274,7 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file) {
             break;
         }
         size_t off = arena_add(ds, name, NULL);
-        char *full = name[0] == '/' ? vil_strdup(name) : path_join(dir, name);
+        char *full = name[0] == '/' ? vil_strdup(name) : vil_path_join(dir, name);
         struct stat st;
         if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) {
             if (missing < 3) vil_printable(first_missing[missing], sizeof first_missing[0], name);
@@ -472,7 +462,7 @@ static char *idx_find(const char *dir, const char *prefix, const char *what) {
     for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++) {
         char name[128];
         snprintf(name, sizeof name, forms[k], prefix, what, nd);
-        char *p = path_join(dir, name);
+        char *p = vil_path_join(dir, name);
         if (file_exists(p)) return p;
         free(p);
     }
@@ -639,7 +629,7 @@ VilDataset *vil_dataset_open(const char *path, const char *split, const char *la
                       path);
             goto out;
         }
-        dir = split ? path_join(path, split) : NULL;
+        dir = split ? vil_path_join(path, split) : NULL;
         if (!dir || !is_dir(dir)) {
             free(dir);
             dir = vil_strdup(path);
@@ -656,13 +646,13 @@ VilDataset *vil_dataset_open(const char *path, const char *split, const char *la
             rc = open_idx(ds, images);
             free(images);
         } else if (split) {
-            dir = path_join(path, split);
+            dir = vil_path_join(path, split);
             if (!is_dir(dir))
                 vil_error("dataset folder '%s' has no '%s' folder: %s", path, split, k_layouts);
             else
                 rc = open_folder(ds, dir);
         } else {
-            char *t = path_join(path, "train"), *v = path_join(path, "val");
+            char *t = vil_path_join(path, "train"), *v = vil_path_join(path, "val");
             int root = is_dir(t) && is_dir(v);
             free(t);
             free(v);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "data/sampler.h"
+#include "data/recipe.h"
 #include "vil/common.h"
 
 /* Domain tags: keep the streams of different purposes apart although keyed alike. */
@@ -101,16 +102,16 @@ void vil_loader_config_default(VilLoaderConfig *c, VilLoaderMode mode, int res, 
     c->batch = batch;
     c->res = res;
     c->channels = channels;
-    c->threads = 4;
+    c->threads = VIL_RECIPE_WORKERS;
     c->prefetch = 3;
     c->world = 1;
     c->rank = 0;
     c->accum = 1;
     c->seed = 0;
-    c->repeats = mode == VIL_LOADER_TRAIN ? 3 : 1;
+    c->repeats = mode == VIL_LOADER_TRAIN ? VIL_RECIPE_REPEATS : 1;
     c->drop_last = mode == VIL_LOADER_TRAIN;
     vil_train_transform_default(&c->train, res, channels);
-    c->crop_pct = 0.875f;
+    c->crop_pct = VIL_RECIPE_CROP_PCT;
     c->share_decode = 1;
     /* evaluation normalises as training does, whatever the train default is for 1 channel */
     for (int k = 0; k < 3; k++) {

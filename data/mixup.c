@@ -6,12 +6,14 @@
 #include <math.h>
 #include <string.h>
 
+#include "data/recipe.h"
+
 void vil_mixup_config_default(VilMixupConfig *c, int num_classes) {
-    c->mixup_alpha = 0.8f;
-    c->cutmix_alpha = 1.0f;
-    c->prob = 1.0f;
-    c->switch_prob = 0.5f;
-    c->smoothing = 0.1f;
+    c->mixup_alpha = VIL_RECIPE_MIXUP;
+    c->cutmix_alpha = VIL_RECIPE_CUTMIX;
+    c->prob = VIL_RECIPE_MIXUP_PROB;
+    c->switch_prob = VIL_RECIPE_MIXUP_SWITCH_PROB;
+    c->smoothing = VIL_RECIPE_SMOOTHING;
     c->correct_lam = 1;
     c->num_classes = num_classes;
 }

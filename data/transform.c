@@ -5,6 +5,7 @@
 #include "data/transform.h"
 
 #include "data/randaugment.h"
+#include "data/recipe.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -25,8 +26,8 @@
 #define VIL_NO_FMA __attribute__((optimize("fp-contract=off")))
 #endif
 
-const float VIL_IMAGENET_MEAN[3] = {0.485f, 0.456f, 0.406f};
-const float VIL_IMAGENET_STD[3] = {0.229f, 0.224f, 0.225f};
+const float VIL_IMAGENET_MEAN[3] = VIL_RECIPE_MEAN;
+const float VIL_IMAGENET_STD[3] = VIL_RECIPE_STD;
 
 /* ------------------------------------------------------------------------------------------ */
 /* PIL bicubic resampling                                                                      */
@@ -557,21 +558,21 @@ void vil_train_transform_default(VilTrainTransform *t, int res, int channels) {
     memset(t, 0, sizeof *t);
     t->res = res;
     t->channels = channels;
-    t->scale_min = 0.08f;
+    t->scale_min = VIL_RECIPE_SCALE_MIN;
     t->scale_max = 1.0f;
     t->ratio_min = 3.0f / 4.0f;
     t->ratio_max = 4.0f / 3.0f;
-    t->hflip = 0.5f;
-    t->randaug_n = 2;
-    t->randaug_m = 9.0f;
-    t->randaug_mstd = 0.5f;
+    t->hflip = VIL_RECIPE_HFLIP;
+    t->randaug_n = VIL_RECIPE_RANDAUG_N;
+    t->randaug_m = VIL_RECIPE_RANDAUG_M;
+    t->randaug_mstd = VIL_RECIPE_RANDAUG_MSTD;
     t->randaug_inc = 1;
-    t->reprob = 0.25f;
+    t->reprob = VIL_RECIPE_REPROB;
     t->randaug_interp = VIL_INTERP_BICUBIC;
     t->decode = VIL_DECODE_EXACT; /* the default everywhere; `--set decode=fast` opts in */
     if (channels == 1) {
-        t->mean[0] = t->mean[1] = t->mean[2] = 0.449f;
-        t->std[0] = t->std[1] = t->std[2] = 0.226f;
+        t->mean[0] = t->mean[1] = t->mean[2] = VIL_RECIPE_GRAY_MEAN;
+        t->std[0] = t->std[1] = t->std[2] = VIL_RECIPE_GRAY_STD;
     } else {
         memcpy(t->mean, VIL_IMAGENET_MEAN, sizeof t->mean);
         memcpy(t->std, VIL_IMAGENET_STD, sizeof t->std);

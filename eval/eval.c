@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/feed.h"
+#include "data/recipe.h"
 #include "data/transform.h"
 #include "formats/checkpoint.h"
 #include "vil/common.h"
@@ -146,7 +147,7 @@ void vil_eval_spec_resolve(VilEvalSpec *ev, const VilCheckpointMeta *meta, float
     const char *from;
     if (user_crop > 0) ev->crop_pct = user_crop, from = "--crop-pct";
     else if (meta && meta->eval.crop_pct > 0) ev->crop_pct = meta->eval.crop_pct, from = meta->eval_from;
-    else ev->crop_pct = 0.875f, from = "the default: the file does not say";
+    else ev->crop_pct = VIL_RECIPE_CROP_PCT, from = "the default: the file does not say";
     if (meta && meta->eval.has_norm) {
         memcpy(ev->mean, meta->eval.mean, sizeof ev->mean);
         memcpy(ev->std, meta->eval.std, sizeof ev->std);

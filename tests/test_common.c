@@ -247,7 +247,21 @@ static void test_open_regular(void) {
     rmdir(dir);
 }
 
+static void test_path_join(void) {
+    const char *cases[][3] = {{"out/run", "last.safetensors", "out/run/last.safetensors"},
+                              {"out/run/", "a", "out/run/a"},
+                              {"/", "a", "/a"},
+                              {"", "a", "a"}};
+    for (int i = 0; i < 4; i++) {
+        char *p = vil_path_join(cases[i][0], cases[i][1]);
+        T_CHECK(strcmp(p, cases[i][2]) == 0, "vil_path_join('%s', '%s') = '%s', want '%s'",
+                cases[i][0], cases[i][1], p, cases[i][2]);
+        free(p);
+    }
+}
+
 int main(void) {
+    test_path_join();
     test_open_regular();
     test_capture_basics();
     test_nesting();

@@ -23,13 +23,6 @@ struct VilRunLog {
     double t0, offset; /* this start's clock, and the seconds the kept lines had reached */
 };
 
-static char *path_in(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = vil_malloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 /* The lines of an existing metrics.jsonl up to `step` (a torn or unreadable line ends it: what
  * follows was written by a crashed run), rewritten atomically; *seconds: the last kept "time". */
 static int keep_until(const char *path, long step, double *seconds) {
@@ -71,7 +64,7 @@ static double wall_clock(void) {
 VilRunLog *vil_runlog_open(const char *dir, long step) {
     VilRunLog *r = vil_calloc(1, sizeof *r);
     r->dir = vil_strdup(dir);
-    r->metrics_path = path_in(dir, "metrics.jsonl");
+    r->metrics_path = vil_path_join(dir, "metrics.jsonl");
     if (step > 0 ? keep_until(r->metrics_path, step, &r->offset) != 0 : 0) goto fail;
     r->metrics = fopen(r->metrics_path, step > 0 ? "a" : "w");
     if (!r->metrics) {
@@ -161,7 +154,7 @@ int vil_runlog_eval(VilRunLog *r, const VilEvalRecord *e) {
     add_time(r, o);
     if (put_line(r, o) != 0) return -1;
     /* the chart from the file as it now stands; a failure is said, the run goes on */
-    char *svg = path_in(r->dir, "curves.svg");
+    char *svg = vil_path_join(r->dir, "curves.svg");
     const char *dirs[1] = {r->dir};
     if (vil_curves_write(svg, dirs, NULL, 1) != 0) vil_warn("%s not drawn (see above)", svg);
     free(svg);
@@ -170,7 +163,7 @@ int vil_runlog_eval(VilRunLog *r, const VilEvalRecord *e) {
 
 int vil_runlog_start(VilRunLog *r, const VilConfig *mc, const VilTrainConfig *tc, const VilRunStart *s) {
     /* config.cfg: the keys as --print-config gives them, which --config reads back */
-    char *cfg = path_in(r->dir, "config.cfg");
+    char *cfg = vil_path_join(r->dir, "config.cfg");
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
@@ -214,7 +207,7 @@ int vil_runlog_start(VilRunLog *r, const VilConfig *mc, const VilTrainConfig *tc
     char *line = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!line) VIL_FATAL("cJSON_PrintUnformatted failed");
-    char *runs = path_in(r->dir, "run.jsonl");
+    char *runs = vil_path_join(r->dir, "run.jsonl");
     FILE *f = fopen(runs, "a");
     int ok = f && fprintf(f, "%s\n", line) >= 0;
     if (f && fclose(f) != 0) ok = 0;

@@ -102,9 +102,21 @@ typedef struct {
  * and on stop, and OUT/best.safetensors when the model's val top-1 improves. */
 VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res);
 
+/* The run's last line, rank 0 only: on stdout when done or stopped (--stop-after, with the
+ * command that continues it), as an error when interrupted (which signal; the command) or
+ * diverged. */
+void vil_train_report(const VilTrainRun *run, VilTrainStatus status, const VilTrainResult *res);
+
 /* The state file that belongs to `resume` (see VilTrainRun.resume), malloc'd. */
 char *vil_train_state_path(const char *resume);
-/* Read the model and training configuration stored in a state file. 0, or -1 (reported). */
-int vil_train_state_read_config(const char *state_path, VilConfig *model, VilTrainConfig *train);
+/* Read the model and training configuration stored in the state file of `resume` (see
+ * VilTrainRun.resume): a resumed run without a cfg file takes them. 0, or -1 (reported). */
+int vil_train_state_read_config(const char *resume, VilConfig *model, VilTrainConfig *train);
+/* The run folder, malloc'd: out when given; else, resuming, the folder of resume's state (the
+ * run goes on writing there); else out/MODEL_NAME. */
+char *vil_train_out_dir(const char *out, const char *resume, const char *model_name);
+/* --resume auto: out_dir when it holds a run's state (the run goes on), else NULL (a fresh run
+ * starts there), so one command serves the first launch and every requeue. */
+const char *vil_train_resume_auto(const char *out_dir);
 
 #endif

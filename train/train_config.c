@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "data/image.h"
+#include "data/recipe.h"
 #include "vil/common.h"
 #include "vil/limits.h"
 
@@ -131,22 +132,22 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->adam_eps = 1e-8f;
     t->clip_grad = 0.0f;
     t->ema_decay = 0.99996f;
-    t->label_smoothing = 0.1f;
-    t->mixup = 0.8f;
-    t->cutmix = 1.0f;
-    t->mixup_prob = 1.0f;
-    t->mixup_switch_prob = 0.5f;
-    t->repeats = 3;
-    t->randaug_n = 2;
-    t->randaug_m = 9.0f;
-    t->randaug_mstd = 0.5f;
-    t->reprob = 0.25f;
-    t->scale_min = 0.08f;
-    t->hflip = 0.5f;
+    t->label_smoothing = VIL_RECIPE_SMOOTHING;
+    t->mixup = VIL_RECIPE_MIXUP;
+    t->cutmix = VIL_RECIPE_CUTMIX;
+    t->mixup_prob = VIL_RECIPE_MIXUP_PROB;
+    t->mixup_switch_prob = VIL_RECIPE_MIXUP_SWITCH_PROB;
+    t->repeats = VIL_RECIPE_REPEATS;
+    t->randaug_n = VIL_RECIPE_RANDAUG_N;
+    t->randaug_m = VIL_RECIPE_RANDAUG_M;
+    t->randaug_mstd = VIL_RECIPE_RANDAUG_MSTD;
+    t->reprob = VIL_RECIPE_REPROB;
+    t->scale_min = VIL_RECIPE_SCALE_MIN;
+    t->hflip = VIL_RECIPE_HFLIP;
     strcpy(t->decode, "exact");
-    t->crop_pct = 0.875f;
+    t->crop_pct = VIL_RECIPE_CROP_PCT;
     t->seed = 0;
-    t->workers = 4;
+    t->workers = VIL_RECIPE_WORKERS;
     t->max_pixels = VIL_IMAGE_DEFAULT_MAX_PIXELS;
     strcpy(t->allreduce, "overlap");
     t->bucket_mb = 4.0f;

@@ -177,6 +177,16 @@ char *vil_strdup(const char *s) {
     return d;
 }
 
+char *vil_path_join(const char *dir, const char *name) {
+    size_t la = strlen(dir), lb = strlen(name);
+    int slash = la > 0 && dir[la - 1] != '/';
+    char *s = vil_malloc(la + slash + lb + 1);
+    memcpy(s, dir, la);
+    if (slash) s[la] = '/';
+    memcpy(s + la + slash, name, lb + 1);
+    return s;
+}
+
 void *vil_malloc_aligned(size_t bytes) {
     void *p = NULL;
     size_t rounded = (bytes + 63) / 64 * 64;

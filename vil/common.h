@@ -58,6 +58,8 @@ void *vil_malloc(size_t bytes);
 void *vil_calloc(size_t n, size_t size);
 void *vil_realloc(void *p, size_t bytes);
 char *vil_strdup(const char *s);
+/* "dir/name", malloc'd; no '/' is added when dir is empty or already ends in one. */
+char *vil_path_join(const char *dir, const char *name);
 /* The shortest decimal that reads back (strtof) as v: "0.016", not 0.016000000759959221 (as a
  * float widened to double prints); non-finite values as printf's %g gives them. */
 void vil_fmt_float(char *buf, size_t n, float v);
