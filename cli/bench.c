@@ -275,7 +275,7 @@ static int bench_loop(const VilConfig *mc, const VilTrainConfig *tc, const char 
  * loss is not finite. */
 static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps, int profile) {
     const VilBackend *be = m->be;
-    int batch = m->acts.B;
+    int batch = vil_model_batch(m);
     for (int i = 0; i < warmup; i++) vil_train_step(m, sp);
     be->sync(be);
     float loss0 = mean_loss(m);

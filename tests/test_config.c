@@ -10,6 +10,7 @@
 #include "data_corpus.h"
 #include "testing.h"
 #include "vil/common.h"
+#include "vil/optim.h"
 #include "train/train_config.h"
 #include "vil/config.h"
 #include "vil/limits.h"
@@ -78,7 +79,7 @@ static void test_values(void) {
     const char *bad[] = {"depth=0", "depth=-1", "depth=1025", "embed_dim=1000000000", "img_size=3000000000",
                          "num_classes=10000001", "d_state=65", "arch=foo", "expand=0", "drop_path=1",
                          "depth=6.7", "depth=", "batch=100000", "warmup_epochs=1e30", "base_lr=nan",
-                         "reprob=2", "crop_pct=0", "adam_eps=0", "name=" "0123456789012345678901234567890123456789012345678901234567890123"};
+                         "reprob=2", "crop_pct=0", "adam_eps=0", "optimizer=lion", "optimizer=", "name=" "0123456789012345678901234567890123456789012345678901234567890123"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         VilConfig c2 = c;
         VilTrainConfig t2 = t;
@@ -86,6 +87,13 @@ static void test_values(void) {
         if (rc == 0) rc = vil_config_finalize(&c2);
         if (rc == 0) rc = vil_train_config_finalize(&t2);
         T_CHECK(rc == VIL_EUSAGE, "'%s' is a usage error (rc %d)", bad[i], rc);
+    }
+    {
+        VilConfig c2 = c;
+        VilTrainConfig t2 = t;
+        T_CHECK(vil_train_config_set_kv(&c2, &t2, "optimizer=adamw") == 0 && vil_train_config_finalize(&t2) == 0 &&
+                    vil_optim_find(t2.optimizer) == &vil_optim_adamw,
+                "optimizer=adamw is the default's optimizer (AdamW)");
     }
     /* relations: warmup past the epochs, a grid with more tokens than the limit */
     vil_train_config_set_kv(&c, &t, "epochs=3");

@@ -41,7 +41,7 @@ double eta_seconds(const Trainer *T, double elapsed) {
     if (T->steps_here <= 0) return -1;
     double per_step = (elapsed - T->eval_total) / (double)T->steps_here, per_eval = T->eval_secs;
     if (per_eval <= 0 && T->val_ds && per_step > 0)
-        per_eval = (T->m.ema ? 2 : 1) * vil_dataset_size(T->val_ds) / (3.0 * T->global_batch / per_step);
+        per_eval = (vil_model_has_ema(&T->m) ? 2 : 1) * vil_dataset_size(T->val_ds) / (3.0 * T->global_batch / per_step);
     return per_step * (double)(T->total_steps - T->step) + evals_left(T) * per_eval;
 }
 

@@ -281,10 +281,12 @@ int state_restore(Trainer *T, const char *path) {
     /* Keys that do not change the run: the loader's threads, the log and evaluation batches,
      * how the all-reduce is scheduled, and, with the same global batch, how it is cut into
      * ranks and micro-batches (the samples, their augmentation and drop path are keyed by their
-     * place in the global batch). */
+     * place in the global batch). The optimizer is checked by its state tensors' names (another
+     * optimizer's state lacks them). */
     int same_global = saved_global == T->global_batch;
-    const char *skip[9] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb", "recompute"};
-    if (same_global) skip[6] = "batch", skip[7] = "accum_steps";
+    const char *skip[10] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb", "recompute",
+                            "optimizer"};
+    if (same_global) skip[7] = "batch", skip[8] = "accum_steps";
     if ((d = json_diff(tj, tmine, skip)) != NULL) {
         vil_warn("resuming with changed training settings (%s): the run will differ from an "
                  "uninterrupted one", d);
@@ -432,7 +434,7 @@ static int save_all_here(Trainer *T, const float *new_best) {
     free(mj);
     free(tj);
     if (src != 0) goto done;
-    if (save_checkpoint(T, T->path_last, 0) != 0 || (m->ema && save_checkpoint(T, T->path_ema, 1) != 0) ||
+    if (save_checkpoint(T, T->path_last, 0) != 0 || (vil_model_has_ema(m) && save_checkpoint(T, T->path_ema, 1) != 0) ||
         (new_best && save_checkpoint(T, T->path_best, 0) != 0)) {
         vil_error("the training state %s is saved at step %ld but the checkpoints are not: free "
                   "space or fix the folder, then --resume brings them up to that step",
@@ -489,7 +491,7 @@ int sync_run_files(Trainer *T) {
     } files[3];
     int nf = 0;
     files[nf].path = T->path_last, files[nf++].ema = 0;
-    if (T->m.ema) files[nf].path = T->path_ema, files[nf++].ema = 1;
+    if (vil_model_has_ema(&T->m)) files[nf].path = T->path_ema, files[nf++].ema = 1;
     /* the restored parameters are the best weights only when the best was saved at this step;
      * at any other step (or unknown: an older state) best.safetensors is left as it is */
     if (T->best_step >= 0 && T->best_step == T->step)

@@ -4,10 +4,7 @@
 
 #include <string.h>
 
-const VilOptim *vil_train_optim(const VilTrainConfig *t) {
-    (void)t;
-    return &vil_optim_adamw;
-}
+const VilOptim *vil_train_optim(const VilTrainConfig *t) { return vil_optim_find(t->optimizer); }
 
 VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
     return (VilStepParams){.optim = vil_train_optim(t), .lr = lr, .beta1 = t->beta1,

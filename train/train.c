@@ -61,7 +61,7 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     double secs = r.seconds;
     VilEvalRecord pt = {.step = T->step, .epoch = epoch + 1, .images = images, .top1 = res->top1,
                        .top5 = res->top5, .loss = r.images ? (float)(r.loss_sum / r.images) : 0.0f};
-    if (T->m.ema) {
+    if (vil_model_has_ema(&T->m)) {
         vil_model_use_ema(&T->m, 1);
         int erc = vil_eval_run(&T->m, T->val_loader, 0, prog, "val   EMA ", &r);
         vil_model_use_ema(&T->m, 0);

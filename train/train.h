@@ -29,7 +29,7 @@ typedef struct {
     int overlap;         /* 1: summed in buckets during the last micro-batch's backward */
     size_t bucket_bytes; /* the buckets' size */
 } VilStepParams;
-/* The optimizer a run's config trains with: AdamW. */
+/* The optimizer a run's config trains with (its `optimizer` key; checked by finalize). */
 const VilOptim *vil_train_optim(const VilTrainConfig *t);
 /* A run's step hyperparameters at learning rate lr. */
 VilStepParams vil_step_params(const VilTrainConfig *t, float lr);

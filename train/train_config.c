@@ -8,6 +8,7 @@
 #include "data/image.h"
 #include "data/recipe.h"
 #include "vil/common.h"
+#include "vil/optim.h"
 #include "vil/limits.h"
 
 #define TI(f, lo, hi, h) VIL_KEY_I(VilTrainConfig, f, lo, hi, h)
@@ -27,6 +28,7 @@ static const VilKey TKEYS[] = {
     TF(beta1, 0, 0.999999, "AdamW beta1"),
     TF(beta2, 0, 0.999999, "AdamW beta2"),
     TF(adam_eps, 1e-30, 1, "AdamW epsilon"),
+    TS(optimizer, "the optimizer: adamw (torch.optim.AdamW; vil/optim.c lists them)"),
     TF(clip_grad, 0, BIG, "clip the global gradient norm to this (0: off)"),
     TF(ema_decay, 0, 0.99999999, "EMA of the weights, updated every step (0: off)"),
     TF(label_smoothing, 0, 0.999, "label smoothing of the targets"),
@@ -130,6 +132,7 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->beta1 = 0.9f;
     t->beta2 = 0.999f;
     t->adam_eps = 1e-8f;
+    strcpy(t->optimizer, "adamw");
     t->clip_grad = 0.0f;
     t->ema_decay = 0.99996f;
     t->label_smoothing = VIL_RECIPE_SMOOTHING;
@@ -168,6 +171,9 @@ int vil_train_config_finalize(const VilTrainConfig *t) {
     }
 #define PROB(f) NEED(t->f >= 0.0f && t->f <= 1.0f, #f " must be in [0, 1] (got %g)", t->f)
     NEED(t->epochs >= 1, "epochs must be >= 1");
+    char optims[256];
+    NEED(vil_optim_find(t->optimizer) != NULL, "optimizer must be one of: %s (got '%s')",
+         vil_optim_names(optims, sizeof optims), t->optimizer);
     NEED(t->batch >= 1, "batch must be >= 1");
     NEED(t->base_lr > 0.0f, "base_lr must be > 0 (got %g)", t->base_lr);
     NEED(t->warmup_lr >= 0.0f && t->min_lr >= 0.0f, "warmup_lr and min_lr must be >= 0");

@@ -34,6 +34,7 @@ typedef struct {
     int seed;
     int workers;             /* data loader threads */
     int max_pixels;          /* decoded pixels an image may have (vil_image_set_max_pixels) */
+    char optimizer[16];      /* vil/optim.c's name of the optimizer: "adamw" */
     char allreduce[8];       /* "overlap": bucketed during the backward; "end": after it */
     float bucket_mb;         /* gradient MiB per bucket of allreduce = overlap */
     int recompute;           /* 1: the backward recomputes u and delta (VilModel.recompute) */

@@ -872,6 +872,7 @@ void vil_model_use_ema(VilModel *m, int on) {
 }
 
 int vil_model_batch(const VilModel *m) { return m->acts.B; }
+int vil_model_has_ema(const VilModel *m) { return m->ema != NULL; }
 
 void vil_model_input_buffers(const VilModel *m, void *dev[3]) {
     dev[0] = m->acts.own_img;

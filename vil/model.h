@@ -179,6 +179,8 @@ const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name);
 void vil_model_alloc_acts(VilModel *m, int B, int training);
 /* The batch the activations hold (0: none allocated). */
 int vil_model_batch(const VilModel *m);
+/* 1 when the model keeps an EMA of its weights (vil_model_init_training), else 0. */
+int vil_model_has_ema(const VilModel *m);
 /* The allocation's own input buffers (backend memory): dev[0] the images (B, C, H, W) f32,
  * dev[1] the soft targets (B, classes) f32, dev[2] the drop-path scales (depth + 1, B) f32.
  * What an input feed's first slot copies into (data/feed.h). */

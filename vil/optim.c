@@ -3,6 +3,7 @@
  * arithmetic. */
 #include "optim.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static void adamw(const VilBackend *be, const VilOptimBufs *b, const VilOptimHyper *h) {
@@ -21,4 +22,12 @@ const VilOptim *vil_optim_find(const char *name) {
     for (size_t i = 0; i < sizeof OPTIMS / sizeof OPTIMS[0]; i++)
         if (strcmp(OPTIMS[i]->name, name) == 0) return OPTIMS[i];
     return NULL;
+}
+
+const char *vil_optim_names(char *buf, size_t n) {
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    for (size_t i = 0; i < sizeof OPTIMS / sizeof OPTIMS[0] && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? ", " : "", OPTIMS[i]->name);
+    return buf;
 }

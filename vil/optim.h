@@ -43,5 +43,7 @@ extern const VilOptim vil_optim_adamw;
 
 /* The optimizer named name ("adamw"), or NULL when there is none of that name. */
 const VilOptim *vil_optim_find(const char *name);
+/* The optimizers' names, comma-separated, into buf (cut to n); returns buf. */
+const char *vil_optim_names(char *buf, size_t n);
 
 #endif
