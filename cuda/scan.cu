@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "cuda/ops_cuda.h"
-#include "cuda/scan_common.cuh"
+#include "cuda/scan_rec.cuh"
 
 /* largest copy size (16, 8, 4 bytes; 2 = plain loads) dividing every row start */
 static int vec_bytes(const void *const *ptrs, int np, const size_t *strides_bytes, int ns) {
@@ -144,7 +146,7 @@ static void carve(void **out, const size_t *sizes, int n) {
     for (int i = 0; i < n; i++) out[i] = base + offs[i];
 }
 
-template <int N, bool MAMBA>
+template <int N, class R>
 static void forward_impl(ScanArgs a) {
     /* the float k|q rows for the pair kernel and the chunk summaries, the compact ones for the
      * quad kernel */
@@ -156,11 +158,11 @@ static void forward_impl(ScanArgs a) {
     if (flt) scan_kq_launch<N>(&a, (float *)p[0], false);
     if (quad) scan_kq_launch<N>(&a, (float *)p[1], true);
     a.chs = a.keep ? a.keep : (float *)p[2], a.chp = (float *)p[3];
-    if (a.nch > 1) scan_chunk_chain<N, MAMBA>(a, false);
-    scan_pair_launch<N, MAMBA, false>(a);
+    if (a.nch > 1) scan_chunk_chain<N, R>(a, false);
+    scan_pair_launch<N, R, false>(a);
 }
 
-template <int N, bool MAMBA>
+template <int N, class R>
 static void backward_impl(ScanArgs a) {
     a.nblk1 = (a.E + PAIR_T - 1) / PAIR_T;
     a.nblk2 = (a.E + ADJ_T - 1) / ADJ_T;
@@ -171,7 +173,7 @@ static void backward_impl(ScanArgs a) {
     size_t sz[8] = {B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float), /* ckpt */
                     B * a.nblk1 * 2 * L * N * sizeof(float),                      /* pq */
                     B * 2 * a.nblk2 * L * (N + 1) * sizeof(float),                /* pk, pkap */
-                    Bc * 2 * E * (MAMBA ? N + 2 : 2) * sizeof(float),             /* pd, pb, pa */
+                    Bc * 2 * E * (R::HAS_A ? N + 2 : 2) * sizeof(float),             /* pd, pb, pa */
                     kq_bytes<N>(&a), a.kept ? 0 : chb, chb, chb};                 /* chs chp chg */
     void *p[8];
     carve(p, sz, 8);
@@ -184,26 +186,38 @@ static void backward_impl(ScanArgs a) {
     scan_kq_launch<N>(&a, (float *)p[4], false);
     if (!a.kept) a.chs = (float *)p[5];
     a.chp = (float *)p[6], a.chg = (float *)p[7];
-    if (a.nch > 1) scan_chunk_chain<N, MAMBA>(a, true);
-    scan_pair_launch<N, MAMBA, true>(a);
-    scan_adjoint_launch<N, MAMBA>(a);
+    if (a.nch > 1) scan_chunk_chain<N, R>(a, true);
+    scan_pair_launch<N, R, true>(a);
+    scan_adjoint_launch<N, R>(a);
     /* dD[j] (+ dA_log[j]) += the per-(sample, chunk) partials, summed in a fixed order */
     for (int j = 0; j < 2; j++) {
         colsum_rows_accumulate_cuda(a.dD[j], a.pd + (size_t)j * E, (int)Bc, (int)E, (int)(2 * E));
         if (a.dbs[j])
             colsum_rows_accumulate_cuda(a.dbs[j], a.pd + (Bc * 2 + j) * E, (int)Bc, (int)E, (int)(2 * E));
-        if (MAMBA)
+        if (R::HAS_A)
             colsum_rows_accumulate_cuda(a.dA[j], a.pa + (size_t)j * E * N, (int)Bc, (int)(E * N), (int)(2 * E * N));
     }
 }
 
-#define DISPATCH_N(N_, MAMBA_, FN, ARG)                                                        \
-    do {                                                                                       \
-        if ((N_) == 16) { if (MAMBA_) FN<16, true>(ARG); else FN<16, false>(ARG); }            \
-        else if ((N_) == 8) { if (MAMBA_) FN<8, true>(ARG); else FN<8, false>(ARG); }          \
-        else if ((N_) == 4) { if (MAMBA_) FN<4, true>(ARG); else FN<4, false>(ARG); }          \
-        else VIL_FATAL("scan: d_state = %d; the CUDA scan is built for 4, 8 and 16", (N_));     \
-    } while (0)
+/* f(R()) for the recurrence rec: the one place the runtime VilRecurrence becomes a policy type
+ * (scan_rec.cuh) */
+template <class F>
+static void rec_dispatch(VilRecurrence rec, F f) {
+    switch (rec) {
+    case VIL_REC_LONGHORN: return f(Longhorn());
+    case VIL_REC_MAMBA: return f(Mamba());
+    }
+    VIL_FATAL("scan: recurrence %d; the CUDA scan has Longhorn (%d) and Mamba (%d)", (int)rec,
+              VIL_REC_LONGHORN, VIL_REC_MAMBA);
+}
+/* f(integral_constant<int, N>()) for the state widths the kernels are built for */
+template <class F>
+static void n_dispatch(int N, F f) {
+    if (N == 16) f(std::integral_constant<int, 16>());
+    else if (N == 8) f(std::integral_constant<int, 8>());
+    else if (N == 4) f(std::integral_constant<int, 4>());
+    else VIL_FATAL("scan: d_state = %d; the CUDA scan is built for 4, 8 and 16", N);
+}
 
 /* In training (the forward asked to keep its states) at L >= SCAN_LONG_L the forward cuts the
  * backward's chunks wherever the backward chunks, so that its states serve the backward: the
@@ -215,9 +229,10 @@ static void backward_impl(ScanArgs a) {
 /* the forward's and the backward's chunks of a shape (req: VilScanFwd/Bwd.chunk; keep: the
  * forward is asked to keep its states) */
 static void bwd_chunks(ScanArgs *a, int req) { choose_chunks(a, req, SCAN_SEQ_BWD); }
-static void fwd_chunks(ScanArgs *a, int req, int mamba, bool keep) {
+template <class R>
+static void fwd_chunks(ScanArgs *a, int req, bool keep) {
     if (SCAN_KEEP_LONG && keep && a->L >= SCAN_LONG_L) bwd_chunks(a, req);
-    else choose_chunks(a, req, !mamba && a->L >= SCAN_LONG_L ? SCAN_SEQ_FWD_LONG : SCAN_SEQ_FWD);
+    else choose_chunks(a, req, R::REC == VIL_REC_LONGHORN && a->L >= SCAN_LONG_L ? SCAN_SEQ_FWD_LONG : SCAN_SEQ_FWD);
 }
 /* 1 when the backward cuts f's shape into f's chunks (more than one): states kept at them are
  * then what the backward's chain would make */
@@ -227,43 +242,48 @@ static bool same_as_bwd(const ScanArgs &f, int req) {
     return f.nch > 1 && f.C == g.C && f.nch == g.nch;
 }
 /* f cut as a forward that keeps its states; 1 when those states serve the backward */
-static bool states_shared(ScanArgs *f, int req, int mamba) {
-    fwd_chunks(f, req, mamba, true);
+template <class R>
+static bool states_shared(ScanArgs *f, int req) {
+    fwd_chunks<R>(f, req, true);
     return same_as_bwd(*f, req);
 }
 
 extern "C" size_t scan_states_bytes_cuda(const VilScanFwd *p) {
-    ScanArgs a;
-    memset(&a, 0, sizeof a);
-    a.B = p->B, a.L = p->L, a.E = p->E;
-    if (!states_shared(&a, p->chunk, p->rec == VIL_REC_MAMBA)) return 0;
-    return (size_t)a.B * 2 * a.nch * p->N * a.E * sizeof(float);
+    size_t bytes = 0;
+    rec_dispatch(p->rec, [&](auto r) {
+        using R = decltype(r);
+        ScanArgs a;
+        memset(&a, 0, sizeof a);
+        a.B = p->B, a.L = p->L, a.E = p->E;
+        if (states_shared<R>(&a, p->chunk)) bytes = (size_t)a.B * 2 * a.nch * p->N * a.E * sizeof(float);
+    });
+    return bytes;
 }
 
-extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
-    int mamba = p->rec == VIL_REC_MAMBA;
+template <class R>
+static void scan_forward(const VilScanFwd *p) {
     ScanArgs a;
-    fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, mamba ? p->A_log : NULL, p->B, p->L,
-                p->E, p->N, p->dt_ld, p->ldx, p->ldz);
+    fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, R::HAS_A ? p->A_log : NULL, p->B,
+                p->L, p->E, p->N, p->dt_ld, p->ldx, p->ldz);
     a.out = (bf16 *)p->out;
     /* the chunks are the pair kernel's (the chunk summaries run a thread per channel whichever
      * kernel runs the passes); the quad kernel runs the passes where the pair kernel's would
      * have fewer than SCAN_QUAD_FWD threads */
-    fwd_chunks(&a, p->chunk, mamba, p->states != NULL);
+    fwd_chunks<R>(&a, p->chunk, p->states != NULL);
     /* the states at the chunk boundaries into the caller's buffer, for the backward */
     if (p->states && same_as_bwd(a, p->chunk)) a.keep = p->states;
     int split = p->split ? p->split : env_knob(&env_split, "VIL_SCAN_SPLIT", "threads per channel are");
     if (split == 0)
-        split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < (mamba ? SCAN_QUAD_FWD_MAMBA : SCAN_QUAD_FWD) ? QUAD_Q : 1;
+        split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < (R::REC == VIL_REC_MAMBA ? SCAN_QUAD_FWD_MAMBA : SCAN_QUAD_FWD) ? QUAD_Q : 1;
     if (split != 1 && split != QUAD_Q) VIL_FATAL("scan: split = %d; the CUDA forward has 1 and %d threads per channel", split, QUAD_Q);
     a.split = split;
-    DISPATCH_N(p->N, mamba, forward_impl, a);
+    n_dispatch(p->N, [&](auto n) { forward_impl<decltype(n)::value, R>(a); });
 }
 
-extern "C" void scan_bidir_backward_cuda(const VilScanBwd *p) {
-    int mamba = p->rec == VIL_REC_MAMBA;
+template <class R>
+static void scan_backward(const VilScanBwd *p) {
     ScanArgs a;
-    fill_common(&a, p->u, p->delta, p->xdbl, p->z, p->dout, p->D, mamba ? p->A_log : NULL, p->B,
+    fill_common(&a, p->u, p->delta, p->xdbl, p->z, p->dout, p->D, R::HAS_A ? p->A_log : NULL, p->B,
                 p->L, p->E, p->N, p->dt_ld, p->ldx, p->ldz);
     a.dz = (bf16 *)p->dz;
     for (int j = 0; j < 2; j++) {
@@ -271,13 +291,21 @@ extern "C" void scan_bidir_backward_cuda(const VilScanBwd *p) {
         a.ddelta[j] = (bf16 *)p->ddelta[j];
         a.dxdbl[j] = (bf16 *)p->dxdbl[j];
         a.dD[j] = p->dD[j];
-        a.dA[j] = mamba ? p->dA_log[j] : NULL;
+        a.dA[j] = R::HAS_A ? p->dA_log[j] : NULL;
         a.dbs[j] = p->ddelta_sum[j];
     }
     a.split = 1;
     bwd_chunks(&a, p->chunk);
     /* the forward's states at the chunk boundaries (kept where the chunks are the same) */
     ScanArgs f = a;
-    if (p->states && states_shared(&f, p->chunk, mamba)) a.chs = (float *)p->states, a.kept = 1;
-    DISPATCH_N(p->N, mamba, backward_impl, a);
+    if (p->states && states_shared<R>(&f, p->chunk)) a.chs = (float *)p->states, a.kept = 1;
+    n_dispatch(p->N, [&](auto n) { backward_impl<decltype(n)::value, R>(a); });
+}
+
+extern "C" void scan_bidir_forward_cuda(const VilScanFwd *p) {
+    rec_dispatch(p->rec, [&](auto r) { scan_forward<decltype(r)>(p); });
+}
+
+extern "C" void scan_bidir_backward_cuda(const VilScanBwd *p) {
+    rec_dispatch(p->rec, [&](auto r) { scan_backward<decltype(r)>(p); });
 }

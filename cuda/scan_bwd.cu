@@ -2,77 +2,9 @@
  * (du, ddelta and the partial sums of dk, dkappa, dD, dA_log per chunk of channels) and the
  * finalize of dk and dq, with their launcher. The recomputing pass before them is the pair
  * kernel's (scan_fwd.cu). */
-#include "cuda/scan_common.cuh"
+#include "cuda/scan_rec.cuh"
 
 /* ---------------- the adjoint kernel: one warp, one direction, 32 channels ---------------- */
-/* One reverse step's arithmetic (no memory traffic): updates lam and anext, returns du, ddelta,
- * the per-channel dk (dB) contributions in dkv and (Longhorn) -2 dkappa's per-channel term in
- * dkap2, which the caller sums over channels once: dk[n] += k[n] * sum_d dkap2 (one scalar sum
- * per step instead of N products per channel). */
-template <int N, bool MAMBA>
-__device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], float (&dAacc)[N],
-                                         float (&dkv)[N], float &du, float &ddl, float &dkap2,
-                                         const float (&hp)[N], const float *row, float u, float dl,
-                                         float gy, float Dsk, const float (&A)[N]) {
-    constexpr int N4 = N / 4;
-    const float4 *r4 = reinterpret_cast<const float4 *>(row);
-    float S1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, S2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (!MAMBA) {
-        float kap = row[KQ<N>::KAP];
-        float beta = sigmoidf_fast(dl);
-        float rden = rcp_fast(fmaf(beta, kap, 1.0f)), eps = beta * rden;
-#pragma unroll
-        for (int g = 0; g < N4; g++) {
-            float4 k4 = r4[g], q4 = r4[N4 + g], kk4 = r4[2 * N4 + g], m4 = r4[3 * N4 + g];
-            float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
-            float kk[4] = {kk4.x, kk4.y, kk4.z, kk4.w}, m2k[4] = {m4.x, m4.y, m4.z, m4.w};
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int n = 4 * g + e;
-                float l = fmaf(anext[n], lam[n], gy * q[e]);
-                lam[n] = l;
-                float lw = l * fmaf(m2k[e], hp[n], u);    /* lam (u - 2 k h_{t-1}) */
-                S1[e] = fmaf(l, k[e], S1[e]);             /* sum_n lam k */
-                S2[e] = fmaf(lw, k[e], S2[e]);            /* sum_n lam k (u - 2 k h_{t-1}) */
-                dkv[n] = eps * lw;
-                anext[n] = fmaf(-eps, kk[e], 1.0f);       /* a_t, used at step t-1 */
-            }
-        }
-        float s1 = (S1[0] + S1[1]) + (S1[2] + S1[3]), s2 = (S2[0] + S2[1]) + (S2[2] + S2[3]);
-        du = fmaf(gy, Dsk, eps * s1);
-        /* deps = sum_n lam (u k - k^2 h_{t-1}) = u s1 - (u s1 - s2) / 2, s2 = u s1 - 2 sum_n lam
-         * k^2 h_{t-1}: 8 operations per state (the product lam h_{t-1} is not needed) */
-        float deps = 0.5f * fmaf(u, s1, s2);
-        float rden2 = rden * rden;
-        ddl = deps * rden2 * beta * (1.0f - beta);
-        dkap2 = -2.0f * deps * beta * beta * rden2;
-    } else {
-        float dt = softplusf_(dl), dtu = dt * u;
-#pragma unroll
-        for (int g = 0; g < N4; g++) {
-            float4 k4 = r4[g], q4 = r4[N4 + g];
-            float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int n = 4 * g + e;
-                float acur = __expf(dt * A[n]);
-                float l = fmaf(anext[n], lam[n], gy * q[e]);
-                lam[n] = l;
-                float X = l * hp[n];
-                S1[e] = fmaf(l, k[e], S1[e]);               /* sum_n lam B */
-                S2[e] = fmaf(A[n] * acur, X, S2[e]);        /* sum_n lam A a h_{t-1} */
-                dAacc[n] = fmaf(dt * acur, X, dAacc[n]);
-                dkv[n] = l * dtu;                           /* dB */
-                anext[n] = acur;
-            }
-        }
-        float s1 = (S1[0] + S1[1]) + (S1[2] + S1[3]), s2 = (S2[0] + S2[1]) + (S2[2] + S2[3]);
-        du = fmaf(gy, Dsk, dt * s1);
-        ddl = fmaf(u, s1, s2) * sigmoidf_fast(dl);
-        dkap2 = 0.0f;
-    }
-}
-
 /* The adjoint kernel: one warp per block, one direction, 32 channels. Per CK-chunk of steps, in
  * reverse: the chunk's inputs (u dl z go rows, k|q rows, the start state) are staged by cp.async,
  * double-buffered. The history of h is kept in registers SUB steps at a time: the second half of
@@ -89,7 +21,7 @@ __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], flo
 /* One sub-chunk of the adjoint: kq and st point at the sub-chunk's first step (st also at the
  * thread's column), du / dd at its first token's du and ddelta for the thread's channel, the next
  * step's `tstr` elements on (every address below is a compile-time offset from these) */
-template <int N, bool MAMBA>
+template <int N, class R>
 __device__ __forceinline__ void adjoint_sub(float (&lam)[N], float (&anext)[N], float (&dAacc)[N],
                                             float &dDacc, float &dbacc, const float (&hs)[N],
                                             const float *kq, const bf16 *st, int n, bf16 *du_p,
@@ -105,9 +37,9 @@ __device__ __forceinline__ void adjoint_sub(float (&lam)[N], float (&anext)[N], 
     for (int i = 0; i < SUB; i++) {
         bool on = i < n;
         float u = on ? in(0, i) : 0.0f, dl = on ? in(1, i) : 0.0f, p0, p1;
-        step_pre<N, MAMBA>(p0, p1, kq + i * KQW, u, dl);
+        step_pre<N, R>(p0, p1, kq + i * KQW, u, dl);
         if (!on) p0 = 0.0f, p1 = 0.0f;
-        step_upd<N, MAMBA>(h, kq + i * KQW, p0, p1, A);
+        step_upd<N, R>(h, kq + i * KQW, p0, p1, A);
 #pragma unroll
         for (int k = 0; k < N; k++) H[i][k] = h[k];
     }
@@ -117,8 +49,8 @@ __device__ __forceinline__ void adjoint_sub(float (&lam)[N], float (&anext)[N], 
         float u = in(0, i), dl = in(1, i), zv = in(2, i);
         float gy = 0.5f * in(3, i) * zv * sigmoidf_fast(zv);
         float dkv[N], du, ddl, dkap2;
-        if (i > 0) adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, H[i > 0 ? i - 1 : 0], kq + i * KQW, u, dl, gy, Dsk, A);
-        else adj_step<N, MAMBA>(lam, anext, dAacc, dkv, du, ddl, dkap2, hs, kq + i * KQW, u, dl, gy, Dsk, A);
+        if (i > 0) R::template adj_step<N>(lam, anext, dAacc, dkv, du, ddl, dkap2, H[i > 0 ? i - 1 : 0], kq + i * KQW, u, dl, gy, Dsk, A);
+        else R::template adj_step<N>(lam, anext, dAacc, dkv, du, ddl, dkap2, hs, kq + i * KQW, u, dl, gy, Dsk, A);
         if (act) {
             du_p[i * tstr] = f2bf(du);
             dd_p[i * tstr] = f2bf(ddl);
@@ -129,7 +61,7 @@ __device__ __forceinline__ void adjoint_sub(float (&lam)[N], float (&anext)[N], 
         float sum = warp_colsum<N>(dkv, tp + warp * N * TP_LD, lane);
         float *rr = red + (warp * SUB + i) * (N + 1);
         if (lane % (32 / N) == 0) rr[lane / (32 / N)] = sum;
-        float ks = MAMBA ? 0.0f : warp_sum(dkap2);
+        float ks = R::KAPPA ? warp_sum(dkap2) : 0.0f;
         if (lane == N) rr[N] = ks;
     }
 }
@@ -150,8 +82,8 @@ __device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, 
     }
 }
 
-template <int N, bool MAMBA>
-__global__ void __launch_bounds__(ADJ_T, (MAMBA ? 12 : ADJ_WARPS_LH) * 32 / ADJ_T) scan_adjoint_kernel(ScanArgs a) {
+template <int N, class R>
+__global__ void __launch_bounds__(ADJ_T, (R::REC == VIL_REC_MAMBA ? 12 : ADJ_WARPS_LH) * 32 / ADJ_T) scan_adjoint_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, T = ADJ_T, NWB = ADJ_T / 32;
     constexpr int act_elems = 4 * CK * T;
     __shared__ __align__(16) bf16 stage[2 * act_elems];
@@ -170,7 +102,7 @@ __global__ void __launch_bounds__(ADJ_T, (MAMBA ? 12 : ADJ_WARPS_LH) * 32 / ADJ_
     float A[N], lam[N], anext[N], dAacc[N], dDacc = 0.0f, dbacc = 0.0f;
 #pragma unroll
     for (int n = 0; n < N; n++) {
-        A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
+        A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         /* lam_s = a_{s+1} lam_{s+1} + ...: the carry holds a_{s+1} lam_{s+1} already */
         lam[n] = (carried && act) ? a.chg[ch_idx(a, N, b, j, k + 1, n, d)] : 0.0f;
         anext[n] = carried ? 1.0f : 0.0f;
@@ -229,9 +161,9 @@ __global__ void __launch_bounds__(ADJ_T, (MAMBA ? 12 : ADJ_WARPS_LH) * 32 / ADJ_
 #pragma unroll 1
             for (int i = 0; i < SUB; i++) {
                 float p0, p1;
-                step_pre<N, MAMBA>(p0, p1, kq + i * KQW, bf2f(st[i * T + tid]),
+                step_pre<N, R>(p0, p1, kq + i * KQW, bf2f(st[i * T + tid]),
                                    bf2f(st[(CK + i) * T + tid]));
-                step_upd<N, MAMBA>(hm, kq + i * KQW, p0, p1, A);
+                step_upd<N, R>(hm, kq + i * KQW, p0, p1, A);
             }
         }
 #pragma unroll 1
@@ -241,7 +173,7 @@ __global__ void __launch_bounds__(ADJ_T, (MAMBA ? 12 : ADJ_WARPS_LH) * 32 / ADJ_
 #pragma unroll
             for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (c > 0 ? h0[n * T] : 0.0f);
             const int sf = s0 + sub * SUB, tf = j ? L - 1 - sf : sf; /* the sub-chunk's first step, token */
-            adjoint_sub<N, MAMBA>(lam, anext, dAacc, dDacc, dbacc, hs, kq + sub * SUB * KQW, st + sub * SUB * T + tid,
+            adjoint_sub<N, R>(lam, anext, dAacc, dDacc, dbacc, hs, kq + sub * SUB * KQW, st + sub * SUB * T + tid,
                                   nsub, du_b + (ptrdiff_t)tf * E, dd_b + (ptrdiff_t)tf * E, tstr, act, tid, Dsk, A,
                                   red[par], tp);
             /* the block's sums over its warps in warp order; red[par] is written again two
@@ -262,14 +194,14 @@ __global__ void __launch_bounds__(ADJ_T, (MAMBA ? 12 : ADJ_WARPS_LH) * 32 / ADJ_
     if (act) { /* per (sample, chunk) row bz */
         a.pd[((size_t)bz * 2 + j) * E + d] = dDacc;
         a.pd[((size_t)a.B * a.nch * 2 + bz * 2 + j) * E + d] = dbacc;
-        if (MAMBA)
+        if (R::HAS_A)
 #pragma unroll
             for (int n = 0; n < N; n++) a.pa[(((size_t)bz * 2 + j) * E + d) * N + n] = dAacc[n] * A[n];
     }
 }
 
 /* ---------------- finalize: partial sums in a fixed order ---------------- */
-template <int N, bool MAMBA>
+template <int N, class R>
 __global__ void scan_dkdq_kernel(ScanArgs a) {
     size_t tot = (size_t)a.B * 2 * a.L * N;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < tot; idx += (size_t)gridDim.x * blockDim.x) {
@@ -283,7 +215,7 @@ __global__ void scan_dkdq_kernel(ScanArgs a) {
         for (int k = 0; k < a.nblk1; k++) dq += a.pq[((((size_t)b * a.nblk1 + k) * 2 + j) * a.L + t) * N + n];
 #pragma unroll 8
         for (int k = 0; k < a.nblk2; k++) dk += a.pk[((((size_t)b * 2 + j) * a.nblk2 + k) * a.L + t) * N + n];
-        if (!MAMBA) { /* dk += 2 k dkappa */
+        if (R::KAPPA) { /* dk += 2 k dkappa */
             float kap = 0.0f;
 #pragma unroll 8
             for (int k = 0; k < a.nblk2; k++) kap += a.pkap[(((size_t)b * 2 + j) * a.nblk2 + k) * a.L + t];
@@ -296,19 +228,15 @@ __global__ void scan_dkdq_kernel(ScanArgs a) {
 }
 
 /* ---------------- launcher ---------------- */
-template <int N, bool MAMBA>
+template <int N, class R>
 void scan_adjoint_launch(const ScanArgs &a) {
-    scan_adjoint_kernel<N, MAMBA><<<dim3(a.nblk2, 2, (unsigned)a.B * a.nch), ADJ_T, 0, cu()->stream>>>(a);
+    scan_adjoint_kernel<N, R><<<dim3(a.nblk2, 2, (unsigned)a.B * a.nch), ADJ_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
     size_t tot = (size_t)a.B * 2 * a.L * N;
     int blocks = cu_blocks_capped(tot, 256, 16);
-    scan_dkdq_kernel<N, MAMBA><<<blocks, 256, 0, cu()->stream>>>(a);
+    scan_dkdq_kernel<N, R><<<blocks, 256, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
 }
 
-#define SCAN_BWD_INST(N)                                         \
-    template void scan_adjoint_launch<N, false>(const ScanArgs &); \
-    template void scan_adjoint_launch<N, true>(const ScanArgs &);
-SCAN_BWD_INST(4)
-SCAN_BWD_INST(8)
-SCAN_BWD_INST(16)
+#define SCAN_BWD_INST(N, R) template void scan_adjoint_launch<N, R>(const ScanArgs &);
+SCAN_INSTANTIATE(SCAN_BWD_INST)

@@ -1,7 +1,7 @@
 /* scan_chunk.cu: the scan's token-parallel form (scan_common.cuh tells the whole scan): the
  * summary of every chunk of steps from a zero state (scan_local_kernel) and their chain over the
  * chunks (scan_carry_kernel), with their launcher. */
-#include "cuda/scan_common.cuh"
+#include "cuda/scan_rec.cuh"
 
 /* ---------------- the token-parallel form: chunk summaries and their chain ----------------
  * Thread (channel d; direction j; sample b, chunk k) runs chunk k's recurrence from a zero state:
@@ -15,7 +15,7 @@
  * 2048 px b8: 1.15 ms, twice the pair kernel's time for the same steps). */
 #define LOC_STAGES 3
 /* MODE: LOC_FWD, LOC_BWD or LOC_KEPT (scan_common.cuh) */
-template <int N, bool MAMBA, int MODE>
+template <int N, class R, int MODE>
 __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
     constexpr bool ADJ = MODE != LOC_FWD;
     constexpr int KQW = KQ<N>::W, T = LOC_T, NQ = ADJ ? 4 : 2;
@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
     const float *kqb = a.kqt + ((size_t)j * a.B + b) * L * KQW;
     float A[N];
 #pragma unroll
-    for (int n = 0; n < N; n++) A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
+    for (int n = 0; n < N; n++) A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
     /* round r (steps sb + r CKS ..) into slot `slot`: u, dl [, z, go] and the k|q rows */
     auto issue = [&](int r, int nq, int slot) {
         if (r < 0 || r >= nsc) return;
@@ -66,9 +66,9 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
             float p0[CKS], p1[CKS], pu[CKS];
 #pragma unroll
             for (int i = 0; i < CKS; i++) {
-                step_pre<N, MAMBA>(p0[i], p1[i], kq + i * KQW, bf2f(st[i * T + tid]), bf2f(st[(CKS + i) * T + tid]));
+                step_pre<N, R>(p0[i], p1[i], kq + i * KQW, bf2f(st[i * T + tid]), bf2f(st[(CKS + i) * T + tid]));
                 if (i >= cs) p0[i] = 0.0f, p1[i] = 0.0f; /* past the chunk: nothing changes */
-                pu[i] = p0[i] * p1[i]; /* Longhorn: eps u */
+                pu[i] = R::drive(p0[i], p1[i]);
             }
 #pragma unroll
             for (int i = 0; i < CKS; i++) {
@@ -80,23 +80,21 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         int n = 4 * g + e;
-                        if (MAMBA) {
-                            h[n] = state_upd<MAMBA>(h[n], kv[e], p0[i], p1[i], A[n]);
-                        } else { /* a = 1 - eps k^2 serves both: 4 operations per state, not 5 */
-                            const float at = fmaf(-p0[i], kk[e], 1.0f);
-                            h[n] = fmaf(at, h[n], pu[i] * kv[e]);
-                            P[n] *= at;
-                        }
+                        /* the gate serves both the state and the product: Longhorn's update in
+                         * 4 operations per state, not 5 */
+                        const float at = R::gate(p0[i], kk[e], A[n]);
+                        h[n] = fmaf(at, h[n], pu[i] * kv[e]);
+                        R::prod_state(P[n], at);
                     }
                 }
-                if (MAMBA) sdt += p0[i];
+                R::prod_step(sdt, p0[i]);
             }
         });
         if (act)
 #pragma unroll
             for (int n = 0; n < N; n++) {
                 a.chs[ch_idx(a, N, b, j, k, n, d)] = h[n];
-                a.chp[ch_idx(a, N, b, j, k, n, d)] = MAMBA ? __expf(A[n] * sdt) : P[n];
+                a.chp[ch_idx(a, N, b, j, k, n, d)] = R::prod_end(P[n], A[n], sdt);
             }
     }
     if (!ADJ || k == 0) return; /* G: nothing comes before chunk 0 */
@@ -110,7 +108,7 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
             if (i >= cs) continue;
             const float *row = kq + i * KQW;
             float p0, p1, zz = in(2, i), gy = 0.5f * in(3, i) * zz * sigmoidf_fast(zz);
-            step_pre<N, MAMBA>(p0, p1, row, in(0, i), in(1, i));
+            step_pre<N, R>(p0, p1, row, in(0, i), in(1, i));
             const float4 *r4 = reinterpret_cast<const float4 *>(row);
 #pragma unroll
             for (int g = 0; g < N / 4; g++) {
@@ -120,11 +118,11 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
                 for (int e = 0; e < 4; e++) {
                     int n = 4 * g + e;
                     lam[n] = fmaf(an[n], lam[n], gy * qv[e]);
-                    an[n] = MAMBA ? __expf(p0 * A[n]) : fmaf(-p0, kk[e], 1.0f);
-                    if (MODE == LOC_KEPT && !MAMBA) P[n] *= an[n];
+                    an[n] = R::gate(p0, kk[e], A[n]);
+                    if (MODE == LOC_KEPT) R::prod_state(P[n], an[n]);
                 }
             }
-            if (MODE == LOC_KEPT && MAMBA) sdt += p0;
+            if (MODE == LOC_KEPT) R::prod_step(sdt, p0);
         }
     });
     if (act)
@@ -132,7 +130,7 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
         for (int n = 0; n < N; n++) {
             a.chg[ch_idx(a, N, b, j, k, n, d)] = an[n] * lam[n];
             if (MODE == LOC_KEPT && k + 1 < a.nch) /* the chain reads P of chunks 1 .. nch - 2 */
-                a.chp[ch_idx(a, N, b, j, k, n, d)] = MAMBA ? __expf(A[n] * sdt) : P[n];
+                a.chp[ch_idx(a, N, b, j, k, n, d)] = R::prod_end(P[n], A[n], sdt);
         }
 }
 
@@ -187,12 +185,12 @@ __global__ void scan_carry_kernel(ScanArgs a, int adj) { /* adj: also G; a.kept:
 }
 
 /* ---------------- launcher ---------------- */
-template <int N, bool MAMBA>
+template <int N, class R>
 void scan_chunk_chain(const ScanArgs &a, bool adj) {
     dim3 grid((a.E + LOC_T - 1) / LOC_T, 2, a.B * a.nch);
-    if (adj && a.kept) scan_local_kernel<N, MAMBA, LOC_KEPT><<<grid, LOC_T, 0, cu()->stream>>>(a);
-    else if (adj) scan_local_kernel<N, MAMBA, LOC_BWD><<<grid, LOC_T, 0, cu()->stream>>>(a);
-    else scan_local_kernel<N, MAMBA, LOC_FWD><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    if (adj && a.kept) scan_local_kernel<N, R, LOC_KEPT><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else if (adj) scan_local_kernel<N, R, LOC_BWD><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else scan_local_kernel<N, R, LOC_FWD><<<grid, LOC_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
     if (a.nch > 2) {
         scan_carry_kernel<N><<<cu_blocks_capped((size_t)a.B * 2 * N * a.E, 256, 16), 256, 0, cu()->stream>>>(a, adj);
@@ -201,9 +199,5 @@ void scan_chunk_chain(const ScanArgs &a, bool adj) {
 }
 
 
-#define SCAN_CHUNK_INST(N)                                        \
-    template void scan_chunk_chain<N, false>(const ScanArgs &, bool); \
-    template void scan_chunk_chain<N, true>(const ScanArgs &, bool);
-SCAN_CHUNK_INST(4)
-SCAN_CHUNK_INST(8)
-SCAN_CHUNK_INST(16)
+#define SCAN_CHUNK_INST(N, R) template void scan_chunk_chain<N, R>(const ScanArgs &, bool);
+SCAN_INSTANTIATE(SCAN_CHUNK_INST)

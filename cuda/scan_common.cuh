@@ -169,35 +169,15 @@ __device__ __forceinline__ void queue_kq(float *dst, const float *base, int s0, 
 
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(__expf(x)); }
 
-/* The per-step scalars of one direction, which do not depend on the state (so a chunk's worth
- * can be computed ahead of the state updates): Longhorn eps and u (kappa from the k row), Mamba
- * dt and dt*u. A masked-out step gets 0, 0: the state passes through unchanged. */
-template <bool MAMBA>
-__device__ __forceinline__ void pre_scalars(float &p0, float &p1, float kap, float u, float dl) {
-    if (!MAMBA) {
-        /* eps = beta / (1 + beta kappa) = 1 / (1 + e^-dl + kappa): one reciprocal */
-        p0 = rcp_fast(1.0f + __expf(-dl) + kap);
-        p1 = u;
-    } else {
-        p0 = softplusf_(dl);
-        p1 = p0 * u;
-    }
-}
-template <int N, bool MAMBA>
+/* The step's scalars (R::pre) from its staged k|q row, kappa where R reads it */
+template <int N, class R>
 __device__ __forceinline__ void step_pre(float &p0, float &p1, const float *row, float u, float dl) {
-    pre_scalars<MAMBA>(p0, p1, MAMBA ? 0.0f : row[KQ<N>::KAP], u, dl);
+    R::pre(p0, p1, R::KAPPA ? row[KQ<N>::KAP] : 0.0f, u, dl);
 }
 
-/* one state's h <- a h + b with the step's scalars (k: the state's k) */
-template <bool MAMBA>
-__device__ __forceinline__ float state_upd(float h, float k, float p0, float p1, float A) {
-    return MAMBA ? fmaf(__expf(p0 * A), h, p1 * k) : fmaf(p0 * k, fmaf(-k, h, p1), h);
-}
-
-/* h <- a h + b with the step's scalars; returns q.h (the D skip is added by the caller).
- * Longhorn in the form h + eps k (u - k h) = (1 - eps k^2) h + eps u k: three operations per
- * state as before, without the k^2 row (4 fewer shared loads of 16 bytes per step at N = 16). */
-template <int N, bool MAMBA>
+/* h <- a h + b (R::upd) over the N states with the step's scalars; returns q.h (the D skip is
+ * added by the caller) */
+template <int N, class R>
 __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float p0, float p1,
                                           const float (&A)[N]) {
     const float4 *r4 = reinterpret_cast<const float4 *>(row);
@@ -209,7 +189,7 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int n = 4 * g + e;
-            h[n] = state_upd<MAMBA>(h[n], k[e], p0, p1, A[n]);
+            h[n] = R::upd(h[n], k[e], p0, p1, A[n]);
             y[e] = fmaf(q[e], h[n], y[e]);
         }
     }
@@ -228,18 +208,19 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
  * forward's states kept) G, with P made in the same reverse pass */
 enum { LOC_FWD, LOC_BWD, LOC_KEPT };
 
-/* ---- the launchers, instantiated beside their kernels for N = 4, 8, 16 ---- */
+/* ---- the launchers, instantiated beside their kernels for N = 4, 8, 16 and every recurrence
+ * (scan_rec.cuh) ---- */
 /* scan_fwd.cu: the k|q table of both directions into kqt (compact: the quad kernel's rows) */
 template <int N>
 void scan_kq_launch(ScanArgs *a, float *kqt, bool compact);
 /* scan_fwd.cu: the pair (quad) kernel over all chunks */
-template <int N, bool MAMBA, bool BWD>
+template <int N, class R, bool BWD>
 void scan_pair_launch(ScanArgs a);
 /* scan_chunk.cu: the chunk summaries and their chain (nch > 1) */
-template <int N, bool MAMBA>
+template <int N, class R>
 void scan_chunk_chain(const ScanArgs &a, bool adj);
 /* scan_bwd.cu: the adjoint kernel, then the dk / dq finalize */
-template <int N, bool MAMBA>
+template <int N, class R>
 void scan_adjoint_launch(const ScanArgs &a);
 
 #endif

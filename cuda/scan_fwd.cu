@@ -2,7 +2,7 @@
  * the pair kernel (one thread per channel, both directions; also the backward's recomputing
  * pass, which writes dz, the state checkpoints and the dq partials) and the quad kernel (four
  * threads per channel, the forward only), with their launchers. */
-#include "cuda/scan_common.cuh"
+#include "cuda/scan_rec.cuh"
 
 /* The k|q table: one row per (direction, sample, token) from the x_proj output's B and C columns
  * (bf16) as float, with k^2, -2k and kappa = sum k^2, so the scan kernels stage it as is; with
@@ -73,7 +73,7 @@ static constexpr int pair_seq_unroll = PAIR_SEQ_UNROLL; /* #pragma unroll expand
 
 /* CH: the token-parallel form (blockIdx.z is the chunk); without it the kernel is compiled as
  * before it, without the chunk bounds and carried states (which cost spills) */
-template <int N, bool MAMBA, bool BWD, bool CH>
+template <int N, class R, bool BWD, bool CH>
 __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? PAIR_MINB_CHF : PAIR_MINB) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
     constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : PAIR_STAGES; /* rows, slots */
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? PAIR_MINB_CHF : PAIR_MINB
 #pragma unroll
         for (int n = 0; n < N; n++) {
             h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, n, d)] : 0.0f;
-            A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
+            A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         }
         auto issue = [&](int s0, int cs, bf16 *dst) {
             int nq = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0) + (need_ys ? 1 : 0);
@@ -160,14 +160,14 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? PAIR_MINB_CHF : PAIR_MINB
                 bool on = i < cs;
                 uu[i] = on ? in(0, i) : 0.0f;
                 float dl = on ? in(1, i) : 0.0f;
-                step_pre<N, MAMBA>(p0[i], p1[i], kq + i * KQW, uu[i], dl);
+                step_pre<N, R>(p0[i], p1[i], kq + i * KQW, uu[i], dl);
                 if (!on) p0[i] = 0.0f, p1[i] = 0.0f;
             }
             /* phase 2: the recurrence (only h -> h is serial) */
             float y[CKS];
 #pragma unroll
             for (int i = 0; i < CKS; i++) {
-                y[i] = fmaf(Dsk, uu[i], step_upd<N, MAMBA>(h, kq + i * KQW, p0[i], p1[i], A));
+                y[i] = fmaf(Dsk, uu[i], step_upd<N, R>(h, kq + i * KQW, p0[i], p1[i], A));
                 if (BWD) {
                     /* dq_t[n] = sum_d gy_t[d] h_t[d, n] over the warp's channels */
                     float zz = i < cs ? in(rz, i) : 0.0f, go = i < cs ? 0.5f * in(rg, i) : 0.0f;
@@ -256,7 +256,7 @@ __device__ __forceinline__ void load_group(float (&k)[NS], float (&q)[NS], const
     }
 }
 
-template <int N, bool MAMBA, bool CH>
+template <int N, class R, bool CH>
 __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
     constexpr int T = QUAD_T, NS = N / QUAD_Q, TC = T / QUAD_Q, NQ = 4;
     constexpr int RB = KQH<N>::BYTES, PK = RB / 16; /* compact row bytes, 16-byte pieces */
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
         for (int n = 0; n < NS; n++) {
             int nn = s * NS + n;
             h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, nn, d)] : 0.0f;
-            A[n] = (MAMBA && act) ? -expf(a.A_log[j][(size_t)d * N + nn]) : 0.0f;
+            A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + nn]) : 0.0f;
         }
         const char *kqb = a.kqh + ((size_t)j * a.B + b) * L * RB;
         auto row_of = [&](int q, int i, int s0) { return act_row(a, a.out, q, j, b, s0 + i, c0); };
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
             for (int e = 0; e < 2; e++) {
                 const int i = 2 * s + e;
                 const bool on = i < cs;
-                pre_scalars<MAMBA>(m[2 * e], m[2 * e + 1], *reinterpret_cast<const float *>(kq + i * RB),
+                R::pre(m[2 * e], m[2 * e + 1], *reinterpret_cast<const float *>(kq + i * RB),
                                    on ? in(0, i) : 0.0f, on ? in(1, i) : 0.0f);
                 if (!on) m[2 * e] = 0.0f, m[2 * e + 1] = 0.0f;
             }
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
                     load_group<NS>(kk, qq, kq + i * RB + 16 + s * KQH<N>::GB);
 #pragma unroll
                     for (int n = 0; n < NS; n++) {
-                        h[n] = state_upd<MAMBA>(h[n], kk[n], p0, p1, A[n]);
+                        h[n] = R::upd(h[n], kk[n], p0, p1, A[n]);
                         if (n & 1) yb = fmaf(qq[n], h[n], yb);
                         else ya = fmaf(qq[n], h[n], ya);
                     }
@@ -407,28 +407,26 @@ void scan_kq_launch(ScanArgs *a, float *kqt, bool compact) {
     else a->kqt = kqt;
 }
 
-template <int N, bool MAMBA, bool BWD>
+template <int N, class R, bool BWD>
 void scan_pair_launch(ScanArgs a) {
     const bool quad = !BWD && a.split == QUAD_Q;
     const int tc = quad ? QUAD_T / QUAD_Q : PAIR_T; /* channels per block */
     dim3 grid((a.E + tc - 1) / tc, a.B, a.nch);
     for (int p = 0; p < 2; p++) {
         a.pass_lo = a.nch > 1 ? p : 0, a.pass_hi = a.nch > 1 ? p + 1 : 2;
-        if (quad && a.nch > 1) scan_quad_kernel<N, MAMBA, true><<<grid, QUAD_T, 0, cu()->stream>>>(a);
-        else if (quad) scan_quad_kernel<N, MAMBA, false><<<grid, QUAD_T, 0, cu()->stream>>>(a);
-        else if (a.nch > 1) scan_pair_kernel<N, MAMBA, BWD, true><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-        else scan_pair_kernel<N, MAMBA, BWD, false><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        if (quad && a.nch > 1) scan_quad_kernel<N, R, true><<<grid, QUAD_T, 0, cu()->stream>>>(a);
+        else if (quad) scan_quad_kernel<N, R, false><<<grid, QUAD_T, 0, cu()->stream>>>(a);
+        else if (a.nch > 1) scan_pair_kernel<N, R, BWD, true><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        else scan_pair_kernel<N, R, BWD, false><<<grid, PAIR_T, 0, cu()->stream>>>(a);
         CU_LAUNCH_CHECK();
         if (a.nch == 1) break;
     }
 }
 
-#define SCAN_FWD_INST(N)                                                 \
-    template void scan_kq_launch<N>(ScanArgs *, float *, bool);          \
-    template void scan_pair_launch<N, false, false>(ScanArgs);           \
-    template void scan_pair_launch<N, false, true>(ScanArgs);            \
-    template void scan_pair_launch<N, true, false>(ScanArgs);            \
-    template void scan_pair_launch<N, true, true>(ScanArgs);
-SCAN_FWD_INST(4)
-SCAN_FWD_INST(8)
-SCAN_FWD_INST(16)
+template void scan_kq_launch<4>(ScanArgs *, float *, bool);
+template void scan_kq_launch<8>(ScanArgs *, float *, bool);
+template void scan_kq_launch<16>(ScanArgs *, float *, bool);
+#define SCAN_FWD_INST(N, R)                                \
+    template void scan_pair_launch<N, R, false>(ScanArgs); \
+    template void scan_pair_launch<N, R, true>(ScanArgs);
+SCAN_INSTANTIATE(SCAN_FWD_INST)
