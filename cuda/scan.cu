@@ -51,77 +51,43 @@ static size_t kq_bytes(const ScanArgs *a) {
     return (size_t)2 * a->B * a->L * KQ<N>::W * sizeof(float);
 }
 
+/* The context's scan settings, when it opens: the tuning row of its GPU's architecture
+ * (scan_tune.cuh) and the measurement knobs of the environment, VIL_SCAN_CHUNK (the chunks, in
+ * place of a request of 0: -1 the sequential kernels) and VIL_SCAN_SPLIT (the forward's threads
+ * per channel), announced on stderr at their first use when set */
+void cu_scan_open(CuCtx *c, int cc_major, int cc_minor) {
+    c->scan_tune = &scan_tunes[scan_tune_index(cc_major * 100 + cc_minor * 10)];
+    const char *e = getenv("VIL_SCAN_CHUNK");
+    c->scan_chunk = e && *e ? atoi(e) : 0;
+    e = getenv("VIL_SCAN_SPLIT");
+    c->scan_split = e && *e ? atoi(e) : 0;
+    c->scan_told = 0;
+}
+/* a knob of the context (0: unset), announced the first time it is read */
+static int scan_knob(int value, int bit, const char *name, const char *what) {
+    if (value && !(cu()->scan_told & bit)) {
+        cu()->scan_told |= bit;
+        fprintf(stderr, "vil: %s=%d: the scan's %s set, not chosen by shape\n", name, value, what);
+    }
+    return value;
+}
+
 /* The chunks of the token-parallel form. req > 0: chunks of req steps (rounded up to a multiple
  * of CK); req < 0: none. req = 0, by shape: none while the sample x channel threads of a pass
- * (B x E, in blocks of 128) reach `seq` (SCAN_SEQ_FWD, SCAN_SEQ_BWD), where the sequential
- * kernels are as fast; else chunks that bring a pass to about SCAN_PAR_THREADS threads, none
- * shorter than SCAN_MIN_C. The forward's threshold is lower: its sequential kernel does half
- * the work of the chunked form, its backward the same work in a kernel that fills the GPU less.
- * Measured on the H100 (dev/cuda/scan, ViL-Tiny's E = 384, fwd / bwd us): L = 4097, B = 1:
- * C = 16 140 / 435, 32 106 / 308, 64 104 / 295, 128 150 / 435; B = 32: C = 64 1897 / 5609,
- * 128 1835 / 5556, 256 1836 / 5618, 512 2039 / 5662; L = 16385, B = 8: C = 64 1935 / 5709,
- * 256 1852 / 5641; L = 197, B = 256: sequential 271 / 1349 (cuda/PERF_NOTES.md). Once the
- * sequential pair kernel was compiled per direction again: L = 4097, B = 32: sequential 1579 /
- * 7289, chunked (C = 256) 1785 / 5560; B = 1: 1527 / 6215 against 97 / 286. The
- * environment's VIL_SCAN_CHUNK, when set, takes the place of a request of 0 (for measuring the
- * model with other chunks: -1 the sequential kernels). */
-#ifndef SCAN_SEQ_FWD
-#define SCAN_SEQ_FWD 12288
-#endif
-/* Longhorn's forward also chunks up to this many threads when the sequence is long (at least
- * SCAN_LONG_L tokens), since the staged chunk summaries: E = 384, B = 32, fwd us, sequential
- * (quad kernel) / chunked: L = 4097 1,142 / 1,053; L = 1025 295 / 317; L = 197 63 / 97. Mamba's
- * quad kernel stays ahead there (L = 4097 1,465 / 1,736). */
-#ifndef SCAN_SEQ_FWD_LONG
-#define SCAN_SEQ_FWD_LONG 16384
-#endif
-#ifndef SCAN_LONG_L
-#define SCAN_LONG_L 2048
-#endif
-#ifndef SCAN_SEQ_BWD
-#define SCAN_SEQ_BWD 32768
-#endif
-/* The forward's quad kernel (4 threads per channel) where the pair kernel's passes would have
- * fewer threads than this (B x E x chunks, E in blocks of 128). Measured on the H100 (dev/cuda/scan,
- * E = 384, fwd us, pair / quad): L = 4097, B = 32 sequential 1368 / 1150; L = 197, B = 64
- * 97.6 / 104.6, B = 256 234 / 362; chunked (C = 64) L = 4097, B = 1 97 / 97, B = 8 510 / 692 with
- * the quad's then 4x longer chunks; vil bench, 224 px b1 latency 2.21 / 1.90 ms, b32 inference
- * 11,702 / 12,794 img/s (cuda/PERF_NOTES.md session 12). Mamba's step costs an exp per state,
- * so its quad kernel pays off further: L = 197, B = 64 217 / 133, B = 256 420 / 466; L = 1025,
- * B = 32 1005 / 377 (B = 65 .. 255 not measured: the threshold sits between) */
-#ifndef SCAN_QUAD_FWD
-#define SCAN_QUAD_FWD 16384
-#endif
-#ifndef SCAN_QUAD_FWD_MAMBA
-#define SCAN_QUAD_FWD_MAMBA 32768
-#endif
-#ifndef SCAN_PAR_THREADS
-#define SCAN_PAR_THREADS 196608
-#endif
-#ifndef SCAN_MIN_C
-#define SCAN_MIN_C 64
-#endif
-/* a measurement knob from the environment (VIL_SCAN_CHUNK, VIL_SCAN_SPLIT), read once and
- * announced on stderr when set; 0 when not */
-static int env_knob(int *cache, const char *name, const char *what) {
-    if (*cache == -2) {
-        const char *e = getenv(name);
-        *cache = e && *e ? atoi(e) : 0;
-        if (*cache) fprintf(stderr, "vil: %s=%d: the scan's %s set, not chosen by shape\n", name, *cache, what);
-    }
-    return *cache;
-}
-static int env_chunk = -2, env_split = -2;
+ * (B x E, in blocks of 128) reach `seq` (seq_fwd, seq_bwd), where the sequential kernels are as
+ * fast; else chunks that bring a pass to about par_threads threads, none shorter than min_c
+ * (scan_tune.cuh). VIL_SCAN_CHUNK takes the place of a request of 0. */
 static void choose_chunks(ScanArgs *a, int req, long seq) {
-    if (req == 0) req = env_knob(&env_chunk, "VIL_SCAN_CHUNK", "chunks are");
+    const ScanTune &t = *cu()->scan_tune;
+    if (req == 0) req = scan_knob(cu()->scan_chunk, 1, "VIL_SCAN_CHUNK", "chunks are");
     long L = a->L, th = (long)a->B * ((a->E + 127) / 128 * 128), C = L;
     if (req > 0) {
         C = (req + CK - 1) / CK * CK;
     } else if (req == 0 && th < seq) {
-        long want = (SCAN_PAR_THREADS + th - 1) / th; /* chunks */
+        long want = (t.par_threads + th - 1) / th; /* chunks */
         C = (L + want - 1) / want;
         C = (C + CK - 1) / CK * CK;
-        if (C < SCAN_MIN_C) C = SCAN_MIN_C;
+        if (C < t.min_c) C = t.min_c;
     }
     /* blockIdx.z holds sample x chunk */
     long most = 65535 / a->B;
@@ -219,20 +185,15 @@ static void n_dispatch(int N, F f) {
     else VIL_FATAL("scan: d_state = %d; the CUDA scan is built for 4, 8 and 16", N);
 }
 
-/* In training (the forward asked to keep its states) at L >= SCAN_LONG_L the forward cuts the
- * backward's chunks wherever the backward chunks, so that its states serve the backward: the
- * chunked forward costs more than the sequential one there (ViL-Small, ViM at 1024 px b32) but
- * the backward's summaries then skip their forward pass. 0: the forward chooses alone. */
-#ifndef SCAN_KEEP_LONG
-#define SCAN_KEEP_LONG 1
-#endif
 /* the forward's and the backward's chunks of a shape (req: VilScanFwd/Bwd.chunk; keep: the
- * forward is asked to keep its states) */
-static void bwd_chunks(ScanArgs *a, int req) { choose_chunks(a, req, SCAN_SEQ_BWD); }
+ * forward is asked to keep its states). In training at L >= long_l (keep_long) the forward cuts
+ * the backward's chunks wherever the backward chunks, so that its states serve the backward. */
+static void bwd_chunks(ScanArgs *a, int req) { choose_chunks(a, req, cu()->scan_tune->seq_bwd); }
 template <class R>
 static void fwd_chunks(ScanArgs *a, int req, bool keep) {
-    if (SCAN_KEEP_LONG && keep && a->L >= SCAN_LONG_L) bwd_chunks(a, req);
-    else choose_chunks(a, req, R::REC == VIL_REC_LONGHORN && a->L >= SCAN_LONG_L ? SCAN_SEQ_FWD_LONG : SCAN_SEQ_FWD);
+    const ScanTune &t = *cu()->scan_tune;
+    if (t.keep_long && keep && a->L >= t.long_l) bwd_chunks(a, req);
+    else choose_chunks(a, req, t.long_chunks[R::REC] && a->L >= t.long_l ? t.seq_fwd_long : t.seq_fwd);
 }
 /* 1 when the backward cuts f's shape into f's chunks (more than one): states kept at them are
  * then what the backward's chain would make */
@@ -268,13 +229,13 @@ static void scan_forward(const VilScanFwd *p) {
     a.out = (bf16 *)p->out;
     /* the chunks are the pair kernel's (the chunk summaries run a thread per channel whichever
      * kernel runs the passes); the quad kernel runs the passes where the pair kernel's would
-     * have fewer than SCAN_QUAD_FWD threads */
+     * have fewer than quad_fwd threads */
     fwd_chunks<R>(&a, p->chunk, p->states != NULL);
     /* the states at the chunk boundaries into the caller's buffer, for the backward */
     if (p->states && same_as_bwd(a, p->chunk)) a.keep = p->states;
-    int split = p->split ? p->split : env_knob(&env_split, "VIL_SCAN_SPLIT", "threads per channel are");
+    int split = p->split ? p->split : scan_knob(cu()->scan_split, 2, "VIL_SCAN_SPLIT", "threads per channel are");
     if (split == 0)
-        split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < (R::REC == VIL_REC_MAMBA ? SCAN_QUAD_FWD_MAMBA : SCAN_QUAD_FWD) ? QUAD_Q : 1;
+        split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < cu()->scan_tune->quad_fwd[R::REC] ? QUAD_Q : 1;
     if (split != 1 && split != QUAD_Q) VIL_FATAL("scan: split = %d; the CUDA forward has 1 and %d threads per channel", split, QUAD_Q);
     a.split = split;
     n_dispatch(p->N, [&](auto n) { forward_impl<decltype(n)::value, R>(a); });

@@ -15,9 +15,6 @@
  * loop; 12 warps at 168 registers measured 2.5% slower), Mamba's in 168 (12 warps); v5 had SUB =
  * 8, 244 registers, 8 warps and local-memory spills. */
 #define SUB 4
-#ifndef ADJ_WARPS_LH
-#define ADJ_WARPS_LH 16 /* Longhorn adjoint: warps per SM the register allocation aims at */
-#endif
 /* One sub-chunk of the adjoint: kq and st point at the sub-chunk's first step (st also at the
  * thread's column), du / dd at its first token's du and ddelta for the thread's channel, the next
  * step's `tstr` elements on (every address below is a compile-time offset from these) */
@@ -83,7 +80,7 @@ __device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, 
 }
 
 template <int N, class R>
-__global__ void __launch_bounds__(ADJ_T, (R::REC == VIL_REC_MAMBA ? 12 : ADJ_WARPS_LH) * 32 / ADJ_T) scan_adjoint_kernel(ScanArgs a) {
+__global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T) scan_adjoint_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, T = ADJ_T, NWB = ADJ_T / 32;
     constexpr int act_elems = 4 * CK * T;
     __shared__ __align__(16) bf16 stage[2 * act_elems];

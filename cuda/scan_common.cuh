@@ -48,6 +48,7 @@
 #include <stddef.h>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/scan_tune.cuh"
 #include "cuda/stage.cuh"
 
 #define CK 8   /* checkpoint spacing; the adjoint kernel's chunk of steps */

@@ -48,35 +48,19 @@ __global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int B
  * direction's state live at a time: occupancy is set by registers, not by L. The stash holds
  * y_b in bf16, one more rounding (2^-9 relative to y_b) than an fp32 stash would give.
  * Staged rows per step: u dl z go ystash (those a pass needs), then the k|q row. */
-#ifndef PAIR_MINB
-#define PAIR_MINB 6 /* blocks per SM the register allocation aims at (80 registers); measured
-                      * forward 278 / 289 / 289 us per Tiny layer at 6 / 7 / 8 */
-#endif
-#ifndef PAIR_MINB_CHF
-#define PAIR_MINB_CHF 5 /* the chunked forward's (up to 102 registers): against 6 / 7, harness
-                         * fwd us, E = 384: L 4097 B 32 962 / 987 / 995, L 16385 B 8 1,004 / 1,034 /
-                         * 1,041; the same 5 for every pair kernel made the sequential forward
-                         * (L 197 B 256: 237 / 231) and the backward prep (bwd 1,360 / 1,269)
-                         * slower */
-#endif
 #define PAIR_NQ 5 /* staged rows: u dl z go ys in the backward prep; the forward has no go */
-#ifndef PAIR_STAGES
-#define PAIR_STAGES 2 /* the forward's staging slots (rounds in flight + 1); measured 3 against 2
-                       * (fwd us, E = 384): L = 4097 B = 1 70.3 / 68.6, B = 32 chunked 1,053 /
-                       * 1,076; L = 16385 B = 8 1,099 / 1,083: no gain. The backward prep keeps
-                       * 2 (its shared memory is near a static allocation's 48 KB) */
-#endif
-#ifndef PAIR_SEQ_UNROLL
-#define PAIR_SEQ_UNROLL 1 /* the sequential pair kernel's two passes: rolled (1) or unrolled (2) */
-#endif
-static constexpr int pair_seq_unroll = PAIR_SEQ_UNROLL; /* #pragma unroll expands no macro */
+/* the register targets (blocks per SM: pair_minb, pair_minb_chf for the chunked forward), the
+ * forward's staging slots and the sequential form's unroll are the row of scan_tune.cuh for the
+ * code being compiled. The backward prep keeps 2 slots: its shared memory is near a static
+ * allocation's 48 KB. */
+static constexpr int pair_seq_unroll = SCAN_KT.pair_seq_unroll; /* #pragma unroll takes a constant */
 
 /* CH: the token-parallel form (blockIdx.z is the chunk); without it the kernel is compiled as
  * before it, without the chunk bounds and carried states (which cost spills) */
 template <int N, class R, bool BWD, bool CH>
-__global__ void __launch_bounds__(PAIR_T, CH && !BWD ? PAIR_MINB_CHF : PAIR_MINB) scan_pair_kernel(ScanArgs a) {
+__global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : SCAN_KT.pair_minb) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
-    constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : PAIR_STAGES; /* rows, slots */
+    constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : SCAN_KT.pair_stages; /* rows, slots */
     constexpr int buf_elems = NQ * CKS * T;
     __shared__ __align__(16) bf16 stage[NSTG * buf_elems];
     __shared__ __align__(16) float kqs[NSTG * CKS * KQW];
@@ -230,14 +214,12 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? PAIR_MINB_CHF : PAIR_MINB
  * q of a step in one 16-byte load); per round of QCK = 8 steps, lane s computes the scalars of
  * steps 2s and 2s + 1 only and the channel's lanes read them back two steps per 16-byte load;
  * the y partials are reduce-scattered back (6 shuffles), so lane s ends with the y of the same
- * two steps and writes their outputs. Inputs are staged QS_STAGES rounds deep, with shapes
+ * two steps and writes their outputs. Inputs are staged QSTG rounds deep, with shapes
  * known at compile time where rows are 16-byte aligned. Both directions as in the pair kernel:
  * the backward one first, into the output buffer, then the forward one, which combines; in the
  * token-parallel form one direction per launch (pass_lo, pass_hi), from the carried states. */
 #define QCK 8 /* steps per staging round: 2 per lane */
-#ifndef QS_STAGES
-#define QS_STAGES 4
-#endif
+constexpr int QSTG = SCAN_KT.qs_stages; /* staging slots (scan_tune.cuh) */
 /* a lane's k and q (NS each, bf16 in the compact row's group) as float */
 __device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
@@ -263,8 +245,8 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
     static_assert(QUAD_Q == 4 && QCK == 8 && N % QUAD_Q == 0 && NQ * QCK * TC / 8 == T && QCK * PK <= T,
                   "quad kernel shape");
     constexpr int buf_elems = NQ * QCK * TC;
-    __shared__ __align__(16) bf16 stage[QS_STAGES * buf_elems];
-    __shared__ __align__(16) char kqs[QS_STAGES * QCK * RB];
+    __shared__ __align__(16) bf16 stage[QSTG * buf_elems];
+    __shared__ __align__(16) char kqs[QSTG * QCK * RB];
     __shared__ __align__(16) float4 pre[T]; /* lane s of channel c: the scalars of steps 2s, 2s + 1 */
     const int L = a.L, E = a.E, tid = threadIdx.x, s = tid & (QUAD_Q - 1), cl = tid / QUAD_Q;
     const int b = blockIdx.y, c0 = blockIdx.x * TC, d = c0 + cl, k = CH ? blockIdx.z : 0;
@@ -291,9 +273,9 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
         }
         const char *kqb = a.kqh + ((size_t)j * a.B + b) * L * RB;
         auto row_of = [&](int q, int i, int s0) { return act_row(a, a.out, q, j, b, s0 + i, c0); };
-        /* round ch's inputs into slot ch % QS_STAGES (nothing past the block's steps) */
+        /* round ch's inputs into slot ch % QSTG (nothing past the block's steps) */
         auto issue = [&](int ch) {
-            const int s0 = sb + ch * QCK, cs = min(QCK, se - s0), slot = ch % QS_STAGES;
+            const int s0 = sb + ch * QCK, cs = min(QCK, se - s0), slot = ch % QSTG;
             if (cs <= 0) return;
             bf16 *dst = stage + slot * buf_elems;
             if (a.vec_act == 16) {
@@ -315,15 +297,15 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
             }
         };
 #pragma unroll
-        for (int ch = 0; ch < QS_STAGES - 1; ch++) {
+        for (int ch = 0; ch < QSTG - 1; ch++) {
             issue(ch);
             cp_commit(); /* one group per round, empty past the end: the count stays simple */
         }
         for (int ch = 0; ch < nsc; ch++) {
-            const int s0 = sb + ch * QCK, cs = min(QCK, se - s0), slot = ch % QS_STAGES;
-            issue(ch + QS_STAGES - 1); /* into the slot the previous round has freed */
+            const int s0 = sb + ch * QCK, cs = min(QCK, se - s0), slot = ch % QSTG;
+            issue(ch + QSTG - 1); /* into the slot the previous round has freed */
             cp_commit();
-            cp_wait<QS_STAGES - 1>(); /* round ch's group is complete */
+            cp_wait<QSTG - 1>(); /* round ch's group is complete */
             __syncthreads();
             const bf16 *st = stage + slot * buf_elems;
             const char *kq = kqs + slot * QCK * RB;
