@@ -23,7 +23,7 @@ static int vec_bytes(const void *const *ptrs, int np, const size_t *strides_byte
 static void fill_common(ScanArgs *a, const void *const u[2], const void *const delta[2],
                         const void *const xdbl[2], const void *z, const void *dout,
                         const float *const D[2], const float *const A_log[2], int B, int L, int E,
-                        int N, int dt_ld, int ldx, int ldz) {
+                        int N, int dt_ld, int xdbl_ld, int ldz) {
     memset(a, 0, sizeof *a);
     for (int j = 0; j < 2; j++) {
         a->u[j] = (const bf16 *)u[j];
@@ -34,7 +34,7 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
     }
     a->z = (const bf16 *)z;
     a->dout = (const bf16 *)dout;
-    a->B = B, a->L = L, a->E = E, a->dt_ld = dt_ld, a->W = ldx, a->ldz = ldz;
+    a->B = B, a->L = L, a->E = E, a->dt_ld = dt_ld, a->xdbl_ld = xdbl_ld, a->ldz = ldz;
     a->nck = (L + CK - 1) / CK;
     /* act rows start at (row * ld + block * tpb) elements */
     const void *pa[6] = {u[0], u[1], delta[0], delta[1], z, dout ? dout : z};

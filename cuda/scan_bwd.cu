@@ -12,8 +12,8 @@
  * recomputed with its history (1.5 recomputes per step, 1.25 once the unused last step of each
  * sub-chunk is left out; no shared-memory history). SUB = 4 keeps the history at 4N registers:
  * the Longhorn kernel fits in 128 registers (16 warps per SM; 40 bytes spilled outside the step
- * loop; 12 warps at 168 registers measured 2.5% slower), Mamba's in 168 (12 warps); v5 had SUB =
- * 8, 244 registers, 8 warps and local-memory spills. */
+ * loop; 12 warps at 168 registers measured 2.5% slower), Mamba's in 168 (12 warps); SUB = 8
+ * takes 244 registers, 8 warps and spills to local memory. */
 #define SUB 4
 /* One sub-chunk of the adjoint: kq and st point at the sub-chunk's first step (st also at the
  * thread's column), du / dd at its first token's du and ddelta for the thread's channel, the next
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
         bf16 *dst = stage + slot * act_elems;
         auto row_of = [&](int q, int i) { return act_row(a, a.dout, q, j, b, s0 + i, c0); };
         queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
-        /* inline rather than queue_act: through the helper Mamba's adjoint spilled 20 bytes
-         * where it spilled 8, and the backward ran 1.7% slower (L = 197, B = 256) */
+        /* inline rather than queue_act: through the helper Mamba's adjoint spills 20 bytes
+         * rather than 8, and the backward runs 1.7% slower (L = 197, B = 256) */
         if (fast) {
             queue_rows16<T, CK, 4>(dst, 4, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
             if (c > 0) adj_stage_ck16<N>(a, ckb + slot * N * T, c, j, b, c0, tid);
@@ -218,7 +218,7 @@ __global__ void scan_dkdq_kernel(ScanArgs a) {
             for (int k = 0; k < a.nblk2; k++) kap += a.pkap[(((size_t)b * 2 + j) * a.nblk2 + k) * a.L + t];
             dk = fmaf(a.kqt[(((size_t)j * a.B + b) * a.L + t) * KQ<N>::W + n], kap, dk);
         }
-        bf16 *row = a.dxdbl[j] + ((size_t)b * a.L + t) * a.W + a.dt_ld;
+        bf16 *row = a.dxdbl[j] + ((size_t)b * a.L + t) * a.xdbl_ld + a.dt_ld;
         row[n] = f2bf(dk);
         row[N + n] = f2bf(dq);
     }

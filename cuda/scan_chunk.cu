@@ -10,9 +10,9 @@
  * carry into the chunk before is a_s0 lam_s0 (with the later chunks': G = G_local + P G_next).
  * Only what the chain reads is made: S and P of chunks 0 .. nch - 2, G of chunks 1 .. nch - 1.
  * The inputs are staged as in the pair kernel (cp.async, LOC_STAGES rounds of CKS steps in
- * flight; the k|q rows in shared memory, read by every thread of the block): v1 read them with
- * plain global loads a step at a time and was latency-bound (1024 px b1: 62 us for 64 steps;
- * 2048 px b8: 1.15 ms, twice the pair kernel's time for the same steps). */
+ * flight; the k|q rows in shared memory, read by every thread of the block): plain global
+ * loads a step at a time are latency-bound (1024 px b1: 62 us for 64 steps; 2048 px b8: 1.15 ms,
+ * twice the pair kernel's time for the same steps). */
 #define LOC_STAGES 3
 /* MODE: LOC_FWD, LOC_BWD or LOC_KEPT (scan_common.cuh) */
 template <int N, class R, int MODE>
@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
  * chunk k, h_k = P_k h_{k-1} + S_k (k = 1 .. nch - 2: the last one starts nothing), in place of
  * S_k; with adj also the adjoint carried into chunk k - 1, G_k = G_local,k + P_k G_{k+1}
  * (k = nch - 2 .. 1), in place of G_local,k. The loads of CAR_U chunks are issued before any of
- * their results is stored (v1 loaded one chunk at a time behind the previous store: 29 us for
- * the 65 chunks of 1024 px b1, a global-memory latency per chunk). */
+ * their results is stored (one chunk at a time behind the previous store costs a global-memory
+ * latency per chunk: 29 us for the 65 chunks of 1024 px b1). */
 #define CAR_U 8
 template <int N>
 __global__ void scan_carry_kernel(ScanArgs a, int adj) { /* adj: also G; a.kept: only G */

@@ -68,7 +68,7 @@ typedef struct {
     float *pkap; /* (B, 2, nblk2, L) -2 dkappa partials (Longhorn): dk += k * their sum */
     float *pd;   /* (B, 2, E) dD partials, then (B, 2, E) sum-of-ddelta partials */
     float *pa;   /* (B, 2, E, N) dA_log partials (Mamba) */
-    int B, L, E, dt_ld, W, ldz, nck, nblk1, nblk2;
+    int B, L, E, dt_ld, xdbl_ld, ldz, nck, nblk1, nblk2; /* xdbl_ld: x_dbl's row stride */
     int vec_act, vec_ck; /* bytes per async copy: 16, 8, 4, or 2 (plain loads) */
     /* the token-parallel form: steps [k C, (k + 1) C) of each direction are chunk k of nch (nch
      * = 1, C = L: one thread walks them all); the pair kernel runs passes [pass_lo, pass_hi) */
@@ -132,8 +132,8 @@ __device__ __forceinline__ void queue_act(bf16 *dst, int nq, int cs, int c0, int
  * writes its column, then P = 32 / NV lanes read a row each (32 / P channels apiece, float4
  * loads) and xor-sum their parts. Lane l returns the sum of v[l / P]; the order is fixed. The
  * row padding (TP_LD = 36) keeps both the column writes and the row reads free of bank
- * conflicts. About 40 instructions for NV = 16, where the shuffle reduce-scatter of v9 took ~80
- * (two selects, a shuffle and an add per exchanged pair). */
+ * conflicts. About 40 instructions for NV = 16, where a shuffle reduce-scatter takes ~80 (two
+ * selects, a shuffle and an add per exchanged pair). */
 #define TP_LD 36
 template <int NV>
 __device__ __forceinline__ float warp_colsum(const float (&v)[NV], float *tp, int lane) {

@@ -9,7 +9,7 @@
  * COMPACT the quad kernel's rows (KQH) instead. One thread per (row, n); the N threads of a row
  * are consecutive lanes (N divides 32). */
 template <int N, bool COMPACT>
-__global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int BL, int W, int dt_ld) {
+__global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int BL, int xdbl_ld, int dt_ld) {
     constexpr int KQW = KQ<N>::W;
     size_t tot = (size_t)2 * BL * N;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx - threadIdx.x < tot;
@@ -18,7 +18,7 @@ __global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int B
         size_t row = on ? idx / N : 0;
         int n = (int)(idx % N), j = row >= (size_t)BL;
         size_t r = row - (j ? (size_t)BL : 0);
-        const bf16 *src = (j ? x1 : x0) + r * W + dt_ld;
+        const bf16 *src = (j ? x1 : x0) + r * xdbl_ld + dt_ld;
         float k = on ? bf2f(src[n]) : 0.0f, q = on ? bf2f(src[N + n]) : 0.0f, kk = k * k;
         float kap = kk;
 #pragma unroll
@@ -55,8 +55,8 @@ __global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int B
  * allocation's 48 KB. */
 static constexpr int pair_seq_unroll = SCAN_KT.pair_seq_unroll; /* #pragma unroll takes a constant */
 
-/* CH: the token-parallel form (blockIdx.z is the chunk); without it the kernel is compiled as
- * before it, without the chunk bounds and carried states (which cost spills) */
+/* CH: the token-parallel form (blockIdx.z is the chunk); without it the kernel is compiled
+ * without the chunk bounds and carried states (which cost spills) */
 template <int N, class R, bool BWD, bool CH>
 __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : SCAN_KT.pair_minb) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
@@ -75,10 +75,10 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
     size_t ldy = BWD ? (size_t)a.ldz : (size_t)E;
     const int sb = CH ? k * a.C : 0, se = CH ? min(L, sb + a.C) : L; /* this block's steps */
     int nsc = (se - sb + CKS - 1) / CKS;
-    /* constant bounds: with a loop over [pass_lo, pass_hi) the sequential kernel ran 1.3x
+    /* constant bounds: with a loop over [pass_lo, pass_hi) the sequential kernel runs 1.3x
      * slower (L = 4097, B = 1: 1997 against 1527 us). The chunked form unrolls the two passes
-     * (each compiled with its own j); the sequential one keeps them rolled, as it always had
-     * (unrolled, it spills 16 bytes where it spilled 4) */
+     * (each compiled with its own j); the sequential one keeps them rolled (pair_seq_unroll:
+     * unrolled, it spills 16 bytes rather than 4) */
 #pragma unroll(CH ? 2 : pair_seq_unroll)
     for (int pass = 0; pass < 2; pass++) {
         if (CH && (pass < a.pass_lo || pass >= a.pass_hi)) continue;
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
                 size_t ld = kind == 2 ? (size_t)a.ldz : kind == 4 ? ldy : (size_t)E;
                 return base + ((size_t)b * L + t) * ld + c0;
             };
-            /* inline rather than queue_act: through the helper this kernel compiled 1.6% slower
+            /* inline rather than queue_act: through the helper this kernel runs 1.6% slower
              * (L = 197, B = 256 forward 232.8 against 229.0 us, three runs each) */
             if (a.vec_act == 16)
                 queue_rows16<T, CKS, NQ>(dst, nq, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
                 const int i = 2 * s + e;
                 const bool on = i < cs;
                 R::pre(m[2 * e], m[2 * e + 1], *reinterpret_cast<const float *>(kq + i * RB),
-                                   on ? in(0, i) : 0.0f, on ? in(1, i) : 0.0f);
+                       on ? in(0, i) : 0.0f, on ? in(1, i) : 0.0f);
                 if (!on) m[2 * e] = 0.0f, m[2 * e + 1] = 0.0f;
             }
             pre[tid] = make_float4(m[0], m[1], m[2], m[3]);
@@ -382,8 +382,8 @@ template <int N>
 void scan_kq_launch(ScanArgs *a, float *kqt, bool compact) {
     size_t BL = (size_t)a->B * a->L;
     int blocks = cu_blocks_capped(2 * BL * N, 256, 16);
-    if (compact) scan_kq_kernel<N, true><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->dt_ld);
-    else scan_kq_kernel<N, false><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->W, a->dt_ld);
+    if (compact) scan_kq_kernel<N, true><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->xdbl_ld, a->dt_ld);
+    else scan_kq_kernel<N, false><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->xdbl_ld, a->dt_ld);
     CU_LAUNCH_CHECK();
     if (compact) a->kqh = (const char *)kqt;
     else a->kqt = kqt;

@@ -52,8 +52,8 @@ __device__ __forceinline__ void queue_rows(void *dst, int nrows, int width, int 
  * of T bf16 channels, nq <= NQ quantities of ROWS steps each (row q * ROWS + i of dst); steps at
  * or past cs are zero-filled. Each thread's pieces are fixed (piece tid % P of rows tid / P +
  * k * T / P) and the quantity loop is unrolled, so nothing is divided by a run-time shape (the
- * generic loop's divisions were ~20% of the forward kernel's instructions, and the adjoint's
- * staging ~85 instructions per piece). src_row(q, i) must return a readable row even for i >= cs
+ * generic loop's divisions are ~20% of the forward kernel's instructions, and the adjoint's
+ * staging through it ~85 instructions per piece). src_row(q, i) must return a readable row even for i >= cs
  * (the caller clamps). */
 template <int T, int ROWS, int NQ, typename RowFn>
 __device__ __forceinline__ void queue_rows16(bf16 *dst, int nq, int cs, int c0, int E,
