@@ -41,10 +41,10 @@
  * memory (warp_colsum; dkappa by shuffles), then the warps of a block in order (shared memory),
  * then the blocks in order: deterministic, no atomics. The backward also sums ddelta over the
  * tokens (dt_proj's bias gradient) per (sample, direction, channel), then over the samples. */
-#include <math.h>
 #ifndef VIL_CUDA_SCAN_COMMON_CUH
 #define VIL_CUDA_SCAN_COMMON_CUH
 
+#include <math.h>
 #include <stddef.h>
 
 #include "cuda/cuda_common.cuh"

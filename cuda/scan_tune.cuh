@@ -3,7 +3,8 @@
  * compiled) and the host's chunk and path thresholds (the row the context picked when it opened,
  * cu_scan_open). The sm_90 row is measured on the H100 (cuda/PERF_NOTES.md); the others hold the
  * same values, unmeasured. A -D of a field's knob name on the compiler's command line replaces
- * that field in every row, for sweeps: make NVCC="nvcc -DPAIR_MINB=7" (dev/cuda/README.md). */
+ * that field in every row, for sweeps: make NVCC="/usr/local/cuda/bin/nvcc -DPAIR_MINB=7"
+ * (dev/cuda/README.md). */
 #ifndef VIL_CUDA_SCAN_TUNE_CUH
 #define VIL_CUDA_SCAN_TUNE_CUH
 
