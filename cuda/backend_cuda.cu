@@ -80,6 +80,7 @@ void cu_ensure_init(void) {
     c->num_sms = prop.multiProcessorCount;
     const char *s = getenv("VIL_CUDA_SYNC");
     c->debug_sync = s && s[0] && s[0] != '0';
+    cu_scan_open(c, prop.major, prop.minor);
     CUDA_CHECK(cudaStreamCreate(&c->stream));
     CUBLAS_CHECK(cublasLtCreate(&c->lt));
     CUDNN_CHECK(cudnnCreate(&c->dnn));
@@ -502,7 +503,7 @@ extern "C" void grad_allreduce_wait_cuda(const VilAllReduceWait *a) {
 }
 
 static size_t b_scan_states_bytes(const VilBackend *be, const VilScanFwd *a) {
-    (void)be;
+    cu_bind(be);
     return scan_states_bytes_cuda(a);
 }
 

@@ -120,6 +120,11 @@ typedef struct CuCtx {
     void **capture_old;
     int n_capture_old;
     unsigned long scratch_gen;
+    /* the scan (scan.cu's cu_scan_open, when the context opens): the tuning row of this GPU's
+     * architecture (scan_tune.cuh); VIL_SCAN_CHUNK and VIL_SCAN_SPLIT (0: unset), and which of
+     * them are announced */
+    const struct ScanTune *scan_tune;
+    int scan_chunk, scan_split, scan_told;
 } CuCtx;
 
 /* The context the calling thread works on: every entry point of the backend table binds its
@@ -129,6 +134,8 @@ static inline CuCtx *cu(void) { return cu_cur; }
 CuCtx *cu_bind(const struct VilBackend *be);
 /* Creates the current context's stream and handles on first use. */
 void cu_ensure_init(void);
+/* scan.cu: the scan's settings of context c, for a GPU of compute capability major.minor */
+void cu_scan_open(CuCtx *c, int cc_major, int cc_minor);
 
 /* tracked device allocations of the current context */
 void *cu_malloc(size_t bytes);
