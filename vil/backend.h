@@ -17,6 +17,8 @@
 
 #include <stddef.h>
 
+#include "recurrence.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -24,8 +26,6 @@ extern "C" {
 /* linear flags */
 #define VIL_LINEAR_OUT_F32 1 /* out (and dout) are f32 instead of act (the classifier head) */
 
-/* the state-space recurrence of a scan (doc/scans.md) */
-typedef enum { VIL_REC_LONGHORN = 0, VIL_REC_MAMBA = 1 } VilRecurrence;
 
 /* patch_embed.c: Conv2d(C -> D, kernel P, stride S) on the image, flattened to tokens */
 typedef struct {

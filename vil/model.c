@@ -106,7 +106,7 @@ static void relayout_last(Table *t, size_t ld, size_t gap_at, size_t gap, size_t
 static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
     Table t = {0};
     int64_t D = c->embed_dim, E = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv;
-    int vim = c->arch_id == VIL_ARCH_VIM;
+    const VilRecParam *rp = &vil_recurrences[c->rec].param;
     VilParamOffsets o = {0};
     /* no weight decay: 1-D tensors, pos_embed, cls_token */
     o.cls = ADD(0, (1, 1, D), "cls_token");
@@ -121,7 +121,12 @@ static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
         int first = t.n;
         const char *sfx[2] = {"", "_b"};
         for (int j = 0; j < 2; j++) {
-            if (vim) l.A_log[j] = ADD(1, (E, N), "layers.%d.mixer.A%s_log", i, sfx[j]);
+            if (rp->key) { /* the recurrence's own parameter */
+                int64_t shape[4];
+                int nd = (int)strlen(rp->dims);
+                for (int d = 0; d < nd; d++) shape[d] = rp->dims[d] == 'N' ? N : E;
+                l.A_log[j] = add(&t, 1, nd, shape, rp->key, i, sfx[j]);
+            }
             l.D[j] = ADD(0, (E), "layers.%d.mixer.D%s", i, sfx[j]);
         }
         l.in_proj = ADD(1, (2 * E, D), "layers.%d.mixer.in_proj.weight", i);
@@ -335,9 +340,12 @@ void vil_model_init_weights(VilModel *m, uint64_t seed) {
         fill_uniform(h + lo->out_proj, (size_t)D * E, 1.0f / sqrtf((float)E) / sqrtf((float)c->depth), &r);
         for (int j = 0; j < 2; j++) {
             for (int e = 0; e < E; e++) h[lo->D[j] + e] = 1.0f;
-            if (c->arch_id == VIL_ARCH_VIM)
+            const VilRecurrenceInfo *ri = &vil_recurrences[c->rec];
+            if (ri->param.key) {
+                int nd = ri->param.dims[1] ? N : 1;
                 for (int e = 0; e < E; e++)
-                    for (int n = 0; n < N; n++) h[lo->A_log[j] + (size_t)e * N + n] = logf((float)(n + 1));
+                    for (int n = 0; n < nd; n++) h[lo->A_log[j] + (size_t)e * nd + n] = ri->param.init(n);
+            }
             /* conv1d: PyTorch default, fan_in = K (depthwise) */
             fill_uniform(h + lo->conv_w[j], (size_t)E * K, 1.0f / sqrtf((float)K), &r);
             fill_uniform(h + lo->conv_b[j], (size_t)E, 1.0f / sqrtf((float)K), &r);
@@ -349,14 +357,13 @@ void vil_model_init_weights(VilModel *m, uint64_t seed) {
             /* dt_proj bias: ViL "zero" (official Longhorn) leaves 0, beta starts at 0.5;
              * ViM's forward direction and ViL's "vim" option draw dt0 ~ logUniform[1e-3, 1e-1]
              * (>= 1e-4) and invert the activation (softplus for ViM, sigmoid for ViL). */
-            int draw = (c->arch_id == VIL_ARCH_VIM && j == 0) ||
-                       (c->arch_id == VIL_ARCH_VIL && strcmp(c->dt_init, "vim") == 0);
+            int draw = ri->dt_draw_forward ? j == 0 : strcmp(c->dt_init, "vim") == 0;
             for (int e = 0; e < E; e++) {
                 float b = 0.0f;
                 if (draw) {
                     float dt = expf(vil_rng_uniform(&r) * (logf(0.1f) - logf(1e-3f)) + logf(1e-3f));
                     if (dt < 1e-4f) dt = 1e-4f;
-                    b = c->arch_id == VIL_ARCH_VIM ? dt + logf(-expm1f(-dt)) : logf(dt / (1.0f - dt));
+                    b = ri->delta_of_dt(dt);
                 }
                 h[lo->dt_b[j] + e] = b;
             }
@@ -392,7 +399,7 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
     x->patches = carve(a, (size_t)B * c->n_patches * D, ab);
     int nsets = training ? c->depth : 1;
     /* the scan's kept states: training only, where the backend keeps them at this shape */
-    const VilScanFwd shape = {.rec = c->arch_id == VIL_ARCH_VIM ? VIL_REC_MAMBA : VIL_REC_LONGHORN,
+    const VilScanFwd shape = {.rec = c->rec,
                               .B = B, .L = c->seq_len, .E = c->d_inner, .N = c->d_state};
     size_t states = training && m->be->scan_states_bytes ? m->be->scan_states_bytes(m->be, &shape) : 0;
     for (int i = 0; i < nsets; i++) {
@@ -559,7 +566,7 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     const VilConfig *c = &m->cfg;
     int B = m->acts.B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
     int dl = dt_ld(c), ldx = xdbl_ld(c), BL = B * L;
-    int vim = c->arch_id == VIL_ARCH_VIM;
+    int has_A = vil_recurrences[c->rec].param.key != NULL;
     be->linear_forward(be, &(VilLinearFwd){.out = l->xz, .in = l->normed, .w = Wt(m, o->in_proj),
                                            .N = BL, .C = D, .OC = 2 * E, .ld_in = D, .ld_out = 2 * E});
     /* both directions' conv1d in one pass over x */
@@ -570,10 +577,10 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
         delta_forward(m, o, l, j);
     }
     be->scan_bidir_forward(be, &(VilScanFwd){
-        .rec = vim ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .out = l->ysum,
+        .rec = c->rec, .out = l->ysum,
         .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
-        .A_log = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL},
+        .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
         .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E,
         .states = m->acts.training ? l->scan_states : NULL});
     be->linear_forward(be, &(VilLinearFwd){.out = out, .in = l->ysum, .w = Wt(m, o->out_proj),
@@ -654,7 +661,7 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     VilActs *a = &m->acts;
     int B = a->B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
     int dl = dt_ld(c), ldx = xdbl_ld(c), BL = B * L;
-    int vim = c->arch_id == VIL_ARCH_VIM;
+    int has_A = vil_recurrences[c->rec].param.key != NULL;
     be->linear_backward(be, &(VilLinearBwd){.dinp = a->dysum, .dw = Gr(m, o->out_proj), .dout = a->dh,
                                             .in = l->ysum, .w = Wt(m, o->out_proj), .N = BL, .C = E,
                                             .OC = D, .ld_in = E, .ld_out = D});
@@ -664,15 +671,15 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     }
     /* the scan also sums ddelta over the tokens: dt_proj's bias gradient */
     be->scan_bidir_backward(be, &(VilScanBwd){
-        .rec = vim ? VIL_REC_MAMBA : VIL_REC_LONGHORN,
+        .rec = c->rec,
         .du = {a->du[0], a->du[1]}, .ddelta = {a->ddelta[0], a->ddelta[1]},
         .dxdbl = {a->dxdbl[0], a->dxdbl[1]}, .dz = Ao(m, a->dxz, E),
         .dD = {Gr(m, o->D[0]), Gr(m, o->D[1])},
-        .dA_log = {vim ? Gr(m, o->A_log[0]) : NULL, vim ? Gr(m, o->A_log[1]) : NULL},
+        .dA_log = {has_A ? Gr(m, o->A_log[0]) : NULL, has_A ? Gr(m, o->A_log[1]) : NULL},
         .ddelta_sum = {Gr(m, o->dt_b[0]), Gr(m, o->dt_b[1])}, .dout = a->dysum,
         .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
-        .A_log = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL},
+        .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
         .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E, .states = l->scan_states});
     for (int j = 0; j < 2; j++) {
         /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the
