@@ -26,7 +26,7 @@
  * gradient is 0 on its padding rows and its input gradient gets nothing from them. The scan
  * finds k at column dt_ld. */
 static int dt_ld(const VilConfig *c) { return (c->dt_rank + 7) / 8 * 8; }
-static int xdbl_ld(const VilConfig *c) { return (dt_ld(c) + 2 * c->d_state + 7) / 8 * 8; }
+static int xdbl_ld_of(const VilConfig *c) { return (dt_ld(c) + 2 * c->d_state + 7) / 8 * 8; }
 
 static size_t p_rows(const VilParamInfo *p) { return p->ndim ? (size_t)p->shape[0] : 1; }
 static size_t p_srow(const VilParamInfo *p, size_t r) { return r < p->gap_at ? r : r + p->gap; }
@@ -135,7 +135,7 @@ static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
             l.conv_b[j] = ADD(0, (E), "layers.%d.mixer.conv1d%s.bias", i, sfx[j]);
             /* padded to x_dbl's layout (dt_ld, xdbl_ld) */
             l.x_proj[j] = ADD(1, (R + 2 * N, E), "layers.%d.mixer.x_proj%s.weight", i, sfx[j]);
-            relayout_last(&t, E, R, dt_ld(c) - R, (size_t)(xdbl_ld(c) - dt_ld(c) - 2 * N) * E);
+            relayout_last(&t, E, R, dt_ld(c) - R, (size_t)(xdbl_ld_of(c) - dt_ld(c) - 2 * N) * E);
             l.dt_w[j] = ADD(1, (E, R), "layers.%d.mixer.dt_proj%s.weight", i, sfx[j]);
             relayout_last(&t, dt_ld(c), E, 0, 0);
             l.dt_b[j] = ADD(0, (E), "layers.%d.mixer.dt_proj%s.bias", i, sfx[j]);
@@ -394,7 +394,7 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
     VilActs *x = &m->acts;
     size_t ab = m->be->act_bytes, f = sizeof(float);
     size_t BL = (size_t)B * c->seq_len, D = c->embed_dim, E = c->d_inner;
-    size_t W = (size_t)xdbl_ld(c), NC = c->num_classes;
+    size_t xdbl_ld = (size_t)xdbl_ld_of(c), NC = c->num_classes;
     x->img = carve(a, (size_t)B * c->in_chans * c->img_size * c->img_size, f);
     x->patches = carve(a, (size_t)B * c->n_patches * D, ab);
     int nsets = training ? c->depth : 1;
@@ -411,7 +411,7 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
         for (int j = 0; j < 2; j++) {
             int own = i == 0 || !m->recompute; /* recompute: layer 0's u and delta serve all */
             l->u[j] = own ? carve(a, BL * E, ab) : x->layer[0].u[j];
-            l->xdbl[j] = carve(a, BL * W, ab);
+            l->xdbl[j] = carve(a, BL * xdbl_ld, ab);
             l->delta[j] = own ? carve(a, BL * E, ab) : x->layer[0].delta[j];
         }
         l->ysum = carve(a, BL * E, ab);
@@ -436,7 +436,7 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
         for (int j = 0; j < 2; j++) {
             x->du[j] = carve(a, BL * E, ab);
             x->ddelta[j] = carve(a, BL * E, ab);
-            x->dxdbl[j] = carve(a, BL * W, ab);
+            x->dxdbl[j] = carve(a, BL * xdbl_ld, ab);
         }
         x->dysum = carve(a, BL * E, ab);
         x->dpatches = carve(a, (size_t)B * c->n_patches * D, ab);
@@ -490,7 +490,7 @@ void vil_model_alloc_acts(VilModel *m, int B, int training) {
     m->acts.recompute = training && m->recompute;
     if (training) /* dx_dbl's padding columns must be 0 (xdbl_ld); nothing writes them later */
         for (int j = 0; j < 2; j++)
-            m->be->zero(m->be, m->acts.dxdbl[j], (size_t)B * m->cfg.seq_len * xdbl_ld(&m->cfg) * m->be->act_bytes);
+            m->be->zero(m->be, m->acts.dxdbl[j], (size_t)B * m->cfg.seq_len * xdbl_ld_of(&m->cfg) * m->be->act_bytes);
 }
 
 /* ---------------- forward / backward ---------------- */
@@ -557,7 +557,7 @@ static void delta_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     const VilConfig *c = &m->cfg;
     m->be->linear_forward(m->be, &(VilLinearFwd){.out = l->delta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
                                                  .b = Pm(m, o->dt_b[j]), .N = m->acts.B * c->seq_len,
-                                                 .C = dt_ld(c), .OC = c->d_inner, .ld_in = xdbl_ld(c),
+                                                 .C = dt_ld(c), .OC = c->d_inner, .ld_in = xdbl_ld_of(c),
                                                  .ld_out = c->d_inner});
 }
 
@@ -565,7 +565,7 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     int B = m->acts.B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int dl = dt_ld(c), ldx = xdbl_ld(c), BL = B * L;
+    int dl = dt_ld(c), xdbl_ld = xdbl_ld_of(c), BL = B * L;
     int has_A = vil_recurrences[c->rec].param.key != NULL;
     be->linear_forward(be, &(VilLinearFwd){.out = l->xz, .in = l->normed, .w = Wt(m, o->in_proj),
                                            .N = BL, .C = D, .OC = 2 * E, .ld_in = D, .ld_out = 2 * E});
@@ -573,7 +573,7 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     conv_forward(m, o, l);
     for (int j = 0; j < 2; j++) {
         be->linear_forward(be, &(VilLinearFwd){.out = l->xdbl[j], .in = l->u[j], .w = Wt(m, o->x_proj[j]),
-                                               .N = BL, .C = E, .OC = ldx, .ld_in = E, .ld_out = ldx});
+                                               .N = BL, .C = E, .OC = xdbl_ld, .ld_in = E, .ld_out = xdbl_ld});
         delta_forward(m, o, l, j);
     }
     be->scan_bidir_forward(be, &(VilScanFwd){
@@ -581,7 +581,7 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
         .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
         .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
-        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E,
+        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E,
         .states = m->acts.training ? l->scan_states : NULL});
     be->linear_forward(be, &(VilLinearFwd){.out = out, .in = l->ysum, .w = Wt(m, o->out_proj),
                                            .N = BL, .C = E, .OC = D, .ld_in = E, .ld_out = D});
@@ -660,7 +660,7 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     const VilConfig *c = &m->cfg;
     VilActs *a = &m->acts;
     int B = a->B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int dl = dt_ld(c), ldx = xdbl_ld(c), BL = B * L;
+    int dl = dt_ld(c), xdbl_ld = xdbl_ld_of(c), BL = B * L;
     int has_A = vil_recurrences[c->rec].param.key != NULL;
     be->linear_backward(be, &(VilLinearBwd){.dinp = a->dysum, .dw = Gr(m, o->out_proj), .dout = a->dh,
                                             .in = l->ysum, .w = Wt(m, o->out_proj), .N = BL, .C = E,
@@ -680,18 +680,18 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
         .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
         .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
-        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E, .states = l->scan_states});
+        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E, .states = l->scan_states});
     for (int j = 0; j < 2; j++) {
         /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the
          * scan); its bias gradient came from the scan too */
         be->linear_backward(be, &(VilLinearBwd){.dinp = a->dxdbl[j], .dw = Gr(m, o->dt_w[j]),
                                                 .dout = a->ddelta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
-                                                .N = BL, .C = dl, .OC = E, .ld_in = ldx, .ld_out = E});
-        /* x_proj: adds to the scan's du; ldx outputs with the weight's zero padding rows (dx_dbl's
+                                                .N = BL, .C = dl, .OC = E, .ld_in = xdbl_ld, .ld_out = E});
+        /* x_proj: adds to the scan's du; xdbl_ld outputs with the weight's zero padding rows (dx_dbl's
          * padding columns are 0) */
         be->linear_backward(be, &(VilLinearBwd){.dinp = a->du[j], .dw = Gr(m, o->x_proj[j]),
                                                 .dout = a->dxdbl[j], .in = l->u[j], .w = Wt(m, o->x_proj[j]),
-                                                .N = BL, .C = E, .OC = ldx, .ld_in = E, .ld_out = ldx,
+                                                .N = BL, .C = E, .OC = xdbl_ld, .ld_in = E, .ld_out = xdbl_ld,
                                                 .accumulate_dinp = 1});
     }
     /* both directions read x: one pass writes the sum of their input gradients */
