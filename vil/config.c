@@ -12,7 +12,7 @@
 #define KS(f, h) VIL_KEY_S(VilConfig, f, h)
 static const VilKey KEYS[] = {
     KS(name, "model name"),
-    KS(arch, "vil (Longhorn scan) or vim (Mamba scan)"),
+    KS(arch, "the recurrence, by its arch string in vil/recurrence.c (e.g. vil: Longhorn, vim: Mamba)"),
     KI(img_size, 1, VIL_MAX_IMG_SIZE, "input resolution"),
     KI(patch_size, 1, VIL_MAX_PATCH, "patch size P"),
     KI(stride, 1, VIL_MAX_PATCH, "patch stride S (= P, or 8 for ViM stride-8)"),

@@ -13,7 +13,7 @@
 typedef struct {
     /* from the file */
     char name[64];     /* free-form model name, e.g. vil_tiny */
-    char arch[8];      /* "vil" (Longhorn scan) or "vim" (Mamba scan) */
+    char arch[8];      /* the recurrence, by its arch string (vil/recurrence.c): e.g. "vil", "vim" */
     int img_size;      /* 224 */
     int patch_size;    /* P = 16 */
     int stride;        /* S = P, or 8 for ViM's stride-8 variant */
