@@ -357,6 +357,7 @@ void scan_dir_backward(VilRecurrence rec, float *du, float *ddelta, float *dk, f
     free(p.dA_part);
     free(p.dD_part);
 }
+
 /* ---------------- the bidirectional core ---------------- */
 
 void scan_bidir_forward(const VilScanFwd *args) {
