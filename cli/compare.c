@@ -73,7 +73,7 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int ema, int b
     }
     const VilConfig *c = &m.cfg;
     r->res = c->img_size; /* the model's own when none was asked for */
-    snprintf(r->family, sizeof r->family, "%s", c->arch_id == VIL_ARCH_VIL ? "ViL" : "ViM");
+    snprintf(r->family, sizeof r->family, "%s", vil_recurrences[c->rec].family);
     snprintf(r->weights, sizeof r->weights, "%s", meta.weights);
     r->params = m.param_count;
     r->gflops = vil_model_macs(c) / 1e9;

@@ -93,7 +93,7 @@ int vil_cmd_convert(int argc, char **argv) {
     }
     printf("%s%s%s -> %s\n", in, meta.weights[0] ? ":" : "", meta.weights, out);
     printf("  %s (%s scan), %zu parameters, %d x %d, patch %d stride %d, %d classes%s\n", c->name,
-           c->arch_id == VIL_ARCH_VIL ? "Longhorn" : "Mamba", m.param_count, c->img_size,
+           vil_recurrences[c->rec].name, m.param_count, c->img_size,
            c->img_size, c->patch_size, c->stride, c->num_classes,
            class_names ? (own ? ", names from --names" : ", with class names") : ", no class names");
     if (meta.pos_interpolated_from)

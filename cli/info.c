@@ -56,7 +56,7 @@ int vil_cmd_info(int argc, char **argv) {
         printf("format:      safetensors\n");
     }
     printf("model:       %s (%s: %s scan)%s\n", vil_printable(shown, sizeof shown, c->name), c->arch,
-           c->arch_id == VIL_ARCH_VIL ? "Longhorn" : "Mamba",
+           vil_recurrences[c->rec].name,
            meta.config_inferred ? ", architecture inferred from tensor shapes" : "");
     printf("parameters:  %zu\n", m.param_count);
     printf("image size:  %d x %d, %d channel%s\n", c->img_size, c->img_size, c->in_chans,

@@ -286,7 +286,15 @@ static int infer_config(const VilSafetensors *st, const char *path, int img, Vil
         return -1;
     }
     c->expand = E / D;
-    strcpy(c->arch, vil_st_find(st, "layers.0.mixer.A_log") ? "vim" : "vil");
+    /* the recurrence: the one whose own parameter block 0 holds, else the one without */
+    VilRecurrence rec = VIL_REC_LONGHORN;
+    for (int r = 0; r < VIL_REC_COUNT; r++) {
+        char key[128];
+        if (!vil_recurrences[r].param.key) continue;
+        snprintf(key, sizeof key, vil_recurrences[r].param.key, 0, "");
+        if (vil_st_find(st, key)) rec = (VilRecurrence)r;
+    }
+    strcpy(c->arch, vil_recurrences[rec].arch);
     long rows = (long)pos->shape[1] - 1;
     int G = (int)lround(sqrt((double)rows));
     if (rows < 1 || (long)G * G != rows) {
@@ -599,7 +607,7 @@ int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMet
                   "the same network (%s against %s)", path, fc.field, c->field, fc.name, c->name); \
         goto out;                                                                               \
     }
-    if (fc.arch_id != c->arch_id) {
+    if (fc.rec != c->rec) {
         vil_error("--init '%s' holds a %s model, the config asks for %s", path, fc.arch, c->arch);
         goto out;
     }

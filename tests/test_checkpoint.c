@@ -108,7 +108,7 @@ static void test_roundtrip(const char *arch) {
     T_CHECK(meta.config_inferred, "inferred flag");
     int cfg_same = r.cfg.embed_dim == c.embed_dim && r.cfg.depth == c.depth && r.cfg.d_state == c.d_state &&
                    r.cfg.dt_rank == c.dt_rank && r.cfg.d_inner == c.d_inner && r.cfg.stride == c.stride &&
-                   r.cfg.num_classes == c.num_classes && r.cfg.arch_id == c.arch_id && r.cfg.in_chans == 3;
+                   r.cfg.num_classes == c.num_classes && r.cfg.rec == c.rec && r.cfg.in_chans == 3;
     T_CHECK(cfg_same, "%s: inferred architecture differs", arch);
     T_CHECK(same_params(&m, &r), "bare: parameters differ");
     vil_checkpoint_meta_free(&meta);

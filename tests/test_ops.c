@@ -277,15 +277,13 @@ static void test_conv(int rev) {
 
 /* ---------------- scans ---------------- */
 typedef struct {
-    int B, L, E, N, ld, rev, mamba;
+    int B, L, E, N, xdbl_ld, rev, mamba;
     float *u, *delta, *kq, *D, *A, *y, *R;
 } ScanCtx;
 static double scan_loss(void *p) {
     ScanCtx *c = p;
-    if (c->mamba)
-        mamba_scan_forward(c->y, c->u, c->delta, c->kq + 1, c->kq + 1 + c->N, c->A, c->D, c->B, c->L, c->E, c->N, c->ld, c->rev);
-    else
-        longhorn_scan_forward(c->y, c->u, c->delta, c->kq + 1, c->kq + 1 + c->N, c->D, c->B, c->L, c->E, c->N, c->ld, c->rev);
+    scan_dir_forward(c->mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, c->y, c->u, c->delta, c->kq + 1, c->kq + 1 + c->N, c->D,
+                     c->mamba ? c->A : NULL, c->B, c->L, c->E, c->N, c->xdbl_ld, c->rev);
     return gc_dot(c->y, c->R, (size_t)c->B * c->L * c->E);
 }
 /* The recurrence written plainly from doc/scans.md, in double, on an explicitly reversed copy. */
@@ -296,7 +294,7 @@ static void scan_reference(ScanCtx *c, double *y) {
             for (int s = 0; s < c->L; s++) {
                 int t = c->rev ? c->L - 1 - s : s;
                 size_t r = (size_t)b * c->L + t;
-                const float *k = c->kq + r * c->ld + 1, *q = k + c->N;
+                const float *k = c->kq + r * c->xdbl_ld + 1, *q = k + c->N;
                 double u = c->u[r * c->E + d], dl = c->delta[r * c->E + d], acc = 0;
                 if (c->mamba) {
                     double dt = log1p(exp(dl));
@@ -320,8 +318,8 @@ static void scan_reference(ScanCtx *c, double *y) {
 }
 static void test_scan(int mamba, int rev, int L, int E) {
     ScanCtx c = {.B = 2, .L = L, .E = E, .N = 4, .rev = rev, .mamba = mamba};
-    c.ld = 1 + 2 * c.N + 2; /* dt_low column, k, q, two spare columns */
-    size_t n = (size_t)c.B * c.L * c.E, nk = (size_t)c.B * c.L * c.ld;
+    c.xdbl_ld = 1 + 2 * c.N + 2; /* dt_low column, k, q, two spare columns */
+    size_t n = (size_t)c.B * c.L * c.E, nk = (size_t)c.B * c.L * c.xdbl_ld;
     c.u = rnd(n, 1), c.delta = rnd(n, 1), c.kq = rnd(nk, 0.7f), c.D = rnd(c.E, 1), c.y = zeros(n), c.R = rnd(n, 1);
     c.A = rnd((size_t)c.E * c.N, 0.5f);
     scan_loss(&c);
@@ -334,20 +332,18 @@ static void test_scan(int mamba, int rev, int L, int E) {
     float *du = zeros(n), *ddelta = zeros(n), *dkq = zeros(nk), *dD = zeros(c.E), *dA = zeros((size_t)c.E * c.N);
     /* sentinel in the columns the scan must not touch (dt_low and spares) */
     for (size_t i = 0; i < nk; i++) dkq[i] = 5.0f;
-    if (mamba)
-        mamba_scan_backward(du, ddelta, dkq + 1, dkq + 1 + c.N, dA, dD, c.R, c.u, c.delta, c.kq + 1, c.kq + 1 + c.N, c.A, c.D, c.B, c.L, c.E, c.N, c.ld, rev);
-    else
-        longhorn_scan_backward(du, ddelta, dkq + 1, dkq + 1 + c.N, dD, c.R, c.u, c.delta, c.kq + 1, c.kq + 1 + c.N, c.D, c.B, c.L, c.E, c.N, c.ld, rev);
+    scan_dir_backward(mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, du, ddelta, dkq + 1, dkq + 1 + c.N, dD, mamba ? dA : NULL, c.R,
+                      c.u, c.delta, c.kq + 1, c.kq + 1 + c.N, c.D, mamba ? c.A : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, rev);
     int untouched = 1;
     for (size_t r = 0; r < (size_t)c.B * c.L; r++) {
-        untouched &= dkq[r * c.ld] == 5.0f;
-        for (int j = 1 + 2 * c.N; j < c.ld; j++) untouched &= dkq[r * c.ld + j] == 5.0f;
+        untouched &= dkq[r * c.xdbl_ld] == 5.0f;
+        for (int j = 1 + 2 * c.N; j < c.xdbl_ld; j++) untouched &= dkq[r * c.xdbl_ld + j] == 5.0f;
     }
     T_CHECK(untouched, "%s backward wrote outside the k/q columns", nm);
     /* zero the sentinels so the full-tensor gradient check sees the true (zero) gradient */
     for (size_t r = 0; r < (size_t)c.B * c.L; r++) {
-        dkq[r * c.ld] = 0;
-        for (int j = 1 + 2 * c.N; j < c.ld; j++) dkq[r * c.ld + j] = 0;
+        dkq[r * c.xdbl_ld] = 0;
+        for (int j = 1 + 2 * c.N; j < c.xdbl_ld; j++) dkq[r * c.xdbl_ld + j] = 0;
     }
     const char *sfx = rev ? " rev" : "";
     snprintf(name, sizeof name, "%s u L=%d%s", nm, L, sfx);
@@ -370,14 +366,15 @@ static void test_scan(int mamba, int rev, int L, int E) {
  * stay exact there (no division by a_t). */
 static void test_scan_small_gate(void) {
     ScanCtx c = {.B = 1, .L = 12, .E = 3, .N = 4, .rev = 0, .mamba = 0};
-    c.ld = 1 + 2 * c.N;
-    size_t n = (size_t)c.B * c.L * c.E, nk = (size_t)c.B * c.L * c.ld;
+    c.xdbl_ld = 1 + 2 * c.N;
+    size_t n = (size_t)c.B * c.L * c.E, nk = (size_t)c.B * c.L * c.xdbl_ld;
     c.u = rnd(n, 1), c.delta = rnd(n, 1), c.kq = rnd(nk, 1), c.D = rnd(c.E, 1), c.y = zeros(n), c.R = rnd(n, 1);
     c.A = NULL;
     for (size_t i = 0; i < n; i++) c.delta[i] = 8.0f + c.delta[i]; /* beta ~ 1 */
-    for (size_t r = 0; r < (size_t)c.L; r++) c.kq[r * c.ld + 1] = 6.0f; /* k0^2 = 36 dominates kappa */
+    for (size_t r = 0; r < (size_t)c.L; r++) c.kq[r * c.xdbl_ld + 1] = 6.0f; /* k0^2 = 36 dominates kappa */
     float *du = zeros(n), *ddelta = zeros(n), *dkq = zeros(nk), *dD = zeros(c.E);
-    longhorn_scan_backward(du, ddelta, dkq + 1, dkq + 1 + c.N, dD, c.R, c.u, c.delta, c.kq + 1, c.kq + 1 + c.N, c.D, c.B, c.L, c.E, c.N, c.ld, 0);
+    scan_dir_backward(VIL_REC_LONGHORN, du, ddelta, dkq + 1, dkq + 1 + c.N, dD, NULL, c.R, c.u, c.delta, c.kq + 1,
+                      c.kq + 1 + c.N, c.D, NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, 0);
     gc_check("longhorn u, gate a_t ~ 1e-3", scan_loss, &c, c.u, du, n, COORDS, 1e-3f, TOL, &rng);
     gc_check("longhorn k,q, gate a_t ~ 1e-3", scan_loss, &c, c.kq, dkq, nk, COORDS, 1e-3f, TOL, &rng);
     free(du), free(ddelta), free(dkq), free(dD), free(c.u), free(c.delta), free(c.kq), free(c.D), free(c.y), free(c.R);
@@ -385,7 +382,7 @@ static void test_scan_small_gate(void) {
 
 /* ---------------- bidirectional core (gate + average) ---------------- */
 typedef struct {
-    int B, L, E, N, R, ldx, ldz, mamba;
+    int B, L, E, N, R, xdbl_ld, ldz, mamba;
     float *u[2], *delta[2], *xdbl[2], *z, *D[2], *A[2], *out, *Rw;
 } BiCtx;
 static double bi_loss(void *p) {
@@ -394,14 +391,14 @@ static double bi_loss(void *p) {
                                      .u = {c->u[0], c->u[1]}, .delta = {c->delta[0], c->delta[1]},
                                      .xdbl = {c->xdbl[0], c->xdbl[1]}, .z = c->z, .D = {c->D[0], c->D[1]},
                                      .A_log = {c->A[0], c->A[1]}, .B = c->B, .L = c->L, .E = c->E,
-                                     .N = c->N, .dt_ld = c->R, .ldx = c->ldx, .ldz = c->ldz});
+                                     .N = c->N, .dt_ld = c->R, .xdbl_ld = c->xdbl_ld, .ldz = c->ldz});
     return gc_dot(c->out, c->Rw, (size_t)c->B * c->L * c->E);
 }
 static void test_bidir(int mamba) {
     BiCtx c = {.B = 2, .L = 7, .E = 5, .N = 4, .R = 2, .ldz = 9, .mamba = mamba};
-    int W = c.R + 2 * c.N + 3; /* x_dbl rows padded past R + 2N: the padding is never touched */
-    c.ldx = W;
-    size_t n = (size_t)c.B * c.L * c.E, nx = (size_t)c.B * c.L * W, nz = (size_t)c.B * c.L * c.ldz;
+    int xdbl_ld = c.R + 2 * c.N + 3; /* x_dbl rows padded past R + 2N: the padding is never touched */
+    c.xdbl_ld = xdbl_ld;
+    size_t n = (size_t)c.B * c.L * c.E, nx = (size_t)c.B * c.L * xdbl_ld, nz = (size_t)c.B * c.L * c.ldz;
     for (int j = 0; j < 2; j++) {
         c.u[j] = rnd(n, 1), c.delta[j] = rnd(n, 1), c.xdbl[j] = rnd(nx, 0.7f), c.D[j] = rnd(c.E, 1);
         c.A[j] = rnd((size_t)c.E * c.N, 0.5f);
@@ -412,8 +409,8 @@ static void test_bidir(int mamba) {
     float *y0 = zeros(n), *y1 = zeros(n);
     for (int j = 0; j < 2; j++) {
         float *y = j ? y1 : y0;
-        if (mamba) mamba_scan_forward(y, c.u[j], c.delta[j], c.xdbl[j] + c.R, c.xdbl[j] + c.R + c.N, c.A[j], c.D[j], c.B, c.L, c.E, c.N, W, j);
-        else longhorn_scan_forward(y, c.u[j], c.delta[j], c.xdbl[j] + c.R, c.xdbl[j] + c.R + c.N, c.D[j], c.B, c.L, c.E, c.N, W, j);
+        scan_dir_forward(mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, y, c.u[j], c.delta[j], c.xdbl[j] + c.R,
+                         c.xdbl[j] + c.R + c.N, c.D[j], mamba ? c.A[j] : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, j);
     }
     double *ref = vil_malloc(n * sizeof(double));
     for (size_t r = 0; r < (size_t)c.B * c.L; r++)
@@ -426,7 +423,7 @@ static void test_bidir(int mamba) {
     for (int j = 0; j < 2; j++) du[j] = zeros(n), ddl[j] = zeros(n), dxd[j] = zeros(nx), dD[j] = zeros(c.E), dA[j] = zeros((size_t)c.E * c.N);
     for (int j = 0; j < 2; j++)
         for (size_t r = 0; r < (size_t)c.B * c.L; r++)
-            for (int k = c.R + 2 * c.N; k < W; k++) dxd[j][r * W + k] = 5.0f;
+            for (int k = c.R + 2 * c.N; k < xdbl_ld; k++) dxd[j][r * xdbl_ld + k] = 5.0f;
     float *dbs[2] = {rnd(c.E, 1), rnd(c.E, 1)}, *dbs0[2] = {vil_malloc(c.E * sizeof(float)), vil_malloc(c.E * sizeof(float))};
     for (int j = 0; j < 2; j++) memcpy(dbs0[j], dbs[j], c.E * sizeof(float));
     scan_bidir_backward(&(VilScanBwd){.rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .du = {du[0], du[1]},
@@ -435,7 +432,7 @@ static void test_bidir(int mamba) {
                                       .dout = c.Rw, .u = {c.u[0], c.u[1]}, .delta = {c.delta[0], c.delta[1]},
                                       .xdbl = {c.xdbl[0], c.xdbl[1]}, .z = c.z, .D = {c.D[0], c.D[1]},
                                       .A_log = {c.A[0], c.A[1]}, .B = c.B, .L = c.L, .E = c.E, .N = c.N,
-                                      .dt_ld = c.R, .ldx = c.ldx, .ldz = c.ldz});
+                                      .dt_ld = c.R, .xdbl_ld = c.xdbl_ld, .ldz = c.ldz});
     /* ddelta_sum adds the column sums of ddelta (dt_proj's bias gradient; ddelta itself is checked
      * against finite differences below) */
     double dbs_err = 0;
@@ -450,14 +447,14 @@ static void test_bidir(int mamba) {
     int xpad_ok = 1;
     for (int j = 0; j < 2; j++)
         for (size_t r = 0; r < (size_t)c.B * c.L; r++)
-            for (int k = c.R + 2 * c.N; k < W; k++) xpad_ok &= dxd[j][r * W + k] == 5.0f;
+            for (int k = c.R + 2 * c.N; k < xdbl_ld; k++) xpad_ok &= dxd[j][r * xdbl_ld + k] == 5.0f;
     T_CHECK(xpad_ok, "scan_bidir_backward wrote into the padding of dx_dbl's rows");
     /* dt_low columns belong to dt_proj's backward, the padding to no one: zero them for the check
      * of the k, q columns */
     for (int j = 0; j < 2; j++)
         for (size_t r = 0; r < (size_t)c.B * c.L; r++)
-            for (int k = 0; k < W; k++)
-                if (k < c.R || k >= c.R + 2 * c.N) dxd[j][r * W + k] = 0;
+            for (int k = 0; k < xdbl_ld; k++)
+                if (k < c.R || k >= c.R + 2 * c.N) dxd[j][r * xdbl_ld + k] = 0;
     /* z's gradient only for the E columns the gate reads; the others must be left alone */
     for (size_t r = 0; r < (size_t)c.B * c.L; r++)
         for (int k = c.E; k < c.ldz; k++) dz[r * c.ldz + k] = 0;

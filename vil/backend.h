@@ -17,6 +17,8 @@
 
 #include <stddef.h>
 
+#include "recurrence.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -24,8 +26,6 @@ extern "C" {
 /* linear flags */
 #define VIL_LINEAR_OUT_F32 1 /* out (and dout) are f32 instead of act (the classifier head) */
 
-/* the state-space recurrence of a scan (doc/scans.md) */
-typedef enum { VIL_REC_LONGHORN = 0, VIL_REC_MAMBA = 1 } VilRecurrence;
 
 /* patch_embed.c: Conv2d(C -> D, kernel P, stride S) on the image, flattened to tokens */
 typedef struct {
@@ -120,7 +120,7 @@ typedef struct {
 
 /* scan.c: the bidirectional core of a mixer (doc/scans.md): per direction j (0 forward, 1
  * reversed) the recurrence on (u[j], delta[j], x_dbl[j]) plus the D skip, gated by SiLU(z) at
- * the same token, then out = (y_0 + y_1) / 2. x_dbl rows are ldx apart with k at column dt_ld
+ * the same token, then out = (y_0 + y_1) / 2. x_dbl rows are xdbl_ld apart with k at column dt_ld
  * (dt_low's padded width) and q at dt_ld + N; z rows are ldz apart. The backward overwrites du,
  * ddelta, the k and q columns of dx_dbl and dz, and accumulates dD, dA_log (Mamba) and, unless
  * NULL, ddelta_sum[j][e] += sum over (B, L) of ddelta[j] (dt_proj's bias gradient). */
@@ -128,11 +128,11 @@ typedef struct {
     VilRecurrence rec;
     void *out;                     /* (B, L, E) act */
     const void *u[2], *delta[2];   /* (B, L, E) act each */
-    const void *xdbl[2];           /* (B, L, ldx) act each */
+    const void *xdbl[2];           /* (B, L, xdbl_ld) act each */
     const void *z;                 /* (B, L, ldz) act */
     const float *D[2];             /* (E) each */
     const float *A_log[2];         /* (E, N) each: Mamba only */
-    int B, L, E, N, dt_ld, ldx, ldz;
+    int B, L, E, N, dt_ld, xdbl_ld, ldz;
     int chunk;                     /* CUDA: tokens per chunk of the scan that runs parallel over
                                     * tokens (a multiple of 8); 0 chosen by shape, -1 none (one
                                     * thread walks all L tokens). The CPU ignores it. */
@@ -145,14 +145,14 @@ typedef struct {
 typedef struct {
     VilRecurrence rec;
     void *du[2], *ddelta[2];       /* (B, L, E) act each */
-    void *dxdbl[2];                /* (B, L, ldx) act each: the k and q columns */
+    void *dxdbl[2];                /* (B, L, xdbl_ld) act each: the k and q columns */
     void *dz;                      /* (B, L, ldz) act */
     float *dD[2], *dA_log[2];      /* (E), (E, N): accumulate */
     float *ddelta_sum[2];          /* (E) each, or NULL: accumulate */
     const void *dout;              /* (B, L, E) act */
     const void *u[2], *delta[2], *xdbl[2], *z;
     const float *D[2], *A_log[2];
-    int B, L, E, N, dt_ld, ldx, ldz;
+    int B, L, E, N, dt_ld, xdbl_ld, ldz;
     int chunk;                     /* as VilScanFwd's */
     const float *states;           /* the forward's kept states (its VilScanFwd.states, same
                                     * shapes and chunk), or NULL: the backward makes them again */

@@ -12,7 +12,7 @@
 #define KS(f, h) VIL_KEY_S(VilConfig, f, h)
 static const VilKey KEYS[] = {
     KS(name, "model name"),
-    KS(arch, "vil (Longhorn scan) or vim (Mamba scan)"),
+    KS(arch, "the recurrence, by its arch string in vil/recurrence.c (e.g. vil: Longhorn, vim: Mamba)"),
     KI(img_size, 1, VIL_MAX_IMG_SIZE, "input resolution"),
     KI(patch_size, 1, VIL_MAX_PATCH, "patch size P"),
     KI(stride, 1, VIL_MAX_PATCH, "patch stride S (= P, or 8 for ViM stride-8)"),
@@ -131,10 +131,12 @@ int vil_config_from_json(VilConfig *c, const char *json) {
 }
 
 int vil_config_finalize(VilConfig *c) {
-    if (strcmp(c->arch, "vil") == 0) c->arch_id = VIL_ARCH_VIL;
-    else if (strcmp(c->arch, "vim") == 0) c->arch_id = VIL_ARCH_VIM;
-    else {
-        vil_error("config: arch must be 'vil' or 'vim', got '%s'", c->arch);
+    if (vil_recurrence_from_arch(c->arch, &c->rec) != 0) {
+        char names[64] = "";
+        for (int r = 0; r < VIL_REC_COUNT; r++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'",
+                     r == 0 ? "" : r + 1 < VIL_REC_COUNT ? ", " : " or ", vil_recurrences[r].arch);
+        vil_error("config: arch must be %s, got '%s'", names, c->arch);
         return VIL_EUSAGE;
     }
     if (strcmp(c->dt_init, "zero") != 0 && strcmp(c->dt_init, "vim") != 0) {

@@ -8,13 +8,12 @@
 #include <stdio.h>
 
 #include "cfgfile.h"
-
-typedef enum { VIL_ARCH_VIL = 0, VIL_ARCH_VIM = 1 } VilArch;
+#include "recurrence.h"
 
 typedef struct {
     /* from the file */
     char name[64];     /* free-form model name, e.g. vil_tiny */
-    char arch[8];      /* "vil" (Longhorn scan) or "vim" (Mamba scan) */
+    char arch[8];      /* the recurrence, by its arch string (vil/recurrence.c): e.g. "vil", "vim" */
     int img_size;      /* 224 */
     int patch_size;    /* P = 16 */
     int stride;        /* S = P, or 8 for ViM's stride-8 variant */
@@ -29,7 +28,7 @@ typedef struct {
     float drop_path;   /* stochastic depth rate (training only) */
     char dt_init[8];   /* ViL dt_proj bias init: "zero" (official Longhorn) or "vim" */
     /* derived by vil_config_finalize */
-    VilArch arch_id;
+    VilRecurrence rec; /* named by arch */
     int d_inner;       /* E */
     int grid;          /* G = (img - P) / S + 1 */
     int n_patches;     /* M = G * G */

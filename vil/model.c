@@ -26,7 +26,7 @@
  * gradient is 0 on its padding rows and its input gradient gets nothing from them. The scan
  * finds k at column dt_ld. */
 static int dt_ld(const VilConfig *c) { return (c->dt_rank + 7) / 8 * 8; }
-static int xdbl_ld(const VilConfig *c) { return (dt_ld(c) + 2 * c->d_state + 7) / 8 * 8; }
+static int xdbl_ld_of(const VilConfig *c) { return (dt_ld(c) + 2 * c->d_state + 7) / 8 * 8; }
 
 static size_t p_rows(const VilParamInfo *p) { return p->ndim ? (size_t)p->shape[0] : 1; }
 static size_t p_srow(const VilParamInfo *p, size_t r) { return r < p->gap_at ? r : r + p->gap; }
@@ -106,7 +106,7 @@ static void relayout_last(Table *t, size_t ld, size_t gap_at, size_t gap, size_t
 static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
     Table t = {0};
     int64_t D = c->embed_dim, E = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv;
-    int vim = c->arch_id == VIL_ARCH_VIM;
+    const VilRecParam *rp = &vil_recurrences[c->rec].param;
     VilParamOffsets o = {0};
     /* no weight decay: 1-D tensors, pos_embed, cls_token */
     o.cls = ADD(0, (1, 1, D), "cls_token");
@@ -121,7 +121,12 @@ static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
         int first = t.n;
         const char *sfx[2] = {"", "_b"};
         for (int j = 0; j < 2; j++) {
-            if (vim) l.A_log[j] = ADD(1, (E, N), "layers.%d.mixer.A%s_log", i, sfx[j]);
+            if (rp->key) { /* the recurrence's own parameter */
+                int64_t shape[4];
+                int nd = (int)strlen(rp->dims);
+                for (int d = 0; d < nd; d++) shape[d] = rp->dims[d] == 'N' ? N : E;
+                l.A_log[j] = add(&t, 1, nd, shape, rp->key, i, sfx[j]);
+            }
             l.D[j] = ADD(0, (E), "layers.%d.mixer.D%s", i, sfx[j]);
         }
         l.in_proj = ADD(1, (2 * E, D), "layers.%d.mixer.in_proj.weight", i);
@@ -130,7 +135,7 @@ static void build_table(const VilConfig *c, Table *tab, VilParamOffsets *off) {
             l.conv_b[j] = ADD(0, (E), "layers.%d.mixer.conv1d%s.bias", i, sfx[j]);
             /* padded to x_dbl's layout (dt_ld, xdbl_ld) */
             l.x_proj[j] = ADD(1, (R + 2 * N, E), "layers.%d.mixer.x_proj%s.weight", i, sfx[j]);
-            relayout_last(&t, E, R, dt_ld(c) - R, (size_t)(xdbl_ld(c) - dt_ld(c) - 2 * N) * E);
+            relayout_last(&t, E, R, dt_ld(c) - R, (size_t)(xdbl_ld_of(c) - dt_ld(c) - 2 * N) * E);
             l.dt_w[j] = ADD(1, (E, R), "layers.%d.mixer.dt_proj%s.weight", i, sfx[j]);
             relayout_last(&t, dt_ld(c), E, 0, 0);
             l.dt_b[j] = ADD(0, (E), "layers.%d.mixer.dt_proj%s.bias", i, sfx[j]);
@@ -335,9 +340,12 @@ void vil_model_init_weights(VilModel *m, uint64_t seed) {
         fill_uniform(h + lo->out_proj, (size_t)D * E, 1.0f / sqrtf((float)E) / sqrtf((float)c->depth), &r);
         for (int j = 0; j < 2; j++) {
             for (int e = 0; e < E; e++) h[lo->D[j] + e] = 1.0f;
-            if (c->arch_id == VIL_ARCH_VIM)
+            const VilRecurrenceInfo *ri = &vil_recurrences[c->rec];
+            if (ri->param.key) {
+                int nd = ri->param.dims[1] ? N : 1;
                 for (int e = 0; e < E; e++)
-                    for (int n = 0; n < N; n++) h[lo->A_log[j] + (size_t)e * N + n] = logf((float)(n + 1));
+                    for (int n = 0; n < nd; n++) h[lo->A_log[j] + (size_t)e * nd + n] = ri->param.init(n);
+            }
             /* conv1d: PyTorch default, fan_in = K (depthwise) */
             fill_uniform(h + lo->conv_w[j], (size_t)E * K, 1.0f / sqrtf((float)K), &r);
             fill_uniform(h + lo->conv_b[j], (size_t)E, 1.0f / sqrtf((float)K), &r);
@@ -349,14 +357,13 @@ void vil_model_init_weights(VilModel *m, uint64_t seed) {
             /* dt_proj bias: ViL "zero" (official Longhorn) leaves 0, beta starts at 0.5;
              * ViM's forward direction and ViL's "vim" option draw dt0 ~ logUniform[1e-3, 1e-1]
              * (>= 1e-4) and invert the activation (softplus for ViM, sigmoid for ViL). */
-            int draw = (c->arch_id == VIL_ARCH_VIM && j == 0) ||
-                       (c->arch_id == VIL_ARCH_VIL && strcmp(c->dt_init, "vim") == 0);
+            int draw = ri->dt_draw_forward ? j == 0 : strcmp(c->dt_init, "vim") == 0;
             for (int e = 0; e < E; e++) {
                 float b = 0.0f;
                 if (draw) {
                     float dt = expf(vil_rng_uniform(&r) * (logf(0.1f) - logf(1e-3f)) + logf(1e-3f));
                     if (dt < 1e-4f) dt = 1e-4f;
-                    b = c->arch_id == VIL_ARCH_VIM ? dt + logf(-expm1f(-dt)) : logf(dt / (1.0f - dt));
+                    b = ri->delta_of_dt(dt);
                 }
                 h[lo->dt_b[j] + e] = b;
             }
@@ -387,12 +394,12 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
     VilActs *x = &m->acts;
     size_t ab = m->be->act_bytes, f = sizeof(float);
     size_t BL = (size_t)B * c->seq_len, D = c->embed_dim, E = c->d_inner;
-    size_t W = (size_t)xdbl_ld(c), NC = c->num_classes;
+    size_t xdbl_ld = (size_t)xdbl_ld_of(c), NC = c->num_classes;
     x->img = carve(a, (size_t)B * c->in_chans * c->img_size * c->img_size, f);
     x->patches = carve(a, (size_t)B * c->n_patches * D, ab);
     int nsets = training ? c->depth : 1;
     /* the scan's kept states: training only, where the backend keeps them at this shape */
-    const VilScanFwd shape = {.rec = c->arch_id == VIL_ARCH_VIM ? VIL_REC_MAMBA : VIL_REC_LONGHORN,
+    const VilScanFwd shape = {.rec = c->rec,
                               .B = B, .L = c->seq_len, .E = c->d_inner, .N = c->d_state};
     size_t states = training && m->be->scan_states_bytes ? m->be->scan_states_bytes(m->be, &shape) : 0;
     for (int i = 0; i < nsets; i++) {
@@ -404,7 +411,7 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
         for (int j = 0; j < 2; j++) {
             int own = i == 0 || !m->recompute; /* recompute: layer 0's u and delta serve all */
             l->u[j] = own ? carve(a, BL * E, ab) : x->layer[0].u[j];
-            l->xdbl[j] = carve(a, BL * W, ab);
+            l->xdbl[j] = carve(a, BL * xdbl_ld, ab);
             l->delta[j] = own ? carve(a, BL * E, ab) : x->layer[0].delta[j];
         }
         l->ysum = carve(a, BL * E, ab);
@@ -429,7 +436,7 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
         for (int j = 0; j < 2; j++) {
             x->du[j] = carve(a, BL * E, ab);
             x->ddelta[j] = carve(a, BL * E, ab);
-            x->dxdbl[j] = carve(a, BL * W, ab);
+            x->dxdbl[j] = carve(a, BL * xdbl_ld, ab);
         }
         x->dysum = carve(a, BL * E, ab);
         x->dpatches = carve(a, (size_t)B * c->n_patches * D, ab);
@@ -483,7 +490,7 @@ void vil_model_alloc_acts(VilModel *m, int B, int training) {
     m->acts.recompute = training && m->recompute;
     if (training) /* dx_dbl's padding columns must be 0 (xdbl_ld); nothing writes them later */
         for (int j = 0; j < 2; j++)
-            m->be->zero(m->be, m->acts.dxdbl[j], (size_t)B * m->cfg.seq_len * xdbl_ld(&m->cfg) * m->be->act_bytes);
+            m->be->zero(m->be, m->acts.dxdbl[j], (size_t)B * m->cfg.seq_len * xdbl_ld_of(&m->cfg) * m->be->act_bytes);
 }
 
 /* ---------------- forward / backward ---------------- */
@@ -550,7 +557,7 @@ static void delta_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     const VilConfig *c = &m->cfg;
     m->be->linear_forward(m->be, &(VilLinearFwd){.out = l->delta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
                                                  .b = Pm(m, o->dt_b[j]), .N = m->acts.B * c->seq_len,
-                                                 .C = dt_ld(c), .OC = c->d_inner, .ld_in = xdbl_ld(c),
+                                                 .C = dt_ld(c), .OC = c->d_inner, .ld_in = xdbl_ld_of(c),
                                                  .ld_out = c->d_inner});
 }
 
@@ -558,23 +565,23 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     int B = m->acts.B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int dl = dt_ld(c), ldx = xdbl_ld(c), BL = B * L;
-    int vim = c->arch_id == VIL_ARCH_VIM;
+    int dl = dt_ld(c), xdbl_ld = xdbl_ld_of(c), BL = B * L;
+    int has_A = vil_recurrences[c->rec].param.key != NULL;
     be->linear_forward(be, &(VilLinearFwd){.out = l->xz, .in = l->normed, .w = Wt(m, o->in_proj),
                                            .N = BL, .C = D, .OC = 2 * E, .ld_in = D, .ld_out = 2 * E});
     /* both directions' conv1d in one pass over x */
     conv_forward(m, o, l);
     for (int j = 0; j < 2; j++) {
         be->linear_forward(be, &(VilLinearFwd){.out = l->xdbl[j], .in = l->u[j], .w = Wt(m, o->x_proj[j]),
-                                               .N = BL, .C = E, .OC = ldx, .ld_in = E, .ld_out = ldx});
+                                               .N = BL, .C = E, .OC = xdbl_ld, .ld_in = E, .ld_out = xdbl_ld});
         delta_forward(m, o, l, j);
     }
     be->scan_bidir_forward(be, &(VilScanFwd){
-        .rec = vim ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .out = l->ysum,
+        .rec = c->rec, .out = l->ysum,
         .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
-        .A_log = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL},
-        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E,
+        .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
+        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E,
         .states = m->acts.training ? l->scan_states : NULL});
     be->linear_forward(be, &(VilLinearFwd){.out = out, .in = l->ysum, .w = Wt(m, o->out_proj),
                                            .N = BL, .C = E, .OC = D, .ld_in = E, .ld_out = D});
@@ -653,8 +660,8 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     const VilConfig *c = &m->cfg;
     VilActs *a = &m->acts;
     int B = a->B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
-    int dl = dt_ld(c), ldx = xdbl_ld(c), BL = B * L;
-    int vim = c->arch_id == VIL_ARCH_VIM;
+    int dl = dt_ld(c), xdbl_ld = xdbl_ld_of(c), BL = B * L;
+    int has_A = vil_recurrences[c->rec].param.key != NULL;
     be->linear_backward(be, &(VilLinearBwd){.dinp = a->dysum, .dw = Gr(m, o->out_proj), .dout = a->dh,
                                             .in = l->ysum, .w = Wt(m, o->out_proj), .N = BL, .C = E,
                                             .OC = D, .ld_in = E, .ld_out = D});
@@ -664,27 +671,27 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     }
     /* the scan also sums ddelta over the tokens: dt_proj's bias gradient */
     be->scan_bidir_backward(be, &(VilScanBwd){
-        .rec = vim ? VIL_REC_MAMBA : VIL_REC_LONGHORN,
+        .rec = c->rec,
         .du = {a->du[0], a->du[1]}, .ddelta = {a->ddelta[0], a->ddelta[1]},
         .dxdbl = {a->dxdbl[0], a->dxdbl[1]}, .dz = Ao(m, a->dxz, E),
         .dD = {Gr(m, o->D[0]), Gr(m, o->D[1])},
-        .dA_log = {vim ? Gr(m, o->A_log[0]) : NULL, vim ? Gr(m, o->A_log[1]) : NULL},
+        .dA_log = {has_A ? Gr(m, o->A_log[0]) : NULL, has_A ? Gr(m, o->A_log[1]) : NULL},
         .ddelta_sum = {Gr(m, o->dt_b[0]), Gr(m, o->dt_b[1])}, .dout = a->dysum,
         .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
-        .A_log = {vim ? Pm(m, o->A_log[0]) : NULL, vim ? Pm(m, o->A_log[1]) : NULL},
-        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .ldx = ldx, .ldz = 2 * E, .states = l->scan_states});
+        .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
+        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E, .states = l->scan_states});
     for (int j = 0; j < 2; j++) {
         /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the
          * scan); its bias gradient came from the scan too */
         be->linear_backward(be, &(VilLinearBwd){.dinp = a->dxdbl[j], .dw = Gr(m, o->dt_w[j]),
                                                 .dout = a->ddelta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
-                                                .N = BL, .C = dl, .OC = E, .ld_in = ldx, .ld_out = E});
-        /* x_proj: adds to the scan's du; ldx outputs with the weight's zero padding rows (dx_dbl's
+                                                .N = BL, .C = dl, .OC = E, .ld_in = xdbl_ld, .ld_out = E});
+        /* x_proj: adds to the scan's du; xdbl_ld outputs with the weight's zero padding rows (dx_dbl's
          * padding columns are 0) */
         be->linear_backward(be, &(VilLinearBwd){.dinp = a->du[j], .dw = Gr(m, o->x_proj[j]),
                                                 .dout = a->dxdbl[j], .in = l->u[j], .w = Wt(m, o->x_proj[j]),
-                                                .N = BL, .C = E, .OC = ldx, .ld_in = E, .ld_out = ldx,
+                                                .N = BL, .C = E, .OC = xdbl_ld, .ld_in = E, .ld_out = xdbl_ld,
                                                 .accumulate_dinp = 1});
     }
     /* both directions read x: one pass writes the sum of their input gradients */

@@ -17,26 +17,19 @@
 VIL_OPS(VIL_CPU_OP_DECL)
 #undef VIL_CPU_OP_DECL
 
-/* scan.c: one direction of the Longhorn (ViL) or Mamba (ViM) recurrence, y = scan + Dskip * u,
- * per doc/scans.md. k and q (Mamba: B and C) are rows of x_dbl, ldkq floats apart.
+/* scan.c: one direction of a recurrence (Longhorn: A_log NULL; Mamba), y = scan + Dskip * u,
+ * per doc/scans.md. k and q (Mamba: B and C) are rows of x_dbl, xdbl_ld floats apart.
  * Backward recomputes the forward states; dk, dq overwrite; dD, dA_log accumulate. */
-void longhorn_scan_forward(float *y /* (B, L, E) */, const float *u /* (B, L, E) */,
-                           const float *delta /* (B, L, E) */, const float *k /* (B, L, ldkq) */,
-                           const float *q /* (B, L, ldkq) */, const float *Dskip /* (E) */, int B,
-                           int L, int E, int N, int ldkq, int reverse);
-void longhorn_scan_backward(float *du /* (B, L, E) */, float *ddelta /* (B, L, E) */,
-                            float *dk /* (B, L, ldkq) */, float *dq /* (B, L, ldkq) */,
-                            float *dD /* (E) */, const float *dy /* (B, L, E) */,
-                            const float *u, const float *delta, const float *k, const float *q,
-                            const float *Dskip, int B, int L, int E, int N, int ldkq, int reverse);
-void mamba_scan_forward(float *y /* (B, L, E) */, const float *u /* (B, L, E) */,
-                        const float *delta /* (B, L, E) */, const float *Bm /* (B, L, ldkq) */,
-                        const float *Cm /* (B, L, ldkq) */, const float *A_log /* (E, N) */,
-                        const float *Dskip /* (E) */, int B, int L, int E, int N, int ldkq,
-                        int reverse);
-void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *dA_log /* (E, N) */,
-                         float *dD, const float *dy, const float *u, const float *delta,
-                         const float *Bm, const float *Cm, const float *A_log, const float *Dskip,
-                         int B, int L, int E, int N, int ldkq, int reverse);
+void scan_dir_forward(VilRecurrence rec, float *y /* (B, L, E) */, const float *u /* (B, L, E) */,
+                      const float *delta /* (B, L, E) */, const float *k /* (B, L, xdbl_ld) */,
+                      const float *q /* (B, L, xdbl_ld) */, const float *Dskip /* (E) */,
+                      const float *A_log /* (E, N) */, int B, int L, int E, int N, int xdbl_ld,
+                      int reverse);
+void scan_dir_backward(VilRecurrence rec, float *du /* (B, L, E) */, float *ddelta /* (B, L, E) */,
+                       float *dk /* (B, L, xdbl_ld) */, float *dq /* (B, L, xdbl_ld) */,
+                       float *dD /* (E) */, float *dA_log /* (E, N) */,
+                       const float *dy /* (B, L, E) */, const float *u, const float *delta,
+                       const float *k, const float *q, const float *Dskip, const float *A_log, int B,
+                       int L, int E, int N, int xdbl_ld, int reverse);
 
 #endif

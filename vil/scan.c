@@ -1,10 +1,13 @@
 /* scan.c: the state-space recurrences of one direction, Longhorn (ViL) and Mamba (ViM), and
  * the bidirectional mixer core built from them (gate by SiLU(z), average of the directions).
- * Math per doc/scans.md. Each (sample, channel) pair is an independent recurrence
- * over L tokens with an N-wide state kept in registers; the backward pass recomputes the forward
- * states of one channel (L x N floats, in a per-thread buffer) and never divides by the forget gate.
- * k/q (Mamba B/C) gradients sum over channels and dD/dA_log over samples: partial sums in
- * fixed blocks, reduced in a fixed order, so results do not depend on the thread count. dk/dq/du/ddelta/dz overwrite; dD/dA_log accumulate. */
+ * Math per doc/scans.md. Each recurrence supplies its step pieces (the per-step scalar, the
+ * decay, the output, the adjoint terms) as inline functions of a compile-time recurrence; the
+ * loops (forward, backward, the channel blocks, the reductions) are written once over them and
+ * instantiated per recurrence by REC_DISPATCH, which args->rec selects. Each (sample, channel) pair is an
+ * independent recurrence over L tokens with an N-wide state; the backward recomputes the forward
+ * states of one channel block (in a per-thread buffer) and never divides by the decay.
+ * k/q gradients sum over channels and dD/dA_log over samples in a fixed order, so results do not
+ * depend on the thread count. dk/dq/du/ddelta/dz overwrite; dD/dA_log accumulate. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -15,6 +18,8 @@
 #include "ops_cpu.h"
 
 #define MAXN 64
+#define MAXDB 64
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -22,14 +27,27 @@ static inline float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x))
 /* token index of scan step s */
 static inline int tok(int s, int L, int reverse) { return reverse ? L - 1 - s : s; }
 
-/* ---------------- Longhorn ---------------- */
+/* ---------------- the recurrences' pieces ----------------
+ * Both are h_t = a_t * h_{t-1} + s_t u_t k_t, y_t = q_t . h_t + D u_t, per channel:
+ *   Longhorn: s = eps = beta / (1 + beta |k_t|^2), beta = sigmoid(delta); a[n] = 1 - eps k_t[n]^2
+ *   Mamba:    s = dt = softplus(delta); a[n] = exp(dt A[n]), A = -exp(A_log) */
 
-/* kappa[b*L + t] = sum_n k_t[n]^2 */
-static float *compute_kappa(const float *k, int B, int L, int N, int ldkq) {
+/* Channels per block, the state laid out h[n][channel]: Longhorn's 64 make the inner loops run
+ * over contiguous channels and vectorize (k_t, q_t scalars there); Mamba's decay differs per
+ * (channel, state), so one channel a block, its state loop scalar. */
+ALWAYS_INLINE int rec_block(VilRecurrence rec) { return rec == VIL_REC_LONGHORN ? MAXDB : 1; }
+/* a per-token scalar of k (Longhorn's kappa), whose gradient sums over channels into dk */
+ALWAYS_INLINE int rec_has_kappa(VilRecurrence rec) { return rec == VIL_REC_LONGHORN; }
+/* a parameter of its own per (channel, state): Mamba's A_log */
+ALWAYS_INLINE int rec_has_param(VilRecurrence rec) { return rec == VIL_REC_MAMBA; }
+
+/* per-token scalars of k, once per direction: Longhorn's kappa[b*L + t] = |k_t|^2; NULL: none */
+static float *rec_tokens(VilRecurrence rec, const float *k, int B, int L, int N, int xdbl_ld) {
+    if (!rec_has_kappa(rec)) return NULL;
     float *kappa = vil_malloc((size_t)B * L * sizeof(float));
 #pragma omp parallel for
     for (long r = 0; r < (long)B * L; r++) {
-        const float *kr = k + (size_t)r * ldkq;
+        const float *kr = k + (size_t)r * xdbl_ld;
         float s = 0.0f;
         for (int n = 0; n < N; n++) s += kr[n] * kr[n];
         kappa[r] = s;
@@ -37,281 +55,322 @@ static float *compute_kappa(const float *k, int B, int L, int N, int ldkq) {
     return kappa;
 }
 
-/* Channels are processed in blocks of DB with the state laid out h[n][channel], so the inner
- * loops run over contiguous channels and vectorize; k_t, q_t are scalars there. */
-#define DB 64
-
-void longhorn_scan_forward(float *y, const float *u, const float *delta, const float *k,
-                           const float *q, const float *Dskip, int B, int L, int E, int N,
-                           int ldkq, int reverse) {
-    float *kappa = compute_kappa(k, B, L, N, ldkq);
-    int nblk = (E + DB - 1) / DB;
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int cb = 0; cb < nblk; cb++) {
-            int c0 = cb * DB, nd = E - c0 < DB ? E - c0 : DB;
-            float h[MAXN][DB];
-            memset(h, 0, sizeof h);
-            float eps[DB], ut[DB], acc[DB];
-            for (int s = 0; s < L; s++) {
-                size_t r = (size_t)b * L + tok(s, L, reverse);
-                const float *kt = k + r * ldkq, *qt = q + r * ldkq;
-                const float *ur = u + r * E + c0, *dr = delta + r * E + c0;
-                float kap = kappa[r];
-                for (int i = 0; i < nd; i++) {
-                    float beta = sigmoidf_(dr[i]);
-                    eps[i] = beta / (1.0f + beta * kap);
-                    ut[i] = ur[i];
-                    acc[i] = Dskip[c0 + i] * ut[i];
-                }
-                for (int n = 0; n < N; n++) {
-                    float kn = kt[n], qn = qt[n], kk = kn * kn;
-                    float *hn = h[n];
-#pragma omp simd
-                    for (int i = 0; i < nd; i++) {
-                        hn[i] = (1.0f - eps[i] * kk) * hn[i] + eps[i] * ut[i] * kn;
-                        acc[i] += hn[i] * qn;
-                    }
-                }
-                memcpy(y + r * E + c0, acc, (size_t)nd * sizeof(float));
-            }
-        }
-    free(kappa);
+/* per channel block, once: what the decay needs of the parameters, A[n][i] (Mamba's
+ * A = -exp(A_log)) */
+ALWAYS_INLINE void rec_params(VilRecurrence rec, float *A, const float *A_log, int c0, int nd, int N) {
+    const int DB = rec_block(rec);
+    if (rec_has_param(rec))
+        for (int i = 0; i < nd; i++)
+            for (int n = 0; n < N; n++) A[n * DB + i] = -expf(A_log[(size_t)(c0 + i) * N + n]);
 }
 
-void longhorn_scan_backward(float *du, float *ddelta, float *dk, float *dq, float *dD,
-                            const float *dy, const float *u, const float *delta, const float *k,
-                            const float *q, const float *Dskip, int B, int L, int E, int N,
-                            int ldkq, int reverse) {
-    float *kappa = compute_kappa(k, B, L, N, ldkq);
-    int nblk = (E + DB - 1) / DB, nt = omp_get_max_threads();
-    /* per (sample, channel block) partial sums over the block's channels, reduced afterwards
-     * in a fixed order: deterministic whatever the thread count */
-    size_t pw = (size_t)L * (2 * N + 1); /* per token: dk[N], dq[N], dkappa */
-    float *part = vil_malloc((size_t)B * nblk * pw * sizeof(float));
-    float *dD_part = vil_calloc((size_t)B * E, sizeof(float));
-    float *H = vil_malloc((size_t)nt * L * N * DB * sizeof(float)); /* per-thread history */
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int cb = 0; cb < nblk; cb++) {
-            int c0 = cb * DB, nd = E - c0 < DB ? E - c0 : DB;
-            float *Hs = H + (size_t)omp_get_thread_num() * L * N * DB;
-            float *pp = part + ((size_t)b * nblk + cb) * pw;
-            float eps[DB], ut[DB], beta[DB], den[DB], gy[DB], dut[DB], deps[DB];
-            /* recompute the forward states of this block: Hs[s][n][i] = h after step s */
-            float h[MAXN][DB];
-            memset(h, 0, sizeof h);
-            for (int s = 0; s < L; s++) {
-                size_t r = (size_t)b * L + tok(s, L, reverse);
-                const float *kt = k + r * ldkq;
-                float kap = kappa[r];
-                for (int i = 0; i < nd; i++) {
-                    float be = sigmoidf_(delta[r * E + c0 + i]);
-                    eps[i] = be / (1.0f + be * kap);
-                    ut[i] = u[r * E + c0 + i];
-                }
-                for (int n = 0; n < N; n++) {
-                    float kn = kt[n], kk = kn * kn;
-                    float *hn = h[n], *hs = Hs + ((size_t)s * N + n) * DB;
+/* The step scalar s of a channel at a token; aux keeps what the adjoint needs again (Longhorn's
+ * beta and 1 + beta kappa). */
+ALWAYS_INLINE float rec_step(VilRecurrence rec, float delta, float kappa, float *aux0, float *aux1) {
+    if (rec == VIL_REC_LONGHORN) {
+        float beta = sigmoidf_(delta), den = 1.0f + beta * kappa;
+        *aux0 = beta, *aux1 = den;
+        return beta / den;
+    }
+    return softplusf_(delta);
+}
+
+/* the decay a of a state: kk = k_t[n]^2, A = the state's parameter */
+ALWAYS_INLINE float rec_decay(VilRecurrence rec, float s, float kk, float A) {
+    return rec == VIL_REC_LONGHORN ? 1.0f - s * kk : expf(s * A);
+}
+
+/* y = the state sum plus D u: Longhorn starts the sum at D u, Mamba adds D u last */
+ALWAYS_INLINE float rec_out_init(VilRecurrence rec, float Dskip, float ut) {
+    return rec == VIL_REC_LONGHORN ? Dskip * ut : 0.0f;
+}
+ALWAYS_INLINE float rec_out_final(VilRecurrence rec, float acc, float Dskip, float ut) {
+    return rec == VIL_REC_LONGHORN ? acc : acc + Dskip * ut;
+}
+
+/* One state's adjoint terms at a step, from its adjoint l and its value hp before the step:
+ * ds (the step scalar's gradient), dk (k_t[n]'s, beyond the kappa path), dA (the parameter's,
+ * Mamba: per unit of A, times A once at the end). */
+typedef struct {
+    float ds, dk, dA;
+} RecAdj;
+ALWAYS_INLINE RecAdj rec_adjoint(VilRecurrence rec, float l, float s, float a, float ut, float kn,
+                                 float kk, float hp, float A) {
+    RecAdj g = {0};
+    if (rec == VIL_REC_LONGHORN) {
+        g.ds = l * (ut * kn - kk * hp);
+        g.dk = l * s * (ut - 2.0f * kn * hp);
+    } else {
+        g.ds = l * (A * a * hp + ut * kn);
+        g.dk = l * s * ut;
+        g.dA = l * s * a * hp;
+    }
+    return g;
+}
+
+/* ddelta from ds; Longhorn also adds its kappa gradient to *dkappa (summed over channels) */
+ALWAYS_INLINE float rec_ddelta(VilRecurrence rec, float ds, float delta, float aux0, float aux1,
+                               float *dkappa) {
+    if (rec == VIL_REC_LONGHORN) {
+        float beta = aux0, d2 = aux1 * aux1;
+        *dkappa -= ds * beta * beta / d2;
+        return ds / d2 * beta * (1.0f - beta);
+    }
+    return ds * sigmoidf_(delta);
+}
+
+/* ---------------- the loops, once ---------------- */
+
+/* Runs f with the recurrence as a compile-time constant. It sits inside the parallel loops: an
+ * OpenMP region's body is outlined into a function of its own, so a constant named outside it
+ * reaches the body as a runtime value and the pieces' branches stay in the inner loops. */
+#define REC_DISPATCH(rec, f, ...)                                                   \
+    switch (rec) {                                                                  \
+    case VIL_REC_LONGHORN: f(VIL_REC_LONGHORN, __VA_ARGS__); break;                 \
+    case VIL_REC_MAMBA: f(VIL_REC_MAMBA, __VA_ARGS__); break;                       \
+    }
+
+/* one direction's tensors and sizes (the shapes of ops_cpu.h) */
+typedef struct {
+    float *y, *du, *ddelta, *dk, *dq, *dD_part, *dA_part;
+    const float *dy, *u, *delta, *k, *q, *Dskip, *A_log;
+    const float *kappa; /* rec_tokens */
+    float *H, *T;       /* per-thread history of the states, per-thread per-token sums */
+    int B, L, E, N, xdbl_ld, reverse;
+} ScanDir;
+
+/* the forward of one channel block of one sample */
+ALWAYS_INLINE void forward_block(const VilRecurrence rec, const ScanDir *p, int b, int cb) {
+    const int DB = rec_block(rec);
+    float *y = p->y;
+    const float *u = p->u, *delta = p->delta, *k = p->k, *q = p->q, *Dskip = p->Dskip, *tk = p->kappa;
+    int L = p->L, E = p->E, N = p->N, xdbl_ld = p->xdbl_ld, reverse = p->reverse;
+    int c0 = cb * DB, nd = DB == 1 ? 1 : E - c0 < DB ? E - c0 : DB;
+    float h[MAXN * MAXDB], A[MAXN * MAXDB];
+    float sc[MAXDB], ut[MAXDB], acc[MAXDB], aux0[MAXDB], aux1[MAXDB];
+    for (int n = 0; n < N * DB; n++) h[n] = 0.0f;
+    rec_params(rec, A, p->A_log, c0, nd, N);
+    for (int s = 0; s < L; s++) {
+        size_t r = (size_t)b * L + tok(s, L, reverse);
+        const float *kt = k + r * xdbl_ld, *qt = q + r * xdbl_ld;
+        const float *ur = u + r * E + c0, *dr = delta + r * E + c0;
+        float kap = tk ? tk[r] : 0.0f;
+        for (int i = 0; i < nd; i++) {
+            sc[i] = rec_step(rec, dr[i], kap, &aux0[i], &aux1[i]);
+            ut[i] = ur[i];
+            acc[i] = rec_out_init(rec, Dskip[c0 + i], ut[i]);
+        }
+        if (DB == 1) { /* one channel: the state loop innermost */
+            float s0 = sc[0], u0 = ut[0], a0 = acc[0];
+            for (int n = 0; n < N; n++) {
+                h[n] = rec_decay(rec, s0, kt[n] * kt[n], A[n]) * h[n] + s0 * u0 * kt[n];
+                a0 += h[n] * qt[n];
+            }
+            acc[0] = a0;
+        } else {
+            for (int n = 0; n < N; n++) {
+                float kn = kt[n], qn = qt[n], kk = kn * kn;
+                float *hn = h + n * DB;
+                const float *An = A + n * DB;
 #pragma omp simd
-                    for (int i = 0; i < nd; i++) {
-                        hn[i] = (1.0f - eps[i] * kk) * hn[i] + eps[i] * ut[i] * kn;
-                        hs[i] = hn[i];
-                    }
+                for (int i = 0; i < nd; i++) {
+                    hn[i] = rec_decay(rec, sc[i], kk, An[i]) * hn[i] + sc[i] * ut[i] * kn;
+                    acc[i] += hn[i] * qn;
                 }
             }
-            /* reverse adjoint scan */
-            float lam[MAXN][DB], anext[MAXN][DB];
-            memset(lam, 0, sizeof lam);
-            memset(anext, 0, sizeof anext);
-            static const float zero[DB] = {0};
-            for (int s = L - 1; s >= 0; s--) {
-                int t = tok(s, L, reverse);
-                size_t r = (size_t)b * L + t;
-                const float *kt = k + r * ldkq, *qt = q + r * ldkq;
-                float kap = kappa[r];
-                for (int i = 0; i < nd; i++) {
-                    float be = sigmoidf_(delta[r * E + c0 + i]);
-                    beta[i] = be;
-                    den[i] = 1.0f + be * kap;
-                    eps[i] = be / den[i];
-                    ut[i] = u[r * E + c0 + i];
-                    gy[i] = dy[r * E + c0 + i];
-                    dut[i] = gy[i] * Dskip[c0 + i];
-                    deps[i] = 0.0f;
+        }
+        for (int i = 0; i < nd; i++) y[r * E + c0 + i] = rec_out_final(rec, acc[i], Dskip[c0 + i], ut[i]);
+    }
+}
+
+/* The backward of one sample: its channel blocks in order, each adding into dk, dq (and the
+ * per-token kappa gradient) in that order; a one-channel block adds each channel straight into
+ * the sums, a wider block sums its channels (simd) first. dD and the parameter's gradient go to
+ * the sample's partials. */
+ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, int b) {
+    const int DB = rec_block(rec);
+    float *du = p->du, *ddelta = p->ddelta, *dk = p->dk, *dq = p->dq;
+    const float *dy = p->dy, *u = p->u, *delta = p->delta, *k = p->k, *q = p->q, *Dskip = p->Dskip,
+                *tk = p->kappa;
+    int L = p->L, E = p->E, N = p->N, xdbl_ld = p->xdbl_ld, reverse = p->reverse;
+    int nblk = (E + DB - 1) / DB, th = omp_get_thread_num();
+    float *Hs = p->H + (size_t)th * L * N * DB, *dkap = p->T + (size_t)th * L;
+    static const float zero[MAXN > MAXDB ? MAXN : MAXDB] = {0};
+    for (int t = 0; t < L; t++) {
+        size_t r = (size_t)b * L + t;
+        for (int n = 0; n < N; n++) dk[r * xdbl_ld + n] = dq[r * xdbl_ld + n] = 0.0f;
+        dkap[t] = 0.0f;
+    }
+    for (int cb = 0; cb < nblk; cb++) {
+        int c0 = cb * DB, nd = DB == 1 ? 1 : E - c0 < DB ? E - c0 : DB;
+        float h[MAXN * MAXDB], A[MAXN * MAXDB], lam[MAXN * MAXDB], anext[MAXN * MAXDB], dA[MAXN * MAXDB];
+        float sc[MAXDB], ut[MAXDB], aux0[MAXDB], aux1[MAXDB], gy[MAXDB], dut[MAXDB], ds[MAXDB],
+            dDacc[MAXDB];
+        for (int n = 0; n < N * DB; n++) h[n] = lam[n] = anext[n] = dA[n] = 0.0f;
+        rec_params(rec, A, p->A_log, c0, nd, N);
+        /* recompute the forward states of this block: Hs[s][n][i] = h after step s */
+        for (int s = 0; s < L; s++) {
+            size_t r = (size_t)b * L + tok(s, L, reverse);
+            const float *kt = k + r * xdbl_ld;
+            float kap = tk ? tk[r] : 0.0f;
+            for (int i = 0; i < nd; i++) {
+                sc[i] = rec_step(rec, delta[r * E + c0 + i], kap, &aux0[i], &aux1[i]);
+                ut[i] = u[r * E + c0 + i];
+            }
+            if (DB == 1) {
+                float s0 = sc[0], u0 = ut[0], *hs = Hs + (size_t)s * N;
+                for (int n = 0; n < N; n++) {
+                    h[n] = rec_decay(rec, s0, kt[n] * kt[n], A[n]) * h[n] + s0 * u0 * kt[n];
+                    hs[n] = h[n];
                 }
-                float *pk = pp + (size_t)t * (2 * N + 1), *pq = pk + N;
+                continue;
+            }
+            for (int n = 0; n < N; n++) {
+                float kn = kt[n], kk = kn * kn;
+                float *hn = h + n * DB, *hs = Hs + ((size_t)s * N + n) * DB;
+                const float *An = A + n * DB;
+#pragma omp simd
+                for (int i = 0; i < nd; i++) {
+                    hn[i] = rec_decay(rec, sc[i], kk, An[i]) * hn[i] + sc[i] * ut[i] * kn;
+                    hs[i] = hn[i];
+                }
+            }
+        }
+        /* reverse adjoint scan */
+        for (int i = 0; i < nd; i++) dDacc[i] = 0.0f;
+        for (int s = L - 1; s >= 0; s--) {
+            int t = tok(s, L, reverse);
+            size_t r = (size_t)b * L + t;
+            const float *kt = k + r * xdbl_ld, *qt = q + r * xdbl_ld;
+            float *dkt = dk + r * xdbl_ld, *dqt = dq + r * xdbl_ld;
+            float kap = tk ? tk[r] : 0.0f;
+            for (int i = 0; i < nd; i++) {
+                sc[i] = rec_step(rec, delta[r * E + c0 + i], kap, &aux0[i], &aux1[i]);
+                ut[i] = u[r * E + c0 + i];
+                gy[i] = dy[r * E + c0 + i];
+                dut[i] = gy[i] * Dskip[c0 + i];
+                ds[i] = 0.0f;
+            }
+            if (DB == 1) { /* one channel: the state loop innermost, straight into the sums */
+                const float *hcur = Hs + (size_t)s * N, *hp = s > 0 ? Hs + (size_t)(s - 1) * N : zero;
+                float s0 = sc[0], u0 = ut[0], g0 = gy[0], du0 = dut[0], ds0 = ds[0];
+                for (int n = 0; n < N; n++) {
+                    float kn = kt[n], a = rec_decay(rec, s0, kn * kn, A[n]);
+                    float l = g0 * qt[n] + anext[n] * lam[n];
+                    lam[n] = l;
+                    dqt[n] += g0 * hcur[n];
+                    RecAdj g = rec_adjoint(rec, l, s0, a, u0, kn, kn * kn, hp[n], A[n]);
+                    dkt[n] += g.dk;
+                    du0 += l * s0 * kn;
+                    ds0 += g.ds;
+                    if (rec_has_param(rec)) dA[n] += g.dA;
+                    anext[n] = a;
+                }
+                dut[0] = du0, ds[0] = ds0;
+            } else {
                 for (int n = 0; n < N; n++) {
                     float kn = kt[n], qn = qt[n], kk = kn * kn;
                     const float *hcur = Hs + ((size_t)s * N + n) * DB;
                     const float *hp = s > 0 ? Hs + ((size_t)(s - 1) * N + n) * DB : zero;
-                    float *ln = lam[n], *an = anext[n];
+                    float *ln = lam + n * DB, *an = anext + n * DB, *dAn = dA + n * DB;
+                    const float *An = A + n * DB;
                     float dqa = 0.0f, dka = 0.0f;
 #pragma omp simd reduction(+ : dqa, dka)
                     for (int i = 0; i < nd; i++) {
                         float l = gy[i] * qn + an[i] * ln[i];
                         ln[i] = l;
                         dqa += gy[i] * hcur[i];
-                        dut[i] += l * eps[i] * kn;
-                        deps[i] += l * (ut[i] * kn - kk * hp[i]);
-                        dka += l * eps[i] * (ut[i] - 2.0f * kn * hp[i]);
-                        an[i] = 1.0f - eps[i] * kk;
+                        dut[i] += l * sc[i] * kn;
+                        float a = rec_decay(rec, sc[i], kk, An[i]);
+                        RecAdj g = rec_adjoint(rec, l, sc[i], a, ut[i], kn, kk, hp[i], An[i]);
+                        ds[i] += g.ds;
+                        dka += g.dk;
+                        if (rec_has_param(rec)) dAn[i] += g.dA;
+                        an[i] = a;
                     }
-                    pk[n] = dka;
-                    pq[n] = dqa;
+                    dkt[n] += dka;
+                    dqt[n] += dqa;
                 }
-                float dkap = 0.0f;
-                for (int i = 0; i < nd; i++) {
-                    float d2 = den[i] * den[i];
-                    dkap -= deps[i] * beta[i] * beta[i] / d2;
-                    du[r * E + c0 + i] = dut[i];
-                    ddelta[r * E + c0 + i] = deps[i] / d2 * beta[i] * (1.0f - beta[i]);
-                    dD_part[(size_t)b * E + c0 + i] += gy[i] * ut[i];
-                }
-                pk[2 * N] = dkap;
             }
-        }
-    /* dk, dq = sums of the block partials in block order; dk += 2 k dkappa */
-#pragma omp parallel for
-    for (long r = 0; r < (long)B * L; r++) {
-        int b = (int)(r / L), t = (int)(r % L);
-        float *dkt = dk + (size_t)r * ldkq, *dqt = dq + (size_t)r * ldkq;
-        const float *kt = k + (size_t)r * ldkq;
-        float dkap = 0.0f;
-        for (int n = 0; n < N; n++) dkt[n] = dqt[n] = 0.0f;
-        for (int cb = 0; cb < nblk; cb++) {
-            const float *pk = part + ((size_t)b * nblk + cb) * pw + (size_t)t * (2 * N + 1);
-            for (int n = 0; n < N; n++) {
-                dkt[n] += pk[n];
-                dqt[n] += pk[N + n];
+            float dkp = 0.0f;
+            for (int i = 0; i < nd; i++) {
+                du[r * E + c0 + i] = dut[i];
+                ddelta[r * E + c0 + i] = rec_ddelta(rec, ds[i], delta[r * E + c0 + i], aux0[i], aux1[i], &dkp);
+                dDacc[i] += gy[i] * ut[i];
             }
-            dkap += pk[2 * N];
+            if (rec_has_kappa(rec)) dkap[t] += dkp;
         }
-        for (int n = 0; n < N; n++) dkt[n] += 2.0f * kt[n] * dkap;
+        for (int i = 0; i < nd; i++) p->dD_part[(size_t)b * E + c0 + i] += dDacc[i];
+        if (rec_has_param(rec))
+            for (int i = 0; i < nd; i++)
+                for (int n = 0; n < N; n++)
+                    p->dA_part[((size_t)b * E + c0 + i) * N + n] += dA[n * DB + i] * A[n * DB + i];
     }
-    for (int b = 0; b < B; b++)
-        for (int d = 0; d < E; d++) dD[d] += dD_part[(size_t)b * E + d];
-    free(H);
-    free(dD_part);
-    free(part);
-    free(kappa);
-}
-
-/* ---------------- Mamba ---------------- */
-
-void mamba_scan_forward(float *y, const float *u, const float *delta, const float *Bm,
-                        const float *Cm, const float *A_log, const float *Dskip, int B, int L,
-                        int E, int N, int ldkq, int reverse) {
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int d = 0; d < E; d++) {
-            float h[MAXN] = {0}, A[MAXN];
-            for (int n = 0; n < N; n++) A[n] = -expf(A_log[(size_t)d * N + n]);
-            for (int s = 0; s < L; s++) {
-                size_t r = (size_t)b * L + tok(s, L, reverse);
-                const float *bt = Bm + r * ldkq, *ct = Cm + r * ldkq;
-                float ut = u[r * E + d], dt = softplusf_(delta[r * E + d]);
-                float acc = 0.0f;
-                for (int n = 0; n < N; n++) {
-                    h[n] = expf(dt * A[n]) * h[n] + dt * ut * bt[n];
-                    acc += h[n] * ct[n];
-                }
-                y[r * E + d] = acc + Dskip[d] * ut;
-            }
-        }
-}
-
-void mamba_scan_backward(float *du, float *ddelta, float *dB, float *dC, float *dA_log, float *dD,
-                         const float *dy, const float *u, const float *delta, const float *Bm,
-                         const float *Cm, const float *A_log, const float *Dskip, int B, int L,
-                         int E, int N, int ldkq, int reverse) {
-    int nt = omp_get_max_threads();
-    /* per-sample partials, reduced in sample order: independent of the thread count */
-    float *dD_part = vil_calloc((size_t)B * E, sizeof(float));
-    float *dA_part = vil_calloc((size_t)B * E * N, sizeof(float));
-    float *H = vil_malloc((size_t)nt * L * N * sizeof(float));
-#pragma omp parallel for
-    for (int b = 0; b < B; b++) {
-        int th = omp_get_thread_num();
-        float *Hs = H + (size_t)th * L * N;
+    if (rec_has_kappa(rec)) /* k's gradient through kappa: dk += 2 k dkappa */
         for (int t = 0; t < L; t++) {
             size_t r = (size_t)b * L + t;
-            for (int n = 0; n < N; n++) dB[r * ldkq + n] = dC[r * ldkq + n] = 0.0f;
+            float *dkt = dk + r * xdbl_ld;
+            const float *kt = k + r * xdbl_ld;
+            for (int n = 0; n < N; n++) dkt[n] += 2.0f * kt[n] * dkap[t];
         }
-        for (int d = 0; d < E; d++) {
-            float h[MAXN] = {0}, A[MAXN];
-            for (int n = 0; n < N; n++) A[n] = -expf(A_log[(size_t)d * N + n]);
-            for (int s = 0; s < L; s++) {
-                size_t r = (size_t)b * L + tok(s, L, reverse);
-                const float *bt = Bm + r * ldkq;
-                float ut = u[r * E + d], dt = softplusf_(delta[r * E + d]);
-                for (int n = 0; n < N; n++) {
-                    h[n] = expf(dt * A[n]) * h[n] + dt * ut * bt[n];
-                    Hs[(size_t)s * N + n] = h[n];
-                }
-            }
-            float lam[MAXN] = {0}, anext[MAXN] = {0}, dA[MAXN] = {0};
-            float dDacc = 0.0f;
-            for (int s = L - 1; s >= 0; s--) {
-                size_t r = (size_t)b * L + tok(s, L, reverse);
-                const float *bt = Bm + r * ldkq, *ct = Cm + r * ldkq;
-                const float *hprev = s > 0 ? Hs + (size_t)(s - 1) * N : NULL;
-                const float *hcur = Hs + (size_t)s * N;
-                float ut = u[r * E + d], gy = dy[r * E + d];
-                float dt = softplusf_(delta[r * E + d]);
-                float dut = gy * Dskip[d], ddt = 0.0f;
-                float *dbt = dB + r * ldkq, *dct = dC + r * ldkq;
-                for (int n = 0; n < N; n++) {
-                    float hp = hprev ? hprev[n] : 0.0f;
-                    float a = expf(dt * A[n]);
-                    lam[n] = gy * ct[n] + anext[n] * lam[n];
-                    dct[n] += gy * hcur[n];
-                    dbt[n] += lam[n] * dt * ut;
-                    dut += lam[n] * dt * bt[n];
-                    ddt += lam[n] * (A[n] * a * hp + ut * bt[n]);
-                    dA[n] += lam[n] * dt * a * hp;
-                    anext[n] = a;
-                }
-                du[r * E + d] = dut;
-                ddelta[r * E + d] = ddt * sigmoidf_(delta[r * E + d]);
-                dDacc += gy * ut;
-            }
-            dD_part[(size_t)b * E + d] += dDacc;
-            for (int n = 0; n < N; n++) dA_part[((size_t)b * E + d) * N + n] += dA[n] * A[n];
-        }
-    }
+}
+
+/* ---------------- one direction ---------------- */
+
+void scan_dir_forward(VilRecurrence rec, float *y, const float *u, const float *delta,
+                      const float *k, const float *q, const float *Dskip, const float *A_log, int B,
+                      int L, int E, int N, int xdbl_ld, int reverse) {
+    ScanDir p = {.y = y, .u = u, .delta = delta, .k = k, .q = q, .Dskip = Dskip, .A_log = A_log,
+                 .kappa = rec_tokens(rec, k, B, L, N, xdbl_ld), .B = B, .L = L, .E = E, .N = N,
+                 .xdbl_ld = xdbl_ld, .reverse = reverse};
+    int nblk = (E + rec_block(rec) - 1) / rec_block(rec);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int cb = 0; cb < nblk; cb++) REC_DISPATCH(rec, forward_block, &p, b, cb)
+    free((float *)p.kappa);
+}
+
+void scan_dir_backward(VilRecurrence rec, float *du, float *ddelta, float *dk, float *dq, float *dD,
+                       float *dA_log, const float *dy, const float *u, const float *delta,
+                       const float *k, const float *q, const float *Dskip, const float *A_log, int B,
+                       int L, int E, int N, int xdbl_ld, int reverse) {
+    int nt = omp_get_max_threads(), DB = rec_block(rec), own = rec_has_param(rec);
+    /* per-sample partials, reduced in sample order: independent of the thread count */
+    ScanDir p = {.du = du, .ddelta = ddelta, .dk = dk, .dq = dq,
+                 .dD_part = vil_calloc((size_t)B * E, sizeof(float)),
+                 .dA_part = own ? vil_calloc((size_t)B * E * N, sizeof(float)) : NULL,
+                 .dy = dy, .u = u, .delta = delta, .k = k, .q = q, .Dskip = Dskip, .A_log = A_log,
+                 .kappa = rec_tokens(rec, k, B, L, N, xdbl_ld),
+                 .H = vil_malloc((size_t)nt * L * N * DB * sizeof(float)),
+                 .T = vil_malloc((size_t)nt * L * sizeof(float)), .B = B, .L = L, .E = E, .N = N,
+                 .xdbl_ld = xdbl_ld, .reverse = reverse};
+#pragma omp parallel for
+    for (int b = 0; b < B; b++) REC_DISPATCH(rec, backward_sample, &p, b)
     for (int bb = 0; bb < B; bb++) {
-        for (int d = 0; d < E; d++) dD[d] += dD_part[(size_t)bb * E + d];
-        for (size_t i = 0; i < (size_t)E * N; i++) dA_log[i] += dA_part[(size_t)bb * E * N + i];
+        for (int d = 0; d < E; d++) dD[d] += p.dD_part[(size_t)bb * E + d];
+        if (own)
+            for (size_t i = 0; i < (size_t)E * N; i++) dA_log[i] += p.dA_part[(size_t)bb * E * N + i];
     }
-    free(H);
-    free(dA_part);
-    free(dD_part);
+    free((float *)p.kappa);
+    free(p.T);
+    free(p.H);
+    free(p.dA_part);
+    free(p.dD_part);
 }
 
 /* ---------------- the bidirectional core ---------------- */
 
-static void scan_dir_forward(float *y, const float *u, const float *delta, const float *xdbl,
-                             const float *Dskip, const float *A_log, int B, int L, int E, int N,
-                             int dt_ld, int ld, int reverse) {
-    if (A_log) /* Mamba */
-        mamba_scan_forward(y, u, delta, xdbl + dt_ld, xdbl + dt_ld + N, A_log, Dskip, B, L, E, N, ld,
-                           reverse);
-    else
-        longhorn_scan_forward(y, u, delta, xdbl + dt_ld, xdbl + dt_ld + N, Dskip, B, L, E, N, ld,
-                              reverse);
-}
-
 void scan_bidir_forward(const VilScanFwd *args) {
     float *out = args->out;
     const float *z = args->z;
-    int B = args->B, L = args->L, E = args->E, N = args->N, dt_ld = args->dt_ld, ldx = args->ldx,
-        ldz = args->ldz, mamba = args->rec == VIL_REC_MAMBA;
+    int B = args->B, L = args->L, E = args->E, N = args->N, dt_ld = args->dt_ld,
+        xdbl_ld = args->xdbl_ld, ldz = args->ldz;
     size_t BL = (size_t)B * L;
     float *y = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
-        scan_dir_forward(y, args->u[j], args->delta[j], args->xdbl[j], args->D[j],
-                         mamba ? args->A_log[j] : NULL, B, L, E, N, dt_ld, ldx, j);
+        const float *xdbl = args->xdbl[j];
+        scan_dir_forward(args->rec, y, args->u[j], args->delta[j], xdbl + dt_ld, xdbl + dt_ld + N,
+                         args->D[j], args->A_log[j], B, L, E, N, xdbl_ld, j);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {
@@ -331,15 +390,14 @@ void scan_bidir_backward(const VilScanBwd *args) {
     const float *const *delta = (const float *const *)args->delta;
     const float *const *xdbl = (const float *const *)args->xdbl;
     const float *const *Dskip = args->D, *dout = args->dout, *z = args->z;
-    int B = args->B, L = args->L, E = args->E, N = args->N, dt_ld = args->dt_ld, ldx = args->ldx,
-        ldz = args->ldz, mamba = args->rec == VIL_REC_MAMBA;
+    int B = args->B, L = args->L, E = args->E, N = args->N, dt_ld = args->dt_ld,
+        xdbl_ld = args->xdbl_ld, ldz = args->ldz;
     size_t BL = (size_t)B * L;
-    const int ld = ldx;
     float *y = vil_malloc(BL * E * sizeof(float));
     float *gy = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
-        const float *Al = mamba ? args->A_log[j] : NULL;
-        scan_dir_forward(y, u[j], delta[j], xdbl[j], Dskip[j], Al, B, L, E, N, dt_ld, ldx, j);
+        const float *k = xdbl[j] + dt_ld, *q = k + N;
+        scan_dir_forward(args->rec, y, u[j], delta[j], k, q, Dskip[j], args->A_log[j], B, L, E, N, xdbl_ld, j);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {
@@ -350,14 +408,9 @@ void scan_bidir_backward(const VilScanBwd *args) {
                 dz[(size_t)r * ldz + e] = j == 0 ? dzv : dz[(size_t)r * ldz + e] + dzv;
                 gy[i] = g * zz * sg;
             }
-        if (Al)
-            mamba_scan_backward(du[j], ddelta[j], dxdbl[j] + dt_ld, dxdbl[j] + dt_ld + N, dA_log[j], dD[j],
-                                gy, u[j], delta[j], xdbl[j] + dt_ld, xdbl[j] + dt_ld + N, Al, Dskip[j], B,
-                                L, E, N, ld, j);
-        else
-            longhorn_scan_backward(du[j], ddelta[j], dxdbl[j] + dt_ld, dxdbl[j] + dt_ld + N, dD[j], gy,
-                                   u[j], delta[j], xdbl[j] + dt_ld, xdbl[j] + dt_ld + N, Dskip[j], B, L,
-                                   E, N, ld, j);
+        scan_dir_backward(args->rec, du[j], ddelta[j], dxdbl[j] + dt_ld, dxdbl[j] + dt_ld + N, dD[j],
+                          dA_log[j], gy, u[j], delta[j], k, q, Dskip[j], args->A_log[j], B, L, E, N,
+                          xdbl_ld, j);
         if (args->ddelta_sum[j]) {
             float *sum = args->ddelta_sum[j];
 #pragma omp parallel for
