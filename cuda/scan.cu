@@ -225,7 +225,7 @@ template <class R>
 static void scan_forward(const VilScanFwd *p) {
     ScanArgs a;
     fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, R::HAS_A ? p->A_log : NULL, p->B,
-                p->L, p->E, p->N, p->dt_ld, p->ldx, p->ldz);
+                p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz);
     a.out = (bf16 *)p->out;
     /* the chunks are the pair kernel's (the chunk summaries run a thread per channel whichever
      * kernel runs the passes); the quad kernel runs the passes where the pair kernel's would
@@ -245,7 +245,7 @@ template <class R>
 static void scan_backward(const VilScanBwd *p) {
     ScanArgs a;
     fill_common(&a, p->u, p->delta, p->xdbl, p->z, p->dout, p->D, R::HAS_A ? p->A_log : NULL, p->B,
-                p->L, p->E, p->N, p->dt_ld, p->ldx, p->ldz);
+                p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz);
     a.dz = (bf16 *)p->dz;
     for (int j = 0; j < 2; j++) {
         a.du[j] = (bf16 *)p->du[j];

@@ -37,7 +37,7 @@ typedef struct {
     int sweep;                /* linear: N = 1 .. sweep in turn, a bias on odd N */
     int add, scale;           /* add_rmsnorm: res_in + h (else the stream as it is); a drop-path scale */
     VilRecurrence rec;        /* scan */
-    int dt_ld, ldx;           /* scan: k's column in x_dbl, x_dbl's row length (>= dt_ld + 2N) */
+    int dt_ld, xdbl_ld;       /* scan: k's column in x_dbl, x_dbl's row length (>= dt_ld + 2N) */
     int chunk, split;         /* scan: as VilScanFwd's (chunk -1: the sequential kernels) */
     int keep;                 /* scan: the forward keeps its chunk-boundary states for the backward */
     size_t n;                 /* adamw, ema, grad_clip: elements */
@@ -317,20 +317,20 @@ static void test_conv_bidir(const OpCase *c) {
 }
 
 /* ---------------- the bidirectional scan ---------------- */
-/* x_dbl rows are ldx >= dt_ld + 2N apart (k at column dt_ld) (the model pads them to 8); chunk:
+/* x_dbl rows are xdbl_ld >= dt_ld + 2N apart (k at column dt_ld) (the model pads them to 8); chunk:
  * the GPU scan's chunks of tokens (-1 the sequential kernels, 0 chosen by shape); split: the
  * forward's threads per channel (0 chosen by shape, 1 the pair kernel, 4 the quad kernel); keep:
  * the forward keeps its chunk-boundary states for the backward (VilScanFwd.states), as the model
  * does in training (the shape must be one where the backend keeps them) */
 static void test_scan(const OpCase *c) {
-    int B = c->B, L = c->L, E = c->E, N = c->N, dt_ld = c->dt_ld, ldx = c->ldx, chunk = c->chunk;
+    int B = c->B, L = c->L, E = c->E, N = c->N, dt_ld = c->dt_ld, xdbl_ld = c->xdbl_ld, chunk = c->chunk;
     int split = c->split, keep = c->keep;
     VilRecurrence rec = c->rec;
     int mamba = rec == VIL_REC_MAMBA;
     char nm[160];
     const char *kind = mamba ? "mamba" : "longhorn";
-    int W = ldx, ldz = 2 * E;
-    size_t ne = (size_t)B * L * E, nw = (size_t)B * L * W, nz = (size_t)B * L * ldz;
+    int ldz = 2 * E;
+    size_t ne = (size_t)B * L * E, nw = (size_t)B * L * xdbl_ld, nz = (size_t)B * L * ldz;
     float *u[2], *dl[2], *xd[2], *Dk[2], *Al[2];
     void *d_u[2], *d_dl[2], *d_xd[2];
     float *d_Dk[2], *d_Al[2];
@@ -355,12 +355,12 @@ static void test_scan(const OpCase *c) {
     scan_bidir_forward(&(VilScanFwd){.rec = rec, .out = out_c, .u = {cu[0], cu[1]}, .delta = {cdl[0], cdl[1]},
                                      .xdbl = {cxd[0], cxd[1]}, .z = xz + E, .D = {cD[0], cD[1]},
                                      .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL}, .B = B, .L = L, .E = E,
-                                     .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz});
+                                     .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz});
     void *d_out = dev_poison(ne * 2);
     VilScanFwd gfwd = {.rec = rec, .out = d_out, .u = {gu[0], gu[1]}, .delta = {gdl[0], gdl[1]},
                        .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                        .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
-                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz,
+                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz,
                        .chunk = chunk, .split = split};
     size_t sbytes = keep && G->scan_states_bytes ? G->scan_states_bytes(G, &gfwd) : 0;
     if (keep) T_CHECK(sbytes > 0, "scan %s B=%d L=%d E=%d chunk %d: the backend keeps no states here", kind, B, L, E, chunk);
@@ -394,7 +394,7 @@ static void test_scan(const OpCase *c) {
                                        .ddelta_sum = {db_c[0], db_c[1]}, .dout = dout, .u = {cu[0], cu[1]},
                                        .delta = {cdl[0], cdl[1]}, .xdbl = {cxd[0], cxd[1]}, .z = xz + E,
                                        .D = {cD[0], cD[1]}, .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL},
-                                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz});
+                                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz});
     void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2);
     VilScanBwd gbwd = {.rec = rec, .du = {g_du[0], g_du[1]}, .ddelta = {g_ddl[0], g_ddl[1]},
                        .dxdbl = {g_dxd[0], g_dxd[1]}, .dz = (char *)d_dz + (size_t)E * 2,
@@ -402,7 +402,7 @@ static void test_scan(const OpCase *c) {
                        .ddelta_sum = {g_db[0], g_db[1]}, .dout = d_dout, .u = {gu[0], gu[1]},
                        .delta = {gdl[0], gdl[1]}, .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                        .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
-                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .ldx = ldx, .ldz = ldz, .chunk = chunk,
+                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz, .chunk = chunk,
                        .states = gfwd.states};
     G->scan_bidir_backward(G, &gbwd);
     for (int j = 0; j < 2; j++) {
@@ -414,10 +414,10 @@ static void test_scan(const OpCase *c) {
         snprintf(nm, sizeof nm, "scan %s bwd ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), c->tol);
         snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "B" : "k", j, B, L, E);
-        T_CLOSE(nm, rel_l2(dxd_g + dt_ld, dxd_c[j] + dt_ld, (size_t)B * L, N, W), c->tol);
+        T_CLOSE(nm, rel_l2(dxd_g + dt_ld, dxd_c[j] + dt_ld, (size_t)B * L, N, xdbl_ld), c->tol);
         snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "C" : "q", j, B, L, E);
-        T_CLOSE(nm, rel_l2(dxd_g + dt_ld + N, dxd_c[j] + dt_ld + N, (size_t)B * L, N, W), c->tol);
-        T_CHECK(untouched(g_dxd[j], (size_t)B * L, W, dt_ld, dt_ld + 2 * N) == 0, "scan bwd wrote into the dt_low or padding columns");
+        T_CLOSE(nm, rel_l2(dxd_g + dt_ld + N, dxd_c[j] + dt_ld + N, (size_t)B * L, N, xdbl_ld), c->tol);
+        T_CHECK(untouched(g_dxd[j], (size_t)B * L, xdbl_ld, dt_ld, dt_ld + 2 * N) == 0, "scan bwd wrote into the dt_low or padding columns");
         for (int e = 0; e < E; e++) dD_g[e] -= dD0[j][e], dD_c[j][e] -= dD0[j][e];
         snprintf(nm, sizeof nm, "scan %s bwd dD[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(dD_g, dD_c[j], E), c->tol_f32);
@@ -717,131 +717,131 @@ static const OpCase CASES[] = {
      .B = 1, .L = 31, .E = 100, .K = 6},
     /* the sequential kernels (one thread walks all tokens) */
     {.op = "scan", .name = "sequential, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 1, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1},
+     .B = 2, .L = 1, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1},
     {.op = "scan", .name = "sequential, L = 7", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 7, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1},
+     .B = 2, .L = 7, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1},
     {.op = "scan", .name = "sequential, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1},
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1},
     {.op = "scan", .name = "sequential, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
-     .B = 2, .L = 730, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1},
+     .B = 2, .L = 730, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1},
     {.op = "scan", .name = "sequential, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .chunk = -1},
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .xdbl_ld = 10, .chunk = -1},
     {.op = "scan", .name = "sequential, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .ldx = 21, .chunk = -1},
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .xdbl_ld = 21, .chunk = -1},
     {.op = "scan", .name = "sequential, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .rec = VIL_REC_MAMBA, .chunk = -1},
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .rec = VIL_REC_MAMBA, .chunk = -1},
     {.op = "scan", .name = "sequential, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 7, .E = 20, .N = 8, .dt_ld = 2, .ldx = 18, .rec = VIL_REC_MAMBA, .chunk = -1},
+     .B = 2, .L = 7, .E = 20, .N = 8, .dt_ld = 2, .xdbl_ld = 18, .rec = VIL_REC_MAMBA, .chunk = -1},
     {.op = "scan", .name = "sequential, several channel blocks, the last partial", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .chunk = -1},
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = -1},
     {.op = "scan", .name = "sequential, E = 136", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 33, .E = 136, .N = 16, .dt_ld = 4, .ldx = 40, .rec = VIL_REC_MAMBA, .chunk = -1},
+     .B = 1, .L = 33, .E = 136, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .rec = VIL_REC_MAMBA, .chunk = -1},
     {.op = "scan", .name = "sequential, ViL-Tiny's R + 2N = 44 padded to 48", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 12, .ldx = 48, .chunk = -1},
+     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 12, .xdbl_ld = 48, .chunk = -1},
     {.op = "scan", .name = "sequential, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
-     .B = 1, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA, .chunk = -1},
+     .B = 1, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA, .chunk = -1},
     /* the token-parallel form: chunks as chosen by shape (these small B x E all take it) at the
      * lengths of 224, 512 (odd), 1024 and 2048 px; forced chunk sizes that leave a short last
      * chunk, one or two chunks, and several channel blocks */
     {.op = "scan", .name = "chunks by shape, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 1, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+     .B = 1, .L = 1, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35},
     {.op = "scan", .name = "chunks by shape, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 1, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+     .B = 2, .L = 1, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA},
     {.op = "scan", .name = "chunks by shape, L = 7", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 7, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+     .B = 1, .L = 7, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35},
     {.op = "scan", .name = "chunks by shape, L = 7", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 7, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+     .B = 2, .L = 7, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA},
     {.op = "scan", .name = "chunks by shape, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+     .B = 1, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35},
     {.op = "scan", .name = "chunks by shape, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA},
     {.op = "scan", .name = "chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 730, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+     .B = 1, .L = 730, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35},
     {.op = "scan", .name = "chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA},
     {.op = "scan", .name = "chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
-     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35},
     {.op = "scan", .name = "chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
-     .B = 2, .L = 4097, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+     .B = 2, .L = 4097, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA},
     {.op = "scan", .name = "chunks by shape, L = 16385", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
-     .B = 1, .L = 16385, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35},
+     .B = 1, .L = 16385, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35},
     {.op = "scan", .name = "chunks by shape, L = 16385", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
-     .B = 2, .L = 16385, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA},
+     .B = 2, .L = 16385, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA},
     {.op = "scan", .name = "chunk 24, several channel blocks", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .chunk = 24},
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 24},
     {.op = "scan", .name = "chunk 64, several channel blocks", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .rec = VIL_REC_MAMBA, .chunk = 64},
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .rec = VIL_REC_MAMBA, .chunk = 64},
     {.op = "scan", .name = "chunk 100, rounded up to 104: two chunks", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 200, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = 100},
+     .B = 1, .L = 200, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = 100},
     {.op = "scan", .name = "chunk 8, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .ldx = 21, .chunk = 8},
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .xdbl_ld = 21, .chunk = 8},
     {.op = "scan", .name = "chunk 16, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .rec = VIL_REC_MAMBA, .chunk = 16},
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .xdbl_ld = 10, .rec = VIL_REC_MAMBA, .chunk = 16},
     {.op = "scan", .name = "chunk 32, L = 730, B = 3", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 3, .L = 730, .E = 136, .N = 16, .dt_ld = 4, .ldx = 40, .chunk = 32},
+     .B = 3, .L = 730, .E = 136, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .chunk = 32},
     {.op = "scan", .name = "one chunk exactly", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 64, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .rec = VIL_REC_MAMBA, .chunk = 64},
+     .B = 1, .L = 64, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .rec = VIL_REC_MAMBA, .chunk = 64},
     /* the chunk summaries' generic staging: rows that take 8-byte copies (E = 36) and plain
      * loads (E = 37), Longhorn and Mamba, N = 16 and 8 */
     {.op = "scan", .name = "staging, 8-byte copies (E = 36)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 36, .N = 16, .dt_ld = 4, .ldx = 40, .chunk = 32},
+     .B = 2, .L = 197, .E = 36, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .chunk = 32},
     {.op = "scan", .name = "staging, plain loads (E = 37), N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 130, .E = 37, .N = 8, .dt_ld = 4, .ldx = 24, .chunk = 24},
+     .B = 2, .L = 130, .E = 37, .N = 8, .dt_ld = 4, .xdbl_ld = 24, .chunk = 24},
     {.op = "scan", .name = "staging, plain loads (E = 37)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .ldx = 40, .rec = VIL_REC_MAMBA, .chunk = 16},
+     .B = 1, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .rec = VIL_REC_MAMBA, .chunk = 16},
     /* the forward's two kernels forced where the other one is chosen: the pair kernel (one
      * thread per channel) sequential and chunked at small B x E, the quad kernel (four) with a
      * partial last block (264 = 8 x 32 + 8), N = 4 and 8 (1 and 2 states a thread), rows that
      * take 8-byte copies (E = 36) and plain loads (E = 37), both forms */
     {.op = "scan", .name = "pair kernel, chunked, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .split = 1},
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .split = 1},
     {.op = "scan", .name = "pair kernel, chunked, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA, .split = 1},
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA, .split = 1},
     {.op = "scan", .name = "pair kernel, sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = -1, .split = 1},
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1, .split = 1},
     {.op = "scan", .name = "quad kernel, sequential, partial last block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .chunk = -1, .split = 4},
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = -1, .split = 4},
     {.op = "scan", .name = "quad kernel, chunked, partial last block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .rec = VIL_REC_MAMBA, .chunk = 40, .split = 4},
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .rec = VIL_REC_MAMBA, .chunk = 40, .split = 4},
     {.op = "scan", .name = "quad kernel, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .ldx = 21, .chunk = -1, .split = 4},
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .xdbl_ld = 21, .chunk = -1, .split = 4},
     {.op = "scan", .name = "quad kernel, chunked, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .rec = VIL_REC_MAMBA, .chunk = 16, .split = 4},
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .xdbl_ld = 10, .rec = VIL_REC_MAMBA, .chunk = 16, .split = 4},
     {.op = "scan", .name = "quad kernel, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .chunk = -1, .split = 4},
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .xdbl_ld = 10, .chunk = -1, .split = 4},
     {.op = "scan", .name = "quad kernel, 8-byte copies (E = 36)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 3, .L = 101, .E = 36, .N = 16, .dt_ld = 4, .ldx = 40, .chunk = -1, .split = 4},
+     .B = 3, .L = 101, .E = 36, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .chunk = -1, .split = 4},
     {.op = "scan", .name = "quad kernel, chunked, plain loads (E = 37)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .ldx = 40, .rec = VIL_REC_MAMBA, .chunk = 24, .split = 4},
+     .B = 2, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .rec = VIL_REC_MAMBA, .chunk = 24, .split = 4},
     {.op = "scan", .name = "quad kernel, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 1, .E = 37, .N = 16, .dt_ld = 4, .ldx = 40, .chunk = -1, .split = 4},
+     .B = 1, .L = 1, .E = 37, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .chunk = -1, .split = 4},
     /* the backward from the chunk-boundary states the forward kept (training at long sequences):
      * chunks by shape and forced, Longhorn and Mamba, N = 16, 8 and 4, a partial channel block,
      * rows that take plain loads (E = 37), two chunks and many */
     {.op = "scan", .name = "kept states, chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .keep = 1},
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .keep = 1},
     {.op = "scan", .name = "kept states, chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .ldx = 37, .rec = VIL_REC_MAMBA, .keep = 1},
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA, .keep = 1},
     {.op = "scan", .name = "kept states, chunk 24, partial channel block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .chunk = 24, .keep = 1},
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 24, .keep = 1},
     {.op = "scan", .name = "kept states, chunk 64, partial channel block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .ldx = 48, .rec = VIL_REC_MAMBA, .chunk = 64, .keep = 1},
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .rec = VIL_REC_MAMBA, .chunk = 64, .keep = 1},
     {.op = "scan", .name = "kept states, two chunks", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 200, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .chunk = 100, .keep = 1},
+     .B = 1, .L = 200, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = 100, .keep = 1},
     {.op = "scan", .name = "kept states, chunk 8, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .ldx = 21, .chunk = 8, .keep = 1},
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .xdbl_ld = 21, .chunk = 8, .keep = 1},
     {.op = "scan", .name = "kept states, chunk 16, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .ldx = 10, .rec = VIL_REC_MAMBA, .chunk = 16, .keep = 1},
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .xdbl_ld = 10, .rec = VIL_REC_MAMBA, .chunk = 16, .keep = 1},
     {.op = "scan", .name = "kept states, plain loads (E = 37), N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 2, .L = 130, .E = 37, .N = 8, .dt_ld = 4, .ldx = 24, .chunk = 24, .keep = 1},
+     .B = 2, .L = 130, .E = 37, .N = 8, .dt_ld = 4, .xdbl_ld = 24, .chunk = 24, .keep = 1},
     {.op = "scan", .name = "kept states, plain loads (E = 37)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .B = 1, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .ldx = 40, .rec = VIL_REC_MAMBA, .chunk = 16, .keep = 1},
+     .B = 1, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .rec = VIL_REC_MAMBA, .chunk = 16, .keep = 1},
     {.op = "scan", .name = "kept states, L = 16385", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
-     .B = 1, .L = 16385, .E = 40, .N = 16, .dt_ld = 3, .ldx = 35, .keep = 1},
+     .B = 1, .L = 16385, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .keep = 1},
     /* a long sequence whose B x E the forward alone would run sequentially: kept, it cuts the
      * backward's chunks (ViM-Tiny at 1024 px b32 has B x E = 12,288) */
     {.op = "scan", .name = "kept states, where the forward alone is sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
-     .B = 1, .L = 2048, .E = 12289, .N = 16, .dt_ld = 3, .ldx = 35, .rec = VIL_REC_MAMBA, .keep = 1},
+     .B = 1, .L = 2048, .E = 12289, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .rec = VIL_REC_MAMBA, .keep = 1},
     {.op = "softmax_xent", .name = "B = 3, C = 5", .tol_f32 = 1e-6,
      .B = 3, .C = 5},
     {.op = "softmax_xent", .name = "C = 1000", .tol_f32 = 1e-6,

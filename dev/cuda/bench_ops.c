@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
           G->scan_bidir_forward(G, &(VilScanFwd){.rec = VIL_REC_LONGHORN, .out = ysum, .u = {u[0], u[1]},
                                                  .delta = {dl[0], dl[1]}, .xdbl = {xd[0], xd[1]}, .z = z,
                                                  .D = {Dk[0], Dk[1]}, .B = b, .L = L, .E = E, .N = N,
-                                                 .dt_ld = Rp, .ldx = Wp, .ldz = 2 * E}));
+                                                 .dt_ld = Rp, .xdbl_ld = Wp, .ldz = 2 * E}));
     BENCH("linear out_proj fwd", T * E * 2.0 + T * D * 2,
           G->linear_forward(G, &(VilLinearFwd){.out = h, .in = ysum, .w = w_out, .N = Ti, .C = E, .OC = d,
                                                .ld_in = E, .ld_out = d}));
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
                                                   .dD = {g_D[0], g_D[1]}, .ddelta_sum = {g_dbs[0], g_dbs[1]},
                                                   .dout = dysum, .u = {u[0], u[1]}, .delta = {dl[0], dl[1]},
                                                   .xdbl = {xd[0], xd[1]}, .z = z, .D = {Dk[0], Dk[1]}, .B = b,
-                                                  .L = L, .E = E, .N = N, .dt_ld = Rp, .ldx = Wp, .ldz = 2 * E}));
+                                                  .L = L, .E = E, .N = N, .dt_ld = Rp, .xdbl_ld = Wp, .ldz = 2 * E}));
     BENCH("linear dt_proj bwd dinp (x1)", T * E * 2.0 + T * R * 2,
           G->linear_backward(G, &(VilLinearBwd){.dinp = dxd[0], .dout = ddl[0], .in = xd[0], .w = w_dt, .N = Ti,
                                                 .C = Rp, .OC = E, .ld_in = Wp, .ld_out = E}));

@@ -60,7 +60,7 @@ __host__ __device__ inline void naive_fwd_one(const VilScanFwd &a, const NaiveSc
         float h[NAIVE_MAXN] = {0};
         for (int s = 0; s < L; s++) {
             size_t r = (size_t)b * L + tok(s, L, j), i = r * E + e;
-            const bf16 *k = x + r * a.ldx + a.dt_ld;
+            const bf16 *k = x + r * a.xdbl_ld + a.dt_ld;
             float y = naive_step(h, mamba, h_bf2f(u[i]), h_bf2f(dl[i]), k, k + N, Al, a.D[j][e], N);
             float zz = h_bf2f(z[r * a.ldz + e]), g = 0.5f * y * zz * h_sigmoid(zz);
             if (j == 0) w.ysum[i] = g;
@@ -86,7 +86,7 @@ __host__ __device__ inline void naive_bwd_one(const VilScanBwd &a, const NaiveSc
         float h[NAIVE_MAXN] = {0};
         for (int s = 0; s < L; s++) {
             size_t r = (size_t)b * L + tok(s, L, j), i = r * E + e;
-            const bf16 *k = x + r * a.ldx + a.dt_ld;
+            const bf16 *k = x + r * a.xdbl_ld + a.dt_ld;
             float y = naive_step(h, mamba, h_bf2f(u[i]), h_bf2f(dl[i]), k, k + N, Al, Dskip, N);
             for (int n = 0; n < N; n++) hist[(size_t)s * N + n] = h[n];
             float zz = h_bf2f(z[r * a.ldz + e]), sg = h_sigmoid(zz), g = 0.5f * h_bf2f(dout[i]);
@@ -99,7 +99,7 @@ __host__ __device__ inline void naive_bwd_one(const VilScanBwd &a, const NaiveSc
         float dD = 0.0f, dsum = 0.0f;
         for (int s = L - 1; s >= 0; s--) {
             size_t r = (size_t)b * L + tok(s, L, j), i = r * E + e;
-            const bf16 *k = x + r * a.ldx + a.dt_ld, *q = k + N;
+            const bf16 *k = x + r * a.xdbl_ld + a.dt_ld, *q = k + N;
             float *dk = w.dkq[j] + r * 2 * N, *dq = dk + N;
             const float *hc = hist + (size_t)s * N, *hp = s > 0 ? hist + (size_t)(s - 1) * N : NULL;
             float ut = h_bf2f(u[i]), dlt = h_bf2f(dl[i]), zz = h_bf2f(z[r * a.ldz + e]);
@@ -156,10 +156,10 @@ __host__ __device__ inline void naive_bwd_kq_one(const VilScanBwd &a, const Naiv
     int N = a.N, mamba = a.rec == VIL_REC_MAMBA;
     size_t BL = (size_t)a.B * a.L, r = i / N % BL;
     int n = (int)(i % N), j = (int)(i / N / BL);
-    const bf16 *k = (const bf16 *)a.xdbl[j] + r * a.ldx + a.dt_ld;
+    const bf16 *k = (const bf16 *)a.xdbl[j] + r * a.xdbl_ld + a.dt_ld;
     float dk = w.dkq[j][r * 2 * N + n], dq = w.dkq[j][r * 2 * N + N + n];
     if (!mamba) dk += 2.0f * h_bf2f(k[n]) * w.dkap[j][r];
-    bf16 *dx = (bf16 *)a.dxdbl[j] + r * a.ldx + a.dt_ld;
+    bf16 *dx = (bf16 *)a.dxdbl[j] + r * a.xdbl_ld + a.dt_ld;
     dx[n] = h_f2bf(dk);
     dx[N + n] = h_f2bf(dq);
 }
@@ -252,11 +252,11 @@ int main(int argc, char **argv) {
     HShapes S = h_shapes(h.B, 192);
     S.L = Lq;
     snprintf(h.tag, sizeof h.tag, "%s L=%d chunk %d split %d", mamba ? "mamba" : "longhorn", Lq, chunk, split);
-    int B = S.B, L = S.L, E = S.E, N = S.N, R = S.dt_ld, ldx = S.ldx, ldz = 2 * E;
-    size_t BL = (size_t)B * L, ne = BL * E, nx = BL * ldx, nz = BL * ldz;
+    int B = S.B, L = S.L, E = S.E, N = S.N, R = S.dt_ld, xdbl_ld = S.xdbl_ld, ldz = 2 * E;
+    size_t BL = (size_t)B * L, ne = BL * E, nx = BL * xdbl_ld, nz = BL * ldz;
     VilRecurrence rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN;
     printf("scan %s, version %d: B=%d L=%d E=%d N=%d, x_dbl rows %d wide, k at column %d\n",
-           h.tag, h.version, B, L, E, N, ldx, R);
+           h.tag, h.version, B, L, E, N, xdbl_ld, R);
 
     /* inputs: host copies (act tensors bf16-exact) and their device twins; z is the second
      * half of the (B, L, 2E) in_proj output */
@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
     VilScanFwd cf = {.rec = rec, .out = out_c, .u = {u[0], u[1]}, .delta = {dl[0], dl[1]},
                      .xdbl = {xd[0], xd[1]}, .z = xz + E, .D = {Dk[0], Dk[1]},
                      .A_log = {mamba ? Al[0] : NULL, mamba ? Al[1] : NULL},
-                     .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
+                     .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .xdbl_ld = xdbl_ld, .ldz = ldz};
     scan_bidir_forward(&cf);
     VilScanFwd gf = cf;
     gf.chunk = chunk, gf.split = split;
@@ -300,7 +300,7 @@ int main(int argc, char **argv) {
      * both sides and are compared by their increments */
     float *dD0[2], *dA0[2], *ds0[2];
     VilScanBwd cb = {.rec = rec, .dz = h_host(&h, nz) + E, .dout = dout, .z = xz + E,
-                     .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .ldx = ldx, .ldz = ldz};
+                     .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .xdbl_ld = xdbl_ld, .ldz = ldz};
     VilScanBwd gb = cb;
     gb.chunk = chunk, gb.states = gf.states;
     gb.dz = h_act_at(&h, h_poison_act(&h, nz), E), gb.dout = gdout, gb.z = gf.z;
@@ -325,9 +325,9 @@ int main(int argc, char **argv) {
         snprintf(nm, sizeof nm, "bwd ddelta[%d]", j);
         h_check(&h, nm, rel_l2(h_get_act(&h, gb.ddelta[j], ne), (const float *)cb.ddelta[j], 1, ne, ne), H_TOL_BF16);
         snprintf(nm, sizeof nm, "bwd d%s[%d]", mamba ? "B" : "k", j);
-        h_check(&h, nm, rel_l2(dxd_g + R, dxd_c + R, BL, N, ldx), H_TOL_BF16);
+        h_check(&h, nm, rel_l2(dxd_g + R, dxd_c + R, BL, N, xdbl_ld), H_TOL_BF16);
         snprintf(nm, sizeof nm, "bwd d%s[%d]", mamba ? "C" : "q", j);
-        h_check(&h, nm, rel_l2(dxd_g + R + N, dxd_c + R + N, BL, N, ldx), H_TOL_BF16);
+        h_check(&h, nm, rel_l2(dxd_g + R + N, dxd_c + R + N, BL, N, xdbl_ld), H_TOL_BF16);
         float *dD_g = h_get_f32(&h, gb.dD[j], E), *ds_g = h_get_f32(&h, gb.ddelta_sum[j], E);
         h_sub(dD_g, dD0[j], E), h_sub(cb.dD[j], dD0[j], E);
         snprintf(nm, sizeof nm, "bwd dD[%d]", j);
