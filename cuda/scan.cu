@@ -102,8 +102,6 @@ static size_t ch_bytes(const ScanArgs *a) {
     return (size_t)a->B * 2 * a->nch * N * a->E * sizeof(float);
 }
 
-/* the chunk summaries and their chain (nch > 1): the start state of every chunk, and with adj
-
 /* carve sizes[i] bytes from one SCR_OP scratch region in 4 KB aligned pieces */
 static void carve(void **out, const size_t *sizes, int n) {
     size_t off = 0, offs[16];
