@@ -319,14 +319,14 @@ static inline int h_finish(Harness *h) {
 typedef struct {
     int B, L, D, E, N, R, K;
     int dt_ld; /* dt_low's columns padded to 8: dt_proj's inner size, where k starts */
-    int ldx;   /* x_dbl's row: dt_ld + 2N padded to 8, x_proj's output count */
+    int xdbl_ld; /* x_dbl's row: dt_ld + 2N padded to 8, x_proj's output count */
 } HShapes;
 /* ViL-Tiny at 224 x 224, patch 16 (embed_dim D; 384 is ViL-Small) */
 static inline HShapes h_shapes(int B, int D) {
     HShapes s;
     s.B = B, s.L = 197, s.D = D, s.E = 2 * D, s.N = 16, s.R = (D + 15) / 16, s.K = 4;
     s.dt_ld = (s.R + 7) / 8 * 8;
-    s.ldx = (s.dt_ld + 2 * s.N + 7) / 8 * 8;
+    s.xdbl_ld = (s.dt_ld + 2 * s.N + 7) / 8 * 8;
     return s;
 }
 

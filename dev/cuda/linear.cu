@@ -154,8 +154,8 @@ int main(int argc, char **argv) {
     int N = S.B * S.L, D = S.D, E = S.E;
     const Product prods[] = {
         {"in_proj", D, 2 * E, D, 2 * E, 0, 0},
-        {"x_proj", E, S.ldx, E, S.ldx, 0, 1},
-        {"dt_proj", S.dt_ld, E, S.ldx, E, 1, 0},
+        {"x_proj", E, S.xdbl_ld, E, S.xdbl_ld, 0, 1},
+        {"dt_proj", S.dt_ld, E, S.xdbl_ld, E, 1, 0},
     };
     enum { NP = sizeof prods / sizeof prods[0] };
     printf("mixer products, version %d: B=%d, N=%d rows\n", h.version, S.B, N);
