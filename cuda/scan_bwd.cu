@@ -135,13 +135,18 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
     size_t pbase = ((size_t)b * 2 + j) * a.nblk2 + blockIdx.x;
     float *pk = a.pk + pbase * L * N, *pkap = a.pkap + pbase * L;
     int par = 0;
-    /* round it: CK-chunk c_hi - it, in reverse, double-buffered */
-    using Ring = StageRing<2>;
-    const int nr = c_hi - c_lo + 1;
-    auto iss = [&](int slot, int it) { issue(c_hi - it, slot); };
-    Ring::start(nr, iss);
+    issue(c_hi, 0);
+    cp_commit();
     for (int c = c_hi, it = 0; c >= c_lo; c--, it++) {
-        const int slot = Ring::wait(it, nr, iss), s0 = c * CK, cs = min(CK, L - s0);
+        int s0 = c * CK, cs = min(CK, L - s0), slot = it & 1;
+        if (c > c_lo) {
+            issue(c - 1, slot ^ 1);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
         const bf16 *st = stage + slot * act_elems;
         const float *kq = kqs + slot * CK * KQW;
         const float *h0 = ckb + slot * N * T + tid; /* the start state, stride T */
@@ -153,7 +158,8 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
 #pragma unroll 1
             for (int i = 0; i < SUB; i++) {
                 float p0, p1;
-                step_pre<N, R>(p0, p1, kq + i * KQW, bf2f(st[i * T + tid]), bf2f(st[(CK + i) * T + tid]));
+                step_pre<N, R>(p0, p1, kq + i * KQW, bf2f(st[i * T + tid]),
+                                   bf2f(st[(CK + i) * T + tid]));
                 step_upd<N, R>(hm, kq + i * KQW, p0, p1, A);
             }
         }
@@ -165,8 +171,8 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
             for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (c > 0 ? h0[n * T] : 0.0f);
             const int sf = s0 + sub * SUB, tf = j ? L - 1 - sf : sf; /* the sub-chunk's first step, token */
             adjoint_sub<N, R>(lam, anext, dAacc, dDacc, dbacc, hs, kq + sub * SUB * KQW, st + sub * SUB * T + tid,
-                              nsub, du_b + (ptrdiff_t)tf * E, dd_b + (ptrdiff_t)tf * E, tstr, act, tid, Dsk, A,
-                              red[par], tp);
+                                  nsub, du_b + (ptrdiff_t)tf * E, dd_b + (ptrdiff_t)tf * E, tstr, act, tid, Dsk, A,
+                                  red[par], tp);
             /* the block's sums over its warps in warp order; red[par] is written again two
              * sub-chunks later, after the next barrier */
             __syncthreads();
@@ -180,9 +186,8 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
                 else pkap[t] = v;
             }
         }
-        Ring::release(); /* this slot is free for the next chunk */
+        __syncthreads(); /* this buffer is free for the next chunk */
     }
-    Ring::finish();
     if (act) { /* per (sample, chunk) row bz */
         a.pd[((size_t)bz * 2 + j) * E + d] = dDacc;
         a.pd[((size_t)a.B * a.nch * 2 + bz * 2 + j) * E + d] = dbacc;

@@ -32,6 +32,7 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
     for (int n = 0; n < N; n++) A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
     /* round r (steps sb + r CKS ..) into slot `slot`: u, dl [, z, go] and the k|q rows */
     auto issue = [&](int r, int nq, int slot) {
+        if (r < 0 || r >= nsc) return;
         const int s0 = sb + r * CKS, cs = min(CKS, se - s0);
         bf16 *dst = stage + slot * buf_elems;
         auto row_of = [&](int q, int i) { return act_row(a, a.dout, q, j, b, s0 + i, c0); };
@@ -41,15 +42,21 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
     /* the pipeline over rounds r(0), r(1), ... (forward or reverse order); body(st, kq, cs, s0) */
     auto pipeline = [&](bool rev, int nq, auto body) {
         auto rnd = [&](int it) { return rev ? nsc - 1 - it : it; };
-        using Ring = StageRing<LOC_STAGES>;
-        auto iss = [&](int slot, int it) { issue(rnd(it), nq, slot); };
-        Ring::start(nsc, iss);
-        for (int it = 0; it < nsc; it++) {
-            const int slot = Ring::wait(it, nsc, iss), r = rnd(it), s0 = sb + r * CKS, cs = min(CKS, se - s0);
-            body(stage + slot * buf_elems, kqs + slot * CKS * KQW, cs, s0);
-            Ring::release(); /* the slot is free for the next rounds */
+#pragma unroll
+        for (int it = 0; it < LOC_STAGES - 1; it++) {
+            issue(rnd(it), nq, it);
+            cp_commit();
         }
-        Ring::finish();
+        for (int it = 0; it < nsc; it++) {
+            const int r = rnd(it), s0 = sb + r * CKS, cs = min(CKS, se - s0), slot = it % LOC_STAGES;
+            issue(rnd(it + LOC_STAGES - 1), nq, (it + LOC_STAGES - 1) % LOC_STAGES);
+            cp_commit();
+            cp_wait<LOC_STAGES - 1>();
+            __syncthreads();
+            body(stage + slot * buf_elems, kqs + slot * CKS * KQW, cs, s0);
+            __syncthreads(); /* the slot is free for the next rounds */
+        }
+        cp_wait<0>();
     };
     if (MODE != LOC_KEPT && k + 1 < a.nch) { /* S, P: the last chunk's start nothing */
         float h[N], P[N], sdt = 0.0f;

@@ -117,9 +117,8 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
         };
         /* staged row index of each kind (see issue) */
         const int rz = 2, rg = need_z ? 3 : 2, ry = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0);
-        /* round r of the block's steps into slot r % NSTG; NSTG - 1 rounds in flight: stage.cuh's
-         * StageRing written out, since through it this kernel's Mamba backward prep spills (0 ->
-         * 12 / 36 bytes at N = 16) and that backward runs 0.8% slower (cuda/PERF_NOTES.md) */
+        /* round r of the block's steps into slot r % NSTG; NSTG - 1 rounds in flight (each
+         * kernel writes its ring loop out: a shared one cost 0.3-0.8%, cuda/PERF_NOTES.md) */
         auto issue_round = [&](int r) {
             if (r >= nsc) return;
             const int s0 = sb + r * CKS;
@@ -298,8 +297,7 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
                 cp_async<16>(kqs + (slot * QCK + kr) * RB + kp * 16, kqb + (size_t)t * RB + kp * 16, on ? 16 : 0);
             }
         };
-        /* stage.cuh's StageRing written out: through it this kernel takes up to 20 more
-         * registers (cuda/PERF_NOTES.md) */
+        /* QSTG - 1 rounds in flight (the ring loop written out: cuda/PERF_NOTES.md) */
 #pragma unroll
         for (int ch = 0; ch < QSTG - 1; ch++) {
             issue(ch);

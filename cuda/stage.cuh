@@ -73,42 +73,4 @@ __device__ __forceinline__ void queue_rows16(bf16 *dst, int nq, int cs, int c0, 
     }
 }
 
-/* The staging ring of the scan's kernels: round r's copies, issue(slot, r) (the
- * rows of round r into slot `slot` = r % STAGES), are queued STAGES - 1 rounds ahead of its use;
- * one commit group per round, empty past the last, so the wait is always for all but the
- * STAGES - 1 newest groups. The kernel keeps its own loop over the rounds:
- *     StageRing<S>::start(n, issue);
- *     for (r = 0; r < n; r++) { slot = StageRing<S>::wait(r, n, issue); ...; StageRing<S>::release(); }
- *     StageRing<S>::finish();
- * The adjoint and chunk-summary kernels run it; the pair and quad kernels write the same ring
- * out, which compiles to fewer spills and registers there (a body passed as a lambda cost
- * spills too: cuda/PERF_NOTES.md). */
-template <int STAGES>
-struct StageRing {
-    /* queue rounds 0 .. STAGES - 2 */
-    template <typename Issue>
-    static __device__ __forceinline__ void start(int rounds, Issue issue) {
-#pragma unroll
-        for (int r = 0; r < STAGES - 1; r++) {
-            if (r < rounds) issue(r, r);
-            cp_commit();
-        }
-    }
-    /* before round r's use: queue round r + STAGES - 1 into the slot round r - 1 freed, wait
-     * for round r, then the block's barrier (it has landed for every thread); r's slot */
-    template <typename Issue>
-    static __device__ __forceinline__ int wait(int r, int rounds, Issue issue) {
-        const int next = r + STAGES - 1;
-        if (next < rounds) issue(next % STAGES, next);
-        cp_commit();
-        cp_wait<STAGES - 1>();
-        __syncthreads();
-        return r % STAGES;
-    }
-    /* after round r's use: the block's barrier (its slot is free for the round queued next) */
-    static __device__ __forceinline__ void release() { __syncthreads(); }
-    /* after the last round: the empty groups */
-    static __device__ __forceinline__ void finish() { cp_wait<0>(); }
-};
-
 #endif
