@@ -11,6 +11,7 @@
 
 #include "vil/common.h"
 #include "vil/imagenet_names.h"
+#include "vil/limits.h"
 #include "formats/pth.h"
 #include "formats/safetensors.h"
 
@@ -220,7 +221,6 @@ static int read_class_names(const char *json, const char *path, int n, VilCheckp
 typedef struct {
     VilSafetensors st;
     VilConfig cfg;  /* the file's network at the size it was trained at (not finalized) */
-    int img_known;  /* the file says that size (vil metadata, or a .pth's args.input_size) */
     int imagenet;   /* a .pth whose args say ImageNet-1k (data_set IMNET) */
     float pth_crop; /* a .pth's args.eval_crop_ratio; 0: none */
 } Source;
@@ -256,8 +256,11 @@ static void name_config(VilConfig *c) {
     snprintf(c->name, sizeof c->name, "%s_%s%s", c->arch, size ? size : d, s);
 }
 
-/* doc/models.md, "Architecture from a checkpoint alone" */
-static int infer_config(const VilSafetensors *st, const char *path, int img, VilConfig *c) {
+/* doc/models.md, "Architecture from a checkpoint alone". img: the image size the file says it
+ * was trained at, or (asked) only a size asked for: where that size does not fit the pos_embed
+ * grid with a stride of at most the patch, the training size is taken as grid x patch (stride =
+ * patch), and the load resizes the model to the size asked for. */
+static int infer_config(const VilSafetensors *st, const char *path, int img, int asked, VilConfig *c) {
     vil_config_default(c);
     const VilStTensor *pw = need(st, path, "patch_embed.proj.weight", 4);
     const VilStTensor *pos = need(st, path, "pos_embed", 3);
@@ -302,14 +305,21 @@ static int infer_config(const VilSafetensors *st, const char *path, int img, Vil
         return -1;
     }
     c->img_size = img;
-    if (G == 1) c->stride = c->patch_size;
-    else if (img < c->patch_size || (img - c->patch_size) % (G - 1) != 0 ||
-             (img - c->patch_size) / (G - 1) < 1) {
+    /* the stride that fits img: one of at least 1, and (a size only asked for) at most the
+     * patch, since patches with gaps between them are no model's training setup */
+    int stride = G == 1 ? c->patch_size : img >= c->patch_size && (img - c->patch_size) % (G - 1) == 0
+                                              ? (img - c->patch_size) / (G - 1) : 0;
+    if (G == 1 ? !asked || img == c->patch_size : stride >= 1 && (!asked || stride <= c->patch_size)) {
+        c->stride = stride;
+    } else if (asked && (long)G * c->patch_size <= VIL_MAX_IMG_SIZE) {
+        c->stride = c->patch_size; /* non-overlapping patches: trained at G x patch */
+        c->img_size = G * c->patch_size;
+    } else {
         vil_error("'%s': a %dx%d patch grid with patch %d does not fit image size %d; pass the "
                   "size the model was trained at with --img-size",
                   path, G, G, c->patch_size, img);
         return -1;
-    } else c->stride = (img - c->patch_size) / (G - 1);
+    }
     name_config(c);
     return 0;
 }
@@ -389,12 +399,13 @@ static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
             vil_error("'%s': bad %s metadata", path, META_CONFIG);
             goto fail;
         }
-        s->img_known = 1;
     } else {
         meta->config_inferred = 1;
-        s->img_known = img > 0;
+        /* a bare state dict says no size: the size asked for (224 by default) where it fits the
+         * grid, else grid x patch, which the load resizes to the size asked for */
+        int asked = img == 0;
         if (!img) img = o->img_size > 0 ? o->img_size : 224;
-        if (infer_config(&s->st, path, img, &s->cfg) != 0) goto fail;
+        if (infer_config(&s->st, path, img, asked, &s->cfg) != 0) goto fail;
     }
     return 0;
 fail:
@@ -526,7 +537,7 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
     if (source_open(path, o, &s, meta) != 0) return -1;
     VilConfig cfg = s.cfg;
     int rc = -1, train_grid = 0;
-    if (s.img_known && o->img_size > 0 && o->img_size != cfg.img_size) {
+    if (o->img_size > 0 && o->img_size != cfg.img_size) {
         /* evaluate at another resolution: same patches and stride, a larger grid, and the
          * position embedding interpolated onto it (doc/recipe.md) */
         if (cfg.stride < 1 || cfg.img_size < cfg.patch_size) {

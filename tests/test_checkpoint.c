@@ -115,6 +115,25 @@ static void test_roundtrip(const char *arch) {
     vil_model_free(&r);
     /* a bare file at the wrong image size: the grid does not fit */
     T_CHECK(vil_checkpoint_load(g, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 17}, &r, &meta) != 0, "bare file at a size the grid does not fit must fail");
+    /* a bare file at another size: its training size follows from the 4 x 4 grid and patch 4
+     * (16 px); the model is the one the file with vil's metadata gives at that size */
+    for (int img = 0; img <= 32; img += 4) {
+        if (img && img != 28 && img != 32) continue;
+        VilModel ref;
+        VilCheckpointMeta rm;
+        int ok = vil_checkpoint_load(g, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = img}, &r, &meta) == 0;
+        T_CHECK(ok, "%s: bare file at --img-size %d (trained at 16 px) loads", arch, img);
+        if (!ok) continue;
+        T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = img}, &ref, &rm) == 0, "reference at %d", img);
+        T_CHECK(r.cfg.img_size == (img ? img : 16) && r.cfg.stride == 4 && r.cfg.grid == ref.cfg.grid &&
+                    meta.pos_interpolated_from == rm.pos_interpolated_from && same_params(&r, &ref),
+                "%s: bare file at %d px: img %d stride %d grid %d, pos from %d grid, as the file with metadata",
+                arch, img, r.cfg.img_size, r.cfg.stride, r.cfg.grid, meta.pos_interpolated_from);
+        vil_checkpoint_meta_free(&rm);
+        vil_model_free(&ref);
+        vil_checkpoint_meta_free(&meta);
+        vil_model_free(&r);
+    }
     free(host);
     vil_model_free(&m);
 }

@@ -12,6 +12,7 @@
 
 #include "testing.h"
 #include "formats/checkpoint.h"
+#include "formats/safetensors.h"
 #include "vil/common.h"
 #include "vil/config.h"
 #include "vil/model.h"
@@ -179,6 +180,55 @@ static void test_command(void) {
     T_CHECK(t_run(cmd, NULL, 0) == 2, "a bad --img-size list: exit 2");
 }
 
+/* a bare state dict (tensors only, as exported from PyTorch) compares at every size: its training
+ * size follows from its pos_embed grid and patch (issue 32), so its rows are the .pth's rows */
+static void test_bare(void) {
+    VilModel m;
+    VilCheckpointMeta meta;
+    char bare[600], cmd[4096], out[16384], p[1200];
+    snprintf(bare, sizeof bare, "%s/vil_bare.safetensors", dir);
+    int ok = vil_checkpoint_load(DATA "vil_p4s4.pth", &vil_backend_cpu, NULL, &m, &meta) == 0;
+    T_CHECK(ok, "vil_p4s4.pth loads");
+    if (!ok) return;
+    float *host = vil_malloc(m.buf_len * sizeof(float));
+    vil_model_get_params(&m, host);
+    vil_model_pack(&m, host, host);
+    VilStWriter *w = vil_st_writer_new();
+    size_t at = 0;
+    for (int i = 0; i < m.n_tensors; at += m.info[i].numel, i++)
+        vil_st_writer_add(w, m.info[i].name, VIL_ST_F32, m.info[i].ndim, m.info[i].shape, host + at);
+    T_CHECK(vil_st_writer_save(w, bare) == 0, "bare state dict written");
+    vil_st_writer_free(w);
+    free(host);
+    int own = m.cfg.img_size;
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&m);
+    snprintf(cmd, sizeof cmd,
+             "bin/vil compare --device cpu --models " DATA "vil_p4s4.pth %s --data %s --crop-pct 1 "
+             "--img-size %d,%d,%d --batch 4 --steps 1 --workers 1 --out %s/cmp_bare 2>&1",
+             bare, dir, own, 2 * own, 3 * own, dir);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0, "compare with a bare state dict at %d, %d, %d px exits 0 (%d): %s", own, 2 * own, 3 * own, rc, out);
+    snprintf(p, sizeof p, "%s/cmp_bare/compare.json", dir);
+    size_t n;
+    char *js = (char *)vil_read_file(p, &n);
+    cJSON *o = js ? cJSON_ParseWithLength(js, n) : NULL;
+    cJSON *rows = cJSON_GetObjectItem(o, "rows");
+    T_CHECK(cJSON_GetArraySize(rows) == 6, "6 rows: 2 files x 3 resolutions");
+    for (int i = 0; i < 3 && cJSON_GetArraySize(rows) == 6; i++) {
+        cJSON *a = cJSON_GetArrayItem(rows, i), *b = cJSON_GetArrayItem(rows, 3 + i);
+        double ra = cJSON_GetNumberValue(cJSON_GetObjectItem(a, "img_size"));
+        double ta = cJSON_GetNumberValue(cJSON_GetObjectItem(a, "top1"));
+        double tb = cJSON_GetNumberValue(cJSON_GetObjectItem(b, "top1"));
+        double pa = cJSON_GetNumberValue(cJSON_GetObjectItem(a, "params"));
+        double pb = cJSON_GetNumberValue(cJSON_GetObjectItem(b, "params"));
+        T_CHECK(!cJSON_GetObjectItem(b, "error") && ra == (i + 1) * own && ta == tb && pa == pb,
+                "%g px: the bare file's top-1 %.1f%% and params %g are the .pth's (%.1f%%, %g)", ra, tb, pb, ta, pa);
+    }
+    cJSON_Delete(o);
+    free(js);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
@@ -186,6 +236,7 @@ int main(void) {
     }
     test_macs();
     test_command();
+    test_bare();
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
