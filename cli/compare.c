@@ -96,7 +96,9 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int ema, int b
         r->images = er.images;
         /* the model's own speed at this batch: the loader and the host are out of it */
         vil_model_alloc_acts(&m, batch, 0);
-        be->zero(be, m.acts.img, (size_t)batch * c->in_chans * c->img_size * c->img_size * sizeof(float));
+        void *in[3];
+        vil_model_input_buffers(&m, in);
+        be->zero(be, in[0], (size_t)batch * c->in_chans * c->img_size * c->img_size * sizeof(float));
         r->images_per_s = batch / vil_time_forward(&m, 2, steps);
         r->peak_bytes = be->peak_bytes ? be->peak_bytes(be) : 0;
         r->ok = 1;

@@ -89,7 +89,8 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
         }
         vil_model_alloc_acts(m, b->batch, 0);
         logits = vil_malloc((size_t)b->batch * C * sizeof(float));
-        void *dev0[1] = {m->acts.img};
+        void *dev0[3];
+        vil_model_input_buffers(m, dev0);
         size_t bytes[1] = {(size_t)b->batch * b->channels * b->res * b->res * sizeof(float)};
         vil_feed_init(&feed, be, 1, dev0, bytes);
         if (put_batch(&feed, l, m, b) != 0) goto out;
@@ -109,7 +110,7 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
             vil_loader_release_batch(l, b);
             goto out;
         }
-        be->to_host(be, logits, m->acts.logits, (size_t)b->batch * C * sizeof(float));
+        vil_model_logits(m, logits); /* (b->batch, C): the activations' batch */
         vil_topk_count(logits, b->labels, n, C, &r->top1, &r->top5);
         r->loss_sum += vil_xent_sum(logits, b->labels, n, C);
         for (int i = 0; i < n; i++) /* a file the loader could not read has no label */
