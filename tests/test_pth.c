@@ -570,11 +570,19 @@ static void test_files(void) {
         free(inputs);
     }
 
-    /* a bare state dict: needs the image size; then the same network as the checkpoint's model */
+    /* a bare state dict: without a size it is taken as trained at its 4x4 grid of patch 4 (16 px:
+     * 224 does not fit the grid with a stride of at most the patch); at --img-size 16 the same
+     * network as the checkpoint's model */
     VilModel a, b;
     VilCheckpointMeta ma, mb;
-    T_CHECK(vil_checkpoint_load(DATA "vim_p4s4_state_dict.pth", &vil_backend_cpu, NULL, &a, &ma) != 0,
-            "a state dict without args at the default 224 must fail (4x4 grid of patch 4)");
+    int r0 = vil_checkpoint_load(DATA "vim_p4s4_state_dict.pth", &vil_backend_cpu, NULL, &a, &ma);
+    T_CHECK(r0 == 0 && a.cfg.img_size == 16 && a.cfg.stride == 4 && ma.pos_interpolated_from == 0,
+            "a state dict without args and no --img-size loads at its grid x patch, 16 px (rc %d, %d px)",
+            r0, r0 == 0 ? a.cfg.img_size : 0);
+    if (r0 == 0) {
+        vil_checkpoint_meta_free(&ma);
+        vil_model_free(&a);
+    }
     int ra = vil_checkpoint_load(DATA "vim_p4s4_state_dict.pth", &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 16}, &a, &ma);
     int rb = vil_checkpoint_load(DATA "vim_p4s4.pth", &vil_backend_cpu, NULL, &b, &mb);
     T_CHECK(ra == 0 && rb == 0, "state dict at --img-size 16 and the checkpoint load");
