@@ -3,6 +3,7 @@
 #ifndef VIL_MODEL_TESTING_H
 #define VIL_MODEL_TESTING_H
 
+#include "formats/safetensors.h"
 #include "vil/backend.h"
 #include "vil/common.h"
 #include "vil/model.h"
@@ -17,6 +18,23 @@ static inline void t_tiny_model(VilModel *m) {
     vil_config_finalize(&c);
     vil_model_init(m, &c, &vil_backend_cpu);
     vil_model_init_weights(m, 1);
+}
+
+/* m's tensors into path as a bare state dict (safetensors, no metadata: as
+ * safetensors.torch.save_file(model.state_dict()) writes one), packed without the buffer's
+ * padding. 0, or -1. */
+static inline int t_save_bare(const VilModel *m, const char *path) {
+    float *host = vil_malloc(m->buf_len * sizeof(float));
+    vil_model_get_params(m, host);
+    vil_model_pack(m, host, host);
+    VilStWriter *w = vil_st_writer_new();
+    size_t at = 0;
+    for (int i = 0; i < m->n_tensors; at += m->info[i].numel, i++)
+        vil_st_writer_add(w, m->info[i].name, VIL_ST_F32, m->info[i].ndim, m->info[i].shape, host + at);
+    int rc = vil_st_writer_save(w, path);
+    vil_st_writer_free(w);
+    free(host);
+    return rc;
 }
 
 /* m's parameters into p (buf_len floats), moved off their init values (norms 1, D 1, biases 0)

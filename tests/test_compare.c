@@ -10,9 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model_testing.h"
 #include "testing.h"
 #include "formats/checkpoint.h"
-#include "formats/safetensors.h"
 #include "vil/common.h"
 #include "vil/config.h"
 #include "vil/model.h"
@@ -190,16 +190,7 @@ static void test_bare(void) {
     int ok = vil_checkpoint_load(DATA "vil_p4s4.pth", &vil_backend_cpu, NULL, &m, &meta) == 0;
     T_CHECK(ok, "vil_p4s4.pth loads");
     if (!ok) return;
-    float *host = vil_malloc(m.buf_len * sizeof(float));
-    vil_model_get_params(&m, host);
-    vil_model_pack(&m, host, host);
-    VilStWriter *w = vil_st_writer_new();
-    size_t at = 0;
-    for (int i = 0; i < m.n_tensors; at += m.info[i].numel, i++)
-        vil_st_writer_add(w, m.info[i].name, VIL_ST_F32, m.info[i].ndim, m.info[i].shape, host + at);
-    T_CHECK(vil_st_writer_save(w, bare) == 0, "bare state dict written");
-    vil_st_writer_free(w);
-    free(host);
+    T_CHECK(t_save_bare(&m, bare) == 0, "bare state dict written");
     int own = m.cfg.img_size;
     vil_checkpoint_meta_free(&meta);
     vil_model_free(&m);
