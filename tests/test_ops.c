@@ -279,18 +279,24 @@ static void test_conv(int rev) {
 typedef struct {
     int B, L, E, N, xdbl_ld, rev, mamba;
     float *u, *delta, *kq, *D, *A, *y, *R;
+    float *h0, *hT, *hsq; /* (B, N, E) initial (NULL: zero) and final states, (B, L) norms */
 } ScanCtx;
 static double scan_loss(void *p) {
     ScanCtx *c = p;
+    VilScanState st = {.h0 = c->h0, .hT = c->hT, .hsq = c->hsq, .ld = (size_t)c->N * c->E};
     scan_dir_forward(c->mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, c->y, c->u, c->delta, c->kq + 1, c->kq + 1 + c->N, c->D,
-                     c->mamba ? c->A : NULL, c->B, c->L, c->E, c->N, c->xdbl_ld, c->rev);
+                     c->mamba ? c->A : NULL, c->B, c->L, c->E, c->N, c->xdbl_ld, c->rev, &st);
     return gc_dot(c->y, c->R, (size_t)c->B * c->L * c->E);
 }
-/* The recurrence written plainly from doc/scans.md, in double, on an explicitly reversed copy. */
-static void scan_reference(ScanCtx *c, double *y) {
+/* The recurrence written plainly from doc/scans.md, in double, on an explicitly reversed copy,
+ * from the initial state h0 (NULL: zero); hT (B, N, E) and hsq (B, L) when not NULL. */
+static void scan_reference(ScanCtx *c, double *y, double *hT, double *hsq) {
+    if (hsq)
+        for (size_t i = 0; i < (size_t)c->B * c->L; i++) hsq[i] = 0;
     for (int b = 0; b < c->B; b++)
         for (int d = 0; d < c->E; d++) {
             double h[64] = {0};
+            for (int n = 0; n < c->N && c->h0; n++) h[n] = c->h0[((size_t)b * c->N + n) * c->E + d];
             for (int s = 0; s < c->L; s++) {
                 int t = c->rev ? c->L - 1 - s : s;
                 size_t r = (size_t)b * c->L + t;
@@ -313,27 +319,49 @@ static void scan_reference(ScanCtx *c, double *y) {
                     }
                 }
                 y[r * c->E + d] = acc + (double)c->D[d] * u;
+                for (int n = 0; n < c->N && hsq; n++) hsq[r] += h[n] * h[n];
             }
+            for (int n = 0; n < c->N && hT; n++) hT[((size_t)b * c->N + n) * c->E + d] = h[n];
         }
 }
-static void test_scan(int mamba, int rev, int L, int E) {
+/* with_h0: from a non-zero initial state (a constant: the gradients below hold it fixed), with
+ * the final states and the per-token state norms checked too */
+static void test_scan(int mamba, int rev, int L, int E, int with_h0) {
     ScanCtx c = {.B = 2, .L = L, .E = E, .N = 4, .rev = rev, .mamba = mamba};
     c.xdbl_ld = 1 + 2 * c.N + 2; /* dt_low column, k, q, two spare columns */
-    size_t n = (size_t)c.B * c.L * c.E, nk = (size_t)c.B * c.L * c.xdbl_ld;
+    size_t n = (size_t)c.B * c.L * c.E, nk = (size_t)c.B * c.L * c.xdbl_ld, ns = (size_t)c.B * c.N * c.E;
     c.u = rnd(n, 1), c.delta = rnd(n, 1), c.kq = rnd(nk, 0.7f), c.D = rnd(c.E, 1), c.y = zeros(n), c.R = rnd(n, 1);
     c.A = rnd((size_t)c.E * c.N, 0.5f);
+    if (with_h0) c.h0 = rnd(ns, 2), c.hT = zeros(ns), c.hsq = zeros((size_t)c.B * c.L);
     scan_loss(&c);
-    double *ref = vil_malloc(n * sizeof(double));
-    scan_reference(&c, ref);
+    double *ref = vil_malloc(n * sizeof(double)), *rT = vil_malloc(ns * sizeof(double));
+    double *rsq = vil_malloc((size_t)c.B * c.L * sizeof(double));
+    scan_reference(&c, ref, rT, rsq);
     char name[96];
-    const char *nm = mamba ? "mamba" : "longhorn";
-    snprintf(name, sizeof name, "%s forward L=%d E=%d%s", nm, L, E, rev ? " rev" : "");
+    const char *nm = mamba ? "mamba" : "longhorn", *h0s = with_h0 ? " h0" : "";
+    snprintf(name, sizeof name, "%s forward L=%d E=%d%s%s", nm, L, E, rev ? " rev" : "", h0s);
     T_CLOSE(name, rel_err(c.y, ref, n), 1e-5);
+    if (with_h0) {
+        snprintf(name, sizeof name, "%s final state L=%d E=%d%s h0", nm, L, E, rev ? " rev" : "");
+        T_CLOSE(name, rel_err(c.hT, rT, ns), 1e-5);
+        snprintf(name, sizeof name, "%s state norms L=%d E=%d%s h0", nm, L, E, rev ? " rev" : "");
+        T_CLOSE(name, rel_err(c.hsq, rsq, (size_t)c.B * c.L), 1e-5);
+    } else { /* a given zero state is the zero start, bit for bit */
+        float *y0 = vil_malloc(n * sizeof(float));
+        memcpy(y0, c.y, n * sizeof(float));
+        c.h0 = zeros(ns);
+        scan_loss(&c);
+        snprintf(name, sizeof name, "%s L=%d E=%d%s: h0 = 0 is the zero start bitwise", nm, L, E, rev ? " rev" : "");
+        T_CHECK(!memcmp(y0, c.y, n * sizeof(float)), "%s", name);
+        free(c.h0), free(y0);
+        c.h0 = NULL;
+    }
     float *du = zeros(n), *ddelta = zeros(n), *dkq = zeros(nk), *dD = zeros(c.E), *dA = zeros((size_t)c.E * c.N);
     /* sentinel in the columns the scan must not touch (dt_low and spares) */
     for (size_t i = 0; i < nk; i++) dkq[i] = 5.0f;
+    VilScanState st = {.h0 = c.h0, .ld = (size_t)c.N * c.E};
     scan_dir_backward(mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, du, ddelta, dkq + 1, dkq + 1 + c.N, dD, mamba ? dA : NULL, c.R,
-                      c.u, c.delta, c.kq + 1, c.kq + 1 + c.N, c.D, mamba ? c.A : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, rev);
+                      c.u, c.delta, c.kq + 1, c.kq + 1 + c.N, c.D, mamba ? c.A : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, rev, &st);
     int untouched = 1;
     for (size_t r = 0; r < (size_t)c.B * c.L; r++) {
         untouched &= dkq[r * c.xdbl_ld] == 5.0f;
@@ -345,7 +373,8 @@ static void test_scan(int mamba, int rev, int L, int E) {
         dkq[r * c.xdbl_ld] = 0;
         for (int j = 1 + 2 * c.N; j < c.xdbl_ld; j++) dkq[r * c.xdbl_ld + j] = 0;
     }
-    const char *sfx = rev ? " rev" : "";
+    char sfx[16];
+    snprintf(sfx, sizeof sfx, "%s%s", rev ? " rev" : "", h0s);
     snprintf(name, sizeof name, "%s u L=%d%s", nm, L, sfx);
     gc_check(name, scan_loss, &c, c.u, du, n, COORDS, 1e-2f, TOL, &rng);
     snprintf(name, sizeof name, "%s delta L=%d%s", nm, L, sfx);
@@ -358,8 +387,9 @@ static void test_scan(int mamba, int rev, int L, int E) {
         snprintf(name, sizeof name, "%s A_log L=%d%s", nm, L, sfx);
         gc_check(name, scan_loss, &c, c.A, dA, (size_t)c.E * c.N, COORDS, 1e-2f, TOL, &rng);
     }
-    free(ref), free(du), free(ddelta), free(dkq), free(dD), free(dA);
+    free(ref), free(rT), free(rsq), free(du), free(ddelta), free(dkq), free(dD), free(dA);
     free(c.u), free(c.delta), free(c.kq), free(c.D), free(c.A), free(c.y), free(c.R);
+    free(c.h0), free(c.hT), free(c.hsq);
 }
 
 /* Longhorn's forget gate near zero: large k and beta near 1 make a_t tiny; the backward must
@@ -374,7 +404,7 @@ static void test_scan_small_gate(void) {
     for (size_t r = 0; r < (size_t)c.L; r++) c.kq[r * c.xdbl_ld + 1] = 6.0f; /* k0^2 = 36 dominates kappa */
     float *du = zeros(n), *ddelta = zeros(n), *dkq = zeros(nk), *dD = zeros(c.E);
     scan_dir_backward(VIL_REC_LONGHORN, du, ddelta, dkq + 1, dkq + 1 + c.N, dD, NULL, c.R, c.u, c.delta, c.kq + 1,
-                      c.kq + 1 + c.N, c.D, NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, 0);
+                      c.kq + 1 + c.N, c.D, NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, 0, NULL);
     gc_check("longhorn u, gate a_t ~ 1e-3", scan_loss, &c, c.u, du, n, COORDS, 1e-3f, TOL, &rng);
     gc_check("longhorn k,q, gate a_t ~ 1e-3", scan_loss, &c, c.kq, dkq, nk, COORDS, 1e-3f, TOL, &rng);
     free(du), free(ddelta), free(dkq), free(dD), free(c.u), free(c.delta), free(c.kq), free(c.D), free(c.y), free(c.R);
@@ -384,6 +414,7 @@ static void test_scan_small_gate(void) {
 typedef struct {
     int B, L, E, N, R, xdbl_ld, ldz, mamba;
     float *u[2], *delta[2], *xdbl[2], *z, *D[2], *A[2], *out, *Rw;
+    float *h0, *hT; /* (B, 2, N, E) or NULL */
 } BiCtx;
 static double bi_loss(void *p) {
     BiCtx *c = p;
@@ -391,11 +422,15 @@ static double bi_loss(void *p) {
                                      .u = {c->u[0], c->u[1]}, .delta = {c->delta[0], c->delta[1]},
                                      .xdbl = {c->xdbl[0], c->xdbl[1]}, .z = c->z, .D = {c->D[0], c->D[1]},
                                      .A_log = {c->A[0], c->A[1]}, .B = c->B, .L = c->L, .E = c->E,
-                                     .N = c->N, .dt_ld = c->R, .xdbl_ld = c->xdbl_ld, .ldz = c->ldz});
+                                     .N = c->N, .dt_ld = c->R, .xdbl_ld = c->xdbl_ld, .ldz = c->ldz,
+                                     .h0 = c->h0, .hT = c->hT});
     return gc_dot(c->out, c->Rw, (size_t)c->B * c->L * c->E);
 }
-static void test_bidir(int mamba) {
+/* with_h0: both directions from non-zero initial states (B, 2, N, E), their final states out */
+static void test_bidir(int mamba, int with_h0) {
     BiCtx c = {.B = 2, .L = 7, .E = 5, .N = 4, .R = 2, .ldz = 9, .mamba = mamba};
+    size_t ns = (size_t)c.B * 2 * c.N * c.E;
+    if (with_h0) c.h0 = rnd(ns, 2), c.hT = zeros(ns);
     int xdbl_ld = c.R + 2 * c.N + 3; /* x_dbl rows padded past R + 2N: the padding is never touched */
     c.xdbl_ld = xdbl_ld;
     size_t n = (size_t)c.B * c.L * c.E, nx = (size_t)c.B * c.L * xdbl_ld, nz = (size_t)c.B * c.L * c.ldz;
@@ -406,12 +441,18 @@ static void test_bidir(int mamba) {
     c.z = rnd(nz, 1), c.out = zeros(n), c.Rw = rnd(n, 1);
     bi_loss(&c);
     /* reference from the single-direction scans (checked above) and the gate formula */
-    float *y0 = zeros(n), *y1 = zeros(n);
+    float *y0 = zeros(n), *y1 = zeros(n), *hT = zeros(ns);
     for (int j = 0; j < 2; j++) {
         float *y = j ? y1 : y0;
+        size_t off = (size_t)j * c.N * c.E;
+        VilScanState st = {.h0 = c.h0 ? c.h0 + off : NULL, .hT = hT + off, .ld = (size_t)2 * c.N * c.E};
         scan_dir_forward(mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, y, c.u[j], c.delta[j], c.xdbl[j] + c.R,
-                         c.xdbl[j] + c.R + c.N, c.D[j], mamba ? c.A[j] : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, j);
+                         c.xdbl[j] + c.R + c.N, c.D[j], mamba ? c.A[j] : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, j, &st);
     }
+    if (with_h0)
+        T_CHECK(!memcmp(hT, c.hT, ns * sizeof(float)), "bidir %s: the final states (B, 2, N, E) are the directions'",
+                mamba ? "mamba" : "longhorn");
+    free(hT);
     double *ref = vil_malloc(n * sizeof(double));
     for (size_t r = 0; r < (size_t)c.B * c.L; r++)
         for (int e = 0; e < c.E; e++) {
@@ -432,7 +473,7 @@ static void test_bidir(int mamba) {
                                       .dout = c.Rw, .u = {c.u[0], c.u[1]}, .delta = {c.delta[0], c.delta[1]},
                                       .xdbl = {c.xdbl[0], c.xdbl[1]}, .z = c.z, .D = {c.D[0], c.D[1]},
                                       .A_log = {c.A[0], c.A[1]}, .B = c.B, .L = c.L, .E = c.E, .N = c.N,
-                                      .dt_ld = c.R, .xdbl_ld = c.xdbl_ld, .ldz = c.ldz});
+                                      .dt_ld = c.R, .xdbl_ld = c.xdbl_ld, .ldz = c.ldz, .h0 = c.h0});
     /* ddelta_sum adds the column sums of ddelta (dt_proj's bias gradient; ddelta itself is checked
      * against finite differences below) */
     double dbs_err = 0;
@@ -458,7 +499,7 @@ static void test_bidir(int mamba) {
     /* z's gradient only for the E columns the gate reads; the others must be left alone */
     for (size_t r = 0; r < (size_t)c.B * c.L; r++)
         for (int k = c.E; k < c.ldz; k++) dz[r * c.ldz + k] = 0;
-    const char *nm = mamba ? "bidir(mamba)" : "bidir(longhorn)";
+    const char *nm = mamba ? (with_h0 ? "bidir(mamba) h0" : "bidir(mamba)") : with_h0 ? "bidir(longhorn) h0" : "bidir(longhorn)";
     char name[96];
     for (int j = 0; j < 2; j++) {
         snprintf(name, sizeof name, "%s u[%d]", nm, j);
@@ -482,7 +523,7 @@ static void test_bidir(int mamba) {
         free(du[j]), free(ddl[j]), free(dxd[j]), free(dD[j]), free(dA[j]);
         free(c.u[j]), free(c.delta[j]), free(c.xdbl[j]), free(c.D[j]), free(c.A[j]);
     }
-    free(dz), free(y0), free(y1), free(ref), free(c.z), free(c.out), free(c.Rw);
+    free(dz), free(y0), free(y1), free(ref), free(c.z), free(c.out), free(c.Rw), free(c.h0), free(c.hT);
 }
 
 /* ---------------- loss ---------------- */
@@ -585,16 +626,21 @@ int main(void) {
     test_conv(1);
     int Ls[] = {1, 7, 20};
     for (int i = 0; i < 3; i++)
-        for (int rev = 0; rev < 2; rev++) {
-            test_scan(0, rev, Ls[i], 5);
-            test_scan(1, rev, Ls[i], 5);
-        }
+        for (int rev = 0; rev < 2; rev++)
+            for (int h0 = 0; h0 < 2; h0++) {
+                test_scan(0, rev, Ls[i], 5, h0);
+                test_scan(1, rev, Ls[i], 5, h0);
+            }
     /* more channels than one vectorized block (64) of the CPU scan, with a partial block */
-    test_scan(0, 0, 9, 70);
-    test_scan(0, 1, 9, 70);
+    for (int h0 = 0; h0 < 2; h0++) {
+        test_scan(0, 0, 9, 70, h0);
+        test_scan(0, 1, 9, 70, h0);
+    }
     test_scan_small_gate();
-    test_bidir(0);
-    test_bidir(1);
+    for (int h0 = 0; h0 < 2; h0++) {
+        test_bidir(0, h0);
+        test_bidir(1, h0);
+    }
     test_xent();
     test_adamw();
     test_grad_clip();

@@ -16,6 +16,7 @@
 #define VIL_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "recurrence.h"
 
@@ -141,6 +142,10 @@ typedef struct {
     float *states;                 /* CUDA, training: where the forward keeps the states at its
                                     * chunk boundaries for the backward (scan_states_bytes of
                                     * them), or NULL */
+    const float *h0;               /* (B, 2, N, E) f32: the state each direction starts from
+                                    * (doc/scans.md "Initial state"), or NULL: zero */
+    float *hT;                     /* (B, 2, N, E) f32: each direction's state after its last
+                                    * step, or NULL: not wanted */
 } VilScanFwd;
 typedef struct {
     VilRecurrence rec;
@@ -156,6 +161,8 @@ typedef struct {
     int chunk;                     /* as VilScanFwd's */
     const float *states;           /* the forward's kept states (its VilScanFwd.states, same
                                     * shapes and chunk), or NULL: the backward makes them again */
+    const float *h0;               /* the forward's initial state (VilScanFwd.h0), or NULL: zero.
+                                    * A constant: no gradient flows into it. */
 } VilScanBwd;
 
 /* loss.c: softmax cross-entropy against soft targets; dlogits = (probs - targets) / denom, where
@@ -201,6 +208,39 @@ typedef struct {
     float decay;
 } VilEma;
 
+/* init_state.c: the initial states of one layer's scan for the interventions of doc/recipe.md
+ * ("Initial states"), h0 (B, S) f32 with S = 2 N E (VilScanFwd.h0's (B, 2, N, E) per sample):
+ *   prev != NULL (state passing): h0[b] = prev[b], or 0 where sample b's draw u < drop;
+ *   else (noise): h0[b][i] = mean[i] + sd(i) g, sd(i) = sqrt(var[i]) (var NULL: sigma), mean NULL
+ *   is 0; g a standard normal.
+ * The draws are number i (u: VIL_STATE_DROP_DRAW) of the stream vil_state_key(seed, first + b)
+ * (init_state.h): a sample's numbers depend on its global index, not on the batch's split. */
+typedef struct {
+    float *h0;                     /* (B, S) */
+    const float *prev;             /* (B, S), or NULL */
+    const float *mean, *var;       /* (S) each, or NULL */
+    float sigma, drop;
+    uint64_t seed;
+    long first;
+    int B, S;
+} VilStateInit;
+/* init_state.c: the batch's moments of the final states hT (B, S): sum[i] = sum_b hT[b][i],
+ * sq[i] = sum_b hT[b][i]^2 (overwrite; summed in sample order) */
+typedef struct {
+    float *sum, *sq;               /* (S) each */
+    const float *hT;               /* (B, S) */
+    int B, S;
+} VilStateMoments;
+/* init_state.c: the running fit of fitted noise from moments of count samples: with bm = sum /
+ * count and bv = max(sq / count - bm^2, 0), mean = keep mean + (1 - keep) bm and var = keep var
+ * + (1 - keep) bv, elementwise over n (keep 0: the batch's moments replace them) */
+typedef struct {
+    float *mean, *var;             /* (n) each */
+    const float *sum, *sq;         /* (n) each */
+    size_t n;
+    float count, keep;
+} VilStateFit;
+
 /* dist.c / cuda/backend_cuda.cu: buf (n floats, backend memory) summed over the ranks of dist
  * in place (MPI on the CPU, NCCL on CUDA after dist_join); every rank calls it in the same order.
  * async 0: done before the ops queued after it run. async 1: it runs beside the ops queued after
@@ -237,6 +277,9 @@ typedef struct {
     X(adamw_update, VilAdamW, "adamw")                                  \
     X(grad_clip, VilGradClip, "grad clip")                              \
     X(ema_update, VilEma, "ema")                                        \
+    X(state_init, VilStateInit, "init state")                           \
+    X(state_moments, VilStateMoments, "state moments")                  \
+    X(state_fit, VilStateFit, "state fit")                              \
     X(grad_allreduce, VilAllReduce, "allreduce")                        \
     X(grad_allreduce_wait, VilAllReduceWait, "allreduce wait")
 

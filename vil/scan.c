@@ -136,8 +136,21 @@ typedef struct {
     const float *dy, *u, *delta, *k, *q, *Dskip, *A_log;
     const float *kappa; /* rec_tokens */
     float *H, *T;       /* per-thread history of the states, per-thread per-token sums */
+    const float *h0;    /* VilScanState's, or NULL */
+    float *hT, *hsq;    /* hT: VilScanState's; hsq: (B, nblk, L) partial sums per block, or NULL */
+    size_t hld;
     int B, L, E, N, xdbl_ld, reverse;
 } ScanDir;
+
+/* the state of channels c0 .. c0 + nd of sample b before the first step, h[n][i] (DB-wide
+ * rows): the given initial state, or zero */
+ALWAYS_INLINE void state_start(const VilRecurrence rec, const ScanDir *p, float *h, int b, int c0, int nd) {
+    const int DB = rec_block(rec);
+    for (int n = 0; n < p->N * DB; n++) h[n] = 0.0f;
+    if (p->h0)
+        for (int n = 0; n < p->N; n++)
+            for (int i = 0; i < nd; i++) h[n * DB + i] = p->h0[(size_t)b * p->hld + (size_t)n * p->E + c0 + i];
+}
 
 /* the forward of one channel block of one sample */
 ALWAYS_INLINE void forward_block(const VilRecurrence rec, const ScanDir *p, int b, int cb) {
@@ -148,8 +161,9 @@ ALWAYS_INLINE void forward_block(const VilRecurrence rec, const ScanDir *p, int 
     int c0 = cb * DB, nd = DB == 1 ? 1 : E - c0 < DB ? E - c0 : DB;
     float h[MAXN * MAXDB], A[MAXN * MAXDB];
     float sc[MAXDB], ut[MAXDB], acc[MAXDB], aux0[MAXDB], aux1[MAXDB];
-    for (int n = 0; n < N * DB; n++) h[n] = 0.0f;
+    state_start(rec, p, h, b, c0, nd);
     rec_params(rec, A, p->A_log, c0, nd, N);
+    float *hsq = p->hsq ? p->hsq + ((size_t)b * ((E + DB - 1) / DB) + cb) * L : NULL;
     for (int s = 0; s < L; s++) {
         size_t r = (size_t)b * L + tok(s, L, reverse);
         const float *kt = k + r * xdbl_ld, *qt = q + r * xdbl_ld;
@@ -180,7 +194,16 @@ ALWAYS_INLINE void forward_block(const VilRecurrence rec, const ScanDir *p, int 
             }
         }
         for (int i = 0; i < nd; i++) y[r * E + c0 + i] = rec_out_final(rec, acc[i], Dskip[c0 + i], ut[i]);
+        if (hsq) {
+            float s2 = 0.0f;
+            for (int n = 0; n < N; n++)
+                for (int i = 0; i < nd; i++) s2 += h[n * DB + i] * h[n * DB + i];
+            hsq[tok(s, L, reverse)] = s2;
+        }
     }
+    if (p->hT)
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < nd; i++) p->hT[(size_t)b * p->hld + (size_t)n * E + c0 + i] = h[n * DB + i];
 }
 
 /* The backward of one sample: its channel blocks in order, each adding into dk, dq (and the
@@ -195,7 +218,6 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
     int L = p->L, E = p->E, N = p->N, xdbl_ld = p->xdbl_ld, reverse = p->reverse;
     int nblk = (E + DB - 1) / DB, th = omp_get_thread_num();
     float *Hs = p->H + (size_t)th * L * N * DB, *dkap = p->T + (size_t)th * L;
-    static const float zero[MAXN > MAXDB ? MAXN : MAXDB] = {0};
     for (int t = 0; t < L; t++) {
         size_t r = (size_t)b * L + t;
         for (int n = 0; n < N; n++) dk[r * xdbl_ld + n] = dq[r * xdbl_ld + n] = 0.0f;
@@ -205,8 +227,10 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
         int c0 = cb * DB, nd = DB == 1 ? 1 : E - c0 < DB ? E - c0 : DB;
         float h[MAXN * MAXDB], A[MAXN * MAXDB], lam[MAXN * MAXDB], anext[MAXN * MAXDB], dA[MAXN * MAXDB];
         float sc[MAXDB], ut[MAXDB], aux0[MAXDB], aux1[MAXDB], gy[MAXDB], dut[MAXDB], ds[MAXDB],
-            dDacc[MAXDB];
-        for (int n = 0; n < N * DB; n++) h[n] = lam[n] = anext[n] = dA[n] = 0.0f;
+            dDacc[MAXDB], hinit[MAXN * MAXDB];
+        for (int n = 0; n < N * DB; n++) lam[n] = anext[n] = dA[n] = 0.0f;
+        state_start(rec, p, h, b, c0, nd);
+        memcpy(hinit, h, sizeof(float) * N * DB); /* h before the first step: a constant */
         rec_params(rec, A, p->A_log, c0, nd, N);
         /* recompute the forward states of this block: Hs[s][n][i] = h after step s */
         for (int s = 0; s < L; s++) {
@@ -252,7 +276,7 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
                 ds[i] = 0.0f;
             }
             if (DB == 1) { /* one channel: the state loop innermost, straight into the sums */
-                const float *hcur = Hs + (size_t)s * N, *hp = s > 0 ? Hs + (size_t)(s - 1) * N : zero;
+                const float *hcur = Hs + (size_t)s * N, *hp = s > 0 ? Hs + (size_t)(s - 1) * N : hinit;
                 float s0 = sc[0], u0 = ut[0], g0 = gy[0], du0 = dut[0], ds0 = ds[0];
                 for (int n = 0; n < N; n++) {
                     float kn = kt[n], a = rec_decay(rec, s0, kn * kn, A[n]);
@@ -271,7 +295,7 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
                 for (int n = 0; n < N; n++) {
                     float kn = kt[n], qn = qt[n], kk = kn * kn;
                     const float *hcur = Hs + ((size_t)s * N + n) * DB;
-                    const float *hp = s > 0 ? Hs + ((size_t)(s - 1) * N + n) * DB : zero;
+                    const float *hp = s > 0 ? Hs + ((size_t)(s - 1) * N + n) * DB : hinit + n * DB;
                     float *ln = lam + n * DB, *an = anext + n * DB, *dAn = dA + n * DB;
                     const float *An = A + n * DB;
                     float dqa = 0.0f, dka = 0.0f;
@@ -319,21 +343,34 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
 
 void scan_dir_forward(VilRecurrence rec, float *y, const float *u, const float *delta,
                       const float *k, const float *q, const float *Dskip, const float *A_log, int B,
-                      int L, int E, int N, int xdbl_ld, int reverse) {
-    ScanDir p = {.y = y, .u = u, .delta = delta, .k = k, .q = q, .Dskip = Dskip, .A_log = A_log,
-                 .kappa = rec_tokens(rec, k, B, L, N, xdbl_ld), .B = B, .L = L, .E = E, .N = N,
-                 .xdbl_ld = xdbl_ld, .reverse = reverse};
+                      int L, int E, int N, int xdbl_ld, int reverse, const VilScanState *st) {
     int nblk = (E + rec_block(rec) - 1) / rec_block(rec);
+    ScanDir p = {.y = y, .u = u, .delta = delta, .k = k, .q = q, .Dskip = Dskip, .A_log = A_log,
+                 .kappa = rec_tokens(rec, k, B, L, N, xdbl_ld), .h0 = st ? st->h0 : NULL,
+                 .hT = st ? st->hT : NULL,
+                 .hsq = st && st->hsq ? vil_malloc((size_t)B * nblk * L * sizeof(float)) : NULL,
+                 .hld = st ? st->ld : 0, .B = B, .L = L, .E = E, .N = N, .xdbl_ld = xdbl_ld,
+                 .reverse = reverse};
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int cb = 0; cb < nblk; cb++) REC_DISPATCH(rec, forward_block, &p, b, cb)
+    if (p.hsq) { /* the blocks' sums in block order */
+#pragma omp parallel for
+        for (long r = 0; r < (long)B * L; r++) {
+            long b = r / L, t = r % L;
+            float s2 = 0.0f;
+            for (int cb = 0; cb < nblk; cb++) s2 += p.hsq[((size_t)b * nblk + cb) * L + t];
+            st->hsq[r] = s2;
+        }
+        free(p.hsq);
+    }
     free((float *)p.kappa);
 }
 
 void scan_dir_backward(VilRecurrence rec, float *du, float *ddelta, float *dk, float *dq, float *dD,
                        float *dA_log, const float *dy, const float *u, const float *delta,
                        const float *k, const float *q, const float *Dskip, const float *A_log, int B,
-                       int L, int E, int N, int xdbl_ld, int reverse) {
+                       int L, int E, int N, int xdbl_ld, int reverse, const VilScanState *st) {
     int nt = omp_get_max_threads(), DB = rec_block(rec), own = rec_has_param(rec);
     /* per-sample partials, reduced in sample order: independent of the thread count */
     ScanDir p = {.du = du, .ddelta = ddelta, .dk = dk, .dq = dq,
@@ -342,8 +379,9 @@ void scan_dir_backward(VilRecurrence rec, float *du, float *ddelta, float *dk, f
                  .dy = dy, .u = u, .delta = delta, .k = k, .q = q, .Dskip = Dskip, .A_log = A_log,
                  .kappa = rec_tokens(rec, k, B, L, N, xdbl_ld),
                  .H = vil_malloc((size_t)nt * L * N * DB * sizeof(float)),
-                 .T = vil_malloc((size_t)nt * L * sizeof(float)), .B = B, .L = L, .E = E, .N = N,
-                 .xdbl_ld = xdbl_ld, .reverse = reverse};
+                 .T = vil_malloc((size_t)nt * L * sizeof(float)), .h0 = st ? st->h0 : NULL,
+                 .hld = st ? st->ld : 0, .B = B, .L = L, .E = E, .N = N, .xdbl_ld = xdbl_ld,
+                 .reverse = reverse};
 #pragma omp parallel for
     for (int b = 0; b < B; b++) REC_DISPATCH(rec, backward_sample, &p, b)
     for (int bb = 0; bb < B; bb++) {
@@ -369,8 +407,10 @@ void scan_bidir_forward(const VilScanFwd *args) {
     float *y = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
         const float *xdbl = args->xdbl[j];
+        VilScanState st = {.h0 = args->h0 ? args->h0 + (size_t)j * N * E : NULL,
+                           .hT = args->hT ? args->hT + (size_t)j * N * E : NULL, .ld = (size_t)2 * N * E};
         scan_dir_forward(args->rec, y, args->u[j], args->delta[j], xdbl + dt_ld, xdbl + dt_ld + N,
-                         args->D[j], args->A_log[j], B, L, E, N, xdbl_ld, j);
+                         args->D[j], args->A_log[j], B, L, E, N, xdbl_ld, j, &st);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {
@@ -397,7 +437,8 @@ void scan_bidir_backward(const VilScanBwd *args) {
     float *gy = vil_malloc(BL * E * sizeof(float));
     for (int j = 0; j < 2; j++) {
         const float *k = xdbl[j] + dt_ld, *q = k + N;
-        scan_dir_forward(args->rec, y, u[j], delta[j], k, q, Dskip[j], args->A_log[j], B, L, E, N, xdbl_ld, j);
+        VilScanState st = {.h0 = args->h0 ? args->h0 + (size_t)j * N * E : NULL, .ld = (size_t)2 * N * E};
+        scan_dir_forward(args->rec, y, u[j], delta[j], k, q, Dskip[j], args->A_log[j], B, L, E, N, xdbl_ld, j, &st);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {
@@ -410,7 +451,7 @@ void scan_bidir_backward(const VilScanBwd *args) {
             }
         scan_dir_backward(args->rec, du[j], ddelta[j], dxdbl[j] + dt_ld, dxdbl[j] + dt_ld + N, dD[j],
                           dA_log[j], gy, u[j], delta[j], k, q, Dskip[j], args->A_log[j], B, L, E, N,
-                          xdbl_ld, j);
+                          xdbl_ld, j, &st);
         if (args->ddelta_sum[j]) {
             float *sum = args->ddelta_sum[j];
 #pragma omp parallel for
