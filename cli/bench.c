@@ -367,6 +367,7 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
         vil_model_init_weights(&m, 0);
         VilStepParams sp = vil_step_params(tc, (float)vil_peak_lr(tc->base_lr, batches[0]));
         vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
+        vil_train_init_state(&m, tc);
         /* the latency of one image: the forward at batch 1 */
         double lat = -1;
         vil_error_capture(&cap);
@@ -519,9 +520,10 @@ int vil_cmd_bench(int argc, char **argv) {
     if (lead) {
         printf("bench: %s (%s) on %s, %zu parameters, %dx%d, batch %d, %d tokens\n", cfg.name,
                cfg.arch, be->name, m.param_count, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
-        printf("step:  forward, backward, %s AdamW (lr %.3g, wd %g), %s\n",
+        printf("step:  forward, backward, %s AdamW (lr %.3g, wd %g), %s%s%s\n",
                sp.clip_grad > 0 ? "clip_grad," : "no clipping,", sp.lr, sp.weight_decay,
-               sp.ema_decay > 0 ? "EMA" : "no EMA");
+               sp.ema_decay > 0 ? "EMA" : "no EMA", strcmp(tc.init_state, "zero") ? ", initial states: " : "",
+               strcmp(tc.init_state, "zero") ? tc.init_state : "");
         if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, loader);
         if (dist.mpi)
             printf("ranks: %d (%s), %d on this host; global batch %ld\n", dist.world, dist.launcher,
@@ -529,6 +531,7 @@ int vil_cmd_bench(int argc, char **argv) {
         fflush(stdout);
     }
     vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
+    vil_train_init_state(&m, &tc);
     vil_model_alloc_acts(&m, batch, 1);
     upload_batch(&m, 1);
     if (dist.mpi) {

@@ -196,6 +196,58 @@ static int state_values(const char *path, const VilStTensor *t, int nonneg, floa
     return 0;
 }
 
+/* The initial-state intervention's training state (vil_model_init_state_get): fitted's running
+ * fit, whose shape must be the model's (refused by name otherwise); passing's final states of
+ * every rank, this rank's taken where the run is cut as the saved one was. A state without them
+ * (saved with another init_state) starts them afresh, said. 0, or -1 (reported). */
+static int restore_init_state(Trainer *T, const VilSafetensors *st, const char *path, long saved_world) {
+    VilModel *m = &T->m;
+    size_t nf = vil_model_init_state_fit_floats(m), np = vil_model_init_state_prev_floats(m, T->tc->batch);
+    if (strcmp(T->tc->init_state, "fitted") == 0) {
+        const VilStTensor *tm = vil_st_find(st, "init_state_mean"), *tv = vil_st_find(st, "init_state_var");
+        if (!tm && !tv) {
+            vil_warn("the state has no fitted initial states (init_state was not fitted): the fit starts now");
+            vil_model_init_state_set(m, NULL, NULL, 0, NULL, 0);
+            return 0;
+        }
+        const VilStTensor *bad = !tm ? tv : tm;
+        for (int i = 0; i < 2; i++) {
+            const VilStTensor *t = i ? tv : tm;
+            if (!t || t->dtype != VIL_ST_F32 || (size_t)vil_st_numel(t) != nf) {
+                vil_error("cannot resume: the state file's '%s' does not match the model: fitted-noise "
+                          "statistics are %d layers x 2 directions x d_state %d x d_inner %d = %zu float32 "
+                          "values", t ? t->name : bad == tm ? "init_state_var" : "init_state_mean",
+                          T->mc->depth, T->mc->d_state, T->mc->d_inner, nf);
+                return -1;
+            }
+        }
+        long fits;
+        float *mean = vil_malloc(nf * sizeof(float)), *var = vil_malloc(nf * sizeof(float));
+        int rc = meta_long(st, path, "vil.init_state_fits", 0, LONG_MAX, &fits) ||
+                 state_values(path, tm, 0, mean, nf) || state_values(path, tv, 1, var, nf) ? -1 : 0;
+        if (rc == 0) vil_model_init_state_set(m, mean, var, fits, NULL, 0);
+        free(mean), free(var);
+        return rc;
+    }
+    if (!np) return 0;
+    const VilStTensor *tp = vil_st_find(st, "init_state_prev");
+    if (!tp) {
+        vil_warn("the state has no passed states (init_state was not passing): the first batch starts from zero");
+        return 0;
+    }
+    if (tp->dtype != VIL_ST_F32 || (size_t)vil_st_numel(tp) != np * (size_t)saved_world || saved_world != T->world) {
+        vil_warn("the state's passed states are for another batch or number of ranks: the first batch "
+                 "starts from zero");
+        return 0;
+    }
+    float *prev = vil_malloc(np * saved_world * sizeof(float));
+    int rc = state_values(path, tp, 0, prev, np * saved_world) ? -1 : 0; /* every rank's checked, its own taken */
+    if (rc == 0) memcpy(prev, (const float *)tp->data + np * (size_t)T->rank, np * sizeof(float));
+    if (rc == 0) vil_model_init_state_set(m, NULL, NULL, 0, prev, T->tc->batch);
+    free(prev);
+    return rc;
+}
+
 int state_restore(Trainer *T, const char *path) {
     VilSafetensors st;
     if (state_open(path, &st) != 0) return -1;
@@ -324,6 +376,7 @@ int state_restore(Trainer *T, const char *path) {
         if (!ts[i]) vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
         vil_model_train_state_set(m, i, ts[i] ? (const float *)ts[i]->data : NULL);
     }
+    if (restore_init_state(T, &st, path, saved_world) != 0) goto done;
     vil_model_optim_set_steps(m, (int)adam_step);
     T->step = step;
     T->epoch = (int)epoch;
@@ -366,10 +419,32 @@ static int save_checkpoint(Trainer *T, const char *path, int ema) {
  * (sync_run_files). Each write is atomic. Weights that are not finite are never written over
  * the last good ones: returns -2 then. */
 static int save_all_here(Trainer *T, const float *new_best);
+/* passing: every rank's final states of its last micro-batch into T->prev_all on rank 0, (world,
+ * depth, B, 2, N, E) (rank r's at r; zero where nothing is passed yet), by a sum over the ranks
+ * of a buffer that holds each rank's own at its place; NULL for the other modes */
+static void gather_prev(Trainer *T) {
+    VilModel *m = &T->m;
+    const VilBackend *be = m->be;
+    size_t np = vil_model_init_state_prev_floats(m, T->tc->batch), all = np * (size_t)T->world;
+    free(T->prev_all);
+    T->prev_all = NULL;
+    if (!np) return;
+    float *host = vil_calloc(all, sizeof(float));
+    vil_model_init_state_get(m, NULL, NULL, host + np * (size_t)T->rank, T->tc->batch);
+    if (T->world > 1) {
+        float *dev = be->alloc(be, all * sizeof(float));
+        be->to_device(be, dev, host, all * sizeof(float));
+        be->grad_allreduce(be, &(VilAllReduce){.buf = dev, .n = all, .dist = T->dist});
+        be->to_host(be, host, dev, all * sizeof(float));
+        be->free(be, dev);
+    }
+    T->prev_all = host;
+}
 /* Saves on rank 0 (every rank holds the same weights); every rank gets its result and the new
  * best, so all take the same path afterwards. */
 static int save_all(Trainer *T, const float *new_best) {
     int rc = 0;
+    gather_prev(T);
     if (T->rank == 0) {
         rc = save_all_here(T, new_best);
     } else if (new_best) {
@@ -407,6 +482,19 @@ static int save_all_here(Trainer *T, const float *new_best) {
     vil_st_writer_add(w, "params", VIL_ST_F32, 1, shape, p);
     for (int i = 0; i < ns; i++)
         vil_st_writer_add(w, vil_model_train_state_info(m, i).name, VIL_ST_F32, 1, shape, ts[i]);
+    /* the initial-state intervention's state: fitted's running fit, passing's final states */
+    const VilConfig *mc = T->mc;
+    int64_t fshape[4] = {mc->depth, 2, mc->d_state, mc->d_inner};
+    int64_t pshape[6] = {T->world, mc->depth, T->tc->batch, 2, mc->d_state, mc->d_inner};
+    size_t nf = vil_model_init_state_fit_floats(m);
+    float *fit = NULL;
+    if (strcmp(T->tc->init_state, "fitted") == 0) {
+        fit = vil_malloc(2 * nf * sizeof(float));
+        vil_model_init_state_get(m, fit, fit + nf, NULL, 0);
+        vil_st_writer_add(w, "init_state_mean", VIL_ST_F32, 4, fshape, fit);
+        vil_st_writer_add(w, "init_state_var", VIL_ST_F32, 4, fshape, fit + nf);
+    }
+    if (T->prev_all) vil_st_writer_add(w, "init_state_prev", VIL_ST_F32, 6, pshape, T->prev_all);
     char *mj = vil_config_to_json(T->mc), *tj = vil_train_config_to_json(T->tc);
     char buf[64];
     vil_st_writer_meta(w, "vil.format", STATE_FORMAT);
@@ -426,11 +514,15 @@ static int save_all_here(Trainer *T, const float *new_best) {
     META("vil.world", "%d", T->world);
     META("vil.accum_steps", "%d", T->accum);
     META("vil.global_batch", "%ld", T->global_batch);
+    if (fit) {
+        META("vil.init_state_fits", "%ld", vil_model_init_state_fits(m));
+    }
 #undef META
     /* nothing else is random state: every stream is a pure function of (seed, epoch, step) */
     vil_st_writer_meta(w, "vil.rng", "keyed by (seed, epoch, position) in the loader and (seed, step) for drop path");
     int src = vil_st_writer_save(w, T->path_state);
     vil_st_writer_free(w);
+    free(fit);
     free(mj);
     free(tj);
     if (src != 0) goto done;

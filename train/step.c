@@ -14,6 +14,11 @@ VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
                            .bucket_bytes = (size_t)(t->bucket_mb * 1048576.0)};
 }
 
+void vil_train_init_state(VilModel *m, const VilTrainConfig *t) {
+    vil_model_set_init_state(m, (VilInitMode)vil_init_mode_find(t->init_state), t->init_state_sigma,
+                             t->init_state_drop);
+}
+
 static int reduces(const VilStepParams *s) { return s->dist && s->dist->mpi; }
 
 void vil_train_micro(VilModel *m, const VilStepParams *s, int first, int last) {
@@ -21,7 +26,9 @@ void vil_train_micro(VilModel *m, const VilStepParams *s, int first, int last) {
     /* the last backward hands finished layers' gradients to the all-reduce as it goes */
     m->sync.dist = last && s->overlap && reduces(s) ? s->dist : NULL;
     m->sync.bucket_bytes = s->bucket_bytes;
+    vil_model_sample_init_state(m, s->init_seed, s->init_first);
     vil_model_forward(m, 1);
+    vil_model_fit_init_state(m, s->dist);
     vil_model_backward(m);
 }
 

@@ -18,6 +18,7 @@
 
 /* keeps the drop-path stream apart from the loader's streams keyed by the same seed */
 #define TAG_DROP_PATH 0x64726f7070617468ULL
+#define TAG_INIT_STATE 0x696e697473746174ULL
 
 /* ---------------- the steps ---------------- */
 
@@ -221,6 +222,7 @@ static void trainer_free(Trainer *T) {
         if (T->dp_host[i]) T->be->host_free(T->be, T->dp_host[i]);
     if (T->model_ready) vil_model_free(&T->m);
     free(T->host_losses);
+    free(T->prev_all);
     vil_runlog_close(T->runlog);
     vil_loader_free(T->loader);
     vil_loader_free(T->val_loader);
@@ -321,6 +323,7 @@ static RunNext trainer_setup(Trainer *T) {
     /* the moments (and the EMA, from the weights) exist from the start so that a save before
      * the first update is complete */
     vil_model_init_training(m, vil_train_optim(t), t->ema_decay > 0.0f);
+    vil_train_init_state(m, t);
     /* the loss of a micro-batch is its share of the global batch's mean (0: the batch's own) */
     m->loss_denom = T->global_batch == t->batch ? 0 : T->global_batch;
     if (state_in && state_restore(T, state_in) != 0) goto out;
@@ -414,6 +417,9 @@ static RunNext step(Trainer *T) {
             return run_end(T, VIL_TRAIN_FAILED);
         }
         vil_model_set_inputs(&T->m, in[0], in[1], T->feed.n > 2 ? in[2] : NULL);
+        /* the initial states keyed as drop path is: (seed, step) and the global sample index */
+        sp.init_seed = vil_hash_seed((uint64_t)t->seed, TAG_INIT_STATE, (uint64_t)T->step, 0);
+        sp.init_first = ((long)a * T->world + T->rank) * t->batch;
         vil_train_micro(&T->m, &sp, a == 0, a + 1 == T->accum);
         vil_feed_done(&T->feed);
         /* the next micro-batch (this step's, or the next step's first while this epoch has

@@ -19,6 +19,10 @@ double vil_lr_at(long step, long total_steps, long warmup_steps, double peak, do
 /* base_lr * global_batch / 512 (the linear scaling rule of the recipe). */
 double vil_peak_lr(double base_lr, long global_batch);
 
+/* The model's initial-state intervention from t's init_state keys (t finalized), after
+ * vil_model_init_training. */
+void vil_train_init_state(VilModel *m, const VilTrainConfig *t);
+
 /* The hyperparameters of one training step. */
 typedef struct {
     const VilOptim *optim; /* the optimizer (vil_model_init_training) */
@@ -28,6 +32,10 @@ typedef struct {
     const VilDist *dist; /* the group whose gradients are summed (NULL or no MPI: none) */
     int overlap;         /* 1: summed in buckets during the last micro-batch's backward */
     size_t bucket_bytes; /* the buckets' size */
+    /* the initial states of the micro-batch (vil_model_sample_init_state): its seed and the
+     * global index of its first sample */
+    uint64_t init_seed;
+    long init_first;
 } VilStepParams;
 /* The optimizer a run's config trains with (its `optimizer` key; checked by finalize). */
 const VilOptim *vil_train_optim(const VilTrainConfig *t);

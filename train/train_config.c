@@ -8,6 +8,7 @@
 #include "data/image.h"
 #include "data/recipe.h"
 #include "vil/common.h"
+#include "vil/model.h"
 #include "vil/optim.h"
 #include "vil/limits.h"
 
@@ -65,6 +66,12 @@ static const VilKey TKEYS[] = {
     TI(save_every_steps, 0, 2147483647, "also save every N steps (the state, last, ema and a "
                                        "step_N.safetensors; 0: at epoch ends only)"),
     TI(keep_last, 1, 1000000, "step_N.safetensors checkpoints kept (the newest)"),
+    TS(init_state, "the state each training scan starts from (doc/recipe.md, Initial states): zero "
+                   "(the default), noise (N(0, init_state_sigma^2)), fitted (N(mean, var) fitted to "
+                   "the final states) or passing (the previous batch's final states); evaluation "
+                   "starts from zero"),
+    TF(init_state_sigma, 0, 1e6, "init_state = noise: the standard deviation of the initial states"),
+    TF(init_state_drop, 0, 1, "init_state = passing: the probability that a sample starts from zero"),
 };
 #undef BIG
 #undef TI
@@ -161,6 +168,9 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->max_steps = 0;
     t->save_every_steps = 0;
     t->keep_last = 3;
+    strcpy(t->init_state, "zero");
+    t->init_state_sigma = 0.1f;
+    t->init_state_drop = 0.1f;
 }
 
 int vil_train_config_finalize(const VilTrainConfig *t) {
@@ -203,6 +213,10 @@ int vil_train_config_finalize(const VilTrainConfig *t) {
          "allreduce must be 'overlap' or 'end' (got '%s')", t->allreduce);
     NEED(t->workers >= 1 && t->workers <= 256, "workers must be in 1..256");
     NEED(t->log_every >= 1, "log_every must be >= 1");
+    NEED(vil_init_mode_find(t->init_state) >= 0, "init_state must be zero, noise, fitted or passing (got '%s')",
+         t->init_state);
+    NEED(t->init_state_sigma >= 0.0f, "init_state_sigma must be >= 0 (got %g)", t->init_state_sigma);
+    PROB(init_state_drop);
     NEED(t->batch <= VIL_MAX_BATCH && t->eval_batch <= VIL_MAX_BATCH, "batch and eval_batch must be at most %d", VIL_MAX_BATCH);
 #undef PROB
 #undef NEED

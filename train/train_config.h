@@ -45,6 +45,10 @@ typedef struct {
     int max_steps;           /* 0: epochs * steps per epoch; else stop (and end the schedule) here */
     int save_every_steps;    /* > 0: save every N steps too, with a step_N.safetensors snapshot */
     int keep_last;           /* step snapshots kept */
+    char init_state[16];     /* the training forwards' initial states (vil/model.h VilInitMode):
+                              * zero, noise, fitted or passing */
+    float init_state_sigma;  /* noise: the standard deviation */
+    float init_state_drop;   /* passing: the probability of a zero start */
 } VilTrainConfig;
 
 void vil_train_config_default(VilTrainConfig *t);

@@ -58,6 +58,7 @@ typedef struct {
     int tty, bar_shown;
     double bar_t;
     VilTrainStatus status; /* what vil_train returns, set when a piece ends the run (RUN_END) */
+    float *prev_all; /* passing's final states of every rank for the next save (gather_prev) */
 } Trainer;
 
 /* What each piece of the run tells the loop: go on, or end the run with T->status. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "dist.h"
 
 /* ---------------- parameter table ---------------- */
 
@@ -239,6 +240,9 @@ void vil_model_free(VilModel *m) {
     if (m->ema) m->be->free(m->be, m->ema);
     if (m->grad_norm) m->be->free(m->be, m->grad_norm);
     if (m->decay_mask) m->be->free(m->be, m->decay_mask);
+    float *ib[5] = {m->init.h0, m->init.hT, m->init.mean, m->init.var, m->init.mom};
+    for (int i = 0; i < 5; i++)
+        if (ib[i]) m->be->free(m->be, ib[i]);
     free(m->info);
     free(m->off.layer);
     memset(m, 0, sizeof *m);
@@ -561,7 +565,19 @@ static void delta_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
                                                  .ld_out = c->d_inner});
 }
 
-static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l, void *out) {
+/* layer i's initial states (NULL: zero) and where its final states go (NULL: nowhere), in
+ * training forwards with an intervention (vil_model_set_init_state) */
+static const float *layer_h0(const VilModel *m, int i) {
+    const VilInitState *s = &m->init;
+    return m->acts.training && s->h0_set ? s->h0 + (size_t)i * s->B * s->S : NULL;
+}
+static float *layer_hT(const VilModel *m, int i) {
+    const VilInitState *s = &m->init;
+    int wants = s->mode == VIL_INIT_FITTED || s->mode == VIL_INIT_PASSING;
+    return m->acts.training && wants && s->B == m->acts.B ? s->hT + (size_t)i * s->B * s->S : NULL;
+}
+
+static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l, void *out, int i) {
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     int B = m->acts.B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
@@ -582,7 +598,7 @@ static void mixer_forward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
         .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
         .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E,
-        .states = m->acts.training ? l->scan_states : NULL});
+        .states = m->acts.training ? l->scan_states : NULL, .h0 = layer_h0(m, i), .hT = layer_hT(m, i)});
     be->linear_forward(be, &(VilLinearFwd){.out = out, .in = l->ysum, .w = Wt(m, o->out_proj),
                                            .N = BL, .C = E, .OC = D, .ld_in = E, .ld_out = D});
 }
@@ -639,7 +655,7 @@ static void forward_ops(VilModel *m, int with_loss) {
                          .w = Pm(m, o->layer[i].norm), .B = B, .L = L, .D = D};
         if (i > 0) nf.res_in = a->layer[i - 1].res, nf.h = a->h, nf.scale = dp_row(m, i);
         be->add_rmsnorm_forward(be, &nf);
-        mixer_forward(m, &o->layer[i], l, a->h);
+        mixer_forward(m, &o->layer[i], l, a->h, i);
     }
     be->add_rmsnorm_forward(be, &(VilNormFwd){.res_out = a->res_f, .normed = a->normed_f, .rstd = a->rstd_f,
                                               .res_in = a->layer[c->depth - 1].res, .h = a->h,
@@ -655,7 +671,7 @@ static void forward_ops(VilModel *m, int with_loss) {
                                                    .targets = a->targets, .B = B, .C = c->num_classes});
 }
 
-static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l) {
+static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *l, int i) {
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     VilActs *a = &m->acts;
@@ -680,7 +696,8 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
         .u = {l->u[0], l->u[1]}, .delta = {l->delta[0], l->delta[1]}, .xdbl = {l->xdbl[0], l->xdbl[1]},
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
         .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
-        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E, .states = l->scan_states});
+        .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E, .states = l->scan_states,
+        .h0 = layer_h0(m, i)});
     for (int j = 0; j < 2; j++) {
         /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the
          * scan); its bias gradient came from the scan too */
@@ -740,7 +757,7 @@ void vil_model_backward(VilModel *m) {
                                                .B = B, .L = L, .D = D});
     for (int i = c->depth - 1; i >= 0; i--) {
         VilLayerActs *l = &a->layer[i];
-        mixer_backward(m, &o->layer[i], l);
+        mixer_backward(m, &o->layer[i], l, i);
         be->add_rmsnorm_backward(be, &(VilNormBwd){.dres = a->dres, .dh = i > 0 ? a->dh : NULL,
                                                    .dw = Gr(m, o->layer[i].norm), .dnormed = a->dnormed,
                                                    .res_out = l->res, .rstd = l->rstd,
@@ -909,4 +926,114 @@ void vil_model_set_inputs(VilModel *m, float *img, float *targets, float *dp_sca
     a->img = img ? img : a->own_img;
     a->targets = targets ? targets : a->own_targets;
     a->dp_scale = dp_scale ? dp_scale : a->own_dp_scale;
+}
+
+/* ---------------- the initial-state interventions ---------------- */
+
+const char *const vil_init_mode_names[VIL_INIT_COUNT] = {"zero", "noise", "fitted", "passing"};
+
+int vil_init_mode_find(const char *name) {
+    for (int i = 0; i < VIL_INIT_COUNT; i++)
+        if (strcmp(name, vil_init_mode_names[i]) == 0) return i;
+    return -1;
+}
+
+static float *init_buffer(VilModel *m, size_t n) {
+    float *p = m->be->alloc(m->be, n * sizeof(float));
+    m->be->zero(m->be, p, n * sizeof(float));
+    return p;
+}
+
+/* h0 and hT for a batch of B (a new batch forgets the passed states) */
+static void init_batch(VilModel *m, int B) {
+    VilInitState *s = &m->init;
+    if (s->mode == VIL_INIT_ZERO || s->B == B) return;
+    if (s->h0) m->be->free(m->be, s->h0), m->be->free(m->be, s->hT);
+    size_t n = (size_t)m->cfg.depth * B * s->S;
+    s->h0 = init_buffer(m, n), s->hT = init_buffer(m, n);
+    s->B = B, s->has_prev = 0, s->h0_set = 0;
+}
+
+void vil_model_set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop) {
+    VilInitState *s = &m->init;
+    s->mode = mode, s->sigma = sigma, s->drop = drop;
+    s->S = 2 * m->cfg.d_state * m->cfg.d_inner;
+    if (mode == VIL_INIT_FITTED && !s->mean) {
+        size_t n = vil_model_init_state_fit_floats(m);
+        s->mean = init_buffer(m, n), s->var = init_buffer(m, n), s->mom = init_buffer(m, 2 * n);
+        s->fits = 0;
+    }
+}
+
+void vil_model_sample_init_state(VilModel *m, uint64_t seed, long first) {
+    VilInitState *s = &m->init;
+    s->h0_set = 0;
+    if (s->mode == VIL_INIT_ZERO || !m->acts.training) return;
+    init_batch(m, m->acts.B);
+    int passing = s->mode == VIL_INIT_PASSING, fitted = s->mode == VIL_INIT_FITTED;
+    /* nothing passed yet, nothing fitted yet: a zero start */
+    if ((passing && !s->has_prev) || (fitted && s->fits == 0)) return;
+    size_t ls = (size_t)s->B * s->S;
+    for (int i = 0; i < m->cfg.depth; i++)
+        m->be->state_init(m->be, &(VilStateInit){
+            .h0 = s->h0 + i * ls, .prev = passing ? s->hT + i * ls : NULL,
+            .mean = fitted ? s->mean + (size_t)i * s->S : NULL, .var = fitted ? s->var + (size_t)i * s->S : NULL,
+            .sigma = s->sigma, .drop = s->drop, .seed = vil_hash_seed(seed, (uint64_t)i, 0, 0),
+            .first = first, .B = s->B, .S = s->S});
+    s->h0_set = 1;
+}
+
+void vil_model_fit_init_state(VilModel *m, const VilDist *dist) {
+    VilInitState *s = &m->init;
+    if (!m->acts.training || s->B != m->acts.B) return;
+    if (s->mode == VIL_INIT_PASSING) s->has_prev = 1;
+    if (s->mode != VIL_INIT_FITTED) return;
+    size_t n = vil_model_init_state_fit_floats(m), ls = (size_t)s->B * s->S;
+    for (int i = 0; i < m->cfg.depth; i++)
+        m->be->state_moments(m->be, &(VilStateMoments){.sum = s->mom + (size_t)i * s->S,
+                                                       .sq = s->mom + n + (size_t)i * s->S,
+                                                       .hT = s->hT + i * ls, .B = s->B, .S = s->S});
+    float count = (float)s->B;
+    if (dist && dist->mpi) {
+        m->be->grad_allreduce(m->be, &(VilAllReduce){.buf = s->mom, .n = 2 * n, .dist = dist});
+        count *= (float)dist->world;
+    }
+    m->be->state_fit(m->be, &(VilStateFit){.mean = s->mean, .var = s->var, .sum = s->mom, .sq = s->mom + n,
+                                           .n = n, .count = count, .keep = s->fits ? VIL_INIT_FIT_MOMENTUM : 0.0f});
+    s->fits++;
+}
+
+size_t vil_model_init_state_fit_floats(const VilModel *m) {
+    return (size_t)m->cfg.depth * 2 * m->cfg.d_state * m->cfg.d_inner;
+}
+size_t vil_model_init_state_prev_floats(const VilModel *m, int B) {
+    return m->init.mode == VIL_INIT_PASSING ? (size_t)B * vil_model_init_state_fit_floats(m) : 0;
+}
+
+int vil_model_init_state_get(const VilModel *m, float *mean, float *var, float *prev, int B) {
+    const VilInitState *s = &m->init;
+    size_t n = vil_model_init_state_fit_floats(m) * sizeof(float);
+    if (mean && s->mean) m->be->to_host(m->be, mean, s->mean, n);
+    if (var && s->var) m->be->to_host(m->be, var, s->var, n);
+    if (!prev || s->mode != VIL_INIT_PASSING) return 0;
+    if (s->B == B && s->has_prev) m->be->to_host(m->be, prev, s->hT, n * B);
+    else memset(prev, 0, n * B);
+    return s->B == B && s->has_prev;
+}
+
+long vil_model_init_state_fits(const VilModel *m) { return m->init.fits; }
+
+void vil_model_init_state_set(VilModel *m, const float *mean, const float *var, long fits, const float *prev, int B) {
+    VilInitState *s = &m->init;
+    size_t n = vil_model_init_state_fit_floats(m) * sizeof(float);
+    if (s->mean) {
+        if (mean && var) m->be->to_device(m->be, s->mean, mean, n), m->be->to_device(m->be, s->var, var, n);
+        else m->be->zero(m->be, s->mean, n), m->be->zero(m->be, s->var, n);
+        s->fits = mean && var ? fits : 0;
+    }
+    if (s->mode == VIL_INIT_PASSING && B > 0) {
+        init_batch(m, B);
+        if (prev) m->be->to_device(m->be, s->hT, prev, n * (size_t)B);
+        s->has_prev = prev != NULL;
+    }
 }

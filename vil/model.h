@@ -87,6 +87,28 @@ typedef struct {
     size_t bytes;
 } VilActs;
 
+/* The initial-state interventions of doc/recipe.md ("Initial states"): what a training forward's
+ * scans start from. Evaluation forwards always start from zero. */
+typedef enum { VIL_INIT_ZERO, VIL_INIT_NOISE, VIL_INIT_FITTED, VIL_INIT_PASSING, VIL_INIT_COUNT } VilInitMode;
+extern const char *const vil_init_mode_names[VIL_INIT_COUNT]; /* "zero", "noise", "fitted", "passing" */
+/* the mode of a name, or -1 */
+int vil_init_mode_find(const char *name);
+/* momentum of fitted noise's running mean and variance (per update: one training forward) */
+#define VIL_INIT_FIT_MOMENTUM 0.99f
+typedef struct {
+    VilInitMode mode;
+    float sigma, drop;   /* noise's standard deviation; passing's probability of a zero start */
+    int S;               /* floats of one sample's states in one layer: 2 N E */
+    int B;               /* the batch h0 and hT are allocated for (0: none) */
+    float *h0;           /* (depth, B, S) backend memory: the next training forward's initial states */
+    float *hT;           /* (depth, B, S): the final states of the last training forward */
+    int h0_set;          /* h0 holds this micro-batch's states (else the scans start from zero) */
+    int has_prev;        /* passing: hT holds the previous micro-batch's final states */
+    float *mean, *var;   /* fitted: (depth, S) each, the running fit */
+    float *mom;          /* fitted: (2, depth, S) the batch's sums and sums of squares */
+    long fits;           /* fitted: updates of the running fit so far (0: none, no noise yet) */
+} VilInitState;
+
 typedef struct {
     VilConfig cfg;
     const VilBackend *be;
@@ -121,6 +143,7 @@ typedef struct {
         size_t hi; /* gradients at [hi, buf_len) are on their way */
     } sync;
     VilActs acts;
+    VilInitState init; /* vil_model_set_init_state; mode VIL_INIT_ZERO: nothing allocated */
     /* The inference forward as a CUDA graph (backends with graph_begin): with use_graph (on from
      * vil_model_init), vil_model_forward(m, 0) on inference activations runs its ops plainly
      * the first time it sees an input buffer with the weights in use, records them the second
@@ -239,6 +262,31 @@ void vil_model_train_state_set(VilModel *m, int i, const float *packed);
 /* The optimizer steps taken (the bias corrections' step count), and set on a resume. */
 int vil_model_optim_steps(const VilModel *m);
 void vil_model_optim_set_steps(VilModel *m, int steps);
+/* The initial-state intervention of the training forwards (doc/recipe.md "Initial states"):
+ * noise draws every initial state value from N(0, sigma^2); fitted from N(mean, var) of a running
+ * fit of the final states per layer, direction, channel and state (zero until the first fit);
+ * passing starts each sample from the final state of the sample at its place in the previous
+ * micro-batch (this rank's), or from zero with probability drop (and at the first). Once, before
+ * the training forwards; the fit's buffers live with the model, h0 and hT with the batch. */
+void vil_model_set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop);
+/* Before a training forward: this micro-batch's initial states, drawn from the streams
+ * (seed, first + b) of init_state.h (first: the global index of its sample 0). */
+void vil_model_sample_init_state(VilModel *m, uint64_t seed, long first);
+/* After a training forward: fitted updates its fit from the batch's final states (their moments
+ * summed over the ranks of dist, NULL: this process's alone); passing keeps them for the next
+ * micro-batch. Nothing for zero and noise. */
+void vil_model_fit_init_state(VilModel *m, const struct VilDist *dist);
+/* The intervention's training state, which a resume restores (the state file's tensors):
+ * fitted's running mean and var (depth, 2, N, E) with the count of updates, passing's final
+ * states of the last micro-batch (depth, B, 2, N, E), this rank's. get: host copies of what the
+ * mode has (NULL: skipped); prev is zero where nothing is passed yet (then 0 is returned, else 1).
+ * set: from host values; mean, var NULL: no fit yet; prev NULL: nothing passed yet. */
+size_t vil_model_init_state_fit_floats(const VilModel *m);         /* depth x 2 N E */
+size_t vil_model_init_state_prev_floats(const VilModel *m, int B); /* depth x B x 2 N E; 0 but for passing */
+long vil_model_init_state_fits(const VilModel *m);
+int vil_model_init_state_get(const VilModel *m, float *mean, float *var, float *prev, int B);
+void vil_model_init_state_set(VilModel *m, const float *mean, const float *var, long fits, const float *prev, int B);
+
 /* clip_grad_norm_: the gradients scaled to max_norm when their global norm is above it; the
  * norm stays on the device (vil_model_grad_norm reads it). */
 void vil_model_clip_grad(VilModel *m, float max_norm);
