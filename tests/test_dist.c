@@ -144,6 +144,46 @@ static void test_equal_runs(void) {
     }
 }
 
+/* the initial-state interventions over ranks: fitted noise fits the moments of the global batch
+ * (summed over the ranks), so 2 x 16 trains as 1 x 32; passing passes each rank's own states,
+ * and a resume on 2 ranks is bitwise the uninterrupted run */
+static void test_init_state(void) {
+    static char out[65536];
+    const char *fit = "--set init_state=fitted";
+    T_CHECK(train("fit1", 0, 32, 1, 10, fit, out, sizeof out) == 0, "fitted: 1 process x 32");
+    T_CHECK(train("fit2", 2, 16, 1, 10, fit, out, sizeof out) == 0, "fitted: 2 processes x 16");
+    const char *keys[] = {"params", "init_state_mean", "init_state_var"};
+    for (int k = 0; k < 3; k++) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "fitted: 2 x 16 = 1 x 32 after 10 steps: %s", keys[k]);
+        double d = state_diff("fit1", "fit2", keys[k]);
+        T_CLOSE(nm, d < 0 ? 1.0 : d, 1e-5);
+    }
+    const char *pass = "--set init_state=passing --set init_state_drop=0.2";
+    char more[256], cmd[4096];
+    snprintf(more, sizeof more, "%s --stop-after 4", pass);
+    T_CHECK(train("pass_full", 2, 16, 1, 10, pass, out, sizeof out) == 0, "passing: 2 processes x 16, 10 steps");
+    T_CHECK(train("pass_half", 2, 16, 1, 10, more, out, sizeof out) == 0, "passing: stopped after 4");
+    snprintf(cmd, sizeof cmd, "mpirun --oversubscribe -np 2 bin/vil train --data %s --resume %s/pass_half 2>&1", dir, dir);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && !strstr(out, "warning"), "passing: resumed on 2 ranks without a warning (rc %d):\n%s", rc, out);
+    const char *pk[] = {"params", "adam_v", "init_state_prev"};
+    for (int k = 0; k < 3; k++)
+        T_CHECK(state_diff("pass_full", "pass_half", pk[k]) == 0.0,
+                "passing on 2 ranks: resumed at 4 = uninterrupted at 10, bitwise: %s", pk[k]);
+    /* each rank's states in its own slot of (world, depth, B, 2, N, E) */
+    snprintf(cmd, sizeof cmd, "%s/pass_full/last.state.safetensors", dir);
+    VilSafetensors st;
+    if (vil_st_read(cmd, &st) == 0) {
+        const VilStTensor *t = vil_st_find(&st, "init_state_prev");
+        T_CHECK(t && t->ndim == 6 && t->shape[0] == 2 && t->shape[2] == 16,
+                "passing: the state holds both ranks' final states (2, depth, 16, 2, N, E)");
+        vil_st_free(&st);
+    } else {
+        T_CHECK(0, "passing: the state reads");
+    }
+}
+
 /* vil bench under mpirun: the table of the step over the ranks and vil train's loop on the data */
 static void test_bench(void) {
     static char out[65536];
@@ -227,6 +267,7 @@ int main(void) {
     corpus_write_idx_set(dir, "train", 400, 16, 16, 4, 0);
     corpus_write_idx_set(dir, "t10k", 200, 16, 16, 4, 0);
     test_equal_runs();
+    test_init_state();
     test_sigterm_one_rank();
     test_bench();
     /* a command that is not a process group refuses to run N copies */
