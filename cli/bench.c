@@ -512,6 +512,7 @@ int vil_cmd_bench(int argc, char **argv) {
     if (vil_dist_any(&dist, vil_model_init(&m, &cfg, be) != 0)) goto out;
     m.use_graph = !no_graph;
     m.recompute = tc.recompute;
+    vil_train_init_state(&m, &tc); /* before the check: its initial states count */
     if (vil_dist_any(&dist, vil_model_check_acts(&m, batch, 1) != 0)) {
         vil_model_free(&m);
         goto out;
@@ -531,7 +532,6 @@ int vil_cmd_bench(int argc, char **argv) {
         fflush(stdout);
     }
     vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
-    vil_train_init_state(&m, &tc);
     vil_model_alloc_acts(&m, batch, 1);
     upload_batch(&m, 1);
     if (dist.mpi) {

@@ -456,6 +456,8 @@ size_t vil_model_acts_bytes(const VilModel *m, int B, int training) {
     Arena a = {0};
     layout_acts(&t, &a, B, training);
     free(t.acts.layer);
+    /* an initial-state intervention's h0 and hT (vil_model_set_init_state) */
+    if (training && m->init.mode != VIL_INIT_ZERO) a.off += 2 * (size_t)m->cfg.depth * B * m->init.S * sizeof(float);
     return a.off;
 }
 

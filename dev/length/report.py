@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""dev/length/report.py OUT: the table of dev/length/run.sh's results (OUT/{vil,vim}/compare/
+compare.csv): test top-1 at each size as mean +- sd over the seeds, per model and variant, as
+Markdown on stdout, and OUT/length.svg: one panel per family, mean top-1 against image size, one
+line per variant. Python's standard library only (an analysis script, not part of vil)."""
+import csv
+import os
+import re
+import statistics
+import sys
+
+VARIANTS = ["base", "post_zero", "post_noise", "post_fitted", "post_passing", "scratch_passing"]
+LABEL = {"base": "trained at 28 px (zero start)", "post_zero": "+500 steps, zero start (control)",
+         "post_noise": "+500 steps, noise", "post_fitted": "+500 steps, fitted noise",
+         "post_passing": "+500 steps, state passing", "scratch_passing": "state passing from scratch"}
+COLORS = ["#1f77b4", "#7f7f7f", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
+
+
+def load(path):
+    acc = {}  # (variant, size) -> [top1 per seed]
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if r["error"]:
+                continue
+            m = re.search(r"/([a-z_]+)_s(\d+)/last\.safetensors$", r["file"])
+            if not m:
+                continue
+            acc.setdefault((m.group(1), int(r["img_size"])), []).append(float(r["top1"]))
+    return acc
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "out/length"
+    panels = []
+    for fam in ("vil", "vim"):
+        p = os.path.join(out, fam, "compare", "compare.csv")
+        if not os.path.exists(p):
+            continue
+        acc = load(p)
+        sizes = sorted({s for (_, s) in acc})
+        print("\n%s (test top-1 %%, mean +- sd over seeds; n = seeds)\n" % ("ViL" if fam == "vil" else "ViM"))
+        print("| variant | " + " | ".join("%d px" % s for s in sizes) + " |")
+        print("|---|" + "---|" * len(sizes))
+        lines = []
+        for v in VARIANTS:
+            cells, ys = [], []
+            for s in sizes:
+                x = acc.get((v, s), [])
+                if not x:
+                    cells.append("-")
+                    ys.append(None)
+                    continue
+                sd = statistics.stdev(x) if len(x) > 1 else 0.0
+                cells.append("%.2f +- %.2f (n=%d)" % (statistics.mean(x), sd, len(x)))
+                ys.append(statistics.mean(x))
+            if any(y is not None for y in ys):
+                print("| %s | %s |" % (LABEL[v], " | ".join(cells)))
+                lines.append((v, ys))
+        panels.append((fam, sizes, lines))
+    svg(os.path.join(out, "length.svg"), panels)
+
+
+def svg(path, panels):
+    W, H, L, T, PW, PH = 420, 300, 60, 40, 300, 200
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '
+             'font-size="11">' % (W * len(panels) + 260, H)]
+    for k, (fam, sizes, lines) in enumerate(panels):
+        ox = k * W + L
+        ys = [y for _, yy in lines for y in yy if y is not None]
+        if not ys:
+            continue
+        lo, hi = min(ys), max(ys)
+        lo, hi = max(0.0, lo - 2), min(100.0, hi + 2)
+        sx = lambda s: ox + (s - sizes[0]) / max(1, sizes[-1] - sizes[0]) * PW
+        sy = lambda y: T + PH - (y - lo) / (hi - lo) * PH
+        parts.append('<text x="%d" y="20" font-weight="bold">%s: test top-1 against image size</text>'
+                     % (ox, "ViL" if fam == "vil" else "ViM"))
+        parts.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>' % (ox, T, PW, PH))
+        for s in sizes:
+            parts.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (sx(s), T + PH + 15, s))
+        for i in range(5):
+            y = lo + (hi - lo) * i / 4
+            parts.append('<text x="%d" y="%.1f" text-anchor="end">%.0f</text>' % (ox - 5, sy(y) + 4, y))
+            parts.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>' % (ox, ox + PW, sy(y), sy(y)))
+        parts.append('<text x="%d" y="%d" text-anchor="middle">image size (px; trained at 28)</text>'
+                     % (ox + PW // 2, T + PH + 32))
+        for v, yy in lines:
+            c = COLORS[VARIANTS.index(v)]
+            pts = " ".join("%.1f,%.1f" % (sx(s), sy(y)) for s, y in zip(sizes, yy) if y is not None)
+            parts.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>' % (pts, c))
+            for s, y in zip(sizes, yy):
+                if y is not None:
+                    parts.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>' % (sx(s), sy(y), c))
+    lx = W * len(panels) + 10
+    for i, v in enumerate(VARIANTS):
+        parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>'
+                     % (lx, lx + 20, T + 10 + 18 * i, T + 10 + 18 * i, COLORS[i]))
+        parts.append('<text x="%d" y="%d">%s</text>' % (lx + 25, T + 14 + 18 * i, LABEL[v]))
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+#!/bin/sh
+# dev/length/run.sh: the length-generalization experiment of issue 32 (README "Beyond the
+# training length"): Fashion-MNIST models trained at 28 px under configs/vil_fashion_long.cfg,
+# evaluated at 28 / 56 / 84 / 112 px (the test images upsampled), with the initial-state
+# interventions of doc/recipe.md ("Initial states") as 500-step post-trainings at a tenth of the
+# learning rate (zero: the same post-training without an intervention, the control), and state
+# passing also from scratch.
+#   sh dev/length/run.sh STAGE ARCH [OUT]
+# STAGE: base (3 seeds in parallel), post (each intervention x seed), scratch (passing from
+# scratch), eval (vil compare of every checkpoint at every size), states (vil states of seed 0),
+# all (every stage in turn). ARCH: vil or vim. OUT: the results' folder (default out/length).
+# A run whose last.safetensors exists is not run again. Environment: DATA (the Fashion-MNIST IDX
+# folder, default /usr/share/datasets/fashion-mnist), EPOCHS (of the 100 of the recipe; default
+# 100), SEEDS (default "0 1 2"), SIGMA (noise's standard deviation; default: the RMS of a
+# final-state element of the seed-0 baseline at 28 px, from vil states), DEVICE (default auto),
+# EXTRA (more flags for every run, last: a smoke test's "--set max_steps=3"), LIMIT (test images
+# each evaluation reads; default 0: all).
+set -eu
+STAGE=${1:?stage: base, post, scratch, eval, states or all}
+ARCH=${2:?arch: vil or vim}
+OUT=${3:-out/length}
+DATA=${DATA:-/usr/share/datasets/fashion-mnist}
+EPOCHS=${EPOCHS:-100}
+SEEDS=${SEEDS:-0 1 2}
+DEVICE=${DEVICE:-auto}
+VIL=${VIL:-bin/vil}
+CFG=configs/vil_fashion_long.cfg
+SIZES=28,56,84,112
+R=$OUT/$ARCH
+mkdir -p "$R"
+
+# train NAME [--set ...]: one run into R/NAME, its log beside it; skipped when done
+train() {
+    name=$1
+    shift
+    [ -f "$R/$name/last.safetensors" ] && return 0
+    rm -rf "${R:?}/$name"
+    "$VIL" train --config $CFG --data "$DATA" --out "$R/$name" --device "$DEVICE" --set arch="$ARCH" \
+        --set name="${ARCH}_$name" --set epochs="$EPOCHS" --set eval_every_epochs=0 --quiet "$@" ${EXTRA:-} \
+        > "$R/$name.log" 2>&1 || { echo "run $name failed:"; tail -5 "$R/$name.log"; return 1; }
+}
+
+# noise's sigma: the RMS of one final-state element of the seed-0 baseline at 28 px
+sigma() {
+    if [ -n "${SIGMA:-}" ]; then echo "$SIGMA"; return; fi
+    [ -f "$R/states_base_28/states.json" ] || "$VIL" states --model "$R/base_s0/last.safetensors" --data "$DATA" \
+        --img-size 28 --device "$DEVICE" --images "${STATE_IMAGES:-256}" --out "$R/states_base_28" > "$R/states_base_28.log" 2>&1
+    python3 - "$R/states_base_28/states.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+print("%.4g" % j["final_rms_element"])
+PY
+}
+
+stage_base() {
+    for s in $SEEDS; do train base_s$s --set seed=$s & done
+    wait
+}
+
+stage_post() {
+    sg=$(sigma)
+    echo "$sg" > "$R/sigma.txt"
+    # a tenth of the recipe's base_lr, cosine over 500 steps, no warmup
+    lr=$(awk '$1 == "base_lr" { print $3 / 10 }' $CFG)
+    for i in zero noise fitted passing; do
+        for s in $SEEDS; do
+            train post_${i}_s$s --init "$R/base_s$s/last.safetensors" --set seed=$s --set init_state=$i \
+                --set init_state_sigma="$sg" --set base_lr="$lr" --set warmup_epochs=0 --set max_steps=500 \
+                --set workers=2 &
+        done
+        wait
+    done
+}
+
+stage_scratch() {
+    for s in $SEEDS; do train scratch_passing_s$s --set seed=$s --set init_state=passing & done
+    wait
+}
+
+stage_eval() {
+    models=""
+    for v in base post_zero post_noise post_fitted post_passing scratch_passing; do
+        for s in $SEEDS; do
+            [ -f "$R/${v}_s$s/last.safetensors" ] && models="$models $R/${v}_s$s/last.safetensors"
+        done
+    done
+    "$VIL" compare --models $models --data "$DATA" --img-size $SIZES --batch 500 --steps 3 --limit "${LIMIT:-0}" \
+        --device "$DEVICE" --out "$R/compare" > "$R/compare.log" 2>&1 || { tail -5 "$R/compare.log"; return 1; }
+}
+
+stage_states() {
+    for v in base post_passing scratch_passing post_noise; do
+        [ -f "$R/${v}_s0/last.safetensors" ] || continue
+        "$VIL" states --model "$R/${v}_s0/last.safetensors" --data "$DATA" --img-size 112 --device "$DEVICE" \
+            --images "${STATE_IMAGES:-256}" \
+            --out "$R/states_${v}_112" > "$R/states_${v}_112.log" 2>&1 || tail -5 "$R/states_${v}_112.log"
+    done
+}
+
+case $STAGE in
+base | post | scratch | eval | states) stage_$STAGE ;;
+all) stage_base && stage_post && stage_scratch && stage_eval && stage_states ;;
+*) echo "unknown stage $STAGE" >&2; exit 2 ;;
+esac
