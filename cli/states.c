@@ -34,9 +34,6 @@ typedef struct {
     float crop_pct;
 } Report;
 
-/* the token at scan step `step` (1..L) of direction dir */
-static int token_at(int dir, int step, int L) { return dir ? L - step : step - 1; }
-
 static int write_csv(const char *path, const Report *r) {
     const VilStates *s = r->s;
     size_t cap = 128 + (size_t)s->depth * 2 * s->L * 80, k = 0;
@@ -46,7 +43,7 @@ static int write_csv(const char *path, const Report *r) {
         for (int j = 0; j < 2; j++)
             for (int st = 1; st <= s->L; st++) {
                 double mu, sd;
-                int t = token_at(j, st, s->L);
+                int t = vil_states_token(j, st, s->L);
                 vil_states_get(s, i, j, t, &mu, &sd);
                 k += (size_t)snprintf(b + k, cap - k, "%d,%s,%d,%d,%.7g,%.7g\n", i, DIRS[j], st, t, mu, sd);
             }
@@ -94,7 +91,7 @@ static int write_json(const char *path, const Report *r) {
             vil_states_get(s, i, j, -1, &fm, &fs);
             cJSON_AddNumberToObject(e, "final_mean", fm);
             cJSON_AddNumberToObject(e, "final_sd", fs);
-            for (int st = 1; st <= s->L; st++) vil_states_get(s, i, j, token_at(j, st, s->L), &v[0][st - 1], &v[1][st - 1]);
+            for (int st = 1; st <= s->L; st++) vil_states_get(s, i, j, vil_states_token(j, st, s->L), &v[0][st - 1], &v[1][st - 1]);
             cJSON_AddItemToObject(e, "mean_norm", cJSON_CreateDoubleArray(v[0], s->L));
             cJSON_AddItemToObject(e, "sd_norm", cJSON_CreateDoubleArray(v[1], s->L));
             cJSON_AddItemToArray(a, e);
@@ -130,7 +127,7 @@ static int write_chart(const char *path, const Report *r) {
             double *yy = y + ((size_t)p * nd + k) * L;
             for (int st = 1; st <= L; st++) {
                 double mu, sd;
-                vil_states_get(s, layers[k], j, token_at(j, st, L), &mu, &sd);
+                vil_states_get(s, layers[k], j, vil_states_token(j, st, L), &mu, &sd);
                 yy[st - 1] = p / 2 ? sd : mu;
                 if (isfinite(yy[st - 1]) && yy[st - 1] > top[p]) top[p] = yy[st - 1];
             }
@@ -151,8 +148,10 @@ static int write_chart(const char *path, const Report *r) {
                                  0, 0, 0, ser[p], nd + marker, NULL, 0, 1, L, 0, top[p] > 0 ? top[p] : 1};
     }
     char title[512], name[96];
+    const char *base = strrchr(r->model, '/');
+    base = base ? base + 1 : r->model;
     snprintf(title, sizeof title, "vil states: %s (%s) at %d px, %d tokens (trained: %d tokens); %ld images",
-             vil_printable(name, sizeof name, r->model), vil_recurrences[r->c->rec].family, r->c->img_size,
+             vil_printable(name, sizeof name, base), vil_recurrences[r->c->rec].family, r->c->img_size,
              L, r->train_tokens, s->images);
     int rc = vil_chart_write(path, title, pan, 4, 2);
     free(y);
@@ -181,7 +180,7 @@ static void print_table(const Report *r) {
                 if (!steps[k]) continue;
                 double mu, sd;
                 char c[48];
-                vil_states_get(s, i, j, token_at(j, steps[k], L), &mu, &sd);
+                vil_states_get(s, i, j, vil_states_token(j, steps[k], L), &mu, &sd);
                 snprintf(c, sizeof c, "%.4g (%.3g)", mu, sd);
                 printf(" %20s", c);
             }

@@ -24,9 +24,9 @@ typedef struct {
 void vil_states_init(VilStates *s, int depth, int L);
 void vil_states_free(VilStates *s);
 
-/* The scan step of token t in direction dir (0 forward, 1 backward) of L tokens: the tokens the
- * direction has read once it has read t, 1..L (forward t + 1, backward L - t). */
-static inline int vil_states_step(int dir, int t, int L) { return dir ? L - t : t + 1; }
+/* The token that scan step s (1..L: the tokens the direction has read) of direction dir (0
+ * forward, 1 backward) reads: forward s - 1, backward L - s. */
+static inline int vil_states_token(int dir, int step, int L) { return dir ? L - step : step - 1; }
 
 /* Mean and standard deviation over the images (divided by their count) at (layer, dir, token t);
  * t = -1: the final state. */
