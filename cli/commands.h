@@ -13,5 +13,6 @@ int vil_cmd_eval(int argc, char **argv);
 int vil_cmd_convert(int argc, char **argv);
 int vil_cmd_compare(int argc, char **argv);
 int vil_cmd_plot(int argc, char **argv);
+int vil_cmd_states(int argc, char **argv);
 
 #endif

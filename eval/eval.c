@@ -168,6 +168,21 @@ int vil_eval_batch(const VilDataset *ds, int batch, long max_images) {
     return n >= 1 && n < batch ? (int)n : batch;
 }
 
+VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEvalSpec *ev, int batch,
+                           int workers) {
+    const VilConfig *c = &m->cfg;
+    VilLoaderConfig lc;
+    vil_loader_config_default(&lc, VIL_LOADER_EVAL, c->img_size, c->in_chans, batch,
+                              vil_dataset_num_classes(ds));
+    lc.crop_pct = ev->crop_pct;
+    memcpy(lc.mean, ev->mean, sizeof lc.mean);
+    memcpy(lc.std, ev->std, sizeof lc.std);
+    lc.threads = workers;
+    lc.prefetch = workers + 1;
+    lc.alloc = vil_feed_allocator(m->be); /* pinned on CUDA: the feed uploads while the forward runs */
+    return vil_loader_create(ds, &lc);
+}
+
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
                      long max_images, FILE *log, const char *prefix, VilEvalResult *r) {
     const VilConfig *c = &m->cfg;
@@ -180,15 +195,7 @@ int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int bat
         return -1;
     }
     if (vil_model_check_acts(m, batch, 0) != 0) return -1;
-    VilLoaderConfig lc;
-    vil_loader_config_default(&lc, VIL_LOADER_EVAL, c->img_size, c->in_chans, batch, c->num_classes);
-    lc.crop_pct = ev->crop_pct;
-    memcpy(lc.mean, ev->mean, sizeof lc.mean);
-    memcpy(lc.std, ev->std, sizeof lc.std);
-    lc.threads = workers;
-    lc.prefetch = workers + 1;
-    lc.alloc = vil_feed_allocator(m->be); /* pinned on CUDA: the feed uploads while the forward runs */
-    VilLoader *l = vil_loader_create(ds, &lc);
+    VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers);
     if (!l) return -1;
     int rc = vil_eval_run(m, l, max_images, log, prefix, r);
     vil_loader_free(l);

@@ -42,6 +42,12 @@ void vil_eval_spec_resolve(VilEvalSpec *ev, const VilCheckpointMeta *meta, float
  * allocate batch slots and activations for images that are not there. */
 int vil_eval_batch(const VilDataset *ds, int batch, long max_images);
 
+/* The evaluation loader of m on ds: batches of `batch` images at the model's size and channels,
+ * made with the transform ev, in the split's order, `workers` threads, memory from m's backend
+ * (pinned on CUDA). vil_loader_free it; NULL (reported) on failure. */
+VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEvalSpec *ev, int batch,
+                           int workers);
+
 /* The evaluation of m on a dataset as `vil eval` runs it: an eval-mode loader of
  * vil_eval_batch(ds, batch, max_images) images
  * (the transform ev; pinned buffers on CUDA) with `workers` threads, then vil_eval_run. The data

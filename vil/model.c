@@ -28,6 +28,10 @@
  * finds k at column dt_ld. */
 static int dt_ld(const VilConfig *c) { return (c->dt_rank + 7) / 8 * 8; }
 static int xdbl_ld_of(const VilConfig *c) { return (dt_ld(c) + 2 * c->d_state + 7) / 8 * 8; }
+void vil_model_xdbl_layout(const VilConfig *c, int *dl, int *xdbl_ld) {
+    *dl = dt_ld(c);
+    *xdbl_ld = xdbl_ld_of(c);
+}
 
 static size_t p_rows(const VilParamInfo *p) { return p->ndim ? (size_t)p->shape[0] : 1; }
 static size_t p_srow(const VilParamInfo *p, size_t r) { return r < p->gap_at ? r : r + p->gap; }

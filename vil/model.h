@@ -195,6 +195,9 @@ void vil_model_unpack(const VilModel *m, float *buf, const float *packed);
 void vil_model_get_params(const VilModel *m, float *host);
 void vil_model_set_params(VilModel *m, const float *host);
 const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name);
+/* x_dbl's row layout (model.c): k starts at column *dt_ld, q at *dt_ld + d_state, and rows are
+ * *xdbl_ld elements apart; for readers of the activations (`vil states`). */
+void vil_model_xdbl_layout(const VilConfig *c, int *dt_ld, int *xdbl_ld);
 
 /* (Re)allocate activations for batch B; training = 1 keeps every layer's activations for the
  * backward pass. The inputs are then the allocation's own buffers (acts.img, acts.targets,

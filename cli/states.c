@@ -1,0 +1,302 @@
+/* states.c: `vil states --model CKPT --data DIR --img-size S --out DIR`: how the scan's state
+ * grows along the sequence, per layer and direction, for a checkpoint on a dataset at a given
+ * image size (does it drift past the training length?). The norms: eval/states.c; written as
+ * states.csv, states.json and states.svg. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "charts/chart.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "data/image.h"
+#include "eval/eval.h"
+#include "eval/states.h"
+#include "formats/checkpoint.h"
+#include "vil/common.h"
+#include "vil/limits.h"
+#include "vil/recurrence.h"
+
+#define MAX_DRAWN 8 /* layers drawn per panel (the CSV and JSON hold all) */
+
+static const char *const DIRS[2] = {"forward", "backward"};
+
+/* what a run measured, for the writers */
+typedef struct {
+    const char *model, *data, *split, *device;
+    const VilConfig *c;
+    const VilStates *s;
+    char weights[16];
+    int train_img, train_tokens; /* the training size and its tokens (pos_embed's grid) */
+    long bad;
+    float crop_pct;
+} Report;
+
+static int write_csv(const char *path, const Report *r) {
+    const VilStates *s = r->s;
+    size_t cap = 128 + (size_t)s->depth * 2 * s->L * 80, k = 0;
+    char *b = vil_malloc(cap);
+    k += (size_t)snprintf(b + k, cap - k, "layer,direction,step,token,mean_norm,sd_norm\n");
+    for (int i = 0; i < s->depth; i++)
+        for (int j = 0; j < 2; j++)
+            for (int st = 1; st <= s->L; st++) {
+                double mu, sd;
+                int t = vil_states_token(j, st, s->L);
+                vil_states_get(s, i, j, t, &mu, &sd);
+                k += (size_t)snprintf(b + k, cap - k, "%d,%s,%d,%d,%.7g,%.7g\n", i, DIRS[j], st, t, mu, sd);
+            }
+    int rc = vil_write_file_atomic(path, b, k);
+    free(b);
+    return rc;
+}
+
+static int write_json(const char *path, const Report *r) {
+    const VilStates *s = r->s;
+    const VilConfig *c = r->c;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", r->model);
+    cJSON_AddStringToObject(o, "weights", r->weights);
+    cJSON_AddStringToObject(o, "family", vil_recurrences[c->rec].family);
+    cJSON_AddStringToObject(o, "recurrence", vil_recurrences[c->rec].name);
+    cJSON_AddNumberToObject(o, "img_size", c->img_size);
+    cJSON_AddNumberToObject(o, "tokens", s->L);
+    cJSON_AddNumberToObject(o, "cls_token", c->cls_pos);
+    cJSON_AddNumberToObject(o, "train_img_size", r->train_img);
+    cJSON_AddNumberToObject(o, "train_tokens", r->train_tokens);
+    cJSON_AddNumberToObject(o, "depth", s->depth);
+    cJSON_AddNumberToObject(o, "d_state", c->d_state);
+    cJSON_AddNumberToObject(o, "d_inner", c->d_inner);
+    cJSON_AddStringToObject(o, "data", r->data);
+    cJSON_AddStringToObject(o, "split", r->split);
+    cJSON_AddNumberToObject(o, "crop_pct", r->crop_pct);
+    cJSON_AddNumberToObject(o, "images", (double)s->images);
+    cJSON_AddNumberToObject(o, "unreadable", (double)r->bad);
+    cJSON_AddStringToObject(o, "device", r->device);
+    cJSON_AddStringToObject(o, "norm", "||h||: the square root of the sum of the squares of the "
+                                       "state's d_state x d_inner values; mean and sd (divided by "
+                                       "the count) over the images");
+    cJSON_AddStringToObject(o, "step", "mean_norm[s - 1], sd_norm[s - 1]: after scan step s, the "
+                                       "tokens the direction has read (forward: token s - 1; "
+                                       "backward: token tokens - s)");
+    cJSON *a = cJSON_AddArrayToObject(o, "layers");
+    double *v[2] = {vil_malloc((size_t)s->L * sizeof(double)), vil_malloc((size_t)s->L * sizeof(double))};
+    for (int i = 0; i < s->depth; i++)
+        for (int j = 0; j < 2; j++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "layer", i);
+            cJSON_AddStringToObject(e, "direction", DIRS[j]);
+            double fm, fs;
+            vil_states_get(s, i, j, -1, &fm, &fs);
+            cJSON_AddNumberToObject(e, "final_mean", fm);
+            cJSON_AddNumberToObject(e, "final_sd", fs);
+            for (int st = 1; st <= s->L; st++) vil_states_get(s, i, j, vil_states_token(j, st, s->L), &v[0][st - 1], &v[1][st - 1]);
+            cJSON_AddItemToObject(e, "mean_norm", cJSON_CreateDoubleArray(v[0], s->L));
+            cJSON_AddItemToObject(e, "sd_norm", cJSON_CreateDoubleArray(v[1], s->L));
+            cJSON_AddItemToArray(a, e);
+        }
+    free(v[0]);
+    free(v[1]);
+    char *text = cJSON_PrintUnformatted(o);
+    int rc = text ? vil_write_file_atomic(path, text, strlen(text)) : -1;
+    if (!text) vil_error("states.json: out of memory");
+    cJSON_free(text);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* mean (top row) and sd (bottom row) against the scan step, forward and backward side by side,
+ * one line per drawn layer, and a dashed vertical line at the training length */
+static int write_chart(const char *path, const Report *r) {
+    const VilStates *s = r->s;
+    int L = s->L, nd = s->depth <= MAX_DRAWN ? s->depth : MAX_DRAWN;
+    int layers[MAX_DRAWN];
+    for (int k = 0; k < nd; k++) layers[k] = nd == s->depth ? k : (int)lround((double)k * (s->depth - 1) / (nd - 1));
+    double *x = vil_malloc((size_t)L * sizeof(double));
+    double *y = vil_malloc((size_t)4 * nd * L * sizeof(double));
+    for (int st = 1; st <= L; st++) x[st - 1] = st;
+    VilChartSeries ser[4][MAX_DRAWN + 1];
+    char labels[MAX_DRAWN][32], mark[64];
+    double top[4] = {0}, mx[2] = {0, 0}, my[4][2];
+    snprintf(mark, sizeof mark, "training length (%d tokens)", r->train_tokens);
+    int marker = r->train_tokens >= 1 && r->train_tokens <= L;
+    for (int p = 0; p < 4; p++) { /* panel p: row p / 2 (0 mean, 1 sd), direction p % 2 */
+        int j = p % 2;
+        for (int k = 0; k < nd; k++) {
+            double *yy = y + ((size_t)p * nd + k) * L;
+            for (int st = 1; st <= L; st++) {
+                double mu, sd;
+                vil_states_get(s, layers[k], j, vil_states_token(j, st, L), &mu, &sd);
+                yy[st - 1] = p / 2 ? sd : mu;
+                if (isfinite(yy[st - 1]) && yy[st - 1] > top[p]) top[p] = yy[st - 1];
+            }
+            snprintf(labels[k], sizeof labels[k], "layer %d", layers[k]);
+            ser[p][k] = (VilChartSeries){labels[k], L, x, yy, 0, k, 0};
+        }
+        if (marker) {
+            mx[0] = mx[1] = r->train_tokens;
+            my[p][0] = 0, my[p][1] = top[p] > 0 ? top[p] : 1;
+            ser[p][nd] = (VilChartSeries){mark, 2, mx, my[p], 1, 7, 0};
+        }
+    }
+    char t[4][64];
+    VilChartPanel pan[4];
+    for (int p = 0; p < 4; p++) {
+        snprintf(t[p], sizeof t[p], "%s of the %s scan", p / 2 ? "Spread" : "State norm", DIRS[p % 2]);
+        pan[p] = (VilChartPanel){t[p], "scan step (tokens read)", p / 2 ? "sd of ||h|| over images" : "mean ||h|| over images",
+                                 0, 0, 0, ser[p], nd + marker, NULL, 0, 1, L, 0, top[p] > 0 ? top[p] : 1};
+    }
+    char title[512], name[96];
+    const char *base = strrchr(r->model, '/');
+    base = base ? base + 1 : r->model;
+    snprintf(title, sizeof title, "vil states: %s (%s) at %d px, %d tokens (trained: %d tokens); %ld images",
+             vil_printable(name, sizeof name, base), vil_recurrences[r->c->rec].family, r->c->img_size,
+             L, r->train_tokens, s->images);
+    int rc = vil_chart_write(path, title, pan, 4, 2);
+    free(y);
+    free(x);
+    return rc;
+}
+
+/* the norm at a few steps, per layer and direction: the first, the training length, the last */
+static void print_table(const Report *r) {
+    const VilStates *s = r->s;
+    int L = s->L, lt = r->train_tokens >= 1 && r->train_tokens <= L ? r->train_tokens : 0;
+    printf("\nmean state norm ||h|| (sd over images) after scan step s:\n%-6s %-9s %20s", "layer",
+           "direction", "s = 1");
+    char h[48];
+    if (lt) {
+        snprintf(h, sizeof h, "s = %d (trained)", lt);
+        printf(" %20s", h);
+    }
+    snprintf(h, sizeof h, "s = %d (last)", L);
+    printf(" %20s\n", h);
+    for (int i = 0; i < s->depth; i++)
+        for (int j = 0; j < 2; j++) {
+            int steps[3] = {1, lt, L};
+            printf("%-6d %-9s", i, DIRS[j]);
+            for (int k = 0; k < 3; k++) {
+                if (!steps[k]) continue;
+                double mu, sd;
+                char c[48];
+                vil_states_get(s, i, j, vil_states_token(j, steps[k], L), &mu, &sd);
+                snprintf(c, sizeof c, "%.4g (%.3g)", mu, sd);
+                printf(" %20s", c);
+            }
+            printf("\n");
+        }
+}
+
+int vil_cmd_states(int argc, char **argv) {
+    const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto",
+               *out = "out/states";
+    int batch = 8, img_size = 0, images = 256, workers = 4, ema = 0, threads = 0;
+    int max_pixels = (int)vil_image_max_pixels();
+    float crop_pct = 0;
+    VilArg args[] = {
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
+        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
+        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
+        {"--split", VIL_ARG_STR, &split, "split to read: val (test for IDX), test or train"},
+        {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
+        {"--img-size", VIL_ARG_INT, &img_size, "image size, 1..8192 (not given: the checkpoint's own); another size interpolates pos_embed", 1, VIL_MAX_IMG_SIZE},
+        {"--images", VIL_ARG_INT, &images, "images measured: the first N readable ones of the split", 1, 1e9},
+        {"--batch", VIL_ARG_INT, &batch, "images per forward (training activations: every layer's are kept)", 1, VIL_MAX_BATCH},
+        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
+        {"--device", VIL_ARG_STR, &device, "where the forward runs: cpu, cuda or auto (the norms' scans run on the host)"},
+        {"--workers", VIL_ARG_INT, &workers, "data loader threads", 1, 256},
+        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
+        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
+        {"--out", VIL_ARG_STR, &out, "folder for states.csv, states.json and states.svg"},
+    };
+    VilArgSpec spec = {"states", "--model CKPT --data DIR [--img-size S] [--images N] [--out DIR] [options]",
+                       "How the scan's state grows along the sequence: for each layer and direction,\n"
+                       "the norm of the state after each token (||h||: the square root of the sum of\n"
+                       "squares of its d_state x d_inner values), its mean and sd over N images of\n"
+                       "the split, made with the evaluation transform (as `vil eval --img-size S`),\n"
+                       "the scans starting from zero. Past the training length (the tokens of the\n"
+                       "checkpoint's own pos_embed grid) a model meets states it never saw.\n"
+                       "The forward runs on --device; the norms come from the CPU reference scan,\n"
+                       "replayed on the host on each layer's downloaded activations (the cost: about\n"
+                       "a CPU forward per image). Writes OUT/states.csv (layer, direction, step,\n"
+                       "token, mean_norm, sd_norm; step s = the tokens the direction has read, 1..L:\n"
+                       "forward token s - 1, backward token L - s), OUT/states.json (the same by\n"
+                       "step, the final states' norms, the model, size, images and training\n"
+                       "length) and OUT/states.svg (mean and sd against the step, one line per\n"
+                       "layer, at most 8 spread over the depth, a dashed line at the training\n"
+                       "length).",
+                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
+    int rc = vil_args_parse_flags(&spec, argc, argv);
+    if (rc >= 0) return rc;
+    if (!model || !data) {
+        fprintf(stderr, "vil states: --model and --data are required\n");
+        vil_args_usage(&spec, 1);
+        return 2;
+    }
+    if (!(crop_pct == 0.0f || (crop_pct >= VIL_MIN_CROP_PCT && crop_pct <= 1.0f))) {
+        fprintf(stderr, "vil states: --crop-pct must be in 0.001..1 (0: the file's)\n");
+        return 2;
+    }
+    if (vil_cli_check_device_split("states", device, split) != 0) return 2;
+    if (vil_cli_set_max_pixels("states", max_pixels) != 0) return 2;
+    if (vil_cli_set_threads("states", threads) < 0) return 2;
+    VilDataset *ds;
+    const VilBackend *be;
+    if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;
+    VilModel m;
+    VilCheckpointMeta meta;
+    VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
+    if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) {
+        vil_dataset_free(ds);
+        return 1;
+    }
+    const VilConfig *c = &m.cfg;
+    VilEvalSpec ev;
+    char note[128], name[96];
+    vil_eval_spec_resolve(&ev, &meta, crop_pct, c->in_chans, note, sizeof note);
+    Report r = {.model = model, .data = data, .split = split, .device = be->name, .c = c,
+                .crop_pct = ev.crop_pct};
+    snprintf(r.weights, sizeof r.weights, "%s", meta.weights);
+    /* the training length: the tokens of the file's own pos_embed grid */
+    int g = meta.pos_interpolated_from;
+    r.train_img = g > 0 ? c->patch_size + (g - 1) * c->stride : c->img_size;
+    r.train_tokens = g > 0 ? g * g + 1 : c->seq_len;
+    long n_img = images < vil_dataset_size(ds) ? images : vil_dataset_size(ds);
+    printf("states: %s%s%s (%s, %s, depth %d, d_state %d) at %d px: %d tokens (trained at %d px: "
+           "%d tokens) on %s\n", model, meta.weights[0] ? ":" : "", meta.weights,
+           vil_printable(name, sizeof name, c->name), vil_recurrences[c->rec].family, c->depth,
+           c->d_state, c->img_size, c->seq_len, r.train_img, r.train_tokens, be->name);
+    printf("data: %s: %ld of %d images, batch %d; resize %d, center crop %d (%s)\n",
+           vil_dataset_source(ds), n_img, vil_dataset_size(ds), vil_eval_batch(ds, batch, images),
+           vil_eval_scale_size(c->img_size, ev.crop_pct), c->img_size, note);
+    if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
+    else printf("note: the forward runs on %s; the norms' scans on the host CPU\n", be->name);
+    fflush(stdout);
+    VilStates s = {0};
+    rc = 1;
+    double t0 = vil_now();
+    if (vil_states_dataset(&m, ds, &ev, batch, workers, images, stderr, &s, &r.bad) != 0) goto done;
+    r.s = &s;
+    if (s.images == 0) {
+        vil_error("no images were measured%s", r.bad ? ": none could be read" : "");
+        goto done;
+    }
+    printf("%ld images in %.1f s%s", s.images, vil_now() - t0, r.bad ? "" : "\n");
+    if (r.bad) printf(" (%ld unreadable, left out)\n", r.bad);
+    print_table(&r);
+    if (vil_mkdir_p(out) != 0) goto done;
+    char p[3][4200];
+    snprintf(p[0], sizeof p[0], "%s/states.csv", out);
+    snprintf(p[1], sizeof p[1], "%s/states.json", out);
+    snprintf(p[2], sizeof p[2], "%s/states.svg", out);
+    if (write_csv(p[0], &r) != 0 || write_json(p[1], &r) != 0 || write_chart(p[2], &r) != 0) goto done;
+    printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);
+    rc = 0;
+done:
+    vil_states_free(&s);
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&m);
+    vil_dataset_free(ds);
+    return rc;
+}

@@ -1,0 +1,157 @@
+/* states.c: the scan's state norms along the sequence (states.h) for `vil states`: a forward on
+ * training activations keeps every layer's scan inputs, and the CPU reference scan replays each
+ * direction on the host with its per-token squared state norms (vil/ops_cpu.h, VilScanState.hsq). */
+#include "eval/states.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval/eval.h"
+#include "vil/common.h"
+#include "vil/ops_cpu.h"
+#include "vil/recurrence.h"
+
+void vil_states_init(VilStates *s, int depth, int L) {
+    memset(s, 0, sizeof *s);
+    s->depth = depth, s->L = L;
+    size_t n = (size_t)depth * 2 * L;
+    s->mean = vil_calloc(n, sizeof(double));
+    s->m2 = vil_calloc(n, sizeof(double));
+    s->fmean = vil_calloc((size_t)depth * 2, sizeof(double));
+    s->fm2 = vil_calloc((size_t)depth * 2, sizeof(double));
+}
+
+void vil_states_free(VilStates *s) {
+    free(s->mean);
+    free(s->m2);
+    free(s->fmean);
+    free(s->fm2);
+    memset(s, 0, sizeof *s);
+}
+
+void vil_states_get(const VilStates *s, int layer, int dir, int t, double *mean, double *sd) {
+    size_t i = (size_t)layer * 2 + dir;
+    double mu = t < 0 ? s->fmean[i] : s->mean[i * s->L + t], m2 = t < 0 ? s->fm2[i] : s->m2[i * s->L + t];
+    *mean = mu;
+    *sd = s->images > 0 && m2 > 0 ? sqrt(m2 / (double)s->images) : 0.0;
+}
+
+/* one image's value x into the running moments of count n (n counts this image) */
+static inline void welford(double *mean, double *m2, double x, long n) {
+    double d = x - *mean;
+    *mean += d / (double)n;
+    *m2 += d * (x - *mean);
+}
+
+int vil_states_prepare(VilModel *m, int B) {
+    m->cfg.drop_path = 0.0f; /* the forward's adds read no drop-path scales (model.c dp_row) */
+    m->recompute = 0;        /* every layer keeps its own u and delta */
+    if (vil_model_check_acts(m, B, 1) != 0) return -1;
+    vil_model_alloc_acts(m, B, 1);
+    return 0;
+}
+
+int vil_states_add_batch(VilStates *s, const VilModel *m, const unsigned char *keep) {
+    const VilBackend *be = m->be;
+    const VilConfig *c = &m->cfg;
+    const VilActs *a = &m->acts;
+    int B = a->B, L = c->seq_len, E = c->d_inner, N = c->d_state, dl, xld;
+    if (!a->training || a->recompute || L != s->L || c->depth != s->depth) {
+        vil_error("vil_states_add_batch: the model's activations are not training activations "
+                  "of every layer for %d tokens (vil_states_prepare)", s->L);
+        return -1;
+    }
+    vil_model_xdbl_layout(c, &dl, &xld);
+    int has_A = vil_recurrences[c->rec].param.key != NULL;
+    size_t BLE = (size_t)B * L * E;
+    float *params = vil_malloc(m->buf_len * sizeof(float));
+    float *u = vil_malloc(BLE * sizeof(float)), *delta = vil_malloc(BLE * sizeof(float));
+    float *xdbl = vil_malloc((size_t)B * L * xld * sizeof(float)), *y = vil_malloc(BLE * sizeof(float));
+    float *hsq = vil_malloc((size_t)B * L * sizeof(float)), *hT = vil_malloc((size_t)B * N * E * sizeof(float));
+    vil_model_get_params(m, params);
+    long n0 = s->images, n = n0;
+    for (int b = 0; b < B; b++) n += !keep || keep[b];
+    for (int i = 0; i < c->depth; i++) {
+        const VilLayerOffsets *o = &m->off.layer[i];
+        for (int j = 0; j < 2; j++) {
+            be->act_to_host_f32(be, u, a->layer[i].u[j], BLE);
+            be->act_to_host_f32(be, delta, a->layer[i].delta[j], BLE);
+            be->act_to_host_f32(be, xdbl, a->layer[i].xdbl[j], (size_t)B * L * xld);
+            VilScanState st = {.hT = hT, .hsq = hsq, .ld = (size_t)N * E};
+            scan_dir_forward(c->rec, y, u, delta, xdbl + dl, xdbl + dl + N, params + o->D[j],
+                             has_A ? params + o->A_log[j] : NULL, B, L, E, N, xld, j, &st);
+            size_t k = (size_t)i * 2 + j;
+            long cnt = n0;
+            for (int b = 0; b < B; b++) {
+                if (keep && !keep[b]) continue;
+                cnt++;
+                for (int t = 0; t < L; t++)
+                    welford(&s->mean[k * L + t], &s->m2[k * L + t], sqrt((double)hsq[(size_t)b * L + t]), cnt);
+                double f = 0;
+                for (size_t e = 0; e < (size_t)N * E; e++) f += (double)hT[(size_t)b * N * E + e] * hT[(size_t)b * N * E + e];
+                welford(&s->fmean[k], &s->fm2[k], sqrt(f), cnt);
+            }
+        }
+    }
+    s->images = n;
+    free(hT);
+    free(hsq);
+    free(y);
+    free(xdbl);
+    free(delta);
+    free(u);
+    free(params);
+    return 0;
+}
+
+int vil_states_tokens_at(const VilConfig *cfg, int img_size) {
+    if (cfg->stride < 1 || img_size < cfg->patch_size || (img_size - cfg->patch_size) % cfg->stride) return 0;
+    long g = (img_size - cfg->patch_size) / cfg->stride + 1;
+    return g * g + 1 > (1L << 30) ? 0 : (int)(g * g + 1);
+}
+
+int vil_states_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
+                       long max_images, FILE *log, VilStates *s, long *bad) {
+    vil_states_init(s, m->cfg.depth, m->cfg.seq_len);
+    *bad = 0;
+    batch = vil_eval_batch(ds, batch, max_images);
+    if (vil_states_prepare(m, batch) != 0) return -1;
+    VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers);
+    if (!l) return -1;
+    vil_loader_start_epoch(l, 0);
+    long total = max_images < vil_dataset_size(ds) ? max_images : vil_dataset_size(ds);
+    long next_log = total / 10 > 0 ? total / 10 : 1;
+    unsigned char *keep = vil_malloc((size_t)batch);
+    double t0 = vil_now();
+    int rc = -1;
+    const VilBatch *b;
+    while (s->images < max_images && (b = vil_loader_next_batch(l))) {
+        long room = max_images - s->images;
+        for (int i = 0; i < b->batch; i++) {
+            int readable = i < b->n && b->labels[i] >= 0; /* an unreadable file has no label */
+            keep[i] = readable && room > 0;
+            room -= keep[i];
+            *bad += i < b->n && !readable;
+        }
+        vil_model_upload_inputs(m, b->images, NULL);
+        vil_loader_release_batch(l, b);
+        vil_model_forward(m, 0);
+        if (vil_states_add_batch(s, m, keep) != 0) goto out;
+        if (log && (s->images >= next_log || s->images >= total)) {
+            fprintf(log, "  %6ld / %ld images  %7.1f s\n", s->images, total, vil_now() - t0);
+            fflush(log);
+            while (next_log <= s->images) next_log += total / 10 > 0 ? total / 10 : 1;
+        }
+    }
+    const char *err = vil_loader_error(l);
+    if (err) {
+        vil_error("states: %s", err);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(keep);
+    vil_loader_free(l);
+    return rc;
+}

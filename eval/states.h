@@ -1,0 +1,57 @@
+/* states.h: the scan's state along the sequence for `vil states` (the length-generalization
+ * question of doc/scans.md "Initial state": does the state drift past the training length?):
+ * per layer, direction and token, the mean over images of the state norm ||h_t|| and its
+ * spread, and the same of each direction's final state. */
+#ifndef VIL_STATES_H
+#define VIL_STATES_H
+
+#include <stdio.h>
+
+#include "data/dataset.h"
+#include "formats/checkpoint.h"
+#include "vil/model.h"
+
+/* Running moments over images, Welford's update (exact for one image: sd 0). Index of
+ * (layer i, direction j, token t): (i * 2 + j) * L + t; of a final state: i * 2 + j. */
+typedef struct {
+    int depth, L;
+    long images;
+    double *mean, *m2;   /* (depth, 2, L): ||h_t|| after token t of that direction's scan */
+    double *fmean, *fm2; /* (depth, 2): ||h|| after the direction's last step */
+} VilStates;
+
+/* Zeroed moments for a model of `depth` layers and L tokens. */
+void vil_states_init(VilStates *s, int depth, int L);
+void vil_states_free(VilStates *s);
+
+/* The token that scan step s (1..L: the tokens the direction has read) of direction dir (0
+ * forward, 1 backward) reads: forward s - 1, backward L - s. */
+static inline int vil_states_token(int dir, int step, int L) { return dir ? L - step : step - 1; }
+
+/* Mean and standard deviation over the images (divided by their count) at (layer, dir, token t);
+ * t = -1: the final state. */
+void vil_states_get(const VilStates *s, int layer, int dir, int t, double *mean, double *sd);
+
+/* Adds the samples b of the last forward of m whose keep[b] is nonzero (keep NULL: all B): the
+ * forward ran on training activations (vil_states_prepare) with zero initial states; each
+ * layer's and direction's u, delta and x_dbl come to the host as float32 and the CPU reference
+ * scan (scan_dir_forward) gives the norms, on any backend. 0, or -1 (reported). */
+int vil_states_add_batch(VilStates *s, const VilModel *m, const unsigned char *keep);
+
+/* m ready for vil_states_add_batch on batches of B: drop path off, no recomputation, training
+ * activations of B (checked against the memory first). 0, or -1 (reported). */
+int vil_states_prepare(VilModel *m, int B);
+
+/* The states of m over the first max_images (> 0) readable images of ds, made by the evaluation
+ * loader (vil_eval_loader: the transform ev, `vil eval`'s) in batches of `batch` (capped at the
+ * images read) with `workers` threads; unreadable images are named by the loader, counted in
+ * *bad and left out. log (may be NULL) gets a progress line about every 10%. s is initialized
+ * here (vil_states_free it, also after a failure). 0, or -1 (reported). */
+int vil_states_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
+                       long max_images, FILE *log, VilStates *s, long *bad);
+
+/* The tokens of a model trained as cfg is but on img_size x img_size images (its grid's
+ * patches and the class token); 0 when the patches do not fit that size. */
+int vil_states_tokens_at(const VilConfig *cfg, int img_size);
+
+#endif
