@@ -48,7 +48,9 @@ sigma() {
     python3 - "$R/states_base_28/states.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-print("%.4g" % j["final_rms_element"])
+# the RMS of one state element: the final norms' mean square over layers and directions, per element
+ms = sum(l["final_mean"] ** 2 + l["final_sd"] ** 2 for l in j["layers"]) / len(j["layers"])
+print("%.4g" % (ms / (j["d_state"] * j["d_inner"])) ** 0.5)
 PY
 }
 
