@@ -40,7 +40,7 @@ typedef struct {
     int dt_ld, xdbl_ld;       /* scan: k's column in x_dbl, x_dbl's row length (>= dt_ld + 2N) */
     int chunk, split;         /* scan: as VilScanFwd's (chunk -1: the sequential kernels) */
     int keep;                 /* scan: the forward keeps its chunk-boundary states for the backward */
-    int h0;                   /* scan: the initial state, H0_RANDOM or H0_ZERO (0: none) */
+    int h0;                   /* scan: the initial state, H0_RANDOM or H0_ZERO, or HT_ONLY (0: none) */
     int init;                 /* state_init: INIT_SIGMA, INIT_FITTED or INIT_PASSING */
     float sigma, drop, keep_f; /* state_init's sigma, drop; state_fit's keep */
     size_t n;                 /* adamw, ema, grad_clip: elements */
@@ -50,8 +50,8 @@ typedef struct {
 } OpCase;
 enum { FULL = 1, QUICK = 2 };
 /* H0_RANDOM: h0 normal (scale 1), final states checked; H0_ZERO: h0 all zeros, the GPU's outputs
- * bitwise those of h0 = NULL */
-enum { H0_RANDOM = 1, H0_ZERO = 2 };
+ * bitwise those of h0 = NULL; HT_ONLY: no h0, final states checked */
+enum { H0_RANDOM = 1, H0_ZERO, HT_ONLY };
 enum { INIT_SIGMA = 1, INIT_FITTED, INIT_PASSING };
 
 static const VilBackend *G;
@@ -362,7 +362,7 @@ static void test_scan(const OpCase *c) {
     /* the initial state (B, 2, N, E) and the final states */
     size_t nst = (size_t)B * 2 * N * E;
     float *h0 = c->h0 == H0_RANDOM ? rnd(nst, 1.0f) : c->h0 == H0_ZERO ? vil_calloc(nst, sizeof(float)) : NULL;
-    float *hT_c = c->h0 == H0_RANDOM ? vil_malloc(nst * sizeof(float)) : NULL;
+    float *hT_c = c->h0 == H0_RANDOM || c->h0 == HT_ONLY ? vil_malloc(nst * sizeof(float)) : NULL;
     float *d_h0 = h0 ? dev_f32(h0, nst) : NULL, *d_hT = hT_c ? dev_poison(nst * sizeof(float)) : NULL;
     const char *with_h0 = c->h0 == H0_RANDOM ? " from h0" : c->h0 == H0_ZERO ? " from h0 = 0" : "";
     float *out_c = vil_malloc(ne * sizeof(float));
@@ -1037,6 +1037,12 @@ static const OpCase CASES[] = {
      .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .xdbl_ld = 10, .chunk = 16, .keep = 1, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
     {.op = "scan", .name = "h0, quad kernel, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
      .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .xdbl_ld = 21, .chunk = -1, .split = 4, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    /* the final states of a zero start */
+    {.op = "scan", .name = "final states alone, pair kernel, sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1, .split = 1, .h0 = HT_ONLY},
+    {.op = "scan", .name = "final states alone, quad kernel, chunk 64", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA, .chunk = 64, .split = 4,
+     .h0 = HT_ONLY},
     /* h0 given as zeros: bitwise the outputs of h0 = NULL (the kernels compiled with the initial
      * state against those without), each kernel family */
     {.op = "scan", .name = "h0 = 0, pair kernel, sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32,
