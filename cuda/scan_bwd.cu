@@ -66,14 +66,14 @@ __device__ __forceinline__ void adjoint_sub(float (&lam)[N], float (&anext)[N], 
 /* The adjoint's checkpoint staging when rows start 16-byte aligned (vec_ck 16): N rows of T
  * floats, each thread's pieces fixed, as in queue_rows16. CK-chunk 0's start state is h0's
  * (same rows). */
-template <int N>
+template <int N, bool ST>
 __device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, int c, int j, int b,
                                                int c0, int tid) {
     constexpr int T = ADJ_T, PC = T / 4, RC = T / PC;
     static_assert(T % 32 == 0 && N % RC == 0, "adjoint checkpoint staging shape");
     const int E = a.E, pc = tid % PC, chc = c0 + pc * 4;
-    const float *cb = c > 0 ? a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * E
-                            : a.h0 + ((size_t)b * 2 + j) * N * E;
+    const float *cb = !ST || c > 0 ? a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * E
+                                   : a.h0 + ((size_t)b * 2 + j) * N * E;
 #pragma unroll
     for (int k = 0; k < N / RC; k++) {
         int n = tid / PC + k * RC;
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
          * rather than 8, and the backward runs 1.7% slower (L = 197, B = 256) */
         if (fast) {
             queue_rows16<T, CK, 4>(dst, 4, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
-            if (c > 0 || (ST && a.h0)) adj_stage_ck16<N>(a, ckb + slot * N * T, c, j, b, c0, tid);
+            if (c > 0 || (ST && a.h0)) adj_stage_ck16<N, ST>(a, ckb + slot * N * T, c, j, b, c0, tid);
             return;
         }
         queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
         }, tid, T, cs, CK);
         if (c > 0 || (ST && a.h0))
             queue_rows(ckb + slot * N * T, N, T, 4, c0, E, a.vec_ck, [&](int n) -> const void * {
-                return c > 0 ? a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0
-                             : a.h0 + (((size_t)b * 2 + j) * N + n) * E + c0;
+                return !ST || c > 0 ? a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0
+                                    : a.h0 + (((size_t)b * 2 + j) * N + n) * E + c0;
             }, tid, T, N);
     };
     /* du and ddelta of token 0 for this thread's channel (a valid address when inactive too);

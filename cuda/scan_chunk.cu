@@ -63,8 +63,13 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
     if (MODE != LOC_KEPT && k + 1 < a.nch) { /* S, P: the last chunk's start nothing */
         float h[N], P[N], sdt = 0.0f;
         /* chunk 0 from h0: its S is the state after it (the chain's h_0 = S_0) */
+        if constexpr (ST) {
 #pragma unroll
-        for (int n = 0; n < N; n++) h[n] = (ST && k == 0 && act && a.h0) ? a.h0[st_idx(a, N, b, j, n, d)] : 0.0f, P[n] = 1.0f;
+            for (int n = 0; n < N; n++) h[n] = (k == 0 && act && a.h0) ? a.h0[st_idx(a, N, b, j, n, d)] : 0.0f, P[n] = 1.0f;
+        } else {
+#pragma unroll
+            for (int n = 0; n < N; n++) h[n] = 0.0f, P[n] = 1.0f;
+        }
         pipeline(false, 2, [&](const bf16 *st, const float *kq, int cs, int s0) {
             float p0[CKS], p1[CKS], pu[CKS];
 #pragma unroll
