@@ -22,8 +22,8 @@ static int vec_bytes(const void *const *ptrs, int np, const size_t *strides_byte
 
 static void fill_common(ScanArgs *a, const void *const u[2], const void *const delta[2],
                         const void *const xdbl[2], const void *z, const void *dout,
-                        const float *const D[2], const float *const A_log[2], int B, int L, int E,
-                        int N, int dt_ld, int xdbl_ld, int ldz) {
+                        const float *const D[2], const float *const A_log[2], const float *h0, int B,
+                        int L, int E, int N, int dt_ld, int xdbl_ld, int ldz) {
     memset(a, 0, sizeof *a);
     for (int j = 0; j < 2; j++) {
         a->u[j] = (const bf16 *)u[j];
@@ -34,14 +34,16 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
     }
     a->z = (const bf16 *)z;
     a->dout = (const bf16 *)dout;
+    a->h0 = h0;
     a->B = B, a->L = L, a->E = E, a->dt_ld = dt_ld, a->xdbl_ld = xdbl_ld, a->ldz = ldz;
     a->nck = (L + CK - 1) / CK;
     /* act rows start at (row * ld + block * tpb) elements */
     const void *pa[6] = {u[0], u[1], delta[0], delta[1], z, dout ? dout : z};
     size_t sa[3] = {(size_t)E * 2, (size_t)ldz * 2, (size_t)32 * 2};
     a->vec_act = vec_bytes(pa, 6, sa, 3);
+    /* checkpoint rows (and h0's, staged as CK-chunk 0's) start at (row * E + block * 32) floats */
     size_t sc[1] = {(size_t)E * 4};
-    const void *pc[1] = {NULL};
+    const void *pc[1] = {h0};
     a->vec_ck = vec_bytes(pc, 1, sc, 1) >= 16 ? 16 : 4;
 }
 
@@ -222,9 +224,10 @@ extern "C" size_t scan_states_bytes_cuda(const VilScanFwd *p) {
 template <class R>
 static void scan_forward(const VilScanFwd *p) {
     ScanArgs a;
-    fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, R::HAS_A ? p->A_log : NULL, p->B,
-                p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz);
+    fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, R::HAS_A ? p->A_log : NULL, p->h0,
+                p->B, p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz);
     a.out = (bf16 *)p->out;
+    a.hT = p->hT;
     /* the chunks are the pair kernel's (the chunk summaries run a thread per channel whichever
      * kernel runs the passes); the quad kernel runs the passes where the pair kernel's would
      * have fewer than quad_fwd threads */
@@ -242,8 +245,8 @@ static void scan_forward(const VilScanFwd *p) {
 template <class R>
 static void scan_backward(const VilScanBwd *p) {
     ScanArgs a;
-    fill_common(&a, p->u, p->delta, p->xdbl, p->z, p->dout, p->D, R::HAS_A ? p->A_log : NULL, p->B,
-                p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz);
+    fill_common(&a, p->u, p->delta, p->xdbl, p->z, p->dout, p->D, R::HAS_A ? p->A_log : NULL, p->h0,
+                p->B, p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz);
     a.dz = (bf16 *)p->dz;
     for (int j = 0; j < 2; j++) {
         a.du[j] = (bf16 *)p->du[j];

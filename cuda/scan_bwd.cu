@@ -64,14 +64,16 @@ __device__ __forceinline__ void adjoint_sub(float (&lam)[N], float (&anext)[N], 
 }
 
 /* The adjoint's checkpoint staging when rows start 16-byte aligned (vec_ck 16): N rows of T
- * floats, each thread's pieces fixed, as in queue_rows16. */
-template <int N>
+ * floats, each thread's pieces fixed, as in queue_rows16. CK-chunk 0's start state is h0's
+ * (same rows). */
+template <int N, bool ST>
 __device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, int c, int j, int b,
                                                int c0, int tid) {
     constexpr int T = ADJ_T, PC = T / 4, RC = T / PC;
     static_assert(T % 32 == 0 && N % RC == 0, "adjoint checkpoint staging shape");
     const int E = a.E, pc = tid % PC, chc = c0 + pc * 4;
-    const float *cb = a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * E;
+    const float *cb = !ST || c > 0 ? a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * E
+                                   : a.h0 + ((size_t)b * 2 + j) * N * E;
 #pragma unroll
     for (int k = 0; k < N / RC; k++) {
         int n = tid / PC + k * RC;
@@ -79,7 +81,8 @@ __device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, 
     }
 }
 
-template <int N, class R>
+/* ST: CK-chunk 0 starts from a.h0 (compiled apart: it costs spills) */
+template <int N, class R, bool ST>
 __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T) scan_adjoint_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, T = ADJ_T, NWB = ADJ_T / 32;
     constexpr int act_elems = 4 * CK * T;
@@ -116,16 +119,17 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
          * rather than 8, and the backward runs 1.7% slower (L = 197, B = 256) */
         if (fast) {
             queue_rows16<T, CK, 4>(dst, 4, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
-            if (c > 0) adj_stage_ck16<N>(a, ckb + slot * N * T, c, j, b, c0, tid);
+            if (c > 0 || (ST && a.h0)) adj_stage_ck16<N, ST>(a, ckb + slot * N * T, c, j, b, c0, tid);
             return;
         }
         queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
             int q = r / cs;
             return row_of(q, r - q * cs);
         }, tid, T, cs, CK);
-        if (c > 0)
+        if (c > 0 || (ST && a.h0))
             queue_rows(ckb + slot * N * T, N, T, 4, c0, E, a.vec_ck, [&](int n) -> const void * {
-                return a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0;
+                return !ST || c > 0 ? a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0
+                                    : a.h0 + (((size_t)b * 2 + j) * N + n) * E + c0;
             }, tid, T, N);
     };
     /* du and ddelta of token 0 for this thread's channel (a valid address when inactive too);
@@ -150,10 +154,11 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
         const bf16 *st = stage + slot * act_elems;
         const float *kq = kqs + slot * CK * KQW;
         const float *h0 = ckb + slot * N * T + tid; /* the start state, stride T */
+        const bool staged = c > 0 || (ST && a.h0);   /* else zero */
         /* the second half first: its start state is reached through the first half */
         float hm[N];
 #pragma unroll
-        for (int n = 0; n < N; n++) hm[n] = c > 0 ? h0[n * T] : 0.0f;
+        for (int n = 0; n < N; n++) hm[n] = staged ? h0[n * T] : 0.0f;
         if (cs > SUB) {
 #pragma unroll 1
             for (int i = 0; i < SUB; i++) {
@@ -168,7 +173,7 @@ __global__ void __launch_bounds__(ADJ_T, SCAN_KT.adj_warps[R::REC] * 32 / ADJ_T)
             float hs[N];
             int nsub = min(SUB, cs - sub * SUB);
 #pragma unroll
-            for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (c > 0 ? h0[n * T] : 0.0f);
+            for (int n = 0; n < N; n++) hs[n] = sub ? hm[n] : (staged ? h0[n * T] : 0.0f);
             const int sf = s0 + sub * SUB, tf = j ? L - 1 - sf : sf; /* the sub-chunk's first step, token */
             adjoint_sub<N, R>(lam, anext, dAacc, dDacc, dbacc, hs, kq + sub * SUB * KQW, st + sub * SUB * T + tid,
                                   nsub, du_b + (ptrdiff_t)tf * E, dd_b + (ptrdiff_t)tf * E, tstr, act, tid, Dsk, A,
@@ -227,7 +232,9 @@ __global__ void scan_dkdq_kernel(ScanArgs a) {
 /* ---------------- launcher ---------------- */
 template <int N, class R>
 void scan_adjoint_launch(const ScanArgs &a) {
-    scan_adjoint_kernel<N, R><<<dim3(a.nblk2, 2, (unsigned)a.B * a.nch), ADJ_T, 0, cu()->stream>>>(a);
+    const dim3 grid(a.nblk2, 2, (unsigned)a.B * a.nch);
+    if (a.h0) scan_adjoint_kernel<N, R, true><<<grid, ADJ_T, 0, cu()->stream>>>(a);
+    else scan_adjoint_kernel<N, R, false><<<grid, ADJ_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
     size_t tot = (size_t)a.B * 2 * a.L * N;
     int blocks = cu_blocks_capped(tot, 256, 16);

@@ -4,8 +4,9 @@
 #include "cuda/scan_rec.cuh"
 
 /* ---------------- the token-parallel form: chunk summaries and their chain ----------------
- * Thread (channel d; direction j; sample b, chunk k) runs chunk k's recurrence from a zero state:
- * its end state S and the product P of its forget gates (h_end = P h_start + S). With ADJ also
+ * Thread (channel d; direction j; sample b, chunk k) runs chunk k's recurrence from a zero state
+ * (chunk 0 from h0 where given): its end state S and the product P of its forget gates (h_end =
+ * P h_start + S). With ADJ also
  * the reverse adjoint from zero past the chunk's end, lam_s = a_{s+1} lam_{s+1} + gy_s q_s, whose
  * carry into the chunk before is a_s0 lam_s0 (with the later chunks': G = G_local + P G_next).
  * Only what the chain reads is made: S and P of chunks 0 .. nch - 2, G of chunks 1 .. nch - 1.
@@ -14,8 +15,9 @@
  * loads a step at a time are latency-bound (1024 px b1: 62 us for 64 steps; 2048 px b8: 1.15 ms,
  * twice the pair kernel's time for the same steps). */
 #define LOC_STAGES 3
-/* MODE: LOC_FWD, LOC_BWD or LOC_KEPT (scan_common.cuh) */
-template <int N, class R, int MODE>
+/* MODE: LOC_FWD, LOC_BWD or LOC_KEPT (scan_common.cuh); ST: chunk 0 from a.h0 (compiled apart:
+ * the registers it takes cost occupancy) */
+template <int N, class R, int MODE, bool ST>
 __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
     constexpr bool ADJ = MODE != LOC_FWD;
     constexpr int KQW = KQ<N>::W, T = LOC_T, NQ = ADJ ? 4 : 2;
@@ -60,8 +62,14 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
     };
     if (MODE != LOC_KEPT && k + 1 < a.nch) { /* S, P: the last chunk's start nothing */
         float h[N], P[N], sdt = 0.0f;
+        /* chunk 0 from h0: its S is the state after it (the chain's h_0 = S_0) */
+        if constexpr (ST) {
 #pragma unroll
-        for (int n = 0; n < N; n++) h[n] = 0.0f, P[n] = 1.0f;
+            for (int n = 0; n < N; n++) h[n] = (k == 0 && act && a.h0) ? a.h0[st_idx(a, N, b, j, n, d)] : 0.0f, P[n] = 1.0f;
+        } else {
+#pragma unroll
+            for (int n = 0; n < N; n++) h[n] = 0.0f, P[n] = 1.0f;
+        }
         pipeline(false, 2, [&](const bf16 *st, const float *kq, int cs, int s0) {
             float p0[CKS], p1[CKS], pu[CKS];
 #pragma unroll
@@ -188,9 +196,12 @@ __global__ void scan_carry_kernel(ScanArgs a, int adj) { /* adj: also G; a.kept:
 template <int N, class R>
 void scan_chunk_chain(const ScanArgs &a, bool adj) {
     dim3 grid((a.E + LOC_T - 1) / LOC_T, 2, a.B * a.nch);
-    if (adj && a.kept) scan_local_kernel<N, R, LOC_KEPT><<<grid, LOC_T, 0, cu()->stream>>>(a);
-    else if (adj) scan_local_kernel<N, R, LOC_BWD><<<grid, LOC_T, 0, cu()->stream>>>(a);
-    else scan_local_kernel<N, R, LOC_FWD><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    const bool st = a.h0 != NULL; /* LOC_KEPT: the kept states hold h0's part already */
+    if (adj && a.kept) scan_local_kernel<N, R, LOC_KEPT, false><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else if (adj && st) scan_local_kernel<N, R, LOC_BWD, true><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else if (adj) scan_local_kernel<N, R, LOC_BWD, false><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else if (st) scan_local_kernel<N, R, LOC_FWD, true><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else scan_local_kernel<N, R, LOC_FWD, false><<<grid, LOC_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
     if (a.nch > 2) {
         scan_carry_kernel<N><<<cu_blocks_capped((size_t)a.B * 2 * N * a.E, 256, 16), 256, 0, cu()->stream>>>(a, adj);

@@ -37,6 +37,10 @@
  *   pass reads the backward direction's stash at the same token, written by another chunk). In
  *   training the forward's chained states are kept (VilScanFwd.states) where the backward cuts
  *   the same chunks; its summaries then run only the adjoint's reverse pass (LOC_KEPT).
+ * A given initial state h0 (else zero) enters where a direction's first step starts: the pair
+ * and quad kernels' first chunk, scan_local_kernel's chunk 0 (its S is then the state after it)
+ * and the adjoint's CK-chunk 0 (staged as a checkpoint); the forward's last chunk writes hT.
+ * Each of these kernels is compiled apart with them (template ST) and without (today's code).
  * Sums over channels (dq, dk, dkappa) are fp32: within a warp by a transpose through shared
  * memory (warp_colsum; dkappa by shuffles), then the warps of a block in order (shared memory),
  * then the blocks in order: deterministic, no atomics. The backward also sums ddelta over the
@@ -81,7 +85,16 @@ typedef struct {
     float *keep; /* the forward: chs in the caller's buffer (VilScanFwd.states), kept for the
                   * backward; or NULL */
     int kept;    /* the backward: chs holds the forward's kept states (no S pass, no S chain) */
+    const float *h0; /* (B, 2, N, E) the state each direction starts from (VilScanFwd/Bwd.h0), or
+                      * NULL: zero */
+    float *hT;       /* the forward: (B, 2, N, E) each direction's state after its last step, or
+                      * NULL */
 } ScanArgs;
+
+/* element (b, j, n, d) of h0 and hT */
+__device__ __forceinline__ size_t st_idx(const ScanArgs &a, int N, int b, int j, int n, int d) {
+    return (((size_t)b * 2 + j) * N + n) * a.E + d;
+}
 
 /* element (b, j, chunk k, n, d) of the chunk summaries */
 __device__ __forceinline__ size_t ch_idx(const ScanArgs &a, int N, int b, int j, int k, int n, int d) {

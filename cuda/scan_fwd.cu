@@ -56,8 +56,10 @@ __global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int B
 static constexpr int pair_seq_unroll = SCAN_KT.pair_seq_unroll; /* #pragma unroll takes a constant */
 
 /* CH: the token-parallel form (blockIdx.z is the chunk); without it the kernel is compiled
- * without the chunk bounds and carried states (which cost spills) */
-template <int N, class R, bool BWD, bool CH>
+ * without the chunk bounds and carried states (which cost spills). ST: compiled with the given
+ * initial state (a.h0) and the final one out (a.hT); without it, without them (which cost
+ * spills too) */
+template <int N, class R, bool BWD, bool CH, bool ST>
 __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : SCAN_KT.pair_minb) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
     constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : SCAN_KT.pair_stages; /* rows, slots */
@@ -89,7 +91,8 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
         float Dsk = act ? a.Dsk[j][d] : 0.0f;
 #pragma unroll
         for (int n = 0; n < N; n++) {
-            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, n, d)] : 0.0f;
+            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, n, d)]
+                 : (ST && act && a.h0) ? a.h0[st_idx(a, N, b, j, n, d)] : 0.0f;
             A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         }
         auto issue = [&](int s0, int cs, bf16 *dst) {
@@ -200,6 +203,9 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
             __syncthreads(); /* this buffer, kq and red are free for the next chunk */
         }
         cp_wait<0>(); /* the empty groups */
+        if (ST && !BWD && a.hT && act && (!CH || k == a.nch - 1)) /* the direction's last step was here */
+#pragma unroll
+            for (int n = 0; n < N; n++) a.hT[st_idx(a, N, b, j, n, d)] = h[n];
         /* the stash written by pass 1 is read (through L2) by pass 0: __syncthreads above
          * orders the block's global writes before the next pass's copies */
         __threadfence_block();
@@ -239,7 +245,7 @@ __device__ __forceinline__ void load_group(float (&k)[NS], float (&q)[NS], const
     }
 }
 
-template <int N, class R, bool CH>
+template <int N, class R, bool CH, bool ST> /* CH, ST: as the pair kernel's */
 __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
     constexpr int T = QUAD_T, NS = N / QUAD_Q, TC = T / QUAD_Q, NQ = 4;
     constexpr int RB = KQH<N>::BYTES, PK = RB / 16; /* compact row bytes, 16-byte pieces */
@@ -269,7 +275,8 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
 #pragma unroll
         for (int n = 0; n < NS; n++) {
             int nn = s * NS + n;
-            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, nn, d)] : 0.0f;
+            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, nn, d)]
+                 : (ST && act && a.h0) ? a.h0[st_idx(a, N, b, j, nn, d)] : 0.0f;
             A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + nn]) : 0.0f;
         }
         const char *kqb = a.kqh + ((size_t)j * a.B + b) * L * RB;
@@ -372,6 +379,9 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
             __syncthreads(); /* this slot and pre are free for the next rounds */
         }
         cp_wait<0>(); /* the empty groups */
+        if (ST && a.hT && act && (!CH || k == a.nch - 1)) /* the direction's last step was here */
+#pragma unroll
+            for (int n = 0; n < NS; n++) a.hT[st_idx(a, N, b, j, s * NS + n, d)] = h[n];
         /* the stash written by pass 1 is read (through L2) by pass 0 */
         __threadfence_block();
         __syncthreads();
@@ -391,20 +401,25 @@ void scan_kq_launch(ScanArgs *a, float *kqt, bool compact) {
     else a->kqt = kqt;
 }
 
-template <int N, class R, bool BWD>
-void scan_pair_launch(ScanArgs a) {
+template <int N, class R, bool BWD, bool ST>
+static void pair_passes(ScanArgs a) {
     const bool quad = !BWD && a.split == QUAD_Q;
     const int tc = quad ? QUAD_T / QUAD_Q : PAIR_T; /* channels per block */
     dim3 grid((a.E + tc - 1) / tc, a.B, a.nch);
     for (int p = 0; p < 2; p++) {
         a.pass_lo = a.nch > 1 ? p : 0, a.pass_hi = a.nch > 1 ? p + 1 : 2;
-        if (quad && a.nch > 1) scan_quad_kernel<N, R, true><<<grid, QUAD_T, 0, cu()->stream>>>(a);
-        else if (quad) scan_quad_kernel<N, R, false><<<grid, QUAD_T, 0, cu()->stream>>>(a);
-        else if (a.nch > 1) scan_pair_kernel<N, R, BWD, true><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-        else scan_pair_kernel<N, R, BWD, false><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        if (quad && a.nch > 1) scan_quad_kernel<N, R, true, ST><<<grid, QUAD_T, 0, cu()->stream>>>(a);
+        else if (quad) scan_quad_kernel<N, R, false, ST><<<grid, QUAD_T, 0, cu()->stream>>>(a);
+        else if (a.nch > 1) scan_pair_kernel<N, R, BWD, true, ST><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        else scan_pair_kernel<N, R, BWD, false, ST><<<grid, PAIR_T, 0, cu()->stream>>>(a);
         CU_LAUNCH_CHECK();
         if (a.nch == 1) break;
     }
+}
+template <int N, class R, bool BWD>
+void scan_pair_launch(ScanArgs a) {
+    if (a.h0 || (!BWD && a.hT)) pair_passes<N, R, BWD, true>(a);
+    else pair_passes<N, R, BWD, false>(a);
 }
 
 template void scan_kq_launch<4>(ScanArgs *, float *, bool);

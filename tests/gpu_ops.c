@@ -40,12 +40,19 @@ typedef struct {
     int dt_ld, xdbl_ld;       /* scan: k's column in x_dbl, x_dbl's row length (>= dt_ld + 2N) */
     int chunk, split;         /* scan: as VilScanFwd's (chunk -1: the sequential kernels) */
     int keep;                 /* scan: the forward keeps its chunk-boundary states for the backward */
+    int h0;                   /* scan: the initial state, H0_RANDOM or H0_ZERO, or HT_ONLY (0: none) */
+    int init;                 /* state_init: INIT_SIGMA, INIT_FITTED or INIT_PASSING */
+    float sigma, drop, keep_f; /* state_init's sigma, drop; state_fit's keep */
     size_t n;                 /* adamw, ema, grad_clip: elements */
     float decay, max_norm;    /* ema; grad_clip */
     double tol, tol_f32;      /* the tolerance of act outputs; of float32 outputs */
     int only;                 /* 0: always run; FULL: not by quick; QUICK: by quick alone (a FULL case's stand-in) */
 } OpCase;
 enum { FULL = 1, QUICK = 2 };
+/* H0_RANDOM: h0 normal (scale 1), final states checked; H0_ZERO: h0 all zeros, the GPU's outputs
+ * bitwise those of h0 = NULL; HT_ONLY: no h0, final states checked */
+enum { H0_RANDOM = 1, H0_ZERO, HT_ONLY };
+enum { INIT_SIGMA = 1, INIT_FITTED, INIT_PASSING };
 
 static const VilBackend *G;
 static VilRng rng;
@@ -321,7 +328,8 @@ static void test_conv_bidir(const OpCase *c) {
  * the GPU scan's chunks of tokens (-1 the sequential kernels, 0 chosen by shape); split: the
  * forward's threads per channel (0 chosen by shape, 1 the pair kernel, 4 the quad kernel); keep:
  * the forward keeps its chunk-boundary states for the backward (VilScanFwd.states), as the model
- * does in training (the shape must be one where the backend keeps them) */
+ * does in training (the shape must be one where the backend keeps them); h0: both passes start
+ * from a given state (VilScanFwd/Bwd.h0), the forward also gives the final states (hT) */
 static void test_scan(const OpCase *c) {
     int B = c->B, L = c->L, E = c->E, N = c->N, dt_ld = c->dt_ld, xdbl_ld = c->xdbl_ld, chunk = c->chunk;
     int split = c->split, keep = c->keep;
@@ -351,25 +359,49 @@ static void test_scan(const OpCase *c) {
     const float *cD[2] = {Dk[0], Dk[1]}, *cA[2] = {Al[0], Al[1]};
     const void *gu[2] = {d_u[0], d_u[1]}, *gdl[2] = {d_dl[0], d_dl[1]}, *gxd[2] = {d_xd[0], d_xd[1]};
     const float *gD[2] = {d_Dk[0], d_Dk[1]}, *gA[2] = {d_Al[0], d_Al[1]};
+    /* the initial state (B, 2, N, E) and the final states */
+    size_t nst = (size_t)B * 2 * N * E;
+    float *h0 = c->h0 == H0_RANDOM ? rnd(nst, 1.0f) : c->h0 == H0_ZERO ? vil_calloc(nst, sizeof(float)) : NULL;
+    float *hT_c = c->h0 == H0_RANDOM || c->h0 == HT_ONLY ? vil_malloc(nst * sizeof(float)) : NULL;
+    float *d_h0 = h0 ? dev_f32(h0, nst) : NULL, *d_hT = hT_c ? dev_poison(nst * sizeof(float)) : NULL;
+    const char *with_h0 = c->h0 == H0_RANDOM ? " from h0" : c->h0 == H0_ZERO ? " from h0 = 0" : "";
     float *out_c = vil_malloc(ne * sizeof(float));
     scan_bidir_forward(&(VilScanFwd){.rec = rec, .out = out_c, .u = {cu[0], cu[1]}, .delta = {cdl[0], cdl[1]},
                                      .xdbl = {cxd[0], cxd[1]}, .z = xz + E, .D = {cD[0], cD[1]},
                                      .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL}, .B = B, .L = L, .E = E,
-                                     .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz});
+                                     .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz, .h0 = h0, .hT = hT_c});
     void *d_out = dev_poison(ne * 2);
     VilScanFwd gfwd = {.rec = rec, .out = d_out, .u = {gu[0], gu[1]}, .delta = {gdl[0], gdl[1]},
                        .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                        .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
                        .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz,
-                       .chunk = chunk, .split = split};
+                       .chunk = chunk, .split = split, .h0 = d_h0, .hT = d_hT};
     size_t sbytes = keep && G->scan_states_bytes ? G->scan_states_bytes(G, &gfwd) : 0;
     if (keep) T_CHECK(sbytes > 0, "scan %s B=%d L=%d E=%d chunk %d: the backend keeps no states here", kind, B, L, E, chunk);
     gfwd.states = sbytes ? dev_poison(sbytes) : NULL;
     G->scan_bidir_forward(G, &gfwd);
     float *out_g = get_act(d_out, ne);
-    snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d chunk %d split %d%s", kind, B, L, E, N, chunk, split,
-             keep ? " keeping states" : "");
+    snprintf(nm, sizeof nm, "scan %s fwd B=%d L=%d E=%d N=%d chunk %d split %d%s%s", kind, B, L, E, N, chunk, split,
+             keep ? " keeping states" : "", with_h0);
     T_CLOSE(nm, rel(out_g, out_c, ne), c->tol);
+    if (hT_c) { /* float32 states from the same inputs: the order of float operations alone */
+        float *hT_g = get_f32(d_hT, nst);
+        snprintf(nm, sizeof nm, "scan %s fwd final states B=%d L=%d E=%d N=%d chunk %d split %d", kind, B, L, E, N,
+                 chunk, split);
+        T_CLOSE(nm, rel(hT_g, hT_c, nst), c->tol_f32);
+        free(hT_g);
+    }
+    if (c->h0 == H0_ZERO) { /* h0 = 0 given: bitwise the zero start */
+        uint16_t *o1 = vil_malloc(ne * 2), *o2 = vil_malloc(ne * 2);
+        G->to_host(G, o1, d_out, ne * 2);
+        VilScanFwd g0 = gfwd;
+        g0.h0 = NULL;
+        G->scan_bidir_forward(G, &g0);
+        G->to_host(G, o2, d_out, ne * 2);
+        T_CHECK(memcmp(o1, o2, ne * 2) == 0, "scan %s fwd chunk %d split %d: h0 = 0 differs from h0 = NULL", kind,
+                chunk, split);
+        free(o1), free(o2);
+    }
 
     /* backward */
     float *dout = rnd_bf(ne, 1.0f);
@@ -394,7 +426,8 @@ static void test_scan(const OpCase *c) {
                                        .ddelta_sum = {db_c[0], db_c[1]}, .dout = dout, .u = {cu[0], cu[1]},
                                        .delta = {cdl[0], cdl[1]}, .xdbl = {cxd[0], cxd[1]}, .z = xz + E,
                                        .D = {cD[0], cD[1]}, .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL},
-                                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz});
+                                       .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz,
+                                       .h0 = h0});
     void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2);
     VilScanBwd gbwd = {.rec = rec, .du = {g_du[0], g_du[1]}, .ddelta = {g_ddl[0], g_ddl[1]},
                        .dxdbl = {g_dxd[0], g_dxd[1]}, .dz = (char *)d_dz + (size_t)E * 2,
@@ -403,13 +436,13 @@ static void test_scan(const OpCase *c) {
                        .delta = {gdl[0], gdl[1]}, .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                        .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
                        .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz, .chunk = chunk,
-                       .states = gfwd.states};
+                       .states = gfwd.states, .h0 = d_h0};
     G->scan_bidir_backward(G, &gbwd);
     for (int j = 0; j < 2; j++) {
         float *du_g = get_act(g_du[j], ne), *ddl_g = get_act(g_ddl[j], ne), *dxd_g = get_act(g_dxd[j], nw);
         float *dD_g = get_f32(g_dD[j], E), *dA_g = get_f32(g_dA[j], (size_t)E * N);
-        snprintf(nm, sizeof nm, "scan %s bwd du[%d] B=%d L=%d E=%d N=%d chunk %d%s", kind, j, B, L, E, N, chunk,
-                 keep ? " from kept states" : "");
+        snprintf(nm, sizeof nm, "scan %s bwd du[%d] B=%d L=%d E=%d N=%d chunk %d%s%s", kind, j, B, L, E, N, chunk,
+                 keep ? " from kept states" : "", with_h0);
         T_CLOSE(nm, rel(du_g, du_c[j], ne), c->tol);
         snprintf(nm, sizeof nm, "scan %s bwd ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), c->tol);
@@ -446,6 +479,18 @@ static void test_scan(const OpCase *c) {
     G->scan_bidir_backward(G, &gbwd);
     G->to_host(G, h2, g_dxd[0], nw * 2);
     T_CHECK(memcmp(h1, h2, nw * 2) == 0, "scan %s bwd: dk/dq differ between two identical runs", kind);
+    if (c->h0 == H0_ZERO) { /* h0 = 0 given: bitwise the zero start (du, dk|dq; dD accumulates) */
+        uint16_t *u1 = vil_malloc(ne * 2), *u2 = vil_malloc(ne * 2);
+        G->to_host(G, u1, g_du[1], ne * 2);
+        VilScanBwd g0 = gbwd;
+        g0.h0 = NULL;
+        G->scan_bidir_backward(G, &g0);
+        G->to_host(G, u2, g_du[1], ne * 2);
+        G->to_host(G, h2, g_dxd[0], nw * 2);
+        T_CHECK(memcmp(u1, u2, ne * 2) == 0 && memcmp(h1, h2, nw * 2) == 0,
+                "scan %s bwd chunk %d: h0 = 0 differs from h0 = NULL", kind, chunk);
+        free(u1), free(u2);
+    }
     free(h1), free(h2);
 
     for (int j = 0; j < 2; j++) {
@@ -457,7 +502,9 @@ static void test_scan(const OpCase *c) {
     }
     G->free(G, d_xz), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dz);
     if (gfwd.states) G->free(G, gfwd.states);
-    free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g);
+    if (d_h0) G->free(G, d_h0);
+    if (d_hT) G->free(G, d_hT);
+    free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g), free(h0), free(hT_c);
 }
 /* ---------------- loss ---------------- */
 static void test_loss(const OpCase *c) {
@@ -541,6 +588,101 @@ static void test_ema(const OpCase *c) {
     T_CLOSE(nm, rel(e_g, e, n), c->tol_f32);
     G->free(G, d_e);
     free(e), free(e_g);
+}
+
+/* ---------------- the initial-state interventions ---------------- */
+/* state_init: noise with sigma, fitted noise (mean, var), state passing with drop; the draws are
+ * the CPU's up to the rounding of logf / cosf / sqrtf (and an fma), passing bitwise */
+static void test_state_init(const OpCase *c) {
+    int B = c->B, S = c->S;
+    size_t n = (size_t)B * S;
+    char nm[128];
+    float *mean = NULL, *var = NULL, *prev = NULL, *d_mean = NULL, *d_var = NULL, *d_prev = NULL;
+    if (c->init == INIT_FITTED) {
+        mean = rnd(S, 1.0f), var = rnd(S, 1.0f);
+        for (int i = 0; i < S; i++) var[i] *= var[i];
+        d_mean = dev_f32(mean, S), d_var = dev_f32(var, S);
+    }
+    if (c->init == INIT_PASSING) prev = rnd(n, 1.0f), d_prev = dev_f32(prev, n);
+    VilStateInit a = {.prev = prev, .mean = mean, .var = var, .sigma = c->sigma, .drop = c->drop,
+                      .seed = 0x5eed0000u + (uint64_t)c->B, .first = 1000, .B = B, .S = S};
+    float *h_c = vil_malloc(n * sizeof(float));
+    a.h0 = h_c;
+    state_init(&a);
+    float *d_h = dev_poison(n * sizeof(float));
+    a.h0 = d_h, a.prev = d_prev, a.mean = d_mean, a.var = d_var;
+    G->state_init(G, &a);
+    float *h_g = get_f32(d_h, n);
+    if (c->init == INIT_PASSING) {
+        int kept = 0, dropped = 0;
+        for (int b = 0; b < B; b++) {
+            int zero = 1;
+            for (int i = 0; i < S; i++) zero &= h_c[(size_t)b * S + i] == 0.0f;
+            dropped += zero, kept += !zero;
+        }
+        snprintf(nm, sizeof nm, "state_init passing B=%d S=%d drop %g: bitwise the CPU's (%d kept, %d dropped)", B, S,
+                 c->drop, kept, dropped);
+        T_CHECK(memcmp(h_g, h_c, n * sizeof(float)) == 0 && kept > 0 && dropped > 0, "%s", nm);
+        printf("  %s\n", nm);
+    } else if (c->init == INIT_SIGMA && c->sigma == 0.0f) { /* zeros, as the zero start's */
+        int zero = 1;
+        for (size_t i = 0; i < n; i++) zero &= h_g[i] == 0.0f && !signbit(h_g[i]);
+        snprintf(nm, sizeof nm, "state_init noise sigma 0 B=%d S=%d: every value +0", B, S);
+        T_CHECK(zero && memcmp(h_g, h_c, n * sizeof(float)) == 0, "%s", nm);
+        printf("  %s\n", nm);
+    } else {
+        snprintf(nm, sizeof nm, "state_init %s B=%d S=%d", c->init == INIT_FITTED ? "fitted noise" : "noise", B, S);
+        T_CLOSE(nm, rel(h_g, h_c, n), c->tol_f32);
+    }
+    G->free(G, d_h);
+    if (d_mean) G->free(G, d_mean), G->free(G, d_var);
+    if (d_prev) G->free(G, d_prev);
+    free(mean), free(var), free(prev), free(h_c), free(h_g);
+}
+
+/* state_moments: the batch's sums and sums of squares per element */
+static void test_state_moments(const OpCase *c) {
+    int B = c->B, S = c->S;
+    size_t n = (size_t)B * S;
+    char nm[96];
+    float *hT = rnd(n, 2.0f), *sum_c = vil_malloc(S * sizeof(float)), *sq_c = vil_malloc(S * sizeof(float));
+    state_moments(&(VilStateMoments){.sum = sum_c, .sq = sq_c, .hT = hT, .B = B, .S = S});
+    float *d_hT = dev_f32(hT, n), *d_sum = dev_poison(S * sizeof(float)), *d_sq = dev_poison(S * sizeof(float));
+    G->state_moments(G, &(VilStateMoments){.sum = d_sum, .sq = d_sq, .hT = d_hT, .B = B, .S = S});
+    float *sum_g = get_f32(d_sum, S), *sq_g = get_f32(d_sq, S);
+    snprintf(nm, sizeof nm, "state_moments sum B=%d S=%d", B, S);
+    T_CLOSE(nm, rel(sum_g, sum_c, S), c->tol_f32);
+    snprintf(nm, sizeof nm, "state_moments sq B=%d S=%d", B, S);
+    T_CLOSE(nm, rel(sq_g, sq_c, S), c->tol_f32);
+    G->free(G, d_hT), G->free(G, d_sum), G->free(G, d_sq);
+    free(hT), free(sum_c), free(sq_c), free(sum_g), free(sq_g);
+}
+
+/* state_fit: three running updates of mean and var from a batch's moments */
+static void test_state_fit(const OpCase *c) {
+    size_t n = c->n;
+    int B = c->B;
+    char nm[96];
+    float *mean = rnd(n, 1.0f), *var = rnd(n, 1.0f);
+    for (size_t i = 0; i < n; i++) var[i] *= var[i];
+    float *d_mean = dev_f32(mean, n), *d_var = dev_f32(var, n);
+    for (int it = 0; it < 3; it++) {
+        float *hT = rnd((size_t)B * n, 1.5f), *sum = vil_malloc(n * sizeof(float)), *sq = vil_malloc(n * sizeof(float));
+        state_moments(&(VilStateMoments){.sum = sum, .sq = sq, .hT = hT, .B = B, .S = (int)n});
+        float *d_sum = dev_f32(sum, n), *d_sq = dev_f32(sq, n);
+        state_fit(&(VilStateFit){.mean = mean, .var = var, .sum = sum, .sq = sq, .n = n, .count = (float)B, .keep = c->keep_f});
+        G->state_fit(G, &(VilStateFit){.mean = d_mean, .var = d_var, .sum = d_sum, .sq = d_sq, .n = n,
+                                       .count = (float)B, .keep = c->keep_f});
+        G->free(G, d_sum), G->free(G, d_sq);
+        free(hT), free(sum), free(sq);
+    }
+    float *mean_g = get_f32(d_mean, n), *var_g = get_f32(d_var, n);
+    snprintf(nm, sizeof nm, "state_fit mean n=%zu keep %g", n, c->keep_f);
+    T_CLOSE(nm, rel(mean_g, mean, n), c->tol_f32);
+    snprintf(nm, sizeof nm, "state_fit var n=%zu keep %g", n, c->keep_f);
+    T_CLOSE(nm, rel(var_g, var, n), c->tol_f32);
+    G->free(G, d_mean), G->free(G, d_var);
+    free(mean), free(var), free(mean_g), free(var_g);
 }
 
 /* clip_grad_norm_: the norm (double sums in another order) and the scaled gradient */
@@ -652,6 +794,9 @@ static const OpFamily FAMILIES[] = {
     {"softmax_xent", test_loss, {"softmax_xent_forward", "softmax_xent_backward"}},
     {"adamw", test_adamw, {"adamw_update"}},
     {"ema", test_ema, {"ema_update"}},
+    {"state_init", test_state_init, {"state_init"}},
+    {"state_moments", test_state_moments, {"state_moments"}},
+    {"state_fit", test_state_fit, {"state_fit"}},
     {"grad_clip", test_grad_clip, {"grad_clip"}},
     {"patch_embed", test_patch, {"patch_embed_forward", "patch_embed_backward"}},
     {"tokens", test_tokens, {"tokens_forward", "tokens_backward"}},
@@ -842,6 +987,74 @@ static const OpCase CASES[] = {
      * backward's chunks (ViM-Tiny at 1024 px b32 has B x E = 12,288) */
     {.op = "scan", .name = "kept states, where the forward alone is sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
      .B = 1, .L = 2048, .E = 12289, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .rec = VIL_REC_MAMBA, .keep = 1},
+    /* a given initial state (h0 random, scale 1) on every path, Longhorn and Mamba, at L = 197,
+     * 730 and 4097: the pair kernel sequential and chunked, the quad kernel sequential and chunked,
+     * chunks by shape, the backward from kept states; outputs, final states and gradients against
+     * the CPU op with the same h0 */
+    {.op = "scan", .name = "h0, pair kernel, sequential, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1, .split = 1, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, quad kernel, sequential, partial last block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = -1, .split = 4, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, pair kernel, chunk 64, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .chunk = 64, .split = 1, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, quad kernel, chunk 64, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .chunk = 64, .split = 4, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, chunks by shape, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, kept states, chunk 64, partial channel block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 64, .keep = 1, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, pair kernel, sequential, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1, .split = 1, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, quad kernel, sequential, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1, .split = 4, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, kept states, chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .keep = 1, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, staging, plain loads (E = 37), N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 130, .E = 37, .N = 8, .dt_ld = 4, .xdbl_ld = 24, .chunk = 24, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, quad kernel, chunked, plain loads (E = 37)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 99, .E = 37, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .chunk = 24, .split = 4, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, pair kernel, sequential, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .chunk = -1, .split = 1, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, quad kernel, sequential, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .chunk = -1, .split = 4, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, pair kernel, chunk 64, partial channel block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 64, .split = 1, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, quad kernel, chunk 40, partial last block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 40, .split = 4, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, kept states, chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .keep = 1, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, pair kernel, sequential, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 4097, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .chunk = -1, .split = 1, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 4097, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, kept states, chunk 64, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = 64, .keep = 1, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, kept states, chunk 16, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .xdbl_ld = 10, .chunk = 16, .keep = 1, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "h0, quad kernel, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .xdbl_ld = 21, .chunk = -1, .split = 4, .rec = VIL_REC_MAMBA, .h0 = H0_RANDOM},
+    /* the final states of a zero start */
+    {.op = "scan", .name = "final states alone, pair kernel, sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1, .split = 1, .h0 = HT_ONLY},
+    {.op = "scan", .name = "final states alone, quad kernel, chunk 64", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA, .chunk = 64, .split = 4,
+     .h0 = HT_ONLY},
+    /* h0 given as zeros: bitwise the outputs of h0 = NULL (the kernels compiled with the initial
+     * state against those without), each kernel family */
+    {.op = "scan", .name = "h0 = 0, pair kernel, sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1, .split = 1, .h0 = H0_ZERO},
+    {.op = "scan", .name = "h0 = 0, quad kernel, sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .rec = VIL_REC_MAMBA, .chunk = -1, .split = 4, .h0 = H0_ZERO},
+    {.op = "scan", .name = "h0 = 0, quad kernel, chunk 64", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .chunk = 64, .split = 4, .h0 = H0_ZERO},
+    {.op = "scan", .name = "h0 = 0, pair kernel, chunk 64", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA, .chunk = 64, .split = 1, .h0 = H0_ZERO},
+    {.op = "scan", .name = "h0 = 0, kept states, chunk 24", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 24, .keep = 1, .h0 = H0_ZERO},
     {.op = "softmax_xent", .name = "B = 3, C = 5", .tol_f32 = 1e-6,
      .B = 3, .C = 5},
     {.op = "softmax_xent", .name = "C = 1000", .tol_f32 = 1e-6,
@@ -854,6 +1067,23 @@ static const OpCase CASES[] = {
      .n = 1001, .decay = 0.99f},
     {.op = "ema", .name = "decay 0.99996", .tol_f32 = 1e-6,
      .n = 7, .decay = 0.99996f},
+    /* the initial-state interventions: S = 2 N E of a layer (ViL-Tiny: 2 x 16 x 192) */
+    {.op = "state_init", .name = "noise, sigma 0.5", .tol_f32 = 1e-5,
+     .B = 5, .S = 6144, .init = INIT_SIGMA, .sigma = 0.5f},
+    {.op = "state_init", .name = "fitted noise: mean and var per element", .tol_f32 = 1e-5,
+     .B = 3, .S = 6144, .init = INIT_FITTED},
+    {.op = "state_init", .name = "noise, sigma 0: zeros", .tol_f32 = 1e-5,
+     .B = 2, .S = 1000, .init = INIT_SIGMA, .sigma = 0.0f},
+    {.op = "state_init", .name = "passing, drop 0.3", .tol_f32 = 0,
+     .B = 64, .S = 520, .init = INIT_PASSING, .drop = 0.3f},
+    {.op = "state_moments", .name = "B = 32, S = 6144", .tol_f32 = 1e-6,
+     .B = 32, .S = 6144},
+    {.op = "state_moments", .name = "B = 1, S = 7", .tol_f32 = 1e-6,
+     .B = 1, .S = 7},
+    {.op = "state_fit", .name = "keep 0.9", .tol_f32 = 1e-6,
+     .n = 6144, .B = 32, .keep_f = 0.9f},
+    {.op = "state_fit", .name = "keep 0: the batch's moments", .tol_f32 = 1e-6,
+     .n = 1001, .B = 3, .keep_f = 0.0f},
     {.op = "grad_clip", .name = "n = 7", .tol_f32 = 1e-6,
      .n = 7, .max_norm = 0.5f},
     {.op = "grad_clip", .name = "n = 1000003", .tol_f32 = 1e-6,
