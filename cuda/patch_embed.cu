@@ -36,6 +36,7 @@ typedef struct {
     cudnnConvolutionBwdFilterAlgo_t bwf;
     cudnnConvolutionBwdDataAlgo_t bwd;
     size_t ws_fwd, ws_bwf, ws_bwd;
+    int has_bwd; /* bwf and bwd chosen (conv_plan_backward: at the first backward) */
 } ConvPlan;
 
 #define MAX_CONV_PLANS 8
@@ -103,26 +104,44 @@ static ConvPlan *conv_plan(int B, int C, int H, int W, int P, int S, int D) {
             fp[i].determinism == CUDNN_DETERMINISTIC)
             p->fwd = fp[i].algo, p->ws_fwd = fp[i].memory, ok = 1;
     if (!ok) VIL_FATAL("cuDNN offers no deterministic forward algorithm for the patch embedding");
+    ps->n++;
+    return p;
+}
+
+/* The deterministic algorithm of the list (cuDNN's heuristic order) that works within WS_LIMIT,
+ * else the one that needs the least workspace; -1: none. */
+template <class Perf>
+static int pick_deterministic(const Perf *pf, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (pf[i].status != CUDNN_STATUS_SUCCESS || pf[i].determinism != CUDNN_DETERMINISTIC) continue;
+        if (pf[i].memory <= WS_LIMIT) return i;
+        if (best < 0 || pf[i].memory < pf[best].memory) best = i;
+    }
+    return best;
+}
+
+/* The backward's algorithms of plan p, chosen at its first backward: an inference-only shape
+ * never asks for them (cuDNN may have no deterministic filter-gradient algorithm within
+ * WS_LIMIT for a shape whose forward is fine: batch 500 of 112 x 112 at stride 2) */
+static void conv_plan_backward(ConvPlan *p) {
+    if (p->has_bwd) return;
+    int n = 0, i;
     cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         cu()->dnn, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
-    ok = 0;
-    for (int i = 0; i < n && !ok; i++)
-        if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].memory <= WS_LIMIT &&
-            bf[i].determinism == CUDNN_DETERMINISTIC)
-            p->bwf = bf[i].algo, p->ws_bwf = bf[i].memory, ok = 1;
-    if (!ok) VIL_FATAL("cuDNN offers no deterministic filter-gradient algorithm for the patch embedding");
+    if ((i = pick_deterministic(bf, n)) < 0)
+        VIL_FATAL("cuDNN offers no deterministic filter-gradient algorithm for the patch embedding "
+                  "(batch %d, %d x %d, patch %d, stride %d)", p->B, p->H, p->W, p->P, p->S);
+    p->bwf = bf[i].algo, p->ws_bwf = bf[i].memory;
     cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         cu()->dnn, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
-    ok = 0;
-    for (int i = 0; i < n && !ok; i++)
-        if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].memory <= WS_LIMIT &&
-            bd[i].determinism == CUDNN_DETERMINISTIC)
-            p->bwd = bd[i].algo, p->ws_bwd = bd[i].memory, ok = 1;
-    if (!ok) VIL_FATAL("cuDNN offers no deterministic data-gradient algorithm for the patch embedding");
-    ps->n++;
-    return p;
+    if ((i = pick_deterministic(bd, n)) < 0)
+        VIL_FATAL("cuDNN offers no deterministic data-gradient algorithm for the patch embedding "
+                  "(batch %d, %d x %d, patch %d, stride %d)", p->B, p->H, p->W, p->P, p->S);
+    p->bwd = bd[i].algo, p->ws_bwd = bd[i].memory;
+    p->has_bwd = 1;
 }
 
 static __global__ void bf16_to_f32_kernel(float *out, const bf16 *in, size_t n) {
@@ -281,6 +300,7 @@ extern "C" void patch_embed_backward_cuda(const VilPatchEmbedBwd *a) {
         return;
     }
     ConvPlan *p = conv_plan(B, C, H, W, P, S, D);
+    conv_plan_backward(p);
     float *dy = (float *)cu_scratch(SCR_OP, (size_t)B * D * M * sizeof(float));
     dim3 grid((M + 31) / 32, (D + 31) / 32, B), block(32, 8);
     tokens_to_nchw_kernel<<<grid, block, 0, cu()->stream>>>(dy, (const bf16 *)dout, D, M);

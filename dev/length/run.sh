@@ -13,8 +13,10 @@
 # folder, default /usr/share/datasets/fashion-mnist), EPOCHS (of the 100 of the recipe; default
 # 100), SEEDS (default "0 1 2"), SIGMA (noise's standard deviation; default: the RMS of a
 # final-state element of the seed-0 baseline at 28 px, from vil states), DEVICE (default auto),
-# EXTRA (more flags for every run, last: a smoke test's "--set max_steps=3"), LIMIT (test images
-# each evaluation reads; default 0: all).
+# EXTRA (more flags for every run, before the stage's own), LIMIT (test images each evaluation
+# reads; default 0: all), CFG (default configs/vil_fashion_long.cfg), POST_STEPS (default 500),
+# VARIANTS / TAG (eval: the variants evaluated, a suffix of the compare folder), STATE_VARIANTS,
+# STATE_IMAGES (vil states: the variants and the images measured).
 set -eu
 STAGE=${1:?stage: base, post, scratch, eval, states or all}
 ARCH=${2:?arch: vil or vim}
@@ -24,7 +26,8 @@ EPOCHS=${EPOCHS:-100}
 SEEDS=${SEEDS:-0 1 2}
 DEVICE=${DEVICE:-auto}
 VIL=${VIL:-bin/vil}
-CFG=configs/vil_fashion_long.cfg
+CFG=${CFG:-configs/vil_fashion_long.cfg}
+POST_STEPS=${POST_STEPS:-500}
 SIZES=28,56,84,112
 R=$OUT/$ARCH
 mkdir -p "$R"
@@ -36,7 +39,7 @@ train() {
     [ -f "$R/$name/last.safetensors" ] && return 0
     rm -rf "${R:?}/$name"
     "$VIL" train --config $CFG --data "$DATA" --out "$R/$name" --device "$DEVICE" --set arch="$ARCH" \
-        --set name="${ARCH}_$name" --set epochs="$EPOCHS" --set eval_every_epochs=0 --quiet "$@" ${EXTRA:-} \
+        --set name="${ARCH}_$name" --set epochs="$EPOCHS" --set eval_every_epochs=0 --quiet ${EXTRA:-} "$@" \
         > "$R/$name.log" 2>&1 || { echo "run $name failed:"; tail -5 "$R/$name.log"; return 1; }
 }
 
@@ -67,7 +70,7 @@ stage_post() {
     for i in zero noise fitted passing; do
         for s in $SEEDS; do
             train post_${i}_s$s --init "$R/base_s$s/last.safetensors" --set seed=$s --set init_state=$i \
-                --set init_state_sigma="$sg" --set base_lr="$lr" --set warmup_epochs=0 --set max_steps=500 \
+                --set init_state_sigma="$sg" --set base_lr="$lr" --set warmup_epochs=0 --set max_steps="$POST_STEPS" \
                 --set workers=2 &
         done
         wait
@@ -81,17 +84,17 @@ stage_scratch() {
 
 stage_eval() {
     models=""
-    for v in base post_zero post_noise post_fitted post_passing scratch_passing; do
+    for v in ${VARIANTS:-base post_zero post_noise post_fitted post_passing scratch_passing}; do
         for s in $SEEDS; do
             [ -f "$R/${v}_s$s/last.safetensors" ] && models="$models $R/${v}_s$s/last.safetensors"
         done
     done
     "$VIL" compare --models $models --data "$DATA" --img-size $SIZES --batch 500 --steps 3 --limit "${LIMIT:-0}" \
-        --device "$DEVICE" --out "$R/compare" > "$R/compare.log" 2>&1 || { tail -5 "$R/compare.log"; return 1; }
+        --device "$DEVICE" --out "$R/compare${TAG:-}" > "$R/compare${TAG:-}.log" 2>&1 || { tail -5 "$R/compare${TAG:-}.log"; return 1; }
 }
 
 stage_states() {
-    for v in base post_passing scratch_passing post_noise; do
+    for v in ${STATE_VARIANTS:-base post_passing scratch_passing post_noise}; do
         [ -f "$R/${v}_s0/last.safetensors" ] || continue
         "$VIL" states --model "$R/${v}_s0/last.safetensors" --data "$DATA" --img-size 112 --device "$DEVICE" \
             --images "${STATE_IMAGES:-256}" \
