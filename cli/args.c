@@ -233,6 +233,22 @@ int vil_cli_open_data_device(const char *data, const char *split, const char *la
     return 0;
 }
 
+int vil_cli_open_eval(const char *cmd, const char *model, const char *data, const char *split,
+                      const char *labels, const char *device, int max_pixels, int threads,
+                      const VilCheckpointOpts *lo, VilDataset **ds, const VilBackend **be, VilModel *m,
+                      VilCheckpointMeta *meta) {
+    if (vil_cli_check_device_split(cmd, device, split) != 0 || vil_cli_set_max_pixels(cmd, max_pixels) != 0 ||
+        vil_cli_set_threads(cmd, threads) < 0)
+        return 2;
+    if (vil_cli_open_data_device(data, split, labels, device, ds, be) != 0) return 1;
+    if (vil_checkpoint_load(model, *be, lo, m, meta) != 0) {
+        vil_dataset_free(*ds);
+        *ds = NULL;
+        return 1;
+    }
+    return 0;
+}
+
 /* The CPUs this process may run on: its affinity mask, which OpenMP's own default also counts. */
 static int cpus_allowed(void) {
     cpu_set_t set;

@@ -6,6 +6,8 @@
 
 #include <stdio.h>
 
+#include "formats/checkpoint.h"
+
 typedef enum { VIL_ARG_INT, VIL_ARG_FLOAT, VIL_ARG_STR, VIL_ARG_FLAG, VIL_ARG_LIST } VilArgType;
 
 /* VIL_ARG_LIST: a flag that may repeat (--set key=value --set ...) */
@@ -53,6 +55,14 @@ struct VilBackend;
 int vil_cli_open_data_device(const char *data, const char *split, const char *labels,
                              const char *device, struct VilDataset **ds,
                              const struct VilBackend **be);
+
+/* What `vil eval` and `vil states` open, in order: --device, --split, --max-pixels and --threads
+ * checked (2 after a usage message), then the dataset split and the device, then the checkpoint
+ * at lo's size (1 with the reason reported and nothing left open); 0: all open. */
+int vil_cli_open_eval(const char *cmd, const char *model, const char *data, const char *split,
+                      const char *labels, const char *device, int max_pixels, int threads,
+                      const VilCheckpointOpts *lo, struct VilDataset **ds,
+                      const struct VilBackend **be, VilModel *m, VilCheckpointMeta *meta);
 
 /* The OpenMP threads of the CPU compute, one rule for every command's --threads N: N > 0 is
  * taken as it is; 0 takes OMP_NUM_THREADS when the environment sets it (a user who sets it means

@@ -53,19 +53,14 @@ int vil_cmd_eval(int argc, char **argv) {
                         "--img-size in 0..%d, --crop-pct in 0.001..1 (0: the file's)\n", VIL_MAX_BATCH, VIL_MAX_IMG_SIZE);
         return 2;
     }
-    if (vil_cli_check_device_split("eval", device, split) != 0) return 2;
-    if (vil_cli_set_max_pixels("eval", max_pixels) != 0) return 2;
-    if (vil_cli_set_threads("eval", threads) < 0) return 2;
     VilDataset *ds;
     const VilBackend *be;
-    if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;
     VilModel m;
     VilCheckpointMeta meta;
     VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
-    if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) {
-        vil_dataset_free(ds);
-        return 1;
-    }
+    if ((rc = vil_cli_open_eval("eval", model, data, split, labels, device, max_pixels, threads, &lo, &ds, &be, &m,
+                                &meta)) != 0)
+        return rc;
     const VilConfig *c = &m.cfg;
     VilEvalSpec ev;
     char note[128];

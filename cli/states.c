@@ -238,19 +238,14 @@ int vil_cmd_states(int argc, char **argv) {
         fprintf(stderr, "vil states: --crop-pct must be in 0.001..1 (0: the file's)\n");
         return 2;
     }
-    if (vil_cli_check_device_split("states", device, split) != 0) return 2;
-    if (vil_cli_set_max_pixels("states", max_pixels) != 0) return 2;
-    if (vil_cli_set_threads("states", threads) < 0) return 2;
     VilDataset *ds;
     const VilBackend *be;
-    if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;
     VilModel m;
     VilCheckpointMeta meta;
     VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
-    if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) {
-        vil_dataset_free(ds);
-        return 1;
-    }
+    if ((rc = vil_cli_open_eval("states", model, data, split, labels, device, max_pixels, threads, &lo, &ds, &be, &m,
+                                &meta)) != 0)
+        return rc;
     const VilConfig *c = &m.cfg;
     VilEvalSpec ev;
     char note[128], name[96];

@@ -3,6 +3,9 @@
 #ifndef VIL_MODEL_TESTING_H
 #define VIL_MODEL_TESTING_H
 
+#include <math.h>
+#include <stdio.h>
+
 #include "formats/safetensors.h"
 #include "vil/backend.h"
 #include "vil/common.h"
@@ -54,6 +57,31 @@ static inline void t_perturbed_params(const VilModel *m, VilRng *rng, float *p) 
     for (int l = 0; l < c->depth; l++)
         for (int j = 0; j < 2; j++)
             for (int e = 0; e < c->d_inner; e++) p[m->off.layer[l].dt_b[j] + e] = 0.5f * vil_rng_normal(rng);
+}
+
+/* ||a - b|| / ||a|| of tensor key in the training states DIR/A/last.state.safetensors and
+ * DIR/B/...; -1: a file unreadable, or the tensor absent or of another size in either */
+static inline double t_state_diff(const char *dir, const char *a, const char *b, const char *key) {
+    char pa[4096], pb[4096];
+    snprintf(pa, sizeof pa, "%s/%s/last.state.safetensors", dir, a);
+    snprintf(pb, sizeof pb, "%s/%s/last.state.safetensors", dir, b);
+    VilSafetensors sa, sb;
+    if (vil_st_read(pa, &sa) != 0) return -1;
+    if (vil_st_read(pb, &sb) != 0) {
+        vil_st_free(&sa);
+        return -1;
+    }
+    const VilStTensor *ta = vil_st_find(&sa, key), *tb = vil_st_find(&sb, key);
+    double d = -1;
+    if (ta && tb && ta->nbytes == tb->nbytes) {
+        const float *x = (const float *)ta->data, *y = (const float *)tb->data;
+        double num = 0, den = 0;
+        for (size_t i = 0; i < ta->nbytes / 4; i++) num += (x[i] - y[i]) * (double)(x[i] - y[i]), den += (double)x[i] * x[i];
+        d = sqrt(num / (den + 1e-300));
+    }
+    vil_st_free(&sa);
+    vil_st_free(&sb);
+    return d;
 }
 
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "tests/data_corpus.h"
+#include "tests/model_testing.h"
 #include "tests/testing.h"
 #include "vil/common.h"
 #include "vil/dist.h"
@@ -41,29 +42,8 @@ static int train(const char *name, int np, int batch, int accum, int steps, cons
     return rc;
 }
 
-/* ||a - b|| / ||a|| of tensor `key` in two state files (-1: unreadable) */
-static double state_diff(const char *a, const char *b, const char *key) {
-    char pa[4096], pb[4096];
-    snprintf(pa, sizeof pa, "%s/%s/last.state.safetensors", dir, a);
-    snprintf(pb, sizeof pb, "%s/%s/last.state.safetensors", dir, b);
-    VilSafetensors sa, sb;
-    if (vil_st_read(pa, &sa) != 0) return -1;
-    if (vil_st_read(pb, &sb) != 0) {
-        vil_st_free(&sa);
-        return -1;
-    }
-    const VilStTensor *ta = vil_st_find(&sa, key), *tb = vil_st_find(&sb, key);
-    double d = -1;
-    if (ta && tb && ta->nbytes == tb->nbytes) {
-        const float *x = (const float *)ta->data, *y = (const float *)tb->data;
-        double num = 0, den = 0;
-        for (size_t i = 0; i < ta->nbytes / 4; i++) num += (x[i] - y[i]) * (double)(x[i] - y[i]), den += (double)x[i] * x[i];
-        d = sqrt(num / (den + 1e-300));
-    }
-    vil_st_free(&sa);
-    vil_st_free(&sb);
-    return d;
-}
+/* ||a - b|| / ||a|| of tensor key in two runs' state files (-1: unreadable or absent) */
+static double state_diff(const char *a, const char *b, const char *key) { return t_state_diff(dir, a, b, key); }
 
 /* the loss of the progress line of step `step` (NAN: none) */
 static double logged_loss(const char *out, int step) {
