@@ -58,6 +58,7 @@ def main():
                 lines.append((v, ys))
         panels.append((fam, sizes, lines))
     svg(os.path.join(out, "length.svg"), panels)
+    states_svg(out, os.path.join(out, "length_states.svg"))
 
 
 def svg(path, panels):
@@ -91,6 +92,62 @@ def svg(path, panels):
             for s, y in zip(sizes, yy):
                 if y is not None:
                     parts.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>' % (sx(s), sy(y), c))
+    lx = W * len(panels) + 10
+    for i, v in enumerate(VARIANTS):
+        parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>'
+                     % (lx, lx + 20, T + 10 + 18 * i, T + 10 + 18 * i, COLORS[i]))
+        parts.append('<text x="%d" y="%d">%s</text>' % (lx + 25, T + 14 + 18 * i, LABEL[v]))
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def states_svg(out, path):
+    """OUT/{vil,vim}/states_V_112/states.json (vil states at 112 px): the state norm averaged over
+    layers and directions against the scan step, one line per variant, one panel per family; the
+    training length marked"""
+    W, T, PW, PH, L = 420, 40, 300, 200, 60
+    panels = []
+    for fam in ("vil", "vim"):
+        lines, lt, n = [], None, 0
+        for v in VARIANTS:
+            p = os.path.join(out, fam, "states_%s_112" % v, "states.json")
+            if not os.path.exists(p):
+                continue
+            import json
+            j = json.load(open(p))
+            n, lt = j["tokens"], j.get("train_tokens")
+            mean = [statistics.mean(l["mean_norm"][s] for l in j["layers"]) for s in range(n)]
+            step = max(1, n // 300)
+            lines.append((v, [(s + 1, mean[s]) for s in range(0, n, step)] + [(n, mean[-1])]))
+        if lines:
+            panels.append((fam, n, lt, lines))
+    if not panels:
+        return
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="300" font-family="sans-serif" '
+             'font-size="11">' % (W * len(panels) + 260)]
+    for k, (fam, n, lt, lines) in enumerate(panels):
+        ox = k * W + L
+        hi = max(y for _, pts in lines for _, y in pts) * 1.05
+        sx = lambda s: ox + (s - 1) / max(1, n - 1) * PW
+        sy = lambda y: T + PH - y / hi * PH
+        parts.append('<text x="%d" y="20" font-weight="bold">%s at 112 px: mean state norm, all layers</text>'
+                     % (ox, "ViL" if fam == "vil" else "ViM"))
+        parts.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>' % (ox, T, PW, PH))
+        for i in range(5):
+            y = hi * i / 4
+            parts.append('<text x="%d" y="%.1f" text-anchor="end">%.0f</text>' % (ox - 5, sy(y) + 4, y))
+        for s in (1, n // 2, n):
+            parts.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (sx(s), T + PH + 15, s))
+        parts.append('<text x="%d" y="%d" text-anchor="middle">scan step (tokens read)</text>' % (ox + PW // 2, T + PH + 32))
+        if lt:
+            parts.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#555" stroke-dasharray="4,3"/>'
+                         % (sx(lt), sx(lt), T, T + PH))
+            parts.append('<text x="%.1f" y="%d">trained: %d</text>' % (sx(lt) + 3, T + 12, lt))
+        for v, pts in lines:
+            c = COLORS[VARIANTS.index(v)]
+            parts.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>'
+                         % (" ".join("%.1f,%.1f" % (sx(s), sy(y)) for s, y in pts), c))
     lx = W * len(panels) + 10
     for i, v in enumerate(VARIANTS):
         parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>'
