@@ -61,6 +61,15 @@ def main():
     states_svg(out, os.path.join(out, "length_states.svg"))
 
 
+def legend(parts, lx, top):
+    """the variants' colours and labels at x = lx, then the end of the document"""
+    for i, v in enumerate(VARIANTS):
+        parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>'
+                     % (lx, lx + 20, top + 10 + 18 * i, top + 10 + 18 * i, COLORS[i]))
+        parts.append('<text x="%d" y="%d">%s</text>' % (lx + 25, top + 14 + 18 * i, LABEL[v]))
+    parts.append("</svg>")
+
+
 def svg(path, panels):
     W, H, L, T, PW, PH = 420, 300, 60, 40, 300, 200
     parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '
@@ -92,12 +101,7 @@ def svg(path, panels):
             for s, y in zip(sizes, yy):
                 if y is not None:
                     parts.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>' % (sx(s), sy(y), c))
-    lx = W * len(panels) + 10
-    for i, v in enumerate(VARIANTS):
-        parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>'
-                     % (lx, lx + 20, T + 10 + 18 * i, T + 10 + 18 * i, COLORS[i]))
-        parts.append('<text x="%d" y="%d">%s</text>' % (lx + 25, T + 14 + 18 * i, LABEL[v]))
-    parts.append("</svg>")
+    legend(parts, W * len(panels) + 10, T)
     with open(path, "w") as f:
         f.write("\n".join(parts) + "\n")
 
@@ -148,12 +152,7 @@ def states_svg(out, path):
             c = COLORS[VARIANTS.index(v)]
             parts.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>'
                          % (" ".join("%.1f,%.1f" % (sx(s), sy(y)) for s, y in pts), c))
-    lx = W * len(panels) + 10
-    for i, v in enumerate(VARIANTS):
-        parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>'
-                     % (lx, lx + 20, T + 10 + 18 * i, T + 10 + 18 * i, COLORS[i]))
-        parts.append('<text x="%d" y="%d">%s</text>' % (lx + 25, T + 14 + 18 * i, LABEL[v]))
-    parts.append("</svg>")
+    legend(parts, W * len(panels) + 10, T)
     with open(path, "w") as f:
         f.write("\n".join(parts) + "\n")
 
