@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""dev/length/report.py OUT: the table of dev/length/run.sh's results (OUT/{vil,vim}/compare/
-compare.csv): test top-1 at each size as mean +- sd over the seeds, per model and variant, as
+"""dev/length/report.py OUT: the table of dev/length/run.sh's results (OUT/{vil,vim}/compare*/
+compare.csv, every eval stage's TAG merged): test top-1 at each size as mean +- sd over the seeds, per model and variant, as
 Markdown on stdout, and OUT/length.svg: one panel per family, mean top-1 against image size, one
 line per variant. Python's standard library only (an analysis script, not part of vil)."""
 import csv
+import glob
 import os
 import re
 import statistics
@@ -33,10 +34,13 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "out/length"
     panels = []
     for fam in ("vil", "vim"):
-        p = os.path.join(out, fam, "compare", "compare.csv")
-        if not os.path.exists(p):
+        paths = sorted(glob.glob(os.path.join(out, fam, "compare*", "compare.csv")))
+        if not paths:
             continue
-        acc = load(p)
+        acc = {}
+        for p in paths:
+            for k, v in load(p).items():
+                acc.setdefault(k, []).extend(v)
         sizes = sorted({s for (_, s) in acc})
         print("\n%s (test top-1 %%, mean +- sd over seeds; n = seeds)\n" % ("ViL" if fam == "vil" else "ViM"))
         print("| variant | " + " | ".join("%d px" % s for s in sizes) + " |")
