@@ -5,6 +5,7 @@ Markdown on stdout, and OUT/length.svg: one panel per family, mean top-1 against
 line per variant. Python's standard library only (an analysis script, not part of vil)."""
 import csv
 import glob
+import json
 import os
 import re
 import statistics
@@ -122,7 +123,6 @@ def states_svg(out, path):
             p = os.path.join(out, fam, "states_%s_112" % v, "states.json")
             if not os.path.exists(p):
                 continue
-            import json
             j = json.load(open(p))
             n, lt = j["tokens"], j.get("train_tokens")
             mean = [statistics.mean(l["mean_norm"][s] for l in j["layers"]) for s in range(n)]
