@@ -160,7 +160,7 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->workers = VIL_RECIPE_WORKERS;
     t->max_pixels = VIL_IMAGE_DEFAULT_MAX_PIXELS;
     strcpy(t->allreduce, "overlap");
-    t->bucket_mb = 4.0f;
+    t->bucket_mb = 1.0f;
     t->log_every = 50;
     t->eval_every_epochs = 1;
     t->holdout = 0;

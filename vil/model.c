@@ -729,7 +729,8 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
 }
 
 /* The backward's gradient buckets (m->sync): the gradients at [lo, buf_len) are final; those
- * not yet sent go to the all-reduce once they come to bucket_bytes, or at the end (last). The
+ * not yet sent go to the all-reduce once they come to bucket_bytes, or when `last`: after layer 0
+ * (so only the embeddings' and the head's wait for the end of the backward) and at the end. The
  * buffer is filled from its end: norm_f, the layers from the last, then the embeddings and the
  * head (whose gradients, made first, sit at its start). */
 static void grads_ready(VilModel *m, size_t lo, int last) {
@@ -769,7 +770,7 @@ void vil_model_backward(VilModel *m) {
                                                    .res_out = l->res, .rstd = l->rstd,
                                                    .w = Pm(m, o->layer[i].norm),
                                                    .scale = i > 0 ? dp_row(m, i) : NULL, .B = B, .L = L, .D = D});
-        grads_ready(m, o->layer[i].begin, 0);
+        grads_ready(m, o->layer[i].begin, i == 0);
     }
     be->tokens_backward(be, &(VilTokensBwd){.dpatches = a->dpatches, .dcls = Gr(m, o->cls), .dpos = Gr(m, o->pos),
                                             .dx = a->dres, .B = B, .M = c->n_patches, .D = D, .t = c->cls_pos});

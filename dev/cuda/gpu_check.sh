@@ -18,7 +18,7 @@ SAN=/usr/local/cuda/bin/compute-sanitizer
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1) # scanprof, scanncu, ncu
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 t0=$(date +%s)
-make -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+make -j16 $GPU_CHECK_TARGETS > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 [ $# -eq 0 ] && set -- tests sanitize bench:configs/vil_tiny.cfg:256
 # 40 copies of the corpus's training images (16,200 files): an epoch of the size ImageNet's steady
@@ -241,7 +241,7 @@ for c in range(1000):
             echo "np $np: mpirun vil bench batch $bs/GPU, $w loader threads/GPU: rc=$?"
             grep -E "alone|all ranks|all [0-9]+ ranks|one process|efficiency|warning" "$OUT/scaling_bench_${tag}_np$np.log" | sed 's/^/  /'
             mpirun -np $np --bind-to none bin/vil train --config "$cfg" --data $BIG --device cuda --out $R/speed_np$np $common \
-                --set batch=$bs --set workers=$w --set epochs=1 --set max_steps=60 --set log_every=10 \
+                --set batch=$bs --set workers=$w --set epochs=$((60 * bs * np / 16200 + 1)) --set max_steps=60 --set log_every=10 \
                 > "$OUT/scaling_train_${tag}_np$np.log" 2>&1
             echo "  mpirun -np $np vil train (JPEGs, batch $bs/GPU): rc=$?, img/s at steps 40-60 (all GPUs):" \
                 "$(grep -E '"step":(40|50|60),' $R/speed_np$np/metrics.jsonl | sed 's/.*"images_per_s":\([0-9.]*\).*/\1/' | tr '\n' ' ')"
