@@ -1,7 +1,8 @@
 /* slurm_train.c: the README's sbatch script (tools/train.sbatch), its resources cut to one node
  * and 2 CPU tasks, on a one-node Slurm cluster of this machine (tools/slurm_local.sh): srun
  * starts 2 ranks that end 10 steps where one process of the same global batch does (test_dist.c's
- * tolerance, 1e-5 relative), and a job stopped half-way then resubmitted ends there too. The
+ * tolerance, 1e-5 relative), a job stopped half-way then resubmitted ends there too, and SIGTERM
+ * to the job stops and saves the run; vil bench warns of ranks bound to one CPU under srun. The
  * daemons are stopped at the end, on failure and on SIGINT / SIGTERM, and none is left.
  * Not in `make test` (root, Slurm and munge): `make test-slurm` runs it. */
 #include <limits.h>
@@ -206,6 +207,21 @@ static void test_sigterm(void) {
     T_CHECK(access(cmd, R_OK) == 0, "the training state was written");
 }
 
+/* vil bench --data under srun, with each task held to one CPU (taskset, as Slurm's task/affinity
+ * binds a task to its --cpus-per-task): the bound-ranks warning, with srun's own hint */
+static void test_bench_bound(void) {
+    static char out[65536];
+    char cmd[PATH_MAX + 1024];
+    snprintf(cmd, sizeof cmd,
+             "srun -n 2 --mpi=pmix taskset -c 0 bin/vil bench --model configs/vil_fashion.cfg --set img_size=16 "
+             "--set patch_size=4 --set stride=4 --set in_chans=1 --set embed_dim=32 --set depth=2 "
+             "--set num_classes=4 --set workers=2 --batch 8 --steps 1 --warmup 0 --data %s 2>&1", dir);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "ranks: 2 (srun)") && t_count(out, "may run on 1 CPU, and the loader has 2 workers") == 1 &&
+                strstr(out, "raise --cpus-per-task") && strstr(out, "all 2 ranks (total)"),
+            "vil bench --data under srun, tasks on one CPU: one warning, naming --cpus-per-task (rc %d):\n%s", rc, out);
+}
+
 int main(void) {
     setenv("OMP_NUM_THREADS", "1", 1); /* two ranks on two cores; sbatch passes it on */
     if (!getcwd(root, sizeof root)) return 1;
@@ -252,6 +268,7 @@ int main(void) {
         if (atoi(out) >= 2) {
             test_sbatch();
             test_sigterm();
+            test_bench_bound();
         }
     }
     stop_cluster();

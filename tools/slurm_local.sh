@@ -87,6 +87,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=$(mpi_default)
 ReturnToService=2
+MailProg=/bin/true
 $node NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=local Nodes=$name Default=YES MaxTime=INFINITE State=UP
 EOF
@@ -134,6 +135,7 @@ start() {
     if [ ! -s "$DIR/munge.key" ]; then
         (umask 077 && head -c 1024 /dev/urandom > "$DIR/munge.key") || die "cannot write $DIR/munge.key"
     fi
+    for f in munged slurmctld slurmd; do : > "$DIR/$f.log"; done
     munged --key-file="$DIR/munge.key" --socket="$DIR/munge.socket" --pid-file="$DIR/munged.pid" \
         --log-file="$DIR/munged.log" --seed-file="$DIR/munged.seed" || { tails; die "munged did not start"; }
     write_conf
@@ -146,8 +148,14 @@ start() {
     i=0
     while [ "$(node_state)" != idle ]; do
         i=$((i + 1))
-        if [ $i -gt $((WAIT * 2)) ]; then
-            echo "slurm_local: the node is '$(node_state)', not idle, after ${WAIT} s" >&2
+        gone=""
+        [ $i -le 4 ] || for d in $DAEMONS; do alive $d >/dev/null || gone="$gone $d"; done
+        if [ -n "$gone" ] || [ $i -gt $((WAIT * 2)) ]; then
+            if [ -n "$gone" ]; then
+                echo "slurm_local: exited:$gone (is port $PORT or $((PORT + 1)) taken? VIL_SLURM_PORT picks others)" >&2
+            else
+                echo "slurm_local: the node is '$(node_state)', not idle, after ${WAIT} s" >&2
+            fi
             tails
             stop >/dev/null
             exit 1
@@ -175,9 +183,10 @@ stop() {
             i=$((i + 1))
         done
     fi
-    left=""
+    left="" stopped="not running"
     for d in $DAEMONS; do
         p=$(alive $d) || continue
+        stopped=stopped
         kill -TERM "$p"
         i=0
         while kill -0 "$p" 2>/dev/null && [ $i -lt $((WAIT * 2)) ]; do
@@ -194,7 +203,7 @@ stop() {
     [ -z "$left" ] || die "still running after SIGKILL:$left"
     n=$(steps_left)
     [ "$n" -eq 0 ] || die "$n job step(s) still hold sockets in $DIR/spool"
-    echo "slurm_local: stopped"
+    echo "slurm_local: $stopped"
 }
 
 case "${1:-}" in
