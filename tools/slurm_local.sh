@@ -101,7 +101,7 @@ node_state() {
 status() {
     n=0
     for d in munged slurmctld slurmd; do
-        if p=$(alive $d); then
+        if p=$(alive "$d"); then
             echo "$d: running (pid $p)"
             n=$((n + 1))
         else
@@ -127,7 +127,7 @@ start() {
         return 0
     fi
     for d in $DAEMONS; do
-        alive $d >/dev/null && die "$d from an earlier start still runs: tools/slurm_local.sh stop first"
+        alive "$d" >/dev/null && die "$d from an earlier start still runs: tools/slurm_local.sh stop first"
         rm -f "$DIR/$d.pid"
     done
     # munged refuses a socket folder that not everyone may search
@@ -149,7 +149,7 @@ start() {
     while [ "$(node_state)" != idle ]; do
         i=$((i + 1))
         gone=""
-        [ $i -le 4 ] || for d in $DAEMONS; do alive $d >/dev/null || gone="$gone $d"; done
+        [ $i -le 4 ] || for d in $DAEMONS; do alive "$d" >/dev/null || gone="$gone $d"; done
         if [ -n "$gone" ] || [ $i -gt $((WAIT * 2)) ]; then
             if [ -n "$gone" ]; then
                 echo "slurm_local: exited:$gone (is port $PORT or $((PORT + 1)) taken? VIL_SLURM_PORT picks others)" >&2
@@ -185,7 +185,7 @@ stop() {
     fi
     left="" stopped="not running"
     for d in $DAEMONS; do
-        p=$(alive $d) || continue
+        p=$(alive "$d") || continue
         stopped=stopped
         kill -TERM "$p"
         i=0
