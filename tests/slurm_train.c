@@ -47,6 +47,7 @@ static void stop_cluster(void) {
 
 static void on_signal(int sig) {
     stop_cluster();
+    fflush(stdout);
     signal(sig, SIG_DFL);
     raise(sig);
 }
