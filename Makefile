@@ -3,6 +3,7 @@
 #   make test       build and run every CPU test; closes with "N passed, N failed"
 #   make test-gpu   CUDA-against-CPU tests (needs a GPU)
 #   make test-asan  every CPU test again, built with AddressSanitizer + UBSan (in build/asan)
+#   make test-slurm tools/train.sbatch on a one-node Slurm cluster of this machine (root)
 #   make fuzz       libFuzzer harnesses: image decoder, .pth reader, unpickler, checkpoint load (clang)
 #   make deps       check for the Debian packages of the build and the demo; install the missing
 #   make demo       deps, build, a short CPU training run on Fashion-MNIST, eval and classify
@@ -242,6 +243,13 @@ test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_fold
 
 test-gpu: bin/vil $(GPU_TEST_BIN)
 	@sh tests/run_all.sh $(GPU_TEST_BIN)
+
+# Slurm and munge first, then the README's sbatch script on a one-node cluster that the test
+# starts and stops (tools/slurm_local.sh, tests/slurm_train.c)
+.PHONY: test-slurm
+test-slurm: bin/vil $(BUILD)/tests/slurm_train
+	@sh tools/deps.sh slurm
+	@sh tests/run_all.sh $(BUILD)/tests/slurm_train
 
 # vil of a build in another folder (BUILD=build/asan, build/cpu), leaving bin/vil as it is
 ifneq ($(BUILD),build)

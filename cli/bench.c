@@ -531,6 +531,8 @@ int vil_cmd_bench(int argc, char **argv) {
                    dist.local_world, (long)batch * dist.world);
         fflush(stdout);
     }
+    /* --data's loop runs the loader beside the step: bound ranks slow it several-fold */
+    if (data) vil_train_check_affinity(&dist, tc.workers);
     vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
     vil_model_alloc_acts(&m, batch, 1);
     upload_batch(&m, 1);

@@ -187,6 +187,36 @@ static void test_bench(void) {
     T_CHECK(all && eff > 0 && eff < 1000, "vil bench under mpirun -np 2 (rc %d):\n%s", rc, out);
 }
 
+/* vil bench --data warns once, above its numbers, as vil train does, when a rank may run on fewer
+ * CPUs than the loader has workers: mpirun binds each rank to a core when it starts 2, --bind-to
+ * none does not. The reference: the CPUs nproc sees under the same mpirun flags. (mpirun forwards
+ * a rank's stdout and stderr apart: joined in the rank, they keep their order.) */
+static void test_bench_bound(void) {
+    static char out[65536];
+    const char *binds[] = {"", "--bind-to none "};
+    for (int b = 0; b < 2; b++) {
+        char cmd[4096];
+        /* nproc counts OMP_NUM_THREADS too */
+        snprintf(cmd, sizeof cmd, "mpirun --oversubscribe -np 2 %senv -u OMP_NUM_THREADS nproc", binds[b]);
+        t_run(cmd, out, sizeof out);
+        int n1 = atoi(out), n2 = atoi(strchr(out, '\n') ? strchr(out, '\n') + 1 : "0");
+        int cpus = n1 < n2 ? n1 : n2, workers = 2;
+        snprintf(cmd, sizeof cmd,
+                 "mpirun --oversubscribe -np 2 %ssh -c 'exec bin/vil bench --model configs/vil_fashion.cfg "
+                 "--set img_size=16 --set patch_size=4 --set stride=4 --set in_chans=1 --set embed_dim=32 "
+                 "--set depth=2 --set num_classes=4 --set workers=%d --batch 8 --steps 1 --warmup 0 --data %s 2>&1' 2>&1",
+                 binds[b], workers, dir);
+        int rc = t_run(cmd, out, sizeof out);
+        const char *w = strstr(out, "warning: this rank may run on"), *table = strstr(out, "the training step over");
+        int want = cpus > 0 && cpus < workers;
+        T_CHECK(rc == 0 && cpus > 0 && table && strstr(out, "all 2 ranks (total)") &&
+                    (want ? w && w < table && t_count(out, "may run on") == 1 : !w),
+                "vil bench --data under mpirun %s(ranks on %d CPU%s, %d workers): %s (rc %d):\n%s", binds[b], cpus,
+                cpus == 1 ? "" : "s", workers, want ? "one warning, above the numbers" : "no warning", rc, out);
+        if (want) T_CHECK(w && strstr(w, "--bind-to none"), "the warning names mpirun's --bind-to none");
+    }
+}
+
 /* SIGTERM to one rank (as Slurm's preemption sends): every rank stops at the same step, rank 0
  * saves, and the run resumes from there. */
 static void test_sigterm_one_rank(void) {
@@ -250,6 +280,7 @@ int main(void) {
     test_init_state();
     test_sigterm_one_rank();
     test_bench();
+    test_bench_bound();
     /* a command that is not a process group refuses to run N copies */
     char out[8192];
     int rc = t_run("mpirun --oversubscribe -np 2 bin/vil info --model none.safetensors 2>&1", out, sizeof out);

@@ -1,20 +1,23 @@
 #!/bin/sh
 # deps.sh: checks for the Debian packages vil needs and installs the missing ones with apt-get,
 # as root or through sudo; without either it prints the exact command and fails.
-#   tools/deps.sh [build|demo|test|all]    (default all: build + demo + test)
+#   tools/deps.sh [build|demo|test|slurm|all]    (default all: build + demo + test)
 set -u
 
 BUILD_PKGS="gcc make pkg-config libjpeg62-turbo-dev libstb-dev libcjson-dev libzip-dev libopenblas-dev zlib1g-dev libopenmpi-dev openmpi-bin"
 DEMO_PKGS="dataset-fashion-mnist"
 # the test suite checks the whole network against an independent PyTorch implementation
 TEST_PKGS="python3-torch"
+# make test-slurm: a one-node Slurm cluster on this machine (tools/slurm_local.sh)
+SLURM_PKGS="slurm-wlm munge"
 
 case "${1:-all}" in
     build) want="$BUILD_PKGS" ;;
     demo) want="$BUILD_PKGS $DEMO_PKGS" ;;
     test) want="$BUILD_PKGS $TEST_PKGS" ;;
+    slurm) want="$BUILD_PKGS $SLURM_PKGS" ;;
     all) want="$BUILD_PKGS $DEMO_PKGS $TEST_PKGS" ;;
-    *) echo "usage: tools/deps.sh [build|demo|test|all]" >&2; exit 2 ;;
+    *) echo "usage: tools/deps.sh [build|demo|test|slurm|all]" >&2; exit 2 ;;
 esac
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

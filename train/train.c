@@ -157,21 +157,27 @@ static int open_data(Trainer *T) {
     return check_class_names(T);
 }
 
-/* Under mpirun, more loader threads than CPUs this rank may run on: they would share them.
- * mpirun binds each rank to one core when it starts two or fewer, a trap on a 2-GPU machine. */
-static void check_affinity(const Trainer *T) {
+/* mpirun binds each rank to one core when it starts two or fewer, a trap on a 2-GPU machine;
+ * srun binds a task to its --cpus-per-task where Slurm's task/affinity plugin runs. Once per
+ * process: vil bench warns above its numbers and then runs vil_train. */
+void vil_train_check_affinity(const VilDist *d, int workers) {
+    static int warned;
     cpu_set_t set;
-    if (T->rank != 0 || !T->dist || !T->dist->mpi || sched_getaffinity(0, sizeof set, &set) != 0) return;
+    if (warned || !d || !d->mpi || d->rank != 0 || sched_getaffinity(0, sizeof set, &set) != 0) return;
     int n = CPU_COUNT(&set);
-    if (T->tc->workers > n)
-        vil_warn("this rank may run on %d CPU%s, and the loader has %d workers: they will share %s "
-                 "(mpirun binds each rank to a core when it starts 2 or fewer: add --bind-to none, "
-                 "or --map-by slot:PE=N)", n, n == 1 ? "" : "s", T->tc->workers, n == 1 ? "it" : "them");
+    if (workers <= n) return;
+    warned = 1;
+    int srun = strcmp(d->launcher, "srun") == 0;
+    vil_warn("this rank may run on %d CPU%s, and the loader has %d workers: they will share %s (%s)",
+             n, n == 1 ? "" : "s", workers, n == 1 ? "it" : "them",
+             srun ? "srun binds each task to its --cpus-per-task CPUs: raise --cpus-per-task"
+                  : "mpirun binds each rank to a core when it starts 2 or fewer: add --bind-to none, "
+                    "or --map-by slot:PE=N");
 }
 
 static int make_loaders(Trainer *T) {
     const VilTrainConfig *t = T->tc;
-    check_affinity(T);
+    vil_train_check_affinity(T->dist, t->workers);
     const VilConfig *c = T->mc;
     VilLoaderConfig lc;
     vil_loader_config_default(&lc, VIL_LOADER_TRAIN, c->img_size, c->in_chans, t->batch,

@@ -115,6 +115,10 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res);
  * diverged. */
 void vil_train_report(const VilTrainRun *run, VilTrainStatus status, const VilTrainResult *res);
 
+/* Under mpirun / srun, rank 0 warns (once per process) when the loader's workers outnumber
+ * the CPUs this rank may run on: they would share them with the step. */
+void vil_train_check_affinity(const VilDist *d, int workers);
+
 /* The state file that belongs to `resume` (see VilTrainRun.resume), malloc'd. */
 char *vil_train_state_path(const char *resume);
 /* Read the model and training configuration stored in the state file of `resume` (see
