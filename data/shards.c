@@ -454,18 +454,14 @@ static int is_image_ext(const char *ext) {
 static int check_label(Indexer *x, long v, const char *text, const char *member) {
     char shown[256], t[64];
     long hi = x->num_classes ? x->num_classes : VIL_MAX_CLASSES;
-    if (v < 0 || v >= hi) {
-        if (x->num_classes)
-            vil_error("shard '%s': sample '%s' has label %s, outside the %d classes of classes.txt",
-                      x->path, vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, text),
-                      x->num_classes);
-        else
-            vil_error("shard '%s': sample '%s' has label %s (a class index is an integer in [0, %d))",
-                      x->path, vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, text),
-                      VIL_MAX_CLASSES);
-        return -1;
-    }
-    return 0;
+    if (v >= 0 && v < hi) return 0;
+    if (x->num_classes)
+        vil_error("shard '%s': '%s' gives label %s, outside the %d classes of classes.txt", x->path,
+                  vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, text), x->num_classes);
+    else
+        vil_error("shard '%s': '%s' gives label %s (a class index is an integer in [0, %d))", x->path,
+                  vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, text), VIL_MAX_CLASSES);
+    return -1;
 }
 
 /* The current member's data (size bytes, at most VIL_SHARD_MAX_LABEL_BYTES) as a string. */
@@ -496,13 +492,12 @@ static char *read_small(struct archive *a, Indexer *x, const char *member, int64
 static int read_cls(struct archive *a, Indexer *x, const char *member, int64_t size) {
     char *s = read_small(a, x, member, size);
     if (!s) return -1;
+    int rc = memchr(s, 0, (size_t)size) ? -1 : 0; /* a NUL inside */
     char *b = s, *e = s + strlen(s);
     while (*b && isspace((unsigned char)*b)) b++;
     while (e > b && isspace((unsigned char)e[-1])) *--e = 0;
     long v;
     char shown[256], t[64];
-    int rc = 0;
-    if (memchr(s, 0, (size_t)size)) rc = -1; /* a NUL inside */
     if (rc || vil_parse_int(b, &v) != 0) {
         vil_error("shard '%s': '%s' holds '%s', not a class index (an integer as text)", x->path,
                   vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, b));
@@ -532,12 +527,16 @@ static int read_json(struct archive *a, Indexer *x, const char *member, int64_t 
     if (v && !x->label_from_cls) {
         double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
         char text[64];
-        if (cJSON_IsNumber(v)) snprintf(text, sizeof text, "%.17g", d);
-        else snprintf(text, sizeof text, "(not a number)");
-        if (!cJSON_IsNumber(v) || d != (double)(long)d || d < 0 || d >= VIL_MAX_CLASSES)
+        snprintf(text, sizeof text, "%.17g", d);
+        if (!cJSON_IsNumber(v)) {
+            vil_error("shard '%s': '%s': its \"%s\" is not a number (a class index)", x->path,
+                      vil_printable(shown, sizeof shown, member), v->string);
+            rc = -1;
+        } else if (!(d >= 0 && d < VIL_MAX_CLASSES) || d != (double)(long)d) {
             rc = check_label(x, -1, text, member);
-        else if ((rc = check_label(x, (long)d, text, member)) == 0)
+        } else if ((rc = check_label(x, (long)d, text, member)) == 0) {
             x->label = (int)d;
+        }
     }
     cJSON_Delete(j);
     return rc;
@@ -546,8 +545,15 @@ static int read_json(struct archive *a, Indexer *x, const char *member, int64_t 
 static int finish_sample(Indexer *x) {
     if (!x->key) return 0;
     char shown[256];
-    int rc = 0;
-    if (!x->img) {
+    int rc = 0, seen = 0;
+    /* an incomplete sample whose key came before: members apart, named as such */
+    if (!x->img || x->label < 0)
+        for (int i = 0; i < x->keys.n && !seen; i++) seen = strcmp(x->keys.v[i], x->key) == 0;
+    if (seen) {
+        vil_error("shard '%s': key '%s' appears twice, apart (a sample's members must be adjacent, "
+                  "as WebDataset writes them)", x->path, vil_printable(shown, sizeof shown, x->key));
+        rc = -1;
+    } else if (!x->img) {
         vil_error("shard '%s': sample '%s' has no image member (%s)", x->path,
                   vil_printable(shown, sizeof shown, x->key), k_image_list);
         rc = -1;
@@ -657,9 +663,10 @@ static int entry(struct archive *a, struct archive_entry *e, Indexer *x, int64_t
     if (is_image_ext(ext)) {
         if (x->img) {
             char s2[256];
+            char s3[256];
             vil_error("shard '%s': sample '%s' has two images ('%s' and '%s')", x->path,
                       vil_printable(shown, sizeof shown, x->key), vil_printable(s2, sizeof s2, x->img),
-                      dot + 1);
+                      vil_printable(s3, sizeof s3, name));
             return -1;
         }
         x->img = vil_strdup(name);
@@ -830,8 +837,12 @@ VilShardSet *vil_shards_open(const char *path, const char *split, VilShardSample
         }
     }
     if (x.samples == 0) {
-        vil_error("the %d shard%s of '%s' hold no samples (a sample is KEY.jpg or another image and "
-                  "KEY.cls)", s->n, s->n == 1 ? "" : "s", vil_printable(shown, sizeof shown, source));
+        if (s->n == 1)
+            vil_error("shard '%s' holds no samples (a sample is KEY.jpg or another image and KEY.cls)",
+                      vil_printable(shown, sizeof shown, s->paths[0]));
+        else
+            vil_error("the %d shards of '%s' hold no samples (a sample is KEY.jpg or another image "
+                      "and KEY.cls)", s->n, vil_printable(shown, sizeof shown, source));
         if (*class_ids)
             for (int c = 0; c < x.num_classes; c++) free((*class_ids)[c]);
         free(*class_ids);
