@@ -17,6 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #ifdef VIL_ARCHIVE
 #include <archive.h>
 #include <archive_entry.h>
@@ -428,9 +431,14 @@ typedef struct {
     int64_t file_size;
     int num_classes;   /* from classes.txt, or 0 */
     int max_label;
-    long samples;
-    VilShardSampleFn fn;
-    void *ctx;
+    /* the shard's samples, handed to the caller in order once every shard before is indexed */
+    long n, cap;
+    char *names;       /* their image members' names, each NUL-terminated */
+    size_t names_len, names_cap;
+    size_t *name_off;  /* (n) */
+    int *labels;       /* (n) */
+    VilShardMember *at;/* (n) */
+    char *error;       /* why the shard was refused, or NULL */
     /* the sample being gathered */
     char *key;
     char *img;         /* its image member's name */
@@ -562,14 +570,29 @@ static int finish_sample(Indexer *x) {
                   "%s.json holding {\"label\": N})", x->path, vil_printable(shown, sizeof shown, x->key),
                   shown, shown);
         rc = -1;
-    } else if (x->samples >= (1L << 30)) {
-        vil_error("the shards hold more than %ld samples", 1L << 30);
+    } else if (x->n >= (1L << 30)) {
+        vil_error("shard '%s' holds more than %ld samples", x->path, 1L << 30);
         rc = -1;
     } else {
-        x->m.shard = x->shard;
-        x->fn(x->ctx, x->img, x->label, &x->m);
+        if (x->n == x->cap) {
+            x->cap = x->cap ? x->cap * 2 : 256;
+            x->name_off = vil_realloc(x->name_off, (size_t)x->cap * sizeof *x->name_off);
+            x->labels = vil_realloc(x->labels, (size_t)x->cap * sizeof *x->labels);
+            x->at = vil_realloc(x->at, (size_t)x->cap * sizeof *x->at);
+        }
+        size_t len = strlen(x->img) + 1;
+        if (x->names_len + len > x->names_cap) {
+            while (x->names_len + len > x->names_cap) x->names_cap = x->names_cap ? x->names_cap * 2 : 4096;
+            x->names = vil_realloc(x->names, x->names_cap);
+        }
+        memcpy(x->names + x->names_len, x->img, len);
+        x->name_off[x->n] = x->names_len;
+        x->names_len += len;
+        x->labels[x->n] = x->label;
+        x->at[x->n] = x->m;
+        x->at[x->n].shard = x->shard;
+        x->n++;
         if (x->label > x->max_label) x->max_label = x->label;
-        x->samples++;
     }
     list_push(&x->keys, x->key);
     x->key = NULL;
@@ -613,8 +636,9 @@ static int name_ok(const char *name) {
 
 static int entry(struct archive *a, struct archive_entry *e, Indexer *x, int64_t hdr) {
     char shown[256];
-    const char *name = archive_entry_pathname_utf8(e);
-    if (!name) name = archive_entry_pathname(e);
+    /* the raw name first: the UTF-8 form costs a locale conversion per member */
+    const char *name = archive_entry_pathname(e);
+    if (!name) name = archive_entry_pathname_utf8(e);
     if (!name || !*name) {
         vil_error("shard '%s': a member at byte %lld has no name", x->path, (long long)hdr);
         return -1;
@@ -813,9 +837,9 @@ VilShardSet *vil_shards_open(const char *path, const char *split, VilShardSample
     s->fds = vil_malloc((size_t)files.n * sizeof(int));
     for (int i = 0; i < files.n; i++) s->fds[i] = -1;
     s->source = source;
-    Indexer x = {.set = s, .fn = fn, .ctx = ctx, .max_label = -1, .label = -1};
+    int C = 0;
     char *cfile = find_classes(s->paths[0]);
-    if (cfile && read_classes(cfile, &x.num_classes, class_ids) != 0) {
+    if (cfile && read_classes(cfile, &C, class_ids) != 0) {
         free(cfile);
         vil_shard_set_free(s);
         return NULL;
@@ -825,32 +849,67 @@ VilShardSet *vil_shards_open(const char *path, const char *split, VilShardSample
     struct rlimit rl;
     long budget = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long)(rl.rlim_cur / 2) - 64 : 256;
     if (budget > 65536) budget = 65536;
-    for (int k = 0; k < s->n; k++) {
-        x.shard = k;
-        if (index_shard(&x, k < budget) != 0) {
-            if (*class_ids)
-                for (int c = 0; c < x.num_classes; c++) free((*class_ids)[c]);
-            free(*class_ids);
-            *class_ids = NULL;
-            vil_shard_set_free(s);
-            return NULL;
+    /* shards are indexed in parallel, a chunk at a time (bounded memory), and handed over in
+     * order; the first refused shard in that order is the one reported */
+    enum { CHUNK = 256 };
+    Indexer *xs = vil_calloc(CHUNK, sizeof *xs);
+    long total = 0;
+    int max_label = -1, rc = 0;
+    for (int k0 = 0; k0 < s->n && rc == 0; k0 += CHUNK) {
+        int nk = s->n - k0 < CHUNK ? s->n - k0 : CHUNK;
+        int nt = 1;
+#ifdef _OPENMP
+        nt = omp_get_max_threads();
+        if (nt > 16) nt = 16;
+        if (nt > nk) nt = nk;
+#endif
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int j = 0; j < nk; j++) {
+            Indexer *x = &xs[j];
+            memset(x, 0, sizeof *x);
+            x->set = s, x->shard = k0 + j, x->num_classes = C, x->max_label = -1, x->label = -1;
+            VilErrCapture cap;
+            vil_error_capture(&cap);
+            int r = index_shard(x, k0 + j < budget);
+            vil_error_release(&cap);
+            if (r != 0) x->error = vil_strdup(cap.msg[0] ? cap.msg : "cannot be indexed");
+        }
+        for (int j = 0; j < nk; j++) {
+            Indexer *x = &xs[j];
+            if (rc == 0 && x->error) {
+                vil_error("%s", x->error);
+                rc = -1;
+            }
+            if (rc == 0 && total + x->n > (1L << 30)) {
+                vil_error("the shards of '%s' hold more than %ld samples",
+                          vil_printable(shown, sizeof shown, source), 1L << 30);
+                rc = -1;
+            }
+            for (long i = 0; rc == 0 && i < x->n; i++) fn(ctx, x->names + x->name_off[i], x->labels[i], &x->at[i]);
+            if (rc == 0) total += x->n;
+            if (x->max_label > max_label) max_label = x->max_label;
+            free(x->names), free(x->name_off), free(x->labels), free(x->at), free(x->error);
         }
     }
-    if (x.samples == 0) {
+    free(xs);
+    if (rc == 0 && total == 0) {
         if (s->n == 1)
             vil_error("shard '%s' holds no samples (a sample is KEY.jpg or another image and KEY.cls)",
                       vil_printable(shown, sizeof shown, s->paths[0]));
         else
             vil_error("the %d shards of '%s' hold no samples (a sample is KEY.jpg or another image "
                       "and KEY.cls)", s->n, vil_printable(shown, sizeof shown, source));
+        rc = -1;
+    }
+    if (rc) {
         if (*class_ids)
-            for (int c = 0; c < x.num_classes; c++) free((*class_ids)[c]);
+            for (int c = 0; c < C; c++) free((*class_ids)[c]);
         free(*class_ids);
         *class_ids = NULL;
         vil_shard_set_free(s);
         return NULL;
     }
-    *num_classes = x.num_classes ? x.num_classes : x.max_label + 1;
+    *num_classes = C ? C : max_label + 1;
     return s;
 #endif
 }
