@@ -78,6 +78,7 @@ usage:
     return 2;
 }
 
+#ifdef VIL_ARCHIVE
 /* The member extension for an image's bytes: by its format, or the file's own extension when
  * the bytes say nothing; an unrecognised file keeps .jpg, and training reports it by name. */
 static const char *image_ext(const unsigned char *b, size_t n, const char *path, int *unknown) {
@@ -93,7 +94,6 @@ static const char *image_ext(const unsigned char *b, size_t n, const char *path,
     return "jpg";
 }
 
-#ifdef VIL_ARCHIVE
 static int add_member(struct archive *a, const char *name, const void *data, size_t n) {
     struct archive_entry *e = archive_entry_new();
     archive_entry_set_pathname(e, name);
@@ -179,12 +179,12 @@ static int write_split(const VilDataset *ds, const char *split, const int *map, 
     *shards_out = shards;
     return rc;
 }
-#endif
 
 static int is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
+#endif
 
 int main(int argc, char **argv) {
     Opts o;
