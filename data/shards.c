@@ -186,17 +186,23 @@ static int expand(const char *pattern, const char *s, List *out) {
     return 0;
 }
 
-/* The pattern of another split: every "train" replaced by split, every range by as many digits
- * as its bounds have (or any text when their widths differ), to glob. NULL on a malformed
- * range (reported). */
-static char *split_pattern(const char *pattern, const char *split) {
+/* The pattern of another split: "train" replaced by split (every one in the file name, a folder
+ * named "train"), every range by as many digits as its bounds have (or any text when their
+ * widths differ), to glob; *replaced: how many "train" were. NULL on a malformed range
+ * (reported). */
+static char *split_pattern(const char *pattern, const char *split, int *replaced) {
+    *replaced = 0;
     size_t cap = strlen(pattern) * 8 + 64, len = 0;
     char *o = vil_malloc(cap);
+    const char *base = strrchr(pattern, '/');
+    base = base ? base + 1 : pattern;
     for (const char *p = pattern; *p;) {
         Range r;
-        if (strncmp(p, "train", 5) == 0) {
+        /* in the folders only a whole "train" component: /data/training/ stays */
+        if (strncmp(p, "train", 5) == 0 && (p >= base || ((p == pattern || p[-1] == '/') && p[5] == '/'))) {
             len += (size_t)snprintf(o + len, cap - len, "%s", split);
             p += 5;
+            ++*replaced;
         } else if (*p == '{') {
             if (next_range(pattern, p, &r) != 1) {
                 free(o);
@@ -226,8 +232,24 @@ static int has_glob(const char *s) { return strpbrk(s, "*?[") != NULL; }
 static int pattern_files(const char *pattern, const char *split, List *out) {
     char shown[512];
     char *derived = NULL;
-    if (split && strcmp(split, "train") != 0 && strstr(pattern, "train")) {
-        if (!(derived = split_pattern(pattern, split))) return -1;
+    if (split && strcmp(split, "train") != 0) {
+        /* a train pattern names the other split's shards; one that names this split is taken
+         * as it is; one that names neither would make the training shards the validation set */
+        int replaced;
+        if (!(derived = split_pattern(pattern, split, &replaced))) return -1;
+        const char *base = strrchr(pattern, '/');
+        if (!replaced && !strstr(base ? base + 1 : pattern, split)) {
+            vil_error("shard pattern '%s' names no split: for the %s shards vil replaces \"train\" in a "
+                      "train pattern's file name (train-{0000..0146}.tar gives %s-*.tar); give a pattern "
+                      "with \"train\" or \"%s\" in its file name", vil_printable(shown, sizeof shown, pattern),
+                      split, split, split);
+            free(derived);
+            return -1;
+        }
+        if (!replaced) {
+            free(derived);
+            derived = NULL;
+        }
     }
     List ex = {0};
     if (!derived && expand(pattern, pattern, &ex) != 0) {

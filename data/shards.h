@@ -43,8 +43,10 @@ int vil_shards_detect(const char *path, const char *split);
  *   - a folder: path/split/ *.tar (with split NULL: path/ *.tar), in name order;
  *   - a pattern: the files it names, in its order ({A..B} ranges expanded, A and B's width kept
  *     when they have the same number of digits; * ? [] globbed); for split "val" or "test" a
- *     pattern whose text holds "train" names the split's shards by replacing every "train" with
- *     the split and each range by digits of its width (the val range usually differs).
+ *     pattern whose text holds "train" names the split's shards by replacing "train" with the
+ *     split (in the file name, and a folder named train) and each range by any digits of its
+ *     width (the val range usually differs): 'in/train/in-train-{0000..0146}.tar' gives
+ *     'in/val/in-val-[0-9][0-9][0-9][0-9].tar'. A pattern without "train" is used as given.
  * A file classes.txt (one class id per line, line k = class k: what tools/folder_to_shards
  * writes) in the shards' folder or the one above gives the class count and ids; without it the
  * count is the largest label + 1 and the ids are the indices. Every problem is an error naming

@@ -163,6 +163,23 @@ static void test_convert(void) {
         if (ds && fval) same_samples(f ? "val from the train pattern" : "val of ROOT", fval, ds, map);
         vil_dataset_free(ds);
     }
+    /* a val pattern is taken as given; "train" in a folder's name is not the split's word */
+    VilDataset *vp = open_quiet(path("shards/val/val-{0000..0000}.tar"), "val");
+    T_CHECK(vp && vil_dataset_size(vp) == 4, "a val pattern with split val: its 4 samples (%s)", g_cap.msg);
+    vil_dataset_free(vp);
+    corpus_mkdir("%s/%s", dir, "xtraining");
+    int linked = symlink(path("shards/val/val-0000.tar"), path("xtraining/val-0000.tar")) == 0;
+    for (int k = 0; k < 4; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "train-%04d.tar", k);
+        linked &= symlink(path("shards/train/%s", name), path("xtraining/%s", name)) == 0;
+    }
+    vp = open_quiet(path("xtraining/train-{0000..0003}.tar"), "val");
+    T_CHECK(linked && vp && vil_dataset_size(vp) == 4 && fval &&
+            !strcmp(strrchr(vil_dataset_source(vp), '/'), "/train-{0000..0003}.tar"),
+            "the val split of xtraining/train-{0000..0003}.tar is xtraining/val-0000.tar (%s)", g_cap.msg);
+    if (vp && fval) same_samples("val beside the train shards", fval, vp, map);
+    vil_dataset_free(vp);
     vil_dataset_free(fval);
 
     /* a held-out part of shards reads the same samples as the whole */
@@ -434,6 +451,8 @@ static void test_hostile(void) {
     open_fails("a range of 10^10 shards", path("shards/train/train-{0..9999999999}.tar"), "train", many);
     const char *noval[] = {"no val shards match", NULL};
     open_fails("no val shards", path("h/good/train-{0..3}.tar"), "val", noval);
+    const char *nosplit[] = {"names no split", NULL};
+    open_fails("val of a pattern without train", path("h/good/x.tar"), "val", nosplit);
     const char *nomatch[] = {"no shard matches", NULL};
     open_fails("a glob that matches nothing", path("h/good/*-none.tar"), "train", nomatch);
 }
