@@ -297,9 +297,13 @@ static int pattern_files(const char *pattern, const char *split, List *out) {
             if (!missing++) first = out->v[i];
         }
     }
-    if (missing) {
+    if (missing == 1 && out->n == 1) {
+        vil_error("shard '%s' does not exist", vil_printable(shown, sizeof shown, first));
+        rc = -1;
+    } else if (missing) {
+        char f[512];
         vil_error("%d of the %d shards of '%s' do not exist (first: '%s')", missing, out->n,
-                  vil_printable(shown, sizeof shown, pattern), first);
+                  vil_printable(shown, sizeof shown, pattern), vil_printable(f, sizeof f, first));
         rc = -1;
     }
     return rc;

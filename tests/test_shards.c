@@ -451,6 +451,8 @@ static void test_hostile(void) {
     open_fails("a range of 10^10 shards", path("shards/train/train-{0..9999999999}.tar"), "train", many);
     const char *noval[] = {"no val shards match", NULL};
     open_fails("no val shards", path("h/good/train-{0..3}.tar"), "val", noval);
+    const char *gone[] = {"shard '", "none.tar' does not exist", NULL};
+    open_fails("a missing shard file", path("h/none.tar"), NULL, gone);
     const char *nosplit[] = {"names no split", NULL};
     open_fails("val of a pattern without train", path("h/good/x.tar"), "val", nosplit);
     const char *nomatch[] = {"no shard matches", NULL};
