@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "tests/data_corpus.h"
 #include "tests/model_testing.h"
 #include "tests/testing.h"
@@ -435,6 +436,28 @@ static void test_hostile(void) {
             vil_error_release(&g_cap);
             T_CHECK(rc != 0 && g_cap.msg[0], "decoding it fails with a reason: %s", g_cap.msg);
             T_CHECK(strstr(p, "x.tar:bad.jpg") != NULL, "its path names shard and member: %s", p);
+            /* the loader: evaluation leaves it out (label -1), training replaces it */
+            for (int mode = 0; mode < 2; mode++) {
+                VilLoaderConfig c;
+                vil_loader_config_default(&c, mode ? VIL_LOADER_EVAL : VIL_LOADER_TRAIN, 16, 3, 2,
+                                          vil_dataset_num_classes(s));
+                c.threads = 1, c.quiet = 1, c.repeats = 1;
+                VilLoader *l = vil_loader_create(s, &c);
+                int ok = l != NULL;
+                if (l) {
+                    vil_loader_start_epoch(l, 0);
+                    const VilBatch *bt = vil_loader_next_batch(l);
+                    VilLoaderStats st;
+                    vil_loader_stats(l, &st);
+                    ok = bt && st.epoch_bad == 1;
+                    for (int i = 0; ok && i < bt->n; i++)
+                        ok = mode ? bt->labels[i] == (bt->indices[i] == 1 ? -1 : 0) : bt->indices[i] == 0;
+                    if (bt) vil_loader_release_batch(l, bt);
+                    vil_loader_free(l);
+                }
+                T_CHECK(ok, "the loader (%s) counts the member that is not an image and %s it", mode ? "eval" : "train",
+                        mode ? "leaves out" : "replaces");
+            }
         }
         vil_dataset_free(s);
     }
