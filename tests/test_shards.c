@@ -148,6 +148,16 @@ static void test_convert(void) {
                 "and member: %s", forms[f].what, p);
         vil_dataset_free(ds);
     }
+    /* a names file with ids names classes.txt's classes by id, not by line */
+    const char *names = "0\tdog\tDog\n1\tcat\tCat\n2\temu\tEmu\n";
+    corpus_write(path("names.tsv"), names, strlen(names));
+    VilDataset *named = open_quiet(path("shards"), "train");
+    vil_error_capture(&g_cap);
+    int nrc = named ? vil_dataset_load_names(named, path("names.tsv")) : -1;
+    vil_error_release(&g_cap);
+    T_CHECK(nrc == 0 && !strcmp(vil_dataset_class_name(named, 0), "Cat") &&
+            !strcmp(vil_dataset_class_name(named, 1), "Dog"), "names by id: class 0 (cat) is named Cat (%s)", g_cap.msg);
+    vil_dataset_free(named);
     /* one shard file: its 4 samples */
     VilDataset *one = open_quiet(path("shards/train/train-0001.tar"), NULL);
     T_CHECK(one && vil_dataset_size(one) == 4 && vil_dataset_label(one, 0) == vil_dataset_label(folder, 4),
