@@ -11,6 +11,7 @@
 # Debian package tree (headers and libraries) for machines without libstb-dev or libcjson-dev.
 # NCCL=0 builds the CUDA backend without NCCL (the default uses it when nccl.h is found).
 # MPI=0 builds without MPI (the default uses Open MPI when pkg-config finds ompi-c).
+# ARCHIVE=0 builds without libarchive (tar shards; the default uses it when it is found).
 # CUDA_ARCH: the GPU code (default: sm_80 sm_86 sm_89 sm_90 and the newer families this nvcc
 # knows, plus PTX of the newest); a quick single-GPU dev build compiles one architecture:
 #   make CUDA_ARCH="-gencode arch=compute_90,code=sm_90"
@@ -69,6 +70,19 @@ ifeq ($(call have_pkg,zlib),yes)
   LDLIBS += $(shell $(PKG_CONFIG) --libs zlib)
 else
   LDLIBS += -lz
+endif
+
+# ---- optional: libarchive (libarchive-dev) indexes WebDataset tar shards (data/shards.c);
+# without it vil reads every other layout and says what to install for shards ----
+ARCHIVE ?= $(if $(or $(call have_pkg,libarchive),$(wildcard /usr/include/archive.h $(DEPS_PREFIX)/include/archive.h)),1,0)
+ifeq ($(ARCHIVE),1)
+  ifeq ($(call have_pkg,libarchive),yes)
+    CFLAGS += -DVIL_ARCHIVE $(shell $(PKG_CONFIG) --cflags libarchive)
+    LDLIBS += $(shell $(PKG_CONFIG) --libs libarchive)
+  else
+    CFLAGS += -DVIL_ARCHIVE
+    LDLIBS += -larchive
+  endif
 endif
 
 # ---- optional: a CBLAS (OpenBLAS) for the CPU matrix products ----
@@ -169,7 +183,7 @@ FORCE:
 # objects or links (CUDA, MPI, NCCL, BLAS, the compilers and their flags), rewritten only when it
 # differs, and everything built depends on it. Without it `make CUDA=0` after a CUDA build kept
 # the CUDA objects and failed to link. ----
-OPTIONS := CUDA=$(CUDA) MPI=$(MPI) NCCL=$(NCCL) BLAS=$(BLAS) CC=$(CC) NVCC=$(NVCC) \
+OPTIONS := CUDA=$(CUDA) MPI=$(MPI) NCCL=$(NCCL) BLAS=$(BLAS) ARCHIVE=$(ARCHIVE) CC=$(CC) NVCC=$(NVCC) \
            CFLAGS=$(CFLAGS) NVCCFLAGS=$(NVCCFLAGS) LDFLAGS=$(LDFLAGS) LDLIBS=$(LDLIBS)
 OPTIONS_FILE := $(BUILD)/options
 $(OPTIONS_FILE): FORCE
@@ -238,7 +252,7 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-run
 
-test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder
+test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards
 	@sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_pth_reference.sh
 
 test-gpu: bin/vil $(GPU_TEST_BIN)
@@ -270,7 +284,7 @@ ifneq ($(ASAN_BUILD),1)
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan CUDA=0 OPT="$(ASAN_OPT)" ASAN_BUILD=1 test-asan
 else
-test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder
+test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards
 	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
 	@VIL_BIN=$(BUILD)/bin/vil VIL_BUILD=$(BUILD) \
 	    ASAN_OPTIONS=detect_leaks=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/asan \

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "data/shards.h"
 #include "vil/common.h"
 
 struct VilDataset {
@@ -35,13 +36,17 @@ struct VilDataset {
     int *class_off;     /* (num_classes + 1) */
     int *members;       /* (n) sample indices grouped by class */
     int *orig;          /* (n) a subset's sample indices in the dataset it came from, or NULL */
+    /* tar shards: the files, and where each sample's image lies (its name is in the arena) */
+    VilShardSet *shards;
+    VilShardMember *at; /* (n) */
 };
 
 /* What every "not found" message repeats, so the user sees the accepted layouts at once. */
 static const char *k_layouts =
     "expected ROOT/train/<class>/<image> and ROOT/val/<class>/<image> (ImageNet layout), "
-    "a folder of IDX files (train-images-idx3-ubyte[.gz] ...), or a flat folder plus "
-    "--labels FILE";
+    "ROOT/train/*.tar and ROOT/val/*.tar (WebDataset shards) or a pattern such as "
+    "'shards/train-{0000..0146}.tar', a folder of IDX files (train-images-idx3-ubyte[.gz] ...), "
+    "or a flat folder plus --labels FILE";
 
 void vil_buffer_free(VilBuffer *b) {
     if (!b) return;
@@ -305,6 +310,26 @@ static int open_flat(VilDataset *ds, const char *dir, const char *labels_file) {
         return -1;
     }
     ds->num_classes = maxlab + 1;
+    return 0;
+}
+
+/* ---- tar shards (data/shards.c) ---- */
+static void add_shard_sample(void *ctx, const char *member, int label, const VilShardMember *m) {
+    VilDataset *ds = ctx;
+    if (ds->n == ds->cap) ds->at = vil_realloc(ds->at, (size_t)(ds->cap ? ds->cap * 2 : 1024) * sizeof *ds->at);
+    ds->at[ds->n] = *m;
+    push_sample(ds, arena_add(ds, member, NULL), label);
+}
+
+static int open_shards(VilDataset *ds, const char *path, const char *split) {
+    char **ids = NULL;
+    int C = 0;
+    ds->kind = VIL_DATA_SHARDS;
+    ds->shards = vil_shards_open(path, split, add_shard_sample, ds, &C, &ids);
+    if (!ds->shards) return -1;
+    ds->num_classes = C;
+    ds->class_ids = ids; /* NULL: fill_class_ids numbers them */
+    ds->source = vil_strdup(vil_shard_set_source(ds->shards));
     return 0;
 }
 
@@ -616,7 +641,8 @@ VilDataset *vil_dataset_open(const char *path, const char *split, const char *la
         return NULL;
     }
     struct stat st;
-    if (stat(path, &st) != 0) {
+    int exists = stat(path, &st) == 0;
+    if (!exists && !(!labels_file && vil_shards_detect(path, split))) {
         vil_error("dataset path '%s' does not exist: %s", path, k_layouts);
         return NULL;
     }
@@ -635,6 +661,8 @@ VilDataset *vil_dataset_open(const char *path, const char *split, const char *la
             dir = vil_strdup(path);
         }
         rc = open_flat(ds, dir, labels_file);
+    } else if (vil_shards_detect(path, split)) {
+        rc = open_shards(ds, path, split);
     } else if (!S_ISDIR(st.st_mode)) {
         if (strstr(path, "idx3")) rc = open_idx(ds, path);
         else vil_error("'%s' is a file, not a dataset folder: %s", path, k_layouts);
@@ -690,6 +718,8 @@ void vil_dataset_free(VilDataset *ds) {
     free(ds->class_off);
     free(ds->members);
     free(ds->orig);
+    vil_shard_set_free(ds->shards);
+    free(ds->at);
     free(ds);
 }
 
@@ -733,6 +763,8 @@ size_t vil_dataset_path(const VilDataset *ds, int i, char *buf, size_t len) {
     if (ds->kind == VIL_DATA_IDX)
         return (size_t)snprintf(buf, len, "%s#%d", ds->source, ds->orig ? ds->orig[i] : i);
     const char *rel = ds->arena + ds->name_off[i];
+    if (ds->kind == VIL_DATA_SHARDS)
+        return (size_t)snprintf(buf, len, "%s:%s", vil_shard_set_path(ds->shards, ds->at[i].shard), rel);
     if (rel[0] == '/') return (size_t)snprintf(buf, len, "%s", rel);
     return (size_t)snprintf(buf, len, "%s%s", ds->root, rel);
 }
@@ -746,6 +778,8 @@ int vil_dataset_read_bytes(const VilDataset *ds, int i, VilBuffer *buf) {
         vil_error("IDX samples are raw pixels, not encoded files");
         return -1;
     }
+    if (ds->kind == VIL_DATA_SHARDS)
+        return vil_shard_read(ds->shards, &ds->at[i], &buf->data, &buf->cap, &buf->size);
     char path[4096];
     if (vil_dataset_path(ds, i, path, sizeof path) >= sizeof path) {
         vil_error("path too long");
@@ -813,6 +847,10 @@ VilDataset *vil_dataset_subset(const VilDataset *ds, const int *idx, int n) {
     } else {
         sub->name_off = vil_malloc((size_t)(n ? n : 1) * sizeof(size_t));
     }
+    if (ds->shards) {
+        sub->shards = vil_shard_set_ref(ds->shards);
+        sub->at = vil_malloc((size_t)(n ? n : 1) * sizeof *sub->at);
+    }
     for (int k = 0; k < n; k++) {
         int i = idx[k];
         sub->labels[k] = ds->labels[i];
@@ -823,6 +861,7 @@ VilDataset *vil_dataset_subset(const VilDataset *ds, const int *idx, int n) {
         } else {
             sub->name_off[k] = arena_add(sub, ds->arena + ds->name_off[i], NULL);
         }
+        if (ds->shards) sub->at[k] = ds->at[i];
     }
     sub->class_ids = vil_calloc((size_t)ds->num_classes, sizeof(char *));
     sub->class_names = vil_calloc((size_t)ds->num_classes, sizeof(char *));

@@ -1,6 +1,7 @@
-/* dataset.h: the list of samples a run trains or evaluates on, and how to read one. Three
- * layouts are recognised from the --data path: ImageNet-style class folders, a flat folder
- * plus a labels file, and IDX files (MNIST / Fashion-MNIST, plain or gzip). */
+/* dataset.h: the list of samples a run trains or evaluates on, and how to read one. Four
+ * layouts are recognised from the --data path: ImageNet-style class folders, WebDataset-style
+ * tar shards, a flat folder plus a labels file, and IDX files (MNIST / Fashion-MNIST, plain or
+ * gzip). */
 #ifndef VIL_DATASET_H
 #define VIL_DATASET_H
 
@@ -17,6 +18,7 @@ typedef enum {
     VIL_DATA_FOLDER = 1, /* ROOT/<split>/<class>/<file>: class index = sorted folder name */
     VIL_DATA_FLAT,       /* DIR/<file> + a labels file of "filename label" lines */
     VIL_DATA_IDX,        /* <prefix>-images-idx3-ubyte[.gz] + <prefix>-labels-idx1-ubyte[.gz] */
+    VIL_DATA_SHARDS,     /* ROOT/<split>/ *.tar or a pattern: KEY.jpg + KEY.cls per sample (shards.h) */
 } VilDataKind;
 
 typedef struct VilDataset VilDataset;
@@ -35,6 +37,9 @@ void vil_buffer_free(VilBuffer *b);
 /* Open a dataset. `path` is one of:
  *   - an ImageNet root: split "train" reads path/train/<class>/<file>, "val" path/val/...;
  *     with split NULL, path itself holds the class folders;
+ *   - tar shards: path/<split>/ *.tar (as a root holds class folders; split NULL: path/ *.tar), or
+ *     a pattern 'dir/train-{0000..0146}.tar' (vil_shards_open says how "val" finds its shards);
+ *     the sample's path (vil_dataset_path) is "SHARD:MEMBER";
  *   - a folder holding IDX files: split "train" (or NULL) reads train-images-idx3-ubyte[.gz],
  *     "val" or "test" reads t10k-images-idx3-ubyte[.gz]; or an idx3 file itself;
  *   - with labels_file set: a flat folder (path/<split> when that folder exists, else path)
@@ -62,7 +67,8 @@ const char *vil_dataset_class_name(const VilDataset *ds, int c);
 /* The samples of class c, in dataset order: *members points at (*count) indices. */
 void vil_dataset_class_members(const VilDataset *ds, int c, const int **members, int *count);
 
-/* Path of sample i written into buf (for IDX: "FILE#i"). Returns the length it needed. */
+/* Path of sample i written into buf (for IDX: "FILE#i", for shards "SHARD:MEMBER"). Returns the
+ * length it needed. */
 size_t vil_dataset_path(const VilDataset *ds, int i, char *buf, size_t len);
 
 /* Encoded bytes of a file sample into buf (resized as needed). A missing, unreadable,

@@ -140,9 +140,12 @@ int vil_dataset_load_names(VilDataset *ds, const char *path) {
     int nrows, rc = 0;
     if (read_rows(path, &rows, &nrows) != 0) return -1;
     if (rc == 0) {
-        /* class folders are matched by name (wnid) when the file gives ids; else by index */
+        /* class folders (and shards' classes.txt ids) are matched by name (wnid) when the file
+         * gives ids; else by index */
         int C = vil_dataset_num_classes(ds), by_id = 0;
-        if (vil_dataset_kind(ds) == VIL_DATA_FOLDER)
+        int folders = vil_dataset_kind(ds) == VIL_DATA_FOLDER;
+        const char *what = folders ? "class folders" : "classes";
+        if (folders || vil_dataset_kind(ds) == VIL_DATA_SHARDS)
             for (int k = 0; k < nrows && !by_id; k++)
                 if (rows[k].id)
                     for (int c = 0; c < C && !by_id; c++)
@@ -161,11 +164,13 @@ int vil_dataset_load_names(VilDataset *ds, const char *path) {
                 unnamed += !found;
             }
             if (unnamed)
-                vil_warn("%d class folders of '%s' are not in '%s'; they keep their folder names",
-                         unnamed, vil_dataset_source(ds), path);
+                vil_warn("%d %s of '%s' are not in '%s'; they keep their %s", unnamed, what,
+                         vil_dataset_source(ds), path, folders ? "folder names" : "ids");
             if (moved)
-                vil_warn("%d class folders of '%s' sit at another index than '%s' gives them "
-                         "(labels follow the sorted folder order; is a class folder missing?)",
+                vil_warn(folders ? "%d class folders of '%s' sit at another index than '%s' gives them "
+                                   "(labels follow the sorted folder order; is a class folder missing?)"
+                                 : "%d classes of '%s' sit at another index than '%s' gives them "
+                                   "(labels follow the order of classes.txt; is a class missing?)",
                          moved, vil_dataset_source(ds), path);
         } else if (vil_dataset_kind(ds) == VIL_DATA_FOLDER && nrows != C) {
             vil_error("class-names file '%s' has %d names but '%s' has %d class folders, and no "

@@ -1,6 +1,7 @@
 /* data_corpus.h: writers for the tiny datasets the data tests build in a temporary folder:
  * JPEGs through libjpeg's compressor (RGB, gray, progressive), PNGs through stb_image_write
- * (to name .JPEG), broken files, IDX files plain and gzip. Header-only, for tests/ alone. */
+ * (to name .JPEG), broken files, IDX files plain and gzip, tar archives member by member (plain
+ * ustar headers, written here, so hostile ones can lie). Header-only, for tests/ alone. */
 #ifndef VIL_TESTS_DATA_CORPUS_H
 #define VIL_TESTS_DATA_CORPUS_H
 
@@ -163,6 +164,53 @@ static inline void corpus_write_idx_set(const char *dir, const char *prefix, int
     corpus_write_idx(p, 1, dims, lab, (size_t)n, gz);
     free(img);
     free(lab);
+}
+
+/* A tar archive built in memory: corpus_tar_member per member, corpus_tar_end, then write b. */
+typedef struct {
+    unsigned char *b;
+    size_t n, cap;
+} CorpusTar;
+
+static inline void corpus_tar_grow(CorpusTar *t, size_t more) {
+    if (t->n + more <= t->cap) return;
+    while (t->cap < t->n + more) t->cap = t->cap ? t->cap * 2 : 65536;
+    t->b = realloc(t->b, t->cap);
+}
+
+/* A ustar member: name (< 100 bytes), typeflag type ('0' file, '2' symlink, '5' folder), the
+ * data, and a header that claims `claim` bytes (-1: the data's length; the data written is
+ * always n bytes, padded to 512). */
+static inline void corpus_tar_member(CorpusTar *t, const char *name, const void *data, size_t n,
+                                     char type, long long claim) {
+    corpus_tar_grow(t, 512 + n + 512);
+    unsigned char *h = t->b + t->n;
+    memset(h, 0, 512);
+    snprintf((char *)h, 100, "%s", name);
+    memcpy(h + 100, "0000644", 8);
+    memcpy(h + 108, "0000000", 8);
+    memcpy(h + 116, "0000000", 8);
+    snprintf((char *)h + 124, 12, "%011llo", claim >= 0 ? (unsigned long long)claim : (unsigned long long)n);
+    memcpy(h + 136, "00000000000", 12);
+    h[156] = (unsigned char)type;
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++) sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    h[155] = ' ';
+    t->n += 512;
+    if (n) memcpy(t->b + t->n, data, n);
+    size_t pad = (512 - n % 512) % 512;
+    memset(t->b + t->n + n, 0, pad);
+    t->n += n + pad;
+}
+
+static inline void corpus_tar_end(CorpusTar *t) {
+    corpus_tar_grow(t, 1024);
+    memset(t->b + t->n, 0, 1024);
+    t->n += 1024;
 }
 
 #endif

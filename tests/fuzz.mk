@@ -3,14 +3,15 @@
 # fuzz_pth (PyTorch checkpoints: libzip, the unpickler, the storages) and fuzz_pickle (the
 # unpickler alone) and fuzz_checkpoint (what `vil info` does with a file: safetensors or .pth, the
 # metadata, the architecture from the shapes, every tensor's check, the model's allocation and
-# load). `make fuzz` builds them, seeds each corpus from tests/data and runs each for
+# load) and fuzz_shards (a tar shard: libarchive's header reader, the sample index, the reads at
+# its offsets). `make fuzz` builds them, seeds each corpus from tests/data and runs each for
 # FUZZ_SECONDS; crashes land in build/fuzz/ as crash-*, out-of-memory cases (a file that makes
 # the reader allocate over -malloc_limit_mb or -rss_limit_mb) as oom-*. Knobs: FUZZ_SECONDS
-# (120), FUZZ_JOBS (1), FUZZ_TARGETS (all four), CLANG (clang).
+# (120), FUZZ_JOBS (1), FUZZ_TARGETS (all five), CLANG (clang).
 CLANG        ?= clang
 FUZZ_SECONDS ?= 120
 FUZZ_JOBS    ?= 1
-FUZZ_TARGETS ?= fuzz_decode fuzz_pth fuzz_pickle fuzz_checkpoint
+FUZZ_TARGETS ?= fuzz_decode fuzz_pth fuzz_pickle fuzz_checkpoint fuzz_shards
 FUZZ_DIR     := build/fuzz
 FUZZ_FLAGS   := -g -O1 -std=gnu11 -I. -I/usr/include/stb -I/usr/include/cjson -fno-omit-frame-pointer \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -18,6 +19,7 @@ FUZZ_FLAGS   := -g -O1 -std=gnu11 -I. -I/usr/include/stb -I/usr/include/cjson -f
 DECODE_SRC   := data/image.c data/transform.c data/randaugment.c vil/common.c
 PTH_SRC      := formats/pth.c formats/pickle.c formats/safetensors.c vil/common.c
 PICKLE_SRC   := formats/pickle.c vil/common.c
+SHARDS_SRC   := data/shards.c data/dataset.c data/names.c data/image.c vil/common.c
 # the checkpoint path needs the model, hence the whole library (CPU ops included: the backend's
 # table names them) and the ImageNet names table; OpenMP because scan.c calls omp_* (at -O1
 # under the sanitizers clang cannot vectorize its `omp simd` loops and would say so: no matter here)
@@ -39,6 +41,9 @@ $(FUZZ_DIR)/fuzz_pickle: tests/fuzz_pickle.c $(PICKLE_SRC) formats/pickle.h vil/
 $(FUZZ_DIR)/fuzz_checkpoint: tests/fuzz_checkpoint.c $(CKPT_SRC) $(wildcard vil/*.h formats/*.h) tests/fuzz.mk
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) -fopenmp -Wno-pass-failed -o $@ tests/fuzz_checkpoint.c $(CKPT_SRC) -lzip -lcjson -lm
+$(FUZZ_DIR)/fuzz_shards: tests/fuzz_shards.c $(SHARDS_SRC) data/shards.h data/dataset.h data/image.h vil/common.h tests/fuzz.mk
+	@mkdir -p $(FUZZ_DIR)
+	$(CLANG) $(FUZZ_FLAGS) -DVIL_ARCHIVE -o $@ tests/fuzz_shards.c $(SHARDS_SRC) -larchive -lcjson -ljpeg -lstb -lz -lm
 # the seed writer: the same file without libFuzzer, unsanitized (it only runs the library)
 $(FUZZ_DIR)/seed_checkpoint: tests/fuzz_checkpoint.c $(CKPT_SRC) $(wildcard vil/*.h formats/*.h) tests/fuzz.mk
 	@mkdir -p $(FUZZ_DIR)
@@ -66,6 +71,14 @@ $(FUZZ_DIR)/corpus_fuzz_pickle:
 $(FUZZ_DIR)/corpus_fuzz_checkpoint: | $(FUZZ_DIR)/seed_checkpoint
 	@mkdir -p $@.tmp && $(FUZZ_DIR)/seed_checkpoint $@.tmp && \
 	    cp tests/data/pth/vim_p4s4_noema.pth tests/data/fuzz/*.pth $@.tmp/ && mv $@.tmp $@
+
+# shards: GNU tar's three formats (ustar, gnu, pax: long names, extended headers) of two samples
+$(FUZZ_DIR)/corpus_fuzz_shards: LONG = $@.src/a_folder_name_that_takes_the_path_past_the_hundred_bytes_of_a_ustar_name_field
+$(FUZZ_DIR)/corpus_fuzz_shards:
+	@rm -rf $@.src && mkdir -p $(LONG) && cp tests/data/pil_gray.jpg $@.src/a.jpg && echo 3 > $@.src/a.cls && \
+	    cp tests/data/pil_prog.jpg $(LONG)/b.jpeg && echo '{"label": 1}' > $(LONG)/b.json && \
+	    mkdir -p $@ && for f in ustar gnu pax; do tar --format=$$f --sort=name -cf $@/$$f.tar -C $@.src . || exit 1; done && \
+	    rm -rf $@.src
 
 run-%: $(FUZZ_DIR)/% | $(FUZZ_DIR)/corpus_%
 	cd $(FUZZ_DIR) && ./$* -max_total_time=$(FUZZ_SECONDS) \

@@ -4,7 +4,7 @@
 #   tools/deps.sh [build|demo|test|slurm|all]    (default all: build + demo + test)
 set -u
 
-BUILD_PKGS="gcc make pkg-config libjpeg62-turbo-dev libstb-dev libcjson-dev libzip-dev libopenblas-dev zlib1g-dev libopenmpi-dev openmpi-bin"
+BUILD_PKGS="gcc make pkg-config libjpeg62-turbo-dev libstb-dev libcjson-dev libzip-dev libarchive-dev libopenblas-dev zlib1g-dev libopenmpi-dev openmpi-bin"
 DEMO_PKGS="dataset-fashion-mnist"
 # the test suite checks the whole network against an independent PyTorch implementation
 TEST_PKGS="python3-torch"

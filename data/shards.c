@@ -1,0 +1,941 @@
+/* shards.c: finding the tar shards a dataset names (a folder of .tar files, a brace range, a
+ * glob), indexing each once through libarchive's header reader, and reading a member's bytes
+ * with pread. The index holds what the loader needs per sample (shard, offset, size, label), so
+ * the sampler's global shuffle applies to shards as to folders. */
+#define _GNU_SOURCE
+#include "data/shards.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef VIL_ARCHIVE
+#include <archive.h>
+#include <archive_entry.h>
+#include <cJSON.h>
+#endif
+
+#include "vil/common.h"
+#include "vil/limits.h"
+
+struct VilShardSet {
+    int refs;      /* holders: the dataset and its subsets, all on one thread */
+    int n;
+    char **paths;  /* (n) */
+    int *fds;      /* (n) kept open, or -1: opened per read (past the descriptor budget) */
+    char *source;
+};
+
+typedef struct {
+    char **v;
+    int n, cap;
+} List;
+
+static void list_push(List *l, char *s) { /* takes s */
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 16;
+        l->v = vil_realloc(l->v, (size_t)l->cap * sizeof(char *));
+    }
+    l->v[l->n++] = s;
+}
+
+static void list_free(List *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int is_shard_name(const char *name) {
+    return ends_with(name, ".tar") || ends_with(name, ".tar.gz") || ends_with(name, ".tgz");
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The .tar files of dir, sorted; -1 when dir has a subfolder (then it is a class-folder root)
+ * or cannot be listed, else their count. */
+static int list_shards(const char *dir, List *out) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    struct dirent *e;
+    int sub = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char *p = vil_path_join(dir, e->d_name);
+        struct stat st;
+        int ok = stat(p, &st) == 0;
+        if (ok && S_ISDIR(st.st_mode)) sub = 1;
+        if (!sub && out && is_shard_name(e->d_name)) list_push(out, p);
+        else free(p);
+        if (sub) break;
+    }
+    closedir(d);
+    if (sub) {
+        if (out) list_free(out);
+        return -1;
+    }
+    if (out && out->n > 1) qsort(out->v, (size_t)out->n, sizeof(char *), cmp_str);
+    return out ? out->n : 0;
+}
+
+static int dir_has_shards(const char *dir) {
+    List l = {0};
+    int n = list_shards(dir, &l);
+    list_free(&l);
+    return n > 0;
+}
+
+int vil_shards_detect(const char *path, const char *split) {
+    if (!path || !*path) return 0;
+    if (is_dir(path)) {
+        char *dir = split ? vil_path_join(path, split) : vil_strdup(path);
+        int yes = is_dir(dir) && dir_has_shards(dir);
+        free(dir);
+        return yes;
+    }
+    return is_shard_name(path);
+}
+
+/* ---- patterns ---- */
+typedef struct {
+    const char *open, *close; /* the braces */
+    unsigned long long a, b;
+    int width;                /* digits to pad to, 0: none */
+} Range;
+
+/* The first {A..B} of s at or after from; 0 none, 1 found, -1 a malformed brace (reported). */
+static int next_range(const char *pattern, const char *from, Range *r) {
+    const char *o = strchr(from, '{');
+    if (!o) return 0;
+    const char *c = strchr(o, '}');
+    const char *dots = c ? strstr(o, "..") : NULL;
+    char shown[512];
+    if (!c || !dots || dots > c) {
+        vil_error("shard pattern '%s': expected a range {A..B} of decimal numbers",
+                  vil_printable(shown, sizeof shown, pattern));
+        return -1;
+    }
+    size_t la = (size_t)(dots - o - 1), lb = (size_t)(c - dots - 2);
+    char a[24], b[24];
+    int ok = la > 0 && lb > 0 && la < sizeof a && lb < sizeof b;
+    for (const char *p = o + 1; ok && p < c; p++) ok = isdigit((unsigned char)*p) || p == dots || p == dots + 1;
+    if (!ok) {
+        vil_error("shard pattern '%s': expected a range {A..B} of decimal numbers",
+                  vil_printable(shown, sizeof shown, pattern));
+        return -1;
+    }
+    memcpy(a, o + 1, la), a[la] = 0;
+    memcpy(b, dots + 2, lb), b[lb] = 0;
+    r->open = o, r->close = c;
+    r->a = strtoull(a, NULL, 10), r->b = strtoull(b, NULL, 10);
+    r->width = la == lb ? (int)la : 0;
+    if (r->a > r->b || r->b - r->a >= VIL_SHARD_MAX_FILES) {
+        vil_error("shard pattern '%s': the range {%s..%s} %s", vil_printable(shown, sizeof shown, pattern),
+                  a, b, r->a > r->b ? "runs backwards" : "names too many shards");
+        return -1;
+    }
+    return 1;
+}
+
+/* Every expansion of the ranges in s (prefix already expanded) into out. */
+static int expand(const char *pattern, const char *s, List *out) {
+    Range r;
+    int k = next_range(pattern, s, &r);
+    if (k < 0) return -1;
+    if (k == 0) {
+        list_push(out, vil_strdup(s));
+        return 0;
+    }
+    size_t pre = (size_t)(r.open - s);
+    for (unsigned long long v = r.a; v <= r.b; v++) {
+        if (out->n >= VIL_SHARD_MAX_FILES) {
+            vil_error("shard pattern names more than %d shards", VIL_SHARD_MAX_FILES);
+            return -1;
+        }
+        char num[32];
+        snprintf(num, sizeof num, "%0*llu", r.width, v);
+        size_t len = pre + strlen(num) + strlen(r.close + 1) + 1;
+        char *t = vil_malloc(len);
+        snprintf(t, len, "%.*s%s%s", (int)pre, s, num, r.close + 1);
+        int rc = expand(pattern, t, out);
+        free(t);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* The pattern of another split: "train" replaced by split (every one in the file name, a folder
+ * named "train"), every range by as many digits as its bounds have (or any text when their
+ * widths differ), to glob; *replaced: how many "train" were. NULL on a malformed range
+ * (reported). */
+static char *split_pattern(const char *pattern, const char *split, int *replaced) {
+    *replaced = 0;
+    size_t cap = strlen(pattern) * 8 + 64, len = 0;
+    char *o = vil_malloc(cap);
+    const char *base = strrchr(pattern, '/');
+    base = base ? base + 1 : pattern;
+    for (const char *p = pattern; *p;) {
+        Range r;
+        /* in the folders only a whole "train" component: /data/training/ stays */
+        if (strncmp(p, "train", 5) == 0 && (p >= base || ((p == pattern || p[-1] == '/') && p[5] == '/'))) {
+            len += (size_t)snprintf(o + len, cap - len, "%s", split);
+            p += 5;
+            ++*replaced;
+        } else if (*p == '{') {
+            if (next_range(pattern, p, &r) != 1) {
+                free(o);
+                return NULL;
+            }
+            if (r.width)
+                for (int i = 0; i < r.width && len + 6 < cap; i++) len += (size_t)snprintf(o + len, cap - len, "[0-9]");
+            else
+                len += (size_t)snprintf(o + len, cap - len, "*");
+            p = r.close + 1;
+        } else {
+            o[len++] = *p++;
+        }
+        if (len + 64 > cap) {
+            cap *= 2;
+            o = vil_realloc(o, cap);
+        }
+        o[len] = 0;
+    }
+    o[len] = 0;
+    return o;
+}
+
+static int has_glob(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+/* The shard files a pattern names, in its order. 0, or -1 (reported). */
+static int pattern_files(const char *pattern, const char *split, List *out) {
+    char shown[512];
+    char *derived = NULL;
+    if (split && strcmp(split, "train") != 0) {
+        /* a train pattern names the other split's shards; one that names this split is taken
+         * as it is; one that names neither would make the training shards the validation set */
+        int replaced;
+        if (!(derived = split_pattern(pattern, split, &replaced))) return -1;
+        const char *base = strrchr(pattern, '/');
+        if (!replaced && !strstr(base ? base + 1 : pattern, split)) {
+            vil_error("shard pattern '%s' names no split: for the %s shards vil replaces \"train\" in a "
+                      "train pattern's file name (train-{0000..0146}.tar gives %s-*.tar); give a pattern "
+                      "with \"train\" or \"%s\" in its file name", vil_printable(shown, sizeof shown, pattern),
+                      split, split, split);
+            free(derived);
+            return -1;
+        }
+        if (!replaced) {
+            free(derived);
+            derived = NULL;
+        }
+    }
+    List ex = {0};
+    if (!derived && expand(pattern, pattern, &ex) != 0) {
+        list_free(&ex);
+        return -1;
+    }
+    if (derived) list_push(&ex, vil_strdup(derived));
+    int rc = 0;
+    for (int i = 0; i < ex.n && rc == 0; i++) {
+        const char *p = ex.v[i];
+        if (has_glob(p)) {
+            glob_t g;
+            int gr = glob(p, 0, NULL, &g);
+            if (gr == GLOB_NOMATCH || (gr == 0 && g.gl_pathc == 0)) {
+                if (derived)
+                    vil_error("no %s shards match '%s' (the pattern '%s' with \"train\" replaced by "
+                              "\"%s\")", split, vil_printable(shown, sizeof shown, derived), pattern, split);
+                else
+                    vil_error("no shard matches '%s'", vil_printable(shown, sizeof shown, p));
+                rc = -1;
+            } else if (gr != 0) {
+                vil_error("cannot list the shards of '%s'", vil_printable(shown, sizeof shown, p));
+                rc = -1;
+            } else {
+                for (size_t k = 0; k < g.gl_pathc && out->n < VIL_SHARD_MAX_FILES; k++)
+                    list_push(out, vil_strdup(g.gl_pathv[k]));
+            }
+            if (gr == 0) globfree(&g);
+        } else {
+            list_push(out, vil_strdup(p));
+        }
+    }
+    list_free(&ex);
+    free(derived);
+    if (rc == 0 && out->n == 0) {
+        vil_error("shard pattern '%s' names no files", vil_printable(shown, sizeof shown, pattern));
+        rc = -1;
+    }
+    /* a named shard that does not exist: one message with the count and the first */
+    int missing = 0;
+    const char *first = NULL;
+    for (int i = 0; rc == 0 && i < out->n; i++) {
+        struct stat st;
+        if (stat(out->v[i], &st) != 0) {
+            if (!missing++) first = out->v[i];
+        }
+    }
+    if (missing == 1 && out->n == 1) {
+        vil_error("shard '%s' does not exist", vil_printable(shown, sizeof shown, first));
+        rc = -1;
+    } else if (missing) {
+        char f[512];
+        vil_error("%d of the %d shards of '%s' do not exist (first: '%s')", missing, out->n,
+                  vil_printable(shown, sizeof shown, pattern), vil_printable(f, sizeof f, first));
+        rc = -1;
+    }
+    return rc;
+}
+
+/* ---- the set ---- */
+VilShardSet *vil_shard_set_ref(VilShardSet *s) {
+    s->refs++;
+    return s;
+}
+
+void vil_shard_set_free(VilShardSet *s) {
+    if (!s || --s->refs > 0) return;
+    for (int i = 0; i < s->n; i++) {
+        if (s->fds[i] >= 0) close(s->fds[i]);
+        free(s->paths[i]);
+    }
+    free(s->paths);
+    free(s->fds);
+    free(s->source);
+    free(s);
+}
+
+int vil_shard_set_count(const VilShardSet *s) { return s->n; }
+const char *vil_shard_set_path(const VilShardSet *s, int shard) {
+    return shard >= 0 && shard < s->n ? s->paths[shard] : "?";
+}
+const char *vil_shard_set_source(const VilShardSet *s) { return s->source; }
+
+int vil_shard_read(const VilShardSet *s, const VilShardMember *m, unsigned char **data,
+                   size_t *cap, size_t *size) {
+    if (m->shard < 0 || m->shard >= s->n || m->off < 0 || m->size < 0 || m->size > VIL_SHARD_MAX_MEMBER) {
+        vil_error("bad shard member");
+        return -1;
+    }
+    if (m->size == 0) {
+        vil_error("empty member (0 bytes)");
+        return -1;
+    }
+    int fd = s->fds[m->shard], own = fd < 0;
+    if (own && (fd = vil_open_regular_unnamed(s->paths[m->shard])) < 0) return -1;
+    size_t n = (size_t)m->size, got = 0;
+    if (*cap < n + 1) {
+        size_t c = *cap ? *cap : 4096;
+        while (c < n + 1) c *= 2;
+        *data = vil_realloc(*data, c);
+        *cap = c;
+    }
+    int rc = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, *data + got, n - got, (off_t)(m->off + (int64_t)got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            vil_error("read error after %zu of %zu bytes: %s", got, n, strerror(errno));
+            rc = -1;
+            break;
+        }
+        if (r == 0) {
+            vil_error("the shard ends %zu bytes into this %zu-byte member (it shrank after it was "
+                      "indexed)", got, n);
+            rc = -1;
+            break;
+        }
+        got += (size_t)r;
+    }
+    if (own) close(fd);
+    if (rc) return -1;
+    (*data)[n] = 0;
+    *size = n;
+    return 0;
+}
+
+/* ---- classes.txt ---- */
+static int read_classes(const char *file, int *count, char ***ids) {
+    FILE *f = vil_fopen_regular(file, "r");
+    if (!f) return -1;
+    List l = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == 0) {
+            vil_error("'%s' line %d is empty (expected one class id per line)", file, l.n + 1);
+            rc = -1;
+            break;
+        }
+        if (l.n >= VIL_MAX_CLASSES) {
+            vil_error("'%s' names more than %d classes", file, VIL_MAX_CLASSES);
+            rc = -1;
+            break;
+        }
+        list_push(&l, vil_strdup(line));
+    }
+    free(line);
+    fclose(f);
+    if (rc == 0 && l.n == 0) {
+        vil_error("'%s' names no classes (expected one class id per line)", file);
+        rc = -1;
+    }
+    if (rc) {
+        list_free(&l);
+        return -1;
+    }
+    *count = l.n;
+    *ids = l.v;
+    return 0;
+}
+
+/* dir's part before s ("/" when that is empty) */
+static char *parent_of(const char *dir, const char *s) {
+    if (s == dir) return vil_strdup("/");
+    char *p = vil_malloc((size_t)(s - dir) + 1);
+    memcpy(p, dir, (size_t)(s - dir));
+    p[s - dir] = 0;
+    return p;
+}
+
+/* classes.txt in the first shard's folder, else the folder above; NULL when neither has one */
+static char *find_classes(const char *shard) {
+    const char *slash = strrchr(shard, '/');
+    char *dir = slash ? vil_strdup(shard) : vil_strdup(".");
+    if (slash) dir[slash == shard ? 1 : slash - shard] = 0;
+    char *parent;
+    if (strcmp(dir, ".") == 0) parent = vil_strdup("..");
+    else if (strcmp(dir, "/") == 0) parent = NULL;
+    else {
+        const char *s = strrchr(dir, '/');
+        parent = s ? parent_of(dir, s) : vil_strdup(".");
+    }
+    char *found = NULL;
+    const char *dirs[2] = {dir, parent};
+    for (int i = 0; i < 2 && !found && dirs[i]; i++) {
+        char *p = vil_path_join(dirs[i], "classes.txt");
+        struct stat st;
+        if (stat(p, &st) == 0) found = p;
+        else free(p);
+    }
+    free(dir);
+    free(parent);
+    return found;
+}
+
+#ifdef VIL_ARCHIVE
+/* ---- indexing one shard ---- */
+typedef struct {
+    VilShardSet *set;
+    int shard;
+    const char *path;  /* printable */
+    int64_t file_size;
+    int num_classes;   /* from classes.txt, or 0 */
+    int max_label;
+    /* the shard's samples, handed to the caller in order once every shard before is indexed */
+    long n, cap;
+    char *names;       /* their image members' names, each NUL-terminated */
+    size_t names_len, names_cap;
+    size_t *name_off;  /* (n) */
+    int *labels;       /* (n) */
+    VilShardMember *at;/* (n) */
+    char *error;       /* why the shard was refused, or NULL */
+    /* the sample being gathered */
+    char *key;
+    char *img;         /* its image member's name */
+    int label;         /* -1: none yet */
+    int label_from_cls;
+    VilShardMember m;
+    int64_t img_hdr;   /* where the image member's header started */
+    int pending;       /* the image's offset waits for the next header */
+    List keys;         /* every key of the shard, for the duplicate check */
+} Indexer;
+
+static const char *const k_image_exts[] = {"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "gif"};
+static const char *k_image_list = ".jpg, .jpeg, .png, .ppm, .pgm, .pbm, .pnm, .bmp or .gif";
+
+static int is_image_ext(const char *ext) {
+    for (size_t i = 0; i < sizeof k_image_exts / sizeof *k_image_exts; i++)
+        if (strcmp(ext, k_image_exts[i]) == 0) return 1;
+    return 0;
+}
+
+static int check_label(Indexer *x, long v, const char *text, const char *member) {
+    char shown[256], t[64];
+    long hi = x->num_classes ? x->num_classes : VIL_MAX_CLASSES;
+    if (v >= 0 && v < hi) return 0;
+    if (x->num_classes)
+        vil_error("shard '%s': '%s' gives label %s, outside the %d classes of classes.txt", x->path,
+                  vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, text), x->num_classes);
+    else
+        vil_error("shard '%s': '%s' gives label %s (a class index is an integer in [0, %d))", x->path,
+                  vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, text), VIL_MAX_CLASSES);
+    return -1;
+}
+
+/* The current member's data (size bytes, at most VIL_SHARD_MAX_LABEL_BYTES) as a string. */
+static char *read_small(struct archive *a, Indexer *x, const char *member, int64_t size) {
+    char shown[256];
+    if (size > VIL_SHARD_MAX_LABEL_BYTES) {
+        vil_error("shard '%s': label member '%s' holds %lld bytes (a label is at most %d)", x->path,
+                  vil_printable(shown, sizeof shown, member), (long long)size, VIL_SHARD_MAX_LABEL_BYTES);
+        return NULL;
+    }
+    char *buf = vil_malloc((size_t)size + 1);
+    int64_t got = 0;
+    while (got < size) {
+        la_ssize_t r = archive_read_data(a, buf + got, (size_t)(size - got));
+        if (r <= 0) {
+            vil_error("shard '%s': cannot read member '%s': %s (truncated or corrupt tar)", x->path,
+                      vil_printable(shown, sizeof shown, member),
+                      r < 0 ? archive_error_string(a) : "it ends early");
+            free(buf);
+            return NULL;
+        }
+        got += r;
+    }
+    buf[size] = 0;
+    return buf;
+}
+
+static int read_cls(struct archive *a, Indexer *x, const char *member, int64_t size) {
+    char *s = read_small(a, x, member, size);
+    if (!s) return -1;
+    int rc = memchr(s, 0, (size_t)size) ? -1 : 0; /* a NUL inside */
+    char *b = s, *e = s + strlen(s);
+    while (*b && isspace((unsigned char)*b)) b++;
+    while (e > b && isspace((unsigned char)e[-1])) *--e = 0;
+    long v;
+    char shown[256], t[64];
+    if (rc || vil_parse_int(b, &v) != 0) {
+        vil_error("shard '%s': '%s' holds '%s', not a class index (an integer as text)", x->path,
+                  vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, b));
+        rc = -1;
+    } else if ((rc = check_label(x, v, b, member)) == 0) {
+        x->label = (int)v;
+        x->label_from_cls = 1;
+    }
+    free(s);
+    return rc;
+}
+
+static int read_json(struct archive *a, Indexer *x, const char *member, int64_t size) {
+    char *s = read_small(a, x, member, size);
+    if (!s) return -1;
+    char shown[256];
+    cJSON *j = cJSON_ParseWithLength(s, (size_t)size);
+    free(s);
+    if (!j || !cJSON_IsObject(j)) {
+        vil_error("shard '%s': '%s' is not a JSON object", x->path, vil_printable(shown, sizeof shown, member));
+        cJSON_Delete(j);
+        return -1;
+    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "label");
+    if (!v) v = cJSON_GetObjectItemCaseSensitive(j, "cls");
+    int rc = 0;
+    if (v && !x->label_from_cls) {
+        double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+        char text[64];
+        snprintf(text, sizeof text, "%.17g", d);
+        if (!cJSON_IsNumber(v)) {
+            vil_error("shard '%s': '%s': its \"%s\" is not a number (a class index)", x->path,
+                      vil_printable(shown, sizeof shown, member), v->string);
+            rc = -1;
+        } else if (!(d >= 0 && d < VIL_MAX_CLASSES) || d != (double)(long)d) {
+            rc = check_label(x, -1, text, member);
+        } else if ((rc = check_label(x, (long)d, text, member)) == 0) {
+            x->label = (int)d;
+        }
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+static int finish_sample(Indexer *x) {
+    if (!x->key) return 0;
+    char shown[256];
+    int rc = 0, seen = 0;
+    /* an incomplete sample whose key came before: members apart, named as such */
+    if (!x->img || x->label < 0)
+        for (int i = 0; i < x->keys.n && !seen; i++) seen = strcmp(x->keys.v[i], x->key) == 0;
+    if (seen) {
+        vil_error("shard '%s': key '%s' appears twice, apart (a sample's members must be adjacent, "
+                  "as WebDataset writes them)", x->path, vil_printable(shown, sizeof shown, x->key));
+        rc = -1;
+    } else if (!x->img) {
+        vil_error("shard '%s': sample '%s' has no image member (%s)", x->path,
+                  vil_printable(shown, sizeof shown, x->key), k_image_list);
+        rc = -1;
+    } else if (x->label < 0) {
+        vil_error("shard '%s': sample '%s' has no label (expected %s.cls holding the class index, or "
+                  "%s.json holding {\"label\": N})", x->path, vil_printable(shown, sizeof shown, x->key),
+                  shown, shown);
+        rc = -1;
+    } else if (x->n >= (1L << 30)) {
+        vil_error("shard '%s' holds more than %ld samples", x->path, 1L << 30);
+        rc = -1;
+    } else {
+        if (x->n == x->cap) {
+            x->cap = x->cap ? x->cap * 2 : 256;
+            x->name_off = vil_realloc(x->name_off, (size_t)x->cap * sizeof *x->name_off);
+            x->labels = vil_realloc(x->labels, (size_t)x->cap * sizeof *x->labels);
+            x->at = vil_realloc(x->at, (size_t)x->cap * sizeof *x->at);
+        }
+        size_t len = strlen(x->img) + 1;
+        if (x->names_len + len > x->names_cap) {
+            while (x->names_len + len > x->names_cap) x->names_cap = x->names_cap ? x->names_cap * 2 : 4096;
+            x->names = vil_realloc(x->names, x->names_cap);
+        }
+        memcpy(x->names + x->names_len, x->img, len);
+        x->name_off[x->n] = x->names_len;
+        x->names_len += len;
+        x->labels[x->n] = x->label;
+        x->at[x->n] = x->m;
+        x->at[x->n].shard = x->shard;
+        x->n++;
+        if (x->label > x->max_label) x->max_label = x->label;
+    }
+    list_push(&x->keys, x->key);
+    x->key = NULL;
+    free(x->img);
+    x->img = NULL;
+    x->label = -1;
+    x->label_from_cls = 0;
+    return rc;
+}
+
+/* The pending image's data ends where the next header starts (libarchive has skipped the data
+ * and its padding to the 512-byte block): its offset follows, checked against the file. */
+static int place_image(Indexer *x, int64_t next_hdr) {
+    if (!x->pending) return 0;
+    x->pending = 0;
+    int64_t padded = (x->m.size + 511) / 512 * 512;
+    x->m.off = next_hdr - padded;
+    if (next_hdr < 0 || x->m.off < x->img_hdr + 512 || x->m.off + x->m.size > x->file_size) {
+        char shown[256];
+        vil_error("shard '%s': member '%s' does not lie inside the file where its header says "
+                  "(truncated or corrupt tar)", x->path, vil_printable(shown, sizeof shown, x->img));
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 when name is a plain relative path: no leading '/', no ".." part, no control character */
+static int name_ok(const char *name) {
+    if (name[0] == '/') return 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) return 0;
+    for (const char *p = name; *p;) {
+        const char *e = strchr(p, '/');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == 2 && p[0] == '.' && p[1] == '.') return 0;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 1;
+}
+
+static int entry(struct archive *a, struct archive_entry *e, Indexer *x, int64_t hdr) {
+    char shown[256];
+    /* the raw name first: the UTF-8 form costs a locale conversion per member */
+    const char *name = archive_entry_pathname(e);
+    if (!name) name = archive_entry_pathname_utf8(e);
+    if (!name || !*name) {
+        vil_error("shard '%s': a member at byte %lld has no name", x->path, (long long)hdr);
+        return -1;
+    }
+    while (name[0] == '.' && name[1] == '/') name += 2;
+    mode_t type = archive_entry_filetype(e);
+    if (type == AE_IFDIR) return 0;
+    if (!name_ok(name)) {
+        vil_error("shard '%s': member '%s' has an absolute or \"..\" name, or control characters "
+                  "(a sample key is a plain relative name)", x->path, vil_printable(shown, sizeof shown, name));
+        return -1;
+    }
+    if (type != AE_IFREG || archive_entry_hardlink(e)) {
+        vil_error("shard '%s': member '%s' is a link or a special file (a sample's members are "
+                  "regular files)", x->path, vil_printable(shown, sizeof shown, name));
+        return -1;
+    }
+    if (archive_entry_sparse_count(e) > 0) {
+        vil_error("shard '%s': member '%s' is a sparse file (not supported)", x->path,
+                  vil_printable(shown, sizeof shown, name));
+        return -1;
+    }
+    int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
+    if (size < 0 || size > VIL_SHARD_MAX_MEMBER) {
+        vil_error("shard '%s': member '%s' claims %lld bytes, over the limit of %lld bytes for one "
+                  "member", x->path, vil_printable(shown, sizeof shown, name), (long long)size,
+                  (long long)VIL_SHARD_MAX_MEMBER);
+        return -1;
+    }
+    /* WebDataset's key: the path up to the first '.' of the file name; the rest is the field */
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    const char *dot = strchr(base, '.');
+    if (!dot || dot == base) return 0; /* no field: not part of a sample */
+    size_t klen = (size_t)(dot - name);
+    char ext[16];
+    size_t el = strlen(dot + 1);
+    if (el >= sizeof ext) return 0;
+    for (size_t i = 0; i <= el; i++) ext[i] = (char)tolower((unsigned char)dot[1 + i]);
+    if (!x->key || strlen(x->key) != klen || strncmp(x->key, name, klen) != 0) {
+        if (finish_sample(x) != 0) return -1;
+        x->key = vil_malloc(klen + 1);
+        memcpy(x->key, name, klen);
+        x->key[klen] = 0;
+    }
+    if (is_image_ext(ext)) {
+        if (x->img) {
+            char s2[256];
+            char s3[256];
+            vil_error("shard '%s': sample '%s' has two images ('%s' and '%s')", x->path,
+                      vil_printable(shown, sizeof shown, x->key), vil_printable(s2, sizeof s2, x->img),
+                      vil_printable(s3, sizeof s3, name));
+            return -1;
+        }
+        x->img = vil_strdup(name);
+        x->m.size = size;
+        x->img_hdr = hdr;
+        x->pending = 1;
+        return 0;
+    }
+    if (strcmp(ext, "cls") == 0) return read_cls(a, x, name, size);
+    if (strcmp(ext, "json") == 0) return read_json(a, x, name, size);
+    return 0; /* other fields (.txt, .meta, ...) are not used */
+}
+
+static const char *compression(const unsigned char *b, size_t n) {
+    if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) return "gzip";
+    if (n >= 3 && memcmp(b, "BZh", 3) == 0) return "bzip2";
+    if (n >= 6 && memcmp(b, "\xfd" "7zXZ\0", 6) == 0) return "xz";
+    if (n >= 4 && memcmp(b, "\x28\xb5\x2f\xfd", 4) == 0) return "zstd";
+    if (n >= 4 && memcmp(b, "\x04\x22\x4d\x18", 4) == 0) return "lz4";
+    return NULL;
+}
+
+static int index_shard(Indexer *x, int keep_open) {
+    char shown[1024];
+    x->path = vil_printable(shown, sizeof shown, x->set->paths[x->shard]);
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int fd = vil_open_regular_unnamed(x->set->paths[x->shard]);
+    vil_error_release(&cap);
+    if (fd < 0) {
+        vil_error("shard '%s': %s", x->path, cap.msg);
+        return -1;
+    }
+    struct stat st;
+    unsigned char magic[8];
+    ssize_t got = fstat(fd, &st) == 0 ? pread(fd, magic, sizeof magic, 0) : -1;
+    if (got < 0) {
+        vil_error("shard '%s': cannot read: %s", x->path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    x->file_size = st.st_size;
+    const char *z = compression(magic, (size_t)got);
+    if (z) {
+        vil_error("shard '%s' is compressed (%s): vil reads each sample at its offset, which needs "
+                  "a plain .tar; decompress the shards (WebDataset's usual form is plain .tar)",
+                  x->path, z);
+        close(fd);
+        return -1;
+    }
+    struct archive *a = archive_read_new();
+    if (!a) VIL_FATAL("archive_read_new: out of memory");
+    archive_read_support_format_tar(a);
+    int rc = 0;
+    if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK) {
+        vil_error("shard '%s' is not a tar file: %s", x->path, archive_error_string(a));
+        rc = -1;
+    }
+    long members = 0;
+    x->label = -1;
+    while (rc == 0) {
+        struct archive_entry *e;
+        int r = archive_read_next_header(a, &e);
+        int64_t hdr = r == ARCHIVE_OK || r == ARCHIVE_WARN || r == ARCHIVE_EOF ? archive_read_header_position(a) : -1;
+        if (r == ARCHIVE_EOF) {
+            rc = place_image(x, hdr);
+            if (rc == 0) rc = finish_sample(x);
+            break;
+        }
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+            const char *why = archive_error_string(a);
+            if (members == 0 && st.st_size > 0 && !(why && strstr(why, "runcated")))
+                vil_error("shard '%s' is not a tar file (%s)", x->path, why ? why : "unrecognised header");
+            else
+                vil_error("shard '%s' is truncated or corrupt after %ld members (%s)", x->path, members,
+                          why ? why : "unexpected end of data");
+            rc = -1;
+            break;
+        }
+        members++;
+        rc = place_image(x, hdr);
+        if (rc == 0) rc = entry(a, e, x, hdr);
+    }
+    archive_read_free(a);
+    /* a key whose members are not adjacent would be two samples: refused */
+    if (rc == 0 && x->keys.n > 1) {
+        qsort(x->keys.v, (size_t)x->keys.n, sizeof(char *), cmp_str);
+        for (int i = 1; i < x->keys.n && rc == 0; i++)
+            if (strcmp(x->keys.v[i - 1], x->keys.v[i]) == 0) {
+                char k[256];
+                vil_error("shard '%s': key '%s' appears twice, apart (a sample's members must be "
+                          "adjacent, as WebDataset writes them)", x->path, vil_printable(k, sizeof k, x->keys.v[i]));
+                rc = -1;
+            }
+    }
+    list_free(&x->keys);
+    free(x->key);
+    free(x->img);
+    x->key = x->img = NULL;
+    x->pending = 0;
+    if (rc == 0 && keep_open) x->set->fds[x->shard] = fd;
+    else close(fd);
+    return rc;
+}
+#endif
+
+VilShardSet *vil_shards_open(const char *path, const char *split, VilShardSampleFn fn, void *ctx,
+                             int *num_classes, char ***class_ids) {
+    *num_classes = 0;
+    *class_ids = NULL;
+    char shown[1024];
+    List files = {0};
+    char *source;
+    if (is_dir(path)) {
+        char *dir = split ? vil_path_join(path, split) : vil_strdup(path);
+        int n = list_shards(dir, &files);
+        if (n <= 0) {
+            vil_error("'%s' holds no .tar shards", vil_printable(shown, sizeof shown, dir));
+            free(dir);
+            list_free(&files);
+            return NULL;
+        }
+        source = dir;
+    } else {
+        if (pattern_files(path, split, &files) != 0) {
+            list_free(&files);
+            return NULL;
+        }
+        source = vil_strdup(path);
+    }
+#ifndef VIL_ARCHIVE
+    vil_error("'%s' holds tar shards, but this vil was built without libarchive: install it "
+              "(Debian: libarchive-dev; tools/deps.sh build) and rebuild",
+              vil_printable(shown, sizeof shown, source));
+    list_free(&files);
+    free(source);
+    (void)fn, (void)ctx, (void)read_classes, (void)find_classes;
+    return NULL;
+#else
+    VilShardSet *s = vil_calloc(1, sizeof *s);
+    s->refs = 1;
+    s->n = files.n;
+    s->paths = files.v;
+    s->fds = vil_malloc((size_t)files.n * sizeof(int));
+    for (int i = 0; i < files.n; i++) s->fds[i] = -1;
+    s->source = source;
+    int C = 0;
+    char *cfile = find_classes(s->paths[0]);
+    if (cfile && read_classes(cfile, &C, class_ids) != 0) {
+        free(cfile);
+        vil_shard_set_free(s);
+        return NULL;
+    }
+    free(cfile);
+    /* descriptors stay open up to half the process's limit; past it a read opens its shard */
+    struct rlimit rl;
+    long budget = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long)(rl.rlim_cur / 2) - 64 : 256;
+    if (budget > 65536) budget = 65536;
+    /* shards are indexed in parallel, a chunk at a time (bounded memory), and handed over in
+     * order; the first refused shard in that order is the one reported */
+    enum { CHUNK = 256 };
+    Indexer *xs = vil_calloc(CHUNK, sizeof *xs);
+    long total = 0;
+    int max_label = -1, rc = 0;
+    for (int k0 = 0; k0 < s->n && rc == 0; k0 += CHUNK) {
+        int nk = s->n - k0 < CHUNK ? s->n - k0 : CHUNK;
+        int nt = 1;
+#ifdef _OPENMP
+        nt = omp_get_max_threads();
+        if (nt > 16) nt = 16;
+        if (nt > nk) nt = nk;
+#endif
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int j = 0; j < nk; j++) {
+            Indexer *x = &xs[j];
+            memset(x, 0, sizeof *x);
+            x->set = s, x->shard = k0 + j, x->num_classes = C, x->max_label = -1, x->label = -1;
+            VilErrCapture cap;
+            vil_error_capture(&cap);
+            int r = index_shard(x, k0 + j < budget);
+            vil_error_release(&cap);
+            if (r != 0) x->error = vil_strdup(cap.msg[0] ? cap.msg : "cannot be indexed");
+        }
+        for (int j = 0; j < nk; j++) {
+            Indexer *x = &xs[j];
+            if (rc == 0 && x->error) {
+                vil_error("%s", x->error);
+                rc = -1;
+            }
+            if (rc == 0 && total + x->n > (1L << 30)) {
+                vil_error("the shards of '%s' hold more than %ld samples",
+                          vil_printable(shown, sizeof shown, source), 1L << 30);
+                rc = -1;
+            }
+            for (long i = 0; rc == 0 && i < x->n; i++) fn(ctx, x->names + x->name_off[i], x->labels[i], &x->at[i]);
+            if (rc == 0) total += x->n;
+            if (x->max_label > max_label) max_label = x->max_label;
+            free(x->names), free(x->name_off), free(x->labels), free(x->at), free(x->error);
+        }
+    }
+    free(xs);
+    if (rc == 0 && total == 0) {
+        if (s->n == 1)
+            vil_error("shard '%s' holds no samples (a sample is KEY.jpg or another image and KEY.cls)",
+                      vil_printable(shown, sizeof shown, s->paths[0]));
+        else
+            vil_error("the %d shards of '%s' hold no samples (a sample is KEY.jpg or another image "
+                      "and KEY.cls)", s->n, vil_printable(shown, sizeof shown, source));
+        rc = -1;
+    }
+    if (rc) {
+        if (*class_ids)
+            for (int c = 0; c < C; c++) free((*class_ids)[c]);
+        free(*class_ids);
+        *class_ids = NULL;
+        vil_shard_set_free(s);
+        return NULL;
+    }
+    *num_classes = C ? C : max_label + 1;
+    return s;
+#endif
+}
