@@ -3,6 +3,7 @@
  * then cosine) and the EMA decay's warmup (timm's ModelEmaV3). */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,14 @@ int vil_milestones_parse(const char *s, long *out, int max) {
  * floor(a / b) when the division rounds up to an integer: 3 // 0.3 is 9 */
 static double py_floordiv(double a, double b) { return round((a - fmod(a, b)) / b); }
 
+/* the decimal a float key was typed as (0.1f is 0.100000001: Python's 0.1 is what timm divides
+ * by) */
+static double typed(float x) {
+    char b[32];
+    snprintf(b, sizeof b, "%.7g", (double)x);
+    return strtod(b, NULL);
+}
+
 double vil_sched_lr(const VilTrainConfig *t, long step, long total_steps, long warmup_steps,
                     long steps_per_epoch, double peak) {
     if (step < 0) step = 0;
@@ -62,12 +71,12 @@ double vil_sched_lr(const VilTrainConfig *t, long step, long total_steps, long w
     /* timm counts the decays from epoch 0 (its warmup_prefix off): the warmup covers the first
      * ones; the epoch of a step is whole, as timm's per-epoch update */
     long epoch = step / (steps_per_epoch > 0 ? steps_per_epoch : 1);
-    if (kind == 1) return peak * pow(t->decay_rate, py_floordiv((double)epoch, t->decay_epochs));
+    if (kind == 1) return peak * pow(typed(t->decay_rate), py_floordiv((double)epoch, typed(t->decay_epochs)));
     if (kind == 2) {
         long ms[64];
         int n = vil_milestones_parse(t->decay_milestones, ms, 64), k = 0;
         while (k < n && k < 64 && ms[k] <= epoch) k++;
-        return peak * pow(t->decay_rate, k);
+        return peak * pow(typed(t->decay_rate), k);
     }
     long hold = lround((double)t->sched_const_epochs * (double)steps_per_epoch);
     if (hold < warmup_steps) hold = warmup_steps;
