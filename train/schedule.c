@@ -91,3 +91,33 @@ double vil_ema_decay_at(double decay, int warmup, long update) {
     double d = 1.0 - pow(1.0 + (double)s, -2.0 / 3.0);
     return d < decay ? d : decay;
 }
+
+const char *vil_sched_describe(const VilTrainConfig *t, char *buf, size_t n) {
+    switch (vil_sched_find(t->sched)) {
+    case 1:
+        snprintf(buf, n, "then x %g every %g epochs (step)", t->decay_rate, t->decay_epochs);
+        break;
+    case 2:
+        snprintf(buf, n, "then x %g at epochs %s (multistep)", t->decay_rate,
+                 t->decay_milestones[0] ? t->decay_milestones : "(none)");
+        break;
+    case 3:
+        snprintf(buf, n, "the peak until epoch %g, then cosine to %g", t->sched_const_epochs, t->min_lr);
+        break;
+    default:
+        snprintf(buf, n, "cosine to %g", t->min_lr);
+    }
+    return buf;
+}
+
+const char *vil_optim_describe(const VilTrainConfig *t, char *buf, size_t n) {
+    if (strcmp(t->optimizer, "sgd") == 0)
+        snprintf(buf, n, "SGD momentum %g%s, L2 wd %g", t->momentum, t->nesterov ? " (Nesterov)" : "",
+                 t->weight_decay);
+    else if (strncmp(t->optimizer, "lamb", 4) == 0)
+        snprintf(buf, n, "Lamb%s wd %g", t->optimizer[4] == 'c' ? " (trust ratio clipped at 1)" : "",
+                 t->weight_decay);
+    else
+        snprintf(buf, n, "AdamW wd %g", t->weight_decay);
+    return buf;
+}

@@ -30,6 +30,10 @@ int vil_sched_find(const char *name);
 /* "30,60,90" into out (at most max; out may be NULL): the count, or -1 unless increasing
  * integers >= 0 (an empty string is none). */
 int vil_milestones_parse(const char *s, long *out, int max);
+/* For the run's header: what follows the warmup ("cosine to 1e-05", ...), and the optimizer
+ * with its settings ("AdamW wd 0.05", ...); into buf (cut to n), returned. */
+const char *vil_sched_describe(const VilTrainConfig *t, char *buf, size_t n);
+const char *vil_optim_describe(const VilTrainConfig *t, char *buf, size_t n);
 /* The EMA decay of update number `update` (1-based): decay; with warmup, timm's ModelEmaV3
  * (gamma 1, power 2/3): 0 at the first update, then min(decay, 1 - (1 + s)^(-2/3)), s = update - 1. */
 double vil_ema_decay_at(double decay, int warmup, long update);

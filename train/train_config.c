@@ -26,7 +26,8 @@ static const VilKey TKEYS[] = {
     TF(warmup_lr, 0, 100, "lr at step 0 of the linear warmup"),
     TF(warmup_epochs, 0, 1000000, "warmup length in epochs (fractions allowed)"),
     TF(min_lr, 0, 100, "end of the cosine decay"),
-    TF(weight_decay, 0, 100, "AdamW weight decay (not on 1-D tensors, pos_embed, cls_token)"),
+    TF(weight_decay, 0, 100, "weight decay, not on 1-D tensors, pos_embed, cls_token (adamw: decoupled; "
+                             "sgd: L2 on the gradient; lamb: added to the update)"),
     TF(beta1, 0, 0.999999, "AdamW beta1"),
     TF(beta2, 0, 0.999999, "AdamW beta2"),
     TF(adam_eps, 1e-30, 1, "AdamW epsilon"),
