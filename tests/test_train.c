@@ -19,6 +19,7 @@
 
 #include "data_corpus.h"
 #include "eval/eval.h"
+#include "model_testing.h"
 #include "testing.h"
 #include "train/train.h"
 #include "vil/backend.h"
@@ -145,6 +146,45 @@ static void test_ema_warmup(void) {
     T_CLOSE("EMA warmup vs timm's ModelEmaV3", e, 1e-12);
     T_CHECK(vil_ema_decay_at(0.9999, 0, 1) == 0.9999 && vil_ema_decay_at(0.9999, 0, 50) == 0.9999,
             "without the warmup: the decay at every step");
+}
+
+/* the training step's EMA with the warmup on: the first update copies the weights (decay 0),
+ * the second uses vil_ema_decay_at's 0.37 */
+static void test_step_ema_warmup(void) {
+    VilTrainConfig t;
+    vil_train_config_default(&t);
+    t.ema_decay = 0.9f, t.model_ema_warmup = 1;
+    VilModel m;
+    t_tiny_model(&m);
+    VilStepParams sp = vil_step_params(&t, 1e-2f);
+    vil_model_init_training(&m, sp.optim, 1);
+    size_t n = m.buf_len;
+    float *p = malloc(n * sizeof(float)), *e = malloc(n * sizeof(float)), *e1 = malloc(n * sizeof(float));
+    VilRng r;
+    vil_rng_seed(&r, 9);
+    int same = 1;
+    double err = 0;
+    for (int s = 1; s <= 2; s++) {
+        for (size_t i = 0; i < n; i++) m.grads[i] = vil_rng_normal(&r);
+        vil_model_pack(&m, m.grads, m.grads);
+        vil_model_unpack(&m, m.grads, m.grads);
+        vil_train_update(&m, &sp);
+        vil_model_get_params(&m, p);
+        vil_model_use_ema(&m, 1);
+        vil_model_get_params(&m, e);
+        vil_model_use_ema(&m, 0);
+        if (s == 1) {
+            same = memcmp(p, e, n * sizeof(float)) == 0;
+            memcpy(e1, e, n * sizeof(float));
+            continue;
+        }
+        float d = (float)vil_ema_decay_at(0.9, 1, 2);
+        for (size_t i = 0; i < n; i++) err = fmax(err, fabs(e[i] - (d * e1[i] + (1.0f - d) * p[i])));
+    }
+    T_CHECK(same, "EMA warmup: the first update copies the weights");
+    T_CLOSE("EMA warmup: the second update at decay 0.37", err, 1e-6);
+    free(p), free(e), free(e1);
+    vil_model_free(&m);
 }
 
 static void test_ema(void) {
@@ -1360,6 +1400,7 @@ int main(void) {
     test_schedule();
     test_schedules();
     test_ema_warmup();
+    test_step_ema_warmup();
     test_ema();
     test_topk();
     test_config();
