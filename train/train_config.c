@@ -28,9 +28,9 @@ static const VilKey TKEYS[] = {
     TF(min_lr, 0, 100, "end of the cosine decay"),
     TF(weight_decay, 0, 100, "weight decay, not on 1-D tensors, pos_embed, cls_token (adamw: decoupled; "
                              "sgd: L2 on the gradient; lamb: added to the update)"),
-    TF(beta1, 0, 0.999999, "AdamW beta1"),
-    TF(beta2, 0, 0.999999, "AdamW beta2"),
-    TF(adam_eps, 1e-30, 1, "AdamW epsilon"),
+    TF(beta1, 0, 0.999999, "AdamW and Lamb beta1"),
+    TF(beta2, 0, 0.999999, "AdamW and Lamb beta2"),
+    TF(adam_eps, 1e-30, 1, "AdamW and Lamb epsilon (timm's Lamb defaults to 1e-6)"),
     TS(optimizer, "the optimizer: adamw (torch.optim.AdamW), sgd (torch.optim.SGD, L2 weight decay), "
                   "lamb (timm's Lamb) or lambc (Lamb, trust ratio clipped at 1)"),
     TF(momentum, 0, 0.999999, "sgd: momentum"),
