@@ -14,5 +14,6 @@ int vil_cmd_convert(int argc, char **argv);
 int vil_cmd_compare(int argc, char **argv);
 int vil_cmd_plot(int argc, char **argv);
 int vil_cmd_states(int argc, char **argv);
+int vil_cmd_avg(int argc, char **argv);
 
 #endif

@@ -27,6 +27,7 @@ static const Command COMMANDS[] = {
     {"convert", vil_cmd_convert, "a PyTorch .pth (e.g. the published ViM files) to a vil safetensors checkpoint"},
     {"compare", vil_cmd_compare, "models side by side: accuracy, speed, memory, GFLOPs per resolution"},
     {"plot", vil_cmd_plot, "training curves of runs (their metrics.jsonl) as SVG"},
+    {"avg", vil_cmd_avg, "the element-wise mean of checkpoints of one network (a run's snapshots)"},
     {"states", vil_cmd_states, "the scan's state norm along the sequence per layer (past the training length?)"},
     {"bench", vil_cmd_bench, "training and inference throughput of a model config on cpu or cuda"},
     {"bench-data", vil_cmd_bench_data, "throughput of the data pipeline (decode + augmentation)"},

@@ -1,5 +1,5 @@
-/* optimizer.cu: AdamW on the float32 master weights and moments (torch.optim.AdamW's formula,
- * as vil/optimizer.c), refreshing the bf16 working copy in the same pass; and the f32 -> bf16
+/* optimizer.cu: AdamW, SGD and Lamb on the float32 master weights and state (the formulas of
+ * vil/optimizer.c), refreshing the bf16 working copy in the same pass; and the f32 -> bf16
  * conversion of the whole parameter buffer. The bias corrections are computed on the host from
  * the step count, which the host knows: nothing is read back from the device. The model updates
  * all its parameter tensors in one launch (they are contiguous), with a byte mask for the ones
@@ -89,6 +89,124 @@ extern "C" void adamw_update_cuda(const VilAdamW *a) {
     adamw_kernel<<<grid_for(a->n), 256, 0, cu()->stream>>>(a->p, (bf16 *)a->work, a->g, a->m, a->v,
                                                           a->decay, a->n, a->lr, a->beta1,
                                                           a->beta2, a->eps, a->wd, bc1, bc2);
+    CU_LAUNCH_CHECK();
+}
+
+/* torch.optim.SGD, as vil/optimizer.c */
+__global__ void sgd_kernel(float *p, bf16 *work, const float *g, float *buf, const unsigned char *decay,
+                           size_t n, float lr, float mom, float wd, int nesterov) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float pi = p[i], wdi = (!decay || decay[i]) ? wd : 0.0f;
+        float d = g[i] + wdi * pi;
+        float b = mom * buf[i] + d;
+        buf[i] = b;
+        pi = pi - lr * (nesterov ? d + mom * b : b);
+        p[i] = pi;
+        if (work) work[i] = f2bf(pi);
+    }
+}
+
+extern "C" void sgd_update_cuda(const VilSgd *a) {
+    sgd_kernel<<<grid_for(a->n), 256, 0, cu()->stream>>>(a->p, (bf16 *)a->work, a->g, a->buf, a->decay, a->n,
+                                                        a->lr, a->momentum, a->wd, a->nesterov);
+    CU_LAUNCH_CHECK();
+}
+
+/* timm's Lamb, as vil/optimizer.c. Each tensor (span) gets LAMB_BLOCKS blocks along x (blockIdx.y
+ * picks the tensor): the first kernel updates the moments and writes each block's sums of p^2
+ * and u^2, the second sums a tensor's blocks in order into its trust ratio (the same bits on
+ * every run), the third applies the update. The partial sums take grad_clip's scratch slot: the
+ * two ops run one after the other on the stream. */
+#define LAMB_BLOCKS 64
+#define LAMB_T 256
+__device__ __forceinline__ float lamb_u(float m, float v, float p, float bc1, float sbc2, float eps, float wd) {
+    return (m / bc1) / (sqrtf(v) / sbc2 + eps) + wd * p;
+}
+__device__ __forceinline__ VilSpan lamb_span(const VilSpan *spans, int t, size_t n) {
+    VilSpan whole = {0, n};
+    return spans ? spans[t] : whole;
+}
+/* the tensor's weight decay: its first element's flag (a tensor decays whole) */
+__device__ __forceinline__ float lamb_wd(const unsigned char *decay, VilSpan s, float wd) {
+    return s.n > 0 && (!decay || decay[s.offset]) && wd > 0.0f ? wd : 0.0f;
+}
+__global__ void lamb_moments_kernel(double *part, const float *p, const float *g, float *m, float *v,
+                                    const unsigned char *decay, const VilSpan *spans, int n_spans, size_t n,
+                                    float beta1, float beta2, float eps, float wd, float bc1, float sbc2) {
+    __shared__ double sh[LAMB_T];
+    for (int t = blockIdx.y; t < n_spans; t += gridDim.y) {
+        VilSpan s = lamb_span(spans, t, n);
+        float wdt = lamb_wd(decay, s, wd);
+        double sp = 0.0, su = 0.0;
+        for (size_t j = blockIdx.x * (size_t)LAMB_T + threadIdx.x; j < s.n; j += (size_t)LAMB_BLOCKS * LAMB_T) {
+            size_t i = s.offset + j;
+            float gi = g[i];
+            float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+            float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            float pi = p[i], u = lamb_u(mi, vi, pi, bc1, sbc2, eps, wdt);
+            sp = fma((double)pi, (double)pi, sp);
+            su = fma((double)u, (double)u, su);
+        }
+        sp = block_sum_d(sp, sh);
+        __syncthreads(); /* sh reused */
+        su = block_sum_d(su, sh);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            part[((size_t)t * LAMB_BLOCKS + blockIdx.x) * 2] = sp;
+            part[((size_t)t * LAMB_BLOCKS + blockIdx.x) * 2 + 1] = su;
+        }
+    }
+}
+__global__ void lamb_ratio_kernel(float *ratio, const double *part, const unsigned char *decay,
+                                  const VilSpan *spans, int n_spans, size_t n, float wd, int clip) {
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < n_spans; t += gridDim.x * blockDim.x) {
+        double sp = 0.0, su = 0.0;
+        for (int b = 0; b < LAMB_BLOCKS; b++) {
+            sp += part[((size_t)t * LAMB_BLOCKS + b) * 2];
+            su += part[((size_t)t * LAMB_BLOCKS + b) * 2 + 1];
+        }
+        float r = 1.0f;
+        if (lamb_wd(decay, lamb_span(spans, t, n), wd) > 0.0f && sp > 0.0 && su > 0.0) r = (float)(sqrt(sp) / sqrt(su));
+        if (clip && r > 1.0f) r = 1.0f;
+        ratio[t] = r;
+    }
+}
+__global__ void lamb_apply_kernel(float *p, bf16 *work, const float *m, const float *v, const float *ratio,
+                                  const unsigned char *decay, const VilSpan *spans, int n_spans, size_t n,
+                                  float lr, float eps, float wd, float bc1, float sbc2) {
+    for (int t = blockIdx.y; t < n_spans; t += gridDim.y) {
+        VilSpan s = lamb_span(spans, t, n);
+        float wdt = lamb_wd(decay, s, wd), r = ratio[t];
+        for (size_t j = blockIdx.x * (size_t)LAMB_T + threadIdx.x; j < s.n; j += (size_t)LAMB_BLOCKS * LAMB_T) {
+            size_t i = s.offset + j;
+            float pi = p[i];
+            pi -= lr * (r * lamb_u(m[i], v[i], pi, bc1, sbc2, eps, wdt));
+            p[i] = pi;
+            if (work) work[i] = f2bf(pi);
+        }
+    }
+}
+
+extern "C" void lamb_update_cuda(const VilLamb *a) {
+    int n_spans = a->spans ? a->n_spans : 1;
+    if (n_spans <= 0) return;
+    float bc1 = (float)(1.0 - pow(a->beta1, a->step)), sbc2 = (float)sqrt(1.0 - pow(a->beta2, a->step));
+    size_t part_bytes = (size_t)n_spans * LAMB_BLOCKS * 2 * sizeof(double);
+    char *scr = (char *)cu_scratch(SCR_GNORM, part_bytes + (size_t)n_spans * sizeof(float));
+    double *part = (double *)scr;
+    float *ratio = (float *)(scr + part_bytes);
+    dim3 grid(LAMB_BLOCKS, n_spans < 65535 ? n_spans : 65535);
+    lamb_moments_kernel<<<grid, LAMB_T, 0, cu()->stream>>>(part, a->p, a->g, a->m, a->v, a->decay, a->spans,
+                                                           n_spans, a->n, a->beta1, a->beta2, a->eps, a->wd,
+                                                           bc1, sbc2);
+    CU_LAUNCH_CHECK();
+    lamb_ratio_kernel<<<(n_spans + 127) / 128, 128, 0, cu()->stream>>>(ratio, part, a->decay, a->spans, n_spans,
+                                                                      a->n, a->wd, a->trust_clip);
+    CU_LAUNCH_CHECK();
+    lamb_apply_kernel<<<grid, LAMB_T, 0, cu()->stream>>>(a->p, (bf16 *)a->work, a->m, a->v, ratio, a->decay,
+                                                         a->spans, n_spans, a->n, a->lr, a->eps, a->wd, bc1, sbc2);
     CU_LAUNCH_CHECK();
 }
 

@@ -43,7 +43,10 @@ typedef struct {
     int h0;                   /* scan: the initial state, H0_RANDOM or H0_ZERO, or HT_ONLY (0: none) */
     int init;                 /* state_init: INIT_SIGMA, INIT_FITTED or INIT_PASSING */
     float sigma, drop, keep_f; /* state_init's sigma, drop; state_fit's keep */
-    size_t n;                 /* adamw, ema, grad_clip: elements */
+    size_t n;                 /* adamw, ema, grad_clip, sgd, lamb: elements */
+    float momentum;           /* sgd */
+    int nesterov, trust_clip; /* sgd; lamb (lambc) */
+    int spans;                /* lamb: 0 one tensor (spans NULL), else the tensors the n elements are cut into */
     float decay, max_norm;    /* ema; grad_clip */
     double tol, tol_f32;      /* the tolerance of act outputs; of float32 outputs */
     int only;                 /* 0: always run; FULL: not by quick; QUICK: by quick alone (a FULL case's stand-in) */
@@ -570,6 +573,103 @@ static void test_adamw(const OpCase *c) {
     free(decay), free(p), free(m), free(v), free(p_g), free(m_g), free(v_g), free(w_g);
 }
 
+/* SGD: three steps against the CPU op, with a fifth of the elements exempt from weight decay */
+static void test_sgd(const OpCase *c) {
+    size_t n = c->n;
+    char nm[96];
+    float *p = rnd(n, 1.0f), *buf = vil_calloc(n, 4);
+    float *d_p = dev_f32(p, n), *d_buf = dev_f32(buf, n);
+    void *d_work = dev_poison(n * 2);
+    unsigned char *decay = vil_malloc(n), *d_decay = G->alloc(G, n);
+    for (size_t i = 0; i < n; i++) decay[i] = (unsigned char)(i % 5 != 2);
+    G->to_device(G, d_decay, decay, n);
+    for (int step = 1; step <= 3; step++) {
+        float *g = rnd(n, 1.0f), *d_g = dev_f32(g, n);
+        VilSgd hp = {.n = n, .lr = 0.1f, .momentum = c->momentum, .wd = 1e-2f, .nesterov = c->nesterov};
+        VilSgd hc = hp, hg = hp;
+        hc.p = p, hc.g = g, hc.buf = buf, hc.decay = decay;
+        sgd_update(&hc);
+        hg.p = d_p, hg.work = d_work, hg.g = d_g, hg.buf = d_buf, hg.decay = d_decay;
+        G->sgd_update(G, &hg);
+        G->free(G, d_g);
+        free(g);
+    }
+    float *p_g = get_f32(d_p, n), *b_g = get_f32(d_buf, n), *w_g = get_act(d_work, n);
+    snprintf(nm, sizeof nm, "sgd 3 steps p, momentum_buffer n=%zu", n);
+    T_CLOSE(nm, fmax(rel(p_g, p, n), rel(b_g, buf, n)), c->tol_f32);
+    snprintf(nm, sizeof nm, "sgd bf16 working copy n=%zu", n);
+    T_CLOSE(nm, rel(w_g, p, n), c->tol);
+    G->free(G, d_p), G->free(G, d_buf), G->free(G, d_work), G->free(G, d_decay);
+    free(decay), free(p), free(buf), free(p_g), free(b_g), free(w_g);
+}
+
+/* Lamb: three steps against the CPU op on c->spans tensors of uneven sizes (one of them more
+ * than the CUDA op's blocks cover in one pass, some of one element), every third exempt from
+ * weight decay, with gaps between them that no tensor owns (the padding of the model's buffers:
+ * left as they are); the weights' change is compared, not the weights */
+static void test_lamb(const OpCase *c) {
+    size_t n = c->n;
+    char nm[96];
+    int ns = c->spans;
+    VilSpan *sp = ns ? vil_malloc((size_t)ns * sizeof *sp) : NULL, *d_sp = NULL;
+    unsigned char *decay = vil_malloc(n), *d_decay = G->alloc(G, n);
+    memset(decay, 1, n);
+    if (ns) {
+        static const size_t SIZE[] = {7, 20000, 1, 300, 1, 4096, 70001, 3};
+        size_t at = 0;
+        for (int t = 0; t < ns; t++) {
+            size_t len = SIZE[t % 8], gap = (size_t)(t % 3);
+            if (at + gap + len > n) len = at + gap < n ? n - at - gap : 0;
+            sp[t] = (VilSpan){at + gap, len};
+            memset(decay + at + gap, t % 3 != 1, len);
+            at += gap + len;
+        }
+        d_sp = G->alloc(G, (size_t)ns * sizeof *sp);
+        G->to_device(G, d_sp, sp, (size_t)ns * sizeof *sp);
+    }
+    G->to_device(G, d_decay, decay, n);
+    float *p = rnd(n, 0.5f), *p0 = copy_f(p, n), *m = vil_calloc(n, 4), *v = vil_calloc(n, 4);
+    float *d_p = dev_f32(p, n), *d_m = dev_f32(m, n), *d_v = dev_f32(v, n);
+    void *d_work = dev_poison(n * 2);
+    for (int step = 1; step <= 3; step++) {
+        float *g = rnd(n, 1.0f), *d_g = dev_f32(g, n);
+        VilLamb hp = {.n = n, .n_spans = ns, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f,
+                      .wd = 0.05f, .step = step, .trust_clip = c->trust_clip};
+        VilLamb hc = hp, hg = hp;
+        hc.p = p, hc.g = g, hc.m = m, hc.v = v, hc.decay = decay, hc.spans = sp;
+        lamb_update(&hc);
+        hg.p = d_p, hg.work = d_work, hg.g = d_g, hg.m = d_m, hg.v = d_v, hg.decay = d_decay, hg.spans = d_sp;
+        G->lamb_update(G, &hg);
+        G->free(G, d_g);
+        free(g);
+    }
+    float *p_g = get_f32(d_p, n), *m_g = get_f32(d_m, n), *v_g = get_f32(d_v, n);
+    for (size_t i = 0; i < n; i++) p_g[i] -= p0[i], p0[i] = p[i] - p0[i];
+    snprintf(nm, sizeof nm, "lamb%s 3 steps: p's change, %d tensors n=%zu", c->trust_clip ? "c" : "", ns, n);
+    T_CLOSE(nm, rel(p_g, p0, n), c->tol_f32);
+    snprintf(nm, sizeof nm, "lamb%s 3 steps: exp_avg, exp_avg_sq n=%zu", c->trust_clip ? "c" : "", n);
+    T_CLOSE(nm, fmax(rel(m_g, m, n), rel(v_g, v, n)), c->tol_f32);
+    if (ns) {
+        /* the work copy of the tensors' elements; a gap's still holds the poison */
+        float *w_g = get_act(d_work, n), *wt = vil_malloc(n * sizeof(float)), *pt = vil_malloc(n * sizeof(float));
+        size_t k = 0, gaps = 0, poisoned = 0;
+        unsigned char *own = vil_calloc(n, 1);
+        for (int t = 0; t < ns; t++) memset(own + sp[t].offset, 1, sp[t].n);
+        for (size_t i = 0; i < n; i++) {
+            if (own[i]) wt[k] = w_g[i], pt[k++] = p[i];
+            else gaps++, poisoned += isnan(w_g[i]);
+        }
+        snprintf(nm, sizeof nm, "lamb bf16 working copy of the tensors n=%zu", n);
+        T_CLOSE(nm, rel(wt, pt, k), c->tol);
+        T_CHECK(gaps > 0 && poisoned == gaps, "lamb: the %zu elements between the tensors untouched (%zu)", gaps,
+                poisoned);
+        free(w_g), free(wt), free(pt), free(own);
+        G->free(G, d_sp);
+    }
+    G->free(G, d_p), G->free(G, d_m), G->free(G, d_v), G->free(G, d_work), G->free(G, d_decay);
+    free(sp), free(decay), free(p), free(p0), free(m), free(v), free(p_g), free(m_g), free(v_g);
+}
+
 /* the weight EMA: three updates against the CPU op */
 static void test_ema(const OpCase *c) {
     size_t n = c->n;
@@ -793,6 +893,8 @@ static const OpFamily FAMILIES[] = {
     {"scan", test_scan, {"scan_bidir_forward", "scan_bidir_backward"}},
     {"softmax_xent", test_loss, {"softmax_xent_forward", "softmax_xent_backward"}},
     {"adamw", test_adamw, {"adamw_update"}},
+    {"sgd", test_sgd, {"sgd_update"}},
+    {"lamb", test_lamb, {"lamb_update"}},
     {"ema", test_ema, {"ema_update"}},
     {"state_init", test_state_init, {"state_init"}},
     {"state_moments", test_state_moments, {"state_moments"}},
@@ -1063,6 +1165,16 @@ static const OpCase CASES[] = {
      .n = 1001},
     {.op = "adamw", .name = "n = 7", .tol = TOL_BF16, .tol_f32 = 1e-6,
      .n = 7},
+    {.op = "sgd", .name = "momentum 0.9, n = 1001", .tol = TOL_BF16, .tol_f32 = 1e-6,
+     .n = 1001, .momentum = 0.9f},
+    {.op = "sgd", .name = "Nesterov, n = 7", .tol = TOL_BF16, .tol_f32 = 1e-6,
+     .n = 7, .momentum = 0.8f, .nesterov = 1},
+    {.op = "lamb", .name = "one tensor, n = 1001", .tol = TOL_BF16, .tol_f32 = 1e-5,
+     .n = 1001},
+    {.op = "lamb", .name = "19 tensors with gaps, n = 200000", .tol = TOL_BF16, .tol_f32 = 1e-5,
+     .n = 200000, .spans = 19},
+    {.op = "lamb", .name = "lambc: the trust ratio clipped, 8 tensors", .tol = TOL_BF16, .tol_f32 = 1e-5,
+     .n = 120000, .spans = 8, .trust_clip = 1},
     {.op = "ema", .name = "decay 0.99", .tol_f32 = 1e-6,
      .n = 1001, .decay = 0.99f},
     {.op = "ema", .name = "decay 0.99996", .tol_f32 = 1e-6,

@@ -1,8 +1,10 @@
-/* test_optim.c: the model's optimizer and training-state API on the CPU: the optimizer table,
- * one AdamW step through vil_model_optim_step against torch.optim.AdamW's formula in double on
- * elements with and without weight decay, the training state saved through the API and loaded
- * into a fresh model (the next step then the same bits), the state's defaults, the gradient norm
- * and the input and loss functions. */
+/* test_optim.c: the model's optimizers and training-state API on the CPU: the optimizer table,
+ * AdamW, SGD (momentum, Nesterov) and Lamb / LambC steps through vil_model_optim_step against
+ * their formulas in double (torch.optim.AdamW, torch.optim.SGD, timm's Lamb) on tensors with and
+ * without weight decay, the training state saved through the API and loaded into a fresh model
+ * (the next step then the same bits) for each optimizer, the state's defaults, the gradient norm
+ * and the input and loss functions. `test_optim --dump DIR` also writes each optimizer case to
+ * DIR/CASE.safetensors for tools/optim_reference.py (PyTorch; tests/test_torch_reference.sh). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 #include "vil/common.h"
 #include "vil/model.h"
 #include "vil/optim.h"
+#include "formats/safetensors.h"
 
 static const VilOptimHyper H = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f};
 
@@ -27,6 +30,16 @@ static void random_grads(VilModel *m) {
 static void test_table(void) {
     const VilOptim *a = vil_optim_find("adamw");
     T_CHECK(a == &vil_optim_adamw, "vil_optim_find(\"adamw\")");
+    const VilOptim *s = vil_optim_find("sgd"), *l = vil_optim_find("lamb"), *lc = vil_optim_find("lambc");
+    T_CHECK(s == &vil_optim_sgd && s->n_state == 1 && strcmp(s->state[0].name, "momentum_buffer") == 0 &&
+                !s->state[0].nonneg,
+            "sgd: one state tensor, momentum_buffer");
+    T_CHECK(l == &vil_optim_lamb && lc == &vil_optim_lambc && l->n_state == 2 && lc->n_state == 2 &&
+                strcmp(l->state[0].name, "lamb_exp_avg") == 0 && strcmp(l->state[1].name, "lamb_exp_avg_sq") == 0 &&
+                strcmp(lc->state[1].name, "lamb_exp_avg_sq") == 0 && !l->state[0].nonneg && l->state[1].nonneg,
+            "lamb, lambc: lamb_exp_avg, lamb_exp_avg_sq (>= 0)");
+    char names[128];
+    T_CHECK(strcmp(vil_optim_names(names, sizeof names), "adamw, sgd, lamb, lambc") == 0, "the names: %s", names);
     T_CHECK(vil_optim_find("lion") == NULL && vil_optim_find("") == NULL, "unknown names: NULL");
     T_CHECK(a->n_state == 2 && strcmp(a->state[0].name, "adam_m") == 0 &&
                 strcmp(a->state[1].name, "adam_v") == 0 && !a->state[0].nonneg && a->state[1].nonneg,
@@ -161,6 +174,243 @@ static void test_state_roundtrip(void) {
     vil_model_free(&a);
 }
 
+/* The new optimizers' cases: each runs NSTEPS steps on a tiny model from the same weights and
+ * gradients, checked here against the formula in double and dumped for the PyTorch reference. */
+#define NSTEPS 3
+typedef struct {
+    const char *name;
+    const VilOptim *opt;
+    VilOptimHyper h;
+    float scale; /* the weights multiplied by this first (lambc: trust ratios above 1 to clip) */
+} OptCase;
+
+static const OptCase CASES[] = {
+    {"adamw", &vil_optim_adamw, {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f}, 1},
+    {"sgd", &vil_optim_sgd, {.lr = 0.1f, .wd = 1e-2f, .momentum = 0.9f}, 1},
+    {"sgd_nesterov", &vil_optim_sgd, {.lr = 0.1f, .wd = 1e-2f, .momentum = 0.8f, .nesterov = 1}, 1},
+    {"sgd_plain", &vil_optim_sgd, {.lr = 0.05f, .wd = 0.0f, .momentum = 0.0f}, 1},
+    {"lamb", &vil_optim_lamb, {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .wd = 0.05f}, 1},
+    {"lambc", &vil_optim_lambc, {.lr = 1e-2f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .wd = 0.02f}, 2},
+};
+#define NCASES (int)(sizeof CASES / sizeof CASES[0])
+
+typedef struct {
+    size_t n; /* packed elements */
+    float *p0, *g[NSTEPS], *p, *st[VIL_OPTIM_MAX_STATE];
+} OptRun;
+
+static float *packed(const VilModel *m, const float *buf) {
+    float *out = vil_malloc(m->buf_len * sizeof(float));
+    memcpy(out, buf, m->buf_len * sizeof(float));
+    vil_model_pack(m, out, out);
+    return out;
+}
+
+static void run_case(VilModel *m, const OptCase *c, OptRun *r) {
+    t_tiny_model(m);
+    size_t n = m->buf_len;
+    float *host = vil_malloc(n * sizeof(float));
+    vil_model_get_params(m, host);
+    for (size_t i = 0; i < n; i++) host[i] *= c->scale;
+    vil_model_set_params(m, host);
+    vil_model_init_training(m, c->opt, 0);
+    r->n = m->param_count;
+    r->p0 = packed(m, host);
+    for (int s = 0; s < NSTEPS; s++) {
+        random_grads(m);
+        r->g[s] = packed(m, m->grads);
+        vil_model_optim_step(m, &c->h);
+    }
+    vil_model_get_params(m, host);
+    r->p = packed(m, host);
+    for (int k = 0; k < c->opt->n_state; k++) {
+        r->st[k] = vil_malloc(n * sizeof(float));
+        vil_model_train_state_get(m, k, r->st[k]);
+    }
+    free(host);
+}
+
+static void free_run(OptRun *r) {
+    free(r->p0), free(r->p);
+    for (int s = 0; s < NSTEPS; s++) free(r->g[s]);
+    for (int k = 0; k < VIL_OPTIM_MAX_STATE; k++) free(r->st[k]);
+    memset(r, 0, sizeof *r);
+}
+
+/* the formulas in double over the packed tensors: p and the state (st[k], packed) at the end;
+ * *max_ratio: Lamb's largest trust ratio before clipping */
+static void reference(const VilModel *m, const OptCase *c, const OptRun *r, double *p, double *st[2],
+                      double *max_ratio) {
+    const VilOptimHyper *h = &c->h;
+    int lamb = c->opt == &vil_optim_lamb || c->opt == &vil_optim_lambc;
+    *max_ratio = 0;
+    size_t off = 0;
+    for (int t = 0; t < m->n_tensors; off += m->info[t].numel, t++) {
+        size_t nt = m->info[t].numel;
+        double wd = m->info[t].decay ? h->wd : 0.0;
+        double *a = st[0] + off, *b = st[1] + off, *pt = p + off;
+        for (size_t i = 0; i < nt; i++) pt[i] = r->p0[off + i], a[i] = 0, b[i] = 0;
+        for (int s = 0; s < NSTEPS; s++) {
+            const float *g = r->g[s] + off;
+            if (c->opt == &vil_optim_sgd) {
+                for (size_t i = 0; i < nt; i++) {
+                    double d = g[i] + wd * pt[i];
+                    a[i] = h->momentum * a[i] + d;
+                    pt[i] -= h->lr * (h->nesterov ? d + h->momentum * a[i] : a[i]);
+                }
+                continue;
+            }
+            double bc1 = 1.0 - pow(h->beta1, s + 1), bc2 = 1.0 - pow(h->beta2, s + 1), sp = 0, su = 0;
+            for (size_t i = 0; i < nt; i++) {
+                a[i] = h->beta1 * a[i] + (1.0 - h->beta1) * g[i];
+                b[i] = h->beta2 * b[i] + (1.0 - h->beta2) * g[i] * g[i];
+                if (!lamb) { /* torch.optim.AdamW */
+                    pt[i] -= h->lr * (wd * pt[i] + (a[i] / bc1) / (sqrt(b[i] / bc2) + h->eps));
+                    continue;
+                }
+                double u = (a[i] / bc1) / (sqrt(b[i]) / sqrt(bc2) + h->eps) + wd * pt[i];
+                sp += pt[i] * pt[i], su += u * u;
+            }
+            if (!lamb) continue;
+            double ratio = wd > 0 && sp > 0 && su > 0 ? sqrt(sp) / sqrt(su) : 1.0;
+            if (wd > 0) *max_ratio = fmax(*max_ratio, ratio);
+            if (c->opt == &vil_optim_lambc && ratio > 1.0) ratio = 1.0;
+            for (size_t i = 0; i < nt; i++)
+                pt[i] -= h->lr * ratio * ((a[i] / bc1) / (sqrt(b[i]) / sqrt(bc2) + h->eps) + wd * pt[i]);
+        }
+    }
+}
+
+/* the worst |x - ref| over the largest |ref| */
+static double worst(const float *x, const double *ref, size_t n) {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) e = fmax(e, fabs(x[i] - ref[i])), s = fmax(s, fabs(ref[i]));
+    return e / s;
+}
+
+static void test_optim_formulas(void) {
+    for (int k = 0; k < NCASES; k++) {
+        const OptCase *c = &CASES[k];
+        VilModel m;
+        OptRun r = {0};
+        run_case(&m, c, &r);
+        double *p = vil_malloc(r.n * sizeof(double)), *st[2], ratio;
+        for (int j = 0; j < 2; j++) st[j] = vil_malloc(r.n * sizeof(double));
+        reference(&m, c, &r, p, st, &ratio);
+        /* the weights' change against the reference's change */
+        double e = 0, scale = 0;
+        for (size_t i = 0; i < r.n; i++) {
+            e = fmax(e, fabs((double)r.p[i] - p[i]));
+            scale = fmax(scale, fabs(p[i] - r.p0[i]));
+        }
+        char what[96];
+        snprintf(what, sizeof what, "%s %d steps: p vs formula (of max change)", c->name, NSTEPS);
+        T_CLOSE(what, e / scale, 2e-5);
+        for (int j = 0; j < c->opt->n_state; j++) {
+            snprintf(what, sizeof what, "%s %d steps: %s vs formula", c->name, NSTEPS, c->opt->state[j].name);
+            T_CLOSE(what, worst(r.st[j], st[j], r.n), 1e-5);
+        }
+        if (c->opt == &vil_optim_lamb) T_CHECK(ratio > 0 && ratio != 1, "lamb: trust ratios not 1 (max %g)", ratio);
+        if (c->opt == &vil_optim_lambc) T_CHECK(ratio > 1, "lambc: a trust ratio above 1 to clip (max %g)", ratio);
+        free(p), free(st[0]), free(st[1]);
+        free_run(&r);
+        vil_model_free(&m);
+    }
+}
+
+/* one optimizer's state saved and loaded into a fresh model: the next step the same bits */
+static void test_roundtrip_of(const VilOptim *o, const VilOptimHyper *h) {
+    VilModel a, b;
+    t_tiny_model(&a);
+    vil_model_init_training(&a, o, 0);
+    for (int s = 0; s < 3; s++) {
+        random_grads(&a);
+        vil_model_optim_step(&a, h);
+    }
+    size_t n = a.buf_len;
+    float *p = vil_malloc(n * sizeof(float)), *q = vil_malloc(n * sizeof(float)), *st[VIL_OPTIM_MAX_STATE];
+    vil_model_get_params(&a, p);
+    t_tiny_model(&b);
+    vil_model_set_params(&b, p);
+    vil_model_init_training(&b, o, 0);
+    T_CHECK(vil_model_train_state_count(&b) == o->n_state, "%s: %d state tensors", o->name, o->n_state);
+    for (int i = 0; i < o->n_state; i++) {
+        st[i] = vil_malloc(n * sizeof(float));
+        vil_model_train_state_get(&a, i, st[i]);
+        vil_model_train_state_set(&b, i, st[i]);
+    }
+    vil_model_optim_set_steps(&b, vil_model_optim_steps(&a));
+    random_grads(&a);
+    memcpy(b.grads, a.grads, n * sizeof(float));
+    vil_model_optim_step(&a, h);
+    vil_model_optim_step(&b, h);
+    vil_model_get_params(&a, p);
+    vil_model_get_params(&b, q);
+    T_CHECK(memcmp(p, q, n * sizeof(float)) == 0, "%s: the step after a reload, the same weights", o->name);
+    for (int i = 0; i < o->n_state; i++) {
+        vil_model_train_state_get(&a, i, p);
+        vil_model_train_state_get(&b, i, q);
+        T_CHECK(memcmp(p, q, a.param_count * sizeof(float)) == 0, "%s: the step after a reload, the same %s",
+                o->name, o->state[i].name);
+        free(st[i]);
+    }
+    free(p), free(q);
+    vil_model_free(&a);
+    vil_model_free(&b);
+}
+
+static void test_roundtrips(void) {
+    for (int k = 1; k < NCASES; k++) test_roundtrip_of(CASES[k].opt, &CASES[k].h);
+}
+
+/* each case into dir/NAME.safetensors: p0.T, g0.T ... (the steps' gradients), p.T and the state
+ * (s0.T, s1.T) per tensor T, with the hyperparameters and the decayed tensors in the metadata */
+static int dump_cases(const char *dir) {
+    for (int k = 0; k < NCASES; k++) {
+        const OptCase *c = &CASES[k];
+        VilModel m;
+        OptRun r = {0};
+        run_case(&m, c, &r);
+        VilStWriter *w = vil_st_writer_new();
+        char name[160], meta[512], path[1024], *decay = vil_calloc((size_t)m.n_tensors * 66 + 1, 1);
+        char **names = vil_calloc((size_t)m.n_tensors * (NSTEPS + 4), sizeof(char *));
+        int nn = 0;
+        size_t off = 0;
+        for (int t = 0; t < m.n_tensors; off += m.info[t].numel, t++) {
+            const VilParamInfo *in = &m.info[t];
+            const float *src[NSTEPS + 4];
+            char tag[NSTEPS + 4][8];
+            int ns = 0;
+            src[ns] = r.p0 + off, strcpy(tag[ns++], "p0");
+            for (int s = 0; s < NSTEPS; s++) src[ns] = r.g[s] + off, snprintf(tag[ns++], 8, "g%d", s);
+            src[ns] = r.p + off, strcpy(tag[ns++], "p");
+            for (int j = 0; j < c->opt->n_state; j++) src[ns] = r.st[j] + off, snprintf(tag[ns++], 8, "s%d", j);
+            for (int j = 0; j < ns; j++) {
+                snprintf(name, sizeof name, "%s.%s", tag[j], in->name);
+                names[nn] = strdup(name);
+                vil_st_writer_add(w, names[nn++], VIL_ST_F32, in->ndim, in->shape, src[j]);
+            }
+            if (in->decay) strcat(strcat(decay, *decay ? "," : ""), in->name);
+        }
+        const VilOptimHyper *h = &c->h;
+        snprintf(meta, sizeof meta,
+                 "{\"optimizer\": \"%s\", \"steps\": %d, \"lr\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, "
+                 "\"eps\": %.9g, \"wd\": %.9g, \"momentum\": %.9g, \"nesterov\": %d}",
+                 c->opt->name, NSTEPS, h->lr, h->beta1, h->beta2, h->eps, h->wd, h->momentum, h->nesterov);
+        vil_st_writer_meta(w, "hyper", meta);
+        vil_st_writer_meta(w, "decay", decay);
+        snprintf(path, sizeof path, "%s/%s.safetensors", dir, c->name);
+        int rc = vil_st_writer_save(w, path);
+        vil_st_writer_free(w);
+        for (int j = 0; j < nn; j++) free(names[j]);
+        free(names), free(decay);
+        free_run(&r);
+        vil_model_free(&m);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
 static void test_grad_norm(void) {
     VilModel m;
     t_tiny_model(&m);
@@ -198,11 +448,18 @@ static void test_inputs(void) {
     vil_model_free(&m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     vil_rng_seed(&rng, 31);
+    if (argc == 3 && strcmp(argv[1], "--dump") == 0) {
+        int rc = dump_cases(argv[2]);
+        T_CHECK(rc == 0, "the optimizer cases written to %s", argv[2]);
+        return t_finish();
+    }
     test_table();
     test_adamw_step();
     test_state_roundtrip();
+    test_optim_formulas();
+    test_roundtrips();
     test_grad_norm();
     test_inputs();
     return t_finish();

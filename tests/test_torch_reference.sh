@@ -2,7 +2,9 @@
 # The whole network against an independent PyTorch implementation (tools/torch_reference.py,
 # float64 autograd, written the way the official ViM code computes): logits, loss, the input
 # gradient and every parameter gradient of small ViL and ViM models, from vil's CPU path
-# (build/tools/ref_dump). Needs python3 with torch (Debian: python3-torch).
+# (build/tools/ref_dump); and the optimizers' steps (tests/test_optim --dump against
+# tools/optim_reference.py: torch.optim.AdamW, torch.optim.SGD, timm's Lamb). Needs python3
+# with torch (Debian: python3-torch).
 set -u
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -33,5 +35,23 @@ for arch in vil vim; do
     passed=$((passed + $(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')))
     failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
 done
+# the optimizers (AdamW, SGD, Lamb) against torch.optim and timm's Lamb step
+mkdir -p "$dir/optim"
+if ! "${VIL_BUILD:-build}"/tests/test_optim --dump "$dir/optim" >/dev/null; then
+    echo "FAIL test_optim --dump"
+    failed=$((failed + 1))
+else
+    out=$("$py" tools/optim_reference.py "$dir/optim" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -v '^[0-9]* passed'
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "FAIL optimizer reference did not run (rc=$rc): is python3-torch installed?"
+        failed=$((failed + 1))
+    else
+        passed=$((passed + $(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')))
+        failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+    fi
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,6 +1,7 @@
-/* test_train.c: the training run on the CPU backend: lr schedule values against the formula, the
- * EMA update, top-1 / top-5 counting, the config tables, a tiny synthetic IDX dataset trained
- * for a few steps (the loss falls), resume equal to an uninterrupted run bit for bit, the
+/* test_train.c: the training run on the CPU backend: lr schedule values against the formula and
+ * timm's (step, multistep, const_cosine), the EMA update and its warmup, top-1 / top-5 counting,
+ * the config tables, a tiny synthetic IDX dataset trained for a few steps (the loss falls), resume
+ * equal to an uninterrupted run bit for bit (AdamW, SGD, Lamb), the
  * checkpoint files (atomic, readable by `vil info` and `vil eval`), divergence and CLI errors,
  * and the run folder's consistency: checkpoints behind the state after a kill brought up to it
  * on resume, failed saves reported, stale temporaries removed, used or unwritable folders
@@ -18,6 +19,7 @@
 
 #include "data_corpus.h"
 #include "eval/eval.h"
+#include "model_testing.h"
 #include "testing.h"
 #include "train/train.h"
 #include "vil/backend.h"
@@ -60,6 +62,129 @@ static void test_schedule(void) {
         if (s <= warm ? b < a : b > a) mono = 0;
     }
     T_CHECK(mono, "lr rises through the warmup and falls after it");
+}
+
+/* the other schedules at the steps where they change, against timm's formulas evaluated in
+ * Python (StepLRScheduler: peak * rate ** (epoch // decay_t); MultiStepLRScheduler: peak * rate **
+ * bisect_right(milestones, epoch); warmup_prefix off) and the cosine's closed form; 10 steps per
+ * epoch, a warmup of 15 steps */
+static void test_schedules(void) {
+    VilTrainConfig t;
+    vil_train_config_default(&t);
+    t.epochs = 10, t.warmup_lr = 0.01f, t.min_lr = 0.001f;
+    long total = 100, warm = 15, spe = 10;
+    double peak = 2.0, e = 0;
+    struct {
+        const char *sched;
+        float decay_epochs, decay_rate;
+        const char *milestones;
+        float hold;
+        long step;
+        double want;
+    } C[] = {
+        /* the warmup comes first in each */
+        {"step", 0.1f, 0.5f, "", 0, 5, 0.01 + (2.0 - 0.01) * 5 / 15},
+        {"multistep", 1, 0.5f, "3,6", 0, 14, 0.01 + (2.0 - 0.01) * 14 / 15},
+        {"const_cosine", 1, 0.5f, "", 4, 0, 0.01},
+        /* Python: 1 // 0.1 == 9.0 (not 10), 3 // 0.1 == 29.0, 7 // 2.4 == 2.0 */
+        {"step", 0.1f, 0.5f, "", 0, 15, 2.0 * 0.001953125},
+        {"step", 0.1f, 0.5f, "", 0, 39, 2.0 * 1.862645149230957e-09},
+        {"step", 2.4f, 0.97f, "", 0, 79, 2.0 * 0.97 * 0.97},
+        {"step", 2.4f, 0.97f, "", 0, 47, 2.0 * 0.97},
+        {"step", 2.4f, 0.97f, "", 0, 19, 2.0},
+        {"multistep", 1, 0.5f, "3,6", 0, 15, 2.0},
+        {"multistep", 1, 0.5f, "3,6", 0, 29, 2.0},
+        {"multistep", 1, 0.5f, "3,6", 0, 30, 1.0},
+        {"multistep", 1, 0.5f, "3,6", 0, 60, 0.5},
+        {"multistep", 1, 0.5f, "3,6", 0, 99, 0.5},
+        {"multistep", 1, 0.5f, "0,1", 0, 15, 0.5},
+        /* held to step 40, then cosine over 60 steps */
+        {"const_cosine", 1, 0.5f, "", 4, 15, 2.0},
+        {"const_cosine", 1, 0.5f, "", 4, 40, 2.0},
+        {"const_cosine", 1, 0.5f, "", 4, 70, (2.0 + 0.001) / 2},
+        {"const_cosine", 1, 0.5f, "", 4, 55, 0.001 + 0.5 * (2.0 - 0.001) * (1 + cos(M_PI * 0.25))},
+        {"const_cosine", 1, 0.5f, "", 4, 100, 0.001},
+        /* held less than the warmup: the cosine starts after the warmup, as cosine does */
+        {"const_cosine", 1, 0.5f, "", 0.5f, 57, 0.001 + 0.5 * (2.0 - 0.001) * (1 + cos(M_PI * 42 / 85))},
+        {"cosine", 1, 0.5f, "", 0, 57, 0.001 + 0.5 * (2.0 - 0.001) * (1 + cos(M_PI * 42 / 85))},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        strcpy(t.sched, C[i].sched);
+        t.decay_epochs = C[i].decay_epochs, t.decay_rate = C[i].decay_rate, t.sched_const_epochs = C[i].hold;
+        strcpy(t.decay_milestones, C[i].milestones);
+        T_CHECK(vil_train_config_finalize(&t) == 0, "%s: a valid config", C[i].sched);
+        double got = vil_sched_lr(&t, C[i].step, total, warm, spe, peak), d = fabs(got - C[i].want) / C[i].want;
+        if (d > 1e-6) printf("  %s step %ld: %.17g, want %.17g\n", C[i].sched, C[i].step, got, C[i].want);
+        e = fmax(e, d);
+    }
+    T_CLOSE("step, multistep, const_cosine vs timm's formulas", e, 1e-6);
+    long ms[4];
+    T_CHECK(vil_milestones_parse("30,60,90", ms, 4) == 3 && ms[0] == 30 && ms[2] == 90, "milestones 30,60,90");
+    const char *bad[] = {"30,20", "30,,60", "30,", "-1", " 3", "3 ", "1e3", "x", "30,30"};
+    int refused = 1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) refused &= vil_milestones_parse(bad[i], NULL, 0) < 0;
+    T_CHECK(refused, "milestones not increasing integers refused");
+    strcpy(t.sched, "plateau");
+    T_CHECK(vil_train_config_finalize(&t) == VIL_EUSAGE, "an unknown sched refused");
+    strcpy(t.sched, "multistep"), strcpy(t.decay_milestones, "5,3");
+    T_CHECK(vil_train_config_finalize(&t) == VIL_EUSAGE, "decreasing milestones refused");
+    strcpy(t.decay_milestones, "3"), t.nesterov = 1, t.momentum = 0;
+    T_CHECK(vil_train_config_finalize(&t) == VIL_EUSAGE, "nesterov without momentum refused");
+}
+
+/* timm's ModelEmaV3.get_decay(step) with use_warmup (gamma 1, power 2/3; evaluated in Python):
+ * 0 at step 1, then 1 - (1 + (step - 1)) ** -(2/3) up to the decay */
+static void test_ema_warmup(void) {
+    struct {
+        long step;
+        double decay, want;
+    } C[] = {{1, 0.9999, 0.0}, {2, 0.9999, 0.3700394750525634}, {10, 0.9999, 0.7845565309968117},
+             {1000, 0.9999, 0.99}, {1000, 0.98, 0.98}, {100000, 0.9999, 0.9995358411166387}};
+    double e = 0;
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++)
+        e = fmax(e, fabs(vil_ema_decay_at(C[i].decay, 1, C[i].step) - C[i].want));
+    T_CLOSE("EMA warmup vs timm's ModelEmaV3", e, 1e-12);
+    T_CHECK(vil_ema_decay_at(0.9999, 0, 1) == 0.9999 && vil_ema_decay_at(0.9999, 0, 50) == 0.9999,
+            "without the warmup: the decay at every step");
+}
+
+/* the training step's EMA with the warmup on: the first update copies the weights (decay 0),
+ * the second uses vil_ema_decay_at's 0.37 */
+static void test_step_ema_warmup(void) {
+    VilTrainConfig t;
+    vil_train_config_default(&t);
+    t.ema_decay = 0.9f, t.model_ema_warmup = 1;
+    VilModel m;
+    t_tiny_model(&m);
+    VilStepParams sp = vil_step_params(&t, 1e-2f);
+    vil_model_init_training(&m, sp.optim, 1);
+    size_t n = m.buf_len;
+    float *p = malloc(n * sizeof(float)), *e = malloc(n * sizeof(float)), *e1 = malloc(n * sizeof(float));
+    VilRng r;
+    vil_rng_seed(&r, 9);
+    int same = 1;
+    double err = 0;
+    for (int s = 1; s <= 2; s++) {
+        for (size_t i = 0; i < n; i++) m.grads[i] = vil_rng_normal(&r);
+        vil_model_pack(&m, m.grads, m.grads);
+        vil_model_unpack(&m, m.grads, m.grads);
+        vil_train_update(&m, &sp);
+        vil_model_get_params(&m, p);
+        vil_model_use_ema(&m, 1);
+        vil_model_get_params(&m, e);
+        vil_model_use_ema(&m, 0);
+        if (s == 1) {
+            same = memcmp(p, e, n * sizeof(float)) == 0;
+            memcpy(e1, e, n * sizeof(float));
+            continue;
+        }
+        float d = (float)vil_ema_decay_at(0.9, 1, 2);
+        for (size_t i = 0; i < n; i++) err = fmax(err, fabs(e[i] - (d * e1[i] + (1.0f - d) * p[i])));
+    }
+    T_CHECK(same, "EMA warmup: the first update copies the weights");
+    T_CLOSE("EMA warmup: the second update at decay 0.37", err, 1e-6);
+    free(p), free(e), free(e1);
+    vil_model_free(&m);
 }
 
 static void test_ema(void) {
@@ -910,6 +1035,58 @@ static int count_in(const char *file, const char *what) {
 /* What the run folders of test_train_resume hold besides checkpoints: metrics.jsonl (the
  * resumed run's equals the uninterrupted one's, the lines a crash left dropped), config.cfg
  * (reads back as the run's configuration, numbers written short), run.jsonl (a line per start) */
+/* sgd (Nesterov, multistep) and lamb (const_cosine, the EMA warmup): a run stopped and resumed
+ * equals the uninterrupted one bit for bit (their state tensors saved and restored by name) */
+static void set_optim(VilTrainRun *r, int k) {
+    r->train.eval_every_epochs = 0;
+    if (k == 0) {
+        strcpy(r->train.optimizer, "sgd"), strcpy(r->train.sched, "multistep");
+        strcpy(r->train.decay_milestones, "1"), r->train.decay_rate = 0.3f;
+        r->train.momentum = 0.9f, r->train.nesterov = 1, r->train.weight_decay = 1e-4f;
+    } else {
+        strcpy(r->train.optimizer, "lamb"), strcpy(r->train.sched, "const_cosine");
+        r->train.sched_const_epochs = 1.5f, r->train.model_ema_warmup = 1;
+    }
+}
+
+static void test_resume_optims(void) {
+    const char *opt[2] = {"sgd", "lamb"};
+    const char *names[2][4] = {{"params", "momentum_buffer", "ema", "ema"},
+                               {"params", "lamb_exp_avg", "lamb_exp_avg_sq", "ema"}};
+    for (int k = 0; k < 2; k++) {
+        char oa[64], ob[64];
+        snprintf(oa, sizeof oa, "opt%dA", k), snprintf(ob, sizeof ob, "opt%dB", k);
+        VilTrainRun r;
+        Trace ta = {0}, tb = {0};
+        VilTrainResult ra, rb;
+        setup(&r, path(oa), &ta);
+        set_optim(&r, k);
+        T_CHECK(vil_train_config_finalize(&r.train) == 0, "%s: the config is valid", opt[k]);
+        VilTrainStatus st = vil_train(&r, &ra);
+        setup(&r, path(ob), &tb);
+        set_optim(&r, k);
+        r.stop_after = 7;
+        VilTrainStatus s1 = vil_train(&r, &rb);
+        setup(&r, path(ob), &tb);
+        set_optim(&r, k);
+        r.resume = path(ob);
+        VilTrainStatus s2 = vil_train(&r, &rb);
+        T_CHECK(st == VIL_TRAIN_DONE && s1 == VIL_TRAIN_STOPPED && s2 == VIL_TRAIN_DONE && ra.step == 24 &&
+                    rb.step == 24,
+                "%s: run, stop at 7, resume: %d %d %d, %ld and %ld steps", opt[k], st, s1, s2, ra.step, rb.step);
+        int same = ta.n == 24 && tb.n == 24;
+        for (int i = 0; same && i < ta.n; i++) same = memcmp(&ta.loss[i], &tb.loss[i], sizeof(float)) == 0;
+        T_CHECK(same, "%s: the resumed run's losses bit for bit (%d vs %d logged)", opt[k], tb.n, ta.n);
+        T_CHECK(ta.loss[23] < ta.loss[0] && isfinite(ta.loss[23]), "%s: the loss falls (%.3f -> %.3f)", opt[k],
+                ta.loss[0], ta.loss[23]);
+        char sa[4200], sb[4200];
+        snprintf(sa, sizeof sa, "%s/last.state.safetensors", path(oa));
+        snprintf(sb, sizeof sb, "%s/last.state.safetensors", path(ob));
+        T_CHECK(same_tensors(sa, sb, names[k], 4), "%s: the resumed state bitwise equal (%s, %s, ema)", opt[k],
+                names[k][1], names[k][2]);
+    }
+}
+
 static void test_run_files(void) {
     static char la[64][512], lb[64][512];
     char fa[4200], fb[4200];
@@ -1221,10 +1398,14 @@ static void test_utf8_at_startup(void) {
 int main(void) {
     dir = corpus_mkdtemp("train");
     test_schedule();
+    test_schedules();
+    test_ema_warmup();
+    test_step_ema_warmup();
     test_ema();
     test_topk();
     test_config();
     test_train_resume();
+    test_resume_optims();
     test_run_files();
     test_resume_auto();
     test_diverge_and_errors();

@@ -91,10 +91,11 @@ void print_header(Trainer *T, const char *init_note, const char *state_in) {
         fprintf(f, "\nthreads: %d compute (OpenMP), %d loader", omp_get_max_threads(), t->workers);
     else
         fprintf(f, "\nthreads: %d loader", t->workers);
+    char sched[160], opt[96];
     fprintf(f, "\nbatch: %d x %d rank%s x %d accum_steps = %ld; lr = %g * %ld / 512 = %.4g; warmup "
-               "%ld steps from %g; cosine to %g\n", t->batch, T->world, T->world == 1 ? "" : "s",
+               "%ld steps from %g; %s\n", t->batch, T->world, T->world == 1 ? "" : "s",
             T->accum, T->global_batch, t->base_lr, T->global_batch, T->peak_lr, T->warmup_steps,
-            t->warmup_lr, t->min_lr);
+            t->warmup_lr, vil_sched_describe(t, sched, sizeof sched));
     if (T->dist && T->dist->mpi) {
         fprintf(f, "ranks: %d process%s (%s), %d on this host; gradients summed by %s, ", T->world,
                 T->world == 1 ? "" : "es", T->dist->launcher, T->dist->local_world,
@@ -111,8 +112,8 @@ void print_header(Trainer *T, const char *init_note, const char *state_in) {
     fprintf(f, "steps: %d epoch%s x %ld = %ld", t->epochs, t->epochs == 1 ? "" : "s", T->spe,
             (long)t->epochs * T->spe);
     if (T->total_steps < (long)t->epochs * T->spe) fprintf(f, ", stopping at max_steps %ld", T->total_steps);
-    fprintf(f, "; AdamW wd %g; drop path %g; EMA %g; clip %s\n", t->weight_decay, c->drop_path,
-            t->ema_decay, t->clip_grad > 0 ? "on (global norm, on the device)" : "off");
+    fprintf(f, "; %s; drop path %g; EMA %g%s; clip %s\n", vil_optim_describe(t, opt, sizeof opt), c->drop_path,
+            t->ema_decay, t->model_ema_warmup ? " (warmup)" : "", t->clip_grad > 0 ? "on (global norm, on the device)" : "off");
     fprintf(f, "aug:   %s JPEG decode, crop scale (%g, 1), flip %g, ", t->decode, t->scale_min, t->hflip);
     if (t->randaug_n > 0) fprintf(f, "RandAugment n%d m%g mstd%g, ", t->randaug_n, t->randaug_m, t->randaug_mstd);
     else fprintf(f, "no RandAugment, ");

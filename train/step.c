@@ -10,7 +10,8 @@ VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
     return (VilStepParams){.optim = vil_train_optim(t), .lr = lr, .beta1 = t->beta1,
                            .beta2 = t->beta2, .eps = t->adam_eps,
                            .weight_decay = t->weight_decay, .clip_grad = t->clip_grad,
-                           .ema_decay = t->ema_decay, .overlap = strcmp(t->allreduce, "overlap") == 0,
+                           .ema_decay = t->ema_decay, .ema_warmup = t->model_ema_warmup,
+                           .momentum = t->momentum, .nesterov = t->nesterov, .overlap = strcmp(t->allreduce, "overlap") == 0,
                            .bucket_bytes = (size_t)(t->bucket_mb * 1048576.0)};
 }
 
@@ -41,8 +42,10 @@ void vil_train_update(VilModel *m, const VilStepParams *s) {
     }
     if (s->clip_grad > 0.0f) vil_model_clip_grad(m, s->clip_grad);
     vil_model_optim_step(m, &(VilOptimHyper){.lr = s->lr, .beta1 = s->beta1, .beta2 = s->beta2,
-                                             .eps = s->eps, .wd = s->weight_decay});
-    if (s->ema_decay > 0.0f) vil_model_ema_update(m, s->ema_decay);
+                                             .eps = s->eps, .wd = s->weight_decay,
+                                             .momentum = s->momentum, .nesterov = s->nesterov});
+    if (s->ema_decay > 0.0f)
+        vil_model_ema_update(m, (float)vil_ema_decay_at(s->ema_decay, s->ema_warmup, vil_model_optim_steps(m)));
 }
 
 void vil_train_step(VilModel *m, const VilStepParams *s) {

@@ -403,8 +403,7 @@ static int is_log_step(const Trainer *T, long step, int batch) {
  * the loader ran dry on any rank (reported, saved). */
 static RunNext step(Trainer *T) {
     const VilTrainConfig *t = T->tc;
-    T->lr = (float)vil_lr_at(T->step, T->total_steps, T->warmup_steps, T->peak_lr, t->warmup_lr,
-                             t->min_lr);
+    T->lr = (float)vil_sched_lr(t, T->step, T->total_steps, T->warmup_steps, T->spe, T->peak_lr);
     VilStepParams sp = vil_step_params(t, T->lr);
     sp.dist = T->dist;
     /* a step that logs reads each micro-batch's losses: the logged loss is the step's mean */

@@ -18,6 +18,25 @@ double vil_lr_at(long step, long total_steps, long warmup_steps, double peak, do
                  double min_lr);
 /* base_lr * global_batch / 512 (the linear scaling rule of the recipe). */
 double vil_peak_lr(double base_lr, long global_batch);
+/* The lr of step `step` (0-based) under t's sched: the warmup of vil_lr_at, then cosine
+ * (vil_lr_at); step: peak * decay_rate^(e // decay_epochs); multistep: peak * decay_rate^(the
+ * milestones <= e), e the step's whole epoch counted from 0 (timm's StepLRScheduler and
+ * MultiStepLRScheduler, per epoch, warmup_prefix off); const_cosine: peak until
+ * sched_const_epochs (at least the warmup), then cosine from peak to min_lr at total_steps. */
+double vil_sched_lr(const VilTrainConfig *t, long step, long total_steps, long warmup_steps,
+                    long steps_per_epoch, double peak);
+/* The index of sched name (cosine 0, step 1, multistep 2, const_cosine 3), or -1. */
+int vil_sched_find(const char *name);
+/* "30,60,90" into out (at most max; out may be NULL): the count, or -1 unless increasing
+ * integers >= 0 (an empty string is none). */
+int vil_milestones_parse(const char *s, long *out, int max);
+/* For the run's header: what follows the warmup ("cosine to 1e-05", ...), and the optimizer
+ * with its settings ("AdamW wd 0.05", ...); into buf (cut to n), returned. */
+const char *vil_sched_describe(const VilTrainConfig *t, char *buf, size_t n);
+const char *vil_optim_describe(const VilTrainConfig *t, char *buf, size_t n);
+/* The EMA decay of update number `update` (1-based): decay; with warmup, timm's ModelEmaV3
+ * (gamma 1, power 2/3): 0 at the first update, then min(decay, 1 - (1 + s)^(-2/3)), s = update - 1. */
+double vil_ema_decay_at(double decay, int warmup, long update);
 
 /* The model's initial-state intervention from t's init_state keys (t finalized), after
  * vil_model_init_training. */
@@ -29,6 +48,9 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     float clip_grad; /* > 0: clip the global gradient norm to this (vil_model_grad_norm reads it) */
     float ema_decay; /* > 0: update the model's EMA (vil_model_init_training with ema) */
+    int ema_warmup;  /* 1: the decay of each update is vil_ema_decay_at's warmup */
+    float momentum;  /* sgd */
+    int nesterov;    /* sgd */
     const VilDist *dist; /* the group whose gradients are summed (NULL or no MPI: none) */
     int overlap;         /* 1: summed in buckets during the last micro-batch's backward */
     size_t bucket_bytes; /* the buckets' size */

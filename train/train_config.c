@@ -11,6 +11,7 @@
 #include "vil/model.h"
 #include "vil/optim.h"
 #include "vil/limits.h"
+#include "train/train.h"
 
 #define TI(f, lo, hi, h) VIL_KEY_I(VilTrainConfig, f, lo, hi, h)
 #define TF(f, lo, hi, h) VIL_KEY_F(VilTrainConfig, f, lo, hi, h)
@@ -25,11 +26,25 @@ static const VilKey TKEYS[] = {
     TF(warmup_lr, 0, 100, "lr at step 0 of the linear warmup"),
     TF(warmup_epochs, 0, 1000000, "warmup length in epochs (fractions allowed)"),
     TF(min_lr, 0, 100, "end of the cosine decay"),
-    TF(weight_decay, 0, 100, "AdamW weight decay (not on 1-D tensors, pos_embed, cls_token)"),
-    TF(beta1, 0, 0.999999, "AdamW beta1"),
-    TF(beta2, 0, 0.999999, "AdamW beta2"),
-    TF(adam_eps, 1e-30, 1, "AdamW epsilon"),
-    TS(optimizer, "the optimizer: adamw (torch.optim.AdamW; vil/optim.c lists them)"),
+    TF(weight_decay, 0, 100, "weight decay, not on 1-D tensors, pos_embed, cls_token (adamw: decoupled; "
+                             "sgd: L2 on the gradient; lamb: added to the update)"),
+    TF(beta1, 0, 0.999999, "AdamW and Lamb beta1"),
+    TF(beta2, 0, 0.999999, "AdamW and Lamb beta2"),
+    TF(adam_eps, 1e-30, 1, "AdamW and Lamb epsilon (timm's Lamb defaults to 1e-6)"),
+    TS(optimizer, "the optimizer: adamw (torch.optim.AdamW), sgd (torch.optim.SGD, L2 weight decay), "
+                  "lamb (timm's Lamb) or lambc (Lamb, trust ratio clipped at 1)"),
+    TF(momentum, 0, 0.999999, "sgd: momentum"),
+    TI(nesterov, 0, 1, "sgd: 1 for Nesterov momentum"),
+    TS(sched, "lr schedule after the warmup: cosine (per step, to min_lr), step (x decay_rate every "
+              "decay_epochs epochs), multistep (x decay_rate at each of decay_milestones) or "
+              "const_cosine (the peak lr until sched_const_epochs, then cosine to min_lr)"),
+    TF(decay_epochs, 1e-6, 1000000, "sched = step: epochs between decays (timm's decay_epochs)"),
+    TF(decay_rate, 0, 1, "sched = step, multistep: the lr factor of each decay"),
+    TS(decay_milestones, "sched = multistep: the epochs at which the lr decays, comma-separated (e.g. 30,60,90)"),
+    TF(sched_const_epochs, 0, 1000000, "sched = const_cosine: epochs at the peak lr (warmup included; "
+                                       "fractions allowed) before the cosine"),
+    TI(model_ema_warmup, 0, 1, "1: EMA decay min(ema_decay, 1 - (1 + s)^(-2/3)) at update s + 1, as timm's "
+                               "ModelEmaV3 warmup"),
     TF(clip_grad, 0, BIG, "clip the global gradient norm to this (0: off)"),
     TF(ema_decay, 0, 0.99999999, "EMA of the weights, updated every step (0: off)"),
     TF(label_smoothing, 0, 0.999, "label smoothing of the targets"),
@@ -140,6 +155,14 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->beta2 = 0.999f;
     t->adam_eps = 1e-8f;
     strcpy(t->optimizer, "adamw");
+    t->momentum = 0.9f;
+    t->nesterov = 0;
+    strcpy(t->sched, "cosine");
+    t->decay_epochs = 90.0f;
+    t->decay_rate = 0.1f;
+    strcpy(t->decay_milestones, "90,180,270");
+    t->sched_const_epochs = 0.0f;
+    t->model_ema_warmup = 0;
     t->clip_grad = 0.0f;
     t->ema_decay = 0.99996f;
     t->label_smoothing = VIL_RECIPE_SMOOTHING;
@@ -184,6 +207,13 @@ int vil_train_config_finalize(const VilTrainConfig *t) {
     char optims[256];
     NEED(vil_optim_find(t->optimizer) != NULL, "optimizer must be one of: %s (got '%s')",
          vil_optim_names(optims, sizeof optims), t->optimizer);
+    NEED(t->nesterov == 0 || t->momentum > 0.0f, "nesterov = 1 needs momentum > 0 (torch.optim.SGD)");
+    NEED(vil_sched_find(t->sched) >= 0, "sched must be cosine, step, multistep or const_cosine (got '%s')",
+         t->sched);
+    NEED(vil_milestones_parse(t->decay_milestones, NULL, 0) >= 0,
+         "decay_milestones must be increasing epochs >= 0, comma-separated (got '%s')", t->decay_milestones);
+    NEED(t->sched_const_epochs <= t->epochs, "sched_const_epochs must be in [0, epochs = %d] (got %g)",
+         t->epochs, t->sched_const_epochs);
     NEED(t->batch >= 1, "batch must be >= 1");
     NEED(t->base_lr > 0.0f, "base_lr must be > 0 (got %g)", t->base_lr);
     NEED(t->warmup_lr >= 0.0f && t->min_lr >= 0.0f, "warmup_lr and min_lr must be >= 0");

@@ -17,6 +17,14 @@ typedef struct {
     float min_lr;            /* cosine floor */
     float weight_decay;      /* AdamW, only on tensors with VilParamInfo.decay */
     float beta1, beta2, adam_eps;
+    float momentum;          /* sgd: torch.optim.SGD's momentum */
+    int nesterov;            /* sgd: 1 for Nesterov momentum */
+    char sched[16];          /* lr schedule after the warmup: cosine, step, multistep, const_cosine */
+    float decay_epochs;      /* step: decay every this many epochs */
+    float decay_rate;        /* step, multistep: the factor of each decay */
+    char decay_milestones[64]; /* multistep: the epochs of the decays, comma-separated */
+    float sched_const_epochs; /* const_cosine: the peak lr until this epoch, then the cosine */
+    int model_ema_warmup;    /* 1: the EMA decay warms up as timm's ModelEmaV3 */
     float clip_grad;         /* global gradient-norm clip; 0: off */
     float ema_decay;         /* EMA of the weights per step; 0: off */
     float label_smoothing;

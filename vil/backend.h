@@ -193,6 +193,44 @@ typedef struct {
     float lr, beta1, beta2, eps, wd;
     int step;
 } VilAdamW;
+/* optimizer.c: one step of torch.optim.SGD (dampening 0) on n parameters, with L2 weight decay
+ * (coupled, as timm applies it) on the elements whose decay[i] is nonzero:
+ *   d = g + wd p;  buf = momentum buf + d;  p -= lr (nesterov ? d + momentum buf : buf)
+ * (buf starts at zero, so the first step's buf is d, as torch's clone) */
+typedef struct {
+    float *p;
+    void *work;                    /* the backend's working copy, or NULL */
+    const float *g;
+    float *buf;                    /* the momentum buffer */
+    const unsigned char *decay;    /* (n) backend memory, or NULL */
+    size_t n;
+    float lr, momentum, wd;
+    int nesterov;
+} VilSgd;
+/* a parameter tensor's elements in the contiguous buffers: [offset, offset + n) */
+typedef struct {
+    size_t offset, n;
+} VilSpan;
+/* optimizer.c: one step of timm's Lamb (bias correction and grad averaging on, weight decay
+ * added to the update, no global clipping: clip_grad does that) on the tensors of spans, each:
+ *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+ *   u = (m / bc1) / (sqrt(v) / sqrt(bc2) + eps) + wd p          (bc = 1 - beta^step)
+ *   r = ||p|| / ||u|| (1 when either is 0; min(r, 1) with trust_clip) where the tensor decays
+ *       (decay[offset] nonzero) and wd > 0, else 1
+ *   p -= lr r u
+ * The tensors' norms are summed in double. */
+typedef struct {
+    float *p;
+    void *work;                    /* the backend's working copy, or NULL */
+    const float *g;
+    float *m, *v;
+    const unsigned char *decay;    /* (n) backend memory, or NULL (all decay) */
+    const VilSpan *spans;          /* (n_spans) backend memory; NULL: one tensor [0, n) */
+    int n_spans;
+    size_t n;
+    float lr, beta1, beta2, eps, wd;
+    int step, trust_clip;
+} VilLamb;
 /* clip_grad_norm_: *norm (a backend float) = ||g||_2, then g scaled to max_norm when above */
 typedef struct {
     float *g;
@@ -275,6 +313,8 @@ typedef struct {
     X(softmax_xent_forward, VilXentFwd, "loss fwd")                     \
     X(softmax_xent_backward, VilXentBwd, "loss bwd")                    \
     X(adamw_update, VilAdamW, "adamw")                                  \
+    X(sgd_update, VilSgd, "sgd")                                        \
+    X(lamb_update, VilLamb, "lamb")                                     \
     X(grad_clip, VilGradClip, "grad clip")                              \
     X(ema_update, VilEma, "ema")                                        \
     X(state_init, VilStateInit, "init state")                           \

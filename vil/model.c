@@ -244,6 +244,7 @@ void vil_model_free(VilModel *m) {
     if (m->ema) m->be->free(m->be, m->ema);
     if (m->grad_norm) m->be->free(m->be, m->grad_norm);
     if (m->decay_mask) m->be->free(m->be, m->decay_mask);
+    if (m->spans) m->be->free(m->be, m->spans);
     float *ib[5] = {m->init.h0, m->init.hT, m->init.mean, m->init.var, m->init.mom};
     for (int i = 0; i < 5; i++)
         if (ib[i]) m->be->free(m->be, ib[i]);
@@ -811,6 +812,14 @@ void vil_model_init_training(VilModel *m, const VilOptim *opt, int ema) {
         be->to_device(be, m->decay_mask, h, m->buf_len);
         free(h);
     }
+    if (!m->spans) {
+        /* per-tensor optimizers (Lamb) find the tensors here */
+        VilSpan *h = vil_malloc((size_t)m->n_tensors * sizeof *h);
+        for (int i = 0; i < m->n_tensors; i++) h[i] = (VilSpan){m->info[i].offset, vil_param_extent(&m->info[i])};
+        m->spans = be->alloc(be, (size_t)m->n_tensors * sizeof *h);
+        be->to_device(be, m->spans, h, (size_t)m->n_tensors * sizeof *h);
+        free(h);
+    }
 }
 
 int vil_model_train_state_count(const VilModel *m) {
@@ -873,7 +882,8 @@ void vil_model_optim_step(VilModel *m, const VilOptimHyper *h) {
     vil_model_init_training(m, m->optim ? m->optim : &vil_optim_adamw, 0);
     m->step++;
     VilOptimBufs b = {.p = m->params, .work = be->work_bytes ? m->work : NULL, .g = m->grads,
-                      .decay = m->decay_mask, .n = m->buf_len, .step = m->step};
+                      .decay = m->decay_mask, .spans = m->spans, .n_spans = m->n_tensors,
+                      .n = m->buf_len, .step = m->step};
     for (int i = 0; i < m->optim->n_state; i++) b.state[i] = m->optim_state[i];
     m->optim->update(be, &b, h);
 }

@@ -130,6 +130,7 @@ typedef struct {
     int ema_active;      /* params and ema are swapped: the EMA weights are in use */
     float *grad_norm;    /* backend float: the norm of the last vil_model_clip_grad */
     unsigned char *decay_mask; /* (buf_len) 1 where weight decay applies, backend memory */
+    VilSpan *spans;      /* (n_tensors) each tensor's elements in the buffers, backend memory */
     int step;            /* optimizer steps taken */
     int input_grad;      /* set before vil_model_alloc_acts to get dL/dimage in acts.dimg */
     long loss_denom;     /* the samples the minimized loss is the mean over: 0 = the batch;

@@ -14,6 +14,8 @@
 /* one update's hyperparameters; an optimizer reads the ones it has */
 typedef struct {
     float lr, beta1, beta2, eps, wd;
+    float momentum; /* sgd */
+    int nesterov;   /* sgd */
 } VilOptimHyper;
 
 /* what one update works on: backend memory, n elements each (the whole parameter buffer) */
@@ -23,6 +25,8 @@ typedef struct {
     const float *g;                    /* gradients */
     float *state[VIL_OPTIM_MAX_STATE]; /* the optimizer's buffers, in VilOptim.state order */
     const unsigned char *decay;        /* 1 where weight decay applies */
+    const VilSpan *spans;              /* (n_spans) the parameter tensors (backend memory) */
+    int n_spans;
     size_t n;
     int step;                          /* 1 for the first update */
 } VilOptimBufs;
@@ -40,8 +44,13 @@ typedef struct {
 
 /* torch.optim.AdamW (vil/optimizer.c): moments "adam_m" and "adam_v" */
 extern const VilOptim vil_optim_adamw;
+/* torch.optim.SGD with momentum (Nesterov when VilOptimHyper.nesterov), L2 weight decay:
+ * "momentum_buffer" */
+extern const VilOptim vil_optim_sgd;
+/* timm's Lamb (lambc: its trust ratio clipped at 1): "lamb_exp_avg", "lamb_exp_avg_sq" */
+extern const VilOptim vil_optim_lamb, vil_optim_lambc;
 
-/* The optimizer named name ("adamw"), or NULL when there is none of that name. */
+/* The optimizer named name ("adamw", "sgd", "lamb", "lambc"), or NULL when there is none of that name. */
 const VilOptim *vil_optim_find(const char *name);
 /* The optimizers' names, comma-separated, into buf (cut to n); returns buf. */
 const char *vil_optim_names(char *buf, size_t n);

@@ -1,0 +1,246 @@
+/* avg.c: `vil avg CKPT... --out F`: the element-wise mean of checkpoints of one network (a run's
+ * step_N snapshots, or the checkpoints of several runs), as timm's avg_checkpoints.py: summed in
+ * double, written as float32, with the first file's metadata and the list of the sources
+ * ("vil.avg_sources"). A folder stands for its step_*.safetensors. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cJSON.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "formats/checkpoint.h"
+#include "formats/pth.h"
+#include "formats/safetensors.h"
+#include "vil/common.h"
+
+/* a safetensors file, or a PyTorch .pth (ema: its model_ema); 0, or -1 reported */
+static int read_weights(const char *path, int ema, VilSafetensors *st, int *is_pth) {
+    unsigned char head[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        vil_error("cannot open '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    size_t got = fread(head, 1, 4, f);
+    fclose(f);
+    *is_pth = got == 4 && vil_pth_sniff(head, 4) != 0;
+    VilPthInfo info;
+    if (*is_pth) return vil_pth_read(path, ema, st, &info);
+    if (ema) {
+        vil_error("'%s' is a safetensors file: vil keeps a run's EMA weights in a file of their own "
+                  "(RUN/ema.safetensors); list those files without --ema", path);
+        return -1;
+    }
+    return vil_st_read(path, st);
+}
+
+/* the step_*.safetensors of folder dir, in step order, appended to *list; their count, or -1 */
+static int add_snapshots(const char *dir, char ***list, int *n) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        vil_error("cannot read the folder '%s': %s", dir, strerror(errno));
+        return -1;
+    }
+    int first = *n;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long step;
+        char tail[32];
+        if (sscanf(e->d_name, "step_%ld%31s", &step, tail) != 2 || strcmp(tail, ".safetensors") != 0) continue;
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        char *p = vil_malloc(len);
+        snprintf(p, len, "%s/%s", dir, e->d_name);
+        *list = vil_realloc(*list, (size_t)(*n + 1) * sizeof(char *));
+        (*list)[(*n)++] = p;
+    }
+    closedir(d);
+    /* step_N: numeric order (step_900 before step_1000) */
+    for (int i = first + 1; i < *n; i++)
+        for (int j = i; j > first; j--) {
+            long a = strtol(strrchr((*list)[j - 1], '/') + 6, NULL, 10), b = strtol(strrchr((*list)[j], '/') + 6, NULL, 10);
+            if (a <= b) break;
+            char *t = (*list)[j - 1];
+            (*list)[j - 1] = (*list)[j], (*list)[j] = t;
+        }
+    return *n - first;
+}
+
+static void shape_str(char *buf, size_t n, const VilStTensor *t) {
+    size_t at = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < t->ndim && at < n; d++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+/* b's tensors are a's (names and shapes); else reported, naming the tensor */
+static int same_network(const VilSafetensors *a, const char *pa, const VilSafetensors *b, const char *pb) {
+    char sa[160], sb[160];
+    for (int i = 0; i < a->n_tensors; i++) {
+        const VilStTensor *x = &a->tensors[i], *y = vil_st_find(b, x->name);
+        if (!y) {
+            vil_error("'%s' has no tensor '%s', which '%s' has: not the same network", pb,
+                      vil_printable(sa, sizeof sa, x->name), pa);
+            return 0;
+        }
+        int same = x->ndim == y->ndim;
+        for (int d = 0; same && d < x->ndim; d++) same = x->shape[d] == y->shape[d];
+        if (!same) {
+            shape_str(sa, sizeof sa, x), shape_str(sb, sizeof sb, y);
+            char nm[160];
+            vil_error("tensor '%s' is %s in '%s' but %s in '%s': not the same network",
+                      vil_printable(nm, sizeof nm, x->name), sa, pa, sb, pb);
+            return 0;
+        }
+    }
+    if (b->n_tensors != a->n_tensors) {
+        for (int i = 0; i < b->n_tensors; i++)
+            if (!vil_st_find(a, b->tensors[i].name)) {
+                vil_error("'%s' has a tensor '%s' that '%s' has not: not the same network", pb,
+                          vil_printable(sa, sizeof sa, b->tensors[i].name), pa);
+                return 0;
+            }
+    }
+    return 1;
+}
+
+int vil_cmd_avg(int argc, char **argv) {
+    const char *out = NULL;
+    int ema = 0;
+    VilArg args[] = {
+        {"--out", VIL_ARG_STR, &out, "the averaged checkpoint (.safetensors) to write"},
+        {"--ema", VIL_ARG_FLAG, &ema, "average .pth training checkpoints' model_ema instead of their model"},
+    };
+    VilArgSpec spec = {"avg", "CKPT... --out F.safetensors [--ema]",
+                       "Writes the element-wise mean of the weights of checkpoints of one network\n"
+                       "(timm's avg_checkpoints.py): summed in double, written as float32, with the\n"
+                       "first file's metadata (config, classes, step) and the list of the sources.\n"
+                       "A run folder stands for its step_N.safetensors snapshots (save_every_steps).\n"
+                       "Checkpoints of another shape are refused, naming the tensor. A run's EMA\n"
+                       "weights are RUN/ema.safetensors; --ema takes a .pth's model_ema.",
+                       args, (int)(sizeof args / sizeof args[0]), 1, -1};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    if (!out) {
+        fprintf(stderr, "vil avg: --out is required\n");
+        vil_args_usage(&spec, 1);
+        free(pos);
+        return 2;
+    }
+    char **files = NULL;
+    int n = 0;
+    rc = 1;
+    for (int i = 0; i < npos; i++) {
+        struct stat sb;
+        if (stat(pos[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            int k = add_snapshots(pos[i], &files, &n);
+            if (k < 0) goto out;
+            if (k == 0) {
+                char shown[1024];
+                vil_error("the folder '%s' holds no step_N.safetensors snapshots (a run saves them "
+                          "with save_every_steps): name the checkpoints to average",
+                          vil_printable(shown, sizeof shown, pos[i]));
+                goto out;
+            }
+        } else {
+            files = vil_realloc(files, (size_t)(n + 1) * sizeof(char *));
+            files[n++] = strdup(pos[i]);
+        }
+    }
+    if (n < 2) {
+        fprintf(stderr, "vil avg: averaging needs at least two checkpoints (got %d)\n", n);
+        rc = 2;
+        goto out;
+    }
+    VilSafetensors first;
+    int first_pth;
+    if (read_weights(files[0], ema, &first, &first_pth) != 0) goto out;
+    size_t total = 0;
+    for (int i = 0; i < first.n_tensors; i++) total += (size_t)vil_st_numel(&first.tensors[i]);
+    double *sum = vil_calloc(total ? total : 1, sizeof(double));
+    float *tmp = NULL;
+    size_t tmp_n = 0;
+    int ok = 1;
+    for (int k = 0; k < n && ok; k++) {
+        VilSafetensors other, *st = &first;
+        int pth;
+        if (k > 0) {
+            if (read_weights(files[k], ema, &other, &pth) != 0) {
+                ok = 0;
+                break;
+            }
+            st = &other;
+            ok = same_network(&first, files[0], st, files[k]);
+        }
+        size_t at = 0;
+        for (int i = 0; ok && i < first.n_tensors; i++) {
+            const VilStTensor *t = k ? vil_st_find(st, first.tensors[i].name) : &first.tensors[i];
+            size_t ne = (size_t)vil_st_numel(t);
+            if (ne > tmp_n) tmp = vil_realloc(tmp, ne * sizeof(float)), tmp_n = ne;
+            if (vil_st_to_f32(t, tmp) != 0) {
+                char nm[160];
+                vil_error("'%s': tensor '%s' is not a floating-point tensor", files[k],
+                          vil_printable(nm, sizeof nm, t->name));
+                ok = 0;
+                break;
+            }
+            for (size_t j = 0; j < ne; j++) sum[at + j] += tmp[j];
+            at += ne;
+        }
+        if (k > 0) vil_st_free(&other);
+    }
+    if (ok) {
+        float *mean = vil_malloc((total ? total : 1) * sizeof(float));
+        for (size_t j = 0; j < total; j++) mean[j] = (float)(sum[j] / n);
+        VilStWriter *w = vil_st_writer_new();
+        size_t at = 0;
+        for (int i = 0; i < first.n_tensors; i++) {
+            const VilStTensor *t = &first.tensors[i];
+            vil_st_writer_add(w, t->name, VIL_ST_F32, t->ndim, t->shape, mean + at);
+            at += (size_t)vil_st_numel(t);
+        }
+        if (first_pth) vil_st_writer_meta(w, "format", "pt");
+        for (int i = 0; i < first.n_meta; i++)
+            if (strcmp(first.meta_keys[i], "vil.avg_sources") != 0)
+                vil_st_writer_meta(w, first.meta_keys[i], first.meta_vals[i]);
+        cJSON *src = cJSON_CreateArray();
+        for (int k = 0; k < n; k++) {
+            char shown[1024];
+            cJSON_AddItemToArray(src, cJSON_CreateString(vil_printable(shown, sizeof shown, files[k])));
+        }
+        char *s = cJSON_PrintUnformatted(src);
+        vil_st_writer_meta(w, "vil.avg_sources", s);
+        cJSON_free(s);
+        cJSON_Delete(src);
+        ok = vil_st_writer_save(w, out) == 0;
+        vil_st_writer_free(w);
+        free(mean);
+    }
+    if (ok) {
+        /* the result read back as a checkpoint: the network it is */
+        VilModel m;
+        VilCheckpointMeta meta;
+        ok = vil_checkpoint_load(out, &vil_backend_cpu, NULL, &m, &meta) == 0;
+        if (ok) {
+            char shown[1024];
+            printf("averaged %d checkpoints (%zu parameters, %s) into %s\n", n, m.param_count, m.cfg.name,
+                   vil_printable(shown, sizeof shown, out));
+            vil_model_free(&m);
+            vil_checkpoint_meta_free(&meta);
+        }
+    }
+    vil_st_free(&first);
+    free(sum), free(tmp);
+    if (ok) rc = 0;
+out:
+    for (int i = 0; i < n; i++) free(files[i]);
+    free(files), free(pos);
+    return rc;
+}
