@@ -64,7 +64,7 @@ void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
     fprintf(f, "  %-22s %s\n", "--help", "print this help");
     if (!spec->timm) return;
     /* timm's flags, wrapped */
-    fprintf(f, "\ntimm's flags, each setting a key (vil %s --list-keys says which):\n ", spec->cmd);
+    fprintf(f, "\ntimm's flags, each setting a config key (vil train --list-keys says which):\n ");
     int col = 1;
     for (int i = 0; i < vil_timm_flag_count; i++) {
         const VilTimmFlag *t = &vil_timm_flags[i];

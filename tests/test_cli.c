@@ -223,7 +223,13 @@ static void test_timm_flags(void) {
             if (!k) k = vil_keys_find(&vil_train_keys, f->key);
             T_CHECK(k != NULL, "%s: its key %s exists", flag, f->key);
             if (!k) continue;
-            const char *val = k->type == VIL_KEY_STR ? "adamw" : k->type == VIL_KEY_INT ? "32" : "0.375";
+            /* a text key: its default (the one choice that surely exists) */
+            VilConfig dc;
+            VilTrainConfig dt;
+            vil_config_default(&dc);
+            vil_train_config_default(&dt);
+            const char *text = (const char *)(vil_keys_find(&vil_model_keys, f->key) ? (void *)&dc : (void *)&dt) + k->offset;
+            const char *val = k->type == VIL_KEY_STR ? text : k->type == VIL_KEY_INT ? "32" : "0.375";
             if (f->conv == VIL_TIMM_LR) val = "0.002";
             if (f->conv == VIL_TIMM_AA) val = "rand-m7-n3-mstd1.5-inc1";
             if (strcmp(f->key, "log_every") == 0 || strcmp(f->key, "workers") == 0) val = "7";

@@ -342,6 +342,23 @@ static void test_timm_flags(void) {
     vil_error_release(&cap);
     T_CHECK(rc == VIL_EUSAGE, "--lr 50 at a global batch of 1: base_lr 25600 refused (rc %d)", rc);
 
+    /* a cfg file's key of timm's: answered as --set answers it, with the line */
+    static const char *const files[][3] = {{"timm_lr.cfg", "depth = 2\nlr = 0.1\n", "'base_lr'"},
+                                           {"timm_ls.cfg", "smoothing = 0.1\n", "'label_smoothing'"},
+                                           {"not_timm.cfg", "depth = 2\nfooo = 1\n", "unknown config key 'fooo'"}};
+    for (int i = 0; i < 3; i++) {
+        const char *p = write_cfg(files[i][0], files[i][1]);
+        char line[1100];
+        snprintf(line, sizeof line, "... in %s:%d", p, i == 1 ? 1 : 2);
+        vil_config_default(&c);
+        vil_train_config_default(&t);
+        vil_error_capture(&cap);
+        rc = vil_train_config_load(&c, &t, p);
+        vil_error_release(&cap);
+        T_CHECK(rc == VIL_EUSAGE && strstr(cap.msg, files[i][2]) && strstr(cap.msg, line),
+                "%s: refused naming %s and the line (rc %d): %s", files[i][0], files[i][2], rc, cap.msg);
+    }
+
     /* --aa: timm's rand- string, its defaults n2 m10 mstd0 where a part is missing */
     const VilTimmFlag *aa = vil_timm_find("--aa");
     static const struct {

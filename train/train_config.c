@@ -269,7 +269,25 @@ int vil_train_config_set_lr(VilTrainConfig *t, double lr, long global_batch) {
 
 int vil_train_config_load(VilConfig *c, VilTrainConfig *t, const char *path) {
     VilKeyTarget k[2];
+    VilErrCapture cap;
+    vil_error_capture(&cap);
     int rc = vil_keys_load(k, targets(k, c, t), path);
+    vil_error_release(&cap);
+    if (rc != 0) {
+        /* a key of timm's answered with vil's, as --set does: "unknown config key 'lr' ..." */
+        const char *q = strstr(cap.msg, "unknown config key '"), *at = strstr(cap.msg, "... in ");
+        char key[64] = "";
+        if (q) {
+            q += strlen("unknown config key '");
+            size_t n = strcspn(q, "'");
+            if (n < sizeof key) snprintf(key, sizeof key, "%.*s", (int)n, q);
+        }
+        if (*key && at && timm_unknown(key)) vil_error("%s", at);
+        else if (at && at - cap.msg >= 2 && at[-2] == ';') /* the two messages as they were */
+            vil_error("%.*s", (int)(at - 2 - cap.msg), cap.msg), vil_error("%s", at);
+        else vil_error("%s", cap.msg);
+        return rc;
+    }
     if (rc == 0) rc = vil_keys_text_ok(&vil_model_keys, c, path);
     if (rc == 0) rc = vil_keys_text_ok(&vil_train_keys, t, path);
     return rc;
