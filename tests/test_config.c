@@ -233,7 +233,7 @@ static int set_captured(VilConfig *c, VilTrainConfig *t, const VilTimmFlag *f, c
  * parts and defaults; the hints refuse with their note. */
 static void test_timm_flags(void) {
     T_CHECK(vil_timm_flag_count > 20, "the table holds timm's flags (%d)", vil_timm_flag_count);
-    /* timm's train.py meanings, written out here: the flags issue 34 names and their vil keys */
+    /* timm's train.py meanings, written out here: the flags a timm user types first and their vil keys */
     static const char *const meant[][2] = {
         {"--epochs", "epochs"}, {"-b", "batch"}, {"--batch-size", "batch"}, {"--lr", "base_lr"},
         {"--smoothing", "label_smoothing"}, {"--drop-path", "drop_path"}, {"--model-ema-decay", "ema_decay"},

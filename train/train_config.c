@@ -1,6 +1,7 @@
 /* train_config.c: the training configuration of doc/recipe.md: its key table (vil/cfgfile.h
- * does the parsing, printing and JSON), the defaults and the checks. A cfg file may hold model
- * and training keys; `vil train` and `vil bench` read both. */
+ * does the parsing, printing and JSON), the defaults and the checks, timm's flags as its keys
+ * and the key listing. A cfg file may hold model and training keys; `vil train` and `vil bench`
+ * read both. */
 #include "train/train_config.h"
 
 #include <math.h>

@@ -1,5 +1,6 @@
 /* train_config.h: the training configuration (doc/recipe.md; read by `vil train` and `vil
- * bench`), its keys and the cfg files that hold model and training keys together. */
+ * bench`), its keys, timm's flags for them and the cfg files that hold model and training keys
+ * together. */
 #ifndef VIL_TRAIN_CONFIG_H
 #define VIL_TRAIN_CONFIG_H
 
