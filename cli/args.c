@@ -15,9 +15,34 @@
 
 #include "data/dataset.h"
 #include "data/image.h"
+#include "train/train_config.h"
 #include "vil/backend.h"
 #include "vil/common.h"
 #include "vil/limits.h"
+
+/* Each flag's default as text, taken when parsing begins: the usage after a bad flag shows these,
+ * not the values typed before it. */
+#define DEFAULTS_MAX 64
+static struct {
+    const VilArg *args;
+    char text[DEFAULTS_MAX][64];
+} g_defaults;
+
+/* a number outside the flag's range is a "not given" mark, not a default */
+static void default_text(const VilArg *a, char *def, size_t n) {
+    def[0] = 0;
+    double v = a->type == VIL_ARG_INT ? *(int *)a->dst : a->type == VIL_ARG_FLOAT ? *(float *)a->dst : 0;
+    if ((a->type == VIL_ARG_INT || a->type == VIL_ARG_FLOAT) && a->lo < a->hi && (v < a->lo || v > a->hi)) return;
+    if (a->type == VIL_ARG_INT) snprintf(def, n, " (default %d)", *(int *)a->dst);
+    if (a->type == VIL_ARG_FLOAT) snprintf(def, n, " (default %g)", *(float *)a->dst);
+    if (a->type == VIL_ARG_STR && *(const char **)a->dst) snprintf(def, n, " (default %s)", *(const char **)a->dst);
+}
+
+static void take_defaults(const VilArgSpec *spec) {
+    g_defaults.args = spec->args;
+    for (int i = 0; i < spec->nargs && i < DEFAULTS_MAX; i++)
+        default_text(&spec->args[i], g_defaults.text[i], sizeof g_defaults.text[i]);
+}
 
 void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
     FILE *f = to_stderr ? stderr : stdout;
@@ -31,14 +56,26 @@ void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
                            : a->type == VIL_ARG_STR   ? " S"
                            : a->type == VIL_ARG_LIST  ? " K=V"
                                                       : "";
-        char def[64] = "";
-        if (a->type == VIL_ARG_INT) snprintf(def, sizeof def, " (default %d)", *(int *)a->dst);
-        if (a->type == VIL_ARG_FLOAT) snprintf(def, sizeof def, " (default %g)", *(float *)a->dst);
-        if (a->type == VIL_ARG_STR && *(const char **)a->dst)
-            snprintf(def, sizeof def, " (default %s)", *(const char **)a->dst);
+        char def[64];
+        if (g_defaults.args == spec->args && i < DEFAULTS_MAX) snprintf(def, sizeof def, "%s", g_defaults.text[i]);
+        else default_text(a, def, sizeof def);
         fprintf(f, "  %s%-*s %s%s\n", a->name, (int)(22 - strlen(a->name)), meta, a->help, def);
     }
     fprintf(f, "  %-22s %s\n", "--help", "print this help");
+    if (!spec->timm) return;
+    /* timm's flags, wrapped */
+    fprintf(f, "\ntimm's flags, each setting a config key (vil train --list-keys says which):\n ");
+    int col = 1;
+    for (int i = 0; i < vil_timm_flag_count; i++) {
+        const VilTimmFlag *t = &vil_timm_flags[i];
+        if (t->conv == VIL_TIMM_HINT) continue;
+        char item[64];
+        int n = snprintf(item, sizeof item, " %s%s%s", t->alt ? t->alt : "", t->alt ? "/" : "", t->flag);
+        if (col + n > 96) fprintf(f, "\n "), col = 1;
+        fputs(item, f);
+        col += n;
+    }
+    fprintf(f, "\n");
 }
 
 static const VilArg *find_arg(const VilArgSpec *spec, const char *name) {
@@ -47,19 +84,64 @@ static const VilArg *find_arg(const VilArgSpec *spec, const char *name) {
     return NULL;
 }
 
+/* An unknown flag: a key of the config spelled as a flag, or the nearest flag of the command (and
+ * of timm's where it takes them). */
 static void suggest(const VilArgSpec *spec, const char *name) {
+    if (spec->timm && strncmp(name, "--", 2) == 0) {
+        char key[128];
+        snprintf(key, sizeof key, "%s", name + 2);
+        for (char *p = key; *p; p++)
+            if (*p == '-') *p = '_';
+        if (vil_keys_find(&vil_model_keys, key) || vil_keys_find(&vil_train_keys, key)) {
+            fprintf(stderr, "vil %s: did you mean --set %s=VALUE?\n", spec->cmd, key);
+            return;
+        }
+    }
     int best = 1 << 30;
     const char *bname = NULL;
     for (int i = 0; i < spec->nargs; i++) {
         int d = vil_edit_distance(name, spec->args[i].name);
         if (d < best) best = d, bname = spec->args[i].name;
     }
+    for (int i = 0; spec->timm && i < vil_timm_flag_count; i++) {
+        if (vil_timm_flags[i].conv == VIL_TIMM_HINT) continue;
+        int d = vil_edit_distance(name, vil_timm_flags[i].flag);
+        if (d < best) best = d, bname = vil_timm_flags[i].flag;
+    }
     if (bname && best <= 3) fprintf(stderr, "vil %s: did you mean %s?\n", spec->cmd, bname);
+}
+
+/* A flag the command lacks that is timm's: its row, the command's own flag when the row's key is
+ * one (-b in vil bench: --batch), or a usage message (a hint row, a repeat). Returns 1 with *own or
+ * *row set, 0 when it is not timm's, -1 after the message. */
+static int timm_flag(const VilArgSpec *spec, const char *name, char *given, const VilArg **own,
+                     const VilTimmFlag **row) {
+    const VilTimmFlag *t = spec->timm ? vil_timm_find(name) : NULL;
+    if (!t || !(strcmp(name, t->flag) == 0 || (t->alt && strcmp(name, t->alt) == 0))) return 0;
+    if (t->conv == VIL_TIMM_HINT) {
+        fprintf(stderr, "vil %s: no option %s: %s\n", spec->cmd, name, t->note);
+        return -1;
+    }
+    char flag[128];
+    snprintf(flag, sizeof flag, "--%s", t->key);
+    for (char *p = flag + 2; *p; p++)
+        if (*p == '_') *p = '-';
+    if ((*own = find_arg(spec, flag)) != NULL) return 1;
+    int i = (int)(t - vil_timm_flags);
+    if (given[i]) {
+        fprintf(stderr, "vil %s: %s given twice: give it once\n", spec->cmd, t->flag);
+        return -1;
+    }
+    given[i] = 1;
+    *row = t;
+    return 1;
 }
 
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos) {
     char **p = vil_calloc((size_t)argc + 1, sizeof(char *));
     char *given = vil_calloc((size_t)spec->nargs + 1, 1);
+    char *timm_given = vil_calloc((size_t)vil_timm_flag_count, 1);
+    take_defaults(spec);
     int n = 0, flags_done = 0;
     for (int i = 1; i < argc; i++) {
         char *s = argv[i];
@@ -74,6 +156,7 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             vil_args_usage(spec, 0);
             free(given);
+            free(timm_given);
             free(p);
             return VIL_ARGS_HELP;
         }
@@ -87,10 +170,32 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
         name[nl] = 0;
         if (eq) val = eq + 1;
         const VilArg *a = find_arg(spec, name);
+        const VilTimmFlag *row = NULL;
         if (!a) {
-            fprintf(stderr, "vil %s: unknown option '%s'\n", spec->cmd, name);
-            suggest(spec, name);
-            goto usage;
+            int t = timm_flag(spec, name, timm_given, &a, &row);
+            if (t < 0) goto usage;
+            if (t == 0) {
+                fprintf(stderr, "vil %s: unknown option '%s'\n", spec->cmd, name);
+                suggest(spec, name);
+                goto usage;
+            }
+        }
+        if (row) {
+            if (!val) {
+                if (i + 1 >= argc) {
+                    fprintf(stderr, "vil %s: option %s needs a value\n", spec->cmd, name);
+                    goto usage;
+                }
+                val = argv[++i];
+            }
+            VilArgList *l = spec->timm;
+            if (l->n == VIL_ARG_LIST_MAX) {
+                fprintf(stderr, "vil %s: too many --set and timm options\n", spec->cmd);
+                goto usage;
+            }
+            l->timm[l->n] = row;
+            l->v[l->n++] = val;
+            continue;
         }
         if (a->type == VIL_ARG_FLAG) {
             if (val) {
@@ -156,6 +261,7 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
                 fprintf(stderr, "vil %s: too many %s options\n", spec->cmd, name);
                 goto usage;
             }
+            l->timm[l->n] = NULL;
             l->v[l->n++] = val;
         } else {
             *(const char **)a->dst = val;
@@ -170,12 +276,14 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
         goto usage;
     }
     free(given);
+    free(timm_given);
     *pos = p;
     *npos = n;
     return VIL_ARGS_OK;
 usage:
     vil_args_usage(spec, 1);
     free(given);
+    free(timm_given);
     free(p);
     return VIL_ARGS_USAGE;
 }

@@ -10,10 +10,14 @@
 
 typedef enum { VIL_ARG_INT, VIL_ARG_FLOAT, VIL_ARG_STR, VIL_ARG_FLAG, VIL_ARG_LIST } VilArgType;
 
-/* VIL_ARG_LIST: a flag that may repeat (--set key=value --set ...) */
+/* VIL_ARG_LIST: a flag that may repeat (--set key=value --set ...). The list a spec names as
+ * its `timm` list holds --set's key=value items and timm's flags' values in command-line order,
+ * each of those with its row in `timm` (NULL for a key=value). */
 #define VIL_ARG_LIST_MAX 64
+struct VilTimmFlag;
 typedef struct {
     const char *v[VIL_ARG_LIST_MAX];
+    const struct VilTimmFlag *timm[VIL_ARG_LIST_MAX];
     int n;
 } VilArgList;
 
@@ -33,6 +37,9 @@ typedef struct {
     const VilArg *args;
     int nargs;
     int min_positional, max_positional; /* max -1: unlimited */
+    /* the command's --set list, which timm's flags (train/train_config.h) go into, or NULL: none
+     * taken. A timm flag whose key is one of the command's own flags (--batch) is that flag. */
+    VilArgList *timm;
 } VilArgSpec;
 
 enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
@@ -87,6 +94,8 @@ int vil_cli_set_max_pixels(const char *cmd, int n);
 #define VIL_MAX_PIXELS_HELP "refuse images of more pixels (width x height; read on the header, before decoding)"
 
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
+/* The usage; each flag's default is its value when vil_args_parse began (the values typed since
+ * are not defaults). */
 void vil_args_usage(const VilArgSpec *spec, int to_stderr);
 /* For a command without positional arguments: parses the flags and returns -1 to go on, or the
  * command's exit code (0 after --help, 2 after a usage error). */

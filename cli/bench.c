@@ -452,7 +452,7 @@ int vil_cmd_bench(int argc, char **argv) {
                        "all-reduce, with one after the backward and overlapped, the exposed\n"
                        "communication and the scaling efficiency. --data adds vil train's own\n"
                        "loop on a dataset (alone, and on all ranks).",
-                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
+                       args, (int)(sizeof args / sizeof args[0]), 0, 0, &sets};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
     int batches[MAX_LIST], sizes[MAX_LIST];
@@ -482,7 +482,12 @@ int vil_cmd_bench(int argc, char **argv) {
     vil_config_default(&cfg);
     vil_train_config_default(&tc);
     int r = vil_train_config_load(&cfg, &tc, model);
-    for (int i = 0; r == 0 && i < sets.n; i++) r = vil_train_config_set_kv(&cfg, &tc, sets.v[i]);
+    double lr = 0.0; /* timm's --lr: the step's lr, at this batch over the ranks */
+    for (int i = 0; r == 0 && i < sets.n; i++)
+        r = sets.timm[i] ? vil_train_config_set_timm(&cfg, &tc, sets.timm[i], sets.v[i], &lr)
+                         : vil_train_config_set_kv(&cfg, &tc, sets.v[i]);
+    int world = vil_dist_launched() > 0 ? vil_dist_launched() : 1;
+    if (r == 0 && lr > 0.0) r = vil_train_config_set_lr(&tc, lr, (long)batch * world);
     if (r == 0) r = vil_config_finalize(&cfg);
     if (r == 0) r = vil_train_config_finalize(&tc);
     if (r != 0) return vil_exit_code(r);

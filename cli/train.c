@@ -52,7 +52,8 @@ static char *command_line(int argc, char **argv) {
 int vil_cmd_train(int argc, char **argv) {
     const char *config = NULL, *data = NULL, *device = "auto", *out = NULL, *resume = NULL,
                *names = NULL, *val_labels = NULL, *init = NULL;
-    int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0, threads = 0;
+    int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0, threads = 0, list_keys = 0,
+        dry_run = 0, force = 0;
     int max_pixels = -1; /* not given */
     const char *decode = NULL;
     VilArgList sets = {0};
@@ -70,22 +71,34 @@ int vil_cmd_train(int argc, char **argv) {
         {"--val-labels", VIL_ARG_STR, &val_labels, "labels file (\"filename label\" lines) of a flat DIR/val folder"},
         {"--stop-after", VIL_ARG_INT, &stop_after, "save and stop after this global step (the schedule is unchanged)"},
         {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=..."},
-        {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration first"},
+        {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration (a loadable cfg) and exit"},
+        {"--dry-run", VIL_ARG_FLAG, &dry_run, "check everything, print the configuration and the run's header, "
+                                              "write nothing, exit"},
+        {"--list-keys", VIL_ARG_FLAG, &list_keys, "list every config key: range, default, help; and timm's flags"},
+        {"--force", VIL_ARG_FLAG, &force, "resume with another global batch (world x batch x accum_steps): "
+                                          "the lr and steps per epoch change"},
         {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
-        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP "; = --set max_pixels=N, kept by --resume"},
+        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP "; = --set max_pixels=N (default: the "
+                                                   "config's, kept by --resume)", 1, VIL_IMAGE_MAX_PIXELS},
     };
-    VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [--device cpu|cuda|auto] [--out DIR] [--resume CKPT]",
+    VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [timm's flags: --lr X, -b N, ...] "
+                                "[--device cpu|cuda|auto] [--out DIR] [--resume CKPT|DIR|auto] [--dry-run]",
                        "Trains a ViL / ViM classifier with the recipe of doc/recipe.md: AdamW, linear\n"
                        "warmup then cosine lr per step, drop path, EMA, Mixup/CutMix, label\n"
                        "smoothing, repeated augmentation; evaluates model and EMA on the val split\n"
                        "after epochs. Writes OUT/last.safetensors, OUT/last.state.safetensors (for\n"
                        "--resume), OUT/ema.safetensors and OUT/best.safetensors at every epoch end;\n"
-                       "SIGINT / SIGTERM finish the step, save and exit 1.",
-                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
+                       "SIGINT / SIGTERM finish the step, save and exit 1. --list-keys lists the\n"
+                       "config keys and timm's flags.",
+                       args, (int)(sizeof args / sizeof args[0]), 0, 0, &sets};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
-    if ((!config && !resume) || !data) {
+    if (list_keys) {
+        vil_train_config_list_keys(stdout);
+        return 0;
+    }
+    if ((!config && !resume) || (!data && !print_config)) {
         fprintf(stderr, "vil train: --data and --config (or --resume) are required\n");
         vil_args_usage(&spec, 1);
         return 2;
@@ -112,9 +125,19 @@ int vil_cmd_train(int argc, char **argv) {
     /* --resume auto: the run in the output folder when there is one (vil_train_resume_auto) */
     int resume_auto = resume && strcmp(resume, "auto") == 0;
     if (resume_auto && !config) {
-        fprintf(stderr, "vil train: --resume auto starts a fresh run when the output folder holds "
-                        "none, so it needs --config\n");
-        return 2;
+        /* nothing to start a fresh run from: the run in --out, resumed as --resume OUT */
+        if (!out || !vil_train_resume_auto(out)) {
+            char shown[80];
+            if (out)
+                fprintf(stderr, "vil train: --resume auto: '%s' holds no run to continue, and a fresh "
+                                "run there needs --config CFG\n", vil_printable(shown, sizeof shown, out));
+            else
+                fprintf(stderr, "vil train: --resume auto continues the run in --out DIR, or starts one "
+                                "there from --config CFG: give --out (and --config)\n");
+            return 2;
+        }
+        resume = out;
+        resume_auto = 0;
     }
     if (resume_auto) resume = NULL;
     VilTrainRun run = {0};
@@ -123,22 +146,29 @@ int vil_cmd_train(int argc, char **argv) {
     if (resume && !config && vil_train_state_read_config(resume, &run.model, &run.train) != 0) return 1;
     /* a config's or an override's wrong value exits 2, an unreadable file 1 (vil_exit_code) */
     int r = config ? vil_train_config_load(&run.model, &run.train, config) : 0;
-    for (int i = 0; r == 0 && i < sets.n; i++) r = vil_train_config_set_kv(&run.model, &run.train, sets.v[i]);
+    double lr = 0.0; /* timm's --lr: base_lr once the global batch is known */
+    for (int i = 0; r == 0 && i < sets.n; i++)
+        r = sets.timm[i] ? vil_train_config_set_timm(&run.model, &run.train, sets.timm[i], sets.v[i], &lr)
+                         : vil_train_config_set_kv(&run.model, &run.train, sets.v[i]);
     if (r == 0 && decode) r = vil_train_config_set(&run.model, &run.train, "decode", decode);
     if (r == 0 && max_pixels != -1) {
         char v[24];
         snprintf(v, sizeof v, "%d", max_pixels);
         r = vil_train_config_set(&run.model, &run.train, "max_pixels", v);
     }
+    int world = vil_dist_launched() > 0 ? vil_dist_launched() : 1;
+    if (r == 0 && lr > 0.0)
+        r = vil_train_config_set_lr(&run.train, lr, (long)run.train.batch * run.train.accum_steps * world);
     if (r == 0) r = vil_config_finalize(&run.model);
     if (r == 0) r = vil_train_config_finalize(&run.train);
     if (r != 0) return vil_exit_code(r);
-    /* the loader's `workers` threads run beside the step the whole run */
-    if (vil_cli_set_threads("train", threads) < 0) return 2;
     if (print_config) {
         vil_config_print(&run.model, stdout);
         vil_train_config_print(&run.train, stdout);
+        return 0;
     }
+    /* the loader's `workers` threads run beside the step the whole run */
+    if (vil_cli_set_threads("train", threads) < 0) return 2;
     char *out_dir = vil_train_out_dir(out, resume, run.model.name);
     if (resume_auto) resume = vil_train_resume_auto(out_dir);
     /* the process group (mpirun / srun), and this process's GPU: local_rank */
@@ -166,6 +196,15 @@ int vil_cmd_train(int argc, char **argv) {
     run.stop_after = stop_after;
     run.interrupt = &g_interrupt;
     run.quiet = quiet;
+    run.dry_run = dry_run;
+    run.force = force;
+    if (dry_run && dist.rank == 0) {
+        printf("# the effective configuration\n");
+        vil_config_print(&run.model, stdout);
+        vil_train_config_print(&run.train, stdout);
+        printf("\n");
+        fflush(stdout);
+    }
     /* the first signal asks for a clean stop; a second one kills as usual */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -178,7 +217,9 @@ int vil_cmd_train(int argc, char **argv) {
     VilTrainResult res;
     VilTrainStatus st = vil_train(&run, &res);
     code = st == VIL_TRAIN_DONE || st == VIL_TRAIN_STOPPED ? 0 : 1;
-    vil_train_report(&run, st, &res);
+    if (!dry_run) vil_train_report(&run, st, &res);
+    else if (code == 0 && dist.rank == 0)
+        printf("dry run: nothing written; the run would write to %s\n", out_dir);
 out:
     free(cmdline);
     free(out_dir);

@@ -18,6 +18,9 @@
 #include "vil/common.h"
 #include "formats/safetensors.h"
 #include "vil/version.h"
+#include "vil/cfgfile.h"
+#include "train/train_config.h"
+#include <sys/stat.h>
 
 static char *dir;
 
@@ -183,6 +186,180 @@ static void test_build_options(void) {
     free(o);
 }
 
+/* The value of "key = value" in --print-config's output, or NULL */
+static const char *cfg_value(const char *out, const char *key, char *v, size_t n) {
+    char at[96];
+    snprintf(at, sizeof at, "\n%s ", key);
+    char *text = malloc(strlen(out) + 2);
+    sprintf(text, "\n%s", out);
+    const char *p = strstr(text, at);
+    if (p) p = strchr(p + 1, '=');
+    if (p) snprintf(v, n, "%.*s", (int)strcspn(p + 2, "\n"), p + 2);
+    free(text);
+    return p ? v : NULL;
+}
+
+/* timm's flags on vil train, every row of the table: each spelling sets the key it names (read
+ * back from --print-config), timm's name of it given to --set is that key or answered with it,
+ * the hints refuse with their note; the unknown flags near them; --lr converted at the global
+ * batch; -b and --lr on vil bench */
+static void test_timm_flags(void) {
+    static char out[1 << 16];
+    char cmd[4096], v[128];
+    const char *base = "bin/vil train --config %s/tiny.cfg --print-config %s %s 2>&1";
+    for (int i = 0; i < vil_timm_flag_count; i++) {
+        const VilTimmFlag *f = &vil_timm_flags[i];
+        for (int spelling = 0; spelling < 2; spelling++) {
+            const char *flag = spelling ? f->alt : f->flag;
+            if (!flag) continue;
+            if (f->conv == VIL_TIMM_HINT) {
+                snprintf(cmd, sizeof cmd, base, dir, flag, "x");
+                int rc = t_run(cmd, out, sizeof out);
+                T_CHECK(rc == 2 && strstr(out, f->note), "%s: exit 2 with its hint (rc %d): %.300s", flag, rc, out);
+                continue;
+            }
+            /* a value the key takes, other than tiny.cfg's and the default */
+            const VilKey *k = vil_keys_find(&vil_model_keys, f->key);
+            if (!k) k = vil_keys_find(&vil_train_keys, f->key);
+            T_CHECK(k != NULL, "%s: its key %s exists", flag, f->key);
+            if (!k) continue;
+            /* a text key: its default (the one choice that surely exists) */
+            VilConfig dc;
+            VilTrainConfig dt;
+            vil_config_default(&dc);
+            vil_train_config_default(&dt);
+            const char *text = (const char *)(vil_keys_find(&vil_model_keys, f->key) ? (void *)&dc : (void *)&dt) + k->offset;
+            const char *val = k->type == VIL_KEY_STR ? text : k->type == VIL_KEY_INT ? "32" : "0.375";
+            if (f->conv == VIL_TIMM_LR) val = "0.002";
+            if (f->conv == VIL_TIMM_AA) val = "rand-m7-n3-mstd1.5-inc1";
+            if (strcmp(f->key, "log_every") == 0 || strcmp(f->key, "workers") == 0) val = "7";
+            if (strcmp(f->key, "warmup_epochs") == 0) val = "2.5";
+            snprintf(cmd, sizeof cmd, base, dir, flag, val);
+            int rc = t_run(cmd, out, sizeof out);
+            char want[64];
+            snprintf(want, sizeof want, "%s", val);
+            /* lr: timm's absolute lr at tiny.cfg's global batch of 128 x 1 x 1 */
+            if (f->conv == VIL_TIMM_LR) snprintf(want, sizeof want, "%.9g", (double)(float)(0.002 * 512 / 128));
+            if (f->conv == VIL_TIMM_AA) snprintf(want, sizeof want, "3");
+            const char *got = cfg_value(out, f->key, v, sizeof v);
+            int same = got && (k->type == VIL_KEY_STR ? strcmp(got, want) == 0 : (float)atof(got) == (float)atof(want));
+            T_CHECK(rc == 0 && same, "%s %s: %s = %s (want %s; rc %d)%s%.300s", flag, val, f->key,
+                    got ? got : "(none)", want, rc, rc ? ": " : "", rc ? out : "");
+            if (f->conv == VIL_TIMM_AA)
+                T_CHECK(cfg_value(out, "randaug_m", v, sizeof v) && atof(v) == 7 &&
+                            cfg_value(out, "randaug_mstd", v, sizeof v) && atof(v) == 1.5,
+                        "--aa rand-m7-n3-mstd1.5-inc1: randaug_m 7, randaug_mstd 1.5");
+        }
+        if (f->conv == VIL_TIMM_HINT) continue;
+        /* timm's name on --set: the key itself, or refused with the vil key named */
+        char name[64], set[128];
+        snprintf(name, sizeof name, "%s", f->flag + 2);
+        for (char *p = name; *p; p++)
+            if (*p == '-') *p = '_';
+        snprintf(set, sizeof set, "--set %s=1", name);
+        snprintf(cmd, sizeof cmd, base, dir, set, "");
+        int rc = t_run(cmd, out, sizeof out);
+        const char *key = f->conv == VIL_TIMM_LR ? "base_lr" : f->key;
+        if (strcmp(name, f->key) == 0)
+            T_CHECK(rc == 0 || !strstr(out, "unknown config key"), "--set %s=1: a vil key (rc %d): %.300s", name, rc, out);
+        else
+            T_CHECK(rc == 2 && strstr(out, "unknown config key") && strstr(out, key),
+                    "--set %s=1: exit 2 answering %s (rc %d): %.300s", name, key, rc, out);
+    }
+    const Case cases[] = {
+        /* the issue's own: --set lr answers base_lr, not arch */
+        {"train --config %s/tiny.cfg --print-config --set lr=0.1", 2, "vil's key is 'base_lr'"},
+        {"train --config %s/tiny.cfg --print-config --set drop_path_rate=0.1", 2, "'drop_path'"},
+        {"train --config %s/tiny.cfg --print-config --set grad_accum_steps=2", 2, "'accum_steps'"},
+        /* an unknown flag: a key spelled as a flag, or the nearest of the command's and timm's */
+        {"train --config %s/tiny.cfg --print-config --label-smoothing 0.1", 2, "did you mean --set label_smoothing=VALUE?"},
+        {"train --config %s/tiny.cfg --print-config --base-lr 0.1", 2, "did you mean --set base_lr=VALUE?"},
+        {"train --config %s/tiny.cfg --print-config --smothing 0.1", 2, "did you mean --smoothing?"},
+        {"train --config %s/tiny.cfg --print-config --epoch 3", 2, "did you mean --epochs?"},
+        /* given twice, in either spelling */
+        {"train --config %s/tiny.cfg --print-config -b 4 --batch-size 8", 2, "--batch-size given twice"},
+        {"train --config %s/tiny.cfg --print-config --lr 0.1 --lr=0.2", 2, "--lr given twice"},
+        {"train --config %s/tiny.cfg --print-config --lr", 2, "--lr needs a value"},
+        {"train --config %s/tiny.cfg --print-config --lr 0", 2, "--lr wants a number"},
+        {"train --config %s/tiny.cfg --print-config --smoothing 1.5", 2, "--smoothing '1.5': config key 'label_smoothing'"},
+        {"train --config %s/tiny.cfg --print-config --aa original", 2, "--aa 'original': vil has RandAugment only"},
+        /* timm's flags are for train and bench; another command does not take them */
+        {"info --model %s/m.safetensors --epochs 3", 2, "unknown option '--epochs'"},
+        /* -b is bench's own --batch, and --lr its step's lr */
+        {"bench --model %s/tiny.cfg -b 2 --lr 0.004 --steps 1 --warmup 0 --no-profile --threads 1", 0,
+         "AdamW (lr 0.004,"},
+        {"bench --model %s/tiny.cfg -b 2 --batch 3", 2, "given twice"},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+    /* the order of the command line: a later --set wins over an earlier flag, and back */
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s/tiny.cfg --print-config --smoothing 0.2 "
+             "--set label_smoothing=0.3 -j 3 2>&1", dir);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && cfg_value(out, "label_smoothing", v, sizeof v) && atof(v) == 0.3 &&
+                cfg_value(out, "workers", v, sizeof v) && atof(v) == 3,
+            "--smoothing 0.2 --set label_smoothing=0.3 -j 3: 0.3 and 3 workers (rc %d)", rc);
+    /* bench: -b 2 is the batch its header says */
+    snprintf(cmd, sizeof cmd, "bin/vil bench --model %s/tiny.cfg -b 2 --steps 1 --warmup 0 --no-profile --threads 1 2>&1", dir);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, ", batch 2,"), "vil bench -b 2: batch 2 (rc %d): %.300s", rc, out);
+}
+
+/* vil train --list-keys: every key of both tables with its default and help; --print-config
+ * stops after the config, without --data; the usage after a bad flag shows the defaults, not
+ * the values typed before it */
+static void test_train_info(void) {
+    static char out[1 << 17];
+    int rc = t_run("bin/vil train --list-keys 2>&1", out, sizeof out);
+    T_CHECK(rc == 0, "vil train --list-keys exits 0 (rc %d)", rc);
+    VilConfig c;
+    VilTrainConfig t;
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    const VilKeyTable *tables[2] = {&vil_model_keys, &vil_train_keys};
+    const void *defaults[2] = {&c, &t};
+    int missing = 0;
+    for (int j = 0; j < 2; j++)
+        for (int i = 0; i < tables[j]->n; i++) {
+            const VilKey *k = &tables[j]->keys[i];
+            const char *p = (const char *)defaults[j] + k->offset;
+            char line[160], help[40];
+            if (k->type == VIL_KEY_INT) snprintf(line, sizeof line, "\n  %s = %d  (integer", k->name, *(const int *)p);
+            else if (k->type == VIL_KEY_FLOAT) snprintf(line, sizeof line, "\n  %s = %g  (number", k->name, *(const float *)p);
+            else snprintf(line, sizeof line, "\n  %s = %s  (text", k->name, p);
+            snprintf(help, sizeof help, "%s", k->help); /* its first words, before any wrap */
+            char *sp = strrchr(help, ' ');
+            if (sp && strlen(k->help) >= sizeof help - 1) *sp = 0;
+            const char *at = strstr(out, line);
+            if (!at || !strstr(at, help)) {
+                printf("     --list-keys lacks '%s' or its help '%s'\n", line + 1, help);
+                missing++;
+            }
+        }
+    T_CHECK(missing == 0, "--list-keys lists every key with its default and help (%d missing)", missing);
+    T_CHECK(strstr(out, "-b, --batch-size") && strstr(out, "--lr "), "--list-keys lists timm's flags");
+
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s/tiny.cfg --print-config --set epochs=7 --out %s/pc 2>&1", dir, dir);
+    rc = t_run(cmd, out, sizeof out);
+    char v[64], pc[1100];
+    snprintf(pc, sizeof pc, "%s/pc", dir);
+    struct stat sb;
+    T_CHECK(rc == 0 && cfg_value(out, "epochs", v, sizeof v) && atoi(v) == 7 && !strstr(out, "train:") &&
+                stat(pc, &sb) != 0,
+            "--print-config without --data: the config, then exit 0, no run, no folder (rc %d): %.300s", rc, out);
+
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s/tiny.cfg --data %s --stop-after 7 --device cpu "
+             "--threads 3 --bogus 2>&1", dir, dir);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && strstr(out, "(default auto)") && !strstr(out, "(default cpu)") &&
+                !strstr(out, "(default 7)") && !strstr(out, "(default 3)") && strstr(out, "--stop-after N") &&
+                !strstr(out, "(default -1)"),
+            "the usage after --bogus shows the defaults (auto, 0), not the values typed nor a not-given "
+            "mark (rc %d): %.2000s", rc, out);
+    rc = t_run("bin/vil train --help 2>&1", out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "timm's flags") && strstr(out, "-b/--batch-size"), "vil train --help names timm's flags");
+}
+
 int main(void) {
     test_version();
     dir = corpus_mkdtemp("cli");
@@ -262,6 +439,8 @@ int main(void) {
         {"classify --model %s/tiny.cfg x.png", 1, NULL},
     };
     run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+    test_timm_flags();
+    test_train_info();
     test_bench_table();
     test_bench_profile();
 

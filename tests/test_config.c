@@ -14,6 +14,8 @@
 #include "train/train_config.h"
 #include "vil/config.h"
 #include "vil/limits.h"
+#include "data/recipe.h"
+#include "vil/cfgfile.h"
 
 static char *dir;
 
@@ -206,6 +208,182 @@ static void test_text_values(void) {
     T_CHECK(vil_config_finalize(&c) == 0, "an empty name already in a config still finalizes");
 }
 
+/* the key of either table, and the struct it lives in */
+static const VilKey *any_key(const char *name, VilConfig *c, VilTrainConfig *t, void **base) {
+    const VilKey *k = vil_keys_find(&vil_model_keys, name);
+    *base = c;
+    if (!k) k = vil_keys_find(&vil_train_keys, name), *base = t;
+    return k;
+}
+
+/* One config call with its message captured: the return code, the message in msg. */
+static int set_captured(VilConfig *c, VilTrainConfig *t, const VilTimmFlag *f, const char *key,
+                        const char *value, double *lr, char *msg, size_t n) {
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = f ? vil_train_config_set_timm(c, t, f, value, lr) : vil_train_config_set(c, t, key, value);
+    vil_error_release(&cap);
+    snprintf(msg, n, "%s", cap.msg);
+    return rc;
+}
+
+/* timm's flags (train/train_config.c's table), every row: a row of a key sets that key to the
+ * value given; timm's name of it (--drop-path: drop_path) given to --set is either that key itself
+ * or refused naming it; the lr conversion against lr * 512 / global batch; --aa against timm's
+ * parts and defaults; the hints refuse with their note. */
+static void test_timm_flags(void) {
+    T_CHECK(vil_timm_flag_count > 20, "the table holds timm's flags (%d)", vil_timm_flag_count);
+    /* timm's train.py meanings, written out here: the flags a timm user types first and their vil keys */
+    static const char *const meant[][2] = {
+        {"--epochs", "epochs"}, {"-b", "batch"}, {"--batch-size", "batch"}, {"--lr", "base_lr"},
+        {"--smoothing", "label_smoothing"}, {"--drop-path", "drop_path"}, {"--model-ema-decay", "ema_decay"},
+        {"--grad-accum-steps", "accum_steps"}, {"--weight-decay", "weight_decay"},
+        {"--warmup-epochs", "warmup_epochs"}, {"--seed", "seed"}, {"--min-lr", "min_lr"},
+        {"--warmup-lr", "warmup_lr"}, {"--clip-grad", "clip_grad"}, {"--mixup", "mixup"},
+        {"--cutmix", "cutmix"}, {"--aa", "randaug_n"}, {"--reprob", "reprob"}, {"-j", "workers"},
+        {"lr", "base_lr"}, {"smoothing", "label_smoothing"}, {"drop_path_rate", "drop_path"},
+        {"model_ema_decay", "ema_decay"}, {"grad_accum_steps", "accum_steps"}, {"batch_size", "batch"},
+    };
+    for (size_t i = 0; i < sizeof meant / sizeof meant[0]; i++) {
+        const VilTimmFlag *f = vil_timm_find(meant[i][0]);
+        T_CHECK(f && f->key && strcmp(f->key, meant[i][1]) == 0, "timm's %s is vil's %s (table: %s)",
+                meant[i][0], meant[i][1], f && f->key ? f->key : "none");
+    }
+    T_CHECK(vil_timm_find("--lr")->conv == VIL_TIMM_LR && vil_timm_find("--aa")->conv == VIL_TIMM_AA &&
+                vil_timm_find("--model")->conv == VIL_TIMM_HINT,
+            "--lr converts, --aa parses, --model hints");
+    for (int i = 0; i < vil_timm_flag_count; i++) {
+        const VilTimmFlag *f = &vil_timm_flags[i];
+        VilConfig c;
+        VilTrainConfig t;
+        vil_config_default(&c);
+        vil_train_config_default(&t);
+        char name[64], msg[1024], value[64];
+        snprintf(name, sizeof name, "%s", f->flag + 2);
+        for (char *p = name; *p; p++)
+            if (*p == '-') *p = '_';
+        T_CHECK(strncmp(f->flag, "--", 2) == 0 && vil_timm_find(f->flag) == f && vil_timm_find(name) == f &&
+                    (!f->alt || vil_timm_find(f->alt) == f),
+                "%s: found by its flag, its spelling %s and timm's name %s", f->flag, f->alt ? f->alt : "-", name);
+        double lr = 0.0;
+        void *base;
+        if (f->conv == VIL_TIMM_HINT) {
+            int rc = set_captured(&c, &t, NULL, name, "1", &lr, msg, sizeof msg);
+            T_CHECK(!f->key && f->note && rc == VIL_EUSAGE && strstr(msg, f->note),
+                    "--set %s=1: refused with the hint '%s' (rc %d): %s", name, f->note ? f->note : "", rc, msg);
+            continue;
+        }
+        const VilKey *k = any_key(f->key, &c, &t, &base);
+        T_CHECK(k != NULL, "%s: its key '%s' is a config key", f->flag, f->key);
+        if (!k) continue;
+        /* timm's name: the key itself, or refused with the key named */
+        const VilKey *same = any_key(name, &c, &t, &base);
+        if (same) {
+            T_CHECK(same == k, "%s: timm's name %s is a vil key, so it must be the row's %s", f->flag, name, f->key);
+        } else {
+            char want[80];
+            snprintf(want, sizeof want, f->conv == VIL_TIMM_AA ? "%s" : "'%s'", f->conv == VIL_TIMM_LR ? "base_lr" : f->key);
+            int rc = set_captured(&c, &t, NULL, name, "1", &lr, msg, sizeof msg);
+            T_CHECK(rc == VIL_EUSAGE && strstr(msg, want) && (f->conv != VIL_TIMM_AA || strstr(msg, "randaug_m")),
+                    "--set %s=1: refused naming %s (rc %d): %s", name, want, rc, msg);
+        }
+        if (f->conv != VIL_TIMM_KEY) continue;
+        /* a value in the key's range other than its default: half the default, or 1 past it */
+        any_key(f->key, &c, &t, &base);
+        const char *field = (const char *)base + k->offset;
+        if (k->type == VIL_KEY_INT) {
+            int v = *(const int *)field + 1;
+            if (strcmp(k->name, "img_size") == 0) v = 32; /* a multiple of the patches */
+            snprintf(value, sizeof value, "%d", v);
+        } else if (k->type == VIL_KEY_FLOAT) {
+            float d = *(const float *)field;
+            snprintf(value, sizeof value, "%.9g", d > 0.0f ? d * 0.5 : 0.25);
+        } else {
+            snprintf(value, sizeof value, "%s", field); /* the one optimizer there may be */
+        }
+        int rc = set_captured(&c, &t, f, NULL, value, &lr, msg, sizeof msg);
+        any_key(f->key, &c, &t, &base);
+        field = (const char *)base + k->offset;
+        int ok = k->type == VIL_KEY_INT     ? *(const int *)field == atoi(value)
+                 : k->type == VIL_KEY_FLOAT ? *(const float *)field == (float)atof(value)
+                                            : strcmp(field, value) == 0;
+        T_CHECK(rc == 0 && ok && lr == 0.0, "%s %s sets %s (rc %d): %s", f->flag, value, f->key, rc, msg);
+        T_CHECK(vil_config_finalize(&c) == 0 && vil_train_config_finalize(&t) == 0,
+                "%s %s: the config still finalizes", f->flag, value);
+        /* a value out of the key's range: refused naming the flag */
+        rc = set_captured(&c, &t, f, NULL, "-7", &lr, msg, sizeof msg);
+        if (k->lo > -7 && k->type != VIL_KEY_STR)
+            T_CHECK(rc == VIL_EUSAGE && strstr(msg, f->flag) && strstr(msg, f->key),
+                    "%s -7: refused with the flag and the key named (rc %d): %s", f->flag, rc, msg);
+    }
+
+    /* --lr: timm's absolute peak lr, base_lr = lr * 512 / global batch */
+    const VilTimmFlag *lrf = vil_timm_find("--lr");
+    VilConfig c;
+    VilTrainConfig t;
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    double lr = 0.0;
+    char msg[1024];
+    int rc = set_captured(&c, &t, lrf, NULL, "0.002", &lr, msg, sizeof msg);
+    T_CHECK(rc == 0 && lr == 0.002 && t.base_lr == 5e-4f, "--lr 0.002 is kept, base_lr untouched until "
+            "the batch is known (rc %d, lr %g, base_lr %g)", rc, lr, t.base_lr);
+    rc = vil_train_config_set_lr(&t, lr, 3 * 16 * 2);
+    T_CHECK(rc == 0 && t.base_lr == (float)(0.002 * 512.0 / 96.0),
+            "lr 0.002 at a global batch of 96: base_lr %.9g (want %.9g)", t.base_lr, 0.002 * 512.0 / 96.0);
+    const char *bad_lr[] = {"0", "-1", "x", "1e9", "nan"};
+    for (int i = 0; i < 5; i++) {
+        rc = set_captured(&c, &t, lrf, NULL, bad_lr[i], &lr, msg, sizeof msg);
+        T_CHECK(rc == VIL_EUSAGE && strstr(msg, "--lr"), "--lr %s refused (rc %d): %s", bad_lr[i], rc, msg);
+    }
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    rc = vil_train_config_set_lr(&t, 50.0, 1);
+    vil_error_release(&cap);
+    T_CHECK(rc == VIL_EUSAGE, "--lr 50 at a global batch of 1: base_lr 25600 refused (rc %d)", rc);
+
+    /* a cfg file's key of timm's: answered as --set answers it, with the line */
+    static const char *const files[][3] = {{"timm_lr.cfg", "depth = 2\nlr = 0.1\n", "'base_lr'"},
+                                           {"timm_ls.cfg", "smoothing = 0.1\n", "'label_smoothing'"},
+                                           {"not_timm.cfg", "depth = 2\nfooo = 1\n", "unknown config key 'fooo'"}};
+    for (int i = 0; i < 3; i++) {
+        const char *p = write_cfg(files[i][0], files[i][1]);
+        char line[1100];
+        snprintf(line, sizeof line, "... in %s:%d", p, i == 1 ? 1 : 2);
+        vil_config_default(&c);
+        vil_train_config_default(&t);
+        vil_error_capture(&cap);
+        rc = vil_train_config_load(&c, &t, p);
+        vil_error_release(&cap);
+        T_CHECK(rc == VIL_EUSAGE && strstr(cap.msg, files[i][2]) && strstr(cap.msg, line),
+                "%s: refused naming %s and the line (rc %d): %s", files[i][0], files[i][2], rc, cap.msg);
+    }
+
+    /* --aa: timm's rand- string, its defaults n2 m10 mstd0 where a part is missing */
+    const VilTimmFlag *aa = vil_timm_find("--aa");
+    static const struct {
+        const char *s;
+        int n;
+        float m, mstd;
+    } good[] = {{"rand-m9-mstd0.5-inc1", 2, 9, 0.5f}, {"rand-n3-m7", 3, 7, 0}, {"rand", 2, 10, 0},
+                {"rand-m9-mstd0.5", 2, 9, 0.5f}, {"rand-inc1-m6.5-n1", 1, 6.5f, 0}, {"none", 0, -1, -1}, {"", 0, -1, -1}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        vil_train_config_default(&t);
+        rc = set_captured(&c, &t, aa, NULL, good[i].s, &lr, msg, sizeof msg);
+        T_CHECK(rc == 0 && t.randaug_n == good[i].n && (good[i].m < 0 || t.randaug_m == good[i].m) &&
+                    (good[i].mstd < 0 || t.randaug_mstd == good[i].mstd),
+                "--aa '%s': n%d m%g mstd%g (rc %d): %s", good[i].s, t.randaug_n, t.randaug_m, t.randaug_mstd, rc, msg);
+    }
+    const char *bad_aa[] = {"original", "v0", "augmix-m5", "randm9", "rand-m", "rand-x3", "rand-n99",
+                            "rand-m9-p0.5", "rand-mmax10", "rand-m9-", "rand-m1e99"};
+    for (size_t i = 0; i < sizeof bad_aa / sizeof bad_aa[0]; i++) {
+        vil_train_config_default(&t);
+        rc = set_captured(&c, &t, aa, NULL, bad_aa[i], &lr, msg, sizeof msg);
+        T_CHECK(rc == VIL_EUSAGE && strstr(msg, "--aa") && t.randaug_n == VIL_RECIPE_RANDAUG_N,
+                "--aa '%s' refused, naming --aa, nothing set (rc %d): %s", bad_aa[i], rc, msg);
+    }
+}
+
 int main(void) {
     dir = corpus_mkdtemp("config");
     test_file_errors();
@@ -214,6 +392,7 @@ int main(void) {
     test_printable();
     test_parse_numbers();
     test_text_values();
+    test_timm_flags();
     corpus_rmtree(dir);
     return t_finish();
 }

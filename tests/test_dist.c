@@ -246,10 +246,33 @@ static void test_sigterm_one_rank(void) {
     T_CHECK(t_run(cmd, NULL, 0) == 0, "SIGTERM sent to one rank");
     snprintf(cmd, sizeof cmd, "while kill -0 %ld 2>/dev/null; do sleep 0.1; done; cat %s", atol(pid), log);
     t_run(cmd, out, sizeof out);
-    T_CHECK(strstr(out, "interrupted") && strstr(out, "saved") && strstr(out, "on another rank"),
-            "the group stopped and saved after SIGTERM to one rank:\n%s", out);
+    T_CHECK(strstr(out, "interrupted") && strstr(out, "saved") && strstr(out, "on another rank") &&
+                strstr(out, "continue with mpirun -np 2 vil train --resume "),
+            "the group stopped and saved after SIGTERM to one rank; the command to continue names "
+            "mpirun -np 2:\n%s", out);
     snprintf(cmd, sizeof cmd, "%s/term/last.state.safetensors", dir);
     T_CHECK(access(cmd, R_OK) == 0, "the training state was written");
+}
+
+/* A 2-rank run's hint names mpirun -np 2; resumed on one process it is refused (half the global
+ * batch) with that command and the one that keeps the batch on one process, which then resumes. */
+static void test_resume_hint(void) {
+    static char out[65536];
+    int rc = train("hint", 2, 16, 1, 20, "--stop-after 3", out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "stopped at step 3 (--stop-after); continue with: mpirun -np 2 vil train --resume "),
+            "a 2-rank run stopped: its hint names mpirun -np 2 (rc %d):\n%s", rc, out);
+    char cmd[4096], want[4096];
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume %s/hint --stop-after 5 2>&1", dir, dir);
+    rc = t_run(cmd, out, sizeof out);
+    snprintf(want, sizeof want, "Keep the batch: mpirun -np 2 vil train --resume %s/hint --data %s; or on 1 rank, "
+             "--set accum_steps=2 (or --set batch=32); or give --force", dir, dir);
+    T_CHECK(rc == 1 && strstr(out, "global batch of 32 (batch 16 x 2 ranks x 1 accum_steps), this start has 16") &&
+                strstr(out, want),
+            "resumed on one process: refused with the commands that keep the batch (rc %d):\n%s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume %s/hint --set accum_steps=2 --stop-after 5 2>&1", dir, dir);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && !strstr(out, "warning") && strstr(out, "continue with: vil train --resume "),
+            "--set accum_steps=2 on one process: resumed without a warning (rc %d):\n%s", rc, out);
 }
 
 int main(void) {
@@ -279,6 +302,7 @@ int main(void) {
     test_equal_runs();
     test_init_state();
     test_sigterm_one_rank();
+    test_resume_hint();
     test_bench();
     test_bench_bound();
     /* a command that is not a process group refuses to run N copies */

@@ -1149,10 +1149,11 @@ static void test_resume_auto(void) {
     int rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0 && !strstr(out, "resume:") && strstr(out, "saved at step 2:") &&
                 strstr(out, "stopped at step 3"), "--resume auto with no run: a fresh one (rc %d):\n%s", rc, out);
-    snprintf(cmd, sizeof cmd, "%s 2>&1", base);
+    /* the run in --out continued without --config: the state holds its configuration */
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --out %s --resume auto --device cpu 2>&1", dir, o);
     rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0 && strstr(out, "resume: ") && strstr(out, "at step 3") && strstr(out, "done: 12 steps"),
-            "--resume auto with a run: continued to the end (rc %d):\n%s", rc, out);
+            "--resume auto --out RUN without --config: continued to the end (rc %d):\n%s", rc, out);
     snprintf(cmd, sizeof cmd, "ls %s | grep '^step_' | tr '\\n' ' '", o);
     t_run(cmd, out, sizeof out);
     T_CHECK(strcmp(out, "step_00000010.safetensors step_00000012.safetensors ") == 0,
@@ -1163,11 +1164,125 @@ static void test_resume_auto(void) {
     const char *names[1] = {"layers.1.mixer.out_proj.weight"};
     T_CHECK(same_tensors(a, b, names, 1), "step_00000012.safetensors is the last model");
     snprintf(a, sizeof a, "%s/run.jsonl", o);
-    T_CHECK(count_in(a, "\"command\":\"vil train --config ") == 2 && count_in(a, "--resume auto") == 2,
+    T_CHECK(count_in(a, "\"command\":\"vil train --config ") == 1 && count_in(a, "\"command\":\"vil train --data ") == 1 &&
+                count_in(a, "--resume auto") == 2,
             "run.jsonl holds the command lines");
     snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume auto 2>&1", dir);
     rc = t_run(cmd, out, sizeof out);
-    T_CHECK(rc == 2 && strstr(out, "needs --config"), "--resume auto without --config: exit 2 (%d): %s", rc, out);
+    T_CHECK(rc == 2 && strstr(out, "give --out (and --config)"),
+            "--resume auto without --out or --config: exit 2 (%d): %s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --out %s --resume auto 2>&1", dir, path("noRunHere"));
+    rc = t_run(cmd, out, sizeof out);
+    struct stat sb;
+    T_CHECK(rc == 2 && strstr(out, "holds no run to continue, and a fresh run there needs --config") &&
+                stat(path("noRunHere"), &sb) != 0,
+            "--resume auto --out EMPTY without --config: exit 2, nothing made (%d): %s", rc, out);
+}
+
+/* The labels of the IDX split `prefix` in folder d rewritten to i % k: k classes */
+static void relabel(const char *d, const char *prefix, int n, int k) {
+    unsigned char *lab = malloc((size_t)n);
+    for (int i = 0; i < n; i++) lab[i] = (unsigned char)(i % k);
+    char p[4200];
+    unsigned dims[1] = {(unsigned)n};
+    snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte", d, prefix);
+    corpus_write_idx(p, 1, dims, lab, (size_t)n, 0);
+    free(lab);
+}
+
+/* What a resume refuses and what it names instead: another global batch (with the commands that
+ * keep it, each of which then resumes, and --force), other classes (with the --init command, which
+ * then trains); --dry-run sets up, prints and writes nothing, on a fresh run and on a resume. */
+static void test_resume_traps(void) {
+    static char out[1 << 16];
+    char cmd[9000], st[4200];
+    const char *o = path("runTraps");
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu --quiet "
+             "--set eval_every_epochs=0 --set batch=16 --stop-after 2 2>&1", path("tiny.cfg"), dir, o);
+    int rc = t_run(cmd, out, sizeof out);
+    snprintf(st, sizeof st, "%s/last.state.safetensors", o);
+    T_CHECK(rc == 0 && meta_num(st, "vil.step") == 2 && strstr(out, "continue with: vil train --resume"),
+            "a 2-step run of batch 16 to resume; its hint has no launcher (rc %d):\n%s", rc, out);
+    /* batch 8: half the global batch, refused before any step with what keeps it */
+    const char *more[] = {"--set batch=8", "--set accum_steps=3"};
+    const char *keeps[] = {"--set accum_steps=2 (or --set batch=16)", "on 1 rank, --set accum_steps=1;"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume %s --device cpu --quiet %s --stop-after 3 2>&1",
+                 dir, o, more[i]);
+        rc = t_run(cmd, out, sizeof out);
+        char want[160];
+        snprintf(want, sizeof want, "the run trained with a global batch of 16 (batch 16 x 1 rank x 1 accum_steps)");
+        T_CHECK(rc == 1 && strstr(out, want) && strstr(out, keeps[i]) && strstr(out, "--force") &&
+                    meta_num(st, "vil.step") == 2,
+                "resumed with %s: refused, naming %s and --force, the state untouched (rc %d):\n%s", more[i],
+                keeps[i], rc, out);
+    }
+    /* the command it gives keeps the batch, so it resumes without a warning */
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume %s --device cpu --quiet --set batch=8 "
+             "--set accum_steps=2 --stop-after 3 2>&1", dir, o);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && meta_num(st, "vil.step") == 3 && !strstr(out, "warning"),
+            "batch 8 x accum_steps 2 = 16: resumed to step 3 without a warning (rc %d):\n%s", rc, out);
+    /* --force goes on with the new batch, and says the settings changed */
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume %s --device cpu --quiet --set accum_steps=1 "
+             "--force --stop-after 4 2>&1", dir, o);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && meta_num(st, "vil.step") == 4 && meta_num(st, "vil.global_batch") == 8 &&
+                strstr(out, "changed training settings"),
+            "--force: resumed at a global batch of 8 with a warning (rc %d):\n%s", rc, out);
+
+    /* other classes: the message names --init, and its command trains */
+    char d3[4200], cp[9000];
+    snprintf(d3, sizeof d3, "%s/three", dir);
+    mkdir(d3, 0755);
+    snprintf(cp, sizeof cp, "cp %s/train-images-idx3-ubyte %s/t10k-images-idx3-ubyte %s/", dir, dir, d3);
+    T_CHECK(t_run(cp, NULL, 0) == 0, "a copy of the data");
+    relabel(d3, "train", 192, 3);
+    relabel(d3, "t10k", 64, 3);
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume %s --device cpu --quiet 2>&1", d3, o);
+    rc = t_run(cmd, out, sizeof out);
+    char want[9000];
+    snprintf(want, sizeof want, "vil train --config %s/config.cfg --init %s/last.safetensors --set num_classes=3 "
+             "--data %s --out NEW_DIR", o, o, d3);
+    T_CHECK(rc == 1 && strstr(out, "has 3 classes, the model num_classes = 4") && strstr(out, want) &&
+                !strstr(out, "--config that"),
+            "resumed on 3 classes: refused with the --init command (rc %d):\n%s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil train --data %s --resume %s --device cpu --quiet --set num_classes=3 2>&1", d3, o);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "num_classes") && strstr(out, "--init") && !strstr(out, "drop --config"),
+            "resumed with --set num_classes=3: refused naming --init (rc %d):\n%s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s/config.cfg --init %s/last.safetensors --set num_classes=3 "
+             "--data %s --out %s --device cpu --stop-after 1 2>&1", o, o, d3, path("runTraps3"));
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "the head starts fresh") && strstr(out, "3 classes"),
+            "the --init command it names trains on 3 classes (rc %d):\n%s", rc, out);
+
+    /* --dry-run: the configuration and the header, nothing written */
+    const char *dry = path("runDry");
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu --dry-run --lr 0.004 "
+             "-b 8 2>&1", path("tiny.cfg"), dir, dry);
+    rc = t_run(cmd, out, sizeof out);
+    struct stat sb;
+    T_CHECK(rc == 0 && strstr(out, "base_lr           = 0.256") && strstr(out, "batch: 8 x 1 rank x 1 accum_steps = 8; lr = 0.256 * 8 / 512 = 0.004;") &&
+                strstr(out, "dry run: nothing written") && stat(dry, &sb) != 0,
+            "--dry-run --lr 0.004 -b 8: the config and header (base_lr 0.256), no folder (rc %d):\n%s", rc, out);
+    struct stat before, after;
+    stat(st, &before);
+    snprintf(cmd, sizeof cmd, "ls %s | wc -l", o);
+    char n1[64], n2[64];
+    t_run(cmd, n1, sizeof n1);
+    snprintf(cp, sizeof cp, "bin/vil train --data %s --resume %s --device cpu --dry-run 2>&1", dir, o);
+    rc = t_run(cp, out, sizeof out);
+    t_run(cmd, n2, sizeof n2);
+    stat(st, &after);
+    T_CHECK(rc == 0 && strstr(out, "resume: ") && strstr(out, "at step 4") && strcmp(n1, n2) == 0 &&
+                before.st_mtime == after.st_mtime && before.st_size == after.st_size,
+            "--dry-run --resume: the header and where it resumes, the run's files untouched (rc %d):\n%s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu --dry-run 2>&1",
+             path("tiny.cfg"), dir, o);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "holds a training run already"),
+            "--dry-run of a fresh run into a used folder: refused as the run would be (rc %d):\n%s", rc, out);
 }
 
 /* Rewrites a state file with one metadata key set to val (added when missing). */
@@ -1408,6 +1523,7 @@ int main(void) {
     test_resume_optims();
     test_run_files();
     test_resume_auto();
+    test_resume_traps();
     test_diverge_and_errors();
     test_resume_repairs();
     test_failed_saves();

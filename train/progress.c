@@ -231,6 +231,11 @@ void vil_train_report(const VilTrainRun *run, VilTrainStatus status, const VilTr
     if (run->dist && run->dist->rank != 0) return; /* rank 0 speaks for the group */
     char *last = vil_path_join(run->out_dir, "last.safetensors");
     int sig = run->interrupt ? *run->interrupt : 0;
+    /* the launcher and process count go into the command: on fewer ranks the global batch differs */
+    char how[64] = "";
+    const VilDist *d = run->dist;
+    if (d && d->mpi && d->world > 1)
+        snprintf(how, sizeof how, strcmp(d->launcher, "srun") == 0 ? "srun -n %d " : "mpirun -np %d ", d->world);
     switch (status) {
     case VIL_TRAIN_DONE:
         printf("done: %ld steps (%.3g epochs) in %.0f s", res->step, res->epochs_done, res->seconds);
@@ -244,14 +249,14 @@ void vil_train_report(const VilTrainRun *run, VilTrainStatus status, const VilTr
         printf("\n");
         break;
     case VIL_TRAIN_STOPPED:
-        printf("stopped at step %ld (--stop-after); continue with: vil train --resume %s --data %s\n",
-               res->step, last, run->data);
+        printf("stopped at step %ld (--stop-after); continue with: %svil train --resume %s --data %s\n",
+               res->step, how, last, run->data);
         break;
     case VIL_TRAIN_INTERRUPTED:
         vil_error("interrupted (%s) at step %ld; the run is saved: continue with "
-                  "vil train --resume %s --data %s",
+                  "%svil train --resume %s --data %s",
                   sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "on another rank",
-                  res->step, last, run->data);
+                  res->step, how, last, run->data);
         break;
     case VIL_TRAIN_DIVERGED:
         vil_error("training diverged at step %ld (see above)", res->step);

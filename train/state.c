@@ -22,6 +22,7 @@
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "vil/common.h"
+#include "vil/limits.h"
 
 #define STATE_FORMAT "vil-train-state"
 #define STATE_VERSION "1"
@@ -248,6 +249,38 @@ static int restore_init_state(Trainer *T, const VilSafetensors *st, const char *
     return rc;
 }
 
+/* A resume at another global batch than the state's: refused with the commands that keep it: the
+ * run's launcher and process count, or this one's ranks with accum_steps or batch made up. */
+static void refuse_other_batch(Trainer *T, const VilSafetensors *st, long saved_global, long saved_world,
+                               long saved_accum, int saved_batch) {
+    const VilTrainRun *run = T->run;
+    int b = T->tc->batch, a = T->accum, W = T->world;
+    long accum = saved_global % ((long)b * W) == 0 ? saved_global / ((long)b * W) : 0;
+    long batch = saved_global % ((long)a * W) == 0 ? saved_global / ((long)a * W) : 0;
+    int by_accum = accum >= 1 && accum <= 4096, by_batch = batch >= 1 && batch <= VIL_MAX_BATCH;
+    char launch[1100] = "", here[160] = "";
+    if (saved_world != W && b == saved_batch && a == saved_accum) {
+        const char *l = vil_st_meta(st, "vil.launcher");
+        char how[64] = "";
+        if (saved_world > 1 && l && strcmp(l, "srun") == 0) snprintf(how, sizeof how, "srun -n %ld ", saved_world);
+        else if (saved_world > 1) snprintf(how, sizeof how, "mpirun -np %ld ", saved_world);
+        snprintf(launch, sizeof launch, "%svil train --resume %s --data %s", how, run->resume, run->data);
+    }
+    if (by_accum && by_batch)
+        snprintf(here, sizeof here, "on %d rank%s, --set accum_steps=%ld (or --set batch=%ld)", W,
+                 W == 1 ? "" : "s", accum, batch);
+    else if (by_accum || by_batch)
+        snprintf(here, sizeof here, "on %d rank%s, --set %s=%ld", W, W == 1 ? "" : "s",
+                 by_accum ? "accum_steps" : "batch", by_accum ? accum : batch);
+    vil_error("cannot resume: the run trained with a global batch of %ld (batch %d x %ld rank%s x %ld "
+              "accum_steps), this start has %ld (%d x %d rank%s x %d): the lr and the steps per epoch "
+              "would change. Keep the batch: %s%s%s; or give --force to go on with %ld",
+              saved_global, saved_batch, saved_world, saved_world == 1 ? "" : "s", saved_accum,
+              T->global_batch, b, W, W == 1 ? "" : "s", a, launch, *launch && *here ? "; or " : "",
+              *launch || *here ? here : "set batch and accum_steps so that batch x ranks x accum_steps "
+              "is the run's", T->global_batch);
+}
+
 int state_restore(Trainer *T, const char *path) {
     VilSafetensors st;
     if (state_open(path, &st) != 0) return -1;
@@ -265,8 +298,10 @@ int state_restore(Trainer *T, const char *path) {
     char *sj = vil_config_to_json(&saved), *d = json_diff(sj, mine, NULL);
     free(sj);
     if (d) {
-        vil_error("cannot resume: '%s' was trained with another model (%s); drop --config to use "
-                  "the saved one", path, d);
+        vil_error("cannot resume: '%s' was trained with another model (%s): a resumed run keeps its "
+                  "model, so give no model keys that differ (--set, --config); to train its weights "
+                  "as another model (other classes, another image size), start a new run with --init %s",
+                  path, d, T->path_last);
         free(d);
         goto done;
     }
@@ -336,6 +371,10 @@ int state_restore(Trainer *T, const char *path) {
      * place in the global batch). The optimizer is checked by its state tensors' names (another
      * optimizer's state lacks them). */
     int same_global = saved_global == T->global_batch;
+    if (has_global && !same_global && !T->run->force) {
+        refuse_other_batch(T, &st, saved_global, saved_world, saved_accum, st_tc.batch);
+        goto done;
+    }
     const char *skip[10] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb", "recompute",
                             "optimizer"};
     if (same_global) skip[7] = "batch", skip[8] = "accum_steps";
@@ -345,10 +384,10 @@ int state_restore(Trainer *T, const char *path) {
         free(d);
     }
     if (same_global && saved_world != T->world) print_resplit(T, saved_world);
+    if (eb >= T->spe) epoch++, eb = 0;
     if (spe != T->spe)
         vil_warn("the saved run had %ld steps per epoch, this one %ld (another dataset or batch?): "
-                 "resuming at epoch %ld, batch %ld anyway", spe, T->spe, epoch, eb);
-    if (eb >= T->spe) epoch++, eb = 0;
+                 "resuming at epoch %ld, batch %ld anyway", spe, T->spe, epoch + 1, eb);
     T->best_top1 = (float)bv;
     T->best_step = best_step;
     size_t n = m->param_count; /* the files hold the tensors packed, without buffer padding */
@@ -514,6 +553,8 @@ static int save_all_here(Trainer *T, const float *new_best) {
     META("vil.world", "%d", T->world);
     META("vil.accum_steps", "%d", T->accum);
     META("vil.global_batch", "%ld", T->global_batch);
+    /* what a resume on another number of ranks names to keep this batch */
+    vil_st_writer_meta(w, "vil.launcher", T->dist && T->dist->mpi ? T->dist->launcher : "none");
     if (fit) {
         META("vil.init_state_fits", "%ld", vil_model_init_state_fits(m));
     }
@@ -752,6 +793,7 @@ int out_dir_open(Trainer *T, int resume) {
     /* a fresh run never overwrites another one's files: weeks of ImageNet are one typo away */
     /* rank 0 alone owns the folder (vil_train makes the outcome collective) */
     if (T->rank != 0) return 0;
+    if (T->run->dry_run) return resume ? 0 : refuse_used_folder(T); /* nothing made */
     if (vil_mkdir_p(out) != 0 || lock_out_dir(T) != 0) return -1;
     if (!resume && refuse_used_folder(T) != 0) return -1;
     return prepare_out_dir(T);

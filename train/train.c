@@ -123,6 +123,17 @@ static int open_data(Trainer *T) {
                   "it the names file of this dataset?", run->names, K, vil_dataset_source(T->ds), K0);
         return -1;
     }
+    if (K != T->mc->num_classes && run->resume) {
+        /* the run's model is the state's: its weights go on in a new run with a fresh head */
+        char *was = vil_train_out_dir(NULL, run->resume, "");
+        vil_error("the training data (%s) has %d classes, the model num_classes = %d: a resumed run "
+                  "keeps its model; train the run's weights on these %d classes in a new run: vil "
+                  "train --config %s/config.cfg --init %s/last.safetensors --set num_classes=%d --data "
+                  "%s --out NEW_DIR", vil_dataset_source(T->ds), K, T->mc->num_classes, K, was, was, K,
+                  run->data);
+        free(was);
+        return -1;
+    }
     if (K != T->mc->num_classes) {
         vil_error("the training data (%s) has %d classes but the model config says num_classes = "
                   "%d: set --set num_classes=%d", vil_dataset_source(T->ds), K,
@@ -334,6 +345,10 @@ static RunNext trainer_setup(Trainer *T) {
     m->loss_denom = T->global_batch == t->batch ? 0 : T->global_batch;
     if (state_in && state_restore(T, state_in) != 0) goto out;
     if (!T->quiet) print_header(T, init_note, state_in);
+    if (run->dry_run) {
+        next = run_end(T, VIL_TRAIN_DONE);
+        goto out;
+    }
     /* before "nothing to do" too: a finished run whose last save was cut short is not done */
     if (state_in && T->rank == 0 && sync_run_files(T) != 0) goto out;
     if (T->step >= T->total_steps) {

@@ -102,6 +102,8 @@ typedef struct {
                                        * on any rank, every rank stops at the same step */
     const VilDist *dist;      /* the process group (NULL: one process); be must have joined it */
     int quiet;                /* no progress lines (errors are still reported) */
+    int dry_run;              /* set up and print the header, then stop: no folder, no file written */
+    int force;                /* resume even with another global batch than the state's */
     FILE *log;                /* progress and epoch summaries; NULL: stdout */
     void (*on_log)(void *ctx, const VilTrainProgress *p); /* optional, at each log step */
     void *ctx;

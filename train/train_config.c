@@ -1,8 +1,11 @@
 /* train_config.c: the training configuration of doc/recipe.md: its key table (vil/cfgfile.h
- * does the parsing, printing and JSON), the defaults and the checks. A cfg file may hold model
- * and training keys; `vil train` and `vil bench` read both. */
+ * does the parsing, printing and JSON), the defaults and the checks, timm's flags as its keys
+ * and the key listing. A cfg file may hold model and training keys; `vil train` and `vil bench`
+ * read both. */
 #include "train/train_config.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "data/image.h"
@@ -94,6 +97,48 @@ static const VilKey TKEYS[] = {
 #undef TS
 const VilKeyTable vil_train_keys = {TKEYS, (int)(sizeof TKEYS / sizeof TKEYS[0])};
 
+/* timm's train.py flags whose meaning vil has. timm's -b is per process, as vil's batch is per
+ * rank; its --lr is the absolute peak lr, vil's base_lr the lr of a global batch of 512. */
+const VilTimmFlag vil_timm_flags[] = {
+    {"--epochs", NULL, "epochs", VIL_TIMM_KEY, NULL},
+    {"--batch-size", "-b", "batch", VIL_TIMM_KEY, "per process, as timm's"},
+    {"--grad-accum-steps", NULL, "accum_steps", VIL_TIMM_KEY, NULL},
+    {"--lr", NULL, "base_lr", VIL_TIMM_LR, "the absolute peak lr, as timm's: base_lr = lr * 512 / global batch"},
+    {"--warmup-lr", NULL, "warmup_lr", VIL_TIMM_KEY, NULL},
+    {"--min-lr", NULL, "min_lr", VIL_TIMM_KEY, NULL},
+    {"--warmup-epochs", NULL, "warmup_epochs", VIL_TIMM_KEY, NULL},
+    {"--weight-decay", NULL, "weight_decay", VIL_TIMM_KEY, NULL},
+    {"--opt", NULL, "optimizer", VIL_TIMM_KEY, "vil's optimizer names (vil/optim.c)"},
+    {"--opt-eps", NULL, "adam_eps", VIL_TIMM_KEY, NULL},
+    {"--clip-grad", NULL, "clip_grad", VIL_TIMM_KEY, "the global norm (timm's --clip-mode norm)"},
+    {"--model-ema-decay", NULL, "ema_decay", VIL_TIMM_KEY, NULL},
+    {"--smoothing", NULL, "label_smoothing", VIL_TIMM_KEY, NULL},
+    {"--drop-path", NULL, "drop_path", VIL_TIMM_KEY, NULL},
+    {"--drop-path-rate", NULL, "drop_path", VIL_TIMM_KEY, "timm's create_model argument"},
+    {"--mixup", NULL, "mixup", VIL_TIMM_KEY, NULL},
+    {"--cutmix", NULL, "cutmix", VIL_TIMM_KEY, NULL},
+    {"--mixup-prob", NULL, "mixup_prob", VIL_TIMM_KEY, NULL},
+    {"--mixup-switch-prob", NULL, "mixup_switch_prob", VIL_TIMM_KEY, NULL},
+    {"--aa", NULL, "randaug_n", VIL_TIMM_AA, "rand-m9-mstd0.5-inc1 (parts n, m, mstd, inc; timm's "
+                                            "defaults n2 m10 mstd0) sets randaug_n, randaug_m, "
+                                            "randaug_mstd; none: off"},
+    {"--reprob", NULL, "reprob", VIL_TIMM_KEY, NULL},
+    {"--hflip", NULL, "hflip", VIL_TIMM_KEY, NULL},
+    {"--crop-pct", NULL, "crop_pct", VIL_TIMM_KEY, NULL},
+    {"--seed", NULL, "seed", VIL_TIMM_KEY, NULL},
+    {"--workers", "-j", "workers", VIL_TIMM_KEY, NULL},
+    {"--log-interval", NULL, "log_every", VIL_TIMM_KEY, NULL},
+    {"--img-size", NULL, "img_size", VIL_TIMM_KEY, NULL},
+    {"--num-classes", NULL, "num_classes", VIL_TIMM_KEY, NULL},
+    {"--model", NULL, NULL, VIL_TIMM_HINT, "vil's model and recipe come from --config CFG (configs/*.cfg); "
+                                           "--model names a checkpoint in vil eval and classify"},
+    {"--initial-checkpoint", NULL, NULL, VIL_TIMM_HINT, "--init CKPT starts from a checkpoint's weights"},
+    {"--output", NULL, NULL, VIL_TIMM_HINT, "--out DIR is the run's folder itself (timm's --output is its parent)"},
+    {"--model-ema", NULL, NULL, VIL_TIMM_HINT, "the EMA is on while ema_decay > 0 (--model-ema-decay X; 0: off)"},
+    {"--amp", NULL, NULL, VIL_TIMM_HINT, "vil computes in bf16 on CUDA and float32 on the CPU, always"},
+};
+const int vil_timm_flag_count = (int)(sizeof vil_timm_flags / sizeof vil_timm_flags[0]);
+
 
 /* model keys into c, training keys into t */
 static int targets(VilKeyTarget t[2], VilConfig *c, VilTrainConfig *tc) {
@@ -109,8 +154,48 @@ static int text_ok(const char *key, const char *value, const char *origin) {
     return rc ? rc : vil_key_text_ok(&vil_train_keys, key, value, origin);
 }
 
+/* timm's argparse name of a row: its long flag without the dashes, '-' as '_' */
+static const char *timm_name(const VilTimmFlag *f, char *buf, size_t n) {
+    snprintf(buf, n, "%s", f->flag + 2);
+    for (char *p = buf; *p; p++)
+        if (*p == '-') *p = '_';
+    return buf;
+}
+
+const VilTimmFlag *vil_timm_find(const char *name) {
+    for (int i = 0; i < vil_timm_flag_count; i++) {
+        const VilTimmFlag *f = &vil_timm_flags[i];
+        char tn[64];
+        if (strcmp(name, f->flag) == 0 || (f->alt && strcmp(name, f->alt) == 0) ||
+            strcmp(name, timm_name(f, tn, sizeof tn)) == 0)
+            return f;
+    }
+    return NULL;
+}
+
+/* A key of neither table that is timm's name: the vil key (or what vil has instead) said. 1 when
+ * reported. */
+static int timm_unknown(const char *key) {
+    if (vil_keys_find(&vil_model_keys, key) || vil_keys_find(&vil_train_keys, key)) return 0;
+    const VilTimmFlag *f = vil_timm_find(key);
+    if (!f) return 0;
+    if (f->conv == VIL_TIMM_KEY)
+        vil_error("unknown config key '%s': timm's %s is vil's key '%s' (--set %s=..., or the flag %s)",
+                  key, f->flag, f->key, f->key, f->flag);
+    else if (f->conv == VIL_TIMM_LR)
+        vil_error("unknown config key '%s': vil's key is 'base_lr' (peak lr = base_lr * global_batch "
+                  "/ 512); the flag %s X takes timm's absolute lr and sets base_lr from it", key, f->flag);
+    else if (f->conv == VIL_TIMM_AA)
+        vil_error("unknown config key '%s': vil's keys are randaug_n, randaug_m and randaug_mstd; the "
+                  "flag %s takes timm's string: %s", key, f->flag, f->note);
+    else
+        vil_error("unknown config key '%s' (timm's %s): %s", key, f->flag, f->note);
+    return 1;
+}
+
 int vil_train_config_set(VilConfig *c, VilTrainConfig *t, const char *key, const char *value) {
     VilKeyTarget k[2];
+    if (timm_unknown(key)) return VIL_EUSAGE;
     int rc = text_ok(key, value, "--set");
     return rc ? rc : vil_keys_set(k, targets(k, c, t), key, value);
 }
@@ -119,13 +204,106 @@ int vil_train_config_set_kv(VilConfig *c, VilTrainConfig *t, const char *kv) {
     VilKeyTarget k[2];
     char key[128];
     const char *v = vil_kv_split(kv, key, sizeof key);
+    if (v && timm_unknown(key)) return VIL_EUSAGE;
     int rc = v ? text_ok(key, v, "--set") : 0;
     return rc ? rc : vil_keys_set_kv(k, targets(k, c, t), kv);
 }
 
+/* timm's RandAugment string: rand, then -PARTVALUE parts (n, m, mstd, inc), timm's defaults for
+ * the parts not given. timm takes any inc value as the increasing ops (bool of a non-empty
+ * string), the only ops vil has. All three keys set, or none. */
+static int set_aa(VilConfig *c, VilTrainConfig *t, const char *value) {
+    if (!*value || strcmp(value, "none") == 0) return vil_train_config_set(c, t, "randaug_n", "0");
+    if (strncmp(value, "rand", 4) != 0 || (value[4] && value[4] != '-')) {
+        vil_error("vil has RandAugment only, given as timm's rand-m9-mstd0.5-inc1 (parts n, m, mstd, "
+                  "inc), or none: no AutoAugment or AugMix");
+        return VIL_EUSAGE;
+    }
+    char n[32] = "2", m[32] = "10", mstd[32] = "0";
+    for (const char *p = value + 4; *p == '-';) {
+        p++;
+        size_t len = strcspn(p, "-"), nl = 0;
+        while (nl < len && p[nl] >= 'a' && p[nl] <= 'z') nl++;
+        char *dst = NULL;
+        if (nl == 1 && p[0] == 'n') dst = n;
+        else if (nl == 1 && p[0] == 'm') dst = m;
+        else if (nl == 4 && strncmp(p, "mstd", 4) == 0) dst = mstd;
+        else if (!(nl == 3 && strncmp(p, "inc", 3) == 0)) {
+            vil_error("the part '%.*s' is not one vil's RandAugment has (n, m, mstd, inc)", (int)len, p);
+            return VIL_EUSAGE;
+        }
+        if (len == nl || len - nl >= sizeof n) {
+            vil_error("the part '%.*s' wants a value, e.g. m9", (int)len, p);
+            return VIL_EUSAGE;
+        }
+        if (dst) snprintf(dst, sizeof n, "%.*s", (int)(len - nl), p + nl);
+        p += len;
+    }
+    VilTrainConfig keep = *t;
+    int rc = vil_train_config_set(c, t, "randaug_n", n);
+    if (rc == 0) rc = vil_train_config_set(c, t, "randaug_m", m);
+    if (rc == 0) rc = vil_train_config_set(c, t, "randaug_mstd", mstd);
+    if (rc != 0) *t = keep;
+    return rc;
+}
+
+int vil_train_config_set_timm(VilConfig *c, VilTrainConfig *t, const VilTimmFlag *f, const char *value,
+                              double *lr) {
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = 0;
+    if (f->conv == VIL_TIMM_KEY) {
+        rc = vil_train_config_set(c, t, f->key, value);
+    } else if (f->conv == VIL_TIMM_AA) {
+        rc = set_aa(c, t, value);
+    } else if (f->conv == VIL_TIMM_LR) {
+        double v;
+        if (vil_parse_float(value, &v) != 0 || !(v > 0.0) || v > 100.0) rc = VIL_EUSAGE;
+        else *lr = v;
+    } else {
+        rc = VIL_EUSAGE;
+    }
+    vil_error_release(&cap);
+    if (rc == 0) return 0;
+    char shown[80];
+    vil_printable(shown, sizeof shown, value);
+    if (f->conv == VIL_TIMM_LR) vil_error("%s wants a number in (0, 100], the absolute peak lr (got '%s')", f->flag, shown);
+    else vil_error("%s '%s': %s", f->flag, shown, cap.msg);
+    return rc;
+}
+
+int vil_train_config_set_lr(VilTrainConfig *t, double lr, long global_batch) {
+    double global = (double)global_batch;
+    double base = lr * 512.0 / global;
+    if (!(base > 0.0) || base > 100.0 || !isnormal((float)base)) {
+        vil_error("--lr %g at a global batch of %.0f makes base_lr %g, outside (0, 100]", lr, global, base);
+        return VIL_EUSAGE;
+    }
+    t->base_lr = (float)base;
+    return 0;
+}
+
 int vil_train_config_load(VilConfig *c, VilTrainConfig *t, const char *path) {
     VilKeyTarget k[2];
+    VilErrCapture cap;
+    vil_error_capture(&cap);
     int rc = vil_keys_load(k, targets(k, c, t), path);
+    vil_error_release(&cap);
+    if (rc != 0) {
+        /* a key of timm's answered with vil's, as --set does: "unknown config key 'lr' ..." */
+        const char *q = strstr(cap.msg, "unknown config key '"), *at = strstr(cap.msg, "... in ");
+        char key[64] = "";
+        if (q) {
+            q += strlen("unknown config key '");
+            size_t n = strcspn(q, "'");
+            if (n < sizeof key) snprintf(key, sizeof key, "%.*s", (int)n, q);
+        }
+        if (*key && at && timm_unknown(key)) vil_error("%s", at);
+        else if (at && at - cap.msg >= 2 && at[-2] == ';') /* the two messages as they were */
+            vil_error("%.*s", (int)(at - 2 - cap.msg), cap.msg), vil_error("%s", at);
+        else vil_error("%s", cap.msg);
+        return rc;
+    }
     if (rc == 0) rc = vil_keys_text_ok(&vil_model_keys, c, path);
     if (rc == 0) rc = vil_keys_text_ok(&vil_train_keys, t, path);
     return rc;
@@ -251,4 +429,69 @@ int vil_train_config_finalize(const VilTrainConfig *t) {
 #undef PROB
 #undef NEED
     return 0;
+}
+
+/* text wrapped at 96 columns, each line indented */
+static void print_wrapped(FILE *f, const char *text, int indent) {
+    const int width = 96 - indent;
+    while (*text) {
+        int n = (int)strlen(text);
+        if (n > width) {
+            n = width;
+            while (n > 0 && text[n] != ' ') n--;
+            if (n == 0) n = width;
+        }
+        fprintf(f, "%*s%.*s\n", indent, "", n, text);
+        text += n;
+        while (*text == ' ') text++;
+    }
+}
+
+static void list_table(FILE *f, const VilKeyTable *t, const void *defaults) {
+    for (int i = 0; i < t->n; i++) {
+        const VilKey *k = &t->keys[i];
+        const char *p = (const char *)defaults + k->offset;
+        char def[64], range[64], timm[128] = "";
+        if (k->type == VIL_KEY_INT) {
+            snprintf(def, sizeof def, "%d", *(const int *)p);
+            snprintf(range, sizeof range, "integer %.0f..%.0f", k->lo, k->hi);
+        } else if (k->type == VIL_KEY_FLOAT) {
+            vil_fmt_float(def, sizeof def, *(const float *)p);
+            snprintf(range, sizeof range, "number %g..%g", k->lo, k->hi);
+        } else {
+            snprintf(def, sizeof def, "%s", p);
+            snprintf(range, sizeof range, "text");
+        }
+        size_t len = 0;
+        for (int j = 0; j < vil_timm_flag_count; j++) {
+            const VilTimmFlag *tf = &vil_timm_flags[j];
+            if (!tf->key || strcmp(tf->key, k->name) != 0) continue;
+            len += (size_t)snprintf(timm + len, sizeof timm - len, "%s%s", len ? ", " : "; timm: ", tf->flag);
+            if (len >= sizeof timm) break;
+        }
+        fprintf(f, "  %s = %s  (%s%s)\n", k->name, def, range, timm);
+        print_wrapped(f, k->help, 6);
+    }
+}
+
+void vil_train_config_list_keys(FILE *f) {
+    VilConfig c;
+    VilTrainConfig t;
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    fprintf(f, "The keys of a cfg file (\"key = value\" lines) and of --set key=value, with their "
+               "defaults.\n\nmodel keys:\n");
+    list_table(f, &vil_model_keys, &c);
+    fprintf(f, "\ntraining keys:\n");
+    list_table(f, &vil_train_keys, &t);
+    fprintf(f, "\ntimm's flags (vil train; vil bench where it has the key):\n");
+    for (int i = 0; i < vil_timm_flag_count; i++) {
+        const VilTimmFlag *tf = &vil_timm_flags[i];
+        char flags[64], what[400];
+        snprintf(flags, sizeof flags, "%s%s%s", tf->alt ? tf->alt : "", tf->alt ? ", " : "", tf->flag);
+        if (tf->conv == VIL_TIMM_HINT) snprintf(what, sizeof what, "no such flag: %s", tf->note);
+        else if (tf->conv == VIL_TIMM_AA) snprintf(what, sizeof what, "%s", tf->note);
+        else snprintf(what, sizeof what, "%s%s%s", tf->key, tf->note ? ": " : "", tf->note ? tf->note : "");
+        fprintf(f, "  %-22s %s\n", flags, what);
+    }
 }

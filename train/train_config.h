@@ -1,5 +1,6 @@
 /* train_config.h: the training configuration (doc/recipe.md; read by `vil train` and `vil
- * bench`), its keys and the cfg files that hold model and training keys together. */
+ * bench`), its keys, timm's flags for them and the cfg files that hold model and training keys
+ * together. */
 #ifndef VIL_TRAIN_CONFIG_H
 #define VIL_TRAIN_CONFIG_H
 
@@ -73,5 +74,35 @@ int vil_train_config_from_json(VilTrainConfig *t, const char *json);
 
 /* The training keys (the table the functions above use). */
 extern const VilKeyTable vil_train_keys;
+
+/* timm's train.py flags as vil keys: `vil train --lr 0.1 -b 64 --smoothing 0.1` and the "did you
+ * mean" of `--set smoothing=0.1`. A row's timm name is its long flag's argparse name
+ * (--drop-path: drop_path). */
+typedef enum {
+    VIL_TIMM_KEY,   /* the value is the key's */
+    VIL_TIMM_LR,    /* the absolute peak lr: base_lr = lr * 512 / global batch, once it is known */
+    VIL_TIMM_AA,    /* timm's RandAugment string: randaug_n, randaug_m, randaug_mstd */
+    VIL_TIMM_HINT,  /* no vil key: the note says what vil has instead */
+} VilTimmConv;
+typedef struct VilTimmFlag {
+    const char *flag;  /* "--batch-size" */
+    const char *alt;   /* another spelling ("-b"), or NULL */
+    const char *key;   /* the vil key it sets (the first one for VIL_TIMM_AA; NULL for a hint) */
+    VilTimmConv conv;
+    const char *note;  /* the conversion or the hint, or NULL */
+} VilTimmFlag;
+extern const VilTimmFlag vil_timm_flags[];
+extern const int vil_timm_flag_count;
+/* The row of a flag ("--lr", "-b") or of timm's name ("lr", "batch_size"), or NULL. */
+const VilTimmFlag *vil_timm_find(const char *name);
+/* Apply one timm flag's value. VIL_TIMM_LR keeps the lr in *lr for vil_train_config_set_lr. 0, or
+ * VIL_EUSAGE (reported, naming the flag). */
+int vil_train_config_set_timm(VilConfig *c, VilTrainConfig *t, const VilTimmFlag *f, const char *value,
+                              double *lr);
+/* base_lr from an absolute peak lr at this global batch. 0, or VIL_EUSAGE (reported). */
+int vil_train_config_set_lr(VilTrainConfig *t, double lr, long global_batch);
+/* Every model and training key: its type and range, default, timm flag and help (vil train
+ * --list-keys). */
+void vil_train_config_list_keys(FILE *f);
 
 #endif
