@@ -299,14 +299,26 @@ static void line_flush(Line *l) {
     l->have = 0;
 }
 
-/* End the segment: a polyline, or a dot when it holds one point (a lone evaluation). */
-static void line_end(Line *l, const char *color) {
-    char s1[24], s2[24];
+/* A marker of the shape at (x, y): a filled circle of radius r, or a hollow square around it
+ * (side 2.6 r, stroke 1.5) */
+static void put_marker(Buf *b, int shape, double x, double y, double r, const char *color) {
+    char s1[24], s2[24], s3[24];
+    if (shape == VIL_MARK_SQUARE)
+        put(b, "<rect x=\"%1$s\" y=\"%2$s\" width=\"%3$s\" height=\"%3$s\" fill=\"none\" stroke=\"%4$s\" "
+               "stroke-width=\"1.5\" stroke-dasharray=\"none\"/>\n", px(s1, x - 1.3 * r), px(s2, y - 1.3 * r),
+            px(s3, 2.6 * r), color);
+    else
+        put(b, "<circle cx=\"%s\" cy=\"%s\" r=\"%s\" fill=\"%s\" stroke=\"%s\"/>\n", px(s1, x),
+            px(s2, y), px(s3, r), color, r > 2 ? "#fff" : "none");
+}
+
+/* End the segment: a polyline, or where it holds one point (a lone evaluation) a small marker
+ * unless the series has markers anyway. */
+static void line_end(Line *l, const char *color, int shape, int markers) {
     line_flush(l);
     if (l->seg_n == 1) {
         l->b->n = l->seg_start;
-        put(l->b, "<circle cx=\"%s\" cy=\"%s\" r=\"2\" fill=\"%s\" stroke=\"none\"/>\n",
-            px(s1, l->written.x), px(s2, l->written.y), color);
+        if (!markers) put_marker(l->b, shape, l->written.x, l->written.y, 2, color);
     } else if (l->seg_n > 1) {
         put(l->b, "\"/>\n");
     }
@@ -321,7 +333,7 @@ static void draw_series(const Plot *p, const VilChartSeries *s, const char *colo
                : s->n > 2 * VIL_CHART_PLOT_W ? "1.2\" stroke-opacity=\"0.85" : "1.6",
         s->dashed ? DASH : "");
     for (int i = 0; i < s->n; i++) {
-        if (!isfinite(s->x[i]) || !isfinite(s->y[i])) line_end(&l, color);
+        if (!isfinite(s->x[i]) || !isfinite(s->y[i])) line_end(&l, color, s->marker, markers);
         if (!axis_ok(&p->x, s->x[i]) || !axis_ok(&p->y, s->y[i])) continue;
         Pt q = {to_x(p, s->x[i]), to_y(p, s->y[i]), i};
         if (l.have && (int)floor(q.x) != l.col) line_flush(&l);
@@ -330,20 +342,17 @@ static void draw_series(const Plot *p, const VilChartSeries *s, const char *colo
         if (q.y > l.bottom.y) l.bottom = q;
         l.last = q;
     }
-    line_end(&l, color);
+    line_end(&l, color, s->marker, markers);
     put(p->b, "</g>\n");
     if (!markers) return;
-    put(p->b, "<g fill=\"%s\" stroke=\"#fff\">\n", color);
     double lx = -1e9, ly = -1e9;
-    char s1[24], s2[24];
     for (int i = 0; i < s->n; i++) {
         if (!axis_ok(&p->x, s->x[i]) || !axis_ok(&p->y, s->y[i])) continue;
         double x = to_x(p, s->x[i]), y = to_y(p, s->y[i]);
         if (fabs(x - lx) < 2 && fabs(y - ly) < 2) continue; /* hidden under the one before */
         lx = x, ly = y;
-        put(p->b, "<circle cx=\"%s\" cy=\"%s\" r=\"3.5\"/>\n", px(s1, x), px(s2, y));
+        put_marker(p->b, s->marker, x, y, 3.5, color);
     }
-    put(p->b, "</g>\n");
 }
 
 static const char *series_color(const VilChartPanel *p, int i) {
@@ -359,8 +368,7 @@ static void draw_legend(Buf *b, const VilChartPanel *p, double x, double y) {
         put(b, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"M%s %sh26\"/>\n",
             series_color(p, i), p->series[i].dashed ? DASH : "", px(s1, x), px(s2, yy));
         if (p->markers || (p->series[i].style & VIL_CHART_MARKERS))
-            put(b, "<circle cx=\"%s\" cy=\"%s\" r=\"3.5\" fill=\"%s\" stroke=\"#fff\"/>\n",
-                px(s1, x + 13), px(s2, yy), series_color(p, i));
+            put_marker(b, p->series[i].marker, x + 13, yy, 3.5, series_color(p, i));
         put_label(b, x + LEGEND_TEXT, yy + 4, "", p->series[i].label, LABEL_MAX);
     }
 }

@@ -11,7 +11,11 @@ typedef struct {
     int dashed;          /* 1: dashed stroke (e.g. the EMA of a run) */
     int color;           /* index into the 10-colour palette; -1: by series order */
     int style;           /* 0, or VIL_CHART_* flags of this series alone: */
+    int marker;          /* where markers are drawn: VIL_MARK_CIRCLE (0) or VIL_MARK_SQUARE */
 } VilChartSeries;
+/* marker shapes: a filled circle; a hollow square, which a circle at the same point stays
+ * visible inside (a run's model and its EMA at one evaluation) */
+enum { VIL_MARK_CIRCLE = 0, VIL_MARK_SQUARE = 1 };
 /* a marker at every point even where the panel has none (a few evaluations beside a dense
  * training curve) */
 #define VIL_CHART_MARKERS 1

@@ -215,9 +215,9 @@ static int any_finite(const double *v, int n) {
 
 /* series for one run's column y (against x) in its colour; left out when it has no point */
 static void add_series(VilChartSeries *s, int *ns, const char *label, int n, const double *x,
-                       const double *y, int dashed, int color, int style) {
+                       const double *y, int dashed, int color, int style, int marker) {
     if (n < 1 || !y || !any_finite(y, n)) return;
-    s[(*ns)++] = (VilChartSeries){label, n, x, y, dashed, color % 10, style};
+    s[(*ns)++] = (VilChartSeries){label, n, x, y, dashed, color % 10, style, marker};
 }
 
 /* The running mean of y (n points) over 2h+1 of them, centred. Near the start the window
@@ -327,18 +327,19 @@ char *vil_curves_svg(const VilRunMetrics *runs, const char *const *labels, int n
     for (int r = 0; r < n; r++) {
         const Cols *k = &c[r];
         int nt = runs[r].n_train;
-        if (k->loss_s) add_series(loss, &n_loss, NULL, nt, k->ts, k->loss, 0, r, VIL_CHART_FAINT);
-        if (k->ips_s) add_series(ips, &n_ips, NULL, nt, k->ts, k->ips, 0, r, VIL_CHART_FAINT);
+        if (k->loss_s) add_series(loss, &n_loss, NULL, nt, k->ts, k->loss, 0, r, VIL_CHART_FAINT, VIL_MARK_CIRCLE);
+        if (k->ips_s) add_series(ips, &n_ips, NULL, nt, k->ts, k->ips, 0, r, VIL_CHART_FAINT, VIL_MARK_CIRCLE);
     }
     for (int r = 0; r < n; r++) {
         const Cols *k = &c[r];
         int nt = runs[r].n_train, ne = runs[r].n_eval, mk = ne <= MARKERS_MAX ? VIL_CHART_MARKERS : 0;
-        add_series(loss, &n_loss, k->name[1], nt, k->ts, k->loss_s ? k->loss_s : k->loss, 0, r, 0);
-        add_series(loss, &n_loss, k->name[2], ne, k->es, k->vloss, 1, r, mk);
-        add_series(top1, &n_top1, k->name[0], ne, k->es, k->top1, 0, r, mk);
-        add_series(top1, &n_top1, k->name[3], ne, k->es, k->ema_top1, 1, r, mk);
-        add_series(lr, &n_lr, k->name[0], nt, k->ts, k->lr, 0, r, 0);
-        add_series(ips, &n_ips, k->name[0], nt, k->ts, k->ips_s ? k->ips_s : k->ips, 0, r, 0);
+        /* the EMA's hollow squares around the model's dots: apart even at one evaluation */
+        add_series(loss, &n_loss, k->name[1], nt, k->ts, k->loss_s ? k->loss_s : k->loss, 0, r, 0, VIL_MARK_CIRCLE);
+        add_series(loss, &n_loss, k->name[2], ne, k->es, k->vloss, 1, r, mk, VIL_MARK_CIRCLE);
+        add_series(top1, &n_top1, k->name[0], ne, k->es, k->top1, 0, r, mk, VIL_MARK_CIRCLE);
+        add_series(top1, &n_top1, k->name[3], ne, k->es, k->ema_top1, 1, r, mk, VIL_MARK_SQUARE);
+        add_series(lr, &n_lr, k->name[0], nt, k->ts, k->lr, 0, r, 0, VIL_MARK_CIRCLE);
+        add_series(ips, &n_ips, k->name[0], nt, k->ts, k->ips_s ? k->ips_s : k->ips, 0, r, 0, VIL_MARK_CIRCLE);
     }
     /* one x range for all four, from step 0, so the panels line up and a short run overlaid
      * on a long one shows where it stopped; throughput from 0 so a 2% dip looks like one */

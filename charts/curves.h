@@ -66,7 +66,7 @@ char *vil_run_label(char *dst, size_t cap, const char *run_dir);
  * solid, validation dashed), top-1 % (the model solid, its EMA dashed), learning rate,
  * training images/s (its axis from 0). Training loss and images/s of 400 points or more are
  * drawn as a running mean over about 1% of the run, the raw points pale beneath; evaluations
- * get markers while a run has at most 40. A panel without points says "no data"; the title
+ * get markers while a run has at most 40 (the EMA's hollow squares, the others' dots). A panel without points says "no data"; the title
  * names the one run's latest step, epoch and top-1 (with the best), or the runs. Same input,
  * same bytes, in any locale. */
 char *vil_curves_svg(const VilRunMetrics *runs, const char *const *labels, int n);

@@ -51,7 +51,10 @@ void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
     if (spec->nargs) fprintf(f, "\noptions:\n");
     for (int i = 0; i < spec->nargs; i++) {
         const VilArg *a = &spec->args[i];
-        const char *meta = a->type == VIL_ARG_INT     ? " N"
+        char ph[48] = ""; /* " NAME": the placeholder the flag's table gives */
+        if (a->meta && a->type != VIL_ARG_FLAG) snprintf(ph, sizeof ph, " %s", a->meta);
+        const char *meta = ph[0]                      ? ph
+                           : a->type == VIL_ARG_INT   ? " N"
                            : a->type == VIL_ARG_FLOAT ? " X"
                            : a->type == VIL_ARG_STR   ? " S"
                            : a->type == VIL_ARG_LIST  ? " K=V"

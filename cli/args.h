@@ -28,6 +28,7 @@ typedef struct {
     const char *help;  /* one line */
     double lo, hi;     /* INT / FLOAT: the values the flag takes, checked as it is parsed (lo < hi;
                         * both 0: any int / finite float) */
+    const char *meta;  /* the value's placeholder in the help ("NAME", "CKPT"); NULL: by type */
 } VilArg;
 
 typedef struct {

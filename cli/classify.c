@@ -1,72 +1,133 @@
-/* classify.c: `vil classify --model CKPT IMAGE...`: the evaluation transform of each image
+/* classify.c: `vil classify --model CKPT IMAGE|DIR...`: the evaluation transform of each image
  * (shorter side to size / crop_pct, bicubic, center crop, normalize), the model's forward
- * pass, and the top-k classes as text or as one JSON object per image. An image that cannot be
- * read is reported by name; the others are still classified and the exit code is 1. */
+ * pass, and the top-k classes as text or as one JSON object per image, and as CSV with --csv.
+ * A folder stands for the images below it, sorted by path. An image that cannot be read is
+ * reported by name; the others are still classified and the exit code is 1. */
 #include <cJSON.h>
-#include <math.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_arg.h"
 #include "data/image.h"
 #include "data/transform.h"
-#include "cli/args.h"
+#include "eval/eval.h"
+#include "eval/results.h"
 #include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"
-#include "eval/eval.h"
 
 #define CHUNK 16
+#define MAX_DEPTH 64 /* folder levels walked below an argument */
 
 typedef struct {
     const char *file;
     int ok;
 } Item;
 
-/* s as valid UTF-8 for JSON (malloc'd): each byte that breaks UTF-8 (vil_utf8_invalid_at) is
- * replaced by U+FFFD, as Python's errors="replace" does; control characters stay, cJSON escapes
- * them (\u0001). cJSON itself writes strings byte for byte, valid or not. */
-static char *utf8_lossy(const char *s) {
-    size_t n = strlen(s), o = 0;
-    char *d = vil_malloc(3 * n + 1);
-    const unsigned char *p = (const unsigned char *)s;
-    while (n > 0) {
-        size_t ok = vil_utf8_invalid_at(p, n);
-        memcpy(d + o, p, ok);
-        o += ok;
-        if (ok == n) break;
-        memcpy(d + o, "\xef\xbf\xbd", 3);
-        o += 3;
-        p += ok + 1;
-        n -= ok + 1;
+typedef struct {
+    char **v;
+    int n, cap;
+} Files;
+
+static void files_push(Files *f, char *s) {
+    if (f->n == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 64;
+        f->v = vil_realloc(f->v, (size_t)f->cap * sizeof *f->v);
     }
-    d[o] = 0;
-    return d;
+    f->v[f->n++] = s;
+}
+
+static int cmp_path(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* the decoders' formats by name (image.h); a file named otherwise counts when its first
+ * bytes are an image's */
+static int is_image(const char *path, const char *name) {
+    static const char *const EXT[] = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".ppm",
+                                      ".pgm", ".pnm", ".psd", ".hdr"};
+    const char *dot = strrchr(name, '.');
+    for (size_t i = 0; dot && i < sizeof EXT / sizeof EXT[0]; i++)
+        if (strcasecmp(dot, EXT[i]) == 0) return 1;
+    unsigned char head[16];
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return vil_image_format(head, n) != VIL_FORMAT_UNKNOWN;
+}
+
+/* The images below dir (hidden entries and links to folders left out, as os.walk does) into
+ * out; *other counts the files that are not images. 0, or -1 (reported). */
+static int walk(const char *dir, int depth, Files *out, long *other) {
+    char shown[1024];
+    if (depth > MAX_DEPTH) {
+        vil_error("'%s': folders nested more than %d deep", vil_printable(shown, sizeof shown, dir), MAX_DEPTH);
+        return -1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        vil_error("cannot open folder '%s': %s", vil_printable(shown, sizeof shown, dir), vil_errno_str());
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char *p = vil_path_join(dir, e->d_name);
+        struct stat st, lst;
+        int have = stat(p, &st) == 0, link = lstat(p, &lst) == 0 && S_ISLNK(lst.st_mode);
+        if (have && S_ISDIR(st.st_mode)) {
+            if (!link) rc = walk(p, depth + 1, out, other);
+            free(p);
+        } else if (!have || (S_ISREG(st.st_mode) && is_image(p, e->d_name))) {
+            files_push(out, p); /* a dangling link: named as unreadable when it is read */
+        } else {
+            (*other)++;
+            free(p);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* The arguments as the list of images to classify: a file as it is, a folder as the images
+ * below it sorted by path. The folders' counts are said on stderr. 0, or -1 (reported). */
+static int gather(char **pos, int npos, Files *out) {
+    for (int i = 0; i < npos; i++) {
+        struct stat st;
+        if (stat(pos[i], &st) != 0 || !S_ISDIR(st.st_mode)) {
+            files_push(out, vil_strdup(pos[i]));
+            continue;
+        }
+        int from = out->n;
+        long other = 0;
+        if (walk(pos[i], 0, out, &other) != 0) return -1;
+        qsort(out->v + from, (size_t)(out->n - from), sizeof *out->v, cmp_path);
+        char shown[1024];
+        fprintf(stderr, "vil classify: %s: %d image%s", vil_printable(shown, sizeof shown, pos[i]),
+                out->n - from, out->n - from == 1 ? "" : "s");
+        if (other) fprintf(stderr, "; %ld other file%s skipped", other, other == 1 ? "" : "s");
+        fprintf(stderr, "\n");
+    }
+    return 0;
 }
 
 static void print_result(const char *file, const float *logits, int C, int topk, int json,
                          char *const *names) {
-    /* softmax in double, then a partial selection of the top k */
-    double mx = logits[0], sum = 0;
-    for (int k = 1; k < C; k++) mx = logits[k] > mx ? logits[k] : mx;
-    double *p = vil_malloc((size_t)C * sizeof(double));
-    for (int k = 0; k < C; k++) sum += (p[k] = exp(logits[k] - mx));
-    for (int k = 0; k < C; k++) p[k] /= sum;
     int K = topk < C ? topk : C;
     int *idx = vil_malloc((size_t)K * sizeof(int));
-    for (int j = 0; j < K; j++) {
-        int best = -1;
-        for (int k = 0; k < C; k++) {
-            int used = 0;
-            for (int q = 0; q < j; q++) used |= idx[q] == k;
-            if (!used && (best < 0 || p[k] > p[best])) best = k;
-        }
-        idx[j] = best;
-    }
+    double *p = vil_malloc((size_t)K * sizeof(double));
+    vil_topk_probs(logits, C, K, idx, p);
     if (json) {
         cJSON *o = cJSON_CreateObject();
-        char *f8 = utf8_lossy(file);
+        char *f8 = vil_utf8_lossy(file);
         cJSON_AddStringToObject(o, "file", f8);
         free(f8);
         cJSON *l = cJSON_AddArrayToObject(o, "logits");
@@ -76,13 +137,13 @@ static void print_result(const char *file, const float *logits, int C, int topk,
             cJSON *e = cJSON_CreateObject();
             cJSON_AddNumberToObject(e, "index", idx[j]);
             if (names) {
-                char *n8 = utf8_lossy(names[idx[j]]);
+                char *n8 = vil_utf8_lossy(names[idx[j]]);
                 cJSON_AddStringToObject(e, "name", n8);
                 free(n8);
             } else {
                 cJSON_AddNullToObject(e, "name");
             }
-            cJSON_AddNumberToObject(e, "prob", p[idx[j]]);
+            cJSON_AddNumberToObject(e, "prob", p[j]);
             cJSON_AddItemToArray(t, e);
         }
         char *s = cJSON_PrintUnformatted(o);
@@ -93,7 +154,7 @@ static void print_result(const char *file, const float *logits, int C, int topk,
         char shown[1024];
         printf("%s\n", vil_printable(shown, sizeof shown, file));
         for (int j = 0; j < K; j++) { /* names come from the file: nothing raw to the terminal */
-            printf("  %6.2f%%  %4d  %s\n", 100.0 * p[idx[j]], idx[j],
+            printf("  %6.2f%%  %4d  %s\n", 100.0 * p[j], idx[j],
                    names ? vil_printable(shown, sizeof shown, names[idx[j]]) : "");
         }
     }
@@ -103,24 +164,28 @@ static void print_result(const char *file, const float *logits, int C, int topk,
 }
 
 int vil_cmd_classify(int argc, char **argv) {
-    const char *model = NULL, *device = "auto";
+    const char *model = NULL, *device = "auto", *csv = NULL;
     int img_size = 0, topk = 5, json = 0, ema = 0, threads = 0;
     int max_pixels = (int)vil_image_max_pixels();
     float crop_pct = 0;
     VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
-        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
-        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed"},
-        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "center-crop fraction: resize the shorter side to size / crop_pct (0: the checkpoint's, else 0.875)"},
-        {"--topk", VIL_ARG_INT, &topk, "classes to print per image"},
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN"},
+        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
+        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
+        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "center-crop fraction: resize the shorter side to size / crop_pct (0: the checkpoint's, else 0.875)", .meta = "F"},
+        {"--topk", VIL_ARG_INT, &topk, "classes to print per image", 1, VIL_MAX_CLASSES, "K"},
         {"--json", VIL_ARG_FLAG, &json, "one JSON object per image: file, logits, topk"},
+        {"--csv", VIL_ARG_STR, &csv, "also write the results as CSV: filename, label_0.., prob_0.., name_0..", .meta = "FILE"},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
     };
-    VilArgSpec spec = {"classify", "--model CKPT [--ema] [--img-size N] [--crop-pct F] [--topk K] [--json] IMAGE...",
+    VilArgSpec spec = {"classify", "--model CKPT|RUN [--ema] [--img-size N] [--crop-pct F] [--topk K] [--json] [--csv FILE] IMAGE|DIR...",
                        "Classifies images (JPEG, PNG, BMP, GIF, PNM, ...; the format is read from the\n"
-                       "bytes) and prints the top-k classes with their probabilities.",
+                       "bytes) and prints the top-k classes with their probabilities. A folder\n"
+                       "stands for the images below it (every level, sorted by path; hidden entries\n"
+                       "and links to folders left out): a file counts when its name or its first\n"
+                       "bytes say it is an image, and the others are skipped and counted.",
                        args, (int)(sizeof args / sizeof args[0]), 1, -1};
     char **pos;
     int npos;
@@ -133,14 +198,13 @@ int vil_cmd_classify(int argc, char **argv) {
         free(pos);
         return 2;
     }
-    if (!(crop_pct == 0.0f || (crop_pct >= VIL_MIN_CROP_PCT && crop_pct <= 1.0f)) || topk < 1 || img_size < 0 ||
-        img_size > VIL_MAX_IMG_SIZE || !vil_device_name_ok(device)) {
-        fprintf(stderr, "vil classify: --crop-pct must be in 0.001..1 (0: the file's), --topk >= 1, --img-size in "
-                        "0..%d, --device cpu, cuda or auto\n", VIL_MAX_IMG_SIZE);
+    /* --img-size and --topk are checked as they are parsed */
+    if (!vil_cli_crop_pct_ok("classify", crop_pct)) {
         free(pos);
         return 2;
     }
-    if (vil_cli_set_max_pixels("classify", max_pixels) != 0) {
+    if (vil_cli_check_device_split("classify", device, "val") != 0 ||
+        vil_cli_set_max_pixels("classify", max_pixels) != 0) {
         free(pos);
         return 2;
     }
@@ -150,19 +214,30 @@ int vil_cmd_classify(int argc, char **argv) {
         free(pos);
         return 2;
     }
+    char *model_file;
+    const char *ckpt = vil_cli_model_path("classify", model, &ema, &model_file);
+    Files files = {0};
+    if (!ckpt || gather(pos, npos, &files) != 0) {
+        free(pos);
+        for (int i = 0; i < files.n; i++) free(files.v[i]);
+        free(files.v);
+        free(model_file);
+        return 1;
+    }
+    free(pos);
+    rc = 1;
+    VilModel m = {0};
+    VilCheckpointMeta meta = {0};
+    int loaded = 0;
+    float *batch = NULL, *logits = NULL;
+    VilResults *res = NULL;
+    int failed = 0;
     const VilBackend *be = vil_backend_get(device);
-    if (!be) {
-        free(pos);
-        return 1;
-    }
+    if (!be) goto done;
     if (strcmp(device, "auto") == 0) fprintf(stderr, "vil classify: running on %s\n", be->name);
-    VilModel m;
-    VilCheckpointMeta meta;
     VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
-    if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) {
-        free(pos);
-        return 1;
-    }
+    if (vil_checkpoint_load(ckpt, be, &lo, &m, &meta) != 0) goto done;
+    loaded = 1;
     const VilConfig *c = &m.cfg;
     int S = c->img_size, C = c->in_chans, NC = c->num_classes;
     VilEvalSpec ev;
@@ -172,29 +247,24 @@ int vil_cmd_classify(int argc, char **argv) {
     if (strcmp(be->name, "cpu") == 0)
         fprintf(stderr, "; %d compute thread%s (OpenMP)", nthreads, nthreads == 1 ? "" : "s");
     fprintf(stderr, "\n");
-    if (vil_model_check_acts(&m, CHUNK, 0) != 0) {
-        free(pos);
-        vil_checkpoint_meta_free(&meta);
-        vil_model_free(&m);
-        return 1;
-    }
+    if (vil_model_check_acts(&m, CHUNK, 0) != 0) goto done;
+    if (csv && !(res = vil_results_open(csv, VIL_RESULTS_CSV, topk, NC, meta.class_names, 0))) goto done;
     size_t per = (size_t)C * S * S;
-    float *batch = vil_malloc(CHUNK * per * sizeof(float));
-    float *logits = vil_malloc((size_t)CHUNK * NC * sizeof(float));
+    batch = vil_malloc(CHUNK * per * sizeof(float));
+    logits = vil_malloc((size_t)CHUNK * NC * sizeof(float));
     Item items[CHUNK];
-    int failed = 0;
     vil_model_alloc_acts(&m, CHUNK, 0);
-    for (int start = 0; start < npos; start += CHUNK) {
-        int n = npos - start < CHUNK ? npos - start : CHUNK, good = 0;
+    for (int start = 0; start < files.n; start += CHUNK) {
+        int n = files.n - start < CHUNK ? files.n - start : CHUNK, good = 0;
         for (int i = 0; i < n; i++) {
-            items[i].file = pos[start + i];
+            items[i].file = files.v[start + i];
             items[i].ok = 0;
             VilImage im;
             VilErrCapture cap;
             vil_error_capture(&cap);
-            int rc = vil_image_load(items[i].file, C, &im);
+            int lrc = vil_image_load(items[i].file, C, &im);
             vil_error_release(&cap);
-            if (rc != 0) { /* cap.msg: "'FILE': reason", the name printable */
+            if (lrc != 0) { /* cap.msg: "'FILE': reason", the name printable */
                 vil_error("cannot classify %s", cap.msg);
                 failed++;
                 continue;
@@ -217,17 +287,41 @@ int vil_cmd_classify(int argc, char **argv) {
         vil_model_upload_inputs(&m, batch, NULL);
         vil_model_forward(&m, 0);
         vil_model_logits(&m, logits);
-        for (int i = 0, k = 0; i < n; i++)
-            if (items[i].ok) print_result(items[i].file, logits + (size_t)(k++) * NC, NC, topk, json, meta.class_names);
+        for (int i = 0, k = 0; i < n; i++) {
+            if (!items[i].ok) continue;
+            const float *row = logits + (size_t)(k++) * NC;
+            print_result(items[i].file, row, NC, topk, json, meta.class_names);
+            if (res) vil_results_add(res, items[i].file, row, -1);
+        }
     }
+    if (res) {
+        long rows = vil_results_rows(res);
+        VilResults *r = res;
+        res = NULL;
+        char shown[1024];
+        if (vil_results_close(r) != 0) goto done;
+        fprintf(stderr, "vil classify: wrote %s (%ld row%s)\n", vil_printable(shown, sizeof shown, csv), rows,
+                rows == 1 ? "" : "s");
+    }
+    if (files.n == 0) {
+        vil_error("no images to classify: the folders hold none");
+        goto done;
+    }
+    if (failed) {
+        vil_error("%d of %d images could not be classified", failed, files.n);
+        goto done;
+    }
+    rc = 0;
+done:
+    vil_results_free(res);
     free(batch);
     free(logits);
-    free(pos);
-    vil_checkpoint_meta_free(&meta);
-    vil_model_free(&m);
-    if (failed) {
-        vil_error("%d of %d images could not be classified", failed, npos);
-        return 1;
+    for (int i = 0; i < files.n; i++) free(files.v[i]);
+    free(files.v);
+    free(model_file);
+    if (loaded) {
+        vil_checkpoint_meta_free(&meta);
+        vil_model_free(&m);
     }
-    return 0;
+    return rc;
 }

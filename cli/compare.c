@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/model_arg.h"
 #include "data/dataset.h"
 #include "charts/chart.h"
 #include "eval/eval.h"
@@ -25,7 +26,9 @@
 #define MAX_RES 16
 
 typedef struct {
-    const char *file;
+    const char *file;    /* as given: a checkpoint or a run folder */
+    const char *path;    /* the checkpoint read (a run folder's best or EMA file) */
+    int ema;             /* --ema applies: a .pth's model_ema (a run folder's is its path) */
     char label[96];
     char family[4];      /* "ViL" or "ViM" */
     char weights[16];    /* a .pth's state dict ("model", "model_ema"); "" for safetensors */
@@ -42,33 +45,64 @@ typedef struct {
     long bad;            /* images that could not be read (not counted) */
 } Row;
 
-/* file name without folders and extension; the whole path when two models share it */
-static void make_labels(Row *rows, int nm, int ema) {
+/* r->file's last part (a run folder's name, a file's without its extension) */
+static void base_name(const char *f, const char **b, int *len) {
+    int n = (int)strlen(f);
+    while (n > 1 && f[n - 1] == '/') n--;
+    int s = n;
+    while (s > 0 && f[s - 1] != '/') s--;
+    *b = f + s, *len = n - s;
+}
+
+/* --label's names, else the file name without folders and extension (the whole path when two
+ * models share it); " (EMA)" where --ema took a model's EMA */
+static void make_labels(Row *rows, int nm, const char *const *names) {
     for (int i = 0; i < nm; i++) {
-        const char *f = rows[i].file, *b = strrchr(f, '/');
-        b = b ? b + 1 : f;
+        Row *r = &rows[i];
+        int ema = r->ema || (r->path != r->file && strstr(r->path, "/ema.") != NULL);
+        if (names) {
+            snprintf(r->label, sizeof r->label, "%.90s", names[i]);
+            continue;
+        }
+        const char *b;
+        int len;
+        base_name(r->file, &b, &len);
         int dup = 0;
         for (int j = 0; j < nm; j++) {
-            const char *g = rows[j].file, *c = strrchr(g, '/');
-            c = c ? c + 1 : g;
-            dup |= strcmp(f, g) != 0 && strcmp(b, c) == 0; /* another file of the same name */
+            const char *c;
+            int lc;
+            base_name(rows[j].file, &c, &lc);
+            dup |= strcmp(r->file, rows[j].file) != 0 && lc == len && strncmp(b, c, (size_t)len) == 0;
         }
-        const char *name = dup ? f : b, *dot = strrchr(name, '.');
-        int len = dot && dot != name ? (int)(dot - name) : (int)strlen(name);
-        snprintf(rows[i].label, sizeof rows[i].label, "%.*s%s", len > 80 ? 80 : len, name,
-                 ema && strstr(rows[i].weights, "ema") ? " (EMA)" : "");
+        const char *name = dup ? r->file : b;
+        int nl = dup ? (int)strlen(r->file) : len;
+        int dot = nl - 1;
+        while (dot > 0 && name[dot] != '.' && name[dot] != '/') dot--;
+        if (dot > 0 && name[dot] == '.' && r->path == r->file) nl = dot;
+        snprintf(r->label, sizeof r->label, "%.*s%s", nl > 80 ? 80 : nl, name, ema ? " (EMA)" : "");
     }
 }
 
-static void measure(Row *r, const VilBackend *be, VilDataset *ds, int ema, int batch, int workers,
+/* 1 for a PyTorch checkpoint (a zip archive): the one kind whose EMA --ema picks inside it */
+static int is_pth(const char *path) {
+    unsigned char head[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(head, 1, 4, f);
+    fclose(f);
+    return n == 4 && memcmp(head, "PK\3\4", 4) == 0;
+}
+
+static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int workers,
                     float crop_pct, int skip_bad, long limit, int steps) {
     VilModel m;
     VilCheckpointMeta meta;
-    VilCheckpointOpts o = {.img_size = r->res, .ema = ema};
+    VilCheckpointOpts o = {.img_size = r->res, .ema = r->ema};
     be->sync(be);
     if (be->peak_reset) be->peak_reset(be);
-    if (vil_checkpoint_load(r->file, be, &o, &m, &meta) != 0) {
-        snprintf(r->why, sizeof r->why, "does not load at %d px (see above)", r->res);
+    if (vil_checkpoint_load(r->path, be, &o, &m, &meta) != 0) {
+        if (r->res) snprintf(r->why, sizeof r->why, "does not load at %d px (see above)", r->res);
+        else snprintf(r->why, sizeof r->why, "does not load (see above)");
         return;
     }
     const VilConfig *c = &m.cfg;
@@ -78,12 +112,12 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int ema, int b
     r->params = m.param_count;
     r->gflops = vil_model_macs(c) / 1e9;
     char prefix[160];
-    snprintf(prefix, sizeof prefix, "  %s @ %d: ", r->file, c->img_size);
+    snprintf(prefix, sizeof prefix, "  %s @ %d: ", r->label, c->img_size);
     VilEvalSpec ev;
     vil_eval_spec_resolve(&ev, &meta, crop_pct, c->in_chans, NULL, 0);
     r->crop_pct = ev.crop_pct;
     VilEvalResult er;
-    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, stdout, prefix, &er) != 0) {
+    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, stdout, prefix, NULL, &er) != 0) {
         snprintf(r->why, sizeof r->why, "evaluation failed (see above)");
     } else if (er.images == 0) {
         snprintf(r->why, sizeof r->why, "no images were evaluated");
@@ -135,7 +169,7 @@ static int write_csv(const char *path, const Row *rows, int n, const char *devic
         const Row *r = &rows[i];
         /* file names may hold commas: quoted, with quotes doubled */
         char q[2][1100];
-        const char *src[2] = {r->label, r->file};
+        const char *src[2] = {r->label, r->path};
         for (int j = 0; j < 2; j++) {
             size_t o = 0;
             q[j][o++] = '"';
@@ -174,7 +208,7 @@ static int write_json(const char *path, const Row *rows, int n, const char *devi
         const Row *r = &rows[i];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "model", r->label);
-        cJSON_AddStringToObject(e, "file", r->file);
+        cJSON_AddStringToObject(e, "file", r->path);
         cJSON_AddStringToObject(e, "weights", r->weights);
         cJSON_AddStringToObject(e, "family", r->family);
         cJSON_AddNumberToObject(e, "img_size", r->res);
@@ -218,7 +252,7 @@ static int write_chart(const char *path, const Row *rows, int nm, int nr, int fi
     for (int j = 0; j < nr; j++) ticks[j] = rows[j].res;
     VilChartPanel p[2] = {
         {"Accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, acc, nm, fixed_ticks ? ticks : NULL, fixed_ticks ? nr : 0, 0, 0, 0, 0},
-        {"Throughput", "image size (px)", "images/s", 0, 1, 1, ips, nm, fixed_ticks ? ticks : NULL, fixed_ticks ? nr : 0, 0, 0, 0, 0},
+        {"Throughput", "image size (px)", "images/s (log scale)", 0, 1, 1, ips, nm, fixed_ticks ? ticks : NULL, fixed_ticks ? nr : 0, 0, 0, 0, 0},
     };
     return vil_chart_write(path, title, p, 2, 2);
 }
@@ -228,25 +262,26 @@ int vil_cmd_compare(int argc, char **argv) {
                *out = "out/compare";
     int batch = 64, ema = 0, workers = 4, limit = 0, steps = 0, skip_bad = 0, threads = 0;
     float crop_pct = 0;
-    VilArgList models = {0};
+    VilArgList models = {0}, names = {0};
     VilArg args[] = {
-        {"--models", VIL_ARG_LIST, &models, "checkpoints (.safetensors or .pth); the files after it count too"},
-        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
+        {"--models", VIL_ARG_LIST, &models, "checkpoints (.safetensors or .pth) or run folders (their best.safetensors); the files after it count too", .meta = "CKPT|RUN"},
+        {"--label", VIL_ARG_LIST, &names, "legend names, one per model in their order: A,B,... or --label once per model (default: the file or folder name)", .meta = "A,B,..."},
+        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)", .meta = "DIR"},
         {"--split", VIL_ARG_STR, &split, "split to evaluate: val (test for IDX), train"},
-        {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
-        {"--img-size", VIL_ARG_STR, &sizes, "resolutions, e.g. 224,384,512 (default: each model's own)"},
-        {"--batch", VIL_ARG_INT, &batch, "batch size of the evaluation and of the timed forward passes"},
-        {"--ema", VIL_ARG_FLAG, &ema, "the model_ema of every .pth training checkpoint (safetensors files are taken as they are)"},
-        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: each checkpoint's, else 0.875)"},
+        {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)", .meta = "FILE"},
+        {"--img-size", VIL_ARG_STR, &sizes, "resolutions, e.g. 224,384,512 (default: each model's own)", .meta = "S,S,..."},
+        {"--batch", VIL_ARG_INT, &batch, "batch size of the evaluation and of the timed forward passes", 1, VIL_MAX_BATCH},
+        {"--ema", VIL_ARG_FLAG, &ema, "the model_ema of every .pth training checkpoint, the ema.safetensors of every run folder (safetensors files are taken as they are)"},
+        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: each checkpoint's, else 0.875)", .meta = "F"},
         {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "leave out images that cannot be read (else such a row fails)"},
-        {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
-        {"--steps", VIL_ARG_INT, &steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)"},
+        {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)", 0, 2147483647},
+        {"--steps", VIL_ARG_INT, &steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)", 0, 1000000},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
-        {"--workers", VIL_ARG_INT, &workers, "data loader threads"},
+        {"--workers", VIL_ARG_INT, &workers, "data loader threads", 1, 256},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
-        {"--out", VIL_ARG_STR, &out, "folder for compare.csv, compare.json and compare.svg"},
+        {"--out", VIL_ARG_STR, &out, "folder for compare.csv, compare.json and compare.svg", .meta = "DIR"},
     };
-    VilArgSpec spec = {"compare", "--models A.pth B.safetensors ... --data DIR [--img-size 224,384,512] [--batch B] [--ema] [--out DIR]",
+    VilArgSpec spec = {"compare", "--models A.pth B.safetensors RUN ... --data DIR [--label A,B,...] [--img-size 224,384,512] [--batch B] [--ema] [--out DIR]",
                        "Evaluates each model at each resolution on the same data and device and\n"
                        "prints one table: family (ViL / ViM), parameters, GFLOPs per image, top-1,\n"
                        "top-5, inference images/s and peak memory. Writes it as OUT/compare.csv and\n"
@@ -280,24 +315,45 @@ int vil_cmd_compare(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
-    /* the constraint that broke, alone */
-    const char *bad = batch < 1 || batch > VIL_MAX_BATCH ? "--batch"
-                      : workers < 1 || workers > 256     ? "--workers"
-                      : limit < 0                        ? "--limit"
-                      : steps < 0                        ? "--steps"
-                      : !(crop_pct >= 0.0f && crop_pct <= 1.0f) ? "--crop-pct"
-                                                                : NULL;
-    if (bad) {
-        fprintf(stderr, "vil compare: %s is out of range: --batch takes 1..%d, --workers 1..256, "
-                        "--limit and --steps >= 0, --crop-pct (0, 1] (0: each checkpoint's)\n",
-                bad, VIL_MAX_BATCH);
+    /* the numbers' ranges are checked as they are parsed */
+    if (!vil_cli_crop_pct_ok("compare", crop_pct)) return 2;
+    /* --label A,B or --label A --label B: one name per model */
+    char *name_buf[MAX_MODELS];
+    int nn = 0, too_many = 0;
+    for (int i = 0; i < names.n; i++)
+        for (const char *p = names.v[i];; p += strcspn(p, ",") + 1) {
+            if (nn == MAX_MODELS) {
+                too_many = 1;
+                break;
+            }
+            size_t len = strcspn(p, ",");
+            name_buf[nn] = vil_malloc(len + 1);
+            memcpy(name_buf[nn], p, len);
+            name_buf[nn++][len] = 0;
+            if (!p[strcspn(p, ",")]) break;
+        }
+    if (names.n && (too_many || nn != nm)) {
+        fprintf(stderr, "vil compare: %s%d --label name%s for %d model%s: give one per model, in their order\n",
+                too_many ? "more than " : "", nn, nn == 1 ? "" : "s", nm, nm == 1 ? "" : "s");
+        for (int i = 0; i < nn; i++) free(name_buf[i]);
         return 2;
     }
-    if (vil_cli_check_device_split("compare", device, split) != 0) return 2;
-    if (vil_cli_set_threads("compare", threads) < 0) return 2;
-    VilDataset *ds;
+    rc = 2;
+    char *owned[MAX_MODELS] = {0};
+    const char *paths[MAX_MODELS];
+    int uses_ema[MAX_MODELS];
+    Row *rows = NULL;
+    VilDataset *ds = NULL;
     const VilBackend *be;
-    if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) return 1;
+    if (vil_cli_check_device_split("compare", device, split) != 0) goto done;
+    if (vil_cli_set_threads("compare", threads) < 0) goto done;
+    rc = 1;
+    for (int i = 0; i < nm; i++) { /* a run folder's file, or the file; --ema inside a .pth only */
+        uses_ema[i] = ema;
+        if (!(paths[i] = vil_cli_model_path("compare", files[i], &uses_ema[i], &owned[i]))) goto done;
+        uses_ema[i] = uses_ema[i] && is_pth(paths[i]);
+    }
+    if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) goto done;
     if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 3 : 20;
     long n_img = limit > 0 && limit < vil_dataset_size(ds) ? limit : vil_dataset_size(ds);
     char crop[64] = "each checkpoint's crop_pct";
@@ -307,19 +363,20 @@ int vil_cmd_compare(int argc, char **argv) {
            batch, crop);
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     fflush(stdout);
-    Row *rows = vil_calloc((size_t)nm * nr, sizeof(Row));
+    rows = vil_calloc((size_t)nm * nr, sizeof(Row));
+    Row *first = vil_calloc((size_t)nm, sizeof(Row)); /* one label per model */
+    for (int i = 0; i < nm; i++) first[i].file = files[i], first[i].path = paths[i], first[i].ema = uses_ema[i];
+    make_labels(first, nm, nn ? (const char *const *)name_buf : NULL);
     int failed = 0;
     for (int i = 0; i < nm; i++)
         for (int j = 0; j < nr; j++) {
             Row *r = &rows[i * nr + j];
-            r->file = files[i];
+            *r = first[i];
             r->res = res[j];
-            measure(r, be, ds, ema, batch, workers, crop_pct, skip_bad, limit, steps);
+            measure(r, be, ds, batch, workers, crop_pct, skip_bad, limit, steps);
             if (!r->ok) failed++;
         }
-    make_labels(rows, nm * nr, ema);
-    for (int i = 0; i < nm; i++) /* one label per model, from its first row */
-        for (int j = 1; j < nr; j++) memcpy(rows[i * nr + j].label, rows[i * nr].label, sizeof rows[0].label);
+    free(first);
     printf("\n");
     print_table(stdout, rows, nm * nr, be->name);
     rc = failed ? 1 : 0;
@@ -337,7 +394,10 @@ int vil_cmd_compare(int argc, char **argv) {
         rc = 1;
     }
     if (failed) vil_error("%d of %d measurements failed (see the table)", failed, nm * nr);
+done:
     free(rows);
-    vil_dataset_free(ds);
+    if (ds) vil_dataset_free(ds);
+    for (int i = 0; i < nm; i++) free(owned[i]);
+    for (int i = 0; i < nn; i++) free(name_buf[i]);
     return rc;
 }

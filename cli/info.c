@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/args.h"
+#include "cli/model_arg.h"
 #include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/limits.h"
@@ -14,8 +15,8 @@ int vil_cmd_info(int argc, char **argv) {
     const char *model = NULL, *device = "cpu";
     int img_size = 0, ema = 0;
     VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
-        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN"},
+        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
         {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
         {"--device", VIL_ARG_STR, &device, "cpu or cuda: where to load it"},
     };
@@ -40,8 +41,14 @@ int vil_cmd_info(int argc, char **argv) {
     if (!be) return 1;
     VilModel m;
     VilCheckpointMeta meta;
+    char *model_file;
+    if (!(model = vil_cli_model_path("info", model, &ema, &model_file))) return 1;
     VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
-    if (vil_checkpoint_load(model, be, &lo, &m, &meta) != 0) return 1;
+    rc = vil_checkpoint_load(model, be, &lo, &m, &meta);
+    if (rc != 0) {
+        free(model_file);
+        return 1;
+    }
     const VilConfig *c = &m.cfg;
     char shown[256];
     printf("file:        %s\n", model);
@@ -86,5 +93,6 @@ int vil_cmd_info(int argc, char **argv) {
     if (meta.eval.crop_pct > 0) printf("evaluation:  crop_pct %g (from %s)\n", meta.eval.crop_pct, meta.eval_from);
     vil_checkpoint_meta_free(&meta);
     vil_model_free(&m);
+    free(model_file);
     return 0;
 }

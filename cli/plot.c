@@ -52,16 +52,17 @@ int vil_cmd_plot(int argc, char **argv) {
     const char *agree_s = NULL;
     int window = 50;
     VilArg args[] = {
-        {"--out", VIL_ARG_STR, &out, "the SVG to write (default: RUN/curves.svg for one run, ./curves.svg for several)"},
-        {"--label", VIL_ARG_LIST, &labels, "legend name of a run, once per run in their order (default: the folder's name)"},
-        {"--agree", VIL_ARG_STR, &agree_s, "PCT: check each run's training loss against the first's: windowed means within PCT percent, else exit 1"},
-        {"--window", VIL_ARG_INT, &window, "--agree's window in optimizer steps"},
+        {"--out", VIL_ARG_STR, &out, "the SVG to write (default: RUN/curves.svg for one run, ./curves.svg for several)", .meta = "FILE.svg"},
+        {"--label", VIL_ARG_LIST, &labels, "legend name of a run, once per run in their order (default: the folder's name)", .meta = "NAME"},
+        {"--agree", VIL_ARG_STR, &agree_s, "check each run's training loss against the first's: windowed means within PCT percent, else exit 1", .meta = "PCT"},
+        {"--window", VIL_ARG_INT, &window, "--agree's window in optimizer steps", .meta = "STEPS"},
     };
     VilArgSpec spec = {"plot", "RUN [RUN ...] [--out FILE.svg] [--label NAME ...] [--agree PCT [--window STEPS]]",
                        "Charts the training curves of run folders from their metrics.jsonl: loss\n"
-                       "(training, and validation dashed), top-1 accuracy (the EMA dashed), learning\n"
-                       "rate and training images/s, against the optimizer step. Several runs are\n"
-                       "overlaid, one colour each. A line cut short by a crash is skipped. With\n"
+                       "(training, and validation dashed), top-1 accuracy (the model with dots, its\n"
+                       "EMA dashed with hollow squares), learning rate and training images/s, against\n"
+                       "the optimizer step. Several runs are overlaid, one colour each. A line cut\n"
+                       "short by a crash is skipped. With\n"
                        "--agree, also compares every run's training loss with the first run's (the\n"
                        "same recipe on 1 and N GPUs, or as micro-batches): the mean over each window\n"
                        "of steps that both logged, and exits 1 when a window differs by more.",

@@ -11,6 +11,7 @@
 #include "charts/chart.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_arg.h"
 #include "data/image.h"
 #include "eval/eval.h"
 #include "eval/states.h"
@@ -195,8 +196,8 @@ int vil_cmd_states(int argc, char **argv) {
     int max_pixels = (int)vil_image_max_pixels();
     float crop_pct = 0;
     VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth)"},
-        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema instead of its model"},
+        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN"},
+        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
         {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
         {"--split", VIL_ARG_STR, &split, "split to read: val (test for IDX), test or train"},
         {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
@@ -210,7 +211,7 @@ int vil_cmd_states(int argc, char **argv) {
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
         {"--out", VIL_ARG_STR, &out, "folder for states.csv, states.json and states.svg"},
     };
-    VilArgSpec spec = {"states", "--model CKPT --data DIR [--img-size S] [--images N] [--out DIR] [options]",
+    VilArgSpec spec = {"states", "--model CKPT|RUN --data DIR [--img-size S] [--images N] [--out DIR] [options]",
                        "How the scan's state grows along the sequence: for each layer and direction,\n"
                        "the norm of the state after each token (||h||: the square root of the sum of\n"
                        "squares of its d_state x d_inner values), its mean and sd over N images of\n"
@@ -234,18 +235,19 @@ int vil_cmd_states(int argc, char **argv) {
         vil_args_usage(&spec, 1);
         return 2;
     }
-    if (!(crop_pct == 0.0f || (crop_pct >= VIL_MIN_CROP_PCT && crop_pct <= 1.0f))) {
-        fprintf(stderr, "vil states: --crop-pct must be in 0.001..1 (0: the file's)\n");
-        return 2;
-    }
+    if (!vil_cli_crop_pct_ok("states", crop_pct)) return 2;
     VilDataset *ds;
     const VilBackend *be;
     VilModel m;
     VilCheckpointMeta meta;
+    char *model_file;
+    if (!(model = vil_cli_model_path("states", model, &ema, &model_file))) return 1;
     VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
-    if ((rc = vil_cli_open_eval("states", model, data, split, labels, device, max_pixels, threads, &lo, &ds, &be, &m,
-                                &meta)) != 0)
+    rc = vil_cli_open_eval("states", model, data, split, labels, device, max_pixels, threads, &lo, &ds, &be, &m, &meta);
+    if (rc != 0) {
+        free(model_file);
         return rc;
+    }
     const VilConfig *c = &m.cfg;
     VilEvalSpec ev;
     char note[128], name[96];
@@ -289,6 +291,7 @@ int vil_cmd_states(int argc, char **argv) {
     printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);
     rc = 0;
 done:
+    free(model_file);
     vil_states_free(&s);
     vil_checkpoint_meta_free(&meta);
     vil_model_free(&m);

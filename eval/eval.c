@@ -71,11 +71,30 @@ double vil_xent_sum(const float *logits, const int *labels, int n, int C) {
 
 int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
                  VilEvalResult *r) {
+    return vil_eval_run_sink(m, l, max_images, log, prefix, NULL, r);
+}
+
+/* The rows of b's first n images that the loader could read, packed (the logits in place):
+ * handed to the sink. */
+static void sink_rows(const VilEvalSink *sink, float *logits, const VilBatch *b, int n, int C,
+                      int *idx, int *lab) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (b->labels[i] < 0) continue;
+        if (k != i) memmove(logits + (size_t)k * C, logits + (size_t)i * C, (size_t)C * sizeof *logits);
+        idx[k] = b->indices[i], lab[k++] = b->labels[i];
+    }
+    if (k) sink->rows(sink->ctx, logits, idx, lab, k, C);
+}
+
+int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
+                      const VilEvalSink *sink, VilEvalResult *r) {
     memset(r, 0, sizeof *r);
     const VilBackend *be = m->be;
     double t0 = vil_now();
     int nb = vil_loader_start_epoch(l, 0);
     float *logits = NULL;
+    int *rows_idx = NULL, *rows_lab = NULL; /* the sink's rows */
     int every = nb >= 10 ? nb / 10 : 1, rc = -1;
     const int C = m->cfg.num_classes;
     VilFeed feed = {0};
@@ -89,6 +108,7 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
         }
         vil_model_alloc_acts(m, b->batch, 0);
         logits = vil_malloc((size_t)b->batch * C * sizeof(float));
+        rows_idx = vil_malloc((size_t)b->batch * 2 * sizeof(int)), rows_lab = rows_idx + b->batch;
         void *dev0[3];
         vil_model_input_buffers(m, dev0);
         size_t bytes[1] = {(size_t)b->batch * b->channels * b->res * b->res * sizeof(float)};
@@ -116,6 +136,7 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const ch
         for (int i = 0; i < n; i++) /* a file the loader could not read has no label */
             if (b->labels[i] >= 0) r->images++;
             else r->bad++;
+        if (sink) sink_rows(sink, logits, b, n, C, rows_idx, rows_lab);
         vil_loader_release_batch(l, b);
         if (log && ((k + 1) % every == 0 || k + 1 == nb)) {
             fprintf(log, "%s%6ld images  top-1 %6.2f%%  top-5 %6.2f%%  %7.1f images/s\n",
@@ -139,6 +160,7 @@ out:
         vil_feed_free(&feed);
     }
     free(logits);
+    free(rows_idx);
     return rc;
 }
 
@@ -184,7 +206,8 @@ VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEva
 }
 
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                     long max_images, FILE *log, const char *prefix, VilEvalResult *r) {
+                     long max_images, FILE *log, const char *prefix, const VilEvalSink *sink,
+                     VilEvalResult *r) {
     const VilConfig *c = &m->cfg;
     batch = vil_eval_batch(ds, batch, max_images);
     int K = vil_dataset_num_classes(ds);
@@ -197,7 +220,7 @@ int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int bat
     if (vil_model_check_acts(m, batch, 0) != 0) return -1;
     VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers);
     if (!l) return -1;
-    int rc = vil_eval_run(m, l, max_images, log, prefix, r);
+    int rc = vil_eval_run_sink(m, l, max_images, log, prefix, sink, r);
     vil_loader_free(l);
     return rc;
 }

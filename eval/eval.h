@@ -31,6 +31,17 @@ double vil_xent_sum(const float *logits, const int *labels, int n, int C);
 int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
                  VilEvalResult *r);
 
+/* Where a pass hands each batch's results, for per-image files (`vil eval --results-file`):
+ * rows gets the logits (n, C) of the batch's readable images, in the loader's order, with
+ * their dataset indices and labels. */
+typedef struct {
+    void (*rows)(void *ctx, const float *logits, const int *indices, const int *labels, int n, int C);
+    void *ctx;
+} VilEvalSink;
+/* vil_eval_run, each batch's rows also handed to sink (NULL: none). */
+int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
+                      const VilEvalSink *sink, VilEvalResult *r);
+
 /* The evaluation transform to use for a checkpoint: crop_pct the user's when > 0, else the
  * checkpoint's (meta->eval), else 0.875; the checkpoint's normalization, else the channel
  * count's defaults. note (may be NULL) gets where the crop came from, for the header line. */
@@ -50,11 +61,12 @@ VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEva
 
 /* The evaluation of m on a dataset as `vil eval` runs it: an eval-mode loader of
  * vil_eval_batch(ds, batch, max_images) images
- * (the transform ev; pinned buffers on CUDA) with `workers` threads, then vil_eval_run. The data
- * must have the model's classes (else the labels would not mean the model's classes), and the
- * batch must fit (vil_model_check_acts). 0, or -1 (reported). */
+ * (the transform ev; pinned buffers on CUDA) with `workers` threads, then vil_eval_run_sink
+ * (sink may be NULL). The data must have the model's classes (else the labels would not mean
+ * the model's classes), and the batch must fit (vil_model_check_acts). 0, or -1 (reported). */
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                     long max_images, FILE *log, const char *prefix, VilEvalResult *r);
+                     long max_images, FILE *log, const char *prefix, const VilEvalSink *sink,
+                     VilEvalResult *r);
 
 /* Seconds per forward pass of m on what its inference activations hold now (m->acts allocated
  * for inference), after `warmup` untimed passes; the backend is synchronized around the timed

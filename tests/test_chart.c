@@ -1,7 +1,8 @@
 /* test_chart.c: the SVG chart writer: XML escaping, where a data point lands (from the plot-area
  * geometry in chart.h), axis spans asked for, series styles, tick values and labels, NaN gaps,
  * thinning of a 300k-point series, flat and single-point data, empty panels, determinism,
- * locale, the written file, XML validity. */
+ * locale, the written file, XML validity; marker shapes, and a run's model and EMA told apart at
+ * a single evaluation (charts/curves.c). */
 #include <locale.h>
 #include <math.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "charts/chart.h"
+#include "charts/curves.h"
 #include "tests/testing.h"
 #include "vil/common.h"
 
@@ -20,7 +22,7 @@ static void test_escape(void) {
     const char *bad = "a<b&c>\"d'e\x01\tf";
     const char *want = "a&lt;b&amp;c&gt;&quot;d&apos;ef";
     double x[2] = {0, 1}, y[2] = {0, 1};
-    VilChartSeries s = {bad, 2, x, y, 0, -1, 0};
+    VilChartSeries s = {bad, 2, x, y, 0, -1, 0, 0};
     VilChartPanel p = {.title = bad, .xlabel = bad, .ylabel = "y", .series = &s, .n_series = 1};
     char *svg = vil_chart_svg(bad, &p, 1, 1);
     T_CHECK(svg && t_count(svg, want) == 4, "title, panel title, x label and legend escaped (%d)",
@@ -45,7 +47,7 @@ static void test_mapping(void) {
     const double L = VIL_CHART_MARGIN_L, T = VIL_CHART_MARGIN_T;
     const double W = VIL_CHART_PLOT_W, H = VIL_CHART_PLOT_H;
     double x[3] = {0, 5, 10}, y[3] = {0, 50, 100};
-    VilChartSeries s = {"s", 3, x, y, 0, -1, 0};
+    VilChartSeries s = {"s", 3, x, y, 0, -1, 0, 0};
     VilChartPanel p = {.series = &s, .n_series = 1};
     char want[256], a[24], b[24];
     want[0] = 0;
@@ -67,7 +69,7 @@ static void test_mapping(void) {
 
     /* log x: 10 is the middle of [1, 100]; 1000 on a log y lies at 3 of [2, 4] decades */
     double lx[3] = {1, 10, 100}, ly[3] = {100, 1000, 10000};
-    VilChartSeries ls = {"s", 3, lx, ly, 0, -1, 0};
+    VilChartSeries ls = {"s", 3, lx, ly, 0, -1, 0, 0};
     VilChartPanel lp = {.series = &ls, .n_series = 1, .log_x = 1, .log_y = 1, .markers = 1};
     svg = render1(&lp);
     T_CHECK(svg && strstr(svg, "<circle cx=\"304\" cy=\"170\""), "log-log centre at (304, 170)");
@@ -82,7 +84,7 @@ static void test_spans_styles(void) {
     const double L = VIL_CHART_MARGIN_L, T = VIL_CHART_MARGIN_T;
     const double W = VIL_CHART_PLOT_W, H = VIL_CHART_PLOT_H;
     double x[3] = {0, 5, 10}, y[3] = {0, 50, 100};
-    VilChartSeries s = {"s", 3, x, y, 0, -1, 0};
+    VilChartSeries s = {"s", 3, x, y, 0, -1, 0, 0};
     VilChartPanel p = {.series = &s, .n_series = 1, .x_min = 0, .x_max = 20, .y_min = -100,
                        .y_max = 0};
     char want[64], a[24], b[24];
@@ -101,8 +103,8 @@ static void test_spans_styles(void) {
     T_CHECK(svg && strstr(svg, want), "min >= max leaves the axes to the data (%s)", want);
     free(svg);
 
-    VilChartSeries two[2] = {{NULL, 3, x, y, 0, 1, VIL_CHART_FAINT},
-                             {"dots", 3, x, y, 1, 1, VIL_CHART_MARKERS}};
+    VilChartSeries two[2] = {{NULL, 3, x, y, 0, 1, VIL_CHART_FAINT, 0},
+                             {"dots", 3, x, y, 1, 1, VIL_CHART_MARKERS, 0}};
     VilChartPanel q = {.series = two, .n_series = 2};
     svg = render1(&q);
     T_CHECK(svg && t_count(svg, "stroke-opacity=\"0.3\"") == 1, "a faint series is pale");
@@ -154,7 +156,7 @@ static void test_ticks(void) {
         x[i] = 200.0 * i, y[i] = 1e-6 * pow(1000, i / 100.0);
         x2[i] = 224 + 2.88 * i, y2[i] = 0.37 + 0.0044 * i;
     }
-    VilChartSeries s = {"s", N, x, y, 0, -1, 0}, s2 = {"s", N, x2, y2, 0, -1, 0};
+    VilChartSeries s = {"s", N, x, y, 0, -1, 0, 0}, s2 = {"s", N, x2, y2, 0, -1, 0, 0};
     VilChartPanel p = {.series = &s, .n_series = 1, .log_y = 1};
     char *svg = render1(&p);
     T_CHECK(svg && strstr(svg, ">5k<") && strstr(svg, ">20k<") && strstr(svg, ">0<"),
@@ -171,7 +173,7 @@ static void test_ticks(void) {
 
 static void test_gaps(void) {
     double x[7] = {0, 1, 2, 3, 4, 5, 6}, y[7] = {1, 2, NAN, 4, 5, INFINITY, 3};
-    VilChartSeries s = {"s", 7, x, y, 0, -1, 0};
+    VilChartSeries s = {"s", 7, x, y, 0, -1, 0, 0};
     VilChartPanel p = {.series = &s, .n_series = 1};
     char *svg = render1(&p);
     T_CHECK(svg && t_count(svg, "<polyline") == 2, "NaN splits the line into two polylines");
@@ -181,7 +183,7 @@ static void test_gaps(void) {
 
     /* on a log axis, values <= 0 are skipped, not gaps */
     double ly[4] = {1, 0, -3, 100};
-    VilChartSeries ls = {"s", 4, x, ly, 0, -1, 0};
+    VilChartSeries ls = {"s", 4, x, ly, 0, -1, 0, 0};
     VilChartPanel lp = {.series = &ls, .n_series = 1, .log_y = 1};
     svg = render1(&lp);
     T_CHECK(svg && t_count(svg, "<polyline") == 1 && !t_has_nan_inf(svg), "log axis skips <= 0");
@@ -195,7 +197,7 @@ static void test_big(void) {
     vil_rng_seed(&rng, 5);
     for (int i = 0; i < N; i++) x[i] = i, y[i] = exp(-i / 5e4) + 0.1 * vil_rng_normal(&rng);
     y[N / 2] = NAN;
-    VilChartSeries s[2] = {{"loss", N, x, y, 0, 0, 0}, {"loss (EMA)", N, x, y, 1, 0, 0}};
+    VilChartSeries s[2] = {{"loss", N, x, y, 0, 0, 0, 0}, {"loss (EMA)", N, x, y, 1, 0, 0, 0}};
     VilChartPanel p = {.series = s, .n_series = 2, .log_x = 0};
     double t0 = vil_now();
     char *svg = render1(&p);
@@ -213,9 +215,9 @@ static void test_degenerate(void) {
     double x[4] = {1, 2, 3, 4}, flat[4] = {3, 3, 3, 3}, zero[4] = {0, 0, 0, 0}, nan4[4];
     for (int i = 0; i < 4; i++) nan4[i] = NAN;
     double one_x = 7, one_y = 0.5;
-    VilChartSeries s[5] = {{"flat", 4, x, flat, 0, -1, 0}, {"zero", 4, x, zero, 0, -1, 0},
-                           {"one", 1, &one_x, &one_y, 0, -1, 0},
-                           {"missing", 4, x, nan4, 0, -1, 0}, {"empty", 0, NULL, NULL, 0, -1, 0}};
+    VilChartSeries s[5] = {{"flat", 4, x, flat, 0, -1, 0, 0}, {"zero", 4, x, zero, 0, -1, 0, 0},
+                           {"one", 1, &one_x, &one_y, 0, -1, 0, 0},
+                           {"missing", 4, x, nan4, 0, -1, 0, 0}, {"empty", 0, NULL, NULL, 0, -1, 0, 0}};
     const char *what[5] = {"flat series", "flat zero series", "single point", "", ""};
     for (int k = 0; k < 3; k++)
         for (int lg = 0; lg < 2; lg++) {
@@ -234,7 +236,7 @@ static void test_degenerate(void) {
     T_CHECK(svg && t_count(svg, ">no data<") == 3 && !t_has_nan_inf(svg), "empty panels say no data");
     free(svg);
 
-    VilChartSeries bad = {"bad", 3, NULL, flat, 0, -1, 0};
+    VilChartSeries bad = {"bad", 3, NULL, flat, 0, -1, 0, 0};
     VilChartPanel bp = {.series = &bad, .n_series = 1};
     printf("     (two expected errors follow)\n");
     T_CHECK(!vil_chart_svg(NULL, &bp, 1, 1), "points without an x array are refused");
@@ -245,10 +247,10 @@ static void test_degenerate(void) {
 static char *compare_chart(void) {
     static double res[3] = {224, 384, 512}, acc[2][3] = {{76.1, 78.3, 78.9}, {80.5, 82.0, 82.6}};
     static double ips[2][3] = {{2950, 940, 505}, {1120, 355, 190}};
-    static VilChartSeries a[2] = {{"ViL-Tiny", 3, res, acc[0], 0, -1, 0},
-                                  {"ViL-Small", 3, res, acc[1], 0, -1, 0}};
-    static VilChartSeries b[2] = {{"ViL-Tiny", 3, res, ips[0], 0, -1, 0},
-                                  {"ViL-Small", 3, res, ips[1], 0, -1, 0}};
+    static VilChartSeries a[2] = {{"ViL-Tiny", 3, res, acc[0], 0, -1, 0, 0},
+                                  {"ViL-Small", 3, res, acc[1], 0, -1, 0, 0}};
+    static VilChartSeries b[2] = {{"ViL-Tiny", 3, res, ips[0], 0, -1, 0, 0},
+                                  {"ViL-Small", 3, res, ips[1], 0, -1, 0, 0}};
     VilChartPanel p[2] = {
         {"accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, a, 2, res, 3, 0, 0, 0, 0},
         {"speed", "image size (px)", "images/s", 0, 1, 1, b, 2, res, 3, 0, 0, 0, 0}};
@@ -275,7 +277,7 @@ static void test_output(void) {
     char path[64];
     snprintf(path, sizeof path, "/tmp/vil_test_chart_%ld.svg", (long)getpid());
     static double res[3] = {224, 384, 512}, acc[3] = {76.1, 78.3, 78.9};
-    VilChartSeries s = {"ViL-Tiny", 3, res, acc, 0, -1, 0};
+    VilChartSeries s = {"ViL-Tiny", 3, res, acc, 0, -1, 0, 0};
     VilChartPanel p = {"accuracy", "image size (px)", "top-1 (%)", 0, 0, 1, &s, 1, res, 3,
                        0, 0, 0, 0};
     int rc = vil_chart_write(path, "compare", &p, 1, 1);
@@ -301,8 +303,68 @@ static void test_output(void) {
     free(s2);
 }
 
+/* the <circle .../> and <rect .../> elements of svg within the plot area's x range [x0, x1) (the
+ * markers of one panel, the legend beside it left out when x1 is the plot's right edge) */
+static void count_marks(const char *svg, double x0, double x1, int *circles, int *squares) {
+    *circles = *squares = 0;
+    for (const char *p = svg; (p = strchr(p, '<')); p++) {
+        double x, r;
+        int end = 0; /* set only when the whole pattern matched */
+        if (sscanf(p, "<circle cx=\"%lf\" cy=\"%*[^\"]\" r=\"%lf\"", &x, &r) == 2 && r == 3.5 && x >= x0 && x < x1)
+            (*circles)++;
+        if (sscanf(p, "<rect x=\"%lf\" y=\"%*[^\"]\" width=\"9.1\"%n", &x, &end) == 1 && end > 0 && x >= x0 && x < x1)
+            (*squares)++;
+    }
+}
+
+static void test_markers(void) {
+    const double L = VIL_CHART_MARGIN_L, W = VIL_CHART_PLOT_W;
+    double x[1] = {5}, y[1] = {50};
+    /* two series on one point: a filled circle and a hollow square around it, in the legend too */
+    VilChartSeries s[2] = {{"model", 1, x, y, 0, 0, VIL_CHART_MARKERS, VIL_MARK_CIRCLE},
+                           {"EMA", 1, x, y, 1, 0, VIL_CHART_MARKERS, VIL_MARK_SQUARE}};
+    VilChartPanel p = {.series = s, .n_series = 2};
+    char *svg = render1(&p);
+    int c_in, q_in, c_leg, q_leg;
+    count_marks(svg ? svg : "", L, L + W, &c_in, &q_in);
+    count_marks(svg ? svg : "", L + W, 1e9, &c_leg, &q_leg);
+    T_CHECK(svg && c_in == 1 && q_in == 1 && c_leg == 1 && q_leg == 1,
+            "one point of two series: a circle and a square on it (%d, %d), and in the legend (%d, %d)", c_in,
+            q_in, c_leg, q_leg);
+    T_CHECK(svg && t_count(svg, "fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\"") == 2 && !strstr(svg, "r=\"2\""),
+            "the square is hollow, in the series' colour; no lone-point dot under the markers");
+    free(svg);
+    /* without markers, a lone point is a small mark of the series' shape */
+    s[0].style = s[1].style = 0;
+    svg = render1(&p);
+    T_CHECK(svg && t_count(svg, "r=\"2\"") == 1 && t_count(svg, "width=\"5.2\"") == 1,
+            "lone points without markers: a small dot and a small square");
+    free(svg);
+
+    /* a run with one evaluation: its top-1 and EMA top-1 at the same point, told apart */
+    VilTrainPoint tp[2] = {{1, 0.5, 2.0, 1e-3, 100, 0, 1, 1}, {2, 1, 1.5, 1e-3, 100, 0, 1, 2}};
+    VilEvalPoint ep[1] = {{2, 1, 40, 90, 1.4, 40, 90, 1.4, 10, 2}};
+    VilRunMetrics m = {tp, ep, 2, 1, 0, 0, 0};
+    const char *label = "run";
+    svg = vil_curves_svg(&m, &label, 1);
+    /* the top-1 panel: the grid's second column */
+    double cell_w = 0;
+    const char *at = svg ? strstr(svg, "<svg xmlns") : NULL;
+    int doc_w = 0;
+    if (at) sscanf(strstr(at, "width=\"") + 7, "%d", &doc_w);
+    cell_w = doc_w / 2.0;
+    count_marks(svg ? svg : "", cell_w + L, cell_w + L + W, &c_in, &q_in);
+    count_marks(svg ? svg : "", cell_w + L + W, 1e9, &c_leg, &q_leg);
+    T_CHECK(svg && doc_w > 0 && c_in == 1 && q_in == 1 && c_leg >= 1 && q_leg == 1,
+            "one evaluation: the model's dot and the EMA's square (%d, %d), and both in the legend (%d, %d)",
+            c_in, q_in, c_leg, q_leg);
+    T_CHECK(svg && strstr(svg, ">run (EMA)<"), "the EMA's legend entry");
+    free(svg);
+}
+
 int main(void) {
     test_escape();
+    test_markers();
     test_mapping();
     test_spans_styles();
     test_ticks();

@@ -173,6 +173,53 @@ static void test_command(void) {
     struct stat sb;
     T_CHECK(rc == 0 && stat(p, &sb) == 0 && strstr(out, "vim_p4s2  ViM       16"),
             "each model at its own size: exit %d, chart written: %s", rc, out);
+    /* --label names the models, as A,B or once per model: the table, the CSV, the JSON and the
+     * chart's legends; the throughput axis says it is logarithmic */
+    const char *label_forms[2] = {"--label 'ViL p4,ViM p2'", "--label 'ViL p4' --label 'ViM p2'"};
+    for (int f = 0; f < 2; f++) {
+        snprintf(cmd, sizeof cmd,
+                 "bin/vil compare --device cpu --models " DATA "vil_p4s4.pth " DATA "vim_p4s2.pth --data %s "
+                 "--crop-pct 1 --batch 4 --steps 1 --workers 1 %s --out %s/cmp_label 2>&1", dir, label_forms[f], dir);
+        rc = t_run(cmd, out, sizeof out);
+        snprintf(p, sizeof p, "%s/cmp_label/compare.svg", dir);
+        char *lsvg = (char *)vil_read_file(p, &n);
+        snprintf(p, sizeof p, "%s/cmp_label/compare.csv", dir);
+        char *lcsv = (char *)vil_read_file(p, &n);
+        snprintf(p, sizeof p, "%s/cmp_label/compare.json", dir);
+        char *ljs = (char *)vil_read_file(p, &n);
+        T_CHECK(rc == 0 && strstr(out, "\nViL p4  ") && strstr(out, "\nViM p2  ") && lsvg &&
+                    t_count(lsvg, ">ViL p4<") == 2 && t_count(lsvg, ">ViM p2<") == 2 && !strstr(lsvg, ">vil_p4s4<") &&
+                    lcsv && strstr(lcsv, "\n\"ViL p4\",\"" DATA "vil_p4s4.pth\",") && strstr(lcsv, "\n\"ViM p2\",") &&
+                    ljs && strstr(ljs, "\"model\":\t\"ViM p2\""),
+                "%s: the names in the table, both legends, the CSV and the JSON (exit %d): %s", label_forms[f], rc, out);
+        T_CHECK(lsvg && strstr(lsvg, ">images/s (log scale)<") && strstr(lsvg, ">top-1 (%)<"),
+                "compare.svg: the throughput axis is labelled as a log scale");
+        free(lsvg);
+        free(lcsv);
+        free(ljs);
+    }
+    snprintf(cmd, sizeof cmd, "bin/vil compare --device cpu --models " DATA "vil_p4s4.pth " DATA "vim_p4s2.pth "
+             "--data %s --label A,B,C --out %s/cmp_bad 2>&1", dir, dir);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && strstr(out, "vil compare: 3 --label names for 2 models: give one per model, in their order"),
+            "3 labels for 2 models: exit 2 (%d): %s", rc, out);
+    /* --ema takes a safetensors file as it is (it holds one set of weights) */
+    snprintf(cmd, sizeof cmd, "bin/vil convert " DATA "vil_p4s4.pth %s/vil_ema.safetensors --ema >/dev/null 2>&1", dir);
+    rc = t_run(cmd, NULL, 0);
+    snprintf(cmd, sizeof cmd, "bin/vil compare --device cpu --models " DATA "vil_p4s4.pth %s/vil_ema.safetensors --ema "
+             "--data %s --crop-pct 1 --batch 4 --steps 1 --workers 1 --out %s/cmp_ema 2>&1", dir, dir, dir);
+    int rc2 = t_run(cmd, out, sizeof out);
+    snprintf(p, sizeof p, "%s/cmp_ema/compare.json", dir);
+    js = (char *)vil_read_file(p, &n);
+    o = js ? cJSON_ParseWithLength(js, n) : NULL;
+    rows = cJSON_GetObjectItem(o, "rows");
+    double t0 = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "top1"));
+    double t1 = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 1), "top1"));
+    T_CHECK(rc == 0 && rc2 == 0 && cJSON_GetArraySize(rows) == 2 && t0 == t1 && t0 == ref_top1("vil_p4s4"),
+            "--ema: the .pth's model_ema and the converted EMA file measure alike (%.1f%%, %.1f%%; exit %d, %d): %s",
+            t0, t1, rc, rc2, out);
+    cJSON_Delete(o);
+    free(js);
     /* usage errors */
     snprintf(cmd, sizeof cmd, "bin/vil compare --data %s 2>/dev/null", dir);
     T_CHECK(t_run(cmd, NULL, 0) == 2, "no models: exit 2");

@@ -206,15 +206,16 @@ static const char *file_kind(mode_t m) {
 
 /* the open of both forms; shown: the path as messages give it, NULL to leave it out */
 static int open_regular(const char *path, const char *shown) {
-    const char *pre = shown ? "'" : "", *mid = shown ? "': " : "", *name = shown ? shown : "";
+    /* "cannot open 'NAME': reason", or "cannot open: reason" */
+    const char *pre = shown ? " '" : "", *mid = shown ? "'" : "", *name = shown ? shown : "";
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        vil_error("cannot open %s%s%s%s", pre, name, mid, vil_errno_str());
+        vil_error("cannot open%s%s%s: %s", pre, name, mid, vil_errno_str());
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        vil_error("cannot stat %s%s%s%s", pre, name, mid, vil_errno_str());
+        vil_error("cannot stat%s%s%s: %s", pre, name, mid, vil_errno_str());
         close(fd);
         return -1;
     }
@@ -226,7 +227,7 @@ static int open_regular(const char *path, const char *shown) {
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-        vil_error("%s%s%s%s", pre, name, mid, vil_errno_str());
+        vil_error("%s%s%s%s", shown ? "'" : "", name, shown ? "': " : "", vil_errno_str());
         close(fd);
         return -1;
     }
