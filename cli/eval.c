@@ -14,6 +14,7 @@
 
 int vil_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto";
+    const char *progress = "auto";
     int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0, skip_bad = 0, threads = 0;
     int max_pixels = (int)vil_image_max_pixels();
     float crop_pct = 0;
@@ -32,6 +33,7 @@ int vil_cmd_eval(int argc, char **argv) {
         {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)"},
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
         {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "images that cannot be read are named and left out, and the exit code stays 0"},
+        {"--progress", VIL_ARG_STR, &progress, VIL_PROGRESS_HELP},
     };
     VilArgSpec spec = {"eval", "--model CKPT --data DIR [--split val] [--batch B] [options]",
                        "Top-1 and top-5 accuracy of a checkpoint on a whole split with the\n"
@@ -51,6 +53,13 @@ int vil_cmd_eval(int argc, char **argv) {
         img_size < 0 || img_size > VIL_MAX_IMG_SIZE || !(crop_pct == 0.0f || (crop_pct >= VIL_MIN_CROP_PCT && crop_pct <= 1.0f))) {
         fprintf(stderr, "vil eval: --batch must be in 1..%d, --workers in 1..256, --limit >= 0, "
                         "--img-size in 0..%d, --crop-pct in 0.001..1 (0: the file's)\n", VIL_MAX_BATCH, VIL_MAX_IMG_SIZE);
+        return 2;
+    }
+    int pmode = vil_progress_parse(progress);
+    if (pmode < 0) {
+        char shown[80];
+        fprintf(stderr, "vil eval: --progress takes bar, plain or none (got '%s')\n",
+                vil_printable(shown, sizeof shown, progress));
         return 2;
     }
     VilDataset *ds;
@@ -80,7 +89,11 @@ int vil_cmd_eval(int argc, char **argv) {
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     fflush(stdout);
     VilEvalResult r;
-    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, stdout, "  ", &r) != 0) goto done;
+    VilProgress prog;
+    vil_progress_init(&prog, stdout, (VilProgressMode)pmode);
+    int failed = vil_eval_dataset(&m, ds, &ev, batch, workers, limit, &prog, "  ", &r) != 0;
+    vil_progress_line(&prog); /* the redrawn line off */
+    if (failed) goto done;
     if (r.images == 0) {
         vil_error("no images were evaluated%s", r.bad ? ": none could be read" : "");
         goto done;

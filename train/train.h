@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "vil/backend.h"
+#include "vil/console.h"
 #include "vil/dist.h"
 #include "vil/model.h"
 #include "train/train_config.h"
@@ -81,6 +82,7 @@ typedef struct {
     const VilDist *dist;      /* the process group (NULL: one process); be must have joined it */
     int quiet;                /* no progress lines (errors are still reported) */
     FILE *log;                /* progress and epoch summaries; NULL: stdout */
+    VilProgressMode progress; /* the bar, plain lines or none (vil/console.h); 0: auto for log */
     void (*on_log)(void *ctx, const VilTrainProgress *p); /* optional, at each log step */
     void *ctx;
 } VilTrainRun;
