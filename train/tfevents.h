@@ -49,6 +49,20 @@ VilTfEvents *vil_tfevents_open(const char *dir, double wall_time);
 int vil_tfevents_scalar(VilTfEvents *w, const char *tag, int64_t step, double wall_time,
                         float value);
 
+/* Appends the record TensorBoard reads as a restart of the run at `step`: an Event of wall_time,
+ * step and session_log { status: START } (event.proto field 6; PyTorch's
+ * SummaryWriter(purge_step=step) writes the same). TensorBoard's Python loaders (`--load_fast
+ * false`, EventAccumulator) drop the events of step >= step read before it, from every START
+ * after a run's first; its Rust loader ignores the record and drops a tag's points of step >= s
+ * when that tag's point of step s arrives. 0, VIL_EUSAGE (a bad wall_time, nothing written) or
+ * -1, as vil_tfevents_scalar. */
+int vil_tfevents_restart(VilTfEvents *w, int64_t step, double wall_time);
+
+/* Removes the event files (events.out.tfevents.*, regular files; subfolders are not looked in)
+ * of dir. The number removed (0 when dir does not exist), or -1 with a vil_error message naming
+ * a file that could not be removed. */
+int vil_tfevents_remove_all(const char *dir);
+
 /* Puts the records written so far into the file (fflush, no fsync: TensorBoard polls the growing
  * file). 0, or -1 with a vil_error message (or -1 alone when the writer was already broken). */
 int vil_tfevents_flush(VilTfEvents *w);
