@@ -320,7 +320,7 @@ static int tb_read(const char *path, TbRec *recs, int max) {
                 uint64_t l = varint(&p, end);
                 const uint8_t *q = p, *qe = p + l;
                 p += l;
-                if (field == 6) { /* SessionLog { status = 1 } */
+                if (field == 7) { /* SessionLog { status = 1 } */
                     while (q < qe) {
                         uint64_t k2 = varint(&q, qe);
                         uint64_t v = varint(&q, qe);

@@ -203,7 +203,7 @@ int vil_tfevents_restart(VilTfEvents *w, int64_t step, double wall_time) {
     /* Event { wall_time, step, session_log: SessionLog { status: START (1) } } */
     unsigned char rec[64];
     size_t n = 12 + put_time_step(rec + 12, wall_time, step);
-    n += put_key(rec + n, 6, WIRE_LEN);
+    n += put_key(rec + n, 7, WIRE_LEN);
     n += put_varint(rec + n, 2);
     n += put_key(rec + n, 1, WIRE_VARINT);
     n += put_varint(rec + n, 1);

@@ -4,8 +4,9 @@
  * The file is a sequence of TFRecords (tensorflow/core/lib/io/record_writer.cc): a uint64
  * little-endian length, the masked CRC32C of those 8 bytes (uint32 LE), the data, the masked
  * CRC32C of the data (uint32 LE). Each record's data is a serialized tensorboard.Event
- * (event.proto): wall_time (field 1, double), step (2, int64), file_version (3) or summary (5),
- * a Summary of one Value (summary.proto: tag = 1, simple_value = 2, a float). The first record
+ * (event.proto): wall_time (field 1, double), step (2, int64), file_version (3), summary (5),
+ * a Summary of one Value (summary.proto: tag = 1, simple_value = 2, a float), or session_log
+ * (7, a SessionLog: status = 1, an enum; START is 1). The first record
  * holds only wall_time and file_version "brain.Event:2". Fields are written as protobuf's own
  * serializer writes them (field order, proto3 defaults left out), so a scalar record is
  * byte-identical to the one TensorBoard's EventFileWriter writes for the same Event; the test
@@ -50,7 +51,7 @@ int vil_tfevents_scalar(VilTfEvents *w, const char *tag, int64_t step, double wa
                         float value);
 
 /* Appends the record TensorBoard reads as a restart of the run at `step`: an Event of wall_time,
- * step and session_log { status: START } (event.proto field 6; PyTorch's
+ * step and session_log { status: START } (event.proto field 7; PyTorch's
  * SummaryWriter(purge_step=step) writes the same). TensorBoard's Python loaders (`--load_fast
  * false`, EventAccumulator) drop the events of step >= step read before it, from every START
  * after a run's first; its Rust loader ignores the record and drops a tag's points of step >= s
