@@ -74,16 +74,16 @@ double vil_xent_sum(const float *logits, const int *labels, int n, int C) {
 static void show_eval(VilProgress *p, const char *prefix, const VilEvalResult *r, double t0, int k,
                       int nb, int every) {
     int last = k + 1 >= nb;
+    double n = r->images > 0 ? (double)r->images : 1.0; /* none readable yet: 0%, not NaN */
     if (p->mode == VIL_PROGRESS_PLAIN && ((k + 1) % every == 0 || last)) {
         fprintf(vil_progress_line(p), "%s%6ld images  top-1 %6.2f%%  top-5 %6.2f%%  %7.1f images/s\n",
-                prefix ? prefix : "", r->images, 100.0 * r->top1 / r->images,
-                100.0 * r->top5 / r->images, r->images / (vil_now() - t0));
+                prefix ? prefix : "", r->images, 100.0 * r->top1 / n, 100.0 * r->top5 / n,
+                r->images / (vil_now() - t0));
         fflush(p->f);
     } else if (vil_progress_due(p, k == 0 || last)) {
         vil_progress_redraw(p, "%s%6ld images (%d%%)  top-1 %6.2f%%  top-5 %6.2f%%  %7.1f images/s",
                             prefix ? prefix : "", r->images, (int)(100.0 * (k + 1) / nb),
-                            100.0 * r->top1 / r->images, 100.0 * r->top5 / r->images,
-                            r->images / (vil_now() - t0));
+                            100.0 * r->top1 / n, 100.0 * r->top5 / n, r->images / (vil_now() - t0));
     }
 }
 
