@@ -18,8 +18,8 @@ typedef enum {
 } VilProgressMode;
 
 #define VIL_PROGRESS_HELP                                                                        \
-    "bar, plain or none (default: a bar on a terminal; plain lines into a file or pipe, under "   \
-    "mpirun or srun, or with TERM=dumb)"
+    "bar, plain or none; auto: a bar on a terminal, plain lines into a file or pipe, under "      \
+    "mpirun or srun, or with TERM=dumb"
 
 /* "bar", "plain", "none" or "auto": the mode, or -1 for another word (NULL: auto). */
 int vil_progress_parse(const char *word);
