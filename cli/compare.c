@@ -117,7 +117,8 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int
     vil_eval_spec_resolve(&ev, &meta, crop_pct, c->in_chans, NULL, 0);
     r->crop_pct = ev.crop_pct;
     VilEvalResult er;
-    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, stdout, prefix, NULL, &er) != 0) {
+    VilProgress lines = {.f = stdout, .mode = VIL_PROGRESS_PLAIN};
+    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, &lines, prefix, NULL, &er) != 0) {
         snprintf(r->why, sizeof r->why, "evaluation failed (see above)");
     } else if (er.images == 0) {
         snprintf(r->why, sizeof r->why, "no images were evaluated");

@@ -32,7 +32,7 @@ static void add_rows(void *ctx, const float *logits, const int *indices, const i
 
 int vil_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto",
-               *results = NULL;
+               *results = NULL, *progress = "auto";
     int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0, skip_bad = 0, threads = 0, topk = 5;
     int max_pixels = (int)vil_image_max_pixels();
     float crop_pct = 0;
@@ -53,6 +53,7 @@ int vil_cmd_eval(int argc, char **argv) {
         {"--topk", VIL_ARG_INT, &topk, "classes per row of --results-file", 1, VIL_MAX_CLASSES, "K"},
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
         {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "images that cannot be read are named and left out, and the exit code stays 0"},
+        {"--progress", VIL_ARG_STR, &progress, VIL_PROGRESS_HELP},
     };
     VilArgSpec spec = {"eval", "--model CKPT|RUN --data DIR [--split val] [--batch B] [--results-file F.csv|F.jsonl] [options]",
                        "Top-1 and top-5 accuracy of a checkpoint on a whole split with the\n"
@@ -74,6 +75,13 @@ int vil_cmd_eval(int argc, char **argv) {
         char shown[1024];
         fprintf(stderr, "vil eval: --results-file takes a name ending in .csv or .jsonl (got '%s')\n",
                 vil_printable(shown, sizeof shown, results));
+        return 2;
+    }
+    int pmode = vil_progress_parse(progress);
+    if (pmode < 0) {
+        char shown[80];
+        fprintf(stderr, "vil eval: --progress takes bar, plain or none (got '%s')\n",
+                vil_printable(shown, sizeof shown, progress));
         return 2;
     }
     VilDataset *ds;
@@ -121,8 +129,11 @@ int vil_cmd_eval(int argc, char **argv) {
         if (!rows.res) goto done;
     }
     VilEvalResult r;
-    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, stdout, "  ", results ? &sink : NULL, &r) != 0)
-        goto done;
+    VilProgress prog;
+    vil_progress_init(&prog, stdout, (VilProgressMode)pmode);
+    int failed = vil_eval_dataset(&m, ds, &ev, batch, workers, limit, &prog, "  ", results ? &sink : NULL, &r) != 0;
+    vil_progress_line(&prog); /* the redrawn line off */
+    if (failed) goto done;
     if (r.images == 0) {
         vil_error("no images were evaluated%s", r.bad ? ": none could be read" : "");
         goto done;

@@ -66,7 +66,7 @@ int vil_cmd_plot(int argc, char **argv) {
                        "--agree, also compares every run's training loss with the first run's (the\n"
                        "same recipe on 1 and N GPUs, or as micro-batches): the mean over each window\n"
                        "of steps that both logged, and exits 1 when a window differs by more.",
-                       args, (int)(sizeof args / sizeof args[0]), 1, MAX_RUNS};
+                       args, (int)(sizeof args / sizeof args[0]), 1, MAX_RUNS, NULL};
     char **pos;
     int n;
     int rc = vil_args_parse(&spec, argc, argv, &pos, &n);

@@ -55,7 +55,7 @@ int vil_cmd_train(int argc, char **argv) {
     int stop_after = 0, quiet = 0, print_config = 0, init_ema = 0, threads = 0, list_keys = 0,
         dry_run = 0, force = 0;
     int max_pixels = -1; /* not given */
-    const char *decode = NULL;
+    const char *decode = NULL, *progress = "auto";
     VilArgList sets = {0};
     VilArg args[] = {
         {"--config", VIL_ARG_STR, &config, "cfg file with model and training keys (configs/*.cfg)"},
@@ -78,6 +78,7 @@ int vil_cmd_train(int argc, char **argv) {
         {"--force", VIL_ARG_FLAG, &force, "resume with another global batch (world x batch x accum_steps): "
                                           "the lr and steps per epoch change"},
         {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
+        {"--progress", VIL_ARG_STR, &progress, VIL_PROGRESS_HELP "; none keeps the header, validation and epoch lines"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP "; = --set max_pixels=N (default: the "
                                                    "config's, kept by --resume)", 1, VIL_IMAGE_MAX_PIXELS},
@@ -120,6 +121,13 @@ int vil_cmd_train(int argc, char **argv) {
         char shown[80];
         fprintf(stderr, "vil train: --device takes cpu, cuda or auto (got '%s')\n",
                 vil_printable(shown, sizeof shown, device));
+        return 2;
+    }
+    int pmode = vil_progress_parse(progress);
+    if (pmode < 0) {
+        char shown[80];
+        fprintf(stderr, "vil train: --progress takes bar, plain or none (got '%s')\n",
+                vil_printable(shown, sizeof shown, progress));
         return 2;
     }
     /* --resume auto: the run in the output folder when there is one (vil_train_resume_auto) */
@@ -205,6 +213,7 @@ int vil_cmd_train(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
     }
+    run.progress = (VilProgressMode)pmode;
     /* the first signal asks for a clean stop; a second one kills as usual */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -69,9 +69,27 @@ double vil_xent_sum(const float *logits, const int *labels, int n, int C) {
     return s;
 }
 
-int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
+/* The pass's progress: with the bar, its line redrawn in place (the first batch, then at most
+ * five times a second, and the last); plain, a line every ~10% of the batches. */
+static void show_eval(VilProgress *p, const char *prefix, const VilEvalResult *r, double t0, int k,
+                      int nb, int every) {
+    int last = k + 1 >= nb;
+    double n = r->images > 0 ? (double)r->images : 1.0; /* none readable yet: 0%, not NaN */
+    if (p->mode == VIL_PROGRESS_PLAIN && ((k + 1) % every == 0 || last)) {
+        fprintf(vil_progress_line(p), "%s%6ld images  top-1 %6.2f%%  top-5 %6.2f%%  %7.1f images/s\n",
+                prefix ? prefix : "", r->images, 100.0 * r->top1 / n, 100.0 * r->top5 / n,
+                r->images / (vil_now() - t0));
+        fflush(p->f);
+    } else if (vil_progress_due(p, k == 0 || last)) {
+        vil_progress_redraw(p, "%s%6ld images (%d%%)  top-1 %6.2f%%  top-5 %6.2f%%  %7.1f images/s",
+                            prefix ? prefix : "", r->images, (int)(100.0 * (k + 1) / nb),
+                            100.0 * r->top1 / n, 100.0 * r->top5 / n, r->images / (vil_now() - t0));
+    }
+}
+
+int vil_eval_run(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, const char *prefix,
                  VilEvalResult *r) {
-    return vil_eval_run_sink(m, l, max_images, log, prefix, NULL, r);
+    return vil_eval_run_sink(m, l, max_images, prog, prefix, NULL, r);
 }
 
 /* The rows of b's first n images that the loader could read, packed (the logits in place):
@@ -87,7 +105,7 @@ static void sink_rows(const VilEvalSink *sink, float *logits, const VilBatch *b,
     if (k) sink->rows(sink->ctx, logits, idx, lab, k, C);
 }
 
-int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
+int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, const char *prefix,
                       const VilEvalSink *sink, VilEvalResult *r) {
     memset(r, 0, sizeof *r);
     const VilBackend *be = m->be;
@@ -138,12 +156,7 @@ int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, FILE *log, con
             else r->bad++;
         if (sink) sink_rows(sink, logits, b, n, C, rows_idx, rows_lab);
         vil_loader_release_batch(l, b);
-        if (log && ((k + 1) % every == 0 || k + 1 == nb)) {
-            fprintf(log, "%s%6ld images  top-1 %6.2f%%  top-5 %6.2f%%  %7.1f images/s\n",
-                    prefix ? prefix : "", r->images, 100.0 * r->top1 / r->images,
-                    100.0 * r->top5 / r->images, r->images / (vil_now() - t0));
-            fflush(log);
-        }
+        if (prog) show_eval(prog, prefix, r, t0, last ? nb - 1 : k, nb, every);
         if (last) break;
     }
     const char *err = vil_loader_error(l);
@@ -206,7 +219,7 @@ VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEva
 }
 
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                     long max_images, FILE *log, const char *prefix, const VilEvalSink *sink,
+                     long max_images, VilProgress *prog, const char *prefix, const VilEvalSink *sink,
                      VilEvalResult *r) {
     const VilConfig *c = &m->cfg;
     batch = vil_eval_batch(ds, batch, max_images);
@@ -220,7 +233,7 @@ int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int bat
     if (vil_model_check_acts(m, batch, 0) != 0) return -1;
     VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers);
     if (!l) return -1;
-    int rc = vil_eval_run_sink(m, l, max_images, log, prefix, sink, r);
+    int rc = vil_eval_run_sink(m, l, max_images, prog, prefix, sink, r);
     vil_loader_free(l);
     return rc;
 }

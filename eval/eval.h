@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "formats/checkpoint.h"
+#include "vil/console.h"
 #include "vil/model.h"
 
 typedef struct {
@@ -26,9 +27,11 @@ void vil_topk_count(const float *logits, const int *labels, int n, int C, long *
 double vil_xent_sum(const float *logits, const int *labels, int n, int C);
 
 /* One pass over the loader's epoch 0 with m (its acts are (re)allocated for the loader's
- * batch, inference mode). max_images > 0 stops after that many. With log, a progress line
- * every ~10% (prefix names the pass). 0, or -1 with the loader's error reported. */
-int vil_eval_run(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
+ * batch, inference mode). max_images > 0 stops after that many. With prog, the progress
+ * (prefix names the pass): plain, a line every ~10%; bar, one line redrawn in place and left
+ * shown (the caller's next vil_progress_line clears it). 0, or -1 with the loader's error
+ * reported. */
+int vil_eval_run(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, const char *prefix,
                  VilEvalResult *r);
 
 /* Where a pass hands each batch's results, for per-image files (`vil eval --results-file`):
@@ -39,7 +42,7 @@ typedef struct {
     void *ctx;
 } VilEvalSink;
 /* vil_eval_run, each batch's rows also handed to sink (NULL: none). */
-int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, FILE *log, const char *prefix,
+int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, const char *prefix,
                       const VilEvalSink *sink, VilEvalResult *r);
 
 /* The evaluation transform to use for a checkpoint: crop_pct the user's when > 0, else the
@@ -65,7 +68,7 @@ VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEva
  * (sink may be NULL). The data must have the model's classes (else the labels would not mean
  * the model's classes), and the batch must fit (vil_model_check_acts). 0, or -1 (reported). */
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                     long max_images, FILE *log, const char *prefix, const VilEvalSink *sink,
+                     long max_images, VilProgress *prog, const char *prefix, const VilEvalSink *sink,
                      VilEvalResult *r);
 
 /* Seconds per forward pass of m on what its inference activations hold now (m->acts allocated

@@ -82,6 +82,7 @@ static int read_records(const uint8_t *buf, size_t n, Rec *out, char *why) {
 
 typedef struct {
     int has_wall, has_step, has_version, has_summary, has_source;
+    int has_session, session_status; /* session_log (field 7) and its status (START = 1) */
     double wall;
     int64_t step;
     char version[64], source[128];
@@ -137,8 +138,8 @@ static void get_string(Cur *c, char *dst, size_t cap) {
     dst[n] = 0;
 }
 
-/* Decodes an Event of the fields tfevents.h names (and source_metadata, which TensorBoard's
- * writer adds to its first record). Any other field, or a known one with the wrong wire type,
+/* Decodes an Event of the fields tfevents.h names, session_log with its status among them (and
+ * source_metadata, which TensorBoard's writer adds to its first record). Any other field, or a known one with the wrong wire type,
  * fails: 0 or -1. */
 static int decode_event(const Rec *r, Ev *e) {
     memset(e, 0, sizeof *e);
@@ -154,6 +155,14 @@ static int decode_event(const Rec *r, Ev *e) {
             while (m.p < m.end && !m.bad) {
                 if (get_varint(&m) != (1 << 3 | 2)) m.bad = 1;
                 else get_string(&m, e->source, sizeof e->source);
+            }
+            c.bad |= m.bad;
+        } else if (key == (7 << 3 | 2)) {
+            Cur m = get_len(&c);
+            e->has_session = 1;
+            while (m.p < m.end && !m.bad) {
+                if (get_varint(&m) != (1 << 3 | 0)) m.bad = 1;
+                else e->session_status = (int)get_varint(&m);
             }
             c.bad |= m.bad;
         } else if (key == (5 << 3 | 2)) {
@@ -411,6 +420,70 @@ static void test_reference(const char *root) {
     free(ref);
 }
 
+/* ---- the restart record, and removing a folder's event files ---- */
+static void test_restart_and_remove(const char *root) {
+    char dir[4200], path[4600];
+    snprintf(dir, sizeof dir, "%s/restart", root);
+    VilTfEvents *w = vil_tfevents_open(dir, 1700000000.0);
+    T_CHECK(w != NULL, "open %s", dir);
+    if (!w) return;
+    snprintf(path, sizeof path, "%s", vil_tfevents_path(w));
+    T_CHECK(vil_tfevents_restart(w, 301, 1700000001.5) == 0 && vil_tfevents_restart(w, 0, 1700000002.0) == 0,
+            "restart records at steps 301 and 0");
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    T_CHECK(vil_tfevents_restart(w, 5, NAN) == VIL_EUSAGE && cap.count == 1, "a NaN wall time: VIL_EUSAGE (%s)",
+            cap.msg);
+    vil_error_release(&cap);
+    T_CHECK(vil_tfevents_close(w) == 0, "close");
+    size_t n;
+    uint8_t *buf = slurp(path, &n);
+    Rec recs[MAX_RECS];
+    char why[128] = "";
+    int k = buf ? read_records(buf, n, recs, why) : -1;
+    Ev e;
+    T_CHECK(k == 3 && decode_event(&recs[1], &e) == 0 && e.has_session && e.session_status == 1 &&
+                e.has_step && e.step == 301 && e.wall == 1700000001.5 && !e.has_summary && !e.has_version,
+            "the record reads as Event { wall_time, step 301, session_log { status START } } (%d records; %s)",
+            k, why);
+    /* as protobuf's serializer wrote Event(wall_time=1700000001.5, step=301,
+     * session_log=SessionLog(status=START)) (tensorboard 2.21's event_pb2): wall_time (1,
+     * fixed64), step (2, varint 301 = ad 02), session_log (7, 2 bytes: status (1) = 1); step 0
+     * is left out */
+    static const uint8_t want1[] = {0x09, 0, 0, 0x60, 0x40, 0xfc, 0x54, 0xd9, 0x41, 0x10, 0xad, 0x02,
+                                    0x3a, 0x02, 0x08, 0x01};
+    static const uint8_t want2[] = {0x09, 0, 0, 0x80, 0x40, 0xfc, 0x54, 0xd9, 0x41, 0x3a, 0x02, 0x08, 0x01};
+    double w1 = 1700000001.5, w2 = 1700000002.0;
+    T_CHECK(!memcmp(want1 + 1, &w1, 8) && !memcmp(want2 + 1, &w2, 8), "the expected wall-time bytes");
+    T_CHECK(k == 3 && recs[1].len == sizeof want1 && same_bits(recs[1].data, want1, sizeof want1) &&
+                recs[2].len == sizeof want2 && same_bits(recs[2].data, want2, sizeof want2),
+            "the records byte for byte as protobuf writes them");
+    free(buf);
+
+    /* the folder's event files go; other files, other names and subfolders stay */
+    VilTfEvents *w3 = vil_tfevents_open(dir, 1700000000.0); /* a second file (".1") */
+    vil_tfevents_close(w3);
+    char other[4600], sub[4600], subfile[4700], dirlike[4600];
+    snprintf(other, sizeof other, "%s/metrics.jsonl", dir);
+    snprintf(sub, sizeof sub, "%s/old", dir);
+    snprintf(subfile, sizeof subfile, "%s/events.out.tfevents.1.h.2.vil", sub);
+    snprintf(dirlike, sizeof dirlike, "%s/events.out.tfevents.folder", dir);
+    FILE *f = fopen(other, "w");
+    if (f) fclose(f);
+    mkdir(sub, 0755);
+    mkdir(dirlike, 0755);
+    f = fopen(subfile, "w");
+    if (f) fclose(f);
+    int removed = vil_tfevents_remove_all(dir);
+    T_CHECK(removed == 2 && access(path, F_OK) != 0 && access(other, F_OK) == 0 && access(subfile, F_OK) == 0 &&
+                access(dirlike, F_OK) == 0,
+            "remove_all: the 2 event files removed, metrics.jsonl, a subfolder's file and a folder so named "
+            "kept (%d)", removed);
+    T_CHECK(vil_tfevents_remove_all(dir) == 0, "again: none left");
+    snprintf(other, sizeof other, "%s/absent", dir);
+    T_CHECK(vil_tfevents_remove_all(other) == 0, "a folder that does not exist: 0");
+}
+
 /* ---- errors ---- */
 static void test_errors(const char *root) {
     char dir[4200], file[4300], tag[VIL_TFEVENTS_TAG_MAX + 2];
@@ -504,6 +577,7 @@ int main(void) {
     test_crc();
     test_roundtrip(root);
     test_reference(root);
+    test_restart_and_remove(root);
     test_errors(root);
     test_write_error(root);
     rmtree(root);

@@ -19,11 +19,8 @@ static void fmt_duration(char *buf, size_t n, double s) {
 
 /* The progress stream, the bar cleared first: every line the loop prints goes through it. */
 FILE *out_log(Trainer *T) {
-    if (T->bar_shown) {
-        fputs("\r\033[K", T->log);
-        T->bar_shown = 0;
-    }
-    return T->log;
+    T->line_at = vil_now();
+    return vil_progress_line(&T->con);
 }
 
 /* Validation passes still due: after every eval_every_epochs-th epoch and after the last. */
@@ -45,24 +42,42 @@ double eta_seconds(const Trainer *T, double elapsed) {
     return per_step * (double)(T->total_steps - T->step) + evals_left(T) * per_eval;
 }
 
-/* The bar, at most five times a second: the epoch's share, the last logged loss, the ETA. */
-void draw_bar(Trainer *T) {
+/* Plain lines between log steps: one after the first step of a start (a log into a file shows
+ * the run going within seconds, not at step log_every), then one whenever this long passed
+ * without a line. Longer than a usual log interval, so that it adds lines only where log_every
+ * leaves the log silent. */
+#define PACE_LINE_SECONDS 30.0
+
+/* The bar, at most five times a second: the epoch's share, the last logged loss, the ETA. In
+ * plain mode, a pace line when due: the position, the interval's images/s and the ETA (no
+ * loss: reading it back waits for the device and sums over the ranks, a log step's work). */
+void show_progress(Trainer *T) {
     double now = vil_now();
-    if (!T->tty || now - T->bar_t < 0.2 || T->steps_here == 0) return;
-    T->bar_t = now;
+    if (T->steps_here == 0) return;
+    char eta[32];
+    if (T->con.mode == VIL_PROGRESS_PLAIN) {
+        int first = T->steps_here == 1 && T->line_step != T->step; /* not a log step's */
+        if (!first && now - T->line_at < PACE_LINE_SECONDS) return;
+        T->line_step = T->step;
+        double dt = now - T->t_int;
+        fmt_duration(eta, sizeof eta, eta_seconds(T, T->train_time + dt));
+        fprintf(out_log(T), "epoch %d/%d  step %ld/%ld (%d/%ld)  %.1f img/s  eta %s\n", T->epoch + 1,
+                T->tc->epochs, T->step, T->total_steps, T->epoch_batch, T->spe,
+                dt > 0 ? (double)T->int_steps * T->global_batch / dt : 0.0, eta);
+        fflush(T->log);
+        return;
+    }
+    if (!vil_progress_due(&T->con, 0)) return;
     enum { W = 24 };
     char bar[W + 1];
     int fill = (int)((double)T->epoch_batch / (double)T->spe * W);
     for (int i = 0; i < W; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
     bar[W] = 0;
-    char eta[32];
     fmt_duration(eta, sizeof eta, eta_seconds(T, T->train_time + (now - T->t_int)));
-    fprintf(T->log, "\r\033[Kepoch %d/%d [%s] %d/%ld  step %ld/%ld", T->epoch + 1, T->tc->epochs, bar,
-            T->epoch_batch, T->spe, T->step, T->total_steps);
-    if (T->last_loss > 0) fprintf(T->log, "  loss %.4f", T->last_loss);
-    fprintf(T->log, "  eta %s", eta);
-    fflush(T->log);
-    T->bar_shown = 1;
+    char loss[32] = "";
+    if (T->last_loss > 0) snprintf(loss, sizeof loss, "  loss %.4f", T->last_loss);
+    vil_progress_redraw(&T->con, "epoch %d/%d [%s] %d/%ld  step %ld/%ld%s  eta %s", T->epoch + 1,
+                        T->tc->epochs, bar, T->epoch_batch, T->spe, T->step, T->total_steps, loss, eta);
 }
 
 /* A metrics write that failed (a full disk): said once; training goes on without them. */
@@ -138,6 +153,11 @@ void print_header(Trainer *T, const char *init_note, const char *state_in) {
 int open_runlog(Trainer *T) {
     const VilTrainRun *run = T->run;
     if (!(T->runlog = vil_runlog_open(run->out_dir, T->step))) return -1;
+    const char *cleared = vil_runlog_cleared(T->runlog);
+    if (*cleared && !T->quiet) {
+        fprintf(T->log, "out:   removed the logs of earlier starts in this folder: %s\n", cleared);
+        fflush(T->log);
+    }
     char dev[400], name[300];
     snprintf(dev, sizeof dev, "%s:%d %s", T->be->name, T->be->device,
              T->be->device_name(T->be, name, sizeof name));
@@ -170,9 +190,10 @@ void print_skipping(Trainer *T) {
 
 /* A log step's line (p: the step's progress, as on_log gets it). */
 void print_progress(Trainer *T, const VilTrainProgress *p) {
-    if (T->quiet) return;
+    if (T->quiet || T->con.mode == VIL_PROGRESS_NONE) return;
     char eta[32];
     fmt_duration(eta, sizeof eta, p->eta_s);
+    T->line_step = p->step;
     fprintf(out_log(T), "epoch %d/%d  step %ld/%ld (%d/%d)  loss %.4f  lr %.3e", p->epoch + 1,
             p->epochs, p->step, p->total_steps, p->epoch_step, p->epoch_steps, p->loss, p->lr);
     if (p->grad_norm >= 0) fprintf(out_log(T), "  gnorm %.3f", p->grad_norm);

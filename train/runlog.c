@@ -21,6 +21,7 @@ struct VilRunLog {
     FILE *metrics;
     VilTfEvents *tb;   /* NULL after a failed write (said once) */
     double t0, offset; /* this start's clock, and the seconds the kept lines had reached */
+    char cleared[128]; /* a fresh start: the earlier starts' logs it removed ("" none) */
 };
 
 /* The lines of an existing metrics.jsonl up to `step` (a torn or unreadable line ends it: what
@@ -61,18 +62,43 @@ static double wall_clock(void) {
     return (double)ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* A fresh start in a folder that earlier starts logged into (none of them saved a checkpoint,
+ * or the folder would have been refused): their event files, which TensorBoard would draw in
+ * the same run as this one, and curves.svg go, as their metrics.jsonl lines do; r->cleared
+ * says which there were. 0, or -1 (reported). */
+static int clear_earlier_logs(VilRunLog *r) {
+    struct stat st;
+    int had_metrics = stat(r->metrics_path, &st) == 0 && st.st_size > 0;
+    int events = vil_tfevents_remove_all(r->dir);
+    if (events < 0) return -1;
+    char *svg = vil_path_join(r->dir, "curves.svg");
+    int had_svg = unlink(svg) == 0;
+    free(svg);
+    char *p = r->cleared, *end = r->cleared + sizeof r->cleared;
+    if (events)
+        p += snprintf(p, (size_t)(end - p), "%d TensorBoard event file%s", events, events == 1 ? "" : "s");
+    if (had_metrics) p += snprintf(p, (size_t)(end - p), "%smetrics.jsonl", p > r->cleared ? ", " : "");
+    if (had_svg) snprintf(p, (size_t)(end - p), "%scurves.svg", p > r->cleared ? ", " : "");
+    return 0;
+}
+
 VilRunLog *vil_runlog_open(const char *dir, long step) {
     VilRunLog *r = vil_calloc(1, sizeof *r);
     r->dir = vil_strdup(dir);
     r->metrics_path = vil_path_join(dir, "metrics.jsonl");
-    if (step > 0 ? keep_until(r->metrics_path, step, &r->offset) != 0 : 0) goto fail;
+    if (step > 0 ? keep_until(r->metrics_path, step, &r->offset) != 0 : clear_earlier_logs(r) != 0) goto fail;
     r->metrics = fopen(r->metrics_path, step > 0 ? "a" : "w");
     if (!r->metrics) {
         vil_error("cannot write '%s': %s", r->metrics_path, strerror(errno));
         goto fail;
     }
     r->t0 = vil_now();
-    if (!(r->tb = vil_tfevents_open(dir, wall_clock()))) goto fail;
+    double now = wall_clock();
+    if (!(r->tb = vil_tfevents_open(dir, now))) goto fail;
+    /* a start record at the first step this start trains: after a resume, TensorBoard drops
+     * the points a crashed start logged past the resumed step, as metrics.jsonl drops its lines
+     * (the fresh start's record is the run's first, which TensorBoard takes as no restart) */
+    if (vil_tfevents_restart(r->tb, step + 1, now) != 0 || vil_tfevents_flush(r->tb) != 0) goto fail;
     return r;
 fail:
     vil_runlog_close(r);
@@ -87,6 +113,8 @@ void vil_runlog_close(VilRunLog *r) {
     free(r->metrics_path);
     free(r);
 }
+
+const char *vil_runlog_cleared(const VilRunLog *r) { return r->cleared; }
 
 double vil_runlog_seconds(const VilRunLog *r) { return r->offset + (vil_now() - r->t0); }
 

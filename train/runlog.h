@@ -3,7 +3,10 @@
  *   metrics.jsonl   one JSON object per log step ("train") and per evaluation ("eval"), each
  *                   flushed as it is written; on resume the lines past the resumed step (those
  *                   a crash left behind) are dropped and the file goes on
- *   events.out.tfevents.*   the same scalars for TensorBoard (train/tfevents.h), a file per start
+ *   events.out.tfevents.*   the same scalars for TensorBoard (train/tfevents.h), a file per
+ *                   start, each opened by a restart record at the step it starts from (a
+ *                   resume's makes TensorBoard drop the points past the resumed step); a fresh
+ *                   start removes the earlier starts' files
  *   curves.svg      loss, top-1, lr and images/s against steps, redrawn after each evaluation
  *                   (charts/curves.h; `vil plot` draws it, or several runs, on demand)
  *   config.cfg      the effective configuration, as `vil train --config` reads it
@@ -16,10 +19,14 @@
 
 typedef struct VilRunLog VilRunLog;
 
-/* Opens the run folder's metrics for a run at `step` (0: fresh, the files start empty; > 0: a
- * resume, lines past step dropped). NULL with a vil_error message. */
+/* Opens the run folder's metrics for a run at `step` (0: fresh, the files start empty and the
+ * earlier starts' event files and curves.svg are removed; > 0: a resume, lines past step
+ * dropped). NULL with a vil_error message. */
 VilRunLog *vil_runlog_open(const char *dir, long step);
 void vil_runlog_close(VilRunLog *r);
+/* What a fresh start removed of earlier starts' logs, e.g. "2 TensorBoard event files,
+ * metrics.jsonl, curves.svg"; "" when nothing (or a resume). */
+const char *vil_runlog_cleared(const VilRunLog *r);
 
 /* What run.jsonl records of a start. */
 typedef struct {

@@ -5,11 +5,13 @@
 
 #include "vil/common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Records are assembled with memcpy in the host's byte order and must be little-endian. */
@@ -191,6 +193,51 @@ int vil_tfevents_scalar(VilTfEvents *w, const char *tag, int64_t step, double wa
     memcpy(rec + n, &value, 4);
     n += 4;
     return write_record(w, rec, n - 12);
+}
+
+int vil_tfevents_restart(VilTfEvents *w, int64_t step, double wall_time) {
+    if (!valid_time(wall_time)) {
+        vil_error("TensorBoard restart record: wall time %g is not a time since the epoch", wall_time);
+        return VIL_EUSAGE;
+    }
+    /* Event { wall_time, step, session_log: SessionLog { status: START (1) } } */
+    unsigned char rec[64];
+    size_t n = 12 + put_time_step(rec + 12, wall_time, step);
+    n += put_key(rec + n, 7, WIRE_LEN);
+    n += put_varint(rec + n, 2);
+    n += put_key(rec + n, 1, WIRE_VARINT);
+    n += put_varint(rec + n, 1);
+    return write_record(w, rec, n - 12);
+}
+
+int vil_tfevents_remove_all(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        vil_error("cannot list '%s': %s", dir, vil_errno_str());
+        return -1;
+    }
+    static const char prefix[] = "events.out.tfevents.";
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, sizeof prefix - 1) != 0) continue;
+        char *path = vil_path_join(dir, de->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (unlink(path) != 0) {
+                vil_error("cannot remove the earlier TensorBoard event file '%s': %s", path,
+                          vil_errno_str());
+                free(path);
+                closedir(d);
+                return -1;
+            }
+            removed++;
+        }
+        free(path);
+    }
+    closedir(d);
+    return removed;
 }
 
 int vil_tfevents_flush(VilTfEvents *w) {

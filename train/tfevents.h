@@ -4,8 +4,9 @@
  * The file is a sequence of TFRecords (tensorflow/core/lib/io/record_writer.cc): a uint64
  * little-endian length, the masked CRC32C of those 8 bytes (uint32 LE), the data, the masked
  * CRC32C of the data (uint32 LE). Each record's data is a serialized tensorboard.Event
- * (event.proto): wall_time (field 1, double), step (2, int64), file_version (3) or summary (5),
- * a Summary of one Value (summary.proto: tag = 1, simple_value = 2, a float). The first record
+ * (event.proto): wall_time (field 1, double), step (2, int64), file_version (3), summary (5),
+ * a Summary of one Value (summary.proto: tag = 1, simple_value = 2, a float), or session_log
+ * (7, a SessionLog: status = 1, an enum; START is 1). The first record
  * holds only wall_time and file_version "brain.Event:2". Fields are written as protobuf's own
  * serializer writes them (field order, proto3 defaults left out), so a scalar record is
  * byte-identical to the one TensorBoard's EventFileWriter writes for the same Event; the test
@@ -48,6 +49,20 @@ VilTfEvents *vil_tfevents_open(const char *dir, double wall_time);
  * after a partial one. */
 int vil_tfevents_scalar(VilTfEvents *w, const char *tag, int64_t step, double wall_time,
                         float value);
+
+/* Appends the record TensorBoard reads as a restart of the run at `step`: an Event of wall_time,
+ * step and session_log { status: START } (event.proto field 7; PyTorch's
+ * SummaryWriter(purge_step=step) writes the same). TensorBoard's Python loaders (`--load_fast
+ * false`, EventAccumulator) drop the events of step >= step read before it, from every START
+ * after a run's first; its Rust loader ignores the record and drops a tag's points of step >= s
+ * when that tag's point of step s arrives. 0, VIL_EUSAGE (a bad wall_time, nothing written) or
+ * -1, as vil_tfevents_scalar. */
+int vil_tfevents_restart(VilTfEvents *w, int64_t step, double wall_time);
+
+/* Removes the event files (events.out.tfevents.*, regular files; subfolders are not looked in)
+ * of dir. The number removed (0 when dir does not exist), or -1 with a vil_error message naming
+ * a file that could not be removed. */
+int vil_tfevents_remove_all(const char *dir);
 
 /* Puts the records written so far into the file (fflush, no fsync: TensorBoard polls the growing
  * file). 0, or -1 with a vil_error message (or -1 alone when the writer was already broken). */

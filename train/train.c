@@ -49,10 +49,9 @@ static void sum_eval(const Trainer *T, VilEvalResult *r) {
 /* The validation pass of the model and of the EMA. */
 static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     VilEvalResult r;
-    FILE *plog = T->quiet ? NULL : out_log(T);
-    /* on a terminal the pass shows its progress (rank 0's shard); a log gets the summary line,
-     * with the pass's time, only (20 lines a pass would swamp 300 epochs of it) */
-    FILE *prog = T->tty ? plog : NULL;
+    /* with the bar the pass shows its progress in place (rank 0's shard); plain lines get the
+     * summary line, with the pass's time, only (20 lines a pass would swamp 300 epochs of it) */
+    VilProgress *prog = T->con.mode == VIL_PROGRESS_BAR ? &T->con : NULL;
     /* a failure on any rank stops all: none may wait in the sums below */
     if (vil_dist_any(T->dist, vil_eval_run(&T->m, T->val_loader, 0, prog, "val   ", &r) != 0)) return -1;
     sum_eval(T, &r);
@@ -583,7 +582,7 @@ static void train_loop(Trainer *T, VilTrainResult *res) {
             if (!last_of_epoch && snapshot_due(T) && (next = save_step(T)) != RUN_GO_ON) break;
             VilTrainStatus why;
             if (stop_requested(T, &why) && !last_of_epoch) next = stop_mid_epoch(T, why);
-            else draw_bar(T);
+            else show_progress(T);
         }
         if (next == RUN_GO_ON) next = end_of_epoch(T, res);
         if (next != RUN_GO_ON) return;
@@ -607,9 +606,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     T->tc = &run->train;
     T->be = run->be;
     T->log = run->log ? run->log : stdout;
-    const char *term = getenv("TERM");
-    T->tty = !T->quiet && isatty(fileno(T->log)) && !getenv("SLURM_JOB_ID") &&
-             !(term && strcmp(term, "dumb") == 0);
+    vil_progress_init(&T->con, T->log, T->quiet ? VIL_PROGRESS_NONE : run->progress);
     T->best_top1 = -1.0f;
     T->best_step = -1;
     T->last_loss = NAN;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "vil/backend.h"
+#include "vil/console.h"
 #include "vil/dist.h"
 #include "vil/model.h"
 #include "train/train_config.h"
@@ -105,6 +106,7 @@ typedef struct {
     int dry_run;              /* set up and print the header, then stop: no folder, no file written */
     int force;                /* resume even with another global batch than the state's */
     FILE *log;                /* progress and epoch summaries; NULL: stdout */
+    VilProgressMode progress; /* the bar, plain lines or none (vil/console.h); 0: auto for log */
     void (*on_log)(void *ctx, const VilTrainProgress *p); /* optional, at each log step */
     void *ctx;
 } VilTrainRun;

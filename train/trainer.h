@@ -53,10 +53,13 @@ typedef struct {
     float *host_losses;   /* (batch) */
     double loss_sum;      /* a log step's losses of the micro-batches before its last */
     VilRunLog *runlog;    /* metrics.jsonl and the run's record (rank 0; NULL after a failed write) */
-    /* a terminal gets a progress bar on its last line, redrawn in place (tty); a log file or
-     * Slurm's output plain lines only */
-    int tty, bar_shown;
-    double bar_t;
+    /* the progress display (run->progress resolved): a bar redrawn on a watched terminal's
+     * last line, plain lines into a file or a launcher's pty, or none; line_at: when the last
+     * whole line was printed, line_step: the step of the last progress line (plain mode's pace
+     * lines follow both) */
+    VilProgress con;
+    double line_at;
+    long line_step;
     VilTrainStatus status; /* what vil_train returns, set when a piece ends the run (RUN_END) */
     float *prev_all; /* passing's final states of every rank for the next save (gather_prev) */
 } Trainer;
@@ -93,7 +96,8 @@ void snapshot_step(Trainer *T);
 FILE *out_log(Trainer *T);
 /* Seconds left (steps and validation passes); elapsed: the seconds of T->steps_here steps. */
 double eta_seconds(const Trainer *T, double elapsed);
-void draw_bar(Trainer *T);
+/* After a step: the bar redrawn (bar), or a pace line when due (plain). */
+void show_progress(Trainer *T);
 void print_header(Trainer *T, const char *init_note, const char *state_in);
 void print_resplit(Trainer *T, long saved_world);
 void print_nothing_to_do(Trainer *T);
