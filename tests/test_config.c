@@ -241,6 +241,9 @@ static void test_timm_flags(void) {
         {"--warmup-epochs", "warmup_epochs"}, {"--seed", "seed"}, {"--min-lr", "min_lr"},
         {"--warmup-lr", "warmup_lr"}, {"--clip-grad", "clip_grad"}, {"--mixup", "mixup"},
         {"--cutmix", "cutmix"}, {"--aa", "randaug_n"}, {"--reprob", "reprob"}, {"-j", "workers"},
+        {"--opt", "optimizer"}, {"--momentum", "momentum"}, {"--sched", "sched"},
+        {"--decay-epochs", "decay_epochs"}, {"--decay-rate", "decay_rate"},
+        {"--decay-milestones", "decay_milestones"}, {"--model-ema-warmup", "model_ema_warmup"},
         {"lr", "base_lr"}, {"smoothing", "label_smoothing"}, {"drop_path_rate", "drop_path"},
         {"model_ema_decay", "ema_decay"}, {"grad_accum_steps", "accum_steps"}, {"batch_size", "batch"},
     };
