@@ -229,7 +229,9 @@ static void test_timm_flags(void) {
             vil_config_default(&dc);
             vil_train_config_default(&dt);
             const char *text = (const char *)(vil_keys_find(&vil_model_keys, f->key) ? (void *)&dc : (void *)&dt) + k->offset;
-            const char *val = k->type == VIL_KEY_STR ? text : k->type == VIL_KEY_INT ? "32" : "0.375";
+            char ival[16]; /* an integer in the key's range: 32, or its top (a 0/1 switch: 1) */
+            snprintf(ival, sizeof ival, "%d", k->hi < 32 ? (int)k->hi : 32);
+            const char *val = k->type == VIL_KEY_STR ? text : k->type == VIL_KEY_INT ? ival : "0.375";
             if (f->conv == VIL_TIMM_LR) val = "0.002";
             if (f->conv == VIL_TIMM_AA) val = "rand-m7-n3-mstd1.5-inc1";
             if (strcmp(f->key, "log_every") == 0 || strcmp(f->key, "workers") == 0) val = "7";

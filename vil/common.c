@@ -158,6 +158,11 @@ void *vil_realloc(void *p, size_t bytes) {
 }
 
 void vil_fmt_float(char *buf, size_t n, float v) {
+    /* whole numbers as such (90, not 9e+01) */
+    if (v == truncf(v) && fabsf(v) < 1e7f) {
+        snprintf(buf, n, "%.0f", (double)v);
+        return;
+    }
     for (int p = 1; p <= 9; p++) {
         snprintf(buf, n, "%.*g", p, (double)v);
         if (strtof(buf, NULL) == v) return;

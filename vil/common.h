@@ -61,7 +61,8 @@ char *vil_strdup(const char *s);
 /* "dir/name", malloc'd; no '/' is added when dir is empty or already ends in one. */
 char *vil_path_join(const char *dir, const char *name);
 /* The shortest decimal that reads back (strtof) as v: "0.016", not 0.016000000759959221 (as a
- * float widened to double prints); non-finite values as printf's %g gives them. */
+ * float widened to double prints); whole numbers below 1e7 in full ("90", not "9e+01");
+ * non-finite values as printf's %g gives them. */
 void vil_fmt_float(char *buf, size_t n, float v);
 /* v as the double of that shortest decimal (for JSON writers that print doubles) */
 double vil_float_clean(float v);
