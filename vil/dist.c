@@ -91,6 +91,8 @@ static void watchdog_fire(const char *why) {
 
 static void *watchdog_main(void *arg) {
     (void)arg;
+    /* the waits that this process saw begin before `fresh` are measured from it */
+    long long last = now_us(), fresh = 0;
     pthread_mutex_lock(&W.mu);
     while (!W.stop) {
         long long tmo = LOAD(W.timeout_us);
@@ -108,15 +110,19 @@ static void *watchdog_main(void *arg) {
         char why[512];
         long long since = LOAD(W.since_us), now = now_us();
         const char *what = LOAD(W.what);
+        /* a round far later than due: this process was stopped (SIGSTOP, a suspended machine)
+         * and the launcher woke it, maybe to end it; the others are not to blame for that time */
+        if (now - last > 2 * period + 1000000) fresh = now;
+        last = now;
         /* the same wait still open (not one that ended and began again between the loads) */
-        if (since && now - since > tmo && LOAD(W.since_us) == since) {
+        if (since && now - (since > fresh ? since : fresh) > tmo && LOAD(W.since_us) == since) {
             snprintf(why, sizeof why, "no progress from the other ranks for %g s in %s",
                      (double)tmo / 1e6, what ? what : "a collective");
             watchdog_fire(why);
         }
         if (W.dev.pending_since) {
-            double t = W.dev.pending_since(W.dev.ctx);
-            if (t > 0 && now - (long long)(t * 1e6) > tmo) {
+            long long t = (long long)(W.dev.pending_since(W.dev.ctx) * 1e6);
+            if (t > 0 && now - (t > fresh ? t : fresh) > tmo) {
                 snprintf(why, sizeof why, "no progress from the other ranks for %g s in the "
                          "gradient all-reduce on the GPU (NCCL)", (double)tmo / 1e6);
                 watchdog_fire(why);
