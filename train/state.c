@@ -331,10 +331,10 @@ int state_restore(Trainer *T, const char *path) {
         goto done;
     }
     /* Keys that do not change the run: the loader's threads, the log and evaluation batches,
-     * how the all-reduce is scheduled and how long it may wait, and, with the same global batch, how it is cut into
-     * ranks and micro-batches (the samples, their augmentation and drop path are keyed by their
-     * place in the global batch). The optimizer is checked by its state tensors' names (another
-     * optimizer's state lacks them). */
+     * how the all-reduce is scheduled and how long a rank waits for the others, and, with the
+     * same global batch, how it is cut into ranks and micro-batches (the samples, their
+     * augmentation and drop path are keyed by their place in the global batch). The optimizer
+     * is checked by its state tensors' names (another optimizer's state lacks them). */
     int same_global = saved_global == T->global_batch;
     const char *skip[11] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb", "recompute",
                             "optimizer", "dist_timeout"};

@@ -76,13 +76,13 @@ void vil_dist_watch_device(const VilDistDeviceWatch *w) {
  * MPI_THREAD_FUNNELED process may call MPI from this thread only here, on its way out. SIGALRM
  * (its default action ends the process) bounds an abort that hangs, as an exit behind a stuck
  * GPU kernel may. */
-static void watchdog_fire(const char *why) {
+static void watchdog_fire(const char *why, int timed_out) {
     const char *phase = LOAD(W.phase);
     long step = LOAD(W.step);
     char where[96] = "";
     if (step >= 0) snprintf(where, sizeof where, " (step %ld)", step);
-    vil_error("rank %d: %s%s%s%s; exiting", W.rank, why, phase ? " during " : "", phase ? phase : "",
-              where);
+    vil_error("rank %d: %s%s%s%s; exiting%s", W.rank, why, phase ? " during " : "", phase ? phase : "",
+              where, timed_out ? " (the limit: the training key dist_timeout, or VIL_DIST_TIMEOUT)" : "");
     fflush(NULL);
     alarm(15);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -118,20 +118,20 @@ static void *watchdog_main(void *arg) {
         if (since && now - (since > fresh ? since : fresh) > tmo && LOAD(W.since_us) == since) {
             snprintf(why, sizeof why, "no progress from the other ranks for %g s in %s",
                      (double)tmo / 1e6, what ? what : "a collective");
-            watchdog_fire(why);
+            watchdog_fire(why, 1);
         }
         if (W.dev.pending_since) {
             long long t = (long long)(W.dev.pending_since(W.dev.ctx) * 1e6);
             if (t > 0 && now - (t > fresh ? t : fresh) > tmo) {
                 snprintf(why, sizeof why, "no progress from the other ranks for %g s in the "
                          "gradient all-reduce on the GPU (NCCL)", (double)tmo / 1e6);
-                watchdog_fire(why);
+                watchdog_fire(why, 1);
             }
         }
         char err[256];
         if (W.dev.error && W.dev.error(W.dev.ctx, err, sizeof err)) {
             snprintf(why, sizeof why, "the gradient all-reduce failed: %s", err);
-            watchdog_fire(why);
+            watchdog_fire(why, 0);
         }
     }
     pthread_mutex_unlock(&W.mu);

@@ -49,11 +49,12 @@ void vil_dist_abort(const VilDist *d, int code);
 
 /* The watchdog: with several processes vil_dist_init starts a thread that ends the group when a
  * wait on the other ranks (every collective above, the gradient all-reduce, NCCL's join) lasts
- * longer than the timeout, printing "rank R: no progress from the other ranks for T s in <what>
- * during <phase> (step S); exiting" and calling MPI_Abort, so the launcher stops every process:
- * a dead or hung rank ends the run instead of holding the others forever. The timeout starts as
- * $VIL_DIST_TIMEOUT seconds (default VIL_DIST_TIMEOUT_DEFAULT); vil train then applies its
- * dist_timeout key. The calls below are stores, or do nothing without the thread. */
+ * longer than the timeout, or when NCCL reports an error: it prints "rank R: no progress from
+ * the other ranks for T s in <what> during <phase> (step S); exiting (the limit: ...)" and calls
+ * MPI_Abort, so the launcher stops every process. A dead or hung rank ends the run instead of
+ * holding the others forever. The timeout starts as $VIL_DIST_TIMEOUT seconds (default
+ * VIL_DIST_TIMEOUT_DEFAULT); vil train then applies its dist_timeout key. The calls below are
+ * stores, or do nothing without the thread. */
 #define VIL_DIST_TIMEOUT_DEFAULT 600.0
 /* seconds; 0: never fire */
 void vil_dist_set_timeout(double seconds);
