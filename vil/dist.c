@@ -141,13 +141,6 @@ static void *watchdog_main(void *arg) {
 /* The thread takes no signals: SIGINT / SIGTERM stay the main thread's (the trainer's clean
  * stop), SIGALRM ends the process wherever it is. */
 static int watchdog_start(int rank) {
-    const char *env = getenv("VIL_DIST_TIMEOUT");
-    double t = VIL_DIST_TIMEOUT_DEFAULT;
-    if (env && (vil_parse_float(env, &t) != 0 || t < 0)) {
-        vil_error("VIL_DIST_TIMEOUT='%s': expected seconds >= 0 (0: no watchdog)", env);
-        return -1;
-    }
-    vil_dist_set_timeout(t);
     W.rank = rank;
     W.stop = 0;
     pthread_condattr_t ca;
@@ -244,6 +237,14 @@ int vil_dist_init(VilDist *d) {
     const char *how = launcher_from_env(&size);
     if (!how) return 0;
 #ifdef VIL_MPI
+    /* the watchdog's first limit, checked before MPI starts */
+    const char *env = getenv("VIL_DIST_TIMEOUT");
+    double t = VIL_DIST_TIMEOUT_DEFAULT;
+    if (env && (vil_parse_float(env, &t) != 0 || t < 0)) {
+        vil_error("VIL_DIST_TIMEOUT='%s': expected seconds >= 0 (0: no watchdog)", env);
+        return -1;
+    }
+    vil_dist_set_timeout(t);
     int provided = 0;
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         vil_error("started by %s, but MPI_Init failed: is this the MPI that %s belongs to?", how, how);
