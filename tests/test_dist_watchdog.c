@@ -4,11 +4,9 @@
  * (vil/dist.c, dist_timeout = 3 s) reports it and MPI_Abort ends the job; a killed rank under
  * mpirun's own error handling ends it sooner. No process of a run is left. A run with the same
  * short timeout that nothing disturbs ends normally. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "tests/data_corpus.h"
 #include "tests/testing.h"
