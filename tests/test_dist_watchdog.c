@@ -75,12 +75,13 @@ static void check_none_left(const char *name) {
 }
 
 /* The survivor's watchdog message: the timeout, what it waited in (NULL: any), the phase and
- * the step. */
+ * the step. (mpirun's own report of the MPI_Abort is not required: Open MPI 4.1 prints it, or at
+ * times fails to with "show_help.c ... read past end of buffer".) */
 static int has_message(const char *out, const char *what, const char *phase, long step) {
     char want[256];
     snprintf(want, sizeof want, "%s during %s (step %ld); exiting", what ? what : "", phase, step);
     const char *m = strstr(out, "rank 0: no progress from the other ranks for 3 s in ");
-    return m && strstr(m, want) && strstr(out, "MPI_ABORT was invoked on rank 0");
+    return m && strstr(m, want);
 }
 
 /* A fault at `fault` (VIL_TEST_FAULT's value); mpi_flags for mpirun. watchdog: the survivor's
@@ -97,6 +98,7 @@ static void fault_case(const char *name, const char *fault, const char *mpi_flag
     snprintf(more, sizeof more, "--set dist_timeout=%g", TIMEOUT);
     run(r, name, env, mpi_flags, more);
     double after = r->fault_s >= 0 ? r->end_s - r->fault_s : -1;
+    int recovery = strstr(mpi_flags, "recovery") != NULL;
     printf("%-16s %-13s %s: rc %d, the run ended %.2f s after the fault (%.2f s in all)\n", name,
            fault, mpi_flags, r->rc, after, r->end_s);
     T_CHECK(r->fault_s >= 0, "%s: the fault hook ran:\n%s", name, r->out);
@@ -114,7 +116,7 @@ static void fault_case(const char *name, const char *fault, const char *mpi_flag
                 name, after, TEARDOWN);
     }
     /* under --enable-recovery mpirun's status does not carry the abort's */
-    if (!strstr(mpi_flags, "recovery")) T_CHECK(r->rc != 0 && r->rc != 124, "%s: mpirun exits non-zero, not by timeout(1) (rc %d)", name, r->rc);
+    if (!recovery) T_CHECK(r->rc != 0 && r->rc != 124, "%s: mpirun exits non-zero, not by timeout(1) (rc %d)", name, r->rc);
     check_none_left(name);
     free(r);
 }
