@@ -112,8 +112,9 @@ grad="the gradient all-reduce on the GPU \(NCCL\)"
 [ "$DEVICE" = cpu ] && grad="the gradient all-reduce"
 case_wd stop_grad stop:grad:10 "" "rank 0: ${msg}$grad during training \(step 10\); exiting"
 case_wd stop_val stop:val:1 "" "rank 0: ${msg}.* during validation \(step 16\); exiting"
-# a crash where the launcher lets the others run on (as srun without --kill-on-bad-exit)
-case_wd kill_grad_rec kill:grad:10 --enable-recovery "rank 0: (${msg}|the gradient all-reduce failed: NCCL)"
+# a crash where the launcher lets the others run on (as srun without --kill-on-bad-exit): the
+# watchdog's timeout, NCCL's own error, or a CUDA call failing on the dead peer's memory
+case_wd kill_grad_rec kill:grad:10 --enable-recovery "rank 0: (${msg}|the gradient all-reduce failed: NCCL)|vil: fatal: .*(cuda|nccl)"
 
 # a crash under mpirun's own error handling: it ends the job itself (or the watchdog first)
 run kill_train kill:train:10 ""
