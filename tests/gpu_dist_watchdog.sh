@@ -99,7 +99,7 @@ case_wd() {
     run $1 $2 "$3"
     after=$([ -n "$t_fault" ] && secs $t_fault $t_end)
     echo "$1 ($2 $3): rc $rc, ended ${after:-?} s after the fault, $t_end s in all"
-    grep -E "no progress|failed|exited on signal|VIL_TEST_FAULT" "$OUT/watchdog_$1.log" | head -4 | sed 's/^/  | /'
+    grep -E "no progress|failed|fatal|exited on signal|VIL_TEST_FAULT" "$OUT/watchdog_$1.log" | head -4 | sed 's/^/  | /'
     check $(grep -qE "$4" "$OUT/watchdog_$1.log" && echo 0 || echo 1) "$1: the message matches '$4'"
     within $1 "$after" $wd_bound
     # --enable-recovery: mpirun's status does not carry the abort's
