@@ -119,7 +119,13 @@ static void ctx_cleanup(CuCtx *c) {
     if (c->lt_ws) cu_free(c->lt_ws);
     c->lt_ws = NULL;
 #ifdef VIL_NCCL
-    if (c->nccl) ncclCommDestroy((ncclComm_t)c->nccl);
+    if (c->nccl) {
+        vil_dist_watch_device(NULL); /* before the event goes */
+        cudaEventDestroy(c->watch_ev);
+        vil_dist_wait_begin("closing NCCL");
+        ncclCommDestroy((ncclComm_t)c->nccl);
+        vil_dist_wait_end();
+    }
 #endif
     c->nccl = NULL;
     if (c->comm_stream) {
@@ -446,6 +452,38 @@ static void b_graph_free(const VilBackend *be, void *graph) {
 
 /* the ops: bind the backend's context, then the _cuda twin */
 /* ---- the group's gradients: NCCL on this context's stream ---- */
+#ifdef VIL_NCCL
+/* The watchdog's callbacks (dist.h), on its own thread: the all-reduces run on the GPU, where a
+ * rank that died or hung leaves them spinning while the host waits on the stream. */
+static double nccl_pending_since(void *ctx) {
+    CuCtx *c = (CuCtx *)ctx;
+    cudaSetDevice(c->device); /* this thread's current device, for the query */
+    unsigned s1 = __atomic_load_n(&c->watch_seq, __ATOMIC_ACQUIRE);
+    if (s1 & 1) return 0;
+    double t;
+    __atomic_load(&c->watch_t, &t, __ATOMIC_RELAXED);
+    cudaError_t q = cudaEventQuery(c->watch_ev);
+    unsigned s2 = __atomic_load_n(&c->watch_seq, __ATOMIC_ACQUIRE);
+    /* another all-reduce queued meanwhile: the next round looks again */
+    return s1 == s2 && q == cudaErrorNotReady ? t : 0;
+}
+
+static int nccl_async_error(void *ctx, char *msg, size_t n) {
+    CuCtx *c = (CuCtx *)ctx;
+    ncclResult_t r = ncclSuccess;
+    if (ncclCommGetAsyncError((ncclComm_t)c->nccl, &r) != ncclSuccess || r == ncclSuccess) return 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+    if (r == ncclInProgress) return 0;
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+    snprintf(msg, n, "NCCL: %s (%s)", ncclGetErrorString(r), ncclGetLastError((ncclComm_t)c->nccl));
+#else
+    snprintf(msg, n, "NCCL: %s", ncclGetErrorString(r));
+#endif
+    return 1;
+}
+#endif
+
 static int b_dist_join(const VilBackend *be, const VilDist *d) {
     CuCtx *c = cu_bind(be);
 #ifdef VIL_NCCL
@@ -455,8 +493,13 @@ static int b_dist_join(const VilBackend *be, const VilDist *d) {
     if (d->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     vil_dist_bcast(d, &id, sizeof id, 0);
     ncclComm_t comm;
+    vil_dist_wait_begin("joining NCCL");
     NCCL_CHECK(ncclCommInitRank(&comm, d->world, id, d->rank));
+    vil_dist_wait_end();
     c->nccl = comm;
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->watch_ev, cudaEventDisableTiming));
+    VilDistDeviceWatch w = {nccl_pending_since, nccl_async_error, c};
+    vil_dist_watch_device(&w);
     /* the all-reduces that overlap the backward run here; priority above the compute stream's,
      * so a bucket's transfer starts as soon as its gradients are ready */
     int lo, hi;
@@ -487,6 +530,12 @@ extern "C" void grad_allreduce_cuda(const VilAllReduce *a) {
         c->comm_pending = 1;
     }
     NCCL_CHECK(ncclAllReduce(a->buf, a->buf, a->n, ncclFloat, ncclSum, (ncclComm_t)c->nccl, s));
+    /* for the watchdog: "done" of the last all-reduce, and when it was queued */
+    __atomic_add_fetch(&c->watch_seq, 1, __ATOMIC_ACQ_REL);
+    CUDA_CHECK(cudaEventRecord(c->watch_ev, s));
+    double now = vil_now();
+    __atomic_store(&c->watch_t, &now, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->watch_seq, 1, __ATOMIC_ACQ_REL);
 #else
     (void)a;
     VIL_FATAL("grad_allreduce in a build without NCCL (dist_join refuses it)");

@@ -113,6 +113,12 @@ typedef struct CuCtx {
     cudaStream_t comm_stream;
     cudaEvent_t comm_ready, comm_done;
     int comm_pending;
+    /* the watchdog's view of the all-reduces (dist.h VilDistDeviceWatch): an event recorded after
+     * the last one, the vil_now() time it was queued, and a count that is odd while the two
+     * change (__atomic: the watchdog's thread reads them) */
+    cudaEvent_t watch_ev;
+    double watch_t;
+    unsigned watch_seq;
     /* CUDA graph capture (backend graph_*): capturing; a scratch region had to grow while
      * capturing (the graph is dropped); the regions replaced then, freed at the capture's end;
      * scratch_gen counts scratch reallocations, so a graph knows when its buffers moved */

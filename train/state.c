@@ -366,18 +366,18 @@ int state_restore(Trainer *T, const char *path) {
         goto done;
     }
     /* Keys that do not change the run: the loader's threads, the log and evaluation batches,
-     * how the all-reduce is scheduled, and, with the same global batch, how it is cut into
-     * ranks and micro-batches (the samples, their augmentation and drop path are keyed by their
-     * place in the global batch). The optimizer is checked by its state tensors' names (another
-     * optimizer's state lacks them). */
+     * how the all-reduce is scheduled and how long a rank waits for the others, and, with the
+     * same global batch, how it is cut into ranks and micro-batches (the samples, their
+     * augmentation and drop path are keyed by their place in the global batch). The optimizer
+     * is checked by its state tensors' names (another optimizer's state lacks them). */
     int same_global = saved_global == T->global_batch;
     if (has_global && !same_global && !T->run->force) {
         refuse_other_batch(T, &st, saved_global, saved_world, saved_accum, st_tc.batch);
         goto done;
     }
-    const char *skip[10] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb", "recompute",
-                            "optimizer"};
-    if (same_global) skip[7] = "batch", skip[8] = "accum_steps";
+    const char *skip[11] = {"workers", "log_every", "eval_batch", "allreduce", "bucket_mb", "recompute",
+                            "optimizer", "dist_timeout"};
+    if (same_global) skip[8] = "batch", skip[9] = "accum_steps";
     if ((d = json_diff(tj, tmine, skip)) != NULL) {
         vil_warn("resuming with changed training settings (%s): the run will differ from an "
                  "uninterrupted one", d);

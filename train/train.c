@@ -7,6 +7,8 @@
 
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,6 +21,43 @@
 /* keeps the drop-path stream apart from the loader's streams keyed by the same seed */
 #define TAG_DROP_PATH 0x64726f7070617468ULL
 #define TAG_INIT_STATE 0x696e697473746174ULL
+
+/* ---------------- a test hook ---------------- */
+
+/* VIL_TEST_FAULT=kill|stop:train|grad|val:N, for tests/test_dist_watchdog.c and
+ * tests/gpu_dist_watchdog.sh: the last of several ranks sends itself SIGKILL (a crash) or
+ * SIGSTOP (a hang) as step N begins (train: the others wait in the step's first collective),
+ * after step N's first decision of all ranks (grad: the others wait in the gradient all-reduce),
+ * or as the first validation pass at step N or later begins (val). */
+enum { FAULT_TRAIN, FAULT_GRAD, FAULT_VAL };
+static const char *const FAULT_PLACES[] = {"train", "grad", "val"};
+static struct {
+    int sig, place;
+    long step;
+} g_fault;
+
+static void fault_parse(void) {
+    const char *e = getenv("VIL_TEST_FAULT");
+    char how[8], where[8];
+    memset(&g_fault, 0, sizeof g_fault);
+    if (!e || !*e) return;
+    g_fault.place = -1;
+    if (sscanf(e, "%7[a-z]:%7[a-z]:%ld", how, where, &g_fault.step) == 3)
+        for (int i = 0; i < 3; i++)
+            if (strcmp(where, FAULT_PLACES[i]) == 0) g_fault.place = i;
+    if (g_fault.place >= 0)
+        g_fault.sig = strcmp(how, "kill") == 0 ? SIGKILL : strcmp(how, "stop") == 0 ? SIGSTOP : 0;
+    if (!g_fault.sig) vil_warn("VIL_TEST_FAULT='%s' ignored: expected kill|stop:train|grad|val:STEP", e);
+}
+
+static void test_fault(const Trainer *T, int place, long step) {
+    if (!g_fault.sig || g_fault.place != place || step < g_fault.step || T->world < 2 ||
+        T->rank != T->world - 1)
+        return;
+    vil_warn("VIL_TEST_FAULT: rank %d sends itself %s at step %ld (%s)", T->rank,
+             g_fault.sig == SIGKILL ? "SIGKILL" : "SIGSTOP", step, FAULT_PLACES[place]);
+    raise(g_fault.sig);
+}
 
 /* ---------------- the steps ---------------- */
 
@@ -52,6 +91,8 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     /* with the bar the pass shows its progress in place (rank 0's shard); plain lines get the
      * summary line, with the pass's time, only (20 lines a pass would swamp 300 epochs of it) */
     VilProgress *prog = T->con.mode == VIL_PROGRESS_BAR ? &T->con : NULL;
+    vil_dist_progress("validation", T->step);
+    test_fault(T, FAULT_VAL, T->step);
     /* a failure on any rank stops all: none may wait in the sums below */
     if (vil_dist_any(T->dist, vil_eval_run(&T->m, T->val_loader, 0, prog, "val   ", &r) != 0)) return -1;
     sum_eval(T, &r);
@@ -420,6 +461,8 @@ static RunNext step(Trainer *T) {
     T->lr = (float)vil_sched_lr(t, T->step, T->total_steps, T->warmup_steps, T->spe, T->peak_lr);
     VilStepParams sp = vil_step_params(t, T->lr);
     sp.dist = T->dist;
+    vil_dist_progress("training", T->step + 1);
+    test_fault(T, FAULT_TRAIN, T->step + 1);
     /* a step that logs reads each micro-batch's losses: the logged loss is the step's mean */
     int logs = is_log_step(T, T->step + 1, T->epoch_batch + 1);
     T->loss_sum = 0;
@@ -435,6 +478,7 @@ static RunNext step(Trainer *T) {
             save_after_failure(T);
             return run_end(T, VIL_TRAIN_FAILED);
         }
+        if (a == 0) test_fault(T, FAULT_GRAD, T->step + 1);
         vil_model_set_inputs(&T->m, in[0], in[1], T->feed.n > 2 ? in[2] : NULL);
         /* the initial states keyed as drop path is: (seed, step) and the global sample index */
         sp.init_seed = vil_hash_seed((uint64_t)t->seed, TAG_INIT_STATE, (uint64_t)T->step, 0);
@@ -513,6 +557,7 @@ static int stop_requested(const Trainer *T, VilTrainStatus *why) {
 /* save_every_steps inside an epoch: the run saved, and a step checkpoint. */
 static RunNext save_step(Trainer *T) {
     double t0 = vil_now();
+    vil_dist_progress("saving", T->step);
     if (save_run(T, NULL) != RUN_GO_ON) return RUN_END;
     if (T->rank == 0) snapshot_step(T);
     print_saved_step(T);
@@ -554,6 +599,7 @@ static RunNext end_of_epoch(Trainer *T, VilTrainResult *res) {
         improved = res->top1 > T->best_top1;
     }
     /* best.safetensors goes last, after the state that records its step (save_all) */
+    vil_dist_progress("saving", T->step);
     if (save_run(T, improved ? &res->top1 : NULL) != RUN_GO_ON) return RUN_END;
     if (T->rank == 0 && snapshot_due(T)) snapshot_step(T);
     print_epoch_end(T, epoch_done, ep);
@@ -611,6 +657,10 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     T->best_step = -1;
     T->last_loss = NAN;
     T->t_start = vil_now();
+    fault_parse();
+    /* the watchdog's limit for this run's waits on the other ranks */
+    if (T->world > 1) vil_dist_set_timeout(T->tc->dist_timeout);
+    vil_dist_progress("setup", -1);
     RunNext next = trainer_setup(T);
     /* together: a rank that failed its setup (rank 0 owns the folder) stops every rank */
     if (vil_dist_any(T->dist, next != RUN_GO_ON) && next == RUN_GO_ON) {
@@ -618,6 +668,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
         next = run_end(T, VIL_TRAIN_FAILED);
     }
     if (next == RUN_GO_ON) train_loop(T, res);
+    vil_dist_progress("the run's end", T->step);
     res->step = T->step;
     res->epoch = T->epoch;
     res->epochs_done = T->spe > 0 ? (double)T->step / (double)T->spe : 0.0;

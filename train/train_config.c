@@ -11,6 +11,7 @@
 #include "data/image.h"
 #include "data/recipe.h"
 #include "vil/common.h"
+#include "vil/dist.h"
 #include "vil/model.h"
 #include "vil/optim.h"
 #include "vil/limits.h"
@@ -72,6 +73,8 @@ static const VilKey TKEYS[] = {
     TS(allreduce, "with several ranks: overlap (the gradients summed in buckets while the backward "
                   "runs, the default) or end (one all-reduce after the backward)"),
     TF(bucket_mb, 0.001, 65536, "allreduce = overlap: MiB of gradients per all-reduce bucket"),
+    TF(dist_timeout, 0, BIG, "with several ranks: seconds a collective may wait for the other ranks "
+                             "before this rank reports them dead or hung and ends the run (0: wait forever)"),
     TI(recompute, 0, 1, "1: keep the conv1d outputs and delta of one layer and recompute them in the "
                         "backward: 46% less activation memory, ~3% more time (same gradients)"),
     TI(log_every, 1, BIG, "progress line every N steps"),
@@ -368,6 +371,7 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->max_pixels = VIL_IMAGE_DEFAULT_MAX_PIXELS;
     strcpy(t->allreduce, "overlap");
     t->bucket_mb = 1.0f;
+    t->dist_timeout = (float)VIL_DIST_TIMEOUT_DEFAULT;
     t->log_every = 50;
     t->eval_every_epochs = 1;
     t->holdout = 0;

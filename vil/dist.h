@@ -47,6 +47,36 @@ void vil_dist_barrier(const VilDist *d);
 /* Ends every process of the group (a failure on one rank that the others would wait on). */
 void vil_dist_abort(const VilDist *d, int code);
 
+/* The watchdog: with several processes vil_dist_init starts a thread that ends the group when a
+ * wait on the other ranks (every collective above, the gradient all-reduce, NCCL's join) lasts
+ * longer than the timeout, or when NCCL reports an error: it prints "rank R: no progress from
+ * the other ranks for T s in <what> during <phase> (step S); exiting (the limit: ...)" and calls
+ * MPI_Abort, so the launcher stops every process. A dead or hung rank ends the run instead of
+ * holding the others forever. The timeout starts as $VIL_DIST_TIMEOUT seconds (default
+ * VIL_DIST_TIMEOUT_DEFAULT); vil train then applies its dist_timeout key. The calls below are
+ * stores, or do nothing without the thread. */
+#define VIL_DIST_TIMEOUT_DEFAULT 600.0
+/* seconds; 0: never fire */
+void vil_dist_set_timeout(double seconds);
+/* What the run is doing, for the message: "training", "validation", "saving" (a static string)
+ * and the global step (-1: none). */
+void vil_dist_progress(const char *phase, long step);
+/* A wait on the other ranks begins / ends; what is a static string ("a broadcast", "joining
+ * NCCL"). Not nested. */
+void vil_dist_wait_begin(const char *what);
+void vil_dist_wait_end(void);
+/* Collectives that run on a device, out of the host's sight (the CUDA backend's NCCL
+ * all-reduces). The watchdog's thread calls, each round: pending_since, the vil_now() time at
+ * which the oldest unfinished one was queued (0: none); error, which writes an error the
+ * collective library reported asynchronously and returns 1 (0: none). NULL unregisters; a
+ * registration is copied, and a call in progress ends before vil_dist_watch_device returns. */
+typedef struct VilDistDeviceWatch {
+    double (*pending_since)(void *ctx);
+    int (*error)(void *ctx, char *msg, size_t n);
+    void *ctx;
+} VilDistDeviceWatch;
+void vil_dist_watch_device(const VilDistDeviceWatch *w);
+
 #ifdef __cplusplus
 }
 #endif
