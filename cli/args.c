@@ -18,6 +18,7 @@
 #include "train/train_config.h"
 #include "vil/backend.h"
 #include "vil/common.h"
+#include "vil/console.h"
 #include "vil/limits.h"
 
 /* Each flag's default as text, taken when parsing begins: the usage after a bad flag shows these,
@@ -301,17 +302,22 @@ int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv) {
     return -1;
 }
 
-int vil_cli_check_device_split(const char *cmd, const char *device, const char *split) {
-    char shown[80];
-    if (!vil_device_name_ok(device))
-        fprintf(stderr, "vil %s: --device takes cpu, cuda or auto (got '%s')\n", cmd,
-                vil_printable(shown, sizeof shown, device));
-    else if (!vil_dataset_split_ok(split))
-        fprintf(stderr, "vil %s: --split takes val, test or train (got '%s')\n", cmd,
-                vil_printable(shown, sizeof shown, split));
-    else
-        return 0;
+int vil_cli_bad_choice(const char *cmd, const char *flag, const char *choices, const char *value) {
+    char shown[1024];
+    fprintf(stderr, "vil %s: %s takes %s (got '%s')\n", cmd, flag, choices, vil_printable(shown, sizeof shown, value));
     return 2;
+}
+
+int vil_cli_progress_mode(const char *cmd, const char *word) {
+    int mode = vil_progress_parse(word);
+    if (mode < 0) vil_cli_bad_choice(cmd, "--progress", "bar, plain or none", word);
+    return mode;
+}
+
+int vil_cli_check_device_split(const char *cmd, const char *device, const char *split) {
+    if (!vil_device_name_ok(device)) return vil_cli_bad_choice(cmd, "--device", "cpu, cuda or auto", device);
+    if (!vil_dataset_split_ok(split)) return vil_cli_bad_choice(cmd, "--split", "val, test or train", split);
+    return 0;
 }
 
 int vil_cli_int_list(const char *s, int *out, int max, int lo, int hi) {

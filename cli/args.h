@@ -52,6 +52,11 @@ enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
  * usage to stderr (the caller exits 2). `--` ends the flags. */
 /* --device and --split checked: 0, or 2 after a usage message (the caller exits 2) */
 int vil_cli_check_device_split(const char *cmd, const char *device, const char *split);
+/* "vil CMD: FLAG takes CHOICES (got 'VALUE')" on stderr (the value made printable); returns 2,
+ * the exit code of bad input */
+int vil_cli_bad_choice(const char *cmd, const char *flag, const char *choices, const char *value);
+/* --progress's word as a VilProgressMode (vil/console.h), or -1 after vil_cli_bad_choice */
+int vil_cli_progress_mode(const char *cmd, const char *word);
 
 /* "224,384,512" -> out (at most max values, each in lo..hi); how many, or 0 for a malformed list */
 int vil_cli_int_list(const char *s, int *out, int max, int lo, int hi);

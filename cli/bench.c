@@ -469,8 +469,7 @@ int vil_cmd_bench(int argc, char **argv) {
     else if (steps < 0 || warmup < 0)
         fprintf(stderr, "vil bench: --steps and --warmup must be >= 0 (got %d and %d)\n", steps, warmup);
     else if (!vil_device_name_ok(device))
-        fprintf(stderr, "vil bench: --device takes cpu, cuda or auto (got '%s')\n",
-                vil_printable(shown, sizeof shown, device));
+        vil_cli_bad_choice("bench", "--device", "cpu, cuda or auto", device);
     if (!nb || (sizes_s && !ns) || steps < 0 || warmup < 0 || !vil_device_name_ok(device)) return 2;
     int batch = batches[0], table = nb > 1 || ns > 0;
     if (table && (data || vil_dist_launched() > 0)) {

@@ -71,19 +71,10 @@ int vil_cmd_eval(int argc, char **argv) {
     }
     /* the numbers' ranges are checked as they are parsed */
     if (!vil_cli_crop_pct_ok("eval", crop_pct)) return 2;
-    if (results && !vil_results_format(results)) {
-        char shown[1024];
-        fprintf(stderr, "vil eval: --results-file takes a name ending in .csv or .jsonl (got '%s')\n",
-                vil_printable(shown, sizeof shown, results));
-        return 2;
-    }
-    int pmode = vil_progress_parse(progress);
-    if (pmode < 0) {
-        char shown[80];
-        fprintf(stderr, "vil eval: --progress takes bar, plain or none (got '%s')\n",
-                vil_printable(shown, sizeof shown, progress));
-        return 2;
-    }
+    if (results && !vil_results_format(results))
+        return vil_cli_bad_choice("eval", "--results-file", "a name ending in .csv or .jsonl", results);
+    int pmode = vil_cli_progress_mode("eval", progress);
+    if (pmode < 0) return 2;
     VilDataset *ds;
     const VilBackend *be;
     VilModel m;

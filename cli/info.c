@@ -31,12 +31,7 @@ int vil_cmd_info(int argc, char **argv) {
         return 2;
     }
     /* --img-size is range-checked as it is parsed */
-    if (!vil_device_name_ok(device)) {
-        char shown[80];
-        fprintf(stderr, "vil info: --device takes cpu, cuda or auto (got '%s')\n",
-                vil_printable(shown, sizeof shown, device));
-        return 2;
-    }
+    if (!vil_device_name_ok(device)) return vil_cli_bad_choice("info", "--device", "cpu, cuda or auto", device);
     const VilBackend *be = vil_backend_get(device);
     if (!be) return 1;
     VilModel m;

@@ -117,19 +117,9 @@ int vil_cmd_train(int argc, char **argv) {
         fprintf(stderr, "vil train: --stop-after must be >= 0 (got %d)\n", stop_after);
         return 2;
     }
-    if (!vil_device_name_ok(device)) {
-        char shown[80];
-        fprintf(stderr, "vil train: --device takes cpu, cuda or auto (got '%s')\n",
-                vil_printable(shown, sizeof shown, device));
-        return 2;
-    }
-    int pmode = vil_progress_parse(progress);
-    if (pmode < 0) {
-        char shown[80];
-        fprintf(stderr, "vil train: --progress takes bar, plain or none (got '%s')\n",
-                vil_printable(shown, sizeof shown, progress));
-        return 2;
-    }
+    if (!vil_device_name_ok(device)) return vil_cli_bad_choice("train", "--device", "cpu, cuda or auto", device);
+    int pmode = vil_cli_progress_mode("train", progress);
+    if (pmode < 0) return 2;
     /* --resume auto: the run in the output folder when there is one (vil_train_resume_auto) */
     int resume_auto = resume && strcmp(resume, "auto") == 0;
     if (resume_auto && !config) {

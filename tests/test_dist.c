@@ -12,6 +12,7 @@
 
 #include "tests/data_corpus.h"
 #include "tests/model_testing.h"
+#include "tests/mpi_testing.h"
 #include "tests/testing.h"
 #include "vil/common.h"
 #include "vil/dist.h"
@@ -276,26 +277,8 @@ static void test_resume_hint(void) {
 }
 
 int main(void) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1); /* CI runs as root */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMP_NUM_THREADS", "1", 1); /* two ranks on two cores */
-    /* under make test-asan: Open MPI's own leaks are suppressed (tests/lsan.supp) by library
-     * name, which needs whole stacks through its libraries and its components kept loaded */
-    const char *asan = getenv("ASAN_OPTIONS");
-    if (asan && *asan) {
-        char opts[4096];
-        snprintf(opts, sizeof opts, "%s:fast_unwind_on_malloc=0", asan);
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    if (!vil_dist_built_with_mpi()) {
-        T_CHECK(0, "this vil was built without MPI (apt-get install libopenmpi-dev openmpi-bin)");
-        return t_finish();
-    }
-    if (t_run("command -v mpirun >/dev/null", NULL, 0) != 0) {
-        T_CHECK(0, "mpirun not found (apt-get install openmpi-bin)");
-        return t_finish();
-    }
+    t_mpi_env();
+    if (!t_mpi_ready()) return t_finish();
     dir = corpus_mkdtemp("dist");
     corpus_write_idx_set(dir, "train", 400, 16, 16, 4, 0);
     corpus_write_idx_set(dir, "t10k", 200, 16, 16, 4, 0);

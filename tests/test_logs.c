@@ -24,6 +24,7 @@
 #include <cJSON.h>
 
 #include "tests/data_corpus.h"
+#include "tests/mpi_testing.h"
 #include "tests/testing.h"
 #include "vil/common.h"
 #include "vil/console.h"
@@ -504,18 +505,7 @@ static void test_used_folder(void) {
 }
 
 int main(void) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1); /* CI runs as root */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMP_NUM_THREADS", "1", 1);
-    /* under make test-asan: Open MPI's own leaks are suppressed (tests/lsan.supp) by library
-     * name, which needs whole stacks through its libraries and its components kept loaded */
-    const char *asan = getenv("ASAN_OPTIONS");
-    if (asan && *asan) {
-        char opts[4096];
-        snprintf(opts, sizeof opts, "%s:fast_unwind_on_malloc=0", asan);
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
+    t_mpi_env();
     /* the runs below are not a launcher's ranks, even when this test is */
     const char *launcher[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMIX_SIZE",
                               "PMIX_RANK", "SLURM_NTASKS", "SLURM_STEP_ID"};
