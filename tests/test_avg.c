@@ -17,13 +17,7 @@
 
 static char *dir;
 
-static const char *path(const char *name) {
-    static char buf[8][4096];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
+static const char *path(const char *name) { return t_path(dir, name); }
 
 /* a tiny model of width D with seed's weights saved at file, step `step` */
 static int save_model(const char *file, int D, uint64_t seed, long step) {

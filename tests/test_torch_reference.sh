@@ -16,6 +16,17 @@ if ! "$py" -c "import torch" 2>/dev/null; then
 fi
 passed=0
 failed=0
+# tally WHAT OUT RC: adds the "N passed, N failed" line of a reference script's output OUT
+tally() {
+    line=$(printf '%s\n' "$2" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "FAIL $1 did not run (rc=$3): is python3-torch installed?"
+        failed=$((failed + 1))
+        return
+    fi
+    passed=$((passed + $(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')))
+    failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+}
 for arch in vil vim; do
     mkdir -p "$dir/$arch"
     if ! "${VIL_BUILD:-build}"/tools/ref_dump "$dir/$arch" "$arch"; then
@@ -26,14 +37,7 @@ for arch in vil vim; do
     out=$("$py" tools/torch_reference.py "$dir/$arch" 2>&1)
     rc=$?
     printf '%s\n' "$out" | grep -v '^ok  '
-    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
-    if [ -z "$line" ]; then
-        echo "FAIL torch reference for $arch did not run (rc=$rc): is python3-torch installed?"
-        failed=$((failed + 1))
-        continue
-    fi
-    passed=$((passed + $(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')))
-    failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+    tally "torch reference for $arch" "$out" $rc
 done
 # the optimizers (AdamW, SGD, Lamb) against torch.optim and timm's Lamb step
 mkdir -p "$dir/optim"
@@ -44,14 +48,7 @@ else
     out=$("$py" tools/optim_reference.py "$dir/optim" 2>&1)
     rc=$?
     printf '%s\n' "$out" | grep -v '^[0-9]* passed'
-    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
-    if [ -z "$line" ]; then
-        echo "FAIL optimizer reference did not run (rc=$rc): is python3-torch installed?"
-        failed=$((failed + 1))
-    else
-        passed=$((passed + $(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')))
-        failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
-    fi
+    tally "optimizer reference" "$out" $rc
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -30,13 +30,7 @@
 
 static char *dir;
 
-static const char *path(const char *name) {
-    static char buf[8][4096];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
+static const char *path(const char *name) { return t_path(dir, name); }
 
 
 /* ---------------- pieces ---------------- */

@@ -88,6 +88,15 @@ static inline int t_run(const char *cmd, char *out, size_t outlen) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* dir/name in one of 8 rotating buffers: a result stays valid through the next 7 calls */
+static inline const char *t_path(const char *dir, const char *name) {
+    static char buf[8][4096];
+    static int k = 0;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
 static inline int t_finish(void) {
     printf("%d passed, %d failed\n", t_passed, t_failed);
     return t_failed ? 1 : 0;
