@@ -38,8 +38,8 @@ How the two conventions map, per direction j (0 forward, 1 reversed), vil -> aut
   dk (channel sum)        -> dK + 2 K sum_E(dTK): the kernel's dK holds the direct term
                              sum_d lam eps (u - 2 k h_{t-1}) only; dTK (B, E, L) is each
                              channel's -deps beta^2 / (1 + beta kappa)^2, which the authors'
-                             get_dk sums over channels and multiplies by 2K (in bf16 there; in
-                             fp32 here, so the check sees the kernel's outputs)
+                             get_dk sums over channels and multiplies by 2K (in bf16 there;
+                             the check does it in float64, so it sees the kernel's outputs)
   dz                      -> dz_0 + flip(dz_1)
   dD (accumulates)        -> dD (fresh, fp32), one per direction
   ddelta_sum (accumulates)-> dt_bias's gradient (fresh, fp32)
@@ -48,7 +48,10 @@ What differs in how (not what): the authors recover h_{t-1} by dividing,
 block-wide prefix scan of (a, b) pairs with one 32-thread block per (sample, channel) at L <= 256
 and sum dK, dQ, dD, dt_bias with atomics (not deterministic); vil's op fuses both directions, the
 gate and the average into one call each way and needs no flipped copies. The timing leaves the
-transposes and flips out of the authors' calls (their inputs are laid out beforehand).
+transposes and flips out of the authors' calls (their inputs are laid out beforehand). Their own
+bidirectional layer (bi_longhorn_ref) is another mixer (one conv, x_proj, dt_proj and D for both
+directions, an RMSNorm per direction before one gate); only the scan kernels are compared here,
+composed the way vil's op is.
 """
 import argparse
 import json
