@@ -6,7 +6,7 @@
 #                                                  [peer:TIMM_MODEL:BATCH[:compile]] [mpi:CFG:BATCH[:NP]] [tfevents]
 #                                                  [res:CFG:SIZES:BATCHES[:TIMM_MODEL]] [scan:L:B:CHUNKS[:mamba[:SPLITS]]]
 #                                                  [scanprof:L:B:CHUNK[:mamba[:SPLIT]]] [scanncu:L:B:CHUNK:REGEX[:mamba]]
-#                                                  [scaling:CFG:BATCH:NPS[:STEPS:GLOBAL]]
+#                                                  [scaling:CFG:BATCH:NPS[:STEPS:GLOBAL]] [peer_longhorn]
 # dev builds the kernel sandbox (make dev-cuda) and runs every harness with every version at its
 # defaults, a line each (validation OK/FAIL and us per call); dev/cuda/README.md.
 # e2e and data need the corpus (carry `corpus`, made by `/usr/bin/python3 tools/make_corpus.py corpus`):
@@ -309,6 +309,18 @@ for c in range(1000):
             --set batch=$bs --set workers=$((14 / np)) --set epochs=1 --set max_steps=60 --set warmup_epochs=0 \
             --set log_every=20 --set eval_every_epochs=0 > "$OUT/mpi_train_$tag.log" 2>&1
         echo "mpirun -np $np vil train: rc=$?"; grep -E "ranks:|img/s|done" "$OUT/mpi_train_$tag.log" | cut -c1-150
+        ;;
+    peer_longhorn)
+        # the Longhorn authors' scan beside vil's scan harness at ViL-Tiny's shapes, both checked
+        # against one float64 reference (carry .peers: dev/peers/longhorn_build.sh,
+        # dev/peers/bench_longhorn.py)
+        make -j16 build/dev/cuda/scan build/tools/scan_dump >> "$OUT/build.log" 2>&1 \
+            || { echo "peer_longhorn: vil's build failed"; tail -20 "$OUT/build.log"; continue; }
+        sh dev/peers/longhorn_build.sh > "$OUT/peer_longhorn_build.log" 2>&1 \
+            || { echo "peer_longhorn: the extension did not build"; tail -25 "$OUT/peer_longhorn_build.log"; continue; }
+        cat "$OUT/peer_longhorn_build.log"
+        python3 dev/peers/bench_longhorn.py > "$OUT/peer_longhorn.log" 2>&1
+        echo "peer_longhorn: rc=$?"; grep -vE "^(vil cpu|emulated authors) .* OK$" "$OUT/peer_longhorn.log" | tail -40
         ;;
     peer:*)
         # the timm peer in the same call: peer:MODEL:BATCH[:compile] (dev/peers/bench_timm.py)
