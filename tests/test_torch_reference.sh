@@ -50,5 +50,11 @@ else
     printf '%s\n' "$out" | grep -v '^[0-9]* passed'
     tally "optimizer reference" "$out" $rc
 fi
+# the bidirectional Longhorn scan (vil/scan.c) against a float64 torch autograd reference of
+# doc/scans.md, and the mapping to the Longhorn authors' kernel conventions (dev/peers/)
+out=$("$py" dev/peers/bench_longhorn.py --dry-run --scan-dump "${VIL_BUILD:-build}"/tools/scan_dump 2>&1)
+rc=$?
+printf '%s\n' "$out" | grep -E '^FAIL'
+tally "the Longhorn scan reference" "$out" $rc
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
