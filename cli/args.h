@@ -91,6 +91,10 @@ int vil_cli_set_threads(const char *cmd, int requested);
  * the commands print for a run on the cpu device */
 void vil_cli_print_threads(FILE *f, int loader_threads);
 /* the help text of every --threads flag; loader: the threads subtracted, e.g. "--workers" */
+/* --data's help: every layout vil_dataset_open takes (doc/formats.md, "Datasets") */
+#define VIL_DATA_HELP                                                                              \
+    "dataset: ImageNet-style root (train/, val/: class folders or .tar shards), a shard pattern "  \
+    "'dir/train-{0000..0146}.tar', an IDX folder or file, or a flat folder (with --labels)"
 #define VIL_THREADS_HELP "CPU compute threads (0: $OMP_NUM_THREADS if set, else the CPUs this process may use)"
 
 /* --max-pixels N of the commands that decode images (classify, eval, train, bench-data): the

@@ -185,7 +185,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
     int stages = 0, no_share = 0, max_pixels = (int)vil_image_max_pixels();
     const char *decode = "exact";
     VilArg args[] = {
-        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet-style root, IDX folder, or flat folder"},
+        {"--data", VIL_ARG_STR, &data, VIL_DATA_HELP},
         {"--split", VIL_ARG_STR, &split, "train or val"},
         {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\")"},
         {"--threads", VIL_ARG_INT, &threads, "loader worker threads"},

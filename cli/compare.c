@@ -267,7 +267,7 @@ int vil_cmd_compare(int argc, char **argv) {
     VilArg args[] = {
         {"--models", VIL_ARG_LIST, &models, "checkpoints (.safetensors or .pth) or run folders (their best.safetensors); the files after it count too", .meta = "CKPT|RUN"},
         {"--label", VIL_ARG_LIST, &names, "legend names, one per model in their order: A,B,... or --label once per model (default: the file or folder name)", .meta = "A,B,..."},
-        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)", .meta = "DIR"},
+        {"--data", VIL_ARG_STR, &data, VIL_DATA_HELP, .meta = "DIR"},
         {"--split", VIL_ARG_STR, &split, "split to evaluate: val (test for IDX), train"},
         {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)", .meta = "FILE"},
         {"--img-size", VIL_ARG_STR, &sizes, "resolutions, e.g. 224,384,512 (default: each model's own)", .meta = "S,S,..."},

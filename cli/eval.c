@@ -39,7 +39,7 @@ int vil_cmd_eval(int argc, char **argv) {
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN"},
         {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
-        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
+        {"--data", VIL_ARG_STR, &data, VIL_DATA_HELP},
         {"--split", VIL_ARG_STR, &split, "split to evaluate: val, test or train"},
         {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
         {"--batch", VIL_ARG_INT, &batch, "batch size", 1, VIL_MAX_BATCH},

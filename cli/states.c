@@ -198,7 +198,7 @@ int vil_cmd_states(int argc, char **argv) {
     VilArg args[] = {
         {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN"},
         {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
-        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root, IDX folder or file, flat folder (with --labels)"},
+        {"--data", VIL_ARG_STR, &data, VIL_DATA_HELP},
         {"--split", VIL_ARG_STR, &split, "split to read: val (test for IDX), test or train"},
         {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
         {"--img-size", VIL_ARG_INT, &img_size, "image size, 1..8192 (not given: the checkpoint's own); another size interpolates pos_embed", 1, VIL_MAX_IMG_SIZE},

@@ -58,19 +58,19 @@ int vil_cmd_train(int argc, char **argv) {
     const char *decode = NULL, *progress = "auto";
     VilArgList sets = {0};
     VilArg args[] = {
-        {"--config", VIL_ARG_STR, &config, "cfg file with model and training keys (configs/*.cfg)"},
-        {"--data", VIL_ARG_STR, &data, "dataset: ImageNet root (train/, val/) or IDX folder"},
+        {"--config", VIL_ARG_STR, &config, "cfg file with model and training keys (configs/*.cfg)", .meta = "CFG"},
+        {"--data", VIL_ARG_STR, &data, VIL_DATA_HELP, .meta = "DIR"},
         {"--set", VIL_ARG_LIST, &sets, "override a config key, key=value (repeatable)"},
-        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
-        {"--out", VIL_ARG_STR, &out, "output folder (default out/NAME, or the --resume run's)"},
+        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto", .meta = "cpu|cuda|auto"},
+        {"--out", VIL_ARG_STR, &out, "output folder (default out/NAME, or the --resume run's)", .meta = "DIR"},
         {"--resume", VIL_ARG_STR, &resume, "continue a run: OUT/last.safetensors, its .state file or OUT; "
-                                           "auto: the run in --out if there is one, else a fresh one"},
-        {"--init", VIL_ARG_STR, &init, "start from these weights (.safetensors or a PyTorch .pth): fine-tuning"},
+                                           "auto: the run in --out if there is one, else a fresh one", .meta = "RUN|CKPT|auto"},
+        {"--init", VIL_ARG_STR, &init, "start from these weights (.safetensors or a PyTorch .pth): fine-tuning", .meta = "CKPT"},
         {"--init-ema", VIL_ARG_FLAG, &init_ema, "with --init FILE.pth: take its model_ema"},
-        {"--names", VIL_ARG_STR, &names, "class names file (imagenet_classes.tsv form, or one per line)"},
-        {"--val-labels", VIL_ARG_STR, &val_labels, "labels file (\"filename label\" lines) of a flat DIR/val folder"},
+        {"--names", VIL_ARG_STR, &names, "class names file (imagenet_classes.tsv form, or one per line)", .meta = "FILE"},
+        {"--val-labels", VIL_ARG_STR, &val_labels, "labels file (\"filename label\" lines) of a flat DIR/val folder", .meta = "FILE"},
         {"--stop-after", VIL_ARG_INT, &stop_after, "save and stop after this global step (the schedule is unchanged)"},
-        {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=..."},
+        {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=...", .meta = "exact|fast"},
         {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration (a loadable cfg) and exit"},
         {"--dry-run", VIL_ARG_FLAG, &dry_run, "check everything, print the configuration and the run's header, "
                                               "write nothing, exit"},
@@ -78,20 +78,20 @@ int vil_cmd_train(int argc, char **argv) {
         {"--force", VIL_ARG_FLAG, &force, "resume with another global batch (world x batch x accum_steps): "
                                           "the lr and steps per epoch change"},
         {"--quiet", VIL_ARG_FLAG, &quiet, "no progress lines"},
-        {"--progress", VIL_ARG_STR, &progress, VIL_PROGRESS_HELP "; none keeps the header, validation and epoch lines"},
+        {"--progress", VIL_ARG_STR, &progress, VIL_PROGRESS_HELP "; none keeps the header, validation and epoch lines", .meta = "bar|plain|none"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP "; = --set max_pixels=N (default: the "
                                                    "config's, kept by --resume)", 1, VIL_IMAGE_MAX_PIXELS},
     };
     VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [timm's flags: --lr X, -b N, ...] "
                                 "[--device cpu|cuda|auto] [--out DIR] [--resume CKPT|DIR|auto] [--dry-run]",
-                       "Trains a ViL / ViM classifier with the recipe of doc/recipe.md: AdamW, linear\n"
-                       "warmup then cosine lr per step, drop path, EMA, Mixup/CutMix, label\n"
-                       "smoothing, repeated augmentation; evaluates model and EMA on the val split\n"
-                       "after epochs. Writes OUT/last.safetensors, OUT/last.state.safetensors (for\n"
-                       "--resume), OUT/ema.safetensors and OUT/best.safetensors at every epoch end;\n"
-                       "SIGINT / SIGTERM finish the step, save and exit 1. --list-keys lists the\n"
-                       "config keys and timm's flags.",
+                       "Trains a ViL / ViM classifier with the recipe of doc/recipe.md: AdamW (or\n"
+                       "SGD, Lamb), linear warmup then cosine (or step, multistep) lr per step, drop\n"
+                       "path, EMA, Mixup/CutMix, label smoothing, repeated augmentation; evaluates\n"
+                       "model and EMA on the val split after epochs. Writes OUT/last.safetensors,\n"
+                       "OUT/last.state.safetensors (for --resume), OUT/ema.safetensors and\n"
+                       "OUT/best.safetensors at every epoch end; SIGINT / SIGTERM finish the step,\n"
+                       "save and exit 1. --list-keys lists the config keys and timm's flags.",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0, &sets};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
