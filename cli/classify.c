@@ -109,7 +109,7 @@ static int gather(char **pos, int npos, Files *out) {
         int from = out->n;
         long other = 0;
         if (walk(pos[i], 0, out, &other) != 0) return -1;
-        qsort(out->v + from, (size_t)(out->n - from), sizeof *out->v, cmp_path);
+        if (out->n > from) qsort(out->v + from, (size_t)(out->n - from), sizeof *out->v, cmp_path);
         char shown[1024];
         fprintf(stderr, "vil classify: %s: %d image%s", vil_printable(shown, sizeof shown, pos[i]),
                 out->n - from, out->n - from == 1 ? "" : "s");
