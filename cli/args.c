@@ -308,6 +308,21 @@ int vil_cli_bad_choice(const char *cmd, const char *flag, const char *choices, c
     return 2;
 }
 
+int vil_cli_apply_sets(VilConfig *c, VilTrainConfig *t, const VilArgList *sets, double *lr) {
+    int r = 0, base_lr = 0;
+    *lr = 0.0;
+    for (int i = 0; r == 0 && i < sets->n; i++) {
+        r = sets->timm[i] ? vil_train_config_set_timm(c, t, sets->timm[i], sets->v[i], lr)
+                          : vil_train_config_set_kv(c, t, sets->v[i]);
+        if (!sets->timm[i] && strncmp(sets->v[i], "base_lr=", 8) == 0) base_lr = 1;
+    }
+    if (r == 0 && *lr > 0.0 && base_lr) {
+        vil_error("--lr (timm's absolute peak lr) and --set base_lr both set the learning rate: give one");
+        r = VIL_EUSAGE;
+    }
+    return r;
+}
+
 int vil_cli_progress_mode(const char *cmd, const char *word) {
     int mode = vil_progress_parse(word);
     if (mode < 0) vil_cli_bad_choice(cmd, "--progress", "bar, plain or none", word);

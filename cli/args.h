@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "formats/checkpoint.h"
+#include "train/train_config.h"
 
 typedef enum { VIL_ARG_INT, VIL_ARG_FLOAT, VIL_ARG_STR, VIL_ARG_FLAG, VIL_ARG_LIST } VilArgType;
 
@@ -55,6 +56,10 @@ int vil_cli_check_device_split(const char *cmd, const char *device, const char *
 /* "vil CMD: FLAG takes CHOICES (got 'VALUE')" on stderr (the value made printable); returns 2,
  * the exit code of bad input */
 int vil_cli_bad_choice(const char *cmd, const char *flag, const char *choices, const char *value);
+/* A command's --set list and timm's flags into c and t, in command-line order; timm's --lr comes
+ * back in *lr (0: not given) for vil_train_config_set_lr once the global batch is known. --lr
+ * beside --set base_lr is refused (two learning rates). 0, or the first error's code (reported). */
+int vil_cli_apply_sets(VilConfig *c, VilTrainConfig *t, const VilArgList *sets, double *lr);
 /* --progress's word as a VilProgressMode (vil/console.h), or -1 after vil_cli_bad_choice */
 int vil_cli_progress_mode(const char *cmd, const char *word);
 

@@ -482,9 +482,7 @@ int vil_cmd_bench(int argc, char **argv) {
     vil_train_config_default(&tc);
     int r = vil_train_config_load(&cfg, &tc, model);
     double lr = 0.0; /* timm's --lr: the step's lr, at this batch over the ranks */
-    for (int i = 0; r == 0 && i < sets.n; i++)
-        r = sets.timm[i] ? vil_train_config_set_timm(&cfg, &tc, sets.timm[i], sets.v[i], &lr)
-                         : vil_train_config_set_kv(&cfg, &tc, sets.v[i]);
+    if (r == 0) r = vil_cli_apply_sets(&cfg, &tc, &sets, &lr);
     int world = vil_dist_launched() > 0 ? vil_dist_launched() : 1;
     if (r == 0 && lr > 0.0) r = vil_train_config_set_lr(&tc, lr, (long)batch * world);
     if (r == 0) r = vil_config_finalize(&cfg);

@@ -145,9 +145,7 @@ int vil_cmd_train(int argc, char **argv) {
     /* a config's or an override's wrong value exits 2, an unreadable file 1 (vil_exit_code) */
     int r = config ? vil_train_config_load(&run.model, &run.train, config) : 0;
     double lr = 0.0; /* timm's --lr: base_lr once the global batch is known */
-    for (int i = 0; r == 0 && i < sets.n; i++)
-        r = sets.timm[i] ? vil_train_config_set_timm(&run.model, &run.train, sets.timm[i], sets.v[i], &lr)
-                         : vil_train_config_set_kv(&run.model, &run.train, sets.v[i]);
+    if (r == 0) r = vil_cli_apply_sets(&run.model, &run.train, &sets, &lr);
     if (r == 0 && decode) r = vil_train_config_set(&run.model, &run.train, "decode", decode);
     if (r == 0 && max_pixels != -1) {
         char v[24];

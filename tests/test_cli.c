@@ -285,6 +285,10 @@ static void test_timm_flags(void) {
         {"train --config %s/tiny.cfg --print-config --lr 0", 2, "--lr wants a number"},
         {"train --config %s/tiny.cfg --print-config --smoothing 1.5", 2, "--smoothing '1.5': config key 'label_smoothing'"},
         {"train --config %s/tiny.cfg --print-config --aa original", 2, "--aa 'original': vil has RandAugment only"},
+        /* two learning rates: timm's absolute --lr beside vil's base_lr */
+        {"train --config %s/tiny.cfg --print-config --lr 0.1 --set base_lr=0.01", 2,
+         "--lr (timm's absolute peak lr) and --set base_lr both set the learning rate"},
+        {"bench --model %s/tiny.cfg --set base_lr=0.01 --lr 0.004", 2, "both set the learning rate"},
         /* timm's flags are for train and bench; another command does not take them */
         {"info --model %s/m.safetensors --epochs 3", 2, "unknown option '--epochs'"},
         /* -b is bench's own --batch, and --lr its step's lr */

@@ -1061,6 +1061,15 @@ static void test_resume_optims(void) {
         set_optim(&r, k);
         r.stop_after = 7;
         VilTrainStatus s1 = vil_train(&r, &rb);
+        if (k == 0) { /* another optimizer than the run's: refused, naming both and --init */
+            char cmd[8400], out[8192];
+            snprintf(cmd, sizeof cmd, "bin/vil train --resume %s --data %s --set optimizer=lamb --quiet 2>&1",
+                     path(ob), dir);
+            int rc = t_run(cmd, out, sizeof out);
+            T_CHECK(rc != 0 && strstr(out, "was trained with optimizer sgd, not lamb") && strstr(out, "--init"),
+                    "resume with optimizer=lamb of an sgd run: refused naming both and --init (rc %d): %.400s",
+                    rc, out);
+        }
         setup(&r, path(ob), &tb);
         set_optim(&r, k);
         r.resume = path(ob);

@@ -314,6 +314,14 @@ int state_restore(Trainer *T, const char *path) {
         vil_error("cannot resume: '%s' holds no valid training configuration", path);
         goto done;
     }
+    /* the optimizer's state is the run's: another optimizer is a new run from the weights */
+    if (strcmp(st_tc.optimizer, T->tc->optimizer) != 0) {
+        vil_error("cannot resume: '%s' was trained with optimizer %s, not %s, and its state holds %s's; "
+                  "to go on with %s, start a new run from its weights: --init %s --set optimizer=%s",
+                  path, st_tc.optimizer, T->tc->optimizer, st_tc.optimizer, T->tc->optimizer, T->path_last,
+                  T->tc->optimizer);
+        goto done;
+    }
     if (meta_long(&st, path, "vil.steps_per_epoch", 1, 1L << 40, &spe) ||
         meta_long(&st, path, "vil.epoch_batch", 0, spe, &eb) ||
         meta_long(&st, path, "vil.epoch", 0, 1L << 40, &epoch) ||
