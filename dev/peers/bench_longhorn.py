@@ -54,11 +54,9 @@ directions, an RMSNorm per direction before one gate); only the scan kernels are
 composed the way vil's op is.
 """
 import argparse
-import json
 import os
 import re
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -131,19 +129,14 @@ def reference(inp, kappa_const=False):
     return r
 
 
-# ---- vil's CPU scan (tools/scan_dump.c writes inputs and results as safetensors) ----
+# ---- vil's CPU scan (tools/scan_dump.c writes inputs and results as safetensors, read by
+# tools/torch_reference.py's reader: the safetensors package where installed, a minimal one else) ----
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from torch_reference import load_file  # noqa: E402
+
+
 def load_safetensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head, buf = json.loads(raw[8:8 + n]), raw[8 + n:]
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        assert v["dtype"] == "F32", v["dtype"]
-        a, b = v["data_offsets"]
-        out[k] = torch.frombuffer(bytearray(buf[a:b]), dtype=torch.float32).reshape(v["shape"]).double()
-    return out
+    return {k: v.double() for k, v in load_file(path).items()}
 
 
 def check_vil_cpu(checks, scan_dump):
