@@ -42,7 +42,7 @@
  * and the adjoint's CK-chunk 0 (staged as a checkpoint); the forward's last chunk writes hT.
  * Each of these kernels is compiled apart with them (template ST) and without (today's code).
  * Sums over channels (dq, dk, dkappa) are fp32: within a warp by a transpose through shared
- * memory (warp_colsum; dkappa by shuffles), then the warps of a block in order (shared memory),
+ * memory (tile_rowsum; dkappa by shuffles), then the warps of a block in order (shared memory),
  * then the blocks in order: deterministic, no atomics. The backward also sums ddelta over the
  * tokens (dt_proj's bias gradient) per (sample, direction, channel), then over the samples. */
 #ifndef VIL_CUDA_SCAN_COMMON_CUH
@@ -140,33 +140,7 @@ __device__ __forceinline__ void queue_act(bf16 *dst, int nq, int cs, int c0, int
         }, tid, T, cs, ROWS);
 }
 
-/* Sum over the warp's 32 lanes of v[n] for each n < NV (a power of two, 4..16), by a transpose
- * through the warp's own shared tile tp (NV rows of TP_LD floats, 16-byte aligned): each lane
- * writes its column, then P = 32 / NV lanes read a row each (32 / P channels apiece, float4
- * loads) and xor-sum their parts. Lane l returns the sum of v[l / P]; the order is fixed. The
- * row padding (TP_LD = 36) keeps both the column writes and the row reads free of bank
- * conflicts. About 40 instructions for NV = 16, where a shuffle reduce-scatter takes ~80 (two
- * selects, a shuffle and an add per exchanged pair). */
-#define TP_LD 36
-template <int NV>
-__device__ __forceinline__ float warp_colsum(const float (&v)[NV], float *tp, int lane) {
-    constexpr int P = 32 / NV, CW = 32 / P; /* lanes per row, channels per lane */
-    __syncwarp(); /* the previous call's reads are done */
-#pragma unroll
-    for (int n = 0; n < NV; n++) tp[n * TP_LD + lane] = v[n];
-    __syncwarp();
-    const float4 *row = reinterpret_cast<const float4 *>(tp + (lane / P) * TP_LD + (lane % P) * CW);
-    float4 acc = row[0];
-#pragma unroll
-    for (int k = 1; k < CW / 4; k++) {
-        float4 x = row[k];
-        acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
-    }
-    float s = (acc.x + acc.y) + (acc.z + acc.w);
-#pragma unroll
-    for (int m = 1; m < P; m <<= 1) s += __shfl_xor_sync(FULL, s, m);
-    return s;
-}
+#define TP_LD 36 /* the transpose tiles' row pitch (tile_rowsum) */
 
 /* Queue the copy of `rows` k|q rows of one (direction, sample) for steps s0.. (token t = s, or
  * L-1-s for the backward direction) into dst; rows at or past cs are zero-filled. */
@@ -191,9 +165,13 @@ __device__ __forceinline__ void step_pre(float &p0, float &p1, const float *row,
 
 /* h <- a h + b (R::upd) over the N states with the step's scalars; returns q.h (the D skip is
  * added by the caller) */
-template <int N, class R>
+struct NoPut {
+    __device__ __forceinline__ void operator()(int, float) const {}
+};
+/* put(n, h_n) sees each new state as it is made (the backward's channel sums of gy h) */
+template <int N, class R, class Put = NoPut>
 __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float p0, float p1,
-                                          const float (&A)[N]) {
+                                          const float (&A)[N], Put put = Put()) {
     const float4 *r4 = reinterpret_cast<const float4 *>(row);
     float y[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* partial sums: a short dependency chain */
 #pragma unroll
@@ -205,9 +183,35 @@ __device__ __forceinline__ float step_upd(float (&h)[N], const float *row, float
             int n = 4 * g + e;
             h[n] = R::upd(h[n], k[e], p0, p1, A[n]);
             y[e] = fmaf(q[e], h[n], y[e]);
+            put(n, h[n]);
         }
     }
     return (y[0] + y[1]) + (y[2] + y[3]);
+}
+
+/* Sum over the warp's 32 lanes (channels) of v[n] for each n < NV (a power of two, 4..16), by a
+ * transpose through the warp's own shared tile tp (NV rows of TP_LD floats, 16-byte aligned):
+ * each lane writes its column as its values are made (tp[n * TP_LD + lane] = v[n], after a
+ * __syncwarp that orders the previous reads), then this, the read half: P = 32 / NV lanes read a
+ * row each (32 / P channels apiece, float4 loads; row: this lane's piece, tp + (lane / P) * TP_LD
+ * + (lane % P) * (32 / P)) and xor-sum their parts. Lane l returns the sum of v[l / P]; the order
+ * is fixed. The row padding (TP_LD = 36) keeps both the column writes and the row reads free of
+ * bank conflicts. About 40 instructions for NV = 16, where a shuffle reduce-scatter takes ~80
+ * (two selects, a shuffle and an add per exchanged pair). */
+template <int NV>
+__device__ __forceinline__ float tile_rowsum(const float4 *row) {
+    constexpr int P = 32 / NV, CW = 32 / P;
+    __syncwarp();
+    float4 acc = row[0];
+#pragma unroll
+    for (int k = 1; k < CW / 4; k++) {
+        float4 x = row[k];
+        acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+    }
+    float s = (acc.x + acc.y) + (acc.z + acc.w);
+#pragma unroll
+    for (int m = 1; m < P; m <<= 1) s += __shfl_xor_sync(FULL, s, m);
+    return s;
 }
 
 /* block shapes (threads); the host sizes grids and partial sums by them */

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
     __shared__ __align__(16) bf16 stage[NSTG * buf_elems];
     __shared__ __align__(16) float kqs[NSTG * CKS * KQW];
     __shared__ float red[BWD ? NW * CKS * N : 1];
-    __shared__ __align__(16) float tp[BWD ? NW * N * TP_LD : 4]; /* warp_colsum tiles */
+    __shared__ __align__(16) float tp[BWD ? NW * N * TP_LD : 4]; /* the warps' transpose tiles (tile_rowsum) */
     const int L = a.L, E = a.E;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int b = blockIdx.y, c0 = blockIdx.x * T, d = c0 + tid, k = CH ? blockIdx.z : 0;
@@ -155,15 +155,20 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
             float y[CKS];
 #pragma unroll
             for (int i = 0; i < CKS; i++) {
-                y[i] = fmaf(Dsk, uu[i], step_upd<N, R>(h, kq + i * KQW, p0[i], p1[i], A));
                 if (BWD) {
-                    /* dq_t[n] = sum_d gy_t[d] h_t[d, n] over the warp's channels */
+                    /* dq_t[n] = sum_d gy_t[d] h_t[d, n] over the warp's channels: each gy h put
+                     * into the warp's transpose tile as the state is made */
                     float zz = i < cs ? in(rz, i) : 0.0f, go = i < cs ? 0.5f * in(rg, i) : 0.0f;
-                    float gy = go * zz * sigmoidf_fast(zz), v[N];
-#pragma unroll
-                    for (int n = 0; n < N; n++) v[n] = gy * h[n];
-                    float r = warp_colsum<N>(v, tp + warp * N * TP_LD, lane);
-                    if (lane % (32 / N) == 0) red[(warp * CKS + i) * N + lane / (32 / N)] = r;
+                    float gy = go * zz * sigmoidf_fast(zz);
+                    float *tpw = tp + warp * N * TP_LD + lane;
+                    __syncwarp(); /* the tile's previous reads are done */
+                    y[i] = fmaf(Dsk, uu[i], step_upd<N, R>(h, kq + i * KQW, p0[i], p1[i], A,
+                                                            [&](int n, float hn) { tpw[n * TP_LD] = gy * hn; }));
+                    constexpr int P = 32 / N;
+                    float r = tile_rowsum<N>(reinterpret_cast<const float4 *>(tp + warp * N * TP_LD + (lane / P) * TP_LD + (lane % P) * (32 / P)));
+                    if (lane % P == 0) red[(warp * CKS + i) * N + lane / P] = r;
+                } else {
+                    y[i] = fmaf(Dsk, uu[i], step_upd<N, R>(h, kq + i * KQW, p0[i], p1[i], A));
                 }
             }
             /* phase 3: outputs */

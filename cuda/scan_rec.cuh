@@ -20,12 +20,13 @@
  *   drive(p0, p1)             b / k: h <- a h + drive k, as the chunk summaries write it
  *   prod_state(P, a), prod_step(sdt, p0), prod_end(P, A, sdt): the product of a chunk's forget
  *                             gates, per state or through the sum of a scalar
- *   adj_step<N>(...)          one reverse step of the adjoint (no memory traffic): updates lam
- *                             and anext, returns du, ddelta, the per-channel dk (dB)
- *                             contributions in dkv, dA_log's in dAacc (HAS_A) and -2 dkappa's
- *                             per-channel term in dkap2 (KAPPA), which the caller sums over
- *                             channels once: dk[n] += k[n] * sum_d dkap2 (one scalar sum per step
- *                             instead of N products per channel). */
+ *   adj<N>(...)               one reverse step of the adjoint (no memory traffic): updates the
+ *                             carried m = a_{t+1} lam_{t+1}, returns du, ddelta, hands each
+ *                             state's per-channel dk (dB) contribution to put(n, v), adds
+ *                             dA_log's into dAacc (HAS_A) and returns -2 dkappa's per-channel
+ *                             term in dkap2 (KAPPA), which the caller sums over channels once:
+ *                             dk[n] += k[n] * sum_d dkap2 (one scalar sum per step instead of N
+ *                             products per channel). */
 
 /* Longhorn (ViL): h <- (1 - eps k k^T) h + eps u k, eps = beta / (1 + beta kappa), beta =
  * sigmoid(dl) */
@@ -48,42 +49,45 @@ struct Longhorn {
     static __device__ __forceinline__ void prod_state(float &P, float a) { P *= a; }
     static __device__ __forceinline__ void prod_step(float &sdt, float p0) {}
     static __device__ __forceinline__ float prod_end(float P, float A, float sdt) { return P; }
-    template <int N>
-    static __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], float (&dAacc)[N],
-                                                    float (&dkv)[N], float &du, float &ddl, float &dkap2,
-                                                    const float (&hp)[N], const float *row, float u,
-                                                    float dl, float gy, float Dsk, const float (&A)[N]) {
+    /* The adjoint step (7 operations per state; 8 before issue 35): carries m = a_{t+1} lam_{t+1}
+     * instead of lam and the gate a_{t+1} (16 fewer registers), lam_t = m + gy q in one FMA, and
+     * the dk term scaled by eps before the sum over n: with el = eps lam, dkv = el (u - 2 k h_{t-1})
+     * and m_t = lam - k^2 el; S2' = sum_n dkv k = eps S2, so ddelta and -2 dkappa take
+     * X = eps (u s1 + s2) = u eps s1 + S2' without a division: ddl = X rden (1 - beta) / 2,
+     * dkap2 = -X eps. put(n, v) hands each state's dkv to the caller's channel sum as it is made. */
+    template <int N, class Put>
+    static __device__ __forceinline__ void adj(float (&m)[N], float (&dAacc)[N], float &du, float &ddl,
+                                               float &dkap2, const float (&hp)[N], const float *row,
+                                               float u, float dl, float gy, float Dsk, const float (&A)[N],
+                                               Put put) {
         constexpr int N4 = N / 4;
         const float4 *r4 = reinterpret_cast<const float4 *>(row);
-        float S1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, S2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float kap = row[KQ<N>::KAP];
-        float beta = sigmoidf_fast(dl);
-        float rden = rcp_fast(fmaf(beta, kap, 1.0f)), eps = beta * rden;
+        float S1[2] = {0.0f, 0.0f}, S2[2] = {0.0f, 0.0f};
+        const float kap = row[KQ<N>::KAP];
+        const float beta = sigmoidf_fast(dl);
+        const float rden = rcp_fast(fmaf(beta, kap, 1.0f)), eps = beta * rden;
 #pragma unroll
         for (int g = 0; g < N4; g++) {
-            float4 k4 = r4[g], q4 = r4[N4 + g], kk4 = r4[2 * N4 + g], m4 = r4[3 * N4 + g];
-            float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
-            float kk[4] = {kk4.x, kk4.y, kk4.z, kk4.w}, m2k[4] = {m4.x, m4.y, m4.z, m4.w};
+            const float4 k4 = r4[g], q4 = r4[N4 + g], kk4 = r4[2 * N4 + g], m4 = r4[3 * N4 + g];
+            const float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
+            const float kk[4] = {kk4.x, kk4.y, kk4.z, kk4.w}, m2k[4] = {m4.x, m4.y, m4.z, m4.w};
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int n = 4 * g + e;
-                float l = fmaf(anext[n], lam[n], gy * q[e]);
-                lam[n] = l;
-                float lw = l * fmaf(m2k[e], hp[n], u);    /* lam (u - 2 k h_{t-1}) */
-                S1[e] = fmaf(l, k[e], S1[e]);             /* sum_n lam k */
-                S2[e] = fmaf(lw, k[e], S2[e]);            /* sum_n lam k (u - 2 k h_{t-1}) */
-                dkv[n] = eps * lw;
-                anext[n] = fmaf(-eps, kk[e], 1.0f);       /* a_t, used at step t-1 */
+                const int n = 4 * g + e;
+                const float l = fmaf(gy, q[e], m[n]);          /* lam_t */
+                const float el = eps * l;
+                const float dk = el * fmaf(m2k[e], hp[n], u);   /* eps lam (u - 2 k h_{t-1}) */
+                put(n, dk);
+                S1[e & 1] = fmaf(l, k[e], S1[e & 1]);            /* sum_n lam k */
+                S2[e & 1] = fmaf(dk, k[e], S2[e & 1]);           /* eps sum_n lam k (u - 2 k h_{t-1}) */
+                m[n] = fmaf(-kk[e], el, l);                      /* a_t lam_t */
             }
         }
-        float s1 = (S1[0] + S1[1]) + (S1[2] + S1[3]), s2 = (S2[0] + S2[1]) + (S2[2] + S2[3]);
+        const float s1 = S1[0] + S1[1], s2e = S2[0] + S2[1];
         du = fmaf(gy, Dsk, eps * s1);
-        /* deps = sum_n lam (u k - k^2 h_{t-1}) = u s1 - (u s1 - s2) / 2, s2 = u s1 - 2 sum_n lam
-         * k^2 h_{t-1}: 8 operations per state (the product lam h_{t-1} is not needed) */
-        float deps = 0.5f * fmaf(u, s1, s2);
-        float rden2 = rden * rden;
-        ddl = deps * rden2 * beta * (1.0f - beta);
-        dkap2 = -2.0f * deps * beta * beta * rden2;
+        const float X = fmaf(u * eps, s1, s2e); /* eps (u s1 + s2) */
+        ddl = 0.5f * X * rden * (1.0f - beta);
+        dkap2 = -X * eps;
     }
 };
 
@@ -106,34 +110,35 @@ struct Mamba {
     static __device__ __forceinline__ void prod_state(float &P, float a) {}
     static __device__ __forceinline__ void prod_step(float &sdt, float p0) { sdt += p0; }
     static __device__ __forceinline__ float prod_end(float P, float A, float sdt) { return __expf(A * sdt); }
-    template <int N>
-    static __device__ __forceinline__ void adj_step(float (&lam)[N], float (&anext)[N], float (&dAacc)[N],
-                                                    float (&dkv)[N], float &du, float &ddl, float &dkap2,
-                                                    const float (&hp)[N], const float *row, float u,
-                                                    float dl, float gy, float Dsk, const float (&A)[N]) {
+    /* the adjoint step: m = a_{t+1} lam_{t+1} carried (as Longhorn's), and the product
+     * a lam h_{t-1} shared by the ddelta and dA_log terms */
+    template <int N, class Put>
+    static __device__ __forceinline__ void adj(float (&m)[N], float (&dAacc)[N], float &du, float &ddl,
+                                               float &dkap2, const float (&hp)[N], const float *row,
+                                               float u, float dl, float gy, float Dsk, const float (&A)[N],
+                                               Put put) {
         constexpr int N4 = N / 4;
         const float4 *r4 = reinterpret_cast<const float4 *>(row);
-        float S1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, S2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float dt = softplusf_(dl), dtu = dt * u;
+        float S1[2] = {0.0f, 0.0f}, S2[2] = {0.0f, 0.0f};
+        const float dt = softplusf_(dl), dtu = dt * u;
 #pragma unroll
         for (int g = 0; g < N4; g++) {
-            float4 k4 = r4[g], q4 = r4[N4 + g];
-            float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
+            const float4 k4 = r4[g], q4 = r4[N4 + g];
+            const float k[4] = {k4.x, k4.y, k4.z, k4.w}, q[4] = {q4.x, q4.y, q4.z, q4.w};
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int n = 4 * g + e;
-                float acur = __expf(dt * A[n]);
-                float l = fmaf(anext[n], lam[n], gy * q[e]);
-                lam[n] = l;
-                float X = l * hp[n];
-                S1[e] = fmaf(l, k[e], S1[e]);               /* sum_n lam B */
-                S2[e] = fmaf(A[n] * acur, X, S2[e]);        /* sum_n lam A a h_{t-1} */
-                dAacc[n] = fmaf(dt * acur, X, dAacc[n]);
-                dkv[n] = l * dtu;                           /* dB */
-                anext[n] = acur;
+                const int n = 4 * g + e;
+                const float acur = __expf(dt * A[n]);
+                const float l = fmaf(gy, q[e], m[n]);
+                const float Y = acur * (l * hp[n]);              /* a lam h_{t-1} */
+                S1[e & 1] = fmaf(l, k[e], S1[e & 1]);            /* sum_n lam B */
+                S2[e & 1] = fmaf(A[n], Y, S2[e & 1]);            /* sum_n lam A a h_{t-1} */
+                dAacc[n] = fmaf(dt, Y, dAacc[n]);
+                put(n, l * dtu);                                 /* dB */
+                m[n] = acur * l;
             }
         }
-        float s1 = (S1[0] + S1[1]) + (S1[2] + S1[3]), s2 = (S2[0] + S2[1]) + (S2[2] + S2[3]);
+        const float s1 = S1[0] + S1[1], s2 = S2[0] + S2[1];
         du = fmaf(gy, Dsk, dt * s1);
         ddl = fmaf(u, s1, s2) * sigmoidf_fast(dl);
         dkap2 = 0.0f;

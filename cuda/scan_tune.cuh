@@ -22,6 +22,8 @@ struct ScanTune {
     int qs_stages;       /* QS_STAGES: the quad kernel's staging slots */
     int adj_warps[SCAN_NREC]; /* ADJ_WARPS_LH, ADJ_WARPS_MAMBA: the adjoint kernel's warps per SM
                                * for the register allocation */
+    int adj_fullsub[SCAN_NREC]; /* ADJ_FULLSUB_LH, ADJ_FULLSUB_MAMBA: the adjoint's whole sub-chunks
+                                 * compiled apart from the partial one (1) or not (0) */
     /* ---- host-side thresholds (threads: sample x channel threads of a pass, E in blocks of 128) */
     int seq_fwd;      /* SCAN_SEQ_FWD: the forward runs sequentially from this many threads */
     int seq_fwd_long; /* SCAN_SEQ_FWD_LONG: the same at L >= long_l where long_chunks */
@@ -45,8 +47,11 @@ struct ScanTune {
  *   / 1,083: no gain (the backward prep keeps 2: its shared memory is near a static
  *   allocation's 48 KB);
  * - pair_seq_unroll 1: unrolled, the sequential pair kernel spills 16 bytes where it spills 4;
- * - adj_warps 16 (Longhorn, 128 registers; 12 warps at 168 registers ran 2.5% slower) and 12
- *   (Mamba, 168 registers);
+ * - adj_warps 16 (Longhorn, 128 registers; 12 warps at 168 registers ran 2.5% slower, and 6.5%
+ *   slower after issue 35's step: 1,244 against 1,167 us) and 12 (Mamba, 168 registers; 16 warps
+ *   at 128 registers spill 84 bytes: 1,939 against 1,828 us);
+ * - adj_fullsub 1 (Longhorn: 1,166 against 1,184 us a Tiny layer's backward) and 0 (Mamba: its
+ *   whole-sub-chunk copy spills 64 bytes at 168 registers, 1,867 against 1,828 us);
  * - seq_fwd 12288, seq_bwd 32768, par_threads 196608, min_c 64: at E = 384, fwd / bwd us, L 4097
  *   B 1: C 16 140 / 435, 32 106 / 308, 64 104 / 295, 128 150 / 435; B 32: C 64 1897 / 5609, 128
  *   1835 / 5556, 256 1836 / 5618, 512 2039 / 5662; L 16385 B 8: C 64 1935 / 5709, 256 1852 /
@@ -68,6 +73,7 @@ constexpr ScanTune SCAN_TUNE_SM90 = {
     900, 1,
     /* pair_minb, pair_minb_chf, pair_stages, pair_seq_unroll, qs_stages */ 6, 5, 2, 1, 4,
     /* adj_warps {Longhorn, Mamba} */ {16, 12},
+    /* adj_fullsub {Longhorn, Mamba} */ {1, 0},
     /* seq_fwd, seq_fwd_long, long_l */ 12288, 16384, 2048,
     /* long_chunks {Longhorn, Mamba} */ {1, 0},
     /* seq_bwd */ 32768,
@@ -104,6 +110,12 @@ constexpr ScanTune scan_tune_knobs(ScanTune t) {
 #endif
 #ifdef ADJ_WARPS_MAMBA
     t.adj_warps[1] = ADJ_WARPS_MAMBA;
+#endif
+#ifdef ADJ_FULLSUB_LH
+    t.adj_fullsub[0] = ADJ_FULLSUB_LH;
+#endif
+#ifdef ADJ_FULLSUB_MAMBA
+    t.adj_fullsub[1] = ADJ_FULLSUB_MAMBA;
 #endif
 #ifdef SCAN_SEQ_FWD
     t.seq_fwd = SCAN_SEQ_FWD;
