@@ -16,7 +16,8 @@
  * registers; Longhorn's step takes 7 operations per state), puts each state's dk term into the
  * warp's transpose tile as it is made (no 16-value array live), and du / ddelta go out through
  * one running offset: the steps are visited in strictly decreasing order, so the token moves by
- * -tstr a step. Registers: Longhorn 128 (16 warps per SM) without spills, Mamba 168 (12 warps).
+ * -tstr a step. Registers (dev/cuda/ptxas_report.py, sm_90, N = 16): Longhorn 128 (16 warps per SM;
+ * 8 bytes spilled, 0 without adj_fullsub), Mamba 168 (12 warps), none spilled.
  * Versions (cuda/PERF_NOTES.md): v14 (lam and the gate carried, 8 operations per state, the dk
  * terms summed from an array) 485 warp instructions per warp-step at 16 states, 1,261 us a Tiny
  * layer's backward; this one 443, 1,184 us, and 1,166 with whole sub-chunks compiled apart
