@@ -80,7 +80,7 @@ __device__ __forceinline__ void adjoint_sub(float (&m)[N], float (&dAacc)[N], fl
         off -= tstr;
         dDacc = fmaf(gy, u, dDacc);
         dbacc += ddl;
-        /* this warp's sums over its channels (tile_rowsum), into redw[i][0..N] (N: -2
+        /* this warp's sums over its channels (tile_rowsum), into redw[i][0..N] (N: 2
          * dkappa) */
         float sum = tile_rowsum<N>(tprow);
         float *rr = redw + i * (N + 1);

@@ -69,7 +69,7 @@ typedef struct {
     float *ckpt; /* (B, 2, nck-1, N, E) state at the start of CK-chunks 1.. */
     float *pq;   /* (B, nblk1, 2, L, N) dq partials of the pair kernel's blocks */
     float *pk;   /* (B, 2, nblk2, L, N) dk partials of the adjoint kernel's blocks */
-    float *pkap; /* (B, 2, nblk2, L) -2 dkappa partials (Longhorn): dk += k * their sum */
+    float *pkap; /* (B, 2, nblk2, L) 2 dkappa partials (Longhorn: dkappa = -eps^2 deps): dk += k * their sum */
     float *pd;   /* (B, 2, E) dD partials, then (B, 2, E) sum-of-ddelta partials */
     float *pa;   /* (B, 2, E, N) dA_log partials (Mamba) */
     int B, L, E, dt_ld, xdbl_ld, ldz, nck, nblk1, nblk2; /* xdbl_ld: x_dbl's row stride */

@@ -23,7 +23,7 @@
  *   adj<N>(...)               one reverse step of the adjoint (no memory traffic): updates the
  *                             carried m = a_{t+1} lam_{t+1}, returns du, ddelta, hands each
  *                             state's per-channel dk (dB) contribution to put(n, v), adds
- *                             dA_log's into dAacc (HAS_A) and returns -2 dkappa's per-channel
+ *                             dA_log's into dAacc (HAS_A) and returns 2 dkappa's per-channel
  *                             term in dkap2 (KAPPA), which the caller sums over channels once:
  *                             dk[n] += k[n] * sum_d dkap2 (one scalar sum per step instead of N
  *                             products per channel). */
@@ -52,7 +52,7 @@ struct Longhorn {
     /* The adjoint step (7 operations per state; 8 before issue 35): carries m = a_{t+1} lam_{t+1}
      * instead of lam and the gate a_{t+1} (16 fewer registers), lam_t = m + gy q in one FMA, and
      * the dk term scaled by eps before the sum over n: with el = eps lam, dkv = el (u - 2 k h_{t-1})
-     * and m_t = lam - k^2 el; S2' = sum_n dkv k = eps S2, so ddelta and -2 dkappa take
+     * and m_t = lam - k^2 el; S2' = sum_n dkv k = eps S2, so ddelta and 2 dkappa take
      * X = eps (u s1 + s2) = u eps s1 + S2' without a division: ddl = X rden (1 - beta) / 2,
      * dkap2 = -X eps. put(n, v) hands each state's dkv to the caller's channel sum as it is made. */
     template <int N, class Put>
