@@ -292,6 +292,13 @@ usage:
     return VIL_ARGS_USAGE;
 }
 
+int vil_args_require(const VilArgSpec *spec, const char *flag, const void *value) {
+    if (value) return 0;
+    fprintf(stderr, "vil %s: %s is required\n", spec->cmd, flag);
+    vil_args_usage(spec, 1);
+    return 2;
+}
+
 int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv) {
     char **pos;
     int npos;

@@ -112,6 +112,9 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
 /* The usage; each flag's default is its value when vil_args_parse began (the values typed since
  * are not defaults). */
 void vil_args_usage(const VilArgSpec *spec, int to_stderr);
+/* A flag the command cannot run without: 0 when value is set; else "vil CMD: FLAG is required"
+ * and the usage on stderr, and 2 (the exit code of bad input) */
+int vil_args_require(const VilArgSpec *spec, const char *flag, const void *value);
 /* For a command without positional arguments: parses the flags and returns -1 to go on, or the
  * command's exit code (0 after --help, 2 after a usage error). */
 int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv);

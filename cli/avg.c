@@ -128,9 +128,7 @@ int vil_cmd_avg(int argc, char **argv) {
     int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
     if (rc == VIL_ARGS_HELP) return 0;
     if (rc != VIL_ARGS_OK) return 2;
-    if (!out) {
-        fprintf(stderr, "vil avg: --out is required\n");
-        vil_args_usage(&spec, 1);
+    if (vil_args_require(&spec, "--out", out)) {
         free(pos);
         return 2;
     }

@@ -216,11 +216,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
         args, (int)(sizeof args / sizeof args[0]), 0, 0};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
-    if (!data) {
-        fprintf(stderr, "vil bench-data: --data is required\n");
-        vil_args_usage(&spec, 1);
-        return 2;
-    }
+    if (vil_args_require(&spec, "--data", data)) return 2;
     const char *bad = NULL;
     if (threads < 1 || threads > 1024) bad = "--threads must be in [1, 1024]";
     else if (batches < 1) bad = "--batches must be >= 1";

@@ -192,9 +192,7 @@ int vil_cmd_classify(int argc, char **argv) {
     int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
     if (rc == VIL_ARGS_HELP) return 0;
     if (rc != VIL_ARGS_OK) return 2;
-    if (!model) {
-        fprintf(stderr, "vil classify: --model is required\n");
-        vil_args_usage(&spec, 1);
+    if (vil_args_require(&spec, "--model", model)) {
         free(pos);
         return 2;
     }

@@ -25,11 +25,7 @@ int vil_cmd_info(int argc, char **argv) {
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
-    if (!model) {
-        fprintf(stderr, "vil info: --model is required\n");
-        vil_args_usage(&spec, 1);
-        return 2;
-    }
+    if (vil_args_require(&spec, "--model", model)) return 2;
     /* --img-size is range-checked as it is parsed */
     if (!vil_device_name_ok(device)) return vil_cli_bad_choice("info", "--device", "cpu, cuda or auto", device);
     const VilBackend *be = vil_backend_get(device);
