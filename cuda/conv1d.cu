@@ -1,7 +1,8 @@
 /* conv1d.cu: the depthwise causal conv1d of width K (1 to 6) along the tokens fused with SiLU,
  * both directions in one pass over x (direction 1 runs the causal filter over the reversed token
- * order, by indexing). One thread per (channel, sample, run of tokens), all of its loads issued
- * before any arithmetic (the width K is a template argument, so the windows are registers). The
+ * order, by indexing). One thread per (channel, sample, run of tokens) in the forward, per (two
+ * channels, sample, runs of tokens) in the backward, all of a run's loads issued before any
+ * arithmetic (the width K is a template argument, so the windows are registers). The
  * backward recomputes the pre-activation; dx is overwritten; dw, db accumulate through
  * per-(sample, block) partial sums reduced in a fixed order (deterministic). */
 #include "cuda/cuda_common.cuh"
@@ -65,97 +66,148 @@ __global__ void __launch_bounds__(128) conv1d_silu_bidir_fwd_kernel(
 }
 
 #ifndef CONV_BI_TC
-#define CONV_BI_TC 16 /* tokens per thread of the two-direction backward */
-#endif
-#ifndef CONV_BI_MINB
-#define CONV_BI_MINB 4
+#define CONV_BI_TC 8 /* tokens per run of the two-direction backward */
 #endif
 #ifndef CONV_BI_RPB
-#define CONV_BI_RPB 4 /* runs of CONV_BI_TC tokens per block: the dw / db partial rows (written,
-                       * then summed) shrink by this factor */
+#define CONV_BI_RPB 32 /* runs per block: the dw / db partial rows (written, then summed) shrink by
+                        * this factor (at L 197: one block per sample and 128 channels) */
 #endif
+#ifndef CONV_BI_T
+#define CONV_BI_T 64 /* threads per block of the backward */
+#endif
+#ifndef CONV_BI_MINB
+#define CONV_BI_MINB 8 /* its blocks per SM for the register allocation (128 registers at 64 threads) */
+#endif
+/* CPT channels of one token row as floats: two through one 4-byte load (bf16x2), or one */
+template <int CPT> struct ConvRow;
+template <> struct ConvRow<2> {
+    __nv_bfloat162 v;
+    __device__ __forceinline__ void load(const bf16 *p) { v = *reinterpret_cast<const __nv_bfloat162 *>(p); }
+    __device__ __forceinline__ void zero() { v = __floats2bfloat162_rn(0.0f, 0.0f); }
+    __device__ __forceinline__ float get(int c) const { return c ? __high2float(v) : __low2float(v); }
+};
+template <> struct ConvRow<1> {
+    bf16 v;
+    __device__ __forceinline__ void load(const bf16 *p) { v = *p; }
+    __device__ __forceinline__ void zero() { v = __float2bfloat16_rn(0.0f); }
+    __device__ __forceinline__ float get(int) const { return __bfloat162float(v); }
+};
 /* Both directions' backward in one pass over x (token order): dx[t] = the forward filter's
  * input gradient sum_i wf0[i] dpre0[t + i] plus the reversed one's sum_i wf1[i] dpre1[t - i],
- * written once (a pass per direction would read x twice and dx three times). A thread
- * keeps the x window of its TC tokens plus K-1 on each side, then runs one direction after the
- * other on it, for CONV_BI_RPB runs of tokens in turn. part: (2, B * ngrp, K + 1, E) per-direction
- * partial sums over a block's runs of dpre x[tap], dpre. */
-template <int K>
-__global__ void __launch_bounds__(128, CONV_BI_MINB) conv1d_silu_bidir_bwd_kernel(
+ * written once (a pass per direction would read x twice and dx three times). A thread holds CPT
+ * adjacent channels (2 where E is even: 4-byte loads and stores) and walks CONV_BI_RPB runs of
+ * CONV_BI_TC tokens; per run it issues every load first (the x window of its tokens plus K-1 on
+ * each side, and both directions' du over the tokens their filters reach), then runs one
+ * direction after the other on them. part: (2, B * ngrp, K + 1, E) per-direction partial sums
+ * over a block's runs of dpre x[tap], dpre.
+ * Version 1 (a thread per channel, 16-token runs, 2-byte loads, x loaded before du) ran 144 us a
+ * ViL-Tiny layer at batch 256, this one 112 us (TC 8 / RPB 32; 4, 8, 16 runs per block or 4, 16
+ * tokens per run: 120-130 us); cuda/PERF_NOTES.md. */
+template <int K, int CPT>
+__global__ void __launch_bounds__(CONV_BI_T, CONV_BI_MINB) conv1d_silu_bidir_bwd_kernel(
     bf16 *__restrict__ dx, float *__restrict__ part, const bf16 *__restrict__ du0,
     const bf16 *__restrict__ du1, const bf16 *__restrict__ x, const float *__restrict__ w0,
     const float *__restrict__ w1, const float *__restrict__ b0, const float *__restrict__ b1,
     int L, int E, int ldx) {
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= E) return;
-    constexpr int NP = CONV_BI_TC + K - 1, NX = CONV_BI_TC + 2 * (K - 1);
-    const int b = blockIdx.z, nrun = (L + CONV_BI_TC - 1) / CONV_BI_TC;
+    constexpr int TC = CONV_BI_TC, NP = TC + K - 1, NX = TC + 2 * (K - 1);
+    const int e0 = (blockIdx.x * CONV_BI_T + threadIdx.x) * CPT;
+    if (e0 >= E) return;
+    const int b = blockIdx.z, nrun = (L + TC - 1) / TC;
     const size_t r0 = (size_t)b * L;
-    /* the dw / db sums of both directions over the block's CONV_BI_RPB runs */
-    float acc[2][K + 1];
+    /* wr[j][c][i]: direction j's taps of channel e0 + c; bias */
+    float wr[2][CPT][K], bb[2][CPT];
 #pragma unroll
     for (int j = 0; j < 2; j++)
 #pragma unroll
-        for (int i = 0; i <= K; i++) acc[j][i] = 0.0f;
+        for (int c = 0; c < CPT; c++) {
+#pragma unroll
+            for (int i = 0; i < K; i++) wr[j][c][i] = (j ? w1 : w0)[(size_t)(e0 + c) * K + i];
+            bb[j][c] = (j ? b1 : b0)[e0 + c];
+        }
+    /* the dw / db sums of both directions over the block's runs */
+    float acc[2][CPT][K + 1];
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int c = 0; c < CPT; c++)
+#pragma unroll
+            for (int i = 0; i <= K; i++) acc[j][c][i] = 0.0f;
     for (int rr = 0; rr < CONV_BI_RPB; rr++) {
-        const int run = blockIdx.y * CONV_BI_RPB + rr, t0 = run * CONV_BI_TC;
+        const int run = blockIdx.y * CONV_BI_RPB + rr, t0 = run * TC;
         if (run >= nrun) break;
-        float xv[NX], ov[CONV_BI_TC]; /* xv[k]: token t0 - (K-1) + k */
-        const bool inner = load_x_window<K, CONV_BI_TC>(xv, x, r0, t0, e, L, ldx);
+        /* xr[k]: token t0 - (K-1) + k; g[0][k]: du0 at token t0 + k (the forward filter's dpre
+         * reaches t0 .. t0 + TC + K - 2); g[1][k]: du1 at token t0 - (K-1) + k */
+        ConvRow<CPT> xr[NX], g[2][NP];
+        const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
+        const bf16 *xp = x + (r0 + t0 - (K - 1)) * ldx + e0;
+        const bf16 *gp0 = du0 + (r0 + t0) * E + e0, *gp1 = du1 + (r0 + t0 - (K - 1)) * E + e0;
+        if (inner) {
 #pragma unroll
-        for (int k = 0; k < CONV_BI_TC; k++) ov[k] = 0.0f;
+            for (int k = 0; k < NX; k++) xr[k].load(xp + (ptrdiff_t)k * ldx);
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const float *w = j ? w1 : w0;
-            float wr[K], wf[K];
+            for (int k = 0; k < NP; k++) g[0][k].load(gp0 + (ptrdiff_t)k * E), g[1][k].load(gp1 + (ptrdiff_t)k * E);
+        } else {
 #pragma unroll
-            for (int i = 0; i < K; i++) {
-                wr[i] = w[(size_t)e * K + i];
-                wf[i] = w[(size_t)e * K + K - 1 - i];
+            for (int k = 0; k < NX; k++) {
+                int t = t0 - (K - 1) + k;
+                if (t >= 0 && t < L) xr[k].load(xp + (ptrdiff_t)k * ldx);
+                else xr[k].zero();
             }
-            float bb = (j ? b1 : b0)[e];
-            /* dpre at tokens tb .. tb + NP - 1: the forward filter needs t0 .. t0 + TC + K - 2,
-             * the reversed one t0 - (K-1) .. t0 + TC - 1 */
-            const int tb = j ? t0 - (K - 1) : t0;
-            const bf16 *gp = (j ? du1 : du0) + (r0 + tb) * E + e;
-            float gv[NP];
-            if (inner) {
-#pragma unroll
-                for (int k = 0; k < NP; k++) gv[k] = bf2f(gp[(long long)k * E]);
-            } else {
-#pragma unroll
-                for (int k = 0; k < NP; k++) gv[k] = (tb + k >= 0 && tb + k < L) ? bf2f(gp[(long long)k * E]) : 0.0f;
-            }
-            float dp[NP];
 #pragma unroll
             for (int k = 0; k < NP; k++) {
-                /* token t = tb + k; xv[m] is token t0 - (K-1) + m: forward taps x[t - (K-1) + i]
-                 * = xv[k + i]; reversed taps x[t + (K-1) - i] = xv[k + (K-1) - i] */
-                float pre = bb;
+                if (t0 + k < L) g[0][k].load(gp0 + (ptrdiff_t)k * E);
+                else g[0][k].zero();
+                int t = t0 - (K - 1) + k;
+                if (t >= 0 && t < L) g[1][k].load(gp1 + (ptrdiff_t)k * E);
+                else g[1][k].zero();
+            }
+        }
+        float ov[CPT][TC];
 #pragma unroll
-                for (int i = 0; i < K; i++) pre = fmaf(wr[i], j ? xv[k + K - 1 - i] : xv[k + i], pre);
-                float sg = sigmoidf_fast(pre);
-                dp[k] = gv[k] * sg * (1.0f + pre * (1.0f - sg));
-                /* the run's own tokens feed dw, db: forward k < TC; reversed k >= K-1 */
-                if (j ? k >= K - 1 : k < CONV_BI_TC) {
-                    acc[j][K] += dp[k];
+        for (int c = 0; c < CPT; c++) {
+            float xv[NX];
+#pragma unroll
+            for (int k = 0; k < NX; k++) xv[k] = xr[k].get(c);
+#pragma unroll
+            for (int k = 0; k < TC; k++) ov[c][k] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                float dp[NP];
+#pragma unroll
+                for (int k = 0; k < NP; k++) {
+                    /* token t = (j ? t0 - (K-1) : t0) + k; xv[m] is token t0 - (K-1) + m: forward
+                     * taps x[t - (K-1) + i] = xv[k + i]; reversed taps x[t + (K-1) - i] =
+                     * xv[k + 2(K-1) - i] - (K-1) = xv[k + K - 1 - i] */
+                    float pre = bb[j][c];
+#pragma unroll
+                    for (int i = 0; i < K; i++) pre = fmaf(wr[j][c][i], j ? xv[k + K - 1 - i] : xv[k + i], pre);
+                    float sg = sigmoidf_fast(pre);
+                    dp[k] = g[j][k].get(c) * sg * (1.0f + pre * (1.0f - sg));
+                    /* the run's own tokens feed dw, db: forward k < TC; reversed k >= K-1 */
+                    if (j ? k >= K - 1 : k < TC) {
+                        acc[j][c][K] += dp[k];
+#pragma unroll
+                        for (int i = 0; i < K; i++)
+                            acc[j][c][i] = fmaf(dp[k], j ? xv[k + K - 1 - i] : xv[k + i], acc[j][c][i]);
+                    }
+                }
+                /* forward: dx[t0+k] += sum_i w[K-1-i] dpre[t0+k+i] = dp[k + i]; reversed: dpre at
+                 * token t0+k-i = dp[k + (K-1) - i] */
+#pragma unroll
+                for (int k = 0; k < TC; k++)
 #pragma unroll
                     for (int i = 0; i < K; i++)
-                        acc[j][i] = fmaf(dp[k], j ? xv[k + K - 1 - i] : xv[k + i], acc[j][i]);
-                }
+                        ov[c][k] = fmaf(wr[j][c][K - 1 - i], j ? dp[k + K - 1 - i] : dp[k + i], ov[c][k]);
             }
-            /* forward: dx[t0+k] += sum_i wf[i] dpre[t0+k+i] = dp[k + i]; reversed: dpre at token
-             * t0+k-i = dp[k + (K-1) - i] */
-#pragma unroll
-            for (int k = 0; k < CONV_BI_TC; k++)
-#pragma unroll
-                for (int i = 0; i < K; i++) ov[k] = fmaf(wf[i], j ? dp[k + K - 1 - i] : dp[k + i], ov[k]);
         }
-        bf16 *op = dx + (r0 + t0) * ldx + e;
+        bf16 *op = dx + (r0 + t0) * ldx + e0;
 #pragma unroll
-        for (int k = 0; k < CONV_BI_TC; k++) {
+        for (int k = 0; k < TC; k++) {
             if (!inner && t0 + k >= L) break;
-            op[(long long)k * ldx] = f2bf(ov[k]);
+            if constexpr (CPT == 2)
+                *reinterpret_cast<__nv_bfloat162 *>(op + (ptrdiff_t)k * ldx) = __floats2bfloat162_rn(ov[0][k], ov[CPT - 1][k]);
+            else
+                op[(ptrdiff_t)k * ldx] = f2bf(ov[0][k]);
         }
     }
     const size_t nrows = (size_t)gridDim.z * gridDim.y;
@@ -163,7 +215,12 @@ __global__ void __launch_bounds__(128, CONV_BI_MINB) conv1d_silu_bidir_bwd_kerne
     for (int j = 0; j < 2; j++) {
         size_t prow = ((size_t)j * nrows + (size_t)b * gridDim.y + blockIdx.y) * (K + 1);
 #pragma unroll
-        for (int i = 0; i <= K; i++) part[(prow + i) * E + e] = acc[j][i];
+        for (int i = 0; i <= K; i++) {
+            if constexpr (CPT == 2)
+                *reinterpret_cast<float2 *>(part + (prow + i) * E + e0) = make_float2(acc[j][0][i], acc[j][CPT - 1][i]);
+            else
+                part[(prow + i) * E + e0] = acc[j][0][i];
+        }
     }
 }
 
@@ -238,10 +295,18 @@ extern "C" void conv1d_silu_bidir_backward_cuda(const VilConvBidirBwd *a) {
     size_t np = (size_t)B * ngrp * (K + 1) * E;
     float *part = (float *)cu_scratch(SCR_OP, (2 * np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
     float *part2 = part + 2 * np;
-    dim3 grid((E + 127) / 128, ngrp, B);
-    CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK><<<grid, 128, 0, cu()->stream>>>(
-                         (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x,
-                         w[0], w[1], b[0], b[1], L, E, ldx)));
+    /* two channels per thread where every row starts 4-byte aligned (E even: ldx = 2E is too) */
+    const bool pair = E % 2 == 0 && ldx % 2 == 0 && ((uintptr_t)dx | (uintptr_t)x | (uintptr_t)du[0] | (uintptr_t)du[1]) % 4 == 0;
+    const int cpt = pair ? 2 : 1;
+    dim3 grid((E + CONV_BI_T * cpt - 1) / (CONV_BI_T * cpt), ngrp, B);
+    if (pair)
+        CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK, 2><<<grid, CONV_BI_T, 0, cu()->stream>>>(
+                             (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x,
+                             w[0], w[1], b[0], b[1], L, E, ldx)));
+    else
+        CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK, 1><<<grid, CONV_BI_T, 0, cu()->stream>>>(
+                             (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x,
+                             w[0], w[1], b[0], b[1], L, E, ldx)));
     CU_LAUNCH_CHECK();
     for (int j = 0; j < 2; j++) {
         conv1d_dw_split_kernel<<<dim3((E + 31) / 32, K + 1, CONV_SPLITS), dim3(32, 8), 0, cu()->stream>>>(

@@ -334,21 +334,24 @@ static void test_fits(void) {
     fprintf(stderr, "---- end of expected errors ----\n");
 }
 
-/* recompute = 1: the same loss and gradient bits from one layer's u and delta, recomputed in the
- * backward, as from every layer's kept ones; and the activations take less memory (u and delta
- * are 3072 of the 6724 bytes a layer keeps per token at ViL-Tiny's shapes) */
+/* recompute = 1 (u and delta) and 2 (delta only): the same loss and gradient bits from one
+ * layer's recomputed tensors, in the backward, as from every layer's kept ones; and the
+ * activations take less memory (u and delta are 3072 of the 6724 bytes a layer keeps per token
+ * at ViL-Tiny's shapes) */
 static void test_recompute(const char *arch) {
     VilConfig c;
     small_config(&c, arch);
     c.drop_path = 0.2f;
     vil_config_finalize(&c);
-    float *g[2], loss[2];
-    size_t n = 0, bytes[2];
-    for (int k = 0; k < 2; k++) {
+    const int modes[3] = {VIL_RECOMPUTE_NONE, VIL_RECOMPUTE_ALL, VIL_RECOMPUTE_DELTA};
+    const int shared[3] = {0, 4, 2}; /* (B, L, E) tensors of each later layer that layer 0's serve */
+    float *g[3], loss[3];
+    size_t n = 0, bytes[3];
+    for (int k = 0; k < 3; k++) {
         VilModel m;
         vil_model_init(&m, &c, &vil_backend_cpu);
         vil_model_init_weights(&m, 11);
-        m.recompute = k;
+        m.recompute = modes[k];
         bytes[k] = vil_model_acts_bytes(&m, 3, 1);
         vil_model_alloc_acts(&m, 3, 1);
         T_CHECK(m.acts.bytes == bytes[k], "acts bytes: allocated %zu, reported %zu", m.acts.bytes, bytes[k]);
@@ -365,14 +368,14 @@ static void test_recompute(const char *arch) {
         n = m.buf_len;
         vil_model_free(&m);
     }
-    T_CHECK(loss[0] == loss[1], "%s recompute: loss %g, without %g", arch, loss[1], loss[0]);
-    T_CHECK(memcmp(g[0], g[1], n * sizeof(float)) == 0, "%s: gradients differ with recompute = 1", arch);
-    /* the depth - 1 layers that share layer 0's u and delta: 4 (B, L, E) tensors each */
-    size_t saved = (size_t)(c.depth - 1) * 4 * 3 * c.seq_len * c.d_inner * vil_backend_cpu.act_bytes;
-    T_CHECK(bytes[0] - bytes[1] >= saved, "%s recompute: %zu bytes of activations, without %zu (expected %zu less)",
-            arch, bytes[1], bytes[0], saved);
-    free(g[0]);
-    free(g[1]);
+    for (int k = 1; k < 3; k++) {
+        T_CHECK(loss[0] == loss[k], "%s recompute = %d: loss %g, without %g", arch, modes[k], loss[k], loss[0]);
+        T_CHECK(memcmp(g[0], g[k], n * sizeof(float)) == 0, "%s: gradients differ with recompute = %d", arch, modes[k]);
+        size_t saved = (size_t)(c.depth - 1) * shared[k] * 3 * c.seq_len * c.d_inner * vil_backend_cpu.act_bytes;
+        T_CHECK(bytes[0] - bytes[k] >= saved, "%s recompute = %d: %zu bytes of activations, without %zu (expected %zu less at least)",
+                arch, modes[k], bytes[k], bytes[0], saved);
+    }
+    for (int k = 0; k < 3; k++) free(g[k]);
 }
 
 int main(void) {

@@ -75,8 +75,9 @@ static const VilKey TKEYS[] = {
     TF(bucket_mb, 0.001, 65536, "allreduce = overlap: MiB of gradients per all-reduce bucket"),
     TF(dist_timeout, 0, BIG, "with several ranks: seconds a collective may wait for the other ranks "
                              "before this rank reports them dead or hung and ends the run (0: wait forever)"),
-    TI(recompute, 0, 1, "1: keep the conv1d outputs and delta of one layer and recompute them in the "
-                        "backward: 46% less activation memory, ~3% more time (same gradients)"),
+    TI(recompute, 0, 2, "what the backward computes again instead of keeping it for every layer "
+                        "(the same gradients): 0 nothing; 1 the conv1d outputs and delta (46% less "
+                        "activation memory, ~3% more time); 2 delta only (23% less, ~2% more time)"),
     TI(log_every, 1, BIG, "progress line every N steps"),
     TI(eval_every_epochs, 0, 1000000, "validation pass every N epochs and after the last (0: never)"),
     TI(holdout, 0, 2147483647, "validate on this many training images (a fixed random choice, the "

@@ -47,7 +47,7 @@ typedef struct {
     char allreduce[8];       /* "overlap": bucketed during the backward; "end": after it */
     float bucket_mb;         /* gradient MiB per bucket of allreduce = overlap */
     float dist_timeout;      /* seconds a wait on the other ranks may last (dist.h's watchdog); 0: off */
-    int recompute;           /* 1: the backward recomputes u and delta (VilModel.recompute) */
+    int recompute;           /* VilModel.recompute: VIL_RECOMPUTE_NONE, _ALL (1) or _DELTA (2) */
     int log_every;           /* progress line every N steps (the only per-step host read) */
     int eval_every_epochs;   /* validation pass every N epochs (and after the last); 0: never */
     int holdout;             /* > 0: validate on this many held-out training images, not val/test */

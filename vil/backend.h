@@ -149,7 +149,7 @@ typedef struct {
 } VilScanFwd;
 typedef struct {
     VilRecurrence rec;
-    void *du[2], *ddelta[2];       /* (B, L, E) act each */
+    void *du[2], *ddelta[2];       /* (B, L, E) act each; ddelta[j] may be delta[j] (written over it) */
     void *dxdbl[2];                /* (B, L, xdbl_ld) act each: the k and q columns */
     void *dz;                      /* (B, L, ldz) act */
     float *dD[2], *dA_log[2];      /* (E), (E, N): accumulate */

@@ -417,11 +417,13 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
         l->rstd = carve(a, BL, f);
         l->normed = carve(a, BL * D, ab);
         l->xz = carve(a, BL * 2 * E, ab);
+        /* recomputed in the backward: layer 0's serve all */
+        int rc = training ? m->recompute : VIL_RECOMPUTE_NONE;
+        int own_u = i == 0 || rc != VIL_RECOMPUTE_ALL, own_delta = i == 0 || rc == VIL_RECOMPUTE_NONE;
         for (int j = 0; j < 2; j++) {
-            int own = i == 0 || !m->recompute; /* recompute: layer 0's u and delta serve all */
-            l->u[j] = own ? carve(a, BL * E, ab) : x->layer[0].u[j];
+            l->u[j] = own_u ? carve(a, BL * E, ab) : x->layer[0].u[j];
             l->xdbl[j] = carve(a, BL * xdbl_ld, ab);
-            l->delta[j] = own ? carve(a, BL * E, ab) : x->layer[0].delta[j];
+            l->delta[j] = own_delta ? carve(a, BL * E, ab) : x->layer[0].delta[j];
         }
         l->ysum = carve(a, BL * E, ab);
         l->scan_states = states ? carve(a, states, 1) : NULL;
@@ -439,16 +441,20 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
     x->own_img = x->img, x->own_targets = x->targets, x->own_dp_scale = x->dp_scale;
     if (training) {
         x->dres = carve(a, BL * D, f);
-        x->dnormed = carve(a, BL * D, ab);
-        x->dh = carve(a, BL * D, ab);
         x->dxz = carve(a, BL * 2 * E, ab);
         for (int j = 0; j < 2; j++) {
             x->du[j] = carve(a, BL * E, ab);
-            x->ddelta[j] = carve(a, BL * E, ab);
             x->dxdbl[j] = carve(a, BL * xdbl_ld, ab);
         }
         x->dysum = carve(a, BL * E, ab);
-        x->dpatches = carve(a, (size_t)B * c->n_patches * D, ab);
+        /* buffers whose lives do not meet (E >= D): dnormed is written by in_proj's backward and
+         * read by the norm's, between the scan backward that reads dysum and the next
+         * out_proj backward that writes it; dh is written by the norm's backward and read by the
+         * next out_proj's, before the scan backward writes du; dpatches after every layer */
+        int share = E >= D;
+        x->dnormed = share ? x->dysum : carve(a, BL * D, ab);
+        x->dh = share ? x->du[0] : carve(a, BL * D, ab);
+        x->dpatches = share ? x->du[1] : carve(a, (size_t)B * c->n_patches * D, ab);
         x->dlogits = carve(a, (size_t)B * NC, f);
         if (m->input_grad) x->dimg = carve(a, (size_t)B * c->in_chans * c->img_size * c->img_size, f);
     }
@@ -478,13 +484,14 @@ int vil_model_check_acts(const VilModel *m, int B, int training) {
         return -1;
     }
     return fits(m->be, vil_model_acts_bytes(m, B, training), what,
-                training && !m->recompute ? "lower the batch or the image size, or set recompute = 1 (46% less)"
+                training && m->recompute != VIL_RECOMPUTE_ALL
+                    ? "lower the batch or the image size, or set recompute = 1 (46% less) or 2 (23% less)"
                                           : "lower the batch or the image size");
 }
 
 void vil_model_alloc_acts(VilModel *m, int B, int training) {
     if (m->acts.base && m->acts.B == B && m->acts.training == training &&
-        m->acts.recompute == (training && m->recompute) &&
+        m->acts.recompute == (training ? m->recompute : VIL_RECOMPUTE_NONE) &&
         (m->acts.dimg != NULL) == (training && m->input_grad))
         return;
     vil_model_free_acts(m);
@@ -498,7 +505,7 @@ void vil_model_alloc_acts(VilModel *m, int B, int training) {
     m->acts.base = a.base;
     m->acts.B = B;
     m->acts.training = training;
-    m->acts.recompute = training && m->recompute;
+    m->acts.recompute = training ? m->recompute : VIL_RECOMPUTE_NONE;
     if (training) /* dx_dbl's padding columns must be 0 (xdbl_ld); nothing writes them later */
         for (int j = 0; j < 2; j++)
             m->be->zero(m->be, m->acts.dxdbl[j], (size_t)B * m->cfg.seq_len * xdbl_ld_of(&m->cfg) * m->be->act_bytes);
@@ -688,14 +695,15 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     be->linear_backward(be, &(VilLinearBwd){.dinp = a->dysum, .dw = Gr(m, o->out_proj), .dout = a->dh,
                                             .in = l->ysum, .w = Wt(m, o->out_proj), .N = BL, .C = E,
                                             .OC = D, .ld_in = E, .ld_out = D});
-    if (a->recompute) { /* this layer's u and delta again, by the forward's own ops */
-        conv_forward(m, o, l);
+    /* what this layer did not keep, again by the forward's own ops */
+    if (a->recompute == VIL_RECOMPUTE_ALL) conv_forward(m, o, l);
+    if (a->recompute != VIL_RECOMPUTE_NONE)
         for (int j = 0; j < 2; j++) delta_forward(m, o, l, j);
-    }
-    /* the scan also sums ddelta over the tokens: dt_proj's bias gradient */
+    /* the scan also sums ddelta over the tokens: dt_proj's bias gradient. ddelta is written
+     * over delta, which nothing reads after the scan */
     be->scan_bidir_backward(be, &(VilScanBwd){
         .rec = c->rec,
-        .du = {a->du[0], a->du[1]}, .ddelta = {a->ddelta[0], a->ddelta[1]},
+        .du = {a->du[0], a->du[1]}, .ddelta = {l->delta[0], l->delta[1]},
         .dxdbl = {a->dxdbl[0], a->dxdbl[1]}, .dz = Ao(m, a->dxz, E),
         .dD = {Gr(m, o->D[0]), Gr(m, o->D[1])},
         .dA_log = {has_A ? Gr(m, o->A_log[0]) : NULL, has_A ? Gr(m, o->A_log[1]) : NULL},
@@ -709,7 +717,7 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
         /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the
          * scan); its bias gradient came from the scan too */
         be->linear_backward(be, &(VilLinearBwd){.dinp = a->dxdbl[j], .dw = Gr(m, o->dt_w[j]),
-                                                .dout = a->ddelta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
+                                                .dout = l->delta[j], .in = l->xdbl[j], .w = Wt(m, o->dt_w[j]),
                                                 .N = BL, .C = dl, .OC = E, .ld_in = xdbl_ld, .ld_out = E});
         /* x_proj: adds to the scan's du; xdbl_ld outputs with the weight's zero padding rows (dx_dbl's
          * padding columns are 0) */

@@ -62,8 +62,16 @@ typedef struct {
                          * forward for the backward (VilBackend.scan_states_bytes); or NULL */
 } VilLayerActs;
 
+/* VilModel.recompute: the training activations every layer keeps, against what the backward
+ * computes again from the layer's own inputs (the gradients are the same bits):
+ * NONE keeps both SiLU(conv1d(x)) (u) and dt_proj's output (delta) of every layer;
+ * ALL keeps one layer's of each (a conv1d and a dt_proj forward per layer in the backward, ~3%
+ * of a ViL-Tiny step, 46% less activation memory); DELTA keeps every u and one delta (the
+ * dt_proj forward again, ~2%, ~23% less). */
+enum { VIL_RECOMPUTE_NONE = 0, VIL_RECOMPUTE_ALL = 1, VIL_RECOMPUTE_DELTA = 2 };
+
 typedef struct {
-    int B, training, recompute; /* recompute: u and delta are one layer's (VilModel.recompute) */
+    int B, training, recompute; /* VilModel.recompute as allocated (0 in inference) */
     /* the inputs the next pass reads: the model's own buffers below, or those given to
      * vil_model_set_inputs */
     float *img;         /* (B, C, H, W) f32 */
@@ -79,7 +87,10 @@ typedef struct {
     float *dp_scale;    /* (depth + 1, B) f32 drop-path scales, row i for the add before norm i */
     /* backward scratch, reused by every layer */
     float *dres;        /* (B, L, D) f32 */
-    void *dnormed, *dh, *dxz, *du[2], *ddelta[2], *dxdbl[2], *dysum, *dpatches; /* act */
+    /* act. The backward shares buffers whose lives do not meet (layout_acts): dnormed lies in
+     * dysum, dh in du[0], dpatches in du[1]; each layer's ddelta is written over its own delta
+     * (VilScanBwd.ddelta) */
+    void *dnormed, *dh, *dxz, *du[2], *dxdbl[2], *dysum, *dpatches;
     float *dlogits;     /* (B, classes) f32 */
     float *dimg;        /* (B, C, H, W) f32 input gradient, only with VilModel.input_grad */
     float *own_img, *own_targets, *own_dp_scale; /* the input buffers of this allocation */
@@ -151,10 +162,8 @@ typedef struct {
      * time, and replays the recording from then on: one launch instead of ~20 per layer. Two
      * recordings are kept (an input feed's two slots). */
     int use_graph;
-    /* Set before vil_model_alloc_acts: training activations keep SiLU(conv1d(x)) and delta of
-     * one layer only, and the backward computes them again from x and x_dbl (a conv1d and
-     * dt_proj forward per layer, about 3% of a step) for 46% less activation memory. The
-     * gradients are the same bits. */
+    /* Set before vil_model_alloc_acts (VIL_RECOMPUTE_*): what training activations keep of
+     * every layer and what the backward computes again, the same bits either way. */
     int recompute;
     struct VilGraphSlot {
         void *g; /* the backend's graph; NULL: only seen once */
