@@ -215,6 +215,43 @@ static void test_inference_matches_training(void) {
     vil_model_free(&m);
 }
 
+/* recompute = 1 (u and delta) and 2 (delta only) give the loss and gradient bits of keeping
+ * every layer's, on the GPU too (tests/test_model.c checks the CPU) */
+static void test_recompute_modes(void) {
+    const int modes[3] = {VIL_RECOMPUTE_NONE, VIL_RECOMPUTE_ALL, VIL_RECOMPUTE_DELTA};
+    float *g[3], loss[3];
+    size_t n = 0;
+    for (int k = 0; k < 3; k++) {
+        VilConfig c;
+        VilModel mc, mg;
+        small_config(&c, "vil", 0.0f);
+        vil_config_finalize(&c);
+        vil_model_init(&mc, &c, &vil_backend_cpu);
+        vil_model_init(&mg, &c, &vil_backend_cuda);
+        vil_model_init_weights(&mg, 5);
+        mg.recompute = modes[k];
+        vil_model_alloc_acts(&mc, 2, 1);
+        vil_model_alloc_acts(&mg, 2, 1);
+        VilRng save = rng;
+        fill_batch(&mc, &mg); /* the same batch for every mode */
+        rng = save;
+        vil_model_zero_grad(&mg);
+        vil_model_forward(&mg, 1);
+        vil_model_backward(&mg);
+        loss[k] = (float)mean_loss(&mg);
+        n = mg.buf_len;
+        g[k] = vil_malloc(n * sizeof(float));
+        mg.be->to_host(mg.be, g[k], mg.grads, n * sizeof(float));
+        vil_model_free(&mc);
+        vil_model_free(&mg);
+    }
+    for (int k = 1; k < 3; k++) {
+        T_CHECK(loss[k] == loss[0], "GPU recompute = %d: loss %g, without %g", modes[k], loss[k], loss[0]);
+        T_CHECK(memcmp(g[k], g[0], n * sizeof(float)) == 0, "GPU gradients differ with recompute = %d", modes[k]);
+    }
+    for (int k = 0; k < 3; k++) free(g[k]);
+}
+
 /* the inference forward replayed as a CUDA graph gives the logits of the op-by-op forward bit
  * for bit: on new image contents (the graph reads the input buffer, it does not keep results),
  * with the EMA's weights swapped in (another weight buffer: recorded anew), and after another
@@ -283,6 +320,7 @@ int main(void) {
     test_model_stride("vil", 0.0f, 3, 1);
     test_model_stride("vim", 0.0f, 2, 1);
     test_inference_matches_training();
+    test_recompute_modes();
     test_graph_forward();
     return t_finish();
 }
