@@ -76,7 +76,9 @@ __global__ void __launch_bounds__(128) conv1d_silu_bidir_fwd_kernel(
 #define CONV_BI_T 64 /* threads per block of the backward */
 #endif
 #ifndef CONV_BI_MINB
-#define CONV_BI_MINB 8 /* its blocks per SM for the register allocation (128 registers at 64 threads) */
+#define CONV_BI_MINB 5 /* its blocks per SM for the register allocation (168 registers at 64 threads,
+                        * two runs' rows in flight; at L 197 a sample's 25 runs are one block and
+                        * the grid gives ~6 blocks an SM anyway) */
 #endif
 /* CPT channels of one token row as floats: two through one 4-byte load (bf16x2), or one */
 template <int CPT> struct ConvRow;
@@ -96,15 +98,15 @@ template <> struct ConvRow<1> {
  * input gradient sum_i wf0[i] dpre0[t + i] plus the reversed one's sum_i wf1[i] dpre1[t - i],
  * written once (a pass per direction would read x twice and dx three times). A thread holds CPT
  * adjacent channels (2 where E is even: 4-byte loads and stores) and walks CONV_BI_RPB runs of
- * CONV_BI_TC tokens; per run it issues every load first (the x window of its tokens plus K-1 on
- * each side, and both directions' du over the tokens their filters reach), then runs one
- * direction after the other on them. part: (2, B * ngrp, K + 1, E) per-direction partial sums
+ * CONV_BI_TC tokens; it issues every load of a run (the x window of its tokens plus K-1 on each
+ * side, and both directions' du over the tokens their filters reach) before the previous run's
+ * arithmetic, which runs one direction after the other. part: (2, B * ngrp, K + 1, E) per-direction partial sums
  * over a block's runs of dpre x[tap], dpre.
  * Version 1 (a thread per channel, 16-token runs, 2-byte loads, x loaded before du) ran 144 us a
- * ViL-Tiny layer at batch 256, this one 112 us (TC 8 / RPB 32; 4, 8, 16 runs per block or 4, 16
- * tokens per run: 120-130 us); cuda/PERF_NOTES.md. */
-template <int K, int CPT>
-__global__ void __launch_bounds__(CONV_BI_T, CONV_BI_MINB) conv1d_silu_bidir_bwd_kernel(
+ * ViL-Tiny layer at batch 256, this one 103 us (TC 8 / RPB 32; 112 without the next run's loads
+ * in flight; 4, 8, 16 runs per block or 4, 16 tokens per run: 120-130 us); cuda/PERF_NOTES.md. */
+template <int K, int CPT> /* widths 5 and 6 take 4 blocks an SM's registers (5 spill) */
+__global__ void __launch_bounds__(CONV_BI_T, K >= 5 ? 4 : CONV_BI_MINB) conv1d_silu_bidir_bwd_kernel(
     bf16 *__restrict__ dx, float *__restrict__ part, const bf16 *__restrict__ du0,
     const bf16 *__restrict__ du1, const bf16 *__restrict__ x, const float *__restrict__ w0,
     const float *__restrict__ w1, const float *__restrict__ b0, const float *__restrict__ b1,
@@ -132,36 +134,41 @@ __global__ void __launch_bounds__(CONV_BI_T, CONV_BI_MINB) conv1d_silu_bidir_bwd
         for (int c = 0; c < CPT; c++)
 #pragma unroll
             for (int i = 0; i <= K; i++) acc[j][c][i] = 0.0f;
-    for (int rr = 0; rr < CONV_BI_RPB; rr++) {
-        const int run = blockIdx.y * CONV_BI_RPB + rr, t0 = run * TC;
-        if (run >= nrun) break;
-        /* xr[k]: token t0 - (K-1) + k; g[0][k]: du0 at token t0 + k (the forward filter's dpre
-         * reaches t0 .. t0 + TC + K - 2); g[1][k]: du1 at token t0 - (K-1) + k */
+    /* the run's rows: xr[k] token t0 - (K-1) + k; g[0][k] du0 at token t0 + k (the forward
+     * filter's dpre reaches t0 .. t0 + TC + K - 2); g[1][k] du1 at token t0 - (K-1) + k */
+    struct Rows {
         ConvRow<CPT> xr[NX], g[2][NP];
+    };
+    auto load = [&](Rows &rw, int t0) {
         const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
         const bf16 *xp = x + (r0 + t0 - (K - 1)) * ldx + e0;
         const bf16 *gp0 = du0 + (r0 + t0) * E + e0, *gp1 = du1 + (r0 + t0 - (K - 1)) * E + e0;
         if (inner) {
 #pragma unroll
-            for (int k = 0; k < NX; k++) xr[k].load(xp + (ptrdiff_t)k * ldx);
+            for (int k = 0; k < NX; k++) rw.xr[k].load(xp + (ptrdiff_t)k * ldx);
 #pragma unroll
-            for (int k = 0; k < NP; k++) g[0][k].load(gp0 + (ptrdiff_t)k * E), g[1][k].load(gp1 + (ptrdiff_t)k * E);
+            for (int k = 0; k < NP; k++) rw.g[0][k].load(gp0 + (ptrdiff_t)k * E), rw.g[1][k].load(gp1 + (ptrdiff_t)k * E);
         } else {
 #pragma unroll
             for (int k = 0; k < NX; k++) {
                 int t = t0 - (K - 1) + k;
-                if (t >= 0 && t < L) xr[k].load(xp + (ptrdiff_t)k * ldx);
-                else xr[k].zero();
+                if (t >= 0 && t < L) rw.xr[k].load(xp + (ptrdiff_t)k * ldx);
+                else rw.xr[k].zero();
             }
 #pragma unroll
             for (int k = 0; k < NP; k++) {
-                if (t0 + k < L) g[0][k].load(gp0 + (ptrdiff_t)k * E);
-                else g[0][k].zero();
+                if (t0 + k < L) rw.g[0][k].load(gp0 + (ptrdiff_t)k * E);
+                else rw.g[0][k].zero();
                 int t = t0 - (K - 1) + k;
-                if (t >= 0 && t < L) g[1][k].load(gp1 + (ptrdiff_t)k * E);
-                else g[1][k].zero();
+                if (t >= 0 && t < L) rw.g[1][k].load(gp1 + (ptrdiff_t)k * E);
+                else rw.g[1][k].zero();
             }
         }
+    };
+    auto run_one = [&](const Rows &rw, int t0) {
+        const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
+        const ConvRow<CPT>(&xr)[NX] = rw.xr;
+        const ConvRow<CPT>(&g)[2][NP] = rw.g;
         float ov[CPT][TC];
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
@@ -209,6 +216,16 @@ __global__ void __launch_bounds__(CONV_BI_T, CONV_BI_MINB) conv1d_silu_bidir_bwd
             else
                 op[(ptrdiff_t)k * ldx] = f2bf(ov[0][k]);
         }
+    };
+    /* the next run's loads are issued before this run's arithmetic: two row sets, in turn */
+    const int ra = blockIdx.y * CONV_BI_RPB, rb = min(nrun, ra + CONV_BI_RPB);
+    Rows s0, s1;
+    if (ra < rb) load(s0, ra * TC);
+    for (int run = ra; run < rb; run += 2) {
+        if (run + 1 < rb) load(s1, (run + 1) * TC);
+        run_one(s0, run * TC);
+        if (run + 2 < rb) load(s0, (run + 2) * TC);
+        if (run + 1 < rb) run_one(s1, (run + 1) * TC);
     }
     const size_t nrows = (size_t)gridDim.z * gridDim.y;
 #pragma unroll
@@ -299,14 +316,13 @@ extern "C" void conv1d_silu_bidir_backward_cuda(const VilConvBidirBwd *a) {
     const bool pair = E % 2 == 0 && ldx % 2 == 0 && ((uintptr_t)dx | (uintptr_t)x | (uintptr_t)du[0] | (uintptr_t)du[1]) % 4 == 0;
     const int cpt = pair ? 2 : 1;
     dim3 grid((E + CONV_BI_T * cpt - 1) / (CONV_BI_T * cpt), ngrp, B);
-    if (pair)
-        CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK, 2><<<grid, CONV_BI_T, 0, cu()->stream>>>(
-                             (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x,
-                             w[0], w[1], b[0], b[1], L, E, ldx)));
-    else
-        CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK, 1><<<grid, CONV_BI_T, 0, cu()->stream>>>(
-                             (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x,
-                             w[0], w[1], b[0], b[1], L, E, ldx)));
+#define CONV_BWD(CPT)                                                                                       \
+    CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK, CPT><<<grid, CONV_BI_T, 0, cu()->stream>>>(           \
+                         (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x, w[0], \
+                         w[1], b[0], b[1], L, E, ldx)))
+    if (pair) CONV_BWD(2);
+    else CONV_BWD(1);
+#undef CONV_BWD
     CU_LAUNCH_CHECK();
     for (int j = 0; j < 2; j++) {
         conv1d_dw_split_kernel<<<dim3((E + 31) / 32, K + 1, CONV_SPLITS), dim3(32, 8), 0, cu()->stream>>>(

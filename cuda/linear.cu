@@ -7,6 +7,7 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.h"
+#include "cuda/stage.cuh"
 
 extern "C" {
 #include "vil/backend.h"
@@ -264,7 +265,125 @@ extern "C" void colsum_accumulate_cuda(float *db, const void *x, int x_is_f32, i
     colsum_rows_accumulate_cuda(db, part, nchunk, OC, OC);
 }
 
+/* ---- the skinny-K forward: out(N, OC) = in(N, C) w(OC, C)^T + b for C <= 64 (dt_proj: 16 ->
+ * 384 at ViL-Tiny), where cuBLASLt reached 47% of the HBM rate (25 us a direction, its output
+ * 38.7 MB). A block makes a 64-token x 128-column tile on tensor cores (mma m16n8k16, bf16 in,
+ * fp32 sums): the input rows staged by cp.async (K zero-padded to a multiple of 16), the weight
+ * fragments read once per block, the tile written through shared memory as 16-byte row pieces
+ * (session 3's version stored straight from the fragments, 8 rows of 16 bytes a warp
+ * instruction, and lost to cuBLASLt). ---- */
+#define SK_TM 64  /* tokens of a tile */
+#define SK_TN 128 /* output columns of a tile: 4 warps of 32 */
+#define SK_KMAX 64
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <int KP> /* K padded to a multiple of 16 */
+__global__ void __launch_bounds__(128) linear_skinny_k_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ in,
+                                                              const bf16 *__restrict__ w, const float *__restrict__ bias,
+                                                              int N, int C, int OC, int ld_in, int ld_out) {
+    constexpr int LDA = KP + 8;       /* bf16: rows of the staged input, 4 banks apart mod 32 */
+    constexpr int LDO = SK_TN + 8;    /* bf16: rows of the output tile */
+    __shared__ __align__(16) bf16 As[SK_TM * LDA];
+    __shared__ __align__(16) bf16 Os[SK_TM * LDO];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+    const int r0 = blockIdx.x * SK_TM, c0 = blockIdx.y * SK_TN;
+    /* stage the tile's input rows: C / 8 pieces of 16 bytes a row, zeros past N and past C */
+    const int pr = C / 8;
+    for (int i = tid; i < SK_TM * (KP / 8); i += 128) {
+        int r = i / (KP / 8), q = i - r * (KP / 8);
+        bf16 *dst = As + r * LDA + q * 8;
+        bool on = q < pr && r0 + r < N;
+        cp_async<16>(dst, on ? in + (size_t)(r0 + r) * ld_in + q * 8 : in, on ? 16 : 0);
+    }
+    cp_commit();
+    /* this warp's 32 columns: 4 n-tiles of 8; its weight fragments b[nt][ks] (k = 2tg.., n = g) */
+    const int wc = c0 + warp * 32;
+    const bool wact = wc < OC;
+    unsigned bf[4][KP / 16][2];
+    float bv[4][2];
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        const int o = wc + nt * 8 + g;
+        const bf16 *wr = w + (size_t)(wact ? o : 0) * C;
+#pragma unroll
+        for (int ks = 0; ks < KP / 16; ks++) {
+            int k0 = ks * 16 + 2 * tg;
+            bf[nt][ks][0] = wact && k0 < C ? *reinterpret_cast<const unsigned *>(wr + k0) : 0u;
+            bf[nt][ks][1] = wact && k0 + 8 < C ? *reinterpret_cast<const unsigned *>(wr + k0 + 8) : 0u;
+        }
+        const int oc = wc + nt * 8 + 2 * tg;
+        bv[nt][0] = bias && wact ? bias[oc] : 0.0f;
+        bv[nt][1] = bias && wact ? bias[oc + 1] : 0.0f;
+    }
+    cp_wait<0>();
+    __syncthreads();
+    if (wact) {
+#pragma unroll
+        for (int mt = 0; mt < SK_TM / 16; mt++) {
+            float acc[4][4];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+                acc[nt][0] = bv[nt][0], acc[nt][1] = bv[nt][1], acc[nt][2] = bv[nt][0], acc[nt][3] = bv[nt][1];
+#pragma unroll
+            for (int ks = 0; ks < KP / 16; ks++) {
+                const bf16 *ar = As + (mt * 16 + g) * LDA + ks * 16 + 2 * tg;
+                unsigned af[4] = {*reinterpret_cast<const unsigned *>(ar), *reinterpret_cast<const unsigned *>(ar + 8 * LDA),
+                                  *reinterpret_cast<const unsigned *>(ar + 8), *reinterpret_cast<const unsigned *>(ar + 8 * LDA + 8)};
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) mma_bf16_16816(acc[nt], af, bf[nt][ks][0], bf[nt][ks][1]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                bf16 *o = Os + (mt * 16 + g) * LDO + warp * 32 + nt * 8 + 2 * tg;
+                *reinterpret_cast<__nv_bfloat162 *>(o) = __floats2bfloat162_rn(acc[nt][0], acc[nt][1]);
+                *reinterpret_cast<__nv_bfloat162 *>(o + 8 * LDO) = __floats2bfloat162_rn(acc[nt][2], acc[nt][3]);
+            }
+        }
+    }
+    __syncthreads();
+    /* the tile out in 16-byte row pieces: SK_TN / 8 a row, the columns this block has */
+    const int ncols = min(SK_TN, OC - c0), pieces = ncols / 8;
+    for (int i = tid; i < SK_TM * (SK_TN / 8); i += 128) {
+        int r = i / (SK_TN / 8), q = i - r * (SK_TN / 8);
+        if (q < pieces && r0 + r < N)
+            *reinterpret_cast<uint4 *>(out + (size_t)(r0 + r) * ld_out + c0 + q * 8) =
+                *reinterpret_cast<const uint4 *>(Os + r * LDO + q * 8);
+    }
+}
+
+/* the skinny-K kernel takes this product: bf16 output, K <= 64 in 16-byte row pieces, whole warps
+ * of columns, 16-byte aligned rows */
+static int skinny_k_takes(const VilLinearFwd *a) {
+    return !(a->flags & VIL_LINEAR_OUT_F32) && a->C <= SK_KMAX && a->C % 8 == 0 && a->OC % 32 == 0 &&
+           a->ld_in % 8 == 0 && a->ld_out % 8 == 0 && ((uintptr_t)a->in | (uintptr_t)a->out | (uintptr_t)a->w) % 16 == 0;
+}
+static void linear_skinny_k_forward(const VilLinearFwd *a) {
+    dim3 grid((unsigned)((a->N + SK_TM - 1) / SK_TM), (unsigned)((a->OC + SK_TN - 1) / SK_TN));
+    int kp = (a->C + 15) / 16 * 16;
+#define SK_LAUNCH(KP)                                                                                             \
+    linear_skinny_k_kernel<KP><<<grid, 128, 0, cu()->stream>>>((bf16 *)a->out, (const bf16 *)a->in,               \
+                                                                (const bf16 *)a->w, a->b, a->N, a->C, a->OC,      \
+                                                                a->ld_in, a->ld_out)
+    switch (kp) {
+    case 16: SK_LAUNCH(16); break;
+    case 32: SK_LAUNCH(32); break;
+    case 48: SK_LAUNCH(48); break;
+    default: SK_LAUNCH(64); break;
+    }
+#undef SK_LAUNCH
+    CU_LAUNCH_CHECK();
+    if (cu()->debug_sync) CUDA_CHECK(cudaStreamSynchronize(cu()->stream));
+}
+
 extern "C" void linear_forward_cuda(const VilLinearFwd *a) {
+    if (skinny_k_takes(a)) {
+        linear_skinny_k_forward(a);
+        return;
+    }
     /* out^T(OC, N) = w^T... as column-major: A = w viewed (C, OC) transposed, B = in^T (C, N) */
     matmul(a->out, (a->flags & VIL_LINEAR_OUT_F32) != 0, a->ld_out, (const bf16 *)a->w, a->C, 1,
            (const bf16 *)a->in, a->ld_in, 0, a->OC, a->N, a->C, 0.0f, a->b);
