@@ -362,6 +362,7 @@ static int skinny_k_takes(const VilLinearFwd *a) {
            a->ld_in % 8 == 0 && a->ld_out % 8 == 0 && ((uintptr_t)a->in | (uintptr_t)a->out | (uintptr_t)a->w) % 16 == 0;
 }
 static void linear_skinny_k_forward(const VilLinearFwd *a) {
+    if (a->N <= 0) return;
     dim3 grid((unsigned)((a->N + SK_TM - 1) / SK_TM), (unsigned)((a->OC + SK_TN - 1) / SK_TN));
     int kp = (a->C + 15) / 16 * 16;
 #define SK_LAUNCH(KP)                                                                                             \
