@@ -5,8 +5,6 @@
  * shape, so the heuristic query runs once per distinct call site. */
 #include <string.h>
 
-#include <type_traits>
-
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.h"
 #include "cuda/stage.cuh"
@@ -267,15 +265,13 @@ extern "C" void colsum_accumulate_cuda(float *db, const void *x, int x_is_f32, i
     colsum_rows_accumulate_cuda(db, part, nchunk, OC, OC);
 }
 
-/* ---- skinny-K products: out(N, M) (+)= in(N, K) B(K, M) (+ b) for K <= 64: dt_proj's forward
- * (16 -> 384 at ViL-Tiny, B = w^T), where cuBLASLt reached 47% of the HBM rate (25 us a
- * direction, its output 38.7 MB), and x_proj's input gradient (48 -> 384 added into du, B = w as
- * stored). A block makes a 64-token x 128-column tile on tensor cores (mma m16n8k16, bf16 in,
+/* ---- the skinny-K forward: out(N, OC) = in(N, C) w(OC, C)^T + b for C <= 64 (dt_proj: 16 ->
+ * 384 at ViL-Tiny), where cuBLASLt reached 47% of the HBM rate (25 us a direction, its output
+ * 38.7 MB). A block makes a 64-token x 128-column tile on tensor cores (mma m16n8k16, bf16 in,
  * fp32 sums): the input rows staged by cp.async (K zero-padded to a multiple of 16), the weight
  * fragments read once per block, the tile written through shared memory as 16-byte row pieces
  * (session 3's version stored straight from the fragments, 8 rows of 16 bytes a warp
- * instruction, and lost to cuBLASLt); an accumulated output is read in the same pieces and
- * added in fp32 (one rounding, as cuBLASLt's beta = 1). ---- */
+ * instruction, and lost to cuBLASLt). ---- */
 #define SK_TM 64  /* tokens of a tile */
 #define SK_TN 128 /* output columns of a tile: 4 warps of 32 */
 #define SK_KMAX 64
@@ -285,67 +281,43 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-typedef struct {
-    bf16 *out;          /* (N, M), rows ld_out apart */
-    const bf16 *in;     /* (N, K), rows ld_in apart */
-    const bf16 *w;      /* TW: B as stored (K, M); else (M, K), B = w^T */
-    const float *bias;  /* (M) or NULL */
-    int N, K, M, ld_in, ld_out;
-} SkArgs;
-__device__ __forceinline__ unsigned pack_bf16x2(bf16 lo, bf16 hi) {
-    return (unsigned)__bfloat16_as_ushort(lo) | ((unsigned)__bfloat16_as_ushort(hi) << 16);
-}
-template <int KP, bool TW, bool ACC> /* K padded to a multiple of 16; B as stored; out += */
-__global__ void __launch_bounds__(128) linear_skinny_k_kernel(SkArgs a) {
-    using OT = typename std::conditional<ACC, float, bf16>::type; /* the staged tile */
-    constexpr int LDA = KP + 8;                      /* bf16: rows of the staged input, 4 banks apart */
-    constexpr int LDO = SK_TN + (ACC ? 4 : 8);       /* rows of the output tile */
+template <int KP> /* K padded to a multiple of 16 */
+__global__ void __launch_bounds__(128) linear_skinny_k_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ in,
+                                                              const bf16 *__restrict__ w, const float *__restrict__ bias,
+                                                              int N, int C, int OC, int ld_in, int ld_out) {
+    constexpr int LDA = KP + 8;       /* bf16: rows of the staged input, 4 banks apart mod 32 */
+    constexpr int LDO = SK_TN + 8;    /* bf16: rows of the output tile */
     __shared__ __align__(16) bf16 As[SK_TM * LDA];
-    __shared__ __align__(16) OT Os[SK_TM * LDO];
+    __shared__ __align__(16) bf16 Os[SK_TM * LDO];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
-    const int r0 = blockIdx.x * SK_TM, c0 = blockIdx.y * SK_TN, K = a.K, M = a.M, N = a.N;
-    /* stage the tile's input rows: K / 8 pieces of 16 bytes a row, zeros past N and past K */
+    const int r0 = blockIdx.x * SK_TM, c0 = blockIdx.y * SK_TN;
+    /* stage the tile's input rows: C / 8 pieces of 16 bytes a row, zeros past N and past C */
+    const int pr = C / 8;
     for (int i = tid; i < SK_TM * (KP / 8); i += 128) {
         int r = i / (KP / 8), q = i - r * (KP / 8);
-        bool on = q < K / 8 && r0 + r < N;
-        cp_async<16>(As + r * LDA + q * 8, on ? a.in + (size_t)(r0 + r) * a.ld_in + q * 8 : a.in, on ? 16 : 0);
+        bf16 *dst = As + r * LDA + q * 8;
+        bool on = q < pr && r0 + r < N;
+        cp_async<16>(dst, on ? in + (size_t)(r0 + r) * ld_in + q * 8 : in, on ? 16 : 0);
     }
     cp_commit();
-    /* this warp's 32 columns: 4 n-tiles of 8; its B fragments bf[nt][ks] (k = 2tg, 2tg+1; m = g) */
+    /* this warp's 32 columns: 4 n-tiles of 8; its weight fragments b[nt][ks] (k = 2tg.., n = g) */
     const int wc = c0 + warp * 32;
-    const bool wact = wc < M;
+    const bool wact = wc < OC;
     unsigned bf[4][KP / 16][2];
     float bv[4][2];
 #pragma unroll
     for (int nt = 0; nt < 4; nt++) {
-        const int m = wact ? wc + nt * 8 + g : 0;
+        const int o = wc + nt * 8 + g;
+        const bf16 *wr = w + (size_t)(wact ? o : 0) * C;
 #pragma unroll
-        for (int ks = 0; ks < KP / 16; ks++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int k0 = ks * 16 + 8 * h + 2 * tg;
-                unsigned v = 0u;
-                if (wact && k0 < K)
-                    v = TW ? pack_bf16x2(a.w[(size_t)k0 * M + m], a.w[(size_t)(k0 + 1) * M + m])
-                           : *reinterpret_cast<const unsigned *>(a.w + (size_t)m * K + k0);
-                bf[nt][ks][h] = v;
-            }
-        const int oc = wc + nt * 8 + 2 * tg;
-        bv[nt][0] = a.bias && wact ? a.bias[oc] : 0.0f;
-        bv[nt][1] = a.bias && wact ? a.bias[oc + 1] : 0.0f;
-    }
-    /* an accumulated output's pieces are read now, their latency under the products */
-    constexpr int NPC = SK_TM * (SK_TN / 8) / 128; /* pieces a thread stores */
-    const int pieces = min(SK_TN, M - c0) / 8;
-    uint4 oldv[ACC ? NPC : 1];
-    if constexpr (ACC) {
-#pragma unroll
-        for (int k = 0; k < NPC; k++) {
-            int i = tid + k * 128, r = i / (SK_TN / 8), q = i - r * (SK_TN / 8);
-            oldv[k] = q < pieces && r0 + r < N
-                          ? *reinterpret_cast<const uint4 *>(a.out + (size_t)(r0 + r) * a.ld_out + c0 + q * 8)
-                          : make_uint4(0u, 0u, 0u, 0u);
+        for (int ks = 0; ks < KP / 16; ks++) {
+            int k0 = ks * 16 + 2 * tg;
+            bf[nt][ks][0] = wact && k0 < C ? *reinterpret_cast<const unsigned *>(wr + k0) : 0u;
+            bf[nt][ks][1] = wact && k0 + 8 < C ? *reinterpret_cast<const unsigned *>(wr + k0 + 8) : 0u;
         }
+        const int oc = wc + nt * 8 + 2 * tg;
+        bv[nt][0] = bias && wact ? bias[oc] : 0.0f;
+        bv[nt][1] = bias && wact ? bias[oc + 1] : 0.0f;
     }
     cp_wait<0>();
     __syncthreads();
@@ -366,74 +338,51 @@ __global__ void __launch_bounds__(128) linear_skinny_k_kernel(SkArgs a) {
             }
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
-                OT *o = Os + (mt * 16 + g) * LDO + warp * 32 + nt * 8 + 2 * tg;
-                if constexpr (ACC) {
-                    *reinterpret_cast<float2 *>(o) = make_float2(acc[nt][0], acc[nt][1]);
-                    *reinterpret_cast<float2 *>(o + 8 * LDO) = make_float2(acc[nt][2], acc[nt][3]);
-                } else {
-                    *reinterpret_cast<__nv_bfloat162 *>(o) = __floats2bfloat162_rn(acc[nt][0], acc[nt][1]);
-                    *reinterpret_cast<__nv_bfloat162 *>(o + 8 * LDO) = __floats2bfloat162_rn(acc[nt][2], acc[nt][3]);
-                }
+                bf16 *o = Os + (mt * 16 + g) * LDO + warp * 32 + nt * 8 + 2 * tg;
+                *reinterpret_cast<__nv_bfloat162 *>(o) = __floats2bfloat162_rn(acc[nt][0], acc[nt][1]);
+                *reinterpret_cast<__nv_bfloat162 *>(o + 8 * LDO) = __floats2bfloat162_rn(acc[nt][2], acc[nt][3]);
             }
         }
     }
     __syncthreads();
     /* the tile out in 16-byte row pieces: SK_TN / 8 a row, the columns this block has */
-#pragma unroll
-    for (int k = 0; k < NPC; k++) {
-        int i = tid + k * 128, r = i / (SK_TN / 8), q = i - r * (SK_TN / 8);
-        if (q >= pieces || r0 + r >= N) continue;
-        uint4 *dst = reinterpret_cast<uint4 *>(a.out + (size_t)(r0 + r) * a.ld_out + c0 + q * 8);
-        if constexpr (ACC) {
-            const float4 *src = reinterpret_cast<const float4 *>(Os + r * LDO + q * 8);
-            float4 s0 = src[0], s1 = src[1];
-            const uint4 old = oldv[k];
-            float2 o0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&old.x));
-            float2 o1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&old.y));
-            float2 o2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&old.z));
-            float2 o3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&old.w));
-            __nv_bfloat162 n0 = __floats2bfloat162_rn(o0.x + s0.x, o0.y + s0.y), n1 = __floats2bfloat162_rn(o1.x + s0.z, o1.y + s0.w);
-            __nv_bfloat162 n2 = __floats2bfloat162_rn(o2.x + s1.x, o2.y + s1.y), n3 = __floats2bfloat162_rn(o3.x + s1.z, o3.y + s1.w);
-            uint4 v;
-            v.x = *reinterpret_cast<unsigned *>(&n0), v.y = *reinterpret_cast<unsigned *>(&n1);
-            v.z = *reinterpret_cast<unsigned *>(&n2), v.w = *reinterpret_cast<unsigned *>(&n3);
-            *dst = v;
-        } else {
-            *dst = *reinterpret_cast<const uint4 *>(Os + r * LDO + q * 8);
-        }
+    const int ncols = min(SK_TN, OC - c0), pieces = ncols / 8;
+    for (int i = tid; i < SK_TM * (SK_TN / 8); i += 128) {
+        int r = i / (SK_TN / 8), q = i - r * (SK_TN / 8);
+        if (q < pieces && r0 + r < N)
+            *reinterpret_cast<uint4 *>(out + (size_t)(r0 + r) * ld_out + c0 + q * 8) =
+                *reinterpret_cast<const uint4 *>(Os + r * LDO + q * 8);
     }
 }
 
-/* whether the skinny-K kernels take a product: K <= 64 in 16-byte row pieces, whole warps of
- * output columns, 16-byte aligned rows (the weight 4-byte aligned) */
-static int skinny_k_fits(const void *out, const void *in, const void *w, int K, int M, int ld_in, int ld_out) {
-    return K <= SK_KMAX && K % 8 == 0 && M % 32 == 0 && ld_in % 8 == 0 && ld_out % 8 == 0 &&
-           ((uintptr_t)in | (uintptr_t)out) % 16 == 0 && (uintptr_t)w % 4 == 0;
+/* the skinny-K kernel takes this product: bf16 output, K <= 64 in 16-byte row pieces, whole warps
+ * of columns, 16-byte aligned rows */
+static int skinny_k_takes(const VilLinearFwd *a) {
+    return !(a->flags & VIL_LINEAR_OUT_F32) && a->C <= SK_KMAX && a->C % 8 == 0 && a->OC % 32 == 0 &&
+           a->ld_in % 8 == 0 && a->ld_out % 8 == 0 && ((uintptr_t)a->in | (uintptr_t)a->out | (uintptr_t)a->w) % 16 == 0;
 }
-static void linear_skinny_k(const SkArgs *a, int tw, int acc) {
+static void linear_skinny_k_forward(const VilLinearFwd *a) {
     if (a->N <= 0) return;
-    dim3 grid((unsigned)((a->N + SK_TM - 1) / SK_TM), (unsigned)((a->M + SK_TN - 1) / SK_TN));
-    int kp = (a->K + 15) / 16 * 16;
-#define SK_LAUNCH(KP, TW, ACC) linear_skinny_k_kernel<KP, TW, ACC><<<grid, 128, 0, cu()->stream>>>(*a)
-#define SK_KPS(TW, ACC)                               \
-    switch (kp) {                                     \
-    case 16: SK_LAUNCH(16, TW, ACC); break;           \
-    case 32: SK_LAUNCH(32, TW, ACC); break;           \
-    case 48: SK_LAUNCH(48, TW, ACC); break;           \
-    default: SK_LAUNCH(64, TW, ACC); break;           \
+    dim3 grid((unsigned)((a->N + SK_TM - 1) / SK_TM), (unsigned)((a->OC + SK_TN - 1) / SK_TN));
+    int kp = (a->C + 15) / 16 * 16;
+#define SK_LAUNCH(KP)                                                                                             \
+    linear_skinny_k_kernel<KP><<<grid, 128, 0, cu()->stream>>>((bf16 *)a->out, (const bf16 *)a->in,               \
+                                                                (const bf16 *)a->w, a->b, a->N, a->C, a->OC,      \
+                                                                a->ld_in, a->ld_out)
+    switch (kp) {
+    case 16: SK_LAUNCH(16); break;
+    case 32: SK_LAUNCH(32); break;
+    case 48: SK_LAUNCH(48); break;
+    default: SK_LAUNCH(64); break;
     }
-    if (!tw) SK_KPS(false, false)      /* forward: B = w^T */
-    else if (acc) SK_KPS(true, true)   /* input gradient, added */
-    else SK_KPS(true, false)           /* input gradient */
-#undef SK_KPS
 #undef SK_LAUNCH
     CU_LAUNCH_CHECK();
+    if (cu()->debug_sync) CUDA_CHECK(cudaStreamSynchronize(cu()->stream));
 }
 
 extern "C" void linear_forward_cuda(const VilLinearFwd *a) {
-    if (!(a->flags & VIL_LINEAR_OUT_F32) && skinny_k_fits(a->out, a->in, a->w, a->C, a->OC, a->ld_in, a->ld_out)) {
-        SkArgs s = {(bf16 *)a->out, (const bf16 *)a->in, (const bf16 *)a->w, a->b, a->N, a->C, a->OC, a->ld_in, a->ld_out};
-        linear_skinny_k(&s, 0, 0);
+    if (skinny_k_takes(a)) {
+        linear_skinny_k_forward(a);
         return;
     }
     /* out^T(OC, N) = w^T... as column-major: A = w viewed (C, OC) transposed, B = in^T (C, N) */
@@ -454,12 +403,8 @@ extern "C" void linear_backward_cuda(const VilLinearBwd *a) {
         f32_to_bf16(tmp, (const float *)dout, (size_t)N * ld_out);
         g = tmp;
     }
-    /* dinp^T(C, N) = w^T(C, OC) as stored, times dout^T(OC, N); a skinny K (OC <= 64: x_proj's)
-     * on the skinny-K kernel */
-    if (dinp && !(flags & VIL_LINEAR_OUT_F32) && skinny_k_fits(dinp, dout, w, OC, C, ld_out, ld_in)) {
-        SkArgs s = {(bf16 *)dinp, (const bf16 *)dout, (const bf16 *)w, NULL, N, OC, C, ld_out, ld_in};
-        linear_skinny_k(&s, 1, accumulate_dinp);
-    } else if (dinp)
+    /* dinp^T(C, N) = w^T(C, OC) as stored, times dout^T(OC, N) */
+    if (dinp)
         matmul(dinp, 0, ld_in, (const bf16 *)w, C, 0, g, ld_out, 0, C, N, OC,
                accumulate_dinp ? 1.0f : 0.0f, NULL);
     /* dw^T(C, OC) += in^T(C, N) dout(N, OC) */

@@ -941,13 +941,6 @@ static const OpCase CASES[] = {
      .N = 77, .C = 24, .OC = 96, .ld_in = 24, .ld_out = 104},
     {.op = "linear", .name = "skinny K: 48, a partial column tile", .tol = TOL_BF16, .tol_f32 = TOL_F32,
      .N = 130, .C = 48, .OC = 160, .ld_in = 80, .ld_out = 160, .bias = 1},
-    /* and the input gradients of products with few outputs (OC <= 64), the same kernel with w as
-     * stored: x_proj's at ViL-Tiny's shape (48 -> 384, added into du), and 24 outputs (K padded
-     * to 32) into wider rows */
-    {.op = "linear", .name = "skinny K dinp: x_proj at ViL-Tiny's shape, accumulated", .tol = TOL_BF16,
-     .tol_f32 = TOL_F32, .N = 1000, .C = 384, .OC = 48, .ld_in = 384, .ld_out = 48, .accumulate = 1},
-    {.op = "linear", .name = "skinny K dinp: 24 padded, wider rows", .tol = TOL_BF16, .tol_f32 = TOL_F32,
-     .N = 77, .C = 96, .OC = 24, .ld_in = 104, .ld_out = 24},
     /* more product shapes than cuda/linear.cu's plan cache holds (128; vil bench's table across
      * resolutions met that limit): the oldest plans are dropped and made again when needed */
     {.op = "linear", .name = "50 shapes through the plan cache", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
