@@ -1,8 +1,9 @@
 /* conv1d.cu: the depthwise causal conv1d of width K (1 to 6) along the tokens fused with SiLU,
  * both directions in one pass over x (direction 1 runs the causal filter over the reversed token
- * order, by indexing). One thread per (channel, sample, run of tokens) in the forward, per (two
- * channels, sample, runs of tokens) in the backward, all of a run's loads issued before any
- * arithmetic (the width K is a template argument, so the windows are registers). The
+ * order, by indexing). One thread per (two channels where E is even, sample, run of tokens) in
+ * the forward, per (two channels, sample, runs of tokens) in the backward, all of a run's loads
+ * issued before its arithmetic (the width K is a template argument, so the windows are
+ * registers). The
  * backward recomputes the pre-activation; dx is overwritten; dw, db accumulate through
  * per-(sample, block) partial sums reduced in a fixed order (deterministic). */
 #include "cuda/cuda_common.cuh"
@@ -12,56 +13,80 @@
 #define CONV_TC 16 /* tokens per thread of the forward; all of a thread's loads are issued up front */
 #endif
 
-/* The x window of a token-order thread: xv[k] = x at token t0 - (K-1) + k for k < TC + 2(K-1)
- * (zero outside [0, L)); true when the whole window lies inside (no bounds checks needed). */
-template <int K, int TC>
-__device__ __forceinline__ bool load_x_window(float (&xv)[TC + 2 * (K - 1)], const bf16 *__restrict__ x,
-                                              size_t r0, int t0, int e, int L, int ldx) {
-    const bf16 *xp = x + (r0 + t0) * ldx + e - (long long)(K - 1) * ldx;
-    bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
-    if (inner) {
-#pragma unroll
-        for (int k = 0; k < TC + 2 * (K - 1); k++) xv[k] = bf2f(xp[(long long)k * ldx]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < TC + 2 * (K - 1); k++) {
-            int t = t0 - (K - 1) + k;
-            xv[k] = (t >= 0 && t < L) ? bf2f(xp[(long long)k * ldx]) : 0.0f;
-        }
-    }
-    return inner;
-}
-
+/* CPT channels of one token row as floats: two through one 4-byte load (bf16x2), or one */
+template <int CPT> struct ConvRow;
+template <> struct ConvRow<2> {
+    __nv_bfloat162 v;
+    __device__ __forceinline__ void load(const bf16 *p) { v = *reinterpret_cast<const __nv_bfloat162 *>(p); }
+    __device__ __forceinline__ void zero() { v = __floats2bfloat162_rn(0.0f, 0.0f); }
+    __device__ __forceinline__ float get(int c) const { return c ? __high2float(v) : __low2float(v); }
+};
+template <> struct ConvRow<1> {
+    bf16 v;
+    __device__ __forceinline__ void load(const bf16 *p) { v = *p; }
+    __device__ __forceinline__ void zero() { v = __float2bfloat16_rn(0.0f); }
+    __device__ __forceinline__ float get(int) const { return __bfloat162float(v); }
+};
+#ifndef CONV_T
+#define CONV_T 64 /* threads per block of the forward (CPT channels each) */
+#endif
 /* Both directions in one pass over x (token order): u0[t] = SiLU(b0 + sum_i w0[i] x[t-(K-1)+i]),
- * u1[t] = SiLU(b1 + sum_i w1[i] x[t+(K-1)-i]) (the reversed filter, stored by token). */
-template <int K>
-__global__ void __launch_bounds__(128) conv1d_silu_bidir_fwd_kernel(
+ * u1[t] = SiLU(b1 + sum_i w1[i] x[t+(K-1)-i]) (the reversed filter, stored by token). A thread
+ * holds CPT adjacent channels (2 where E is even: 4-byte loads and stores) and CONV_TC tokens,
+ * its whole x window loaded before any arithmetic. Version 1 (a channel a thread, 2-byte
+ * accesses) ran 50.6 us a ViL-Tiny layer at batch 256; cuda/PERF_NOTES.md. */
+template <int K, int CPT>
+__global__ void __launch_bounds__(CONV_T) conv1d_silu_bidir_fwd_kernel(
     bf16 *__restrict__ u0, bf16 *__restrict__ u1, const bf16 *__restrict__ x, const float *__restrict__ w0,
     const float *__restrict__ w1, const float *__restrict__ b0, const float *__restrict__ b1, int L, int E,
     int ldx) {
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= E) return;
-    int b = blockIdx.z, t0 = blockIdx.y * CONV_TC;
-    constexpr int NX = CONV_TC + 2 * (K - 1);
+    constexpr int TC = CONV_TC, NX = TC + 2 * (K - 1);
+    const int e0 = (blockIdx.x * CONV_T + threadIdx.x) * CPT;
+    if (e0 >= E) return;
+    const int b = blockIdx.z, t0 = blockIdx.y * TC;
     const size_t r0 = (size_t)b * L;
-    float xv[NX]; /* xv[k]: token t0 - (K-1) + k */
-    const bool inner = load_x_window<K, CONV_TC>(xv, x, r0, t0, e, L, ldx);
-    float wa[K], wb[K];
+    ConvRow<CPT> xr[NX]; /* xr[k]: token t0 - (K-1) + k */
+    const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
+    const bf16 *xp = x + (r0 + t0 - (K - 1)) * ldx + e0;
+    if (inner) {
 #pragma unroll
-    for (int i = 0; i < K; i++) wa[i] = w0[(size_t)e * K + i], wb[i] = w1[(size_t)e * K + i];
-    float ba = b0[e], bb = b1[e];
-    bf16 *pa = u0 + (r0 + t0) * E + e, *pb = u1 + (r0 + t0) * E + e;
+        for (int k = 0; k < NX; k++) xr[k].load(xp + (ptrdiff_t)k * ldx);
+    } else {
 #pragma unroll
-    for (int k = 0; k < CONV_TC; k++) {
-        if (!inner && t0 + k >= L) break;
-        float fa = ba, fb = bb;
-#pragma unroll
-        for (int i = 0; i < K; i++) {
-            fa = fmaf(wa[i], xv[k + i], fa);
-            fb = fmaf(wb[i], xv[k + 2 * (K - 1) - i], fb);
+        for (int k = 0; k < NX; k++) {
+            int t = t0 - (K - 1) + k;
+            if (t >= 0 && t < L) xr[k].load(xp + (ptrdiff_t)k * ldx);
+            else xr[k].zero();
         }
-        pa[(long long)k * E] = f2bf(siluf(fa));
-        pb[(long long)k * E] = f2bf(siluf(fb));
+    }
+    float wa[CPT][K], wb[CPT][K], ba[CPT], bb[CPT];
+#pragma unroll
+    for (int c = 0; c < CPT; c++) {
+#pragma unroll
+        for (int i = 0; i < K; i++) wa[c][i] = w0[(size_t)(e0 + c) * K + i], wb[c][i] = w1[(size_t)(e0 + c) * K + i];
+        ba[c] = b0[e0 + c], bb[c] = b1[e0 + c];
+    }
+    bf16 *pa = u0 + (r0 + t0) * E + e0, *pb = u1 + (r0 + t0) * E + e0;
+#pragma unroll
+    for (int k = 0; k < TC; k++) {
+        if (!inner && t0 + k >= L) break;
+        float fa[CPT], fb[CPT];
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+            fa[c] = ba[c], fb[c] = bb[c];
+#pragma unroll
+            for (int i = 0; i < K; i++) {
+                fa[c] = fmaf(wa[c][i], xr[k + i].get(c), fa[c]);
+                fb[c] = fmaf(wb[c][i], xr[k + 2 * (K - 1) - i].get(c), fb[c]);
+            }
+        }
+        if constexpr (CPT == 2) {
+            *reinterpret_cast<__nv_bfloat162 *>(pa + (ptrdiff_t)k * E) = __floats2bfloat162_rn(siluf(fa[0]), siluf(fa[1]));
+            *reinterpret_cast<__nv_bfloat162 *>(pb + (ptrdiff_t)k * E) = __floats2bfloat162_rn(siluf(fb[0]), siluf(fb[1]));
+        } else {
+            pa[(ptrdiff_t)k * E] = f2bf(siluf(fa[0]));
+            pb[(ptrdiff_t)k * E] = f2bf(siluf(fb[0]));
+        }
     }
 }
 
@@ -80,20 +105,6 @@ __global__ void __launch_bounds__(128) conv1d_silu_bidir_fwd_kernel(
                         * two runs' rows in flight; at L 197 a sample's 25 runs are one block and
                         * the grid gives ~6 blocks an SM anyway) */
 #endif
-/* CPT channels of one token row as floats: two through one 4-byte load (bf16x2), or one */
-template <int CPT> struct ConvRow;
-template <> struct ConvRow<2> {
-    __nv_bfloat162 v;
-    __device__ __forceinline__ void load(const bf16 *p) { v = *reinterpret_cast<const __nv_bfloat162 *>(p); }
-    __device__ __forceinline__ void zero() { v = __floats2bfloat162_rn(0.0f, 0.0f); }
-    __device__ __forceinline__ float get(int c) const { return c ? __high2float(v) : __low2float(v); }
-};
-template <> struct ConvRow<1> {
-    bf16 v;
-    __device__ __forceinline__ void load(const bf16 *p) { v = *p; }
-    __device__ __forceinline__ void zero() { v = __float2bfloat16_rn(0.0f); }
-    __device__ __forceinline__ float get(int) const { return __bfloat162float(v); }
-};
 /* Both directions' backward in one pass over x (token order): dx[t] = the forward filter's
  * input gradient sum_i wf0[i] dpre0[t + i] plus the reversed one's sum_i wf1[i] dpre1[t - i],
  * written once (a pass per direction would read x twice and dx three times). A thread holds CPT
@@ -288,6 +299,11 @@ __global__ void conv1d_dw_final_kernel(float *__restrict__ dw, float *__restrict
     else db[e] += t;
 }
 
+/* two channels a thread where every row starts 4-byte aligned (E even: ldx = 2E is too) */
+static int conv_pairs(int E, int ldx, const void *a, const void *b, const void *c) {
+    return E % 2 == 0 && ldx % 2 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 4 == 0;
+}
+
 #define CONV_DISPATCH(K, CALL)                                                            \
     do {                                                                                  \
         switch (K) {                                                                      \
@@ -312,9 +328,7 @@ extern "C" void conv1d_silu_bidir_backward_cuda(const VilConvBidirBwd *a) {
     size_t np = (size_t)B * ngrp * (K + 1) * E;
     float *part = (float *)cu_scratch(SCR_OP, (2 * np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
     float *part2 = part + 2 * np;
-    /* two channels per thread where every row starts 4-byte aligned (E even: ldx = 2E is too) */
-    const bool pair = E % 2 == 0 && ldx % 2 == 0 && ((uintptr_t)dx | (uintptr_t)x | (uintptr_t)du[0] | (uintptr_t)du[1]) % 4 == 0;
-    const int cpt = pair ? 2 : 1;
+    const int pair = conv_pairs(E, ldx, x, du[0], du[1]) && (uintptr_t)dx % 4 == 0, cpt = pair ? 2 : 1;
     dim3 grid((E + CONV_BI_T * cpt - 1) / (CONV_BI_T * cpt), ngrp, B);
 #define CONV_BWD(CPT)                                                                                       \
     CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK, CPT><<<grid, CONV_BI_T, 0, cu()->stream>>>(           \
@@ -338,8 +352,13 @@ extern "C" void conv1d_silu_bidir_forward_cuda(const VilConvBidirFwd *a) {
     const void *x = a->x;
     const float *const *w = a->w, *const *b = a->b;
     int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx;
-    dim3 grid((E + 127) / 128, (L + CONV_TC - 1) / CONV_TC, B);
-    CONV_DISPATCH(K, (conv1d_silu_bidir_fwd_kernel<KK><<<grid, 128, 0, cu()->stream>>>(
-                         (bf16 *)u[0], (bf16 *)u[1], (const bf16 *)x, w[0], w[1], b[0], b[1], L, E, ldx)));
+    const int pair = conv_pairs(E, ldx, x, u[0], u[1]), cpt = pair ? 2 : 1;
+    dim3 grid((E + CONV_T * cpt - 1) / (CONV_T * cpt), (L + CONV_TC - 1) / CONV_TC, B);
+#define CONV_FWD(CPT)                                                                                  \
+    CONV_DISPATCH(K, (conv1d_silu_bidir_fwd_kernel<KK, CPT><<<grid, CONV_T, 0, cu()->stream>>>(          \
+                         (bf16 *)u[0], (bf16 *)u[1], (const bf16 *)x, w[0], w[1], b[0], b[1], L, E, ldx)))
+    if (pair) CONV_FWD(2);
+    else CONV_FWD(1);
+#undef CONV_FWD
     CU_LAUNCH_CHECK();
 }
