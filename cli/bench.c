@@ -319,7 +319,8 @@ static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps
         vil_train_step(m, sp); /* warm */
         vil_prof_reset();
         for (int i = 0; i < iters; i++) vil_train_step(m, sp);
-        printf("\nper-op breakdown of a training step (synchronized after every op, %d steps):\n", iters);
+        const char *how = be->mark_record ? "device time between events around every op" : "synchronized after every op";
+        printf("\nper-op breakdown of a training step (%s, %d steps):\n", how, iters);
         vil_prof_report(stdout, iters);
         /* and of the inference forward (not replayed from a graph: every op is timed alone) */
         vil_model_alloc_acts(m, batch, 0);
@@ -327,7 +328,7 @@ static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps
         vil_model_forward(m, 0); /* warm */
         vil_prof_reset();
         for (int i = 0; i < iters; i++) vil_model_forward(m, 0);
-        printf("\nper-op breakdown of the inference forward (synchronized after every op, %d passes):\n", iters);
+        printf("\nper-op breakdown of the inference forward (%s, %d passes):\n", how, iters);
         vil_prof_report(stdout, iters);
         m->be = be;
     }

@@ -332,6 +332,24 @@ static void b_sync(const VilBackend *be) {
     CuCtx *c = cu_bind(be);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
+/* the profile's marks: CUDA events (never freed: a profiled run makes a few thousand, once) */
+static void *b_mark_new(const VilBackend *be) {
+    cu_bind(be);
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    return (void *)e;
+}
+static void b_mark_record(const VilBackend *be, void *mark) {
+    CuCtx *c = cu_bind(be);
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)mark, c->stream));
+}
+static double b_mark_elapsed(const VilBackend *be, void *a, void *b) {
+    cu_bind(be);
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)b));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b));
+    return 1e-3 * ms;
+}
 static size_t b_peak(const VilBackend *be) { return cu_bind(be)->peak_bytes; }
 static void b_peak_reset(const VilBackend *be) {
     CuCtx *c = cu_bind(be);
@@ -570,6 +588,7 @@ VIL_OPS(VIL_CUDA_ENTRY)
         .name = "cuda", .act_bytes = 2, .work_bytes = 2, .ctx = (ctx_ptr), .device = 0,       \
         .alloc = b_alloc, .free = b_free, .zero = b_zero, .to_device = b_to_device,           \
         .to_host = b_to_host, .sync = b_sync, .peak_bytes = b_peak, .peak_reset = b_peak_reset, \
+        .mark_new = b_mark_new, .mark_record = b_mark_record, .mark_elapsed = b_mark_elapsed,  \
         .mem_free = b_mem_free, .act_to_host_f32 = b_act_to_host_f32,                        \
         .params_to_work = b_params_to_work, .host_alloc = b_host_alloc,                       \
         .host_free = b_host_free, .feed_upload = b_feed_upload,                               \

@@ -342,6 +342,12 @@ struct VilBackend {
     size_t (*peak_bytes)(const VilBackend *be);
     /* start a new peak from what is held now */
     void (*peak_reset)(const VilBackend *be);
+    /* device-side timers for the per-op profile (backend_prof.c), NULL where ops run in order on
+     * the host (the CPU): a mark queued on the ops' stream, and the seconds between two marks
+     * (waiting for the second) */
+    void *(*mark_new)(const VilBackend *be);
+    void (*mark_record)(const VilBackend *be, void *mark);
+    double (*mark_elapsed)(const VilBackend *be, void *a, void *b);
     /* bytes the device could still allocate (the CPU: the system's MemAvailable); 0: unknown */
     size_t (*mem_free)(const VilBackend *be);
     /* act buffer <-> host float32 (for tests and for reading logits) */

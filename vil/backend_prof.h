@@ -1,6 +1,7 @@
-/* backend_prof.h: a profiling wrapper around any backend: every op is bracketed by the
- * backend's sync and a wall clock, and the time is summed per op name. For breakdowns only:
- * the syncs serialize the work, so throughput is measured without it. */
+/* backend_prof.h: a profiling wrapper around any backend: every op is timed, between two device
+ * marks queued around it where the backend has them (CUDA events: the host does not wait, the
+ * ops run back to back), else between the backend's syncs on a wall clock, and the time is
+ * summed per op name. For breakdowns only: throughput is measured without it. */
 #ifndef VIL_BACKEND_PROF_H
 #define VIL_BACKEND_PROF_H
 
