@@ -113,6 +113,8 @@ static void w_linear_bwd_shape(const VilBackend *be, const VilLinearBwd *args) {
 }
 
 const VilBackend *vil_backend_profiled(const VilBackend *inner) {
+    if (in && in != inner && n_pending) in->sync(in);
+    if (in != inner) n_marks = 0, n_pending = 0; /* marks belong to their backend's device */
     in = inner;
     wrapped = *inner; /* the same device context: the other members work unchanged */
     wrapped.zero = w_zero;
