@@ -238,8 +238,9 @@ void vil_model_set_inputs(VilModel *m, float *img, float *targets, float *dp_sca
 /* Forward on m->acts.img (backend memory, B images): fills m->acts.logits. With targets
  * (m->acts.targets filled) also the per-sample losses and probabilities. */
 void vil_model_forward(VilModel *m, int with_loss);
-/* Backward of the batch-mean loss; needs a forward with_loss. Gradients accumulate into
- * m->grads: call vil_model_zero_grad first. */
+/* Backward of the batch-mean loss; needs a forward with_loss, whose activations it uses up (the
+ * scan's ddelta is written over delta): a second backward needs a forward again. Gradients
+ * accumulate into m->grads: call vil_model_zero_grad first. */
 void vil_model_backward(VilModel *m);
 void vil_model_zero_grad(VilModel *m);
 /* Draw the drop-path scales of this step (training only; no-op when drop_path is 0). */
