@@ -2,7 +2,8 @@
  * fused as an epilogue, strided inputs through the leading dimension, accumulation through beta)
  * and the deterministic column sums used for bias gradients. dinp overwrites unless
  * accumulate_dinp; dw and db accumulate. Plans (descriptors + chosen algorithm) are cached per
- * shape, so the heuristic query runs once per distinct call site. */
+ * shape, so the heuristic query runs once per distinct call site. Forwards with few inputs (K <=
+ * 64: dt_proj's) run on the skinny-K kernel below instead. */
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
