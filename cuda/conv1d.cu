@@ -27,6 +27,24 @@ template <> struct ConvRow<1> {
     __device__ __forceinline__ void zero() { v = __float2bfloat16_rn(0.0f); }
     __device__ __forceinline__ float get(int) const { return __bfloat162float(v); }
 };
+/* NR token rows of CPT channels from p (row t_first + k at p + k ld), zeros outside [0, L);
+ * inner: every row lies inside (no tests) */
+template <int CPT, int NR>
+__device__ __forceinline__ void load_rows(ConvRow<CPT> (&r)[NR], const bf16 *p, ptrdiff_t ld, int t_first, int L,
+                                          bool inner) {
+    if (inner) {
+#pragma unroll
+        for (int k = 0; k < NR; k++) r[k].load(p + k * ld);
+    } else {
+#pragma unroll
+        for (int k = 0; k < NR; k++) {
+            int t = t_first + k;
+            if (t >= 0 && t < L) r[k].load(p + k * ld);
+            else r[k].zero();
+        }
+    }
+}
+
 #ifndef CONV_T
 #define CONV_T 64 /* threads per block of the forward (CPT channels each) */
 #endif
@@ -47,18 +65,7 @@ __global__ void __launch_bounds__(CONV_T) conv1d_silu_bidir_fwd_kernel(
     const size_t r0 = (size_t)b * L;
     ConvRow<CPT> xr[NX]; /* xr[k]: token t0 - (K-1) + k */
     const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
-    const bf16 *xp = x + (r0 + t0 - (K - 1)) * ldx + e0;
-    if (inner) {
-#pragma unroll
-        for (int k = 0; k < NX; k++) xr[k].load(xp + (ptrdiff_t)k * ldx);
-    } else {
-#pragma unroll
-        for (int k = 0; k < NX; k++) {
-            int t = t0 - (K - 1) + k;
-            if (t >= 0 && t < L) xr[k].load(xp + (ptrdiff_t)k * ldx);
-            else xr[k].zero();
-        }
-    }
+    load_rows(xr, x + (r0 + t0 - (K - 1)) * ldx + e0, ldx, t0 - (K - 1), L, inner);
     float wa[CPT][K], wb[CPT][K], ba[CPT], bb[CPT];
 #pragma unroll
     for (int c = 0; c < CPT; c++) {
@@ -152,29 +159,9 @@ __global__ void __launch_bounds__(CONV_BI_T, K >= 5 ? 4 : CONV_BI_MINB) conv1d_s
     };
     auto load = [&](Rows &rw, int t0) {
         const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
-        const bf16 *xp = x + (r0 + t0 - (K - 1)) * ldx + e0;
-        const bf16 *gp0 = du0 + (r0 + t0) * E + e0, *gp1 = du1 + (r0 + t0 - (K - 1)) * E + e0;
-        if (inner) {
-#pragma unroll
-            for (int k = 0; k < NX; k++) rw.xr[k].load(xp + (ptrdiff_t)k * ldx);
-#pragma unroll
-            for (int k = 0; k < NP; k++) rw.g[0][k].load(gp0 + (ptrdiff_t)k * E), rw.g[1][k].load(gp1 + (ptrdiff_t)k * E);
-        } else {
-#pragma unroll
-            for (int k = 0; k < NX; k++) {
-                int t = t0 - (K - 1) + k;
-                if (t >= 0 && t < L) rw.xr[k].load(xp + (ptrdiff_t)k * ldx);
-                else rw.xr[k].zero();
-            }
-#pragma unroll
-            for (int k = 0; k < NP; k++) {
-                if (t0 + k < L) rw.g[0][k].load(gp0 + (ptrdiff_t)k * E);
-                else rw.g[0][k].zero();
-                int t = t0 - (K - 1) + k;
-                if (t >= 0 && t < L) rw.g[1][k].load(gp1 + (ptrdiff_t)k * E);
-                else rw.g[1][k].zero();
-            }
-        }
+        load_rows(rw.xr, x + (r0 + t0 - (K - 1)) * ldx + e0, ldx, t0 - (K - 1), L, inner);
+        load_rows(rw.g[0], du0 + (r0 + t0) * E + e0, E, t0, L, inner);
+        load_rows(rw.g[1], du1 + (r0 + t0 - (K - 1)) * E + e0, E, t0 - (K - 1), L, inner);
     };
     auto run_one = [&](const Rows &rw, int t0) {
         const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
