@@ -41,6 +41,10 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
     const void *pa[6] = {u[0], u[1], delta[0], delta[1], z, dout ? dout : z};
     size_t sa[3] = {(size_t)E * 2, (size_t)ldz * 2, (size_t)32 * 2};
     a->vec_act = vec_bytes(pa, 6, sa, 3);
+    /* checkpoint rows (and h0's, staged as CK-chunk 0's) start at (row * E + block * 32) floats */
+    size_t sc[1] = {(size_t)E * 4};
+    const void *pc[1] = {h0};
+    a->vec_ck = vec_bytes(pc, 1, sc, 1) >= 16 ? 16 : 4;
 }
 
 /* bytes of the k|q table of both directions */

@@ -23,28 +23,21 @@
  * layer's backward; this one 443, 1,184 us, and 1,166 with whole sub-chunks compiled apart
  * (adj_fullsub: no per-step bounds tests; Mamba's spills 64 bytes that way and runs 2% slower). */
 #define SUB 4
-/* The adjoint's start state of CK-chunk c for the block's T channels into ckdst (ck_swz's layout):
- * a checkpoint is one run of T N floats (ck_slab), copied as 16-byte pieces; CK-chunk 0's is h0's
- * (rows of E per state: a 4-byte copy per state, once per launch) */
+/* The adjoint's checkpoint staging when rows start 16-byte aligned (vec_ck 16): N rows of T
+ * floats, each thread's pieces fixed, as in queue_rows16. CK-chunk 0's start state is h0's
+ * (same rows). */
 template <int N, bool ST>
-__device__ __forceinline__ void adj_stage_ck(const ScanArgs &a, float *ckdst, int c, int j, int b, int c0, int tid) {
-    constexpr int T = ADJ_T, G = N / 4;
-    const int E = a.E;
-    if (!ST || c > 0) {
-        const float *src = ck_slab(a, N, b, j, c) + (size_t)c0 * N + tid * 4;
-        const int nv = (E - c0) * G; /* valid pieces */
+__device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, int c, int j, int b,
+                                               int c0, int tid) {
+    constexpr int T = ADJ_T, PC = T / 4, RC = T / PC;
+    static_assert(T % 32 == 0 && N % RC == 0, "adjoint checkpoint staging shape");
+    const int E = a.E, pc = tid % PC, chc = c0 + pc * 4;
+    const float *cb = !ST || c > 0 ? a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * E
+                                   : a.h0 + ((size_t)b * 2 + j) * N * E;
 #pragma unroll
-        for (int k = 0; k < G; k++) {
-            const int p = tid + k * T, ch = p / G, g = p % G;
-            cp_async<16>(ckdst + ch * N + ((g ^ ck_swz<N>(ch)) << 2), src + (p < nv ? k * T * 4 : 0), p < nv ? 16 : 0);
-        }
-    } else {
-        const int d = c0 + tid, sw = ck_swz<N>(tid);
-        const bool ok = d < E;
-        const float *src = a.h0 + ((size_t)b * 2 + j) * N * E + (ok ? d : 0);
-#pragma unroll 1
-        for (int n = 0; n < N; n++)
-            cp_async<4>(ckdst + tid * N + ((((n >> 2) ^ sw) << 2) | (n & 3)), src + (ok ? (size_t)n * E : 0), ok ? 4 : 0);
+    for (int k = 0; k < N / RC; k++) {
+        int n = tid / PC + k * RC;
+        cp_async<16>(ckdst + n * T + pc * 4, chc < E ? cb + (size_t)n * E + chc : cb, chc < E ? 16 : 0);
     }
 }
 
@@ -128,21 +121,26 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
     float *tpw = tp + warp * N * TP_LD + lane;
     const float4 *tprow = reinterpret_cast<const float4 *>(tp + warp * N * TP_LD + (lane / P) * TP_LD + (lane % P) * (32 / P));
     const float *kqb = a.kqt + ((size_t)j * a.B + b) * L * KQW;
-    const bool fast = a.vec_act == 16;
-    const int cksw = ck_swz<N>(tid);
+    const bool fast = a.vec_act == 16 && a.vec_ck == 16;
     auto issue = [&](int c, int slot) {
         int s0 = c * CK, cs = min(CK, L - s0);
         bf16 *dst = stage + slot * act_elems;
         auto row_of = [&](int q, int i) { return act_row(a, a.dout, q, j, b, s0 + i, c0); };
         queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
-        if (fast)
+        if (fast) {
             queue_rows16<T, CK, 4>(dst, 4, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
-        else
-            queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
-                int q = r / cs;
-                return row_of(q, r - q * cs);
-            }, tid, T, cs, CK);
-        if (c > 0 || (ST && a.h0)) adj_stage_ck<N, ST>(a, ckb + slot * N * T, c, j, b, c0, tid);
+            if (c > 0 || (ST && a.h0)) adj_stage_ck16<N, ST>(a, ckb + slot * N * T, c, j, b, c0, tid);
+            return;
+        }
+        queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
+            int q = r / cs;
+            return row_of(q, r - q * cs);
+        }, tid, T, cs, CK);
+        if (c > 0 || (ST && a.h0))
+            queue_rows(ckb + slot * N * T, N, T, 4, c0, E, a.vec_ck, [&](int n) -> const void * {
+                return !ST || c > 0 ? a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0
+                                    : a.h0 + (((size_t)b * 2 + j) * N + n) * E + c0;
+            }, tid, T, N);
     };
     /* du and ddelta for this thread's channel (a valid address when inactive too), at the running
      * offset of the step being visited: the last one first, then -tstr per step */
@@ -166,7 +164,7 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
         __syncthreads();
         const bf16 *st = stage + slot * act_elems + tid;
         const float *kq = kqs + slot * CK * KQW;
-        const float *h0 = ckb + slot * N * T + tid * N; /* the start state (ck_swz's layout) */
+        const float *h0 = ckb + slot * N * T + tid; /* the start state, stride T */
         const bool staged = c > 0 || (ST && a.h0);   /* else zero */
         /* the second half first: its start state is reached through the first half, recomputed
          * from the checkpoint in the same iteration (nothing live across the sub-chunks) */
@@ -176,11 +174,7 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
             float hs[N];
             int nsub = min(SUB, cs - sub * SUB);
 #pragma unroll
-            for (int g = 0; g < N / 4; g++) {
-                float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (staged) v = reinterpret_cast<const float4 *>(h0)[g ^ cksw];
-                hs[4 * g] = v.x, hs[4 * g + 1] = v.y, hs[4 * g + 2] = v.z, hs[4 * g + 3] = v.w;
-            }
+            for (int n = 0; n < N; n++) hs[n] = staged ? h0[n * T] : 0.0f;
             if (sub) {
 #pragma unroll
                 for (int i = 0; i < SUB; i++) {

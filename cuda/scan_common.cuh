@@ -66,14 +66,14 @@ typedef struct {
     const char *kqh;  /* (2, B, L) rows of KQH<N>::BYTES: the quad kernel's compact k|q rows */
     bf16 *out, *dz, *du[2], *ddelta[2], *dxdbl[2];
     float *dD[2], *dA[2], *dbs[2]; /* dbs: dt_proj's bias gradient (sum of ddelta), or NULL */
-    float *ckpt; /* (B, 2, nck-1, E, N) state at the start of CK-chunks 1..: ck_slab */
+    float *ckpt; /* (B, 2, nck-1, N, E) state at the start of CK-chunks 1.. */
     float *pq;   /* (B, nblk1, 2, L, N) dq partials of the pair kernel's blocks */
     float *pk;   /* (B, 2, nblk2, L, N) dk partials of the adjoint kernel's blocks */
     float *pkap; /* (B, 2, nblk2, L) 2 dkappa partials (Longhorn: dkappa = -eps^2 deps): dk += k * their sum */
     float *pd;   /* (B, 2, E) dD partials, then (B, 2, E) sum-of-ddelta partials */
     float *pa;   /* (B, 2, E, N) dA_log partials (Mamba) */
     int B, L, E, dt_ld, xdbl_ld, ldz, nck, nblk1, nblk2; /* xdbl_ld: x_dbl's row stride */
-    int vec_act; /* bytes per async copy of the act rows: 16, 8, 4, or 2 (plain loads) */
+    int vec_act, vec_ck; /* bytes per async copy: 16, 8, 4, or 2 (plain loads) */
     /* the token-parallel form: steps [k C, (k + 1) C) of each direction are chunk k of nch (nch
      * = 1, C = L: one thread walks them all); the pair kernel runs passes [pass_lo, pass_hi) */
     int C, nch, pass_lo, pass_hi;
@@ -90,20 +90,6 @@ typedef struct {
     float *hT;       /* the forward: (B, 2, N, E) each direction's state after its last step, or
                       * NULL */
 } ScanArgs;
-
-/* The checkpoints of (sample b, direction j) at the start of CK-chunk c (1..nck-1): channel d's N
- * states at ck_slab(...) + d * N, contiguous (the prep stores them as N / 4 16-byte pieces, the
- * adjoint stages a block's channels as one run of 16-byte pieces) */
-__device__ __forceinline__ float *ck_slab(const ScanArgs &a, int N, int b, int j, int c) {
-    return a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * a.E;
-}
-/* The adjoint's staged start states: channel c's N states at c * N, its 16-byte piece g at
- * position g ^ ck_swz(c), so that 8 consecutive lanes reading piece g hit distinct banks */
-template <int N>
-__device__ __forceinline__ int ck_swz(int c) {
-    constexpr int G = N / 4; /* pieces per channel; 8 / G channels per 128 bytes */
-    return G > 1 ? (c / (8 / G)) % G : 0;
-}
 
 /* element (b, j, n, d) of h0 and hT */
 __device__ __forceinline__ size_t st_idx(const ScanArgs &a, int N, int b, int j, int n, int d) {

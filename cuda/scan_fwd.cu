@@ -189,10 +189,11 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
             }
             if (BWD) {
                 int e = s0 + cs; /* the state after this chunk starts CK-chunk e / CK */
-                if (e % CK == 0 && e < L && act) { /* a channel's states contiguous: N / 4 16-byte stores */
-                    float4 *cp = reinterpret_cast<float4 *>(ck_slab(a, N, b, j, e / CK) + (size_t)d * N);
+                if (e % CK == 0 && e < L && act) {
+                    int c = e / CK;
 #pragma unroll
-                    for (int g = 0; g < N / 4; g++) cp[g] = make_float4(h[4 * g], h[4 * g + 1], h[4 * g + 2], h[4 * g + 3]);
+                    for (int n = 0; n < N; n++)
+                        a.ckpt[((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + d] = h[n];
                 }
                 __syncthreads();
                 for (int idx = tid; idx < cs * N; idx += T) {
