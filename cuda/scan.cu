@@ -248,6 +248,8 @@ static void scan_backward(const VilScanBwd *p) {
     fill_common(&a, p->u, p->delta, p->xdbl, p->z, p->dout, p->D, R::HAS_A ? p->A_log : NULL, p->h0,
                 p->B, p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz);
     a.dz = (bf16 *)p->dz;
+    /* out: rows as dz's, at a fixed distance from dz's element (in elements) */
+    a.out = (bf16 *)p->out, a.odz = p->out ? ((intptr_t)p->out - (intptr_t)p->dz) / (intptr_t)sizeof(bf16) : 0;
     for (int j = 0; j < 2; j++) {
         a.du[j] = (bf16 *)p->du[j];
         a.ddelta[j] = (bf16 *)p->ddelta[j];

@@ -73,6 +73,7 @@ typedef struct {
     float *pd;   /* (B, 2, E) dD partials, then (B, 2, E) sum-of-ddelta partials */
     float *pa;   /* (B, 2, E, N) dA_log partials (Mamba) */
     int B, L, E, dt_ld, xdbl_ld, ldz, nck, nblk1, nblk2; /* xdbl_ld: x_dbl's row stride */
+    ptrdiff_t odz; /* the backward: out (the gated output again, or NULL) - dz, in elements */
     int vec_act, vec_ck; /* bytes per async copy: 16, 8, 4, or 2 (plain loads) */
     /* the token-parallel form: steps [k C, (k + 1) C) of each direction are chunk k of nch (nch
      * = 1, C = L: one thread walks them all); the pair kernel runs passes [pass_lo, pass_hi) */

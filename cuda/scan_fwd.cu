@@ -182,8 +182,15 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
                         ys[r * ldy + d] = f2bf(y[i]);
                     } else {
                         float tot = y[i] + in(ry, i), zz = in(rz, i), sg = sigmoidf_fast(zz);
-                        if (!BWD) a.out[r * E + d] = f2bf(0.5f * zz * sg * tot);
-                        else a.dz[r * a.ldz + d] = f2bf(0.5f * in(rg, i) * sg * (1.0f + zz * (1.0f - sg)) * tot);
+                        if (!BWD) {
+                            a.out[r * E + d] = f2bf(0.5f * zz * sg * tot);
+                        } else {
+                            /* the forward's out again (the forward's expression), then dz: without
+                             * out, odz is 0 and dz lands over it */
+                            bf16 *dzp = a.dz + r * a.ldz + d;
+                            dzp[a.odz] = f2bf(0.5f * zz * sg * tot);
+                            *dzp = f2bf(0.5f * in(rg, i) * sg * (1.0f + zz * (1.0f - sg)) * tot);
+                        }
                     }
                 }
             }

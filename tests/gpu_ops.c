@@ -431,7 +431,9 @@ static void test_scan(const OpCase *c) {
                                        .D = {cD[0], cD[1]}, .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL},
                                        .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz,
                                        .h0 = h0});
-    void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2);
+    /* the gated output made again (VilScanBwd.out), into rows as dz's (ldz apart) */
+    const size_t ldo = ldz;
+    void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2), *d_oa = dev_poison(nz * 2);
     VilScanBwd gbwd = {.rec = rec, .du = {g_du[0], g_du[1]}, .ddelta = {g_ddl[0], g_ddl[1]},
                        .dxdbl = {g_dxd[0], g_dxd[1]}, .dz = (char *)d_dz + (size_t)E * 2,
                        .dD = {g_dD[0], g_dD[1]}, .dA_log = {mamba ? g_dA[0] : NULL, mamba ? g_dA[1] : NULL},
@@ -439,7 +441,7 @@ static void test_scan(const OpCase *c) {
                        .delta = {gdl[0], gdl[1]}, .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
                        .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
                        .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz, .chunk = chunk,
-                       .states = gfwd.states, .h0 = d_h0};
+                       .states = gfwd.states, .h0 = d_h0, .out = d_oa};
     G->scan_bidir_backward(G, &gbwd);
     for (int j = 0; j < 2; j++) {
         float *du_g = get_act(g_du[j], ne), *ddl_g = get_act(g_ddl[j], ne), *dxd_g = get_act(g_dxd[j], nw);
@@ -475,6 +477,13 @@ static void test_scan(const OpCase *c) {
     snprintf(nm, sizeof nm, "scan %s bwd dz B=%d L=%d E=%d", kind, B, L, E);
     T_CLOSE(nm, rel_l2(dz_g + E, dz_c + E, (size_t)B * L, E, ldz), c->tol);
     T_CHECK(untouched(d_dz, (size_t)B * L, ldz, E, ldz) == 0, "scan bwd wrote outside dz's columns");
+    float *oa_g = get_act(d_oa, (size_t)B * L * ldo);
+    snprintf(nm, sizeof nm, "scan %s bwd: the forward's out again B=%d L=%d E=%d%s", kind, B, L, E, with_h0);
+    for (size_t r = 0; r < (size_t)B * L; r++) /* the GPU's rows packed to E apart */
+        memmove(oa_g + r * E, oa_g + r * ldo, (size_t)E * sizeof(float));
+    T_CLOSE(nm, rel(oa_g, out_c, ne), c->tol);
+    T_CHECK(untouched(d_oa, (size_t)B * L, ldo, 0, E) == 0, "scan bwd wrote past the E columns of out's rows");
+    free(oa_g);
 
     /* determinism: a second backward gives the same bits */
     uint16_t *h1 = vil_malloc(nw * 2), *h2 = vil_malloc(nw * 2);
@@ -503,7 +512,7 @@ static void test_scan(const OpCase *c) {
         free(dxd_c[j]), free(dD_c[j]), free(dA_c[j]), free(dD0[j]), free(dA0[j]);
         G->free(G, g_db[j]), free(db_c[j]), free(db0[j]);
     }
-    G->free(G, d_xz), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dz);
+    G->free(G, d_xz), G->free(G, d_out), G->free(G, d_dout), G->free(G, d_dz), G->free(G, d_oa);
     if (gfwd.states) G->free(G, gfwd.states);
     if (d_h0) G->free(G, d_h0);
     if (d_hT) G->free(G, d_hT);
@@ -953,6 +962,11 @@ static const OpCase CASES[] = {
      .B = 3, .L = 7, .D = 20, .add = 1},
     {.op = "add_rmsnorm", .name = "L = 1, no add", .tol = TOL_BF16, .tol_f32 = 1e-5,
      .B = 2, .L = 1, .D = 72},
+    /* the row width picks the pieces a lane loads: D % 4 == 0 four, D = 42 two, odd D one */
+    {.op = "add_rmsnorm", .name = "L = 9, D = 42 (pairs)", .tol = TOL_BF16, .tol_f32 = 1e-5,
+     .B = 3, .L = 9, .D = 42, .add = 1, .scale = 1},
+    {.op = "add_rmsnorm", .name = "L = 9, D = 23 (single elements)", .tol = TOL_BF16, .tol_f32 = 1e-5,
+     .B = 3, .L = 9, .D = 23, .add = 1, .scale = 1},
     {.op = "add_rmsnorm", .name = "L = 730, D = 192", .tol = TOL_BF16, .tol_f32 = 1e-5, .only = FULL,
      .B = 2, .L = 730, .D = 192, .add = 1, .scale = 1},
     {.op = "add_rmsnorm", .name = "L = 26, D = 192 (quick)", .tol = TOL_BF16, .tol_f32 = 1e-5, .only = QUICK,

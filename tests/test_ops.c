@@ -467,7 +467,12 @@ static void test_bidir(int mamba, int with_h0) {
             for (int k = c.R + 2 * c.N; k < xdbl_ld; k++) dxd[j][r * xdbl_ld + k] = 5.0f;
     float *dbs[2] = {rnd(c.E, 1), rnd(c.E, 1)}, *dbs0[2] = {vil_malloc(c.E * sizeof(float)), vil_malloc(c.E * sizeof(float))};
     for (int j = 0; j < 2; j++) memcpy(dbs0[j], dbs[j], c.E * sizeof(float));
-    scan_bidir_backward(&(VilScanBwd){.rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .du = {du[0], du[1]},
+    /* the gated output made again, into rows as dz's (ldz apart; the padding left alone) */
+    const int ldo = c.ldz;
+    float *oagain = vil_malloc((size_t)c.B * c.L * ldo * sizeof(float));
+    for (size_t i = 0; i < (size_t)c.B * c.L * ldo; i++) oagain[i] = 7.0f;
+    scan_bidir_backward(&(VilScanBwd){.rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .out = oagain,
+                                      .du = {du[0], du[1]},
                                       .ddelta = {ddl[0], ddl[1]}, .dxdbl = {dxd[0], dxd[1]}, .dz = dz,
                                       .dD = {dD[0], dD[1]}, .dA_log = {dA[0], dA[1]}, .ddelta_sum = {dbs[0], dbs[1]},
                                       .dout = c.Rw, .u = {c.u[0], c.u[1]}, .delta = {c.delta[0], c.delta[1]},
@@ -484,6 +489,13 @@ static void test_bidir(int mamba, int with_h0) {
             dbs_err = fmax(dbs_err, fabs(dbs[j][e] - s));
         }
     T_CLOSE(mamba ? "bidir mamba ddelta_sum" : "bidir longhorn ddelta_sum", dbs_err, 1e-5);
+    int again_ok = 1;
+    for (size_t r = 0; r < (size_t)c.B * c.L; r++)
+        for (int e = 0; e < ldo; e++)
+            again_ok &= e < c.E ? oagain[r * ldo + e] == c.out[r * c.E + e] : oagain[r * ldo + e] == 7.0f;
+    T_CHECK(again_ok, "bidir %s backward: its out is the forward's, bit for bit, and the row padding is untouched",
+            mamba ? "mamba" : "longhorn");
+    free(oagain);
     for (int j = 0; j < 2; j++) free(dbs[j]), free(dbs0[j]);
     int xpad_ok = 1;
     for (int j = 0; j < 2; j++)

@@ -163,6 +163,9 @@ typedef struct {
                                     * shapes and chunk), or NULL: the backward makes them again */
     const float *h0;               /* the forward's initial state (VilScanFwd.h0), or NULL: zero.
                                     * A constant: no gradient flows into it. */
+    void *out;                     /* (B, L, ldz) act (rows as dz's), or NULL: the forward's out
+                                    * made again from the states the backward recomputes anyway,
+                                    * so that the caller need not keep it */
 } VilScanBwd;
 
 /* loss.c: softmax cross-entropy against soft targets; dlogits = (probs - targets) / denom, where

@@ -425,7 +425,9 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
             l->xdbl[j] = carve(a, BL * xdbl_ld, ab);
             l->delta[j] = own_delta ? carve(a, BL * E, ab) : x->layer[0].delta[j];
         }
-        l->ysum = carve(a, BL * E, ab);
+        /* training: the scan backward makes ysum again for out_proj's weight gradient, so every
+         * layer's forward writes it into dysum (set below), which the forward does not use */
+        l->ysum = training ? NULL : carve(a, BL * E, ab);
         l->scan_states = states ? carve(a, states, 1) : NULL;
     }
     for (int i = nsets; i < c->depth; i++) x->layer[i] = x->layer[0];
@@ -447,13 +449,15 @@ static void layout_acts(VilModel *m, Arena *a, int B, int training) {
             x->dxdbl[j] = carve(a, BL * xdbl_ld, ab);
         }
         x->dysum = carve(a, BL * E, ab);
+        for (int i = 0; i < c->depth; i++) x->layer[i].ysum = x->dysum;
         /* buffers whose lives do not meet (E >= D): dnormed is written by in_proj's backward and
          * read by the norm's, between the scan backward that reads dysum and the next
-         * out_proj backward that writes it; dh is written by the norm's backward and read by the
-         * next out_proj's, before the scan backward writes du; dpatches after every layer */
+         * out_proj backward that writes it; dh (written by the norm's backward, read by the
+         * next out_proj's two products, on both sides of the scan backward) lies in normed_f,
+         * which only the head's backward reads, before the first dh; dpatches after every layer */
         int share = E >= D;
         x->dnormed = share ? x->dysum : carve(a, BL * D, ab);
-        x->dh = share ? x->du[0] : carve(a, BL * D, ab);
+        x->dh = x->normed_f;
         x->dpatches = share ? x->du[1] : carve(a, (size_t)B * c->n_patches * D, ab);
         x->dlogits = carve(a, (size_t)B * NC, f);
         if (m->input_grad) x->dimg = carve(a, (size_t)B * c->in_chans * c->img_size * c->img_size, f);
@@ -692,9 +696,8 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
     int B = a->B, L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state;
     int dl = dt_ld(c), xdbl_ld = xdbl_ld_of(c), BL = B * L;
     int has_A = vil_recurrences[c->rec].param.key != NULL;
-    be->linear_backward(be, &(VilLinearBwd){.dinp = a->dysum, .dw = Gr(m, o->out_proj), .dout = a->dh,
-                                            .in = l->ysum, .w = Wt(m, o->out_proj), .N = BL, .C = E,
-                                            .OC = D, .ld_in = E, .ld_out = D});
+    be->linear_backward(be, &(VilLinearBwd){.dinp = a->dysum, .dout = a->dh, .w = Wt(m, o->out_proj),
+                                            .N = BL, .C = E, .OC = D, .ld_in = E, .ld_out = D});
     /* what this layer did not keep, again by the forward's own ops */
     if (a->recompute == VIL_RECOMPUTE_ALL) conv_forward(m, o, l);
     if (a->recompute != VIL_RECOMPUTE_NONE)
@@ -712,7 +715,12 @@ static void mixer_backward(VilModel *m, const VilLayerOffsets *o, VilLayerActs *
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
         .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
         .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E, .states = l->scan_states,
-        .h0 = layer_h0(m, i)});
+        .h0 = layer_h0(m, i), .out = a->dxz});
+    /* out_proj's weight gradient from the gated output the scan made again (in dxz's x half,
+     * rows as dz's in the z half; the conv1d backward writes the x half next) */
+    be->linear_backward(be, &(VilLinearBwd){.dw = Gr(m, o->out_proj), .dout = a->dh, .in = a->dxz,
+                                            .w = Wt(m, o->out_proj), .N = BL, .C = E, .OC = D,
+                                            .ld_in = 2 * E, .ld_out = D});
     for (int j = 0; j < 2; j++) {
         /* dt_proj: its input gradient fills the dt_low columns of dx_dbl (k, q came from the
          * scan); its bias gradient came from the scan too */

@@ -57,7 +57,8 @@ typedef struct {
     void *u[2];     /* (B, L, E) act: SiLU(conv1d(x)) per direction */
     void *xdbl[2];  /* (B, L, xdbl_ld) act: dt_low | 0 | k | q | 0 (model.c) */
     void *delta[2]; /* (B, L, E) act: dt_proj(dt_low) */
-    void *ysum;     /* (B, L, E) act: gated, averaged scan output */
+    void *ysum;     /* (B, L, E) act: gated, averaged scan output; in training every layer's is
+                     * dysum (not kept: the scan backward makes it again, VilScanBwd.out) */
     float *scan_states; /* training: the scan's states at its chunk boundaries, kept from the
                          * forward for the backward (VilBackend.scan_states_bytes); or NULL */
 } VilLayerActs;
@@ -88,7 +89,8 @@ typedef struct {
     /* backward scratch, reused by every layer */
     float *dres;        /* (B, L, D) f32 */
     /* act. The backward shares buffers whose lives do not meet (layout_acts): dnormed lies in
-     * dysum, dh in du[0], dpatches in du[1]; each layer's ddelta is written over its own delta
+     * dysum, dh in normed_f, dpatches in du[1], the forward's ysum in dysum, the scan
+     * backward's ysum in dxz's x half; each layer's ddelta is written over its own delta
      * (VilScanBwd.ddelta) */
     void *dnormed, *dh, *dxz, *du[2], *dxdbl[2], *dysum, *dpatches;
     float *dlogits;     /* (B, classes) f32 */

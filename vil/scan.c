@@ -424,7 +424,7 @@ void scan_bidir_forward(const VilScanFwd *args) {
 
 void scan_bidir_backward(const VilScanBwd *args) {
     float *const *du = (float *const *)args->du, *const *ddelta = (float *const *)args->ddelta;
-    float *const *dxdbl = (float *const *)args->dxdbl, *dz = args->dz;
+    float *const *dxdbl = (float *const *)args->dxdbl, *dz = args->dz, *out = args->out;
     float *const *dD = args->dD, *const *dA_log = args->dA_log;
     const float *const *u = (const float *const *)args->u;
     const float *const *delta = (const float *const *)args->delta;
@@ -448,6 +448,10 @@ void scan_bidir_backward(const VilScanBwd *args) {
                 float dzv = g * y[i] * sg * (1.0f + zz * (1.0f - sg));
                 dz[(size_t)r * ldz + e] = j == 0 ? dzv : dz[(size_t)r * ldz + e] + dzv;
                 gy[i] = g * zz * sg;
+                if (out) { /* the forward's gated output, by its own expression */
+                    float go = 0.5f * y[i] * zz / (1.0f + expf(-zz));
+                    out[(size_t)r * ldz + e] = j == 0 ? go : out[(size_t)r * ldz + e] + go;
+                }
             }
         scan_dir_backward(args->rec, du[j], ddelta[j], dxdbl[j] + dt_ld, dxdbl[j] + dt_ld + N, dD[j],
                           dA_log[j], gy, u[j], delta[j], k, q, Dskip[j], args->A_log[j], B, L, E, N,

@@ -104,16 +104,19 @@ int main(int argc, char **argv) {
     BENCH("linear out_proj bwd dinp", T * D * 2.0 + T * E * 2,
           G->linear_backward(G, &(VilLinearBwd){.dinp = dysum, .dout = dh, .in = ysum, .w = w_out, .N = Ti, .C = E,
                                                 .OC = d, .ld_in = E, .ld_out = d}));
-    BENCH("linear out_proj bwd dW", T * D * 2.0 + T * E * 2,
-          G->linear_backward(G, &(VilLinearBwd){.dw = g_out, .dout = dh, .in = ysum, .w = w_out, .N = Ti, .C = E,
-                                                .OC = d, .ld_in = E, .ld_out = d}));
-    BENCH("scan bwd (both dirs)", T * E * 2.0 * 11 + 4.0 * T * 2 * N * 2,
+    /* the scan backward makes the forward's gated output again (into dxz's x half, as the model
+     * does: the training forward keeps no ysum), for out_proj's dW after it */
+    BENCH("scan bwd (both dirs)", T * E * 2.0 * 12 + 4.0 * T * 2 * N * 2,
           G->scan_bidir_backward(G, &(VilScanBwd){.rec = VIL_REC_LONGHORN, .du = {du[0], du[1]},
                                                   .ddelta = {ddl[0], ddl[1]}, .dxdbl = {dxd[0], dxd[1]}, .dz = dz,
                                                   .dD = {g_D[0], g_D[1]}, .ddelta_sum = {g_dbs[0], g_dbs[1]},
                                                   .dout = dysum, .u = {u[0], u[1]}, .delta = {dl[0], dl[1]},
                                                   .xdbl = {xd[0], xd[1]}, .z = z, .D = {Dk[0], Dk[1]}, .B = b,
-                                                  .L = L, .E = E, .N = N, .dt_ld = Rp, .xdbl_ld = Wp, .ldz = 2 * E}));
+                                                  .L = L, .E = E, .N = N, .dt_ld = Rp, .xdbl_ld = Wp, .ldz = 2 * E,
+                                                  .out = dxz}));
+    BENCH("linear out_proj bwd dW", T * D * 2.0 + T * E * 2,
+          G->linear_backward(G, &(VilLinearBwd){.dw = g_out, .dout = dh, .in = dxz, .w = w_out, .N = Ti, .C = E,
+                                                .OC = d, .ld_in = 2 * E, .ld_out = d}));
     BENCH("linear dt_proj bwd dinp (x1)", T * E * 2.0 + T * R * 2,
           G->linear_backward(G, &(VilLinearBwd){.dinp = dxd[0], .dout = ddl[0], .in = xd[0], .w = w_dt, .N = Ti,
                                                 .C = Rp, .OC = E, .ld_in = Wp, .ld_out = E}));
