@@ -950,6 +950,14 @@ static const OpCase CASES[] = {
      .N = 77, .C = 24, .OC = 96, .ld_in = 24, .ld_out = 104},
     {.op = "linear", .name = "skinny K: 48, a partial column tile", .tol = TOL_BF16, .tol_f32 = TOL_F32,
      .N = 130, .C = 48, .OC = 160, .ld_in = 80, .ld_out = 160, .bias = 1},
+    /* few outputs from many inputs: x_proj at ViL-Tiny's shape (384 -> x_dbl's 48, L = 197);
+     * 24 outputs from 200 with a bias into wider rows; 64 from 768 (ViL-Small's E) */
+    {.op = "linear", .name = "x_proj at ViL-Tiny's shape", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 394, .C = 384, .OC = 48, .ld_in = 384, .ld_out = 48, .accumulate = 1},
+    {.op = "linear", .name = "24 outputs from 200, a bias", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 131, .C = 200, .OC = 24, .ld_in = 208, .ld_out = 40, .bias = 1},
+    {.op = "linear", .name = "64 outputs from 768", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .N = 260, .C = 768, .OC = 64, .ld_in = 768, .ld_out = 64},
     /* more product shapes than cuda/linear.cu's plan cache holds (128; vil bench's table across
      * resolutions met that limit): the oldest plans are dropped and made again when needed */
     {.op = "linear", .name = "50 shapes through the plan cache", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
