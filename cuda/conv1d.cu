@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(CONV_T) conv1d_silu_bidir_fwd_kernel(
  * Version 1 (a thread per channel, 16-token runs, 2-byte loads, x loaded before du) ran 144 us a
  * ViL-Tiny layer at batch 256, this one 103 us (TC 8 / RPB 32; 112 without the next run's loads
  * in flight; 4, 8, 16 runs per block or 4, 16 tokens per run: 120-130 us); cuda/PERF_NOTES.md. */
-template <int K, int CPT, bool CARRY> /* widths 5 and 6 take 4 blocks an SM's registers (5 spill) */
+template <int K, int CPT> /* widths 5 and 6 take 4 blocks an SM's registers (5 spill) */
 __global__ void __launch_bounds__(CONV_BI_T, K >= 5 ? 4 : CONV_BI_MINB) conv1d_silu_bidir_bwd_kernel(
     bf16 *__restrict__ dx, float *__restrict__ part, const bf16 *__restrict__ du0,
     const bf16 *__restrict__ du1, const bf16 *__restrict__ x, const float *__restrict__ w0,
@@ -215,96 +215,15 @@ __global__ void __launch_bounds__(CONV_BI_T, K >= 5 ? 4 : CONV_BI_MINB) conv1d_s
                 op[(ptrdiff_t)k * ldx] = f2bf(ov[0][k]);
         }
     };
-    /* CARRY: each token's dpre computed once. A run computes the dpre of its own TC tokens only
-     * and scatters them into a window of dx sums W[m] (token t0 - H + m, H = K - 1): the forward
-     * filter's into W[H + k - i], the reversed one's into W[H + k + i]. Its first TC entries are
-     * then complete (the forward filter of the previous run's last H tokens waited for this run's
-     * dpre) and are written; the last 2H go on to the next run. The block's first run also makes
-     * the reversed filter's dpre of the H tokens before it, its last run the forward filter's of
-     * the H after it (halos: the tokens another block owns; zero past the sequence), so that the
-     * block writes exactly its own tokens. */
-    constexpr int H = K - 1, NWIN = TC + 2 * H;
-    float carry[CPT][2 * H > 0 ? 2 * H : 1];
-#pragma unroll
-    for (int c = 0; c < CPT; c++)
-#pragma unroll
-        for (int m = 0; m < 2 * H; m++) carry[c][m] = 0.0f;
-    auto run_carry = [&](const Rows &rw, int t0, bool first, bool last) {
-        const ConvRow<CPT>(&xr)[NX] = rw.xr;
-        const ConvRow<CPT>(&g)[2][NP] = rw.g;
-        float Wd[CPT][NWIN];
-#pragma unroll
-        for (int c = 0; c < CPT; c++) {
-            float xv[NX];
-#pragma unroll
-            for (int k = 0; k < NX; k++) xv[k] = xr[k].get(c);
-#pragma unroll
-            for (int m = 0; m < NWIN; m++) Wd[c][m] = m < 2 * H ? carry[c][m] : 0.0f;
-            /* dpre of direction j at token t0 + k: its pre-activation from the x window (forward
-             * taps xv[k + i], reversed xv[k + 2H - i]), times SiLU' and du */
-            auto dpre = [&](int j, int k) {
-                float pre = bb[j][c];
-#pragma unroll
-                for (int i = 0; i < K; i++) pre = fmaf(wr[j][c][i], j ? xv[k + 2 * H - i] : xv[k + i], pre);
-                const float sg = sigmoidf_fast(pre);
-                return g[j][j ? k + H : k].get(c) * sg * (1.0f + pre * (1.0f - sg));
-            };
-            auto own = [&](int j, int k, float dp) { /* dw, db of the block's own tokens */
-                acc[j][c][K] += dp;
-#pragma unroll
-                for (int i = 0; i < K; i++) acc[j][c][i] = fmaf(dp, j ? xv[k + 2 * H - i] : xv[k + i], acc[j][c][i]);
-            };
-            /* forward filter: dx[t] += w[K-1-i] dpre[t + i], so dpre at t0 + k reaches W[H + k - i] */
-            auto fwd_to_w = [&](int k, float dp) {
-#pragma unroll
-                for (int i = 0; i < K; i++) Wd[c][H + k - i] = fmaf(wr[0][c][K - 1 - i], dp, Wd[c][H + k - i]);
-            };
-            /* reversed filter: dx[t] += w[K-1-i] dpre[t - i], so dpre at t0 + k reaches W[H + k + i] */
-            auto rev_to_w = [&](int k, float dp) {
-#pragma unroll
-                for (int i = 0; i < K; i++) Wd[c][H + k + i] = fmaf(wr[1][c][K - 1 - i], dp, Wd[c][H + k + i]);
-            };
-#pragma unroll
-            for (int k = 0; k < TC; k++) {
-                const float d0 = dpre(0, k), d1 = dpre(1, k);
-                own(0, k, d0), own(1, k, d1);
-                fwd_to_w(k, d0), rev_to_w(k, d1);
-            }
-            if (first && H > 0) /* the reversed filter's dpre of the H tokens before the block */
-#pragma unroll
-                for (int k = -H; k < 0; k++) rev_to_w(k, dpre(1, k));
-            if (last && H > 0) /* the forward filter's dpre of the H tokens after it */
-#pragma unroll
-                for (int k = TC; k < TC + H; k++) fwd_to_w(k, dpre(0, k));
-#pragma unroll
-            for (int m = 0; m < 2 * H; m++) carry[c][m] = Wd[c][TC + m];
-        }
-        /* W[m] is token t0 - H + m: the first run leaves the H tokens before it to their block,
-         * the last writes the H it completed with its halo */
-        bf16 *op = dx + (r0 + t0 - H) * ldx + e0;
-#pragma unroll
-        for (int m = 0; m < NWIN - H; m++) {
-            const int t = t0 - H + m;
-            if ((m < H && first) || (m >= TC && !last) || t < 0 || t >= L) continue;
-            if constexpr (CPT == 2)
-                *reinterpret_cast<__nv_bfloat162 *>(op + (ptrdiff_t)m * ldx) = __floats2bfloat162_rn(Wd[0][m], Wd[CPT - 1][m]);
-            else
-                op[(ptrdiff_t)m * ldx] = f2bf(Wd[0][m]);
-        }
-    };
     /* the next run's loads are issued before this run's arithmetic: two row sets, in turn */
     const int ra = blockIdx.y * CONV_BI_RPB, rb = min(nrun, ra + CONV_BI_RPB);
-    auto run_any = [&](const Rows &rw, int run) {
-        if (CARRY) run_carry(rw, run * TC, run == ra, run == rb - 1);
-        else run_one(rw, run * TC);
-    };
     Rows s0, s1;
     if (ra < rb) load(s0, ra * TC);
     for (int run = ra; run < rb; run += 2) {
         if (run + 1 < rb) load(s1, (run + 1) * TC);
-        run_any(s0, run);
+        run_one(s0, run * TC);
         if (run + 2 < rb) load(s0, (run + 2) * TC);
-        if (run + 1 < rb) run_any(s1, run + 1);
+        if (run + 1 < rb) run_one(s1, (run + 1) * TC);
     }
     const size_t nrows = (size_t)gridDim.z * gridDim.y;
 #pragma unroll
@@ -398,19 +317,12 @@ extern "C" void conv1d_silu_bidir_backward_cuda(const VilConvBidirBwd *a) {
     float *part2 = part + 2 * np;
     const int pair = conv_pairs(E, ldx, x, du[0], du[1]) && (uintptr_t)dx % 4 == 0, cpt = pair ? 2 : 1;
     dim3 grid((E + CONV_BI_T * cpt - 1) / (CONV_BI_T * cpt), ngrp, B);
-    static int carry = -1; /* VIL_CONV_CARRY=0: the kernel without the carry (A/B knob, experiment) */
-    if (carry < 0) carry = !(getenv("VIL_CONV_CARRY") && atoi(getenv("VIL_CONV_CARRY")) == 0);
-#define CONV_BWD(CPT, CR)                                                                                       \
-    CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK, CPT, CR><<<grid, CONV_BI_T, 0, cu()->stream>>>(           \
+#define CONV_BWD(CPT)                                                                                       \
+    CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK, CPT><<<grid, CONV_BI_T, 0, cu()->stream>>>(           \
                          (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x, w[0], \
                          w[1], b[0], b[1], L, E, ldx)))
-    if (carry) {
-        if (pair) CONV_BWD(2, true);
-        else CONV_BWD(1, true);
-    } else {
-        if (pair) CONV_BWD(2, false);
-        else CONV_BWD(1, false);
-    }
+    if (pair) CONV_BWD(2);
+    else CONV_BWD(1);
 #undef CONV_BWD
     CU_LAUNCH_CHECK();
     for (int j = 0; j < 2; j++) {
