@@ -398,6 +398,19 @@ void scan_dir_backward(VilRecurrence rec, float *du, float *ddelta, float *dk, f
 
 /* ---------------- the bidirectional core ---------------- */
 
+/* out (rows ldo apart) = (first ? 0 : out) + 0.5 y SiLU(z): direction j's gated half of the
+ * output, for the forward and for the backward that makes it again (the same code: the same
+ * bits, vectorized alike) */
+static void gate_add(float *out, size_t ldo, const float *y, const float *z, int ldz, size_t BL, int E, int first) {
+#pragma omp parallel for
+    for (long r = 0; r < (long)BL; r++)
+        for (int e = 0; e < E; e++) {
+            float zz = z[(size_t)r * ldz + e];
+            float g = 0.5f * y[(size_t)r * E + e] * zz / (1.0f + expf(-zz));
+            out[(size_t)r * ldo + e] = first ? g : out[(size_t)r * ldo + e] + g;
+        }
+}
+
 void scan_bidir_forward(const VilScanFwd *args) {
     float *out = args->out;
     const float *z = args->z;
@@ -411,13 +424,7 @@ void scan_bidir_forward(const VilScanFwd *args) {
                            .hT = args->hT ? args->hT + (size_t)j * N * E : NULL, .ld = (size_t)2 * N * E};
         scan_dir_forward(args->rec, y, args->u[j], args->delta[j], xdbl + dt_ld, xdbl + dt_ld + N,
                          args->D[j], args->A_log[j], B, L, E, N, xdbl_ld, j, &st);
-#pragma omp parallel for
-        for (long r = 0; r < (long)BL; r++)
-            for (int e = 0; e < E; e++) {
-                float zz = z[(size_t)r * ldz + e];
-                float g = 0.5f * y[(size_t)r * E + e] * zz / (1.0f + expf(-zz));
-                out[(size_t)r * E + e] = j == 0 ? g : out[(size_t)r * E + e] + g;
-            }
+        gate_add(out, E, y, z, ldz, BL, E, j == 0);
     }
     free(y);
 }
@@ -448,11 +455,8 @@ void scan_bidir_backward(const VilScanBwd *args) {
                 float dzv = g * y[i] * sg * (1.0f + zz * (1.0f - sg));
                 dz[(size_t)r * ldz + e] = j == 0 ? dzv : dz[(size_t)r * ldz + e] + dzv;
                 gy[i] = g * zz * sg;
-                if (out) { /* the forward's gated output, by its own expression */
-                    float go = 0.5f * y[i] * zz / (1.0f + expf(-zz));
-                    out[(size_t)r * ldz + e] = j == 0 ? go : out[(size_t)r * ldz + e] + go;
-                }
             }
+        if (out) gate_add(out, ldz, y, z, ldz, BL, E, j == 0); /* the forward's gated output again */
         scan_dir_backward(args->rec, du[j], ddelta[j], dxdbl[j] + dt_ld, dxdbl[j] + dt_ld + N, dD[j],
                           dA_log[j], gy, u[j], delta[j], k, q, Dskip[j], args->A_log[j], B, L, E, N,
                           xdbl_ld, j, &st);
