@@ -118,11 +118,9 @@ static void forward_impl(ScanArgs a) {
      * quad kernel */
     const bool quad = a.split == QUAD_Q, flt = !quad || a.nch > 1;
     size_t chb = a.nch > 1 ? ch_bytes<N>(&a) : 0;
-    size_t dtb = a.dtr ? ((size_t)2 * a.B * a.L + 2 * a.E) * 32 * sizeof(float) : 0;
-    size_t sz[5] = {flt ? kq_bytes<N>(&a) : 0, quad ? (size_t)2 * a.B * a.L * KQH<N>::BYTES : 0, a.keep ? 0 : chb, chb, dtb};
-    void *p[5];
-    carve(p, sz, 5);
-    if (a.dtr) scan_dt_launch(&a, (float *)p[4], (float *)p[4] + (size_t)2 * a.B * a.L * 32, a.dtw_in, a.dtr);
+    size_t sz[4] = {flt ? kq_bytes<N>(&a) : 0, quad ? (size_t)2 * a.B * a.L * KQH<N>::BYTES : 0, a.keep ? 0 : chb, chb};
+    void *p[4];
+    carve(p, sz, 4);
     if (flt) scan_kq_launch<N>(&a, (float *)p[0], false);
     if (quad) scan_kq_launch<N>(&a, (float *)p[1], true);
     a.chs = a.keep ? a.keep : (float *)p[2], a.chp = (float *)p[3];
@@ -241,12 +239,6 @@ static void scan_forward(const VilScanFwd *p) {
         split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < cu()->scan_tune->quad_fwd[R::REC] ? QUAD_Q : 1;
     if (split != 1 && split != QUAD_Q) VIL_FATAL("scan: split = %d; the CUDA forward has 1 and %d threads per channel", split, QUAD_Q);
     a.split = split;
-    if (p->dt_w[0]) { /* dt_proj folded in: the experiment's one path */
-        if (split != 1 || a.nch > 1 || p->h0 || p->hT || p->N != 16 || (p->dt_r != 12 && p->dt_r != 24))
-            VIL_FATAL("scan: dt_proj folded in runs the sequential pair kernel at N = 16, dt_r 12 or 24 only");
-        a.dtr = p->dt_r, a.dtw_in[0] = p->dt_w[0], a.dtw_in[1] = p->dt_w[1];
-        a.dtb[0] = p->dt_b[0], a.dtb[1] = p->dt_b[1];
-    }
     n_dispatch(p->N, [&](auto n) { forward_impl<decltype(n)::value, R>(a); });
 }
 

@@ -90,12 +90,6 @@ typedef struct {
                       * NULL: zero */
     float *hT;       /* the forward: (B, 2, N, E) each direction's state after its last step, or
                       * NULL */
-    /* dt_proj folded into the pair kernel's forward (VilScanFwd.dt_w; kernels with DTR > 0):
-     * dtl (2, B, L, DTR) dt_low as float (zero past dt_r), dtw (2, DTR, E) W^T as float, dtb[j]
-     * (E) the bias */
-    const float *dtl, *dtw, *dtb[2];
-    int dtr; /* DTR, 0: delta is read */
-    const void *dtw_in[2]; /* the host: VilScanFwd.dt_w */
 } ScanArgs;
 
 /* element (b, j, n, d) of h0 and hT */
@@ -238,8 +232,6 @@ enum { LOC_FWD, LOC_BWD, LOC_KEPT };
 /* scan_fwd.cu: the k|q table of both directions into kqt (compact: the quad kernel's rows) */
 template <int N>
 void scan_kq_launch(ScanArgs *a, float *kqt, bool compact);
-/* scan_fwd.cu: dt_proj folded in: dt_low and W^T as float (a->dtl, a->dtw, a->dtr set) */
-void scan_dt_launch(ScanArgs *a, float *dtl, float *dtw, const void *const w[2], int dt_r);
 /* scan_fwd.cu: the pair (quad) kernel over all chunks */
 template <int N, class R, bool BWD>
 void scan_pair_launch(ScanArgs a);

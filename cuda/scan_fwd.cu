@@ -59,18 +59,13 @@ static constexpr int pair_seq_unroll = SCAN_KT.pair_seq_unroll; /* #pragma unrol
  * without the chunk bounds and carried states (which cost spills). ST: compiled with the given
  * initial state (a.h0) and the final one out (a.hT); without it, without them (which cost
  * spills too) */
-/* DTR > 0 (the forward, an experiment of issue 35): delta made per thread from the staged dt_low
- * rows (a.dtl, DTR floats a step) and W^T (a.dtw), not read. PH: phases 1 and 2 run in groups of
- * PH steps (fewer per-step scalars live at once) */
-template <int N, class R, bool BWD, bool CH, bool ST, int DTR = 0, int PH = CKS>
+template <int N, class R, bool BWD, bool CH, bool ST>
 __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : SCAN_KT.pair_minb) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
     constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : SCAN_KT.pair_stages; /* rows, slots */
-    constexpr int buf_elems = NQ * CKS * T, DO = DTR > 0 ? 1 : 0; /* DO: no delta row */
-    static_assert(DTR % 4 == 0 && CKS % PH == 0 && (DTR == 0 || !BWD), "pair kernel shape");
+    constexpr int buf_elems = NQ * CKS * T;
     __shared__ __align__(16) bf16 stage[NSTG * buf_elems];
     __shared__ __align__(16) float kqs[NSTG * CKS * KQW];
-    __shared__ __align__(16) float dts[DTR > 0 ? NSTG * CKS * DTR : 4];
     __shared__ float red[BWD ? NW * CKS * N : 1];
     __shared__ __align__(16) float tp[BWD ? NW * N * TP_LD : 4]; /* the warps' transpose tiles (tile_rowsum) */
     const int L = a.L, E = a.E;
@@ -94,8 +89,6 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
         const bool need_z = BWD || j == 0, need_go = BWD, need_ys = j == 0;
         float h[N], A[N];
         float Dsk = act ? a.Dsk[j][d] : 0.0f;
-        const float dbias = DTR > 0 && act ? a.dtb[j][d] : 0.0f;
-        const float *wt = a.dtw + (size_t)j * DTR * E + (act ? d : 0);
 #pragma unroll
         for (int n = 0; n < N; n++) {
             h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, n, d)]
@@ -103,10 +96,9 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
             A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         }
         auto issue = [&](int s0, int cs, bf16 *dst) {
-            int nq = 2 - DO + (need_z ? 1 : 0) + (need_go ? 1 : 0) + (need_ys ? 1 : 0);
-            /* q counts the rows present: u, dl (not with DTR), [z], [go], [ys] */
+            int nq = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0) + (need_ys ? 1 : 0);
+            /* q counts the rows present: u, dl, [z], [go], [ys] */
             auto row_of = [&](int q, int i) -> const bf16 * {
-                if (DO && q >= 1) q++;
                 int s = s0 + i, t = j ? L - 1 - s : s;
                 int kind = q < 2 ? q : q == 2 ? (need_z ? 2 : need_go ? 3 : 4) : q == 3 ? (need_go ? 3 : 4) : 4;
                 const bf16 *base = kind == 0 ? a.u[j] : kind == 1 ? a.delta[j] : kind == 2 ? a.z
@@ -125,19 +117,9 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
                 }, tid, T, cs, CKS);
             queue_kq<N>(kqs + (dst - stage) / buf_elems * CKS * KQW, a.kqt + ((size_t)j * a.B + b) * L * KQW,
                         s0, cs, CKS, j, L, tid, T);
-            if (DTR > 0) { /* the dt_low rows, DTR floats a step */
-                constexpr int P = DTR > 0 ? DTR / 4 : 1;
-                float *dd = dts + (dst - stage) / buf_elems * CKS * DTR;
-                const float *base = a.dtl + ((size_t)j * a.B + b) * L * DTR;
-                for (int job = tid; job < CKS * P; job += T) {
-                    int r = job / P, p = job - r * P, s = s0 + r, t = j ? L - 1 - s : s;
-                    bool on = r < cs;
-                    cp_async<16>(dd + r * DTR + p * 4, base + (on ? (size_t)t * DTR + p * 4 : 0), on ? 16 : 0);
-                }
-            }
         };
         /* staged row index of each kind (see issue) */
-        const int rz = 2 - DO, rg = (need_z ? 3 : 2) - DO, ry = 2 - DO + (need_z ? 1 : 0) + (need_go ? 1 : 0);
+        const int rz = 2, rg = need_z ? 3 : 2, ry = 2 + (need_z ? 1 : 0) + (need_go ? 1 : 0);
         /* round r of the block's steps into slot r % NSTG; NSTG - 1 rounds in flight (each
          * kernel writes its ring loop out: a shared one cost 0.3-0.8%, cuda/PERF_NOTES.md) */
         auto issue_round = [&](int r) {
@@ -159,41 +141,20 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
             const bf16 *st = stage + (ch % NSTG) * buf_elems;
             const float *kq = kqs + (ch % NSTG) * CKS * KQW;
             auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CKS + i) * T + tid]); };
-            float y[CKS];
+            /* phase 1: the state-independent scalars of every step of the chunk */
+            float uu[CKS], p0[CKS], p1[CKS];
 #pragma unroll
-            for (int g0 = 0; g0 < CKS; g0 += PH) {
-            /* phase 1: the state-independent scalars of PH steps of the chunk */
-            float uu[PH], p0[PH], p1[PH], dlv[PH];
-            if (DTR > 0) { /* delta = b + W dt_low, in fp32, rounded as dt_proj's output is */
-                const float *dr = dts + (ch % NSTG) * CKS * DTR + g0 * DTR;
-#pragma unroll
-                for (int i = 0; i < PH; i++) dlv[i] = dbias;
-#pragma unroll
-                for (int r4 = 0; r4 < DTR / 4; r4++) {
-                    const float w0 = __ldg(wt + (4 * r4) * E), w1 = __ldg(wt + (4 * r4 + 1) * E);
-                    const float w2 = __ldg(wt + (4 * r4 + 2) * E), w3 = __ldg(wt + (4 * r4 + 3) * E);
-#pragma unroll
-                    for (int i = 0; i < PH; i++) {
-                        const float4 x = *reinterpret_cast<const float4 *>(dr + i * DTR + 4 * r4);
-                        dlv[i] = fmaf(w3, x.w, fmaf(w2, x.z, fmaf(w1, x.y, fmaf(w0, x.x, dlv[i]))));
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < PH; i++) dlv[i] = bf2f(f2bf(dlv[i]));
-            }
-#pragma unroll
-            for (int ii = 0; ii < PH; ii++) {
-                const int i = g0 + ii;
+            for (int i = 0; i < CKS; i++) {
                 bool on = i < cs;
-                uu[ii] = on ? in(0, i) : 0.0f;
-                float dl = DTR > 0 ? dlv[ii] : on ? in(1, i) : 0.0f;
-                step_pre<N, R>(p0[ii], p1[ii], kq + i * KQW, uu[ii], dl);
-                if (!on) p0[ii] = 0.0f, p1[ii] = 0.0f;
+                uu[i] = on ? in(0, i) : 0.0f;
+                float dl = on ? in(1, i) : 0.0f;
+                step_pre<N, R>(p0[i], p1[i], kq + i * KQW, uu[i], dl);
+                if (!on) p0[i] = 0.0f, p1[i] = 0.0f;
             }
             /* phase 2: the recurrence (only h -> h is serial) */
+            float y[CKS];
 #pragma unroll
-            for (int ii = 0; ii < PH; ii++) {
-                const int i = g0 + ii;
+            for (int i = 0; i < CKS; i++) {
                 if (BWD) {
                     /* dq_t[n] = sum_d gy_t[d] h_t[d, n] over the warp's channels: each gy h put
                      * into the warp's transpose tile as the state is made */
@@ -201,15 +162,14 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
                     float gy = go * zz * sigmoidf_fast(zz);
                     float *tpw = tp + warp * N * TP_LD + lane;
                     __syncwarp(); /* the tile's previous reads are done */
-                    y[i] = fmaf(Dsk, uu[ii], step_upd<N, R>(h, kq + i * KQW, p0[ii], p1[ii], A,
-                                                             [&](int n, float hn) { tpw[n * TP_LD] = gy * hn; }));
+                    y[i] = fmaf(Dsk, uu[i], step_upd<N, R>(h, kq + i * KQW, p0[i], p1[i], A,
+                                                            [&](int n, float hn) { tpw[n * TP_LD] = gy * hn; }));
                     constexpr int P = 32 / N;
                     float r = tile_rowsum<N>(reinterpret_cast<const float4 *>(tp + warp * N * TP_LD + (lane / P) * TP_LD + (lane % P) * (32 / P)));
                     if (lane % P == 0) red[(warp * CKS + i) * N + lane / P] = r;
                 } else {
-                    y[i] = fmaf(Dsk, uu[ii], step_upd<N, R>(h, kq + i * KQW, p0[ii], p1[ii], A));
+                    y[i] = fmaf(Dsk, uu[i], step_upd<N, R>(h, kq + i * KQW, p0[i], p1[i], A));
                 }
-            }
             }
             /* phase 3: outputs */
             if (act) {
@@ -453,59 +413,6 @@ void scan_kq_launch(ScanArgs *a, float *kqt, bool compact) {
     else a->kqt = kqt;
 }
 
-/* dt_proj folded in: dtl (2, BL, DTR) and dtw (2, DTR, E) as float, zero past dt_r */
-__global__ void scan_dt_kernel(float *dtl, float *dtw, const bf16 *x0, const bf16 *x1, const bf16 *w0,
-                               const bf16 *w1, int BL, int xdbl_ld, int dt_ld, int dt_r, int DTR, int E) {
-    const size_t n1 = (size_t)2 * BL * DTR, n2 = (size_t)2 * DTR * E;
-    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n1 + n2; idx += (size_t)gridDim.x * blockDim.x) {
-        if (idx < n1) {
-            size_t row = idx / DTR;
-            int r = (int)(idx % DTR), j = row >= (size_t)BL;
-            const bf16 *x = (j ? x1 : x0) + (row - (j ? BL : 0)) * xdbl_ld;
-            dtl[idx] = r < dt_r ? bf2f(x[r]) : 0.0f;
-        } else {
-            size_t i = idx - n1;
-            int j = (int)(i / ((size_t)DTR * E)), r = (int)(i / E % DTR), e = (int)(i % E);
-            dtw[i] = r < dt_r ? bf2f((j ? w1 : w0)[(size_t)e * dt_ld + r]) : 0.0f;
-        }
-    }
-}
-void scan_dt_launch(ScanArgs *a, float *dtl, float *dtw, const void *const w[2], int dt_r) {
-    a->dtr = (dt_r + 3) / 4 * 4;
-    size_t n = (size_t)2 * a->B * a->L * a->dtr + (size_t)2 * a->dtr * a->E;
-    scan_dt_kernel<<<cu_blocks_capped(n, 256, 16), 256, 0, cu()->stream>>>(
-        dtl, dtw, a->xdbl[0], a->xdbl[1], (const bf16 *)w[0], (const bf16 *)w[1], a->B * a->L, a->xdbl_ld,
-        a->dt_ld, dt_r, a->dtr, a->E);
-    CU_LAUNCH_CHECK();
-    a->dtl = dtl, a->dtw = dtw;
-}
-
-/* the sequential pair kernel, with the experiments' forms (issue 35): dt_proj folded into the
- * forward (a.dtr 12 or 24, N = 16), the backward prep's phases in groups of 4 steps
- * (VIL_SCAN_PH=4) */
-static int scan_env(const char *name, int *v) {
-    if (*v < 0) {
-        const char *e = getenv(name);
-        *v = e && *e ? atoi(e) : 0;
-        if (*v) fprintf(stderr, "vil: %s=%d: the pair kernel's phases in groups of %d steps\n", name, *v, *v);
-    }
-    return *v;
-}
-static int ph_bwd = -1, ph_fwd = -1; /* VIL_SCAN_PH: the backward prep's; VIL_SCAN_PHF: the forward's */
-template <int N, class R, bool BWD, bool ST>
-static void pair_seq(dim3 grid, const ScanArgs &a) {
-    if constexpr (N == 16 && !ST) {
-        const bool p4 = BWD ? scan_env("VIL_SCAN_PH", &ph_bwd) == 4 : scan_env("VIL_SCAN_PHF", &ph_fwd) == 4;
-        if (!BWD && a.dtr == 12 && p4) return scan_pair_kernel<N, R, false, false, false, 12, 4><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-        if (!BWD && a.dtr == 24 && p4) return scan_pair_kernel<N, R, false, false, false, 24, 4><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-        if (!BWD && a.dtr == 12) return scan_pair_kernel<N, R, false, false, false, 12><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-        if (!BWD && a.dtr == 24) return scan_pair_kernel<N, R, false, false, false, 24><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-        if (p4) return scan_pair_kernel<N, R, BWD, false, false, 0, 4><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-    }
-    if (!BWD && a.dtr) VIL_FATAL("scan: dt_proj folded in with dt_r %d, N %d: the experiment has 12 and 24 at N = 16", a.dtr, N);
-    scan_pair_kernel<N, R, BWD, false, ST><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-}
-
 template <int N, class R, bool BWD, bool ST>
 static void pair_passes(ScanArgs a) {
     const bool quad = !BWD && a.split == QUAD_Q;
@@ -516,7 +423,7 @@ static void pair_passes(ScanArgs a) {
         if (quad && a.nch > 1) scan_quad_kernel<N, R, true, ST><<<grid, QUAD_T, 0, cu()->stream>>>(a);
         else if (quad) scan_quad_kernel<N, R, false, ST><<<grid, QUAD_T, 0, cu()->stream>>>(a);
         else if (a.nch > 1) scan_pair_kernel<N, R, BWD, true, ST><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-        else pair_seq<N, R, BWD, ST>(grid, a);
+        else scan_pair_kernel<N, R, BWD, false, ST><<<grid, PAIR_T, 0, cu()->stream>>>(a);
         CU_LAUNCH_CHECK();
         if (a.nch == 1) break;
     }

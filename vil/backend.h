@@ -146,12 +146,6 @@ typedef struct {
                                     * (doc/scans.md "Initial state"), or NULL: zero */
     float *hT;                     /* (B, 2, N, E) f32: each direction's state after its last
                                     * step, or NULL: not wanted */
-    /* dt_proj folded into the scan (an experiment of issue 35; the model does not use it): when
-     * dt_w[0] is set, delta is not read and each direction's delta is dt_low W^T + b, dt_low
-     * the first dt_r columns of x_dbl, W (E, dt_ld) in the linear op's weight type */
-    const void *dt_w[2];
-    const float *dt_b[2];
-    int dt_r;
 } VilScanFwd;
 typedef struct {
     VilRecurrence rec;

@@ -418,27 +418,14 @@ void scan_bidir_forward(const VilScanFwd *args) {
         xdbl_ld = args->xdbl_ld, ldz = args->ldz;
     size_t BL = (size_t)B * L;
     float *y = vil_malloc(BL * E * sizeof(float));
-    float *dtd = args->dt_w[0] ? vil_malloc(BL * E * sizeof(float)) : NULL;
     for (int j = 0; j < 2; j++) {
-        const float *xdbl = args->xdbl[j], *delta = args->delta[j];
-        if (dtd) { /* dt_proj folded in: delta = dt_low W^T + b */
-            const float *w = args->dt_w[j], *bias = args->dt_b[j];
-#pragma omp parallel for
-            for (long r = 0; r < (long)BL; r++)
-                for (int e = 0; e < E; e++) {
-                    float s = bias[e];
-                    for (int k = 0; k < args->dt_r; k++) s += w[(size_t)e * dt_ld + k] * xdbl[(size_t)r * xdbl_ld + k];
-                    dtd[(size_t)r * E + e] = s;
-                }
-            delta = dtd;
-        }
+        const float *xdbl = args->xdbl[j];
         VilScanState st = {.h0 = args->h0 ? args->h0 + (size_t)j * N * E : NULL,
                            .hT = args->hT ? args->hT + (size_t)j * N * E : NULL, .ld = (size_t)2 * N * E};
-        scan_dir_forward(args->rec, y, args->u[j], delta, xdbl + dt_ld, xdbl + dt_ld + N,
+        scan_dir_forward(args->rec, y, args->u[j], args->delta[j], xdbl + dt_ld, xdbl + dt_ld + N,
                          args->D[j], args->A_log[j], B, L, E, N, xdbl_ld, j, &st);
         gate_add(out, E, y, z, ldz, BL, E, j == 0);
     }
-    free(dtd);
     free(y);
 }
 

@@ -238,9 +238,7 @@ static const HSpec SPEC = {
     "  --no-states  version 2: the backward makes the chunk-boundary states again rather than\n"
     "             reading those the forward kept (what the model does in training)\n"
     "  --split S  version 2's forward: threads per channel (0 chosen by shape, the default; 1 the\n"
-    "             pair kernel, 4 the quad kernel)\n"
-    "  --dt R     version 2's forward with dt_proj folded in (an experiment): delta from the first\n"
-    "             R columns of x_dbl, a random W and bias, not read\n",
+    "             pair kernel, 4 the quad kernel)\n",
     versions, (int)(sizeof versions / sizeof versions[0]), 64, 50};
 
 int main(int argc, char **argv) {
@@ -250,7 +248,6 @@ int main(int argc, char **argv) {
     int chunk = h_take_int(&argc, argv, "--chunk", 0, -1, 1 << 20);
     int split = h_take_int(&argc, argv, "--split", 0, 0, 4);
     int no_states = h_take_flag(&argc, argv, "--no-states");
-    int dt_r = h_take_int(&argc, argv, "--dt", 0, 0, 64);
     h_init(&h, argc, argv, &SPEC);
     HShapes S = h_shapes(h.B, 192);
     S.L = Lq;
@@ -283,19 +280,8 @@ int main(int argc, char **argv) {
                      .xdbl = {xd[0], xd[1]}, .z = xz + E, .D = {Dk[0], Dk[1]},
                      .A_log = {mamba ? Al[0] : NULL, mamba ? Al[1] : NULL},
                      .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .xdbl_ld = xdbl_ld, .ldz = ldz};
-    if (dt_r) { /* dt_proj folded into the forward: W (E, dt_ld) and b, bf16-exact */
-        if (dt_r > R) dt_r = R;
-        for (int j = 0; j < 2; j++) {
-            float *w = h_rand_bf(&h, (size_t)E * R, 0.3f), *bb = h_rand(&h, E, 0.5f);
-            cf.dt_w[j] = w, cf.dt_b[j] = bb;
-        }
-        cf.dt_r = dt_r;
-        printf("dt_proj folded into the forward: dt_r %d\n", dt_r);
-    }
     scan_bidir_forward(&cf);
     VilScanFwd gf = cf;
-    for (int j = 0; j < 2 && dt_r; j++)
-        gf.dt_w[j] = h_act(&h, (const float *)cf.dt_w[j], (size_t)E * R), gf.dt_b[j] = h_f32(&h, cf.dt_b[j], E);
     gf.chunk = chunk, gf.split = split;
     gf.out = h_poison_act(&h, ne), gf.z = h_act_at(&h, gxz, E);
     /* version 2: the chunk-boundary states kept from the forward for the backward, as the model
