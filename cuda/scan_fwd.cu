@@ -64,6 +64,11 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
     constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : SCAN_KT.pair_stages; /* rows, slots */
     constexpr int buf_elems = NQ * CKS * T;
+    /* phases 1 and 2 in groups of PH steps: the backward prep with fewer per-step scalars live
+     * at once (spills 36 / 56 -> 16 / 44 bytes at its 80 registers; harness bwd -0.6%); the
+     * forward in one group (in two it spills 16 / 28 bytes where it spills 4 / 4) */
+    constexpr int PH = BWD ? 4 : CKS;
+    static_assert(CKS % PH == 0, "the pair kernel's phase groups");
     __shared__ __align__(16) bf16 stage[NSTG * buf_elems];
     __shared__ __align__(16) float kqs[NSTG * CKS * KQW];
     __shared__ float red[BWD ? NW * CKS * N : 1];
@@ -141,34 +146,39 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
             const bf16 *st = stage + (ch % NSTG) * buf_elems;
             const float *kq = kqs + (ch % NSTG) * CKS * KQW;
             auto in = [&](int q, int i) { return bf2f(st[(size_t)(q * CKS + i) * T + tid]); };
-            /* phase 1: the state-independent scalars of every step of the chunk */
-            float uu[CKS], p0[CKS], p1[CKS];
-#pragma unroll
-            for (int i = 0; i < CKS; i++) {
-                bool on = i < cs;
-                uu[i] = on ? in(0, i) : 0.0f;
-                float dl = on ? in(1, i) : 0.0f;
-                step_pre<N, R>(p0[i], p1[i], kq + i * KQW, uu[i], dl);
-                if (!on) p0[i] = 0.0f, p1[i] = 0.0f;
-            }
-            /* phase 2: the recurrence (only h -> h is serial) */
             float y[CKS];
 #pragma unroll
-            for (int i = 0; i < CKS; i++) {
-                if (BWD) {
-                    /* dq_t[n] = sum_d gy_t[d] h_t[d, n] over the warp's channels: each gy h put
-                     * into the warp's transpose tile as the state is made */
-                    float zz = i < cs ? in(rz, i) : 0.0f, go = i < cs ? 0.5f * in(rg, i) : 0.0f;
-                    float gy = go * zz * sigmoidf_fast(zz);
-                    float *tpw = tp + warp * N * TP_LD + lane;
-                    __syncwarp(); /* the tile's previous reads are done */
-                    y[i] = fmaf(Dsk, uu[i], step_upd<N, R>(h, kq + i * KQW, p0[i], p1[i], A,
-                                                            [&](int n, float hn) { tpw[n * TP_LD] = gy * hn; }));
-                    constexpr int P = 32 / N;
-                    float r = tile_rowsum<N>(reinterpret_cast<const float4 *>(tp + warp * N * TP_LD + (lane / P) * TP_LD + (lane % P) * (32 / P)));
-                    if (lane % P == 0) red[(warp * CKS + i) * N + lane / P] = r;
-                } else {
-                    y[i] = fmaf(Dsk, uu[i], step_upd<N, R>(h, kq + i * KQW, p0[i], p1[i], A));
+            for (int g0 = 0; g0 < CKS; g0 += PH) {
+                /* phase 1: the state-independent scalars of the group's steps */
+                float uu[PH], p0[PH], p1[PH];
+#pragma unroll
+                for (int ii = 0; ii < PH; ii++) {
+                    const int i = g0 + ii;
+                    bool on = i < cs;
+                    uu[ii] = on ? in(0, i) : 0.0f;
+                    float dl = on ? in(1, i) : 0.0f;
+                    step_pre<N, R>(p0[ii], p1[ii], kq + i * KQW, uu[ii], dl);
+                    if (!on) p0[ii] = 0.0f, p1[ii] = 0.0f;
+                }
+                /* phase 2: the recurrence (only h -> h is serial) */
+#pragma unroll
+                for (int ii = 0; ii < PH; ii++) {
+                    const int i = g0 + ii;
+                    if (BWD) {
+                        /* dq_t[n] = sum_d gy_t[d] h_t[d, n] over the warp's channels: each gy h put
+                         * into the warp's transpose tile as the state is made */
+                        float zz = i < cs ? in(rz, i) : 0.0f, go = i < cs ? 0.5f * in(rg, i) : 0.0f;
+                        float gy = go * zz * sigmoidf_fast(zz);
+                        float *tpw = tp + warp * N * TP_LD + lane;
+                        __syncwarp(); /* the tile's previous reads are done */
+                        y[i] = fmaf(Dsk, uu[ii], step_upd<N, R>(h, kq + i * KQW, p0[ii], p1[ii], A,
+                                                                 [&](int n, float hn) { tpw[n * TP_LD] = gy * hn; }));
+                        constexpr int P = 32 / N;
+                        float r = tile_rowsum<N>(reinterpret_cast<const float4 *>(tp + warp * N * TP_LD + (lane / P) * TP_LD + (lane % P) * (32 / P)));
+                        if (lane % P == 0) red[(warp * CKS + i) * N + lane / P] = r;
+                    } else {
+                        y[i] = fmaf(Dsk, uu[ii], step_upd<N, R>(h, kq + i * KQW, p0[ii], p1[ii], A));
+                    }
                 }
             }
             /* phase 3: outputs */
