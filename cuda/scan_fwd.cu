@@ -65,8 +65,9 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
     constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : SCAN_KT.pair_stages; /* rows, slots */
     constexpr int buf_elems = NQ * CKS * T;
     /* phases 1 and 2 in groups of PH steps: the backward prep with fewer per-step scalars live
-     * at once (spills 36 / 56 -> 16 / 44 bytes at its 80 registers; harness bwd -0.6%); the
-     * forward in one group (in two it spills 16 / 28 bytes where it spills 4 / 4) */
+     * at once (spills 36 / 56 -> 16 / 44 bytes at its 80 registers; harness bwd -0.4% Longhorn,
+     * -0.8% Mamba); the forward in one group (in two it spills 16 / 28 bytes where it spills
+     * 4 / 4) */
     constexpr int PH = BWD ? 4 : CKS;
     static_assert(CKS % PH == 0, "the pair kernel's phase groups");
     __shared__ __align__(16) bf16 stage[NSTG * buf_elems];
