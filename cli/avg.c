@@ -21,11 +21,8 @@
 /* a safetensors file, or a PyTorch .pth (ema: its model_ema); 0, or -1 reported */
 static int read_weights(const char *path, int ema, VilSafetensors *st, int *is_pth) {
     unsigned char head[4] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        vil_error("cannot open '%s': %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = vil_fopen_regular(path, "rb"); /* a FIFO is refused, not waited on */
+    if (!f) return -1;
     size_t got = fread(head, 1, 4, f);
     fclose(f);
     *is_pth = got == 4 && vil_pth_sniff(head, 4) != 0;
@@ -39,35 +36,41 @@ static int read_weights(const char *path, int ema, VilSafetensors *st, int *is_p
     return vil_st_read(path, st);
 }
 
-/* the step_*.safetensors of folder dir, in step order, appended to *list; their count, or -1 */
+typedef struct {
+    long step;
+    char *path;
+} Snapshot;
+
+static int by_step(const void *a, const void *b) {
+    long x = ((const Snapshot *)a)->step, y = ((const Snapshot *)b)->step;
+    return (x > y) - (x < y);
+}
+
+/* the step_*.safetensors of folder dir, in step order (step_900 before step_1000), appended to
+ * *list; their count, or -1 */
 static int add_snapshots(const char *dir, char ***list, int *n) {
     DIR *d = opendir(dir);
     if (!d) {
         vil_error("cannot read the folder '%s': %s", dir, strerror(errno));
         return -1;
     }
-    int first = *n;
+    Snapshot *snap = NULL;
+    size_t k = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         long step;
         char tail[32];
         if (sscanf(e->d_name, "step_%ld%31s", &step, tail) != 2 || strcmp(tail, ".safetensors") != 0) continue;
-        size_t len = strlen(dir) + strlen(e->d_name) + 2;
-        char *p = vil_malloc(len);
-        snprintf(p, len, "%s/%s", dir, e->d_name);
-        *list = vil_realloc(*list, (size_t)(*n + 1) * sizeof(char *));
-        (*list)[(*n)++] = p;
+        if (k == cap) snap = vil_realloc(snap, (cap = cap ? 2 * cap : 64) * sizeof *snap);
+        snap[k].step = step;
+        snap[k++].path = vil_path_join(dir, e->d_name);
     }
     closedir(d);
-    /* step_N: numeric order (step_900 before step_1000) */
-    for (int i = first + 1; i < *n; i++)
-        for (int j = i; j > first; j--) {
-            long a = strtol(strrchr((*list)[j - 1], '/') + 6, NULL, 10), b = strtol(strrchr((*list)[j], '/') + 6, NULL, 10);
-            if (a <= b) break;
-            char *t = (*list)[j - 1];
-            (*list)[j - 1] = (*list)[j], (*list)[j] = t;
-        }
-    return *n - first;
+    qsort(snap, k, sizeof *snap, by_step);
+    *list = vil_realloc(*list, ((size_t)*n + k + 1) * sizeof(char *));
+    for (size_t i = 0; i < k; i++) (*list)[(*n)++] = snap[i].path;
+    free(snap);
+    return (int)k;
 }
 
 static void shape_str(char *buf, size_t n, const VilStTensor *t) {
@@ -108,58 +111,107 @@ static int same_network(const VilSafetensors *a, const char *pa, const VilSafete
     return 1;
 }
 
-int vil_cmd_avg(int argc, char **argv) {
-    const char *out = NULL;
-    int ema = 0;
-    VilArg args[] = {
-        {"--out", VIL_ARG_STR, &out, "the averaged checkpoint (.safetensors) to write"},
-        {"--ema", VIL_ARG_FLAG, &ema, "average .pth training checkpoints' model_ema instead of their model"},
-    };
-    VilArgSpec spec = {"avg", "CKPT... --out F.safetensors [--ema]",
-                       "Writes the element-wise mean of the weights of checkpoints of one network\n"
-                       "(timm's avg_checkpoints.py): summed in double, written as float32, with the\n"
-                       "first file's metadata (config, classes, step) and the list of the sources.\n"
-                       "A run folder stands for its step_N.safetensors snapshots (save_every_steps).\n"
-                       "Checkpoints of another shape are refused, naming the tensor. A run's EMA\n"
-                       "weights are RUN/ema.safetensors; --ema takes a .pth's model_ema.",
-                       args, (int)(sizeof args / sizeof args[0]), 1, -1};
-    char **pos;
-    int npos;
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    if (vil_args_require(&spec, "--out", out)) {
-        free(pos);
-        return 2;
+/* files[k] as a checkpoint vil loads (its metadata consistent with its tensors), of the same
+ * network, classes and image size as the first; 0, or -1 with the input named */
+static int check_input(const char *path, int ema, VilConfig *first, int k) {
+    VilModel m;
+    VilCheckpointMeta meta;
+    VilCheckpointOpts o = {.ema = ema};
+    char shown[1024];
+    vil_printable(shown, sizeof shown, path);
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_checkpoint_load(path, &vil_backend_cpu, &o, &m, &meta);
+    vil_error_release(&cap);
+    if (rc != 0) {
+        /* the reader's message names the file, or it is said here */
+        if (strstr(cap.msg, shown)) vil_error("%s", cap.msg);
+        else vil_error("input '%s' is not a checkpoint vil can use: %s", shown, cap.msg);
+        return -1;
     }
-    char **files = NULL;
-    int n = 0;
-    rc = 1;
+    /* what tensors of the same shapes can still differ in (the shapes are compared as the
+     * files are summed, naming the tensor) */
+    const VilConfig *c = &m.cfg;
+    if (k == 0) *first = *c;
+    else if (c->rec != first->rec || c->img_size != first->img_size || c->stride != first->stride) {
+        vil_error("input '%s' is a %s model at %d px with stride %d, the first input a %s model at "
+                  "%d px with stride %d: not the same network; average checkpoints of one network",
+                  shown, c->arch, c->img_size, c->stride, first->arch, first->img_size, first->stride);
+        rc = -1;
+    }
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&m);
+    return rc;
+}
+
+/* The inputs as named (a folder: its snapshots). 0, or the exit code */
+static int gather(char **pos, int npos, char ***files, int *n) {
     for (int i = 0; i < npos; i++) {
         struct stat sb;
         if (stat(pos[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            int k = add_snapshots(pos[i], &files, &n);
-            if (k < 0) goto out;
+            int k = add_snapshots(pos[i], files, n);
+            if (k < 0) return 1;
             if (k == 0) {
                 char shown[1024];
                 vil_error("the folder '%s' holds no step_N.safetensors snapshots (a run saves them "
                           "with save_every_steps): name the checkpoints to average",
                           vil_printable(shown, sizeof shown, pos[i]));
-                goto out;
+                return 1;
             }
         } else {
-            files = vil_realloc(files, (size_t)(n + 1) * sizeof(char *));
-            files[n++] = strdup(pos[i]);
+            *files = vil_realloc(*files, (size_t)(*n + 1) * sizeof(char *));
+            (*files)[(*n)++] = vil_strdup(pos[i]);
         }
     }
-    if (n < 2) {
-        fprintf(stderr, "vil avg: averaging needs at least two checkpoints (got %d)\n", n);
-        rc = 2;
-        goto out;
+    if (*n < 2) {
+        fprintf(stderr, "vil avg: averaging needs at least two checkpoints (got %d)\n", *n);
+        return 2;
     }
+    return 0;
+}
+
+/* the mean as a safetensors file with the first input's tensors and metadata and the list of
+ * the sources; 0, or -1 reported */
+static int write_mean(const char *out, const VilSafetensors *first, int first_pth, const double *sum,
+                      size_t total, char **files, int n) {
+    float *mean = vil_malloc((total ? total : 1) * sizeof(float));
+    for (size_t j = 0; j < total; j++) mean[j] = (float)(sum[j] / n);
+    VilStWriter *w = vil_st_writer_new();
+    size_t at = 0;
+    for (int i = 0; i < first->n_tensors; i++) {
+        const VilStTensor *t = &first->tensors[i];
+        vil_st_writer_add(w, t->name, VIL_ST_F32, t->ndim, t->shape, mean + at);
+        at += (size_t)vil_st_numel(t);
+    }
+    if (first_pth) vil_st_writer_meta(w, "format", "pt");
+    for (int i = 0; i < first->n_meta; i++)
+        if (strcmp(first->meta_keys[i], "vil.avg_sources") != 0)
+            vil_st_writer_meta(w, first->meta_keys[i], first->meta_vals[i]);
+    cJSON *src = cJSON_CreateArray();
+    for (int k = 0; k < n; k++) {
+        char shown[1024];
+        cJSON_AddItemToArray(src, cJSON_CreateString(vil_printable(shown, sizeof shown, files[k])));
+    }
+    char *s = cJSON_PrintUnformatted(src);
+    vil_st_writer_meta(w, "vil.avg_sources", s);
+    cJSON_free(s);
+    cJSON_Delete(src);
+    int rc = vil_st_writer_save(w, out);
+    vil_st_writer_free(w);
+    free(mean);
+    return rc;
+}
+
+/* Every input checked (a checkpoint vil loads, which refuses NaN or infinite values, of the first
+ * one's network) and then summed in double: nothing is written before all of them passed, and
+ * the mean of finite float32 values is finite. 0, or -1 reported */
+static int average(const char *out, char **files, int n, int ema) {
+    VilConfig net;
+    for (int k = 0; k < n; k++)
+        if (check_input(files[k], ema, &net, k) != 0) return -1;
     VilSafetensors first;
     int first_pth;
-    if (read_weights(files[0], ema, &first, &first_pth) != 0) goto out;
+    if (read_weights(files[0], ema, &first, &first_pth) != 0) return -1;
     size_t total = 0;
     for (int i = 0; i < first.n_tensors; i++) total += (size_t)vil_st_numel(&first.tensors[i]);
     double *sum = vil_calloc(total ? total : 1, sizeof(double));
@@ -194,39 +246,51 @@ int vil_cmd_avg(int argc, char **argv) {
         }
         if (k > 0) vil_st_free(&other);
     }
-    if (ok) {
-        float *mean = vil_malloc((total ? total : 1) * sizeof(float));
-        for (size_t j = 0; j < total; j++) mean[j] = (float)(sum[j] / n);
-        VilStWriter *w = vil_st_writer_new();
-        size_t at = 0;
-        for (int i = 0; i < first.n_tensors; i++) {
-            const VilStTensor *t = &first.tensors[i];
-            vil_st_writer_add(w, t->name, VIL_ST_F32, t->ndim, t->shape, mean + at);
-            at += (size_t)vil_st_numel(t);
-        }
-        if (first_pth) vil_st_writer_meta(w, "format", "pt");
-        for (int i = 0; i < first.n_meta; i++)
-            if (strcmp(first.meta_keys[i], "vil.avg_sources") != 0)
-                vil_st_writer_meta(w, first.meta_keys[i], first.meta_vals[i]);
-        cJSON *src = cJSON_CreateArray();
-        for (int k = 0; k < n; k++) {
-            char shown[1024];
-            cJSON_AddItemToArray(src, cJSON_CreateString(vil_printable(shown, sizeof shown, files[k])));
-        }
-        char *s = cJSON_PrintUnformatted(src);
-        vil_st_writer_meta(w, "vil.avg_sources", s);
-        cJSON_free(s);
-        cJSON_Delete(src);
-        ok = vil_st_writer_save(w, out) == 0;
-        vil_st_writer_free(w);
-        free(mean);
+    if (ok) ok = write_mean(out, &first, first_pth, sum, total, files, n) == 0;
+    vil_st_free(&first);
+    free(sum), free(tmp);
+    return ok ? 0 : -1;
+}
+
+int vil_cmd_avg(int argc, char **argv) {
+    const char *out = NULL;
+    int ema = 0;
+    VilArg args[] = {
+        {"--out", VIL_ARG_STR, &out, "the averaged checkpoint (.safetensors) to write"},
+        {"--ema", VIL_ARG_FLAG, &ema, "average .pth training checkpoints' model_ema instead of their model"},
+    };
+    VilArgSpec spec = {"avg", "CKPT... --out F.safetensors [--ema]",
+                       "Writes the element-wise mean of the weights of checkpoints of one network\n"
+                       "(timm's avg_checkpoints.py): summed in double, written as float32, with the\n"
+                       "first file's metadata (config, classes, step) and the list of the sources.\n"
+                       "A run folder stands for its step_N.safetensors snapshots (save_every_steps).\n"
+                       "Every input is checked before anything is written: another network, class\n"
+                       "count or image size, or a NaN or infinite value, is refused, naming the\n"
+                       "file (and the tensor). --out may not be one of the inputs. A run's EMA\n"
+                       "weights are RUN/ema.safetensors; --ema takes a .pth's model_ema.",
+                       args, (int)(sizeof args / sizeof args[0]), 1, -1};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
+    if (rc == VIL_ARGS_HELP) return 0;
+    if (rc != VIL_ARGS_OK) return 2;
+    if (vil_args_require(&spec, "--out", out)) {
+        free(pos);
+        return 2;
     }
-    if (ok) {
+    char **files = NULL;
+    int n = 0;
+    vil_inputs_track(1);
+    rc = gather(pos, npos, &files, &n);
+    for (int k = 0; k < n; k++) vil_input_add(files[k]);
+    if (rc == 0 && vil_output_check(out, ".safetensors", "--out") != 0) rc = 2;
+    if (rc == 0 && average(out, files, n, ema) != 0) rc = 1;
+    if (rc == 0) {
         /* the result read back as a checkpoint: the network it is */
         VilModel m;
         VilCheckpointMeta meta;
-        ok = vil_checkpoint_load(out, &vil_backend_cpu, NULL, &m, &meta) == 0;
-        if (ok) {
+        rc = vil_checkpoint_load(out, &vil_backend_cpu, NULL, &m, &meta) == 0 ? 0 : 1;
+        if (rc == 0) {
             char shown[1024];
             printf("averaged %d checkpoints (%zu parameters, %s) into %s\n", n, m.param_count, m.cfg.name,
                    vil_printable(shown, sizeof shown, out));
@@ -234,10 +298,6 @@ int vil_cmd_avg(int argc, char **argv) {
             vil_checkpoint_meta_free(&meta);
         }
     }
-    vil_st_free(&first);
-    free(sum), free(tmp);
-    if (ok) rc = 0;
-out:
     for (int i = 0; i < n; i++) free(files[i]);
     free(files), free(pos);
     return rc;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "data_corpus.h"
 #include "formats/checkpoint.h"
@@ -19,19 +21,52 @@ static char *dir;
 
 static const char *path(const char *name) { return t_path(dir, name); }
 
-/* a tiny model of width D with seed's weights saved at file, step `step` */
-static int save_model(const char *file, int D, uint64_t seed, long step) {
+/* a tiny model of width D (image size img, stride S) with seed's weights saved at file, step
+ * `step`; nan: one weight NaN */
+static int save_model_as(const char *file, int D, uint64_t seed, long step, int img, int S, int nan) {
     VilConfig c;
     vil_config_default(&c);
-    c.img_size = 16, c.patch_size = 4, c.stride = 4, c.embed_dim = D, c.depth = 2, c.d_state = 4, c.num_classes = 3;
+    c.img_size = img, c.patch_size = 4, c.stride = S, c.embed_dim = D, c.depth = 2, c.d_state = 4, c.num_classes = 3;
     vil_config_finalize(&c);
     VilModel m;
     if (vil_model_init(&m, &c, &vil_backend_cpu) != 0) return -1;
     vil_model_init_weights(&m, seed);
+    if (nan) {
+        float *p = malloc(m.buf_len * sizeof(float));
+        vil_model_get_params(&m, p);
+        p[m.buf_len / 2] = NAN;
+        vil_model_set_params(&m, p);
+        free(p);
+    }
     char *names[3] = {"cat", "dog", "emu"};
     int rc = vil_checkpoint_save(&m, file, step, names, 3, NULL);
     vil_model_free(&m);
     return rc;
+}
+
+static int save_model(const char *file, int D, uint64_t seed, long step) {
+    return save_model_as(file, D, seed, step, 16, 4, 0);
+}
+
+/* the bytes of a file, to tell whether a command changed it; NULL when it cannot be read */
+static unsigned char *slurp(const char *p, size_t *n) {
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *b = malloc(*n + 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
+static int same_bytes(const char *p, const unsigned char *want, size_t n) {
+    size_t k;
+    unsigned char *b = slurp(p, &k);
+    int same = b && k == n && memcmp(b, want, n) == 0;
+    free(b);
+    return same;
 }
 
 /* out's tensors against the mean of files[0..n) in double, rounded to float: the worst
@@ -147,11 +182,113 @@ static void test_refusals(void) {
     T_CHECK(rc == 1 && t_count(out, "missing.safetensors") == 1, "a missing file named once, rc %d: %s", rc, out);
 }
 
+/* Issue 45 items 3, 4: every input checked before anything is written; the output never one
+ * of the inputs; a FIFO among the inputs refused, not waited on. */
+static void test_checked_first(void) {
+    char cmd[8192], out[4096];
+    const char *good = path("good.safetensors"), *nan = path("nan.safetensors");
+    save_model(good, 8, 11, 10);
+    save_model_as(nan, 8, 12, 20, 16, 4, 1);
+    size_t n;
+    unsigned char *orig = slurp(good, &n);
+    /* the output is an input: refused before anything is read (the issue: good.safetensors
+     * became a NaN checkpoint) */
+    snprintf(cmd, sizeof cmd, "bin/vil avg %s %s --out %s 2>&1", nan, good, good);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && strstr(out, "inputs") && same_bytes(good, orig, n),
+            "--out naming an input: usage error, the input unchanged (rc %d): %s", rc, out);
+    /* the same file by another name: ./x spelling and a hard link */
+    char dotted[4200], linked[4200];
+    snprintf(dotted, sizeof dotted, "%s/./good.safetensors", dir);
+    snprintf(linked, sizeof linked, "%s", path("good_link.safetensors"));
+    T_CHECK(link(good, linked) == 0, "a hard link to an input made");
+    snprintf(cmd, sizeof cmd, "bin/vil avg %s %s --out %s 2>&1", good, path("a.safetensors"), dotted);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && same_bytes(good, orig, n), "--out DIR/./input: refused (rc %d): %s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil avg %s %s --out %s 2>&1", good, path("a.safetensors"), linked);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && strstr(out, "same file as the input") && same_bytes(good, orig, n),
+            "--out a hard link of an input: refused, naming the input (rc %d): %s", rc, out);
+    /* a NaN input anywhere: named with its tensor, nothing written */
+    const char *res = path("res.safetensors");
+    snprintf(cmd, sizeof cmd, "bin/vil avg %s %s --out %s 2>&1", good, nan, res);
+    rc = t_run(cmd, out, sizeof out);
+    struct stat sb;
+    T_CHECK(rc == 1 && strstr(out, "nan.safetensors") && strstr(out, "NaN") && stat(res, &sb) != 0,
+            "a NaN input: refused naming it, nothing written (rc %d): %s", rc, out);
+    /* and first: its metadata is not written either */
+    snprintf(cmd, sizeof cmd, "bin/vil avg %s %s --out %s 2>&1", nan, good, res);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "nan.safetensors") && stat(res, &sb) != 0,
+            "a NaN first input: refused naming it, nothing written (rc %d): %s", rc, out);
+    /* a first input whose metadata disagrees with its tensors: its metadata is what would be
+     * written, so it is checked as a checkpoint before anything */
+    const char *badmeta = path("badmeta.safetensors");
+    VilSafetensors st;
+    if (vil_st_read(good, &st) == 0) {
+        VilStWriter *w = vil_st_writer_new();
+        for (int i = 0; i < st.n_tensors; i++)
+            vil_st_writer_add(w, st.tensors[i].name, st.tensors[i].dtype, st.tensors[i].ndim, st.tensors[i].shape,
+                              st.tensors[i].data);
+        for (int i = 0; i < st.n_meta; i++)
+            vil_st_writer_meta(w, st.meta_keys[i], strcmp(st.meta_keys[i], "vil.class_names") == 0
+                                                       ? "[\"cat\", \"dog\"]" : st.meta_vals[i]);
+        vil_st_writer_save(w, badmeta);
+        vil_st_writer_free(w);
+        vil_st_free(&st);
+    }
+    snprintf(cmd, sizeof cmd, "bin/vil avg %s %s --out %s 2>&1", badmeta, good, res);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "badmeta.safetensors") && stat(res, &sb) != 0,
+            "a first input with 2 class names for 3 classes: refused naming it, nothing written (rc %d): %s", rc, out);
+    /* another network with tensors of the same shapes (16 px stride 4 and 19 px stride 5: a
+     * 4 x 4 grid both) */
+    const char *other = path("other_grid.safetensors");
+    save_model_as(other, 8, 13, 30, 19, 5, 0);
+    snprintf(cmd, sizeof cmd, "bin/vil avg %s %s --out %s 2>&1", good, other, res);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "other_grid.safetensors") && strstr(out, "not the same network") && stat(res, &sb) != 0,
+            "same shapes, another image size and stride: refused naming the input (rc %d): %s", rc, out);
+    /* a FIFO among the inputs: refused at once (the issue: blocked forever) */
+    const char *fifo = path("fifo.safetensors");
+    T_CHECK(mkfifo(fifo, 0644) == 0, "a FIFO made");
+    snprintf(cmd, sizeof cmd, "timeout 20 bin/vil avg %s %s --out %s 2>&1", good, fifo, res);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 1 && strstr(out, "FIFO") && stat(res, &sb) != 0, "a FIFO input: refused, not waited on (rc %d): %s",
+            rc, out);
+    free(orig);
+}
+
+/* Issue 45 item 10: a folder of 50,000 snapshots is sorted in n log n, not by insertion (17-26
+ * s before a file was read): the first file read is the smallest step, within seconds */
+static void test_many_snapshots(void) {
+    mkdir(path("many"), 0755);
+    for (int i = 0; i < 50000; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "many/step_%d.safetensors", (i * 7919) % 50000 + 1);
+        corpus_write(path(name), "", 0);
+    }
+    char cmd[8192], out[4096];
+    snprintf(cmd, sizeof cmd, "bin/vil avg %s --out %s 2>&1", path("many"), path("many.safetensors"));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = t_run(cmd, out, sizeof out);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    /* the empty step_1 is refused first: read in step order */
+    T_CHECK(rc == 1 && strstr(out, "step_1.safetensors") && !strstr(out, "step_10"),
+            "50,000 snapshots: the smallest step is read first (rc %d): %.300s", rc, out);
+    printf("ok   50,000 snapshots gathered, sorted and the first refused in %.2f s\n", s);
+    T_CHECK(s < 8.0, "50,000 snapshots sorted in well under the 17 s an insertion sort took: %.2f s", s);
+}
+
 int main(void) {
     dir = corpus_mkdtemp("avg");
     test_mean();
     test_folder();
     test_refusals();
+    test_checked_first();
+    test_many_snapshots();
     corpus_rmtree(dir);
     return t_finish();
 }

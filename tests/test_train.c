@@ -319,6 +319,14 @@ static void on_log(void *ctx, const VilTrainProgress *p) {
     if (t->n < 256) t->loss[t->n++] = p->loss;
 }
 
+/* on_log that also makes the folder g_block_at (once), to fail a later save */
+static const char *g_block_at;
+static void on_log_block(void *ctx, const VilTrainProgress *p) {
+    on_log(ctx, p);
+    if (g_block_at) mkdir(g_block_at, 0755);
+    g_block_at = NULL;
+}
+
 static void setup(VilTrainRun *r, const char *out, Trace *trace) {
     memset(r, 0, sizeof *r);
     vil_config_default(&r->model);
@@ -823,15 +831,17 @@ static void test_failed_saves(void) {
     snprintf(st, sizeof st, "%s/last.state.safetensors", out);
     snprintf(last, sizeof last, "%s/last.safetensors", out);
     snprintf(ema, sizeof ema, "%s/ema.safetensors", out);
-    /* the temporary name of this process's atomic write taken by a folder: open() fails even
-     * for root, as a full disk would */
-    snprintf(blocker, sizeof blocker, "%s/last.safetensors.tmp.%ld", out, (long)getpid());
+    /* a folder put where last.safetensors goes once the run is under way (at its first log
+     * step): the writer refuses to replace it, even for root, and the save fails as a full disk
+     * would make it fail */
+    snprintf(blocker, sizeof blocker, "%s", last);
     corpus_mkdir("%s%s", out, "");
-    corpus_mkdir("%s%s", blocker, "");
     VilTrainRun r;
     Trace t = {0};
     VilTrainResult res;
     setup(&r, out, &t);
+    g_block_at = blocker;
+    r.on_log = on_log_block;
     r.train.epochs = 1;
     r.stop_after = 2;
     char *err;
@@ -839,10 +849,10 @@ static void test_failed_saves(void) {
     T_CHECK(s == VIL_TRAIN_FAILED && strstr(err, "error") && strstr(err, "last.safetensors"),
             "failed save of last.safetensors: VIL_TRAIN_FAILED with an error (status %d): %s", s, err);
     free(err);
+    rmdir(blocker);
     T_CHECK(meta_num(st, "vil.step") == 2 && !exists(last) && !exists(ema),
             "failed save: the state (written first) at step 2, no checkpoint (state %ld)",
             meta_num(st, "vil.step"));
-    rmdir(blocker);
     setup(&r, out, &t);
     r.train.epochs = 1;
     r.resume = out;
@@ -1453,6 +1463,32 @@ static void test_out_lock(void) {
             meta_num(st, "vil.step"), rc, out);
 }
 
+/* Issue 45 item 5: a hard link at OUT/train.lock would have the linked file truncated and
+ * overwritten with the pid: refused, the file unchanged; a symlink there is refused too */
+static void test_lock_links(void) {
+    const char *o = path("runLockLink"), *victim = path("lock_victim.txt");
+    corpus_mkdir("%s%s", o, "");
+    corpus_write(victim, "precious", 8);
+    char lock[4200], cmd[9000], out[1 << 14];
+    snprintf(lock, sizeof lock, "%s/train.lock", o);
+    T_CHECK(link(victim, lock) == 0, "a hard link at OUT/train.lock");
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu --quiet "
+             "--set epochs=1 2>&1", path("tiny.cfg"), dir, o);
+    int rc = t_run(cmd, out, sizeof out);
+    size_t n = 0;
+    char *v = (char *)vil_read_file(victim, &n);
+    T_CHECK(rc == 1 && strstr(out, "hard links") && v && n == 8 && memcmp(v, "precious", 8) == 0,
+            "train.lock hard-linked: refused, the linked file unchanged (rc %d): %s", rc, out);
+    free(v);
+    unlink(lock);
+    T_CHECK(symlink(victim, lock) == 0, "a symlink at OUT/train.lock");
+    rc = t_run(cmd, out, sizeof out);
+    v = (char *)vil_read_file(victim, &n);
+    T_CHECK(rc == 1 && strstr(out, "symbolic link") && v && n == 8 && memcmp(v, "precious", 8) == 0,
+            "train.lock a symlink: refused, its target unchanged (rc %d): %s", rc, out);
+    free(v);
+}
+
 /* Text that goes into a checkpoint's metadata (class names, the model's name) must be UTF-8:
  * it failed only at the first save ("metadata ... is not valid UTF-8"), after the training
  * time, and left nothing to resume. Now refused at startup, before any step, with the entry
@@ -1535,6 +1571,7 @@ int main(void) {
     test_unwritable_out();
     test_tampered_state();
     test_out_lock();
+    test_lock_links();
     test_utf8_at_startup();
     corpus_rmtree(dir);
     return t_finish();

@@ -87,11 +87,7 @@ VilRunLog *vil_runlog_open(const char *dir, long step) {
     r->dir = vil_strdup(dir);
     r->metrics_path = vil_path_join(dir, "metrics.jsonl");
     if (step > 0 ? keep_until(r->metrics_path, step, &r->offset) != 0 : clear_earlier_logs(r) != 0) goto fail;
-    r->metrics = fopen(r->metrics_path, step > 0 ? "a" : "w");
-    if (!r->metrics) {
-        vil_error("cannot write '%s': %s", r->metrics_path, strerror(errno));
-        goto fail;
-    }
+    if (!(r->metrics = vil_fopen_append(r->metrics_path, step == 0))) goto fail;
     r->t0 = vil_now();
     double now = wall_clock();
     if (!(r->tb = vil_tfevents_open(dir, now))) goto fail;
@@ -236,10 +232,10 @@ int vil_runlog_start(VilRunLog *r, const VilConfig *mc, const VilTrainConfig *tc
     cJSON_Delete(o);
     if (!line) VIL_FATAL("cJSON_PrintUnformatted failed");
     char *runs = vil_path_join(r->dir, "run.jsonl");
-    FILE *f = fopen(runs, "a");
+    FILE *f = vil_fopen_append(runs, 0);
     int ok = f && fprintf(f, "%s\n", line) >= 0;
     if (f && fclose(f) != 0) ok = 0;
-    if (!ok) vil_error("cannot write '%s': %s", runs, strerror(errno));
+    if (f && !ok) vil_error("cannot write '%s': %s", runs, strerror(errno));
     free(runs);
     cJSON_free(line);
     return ok ? 0 : -1;

@@ -715,10 +715,18 @@ RunNext save_run(Trainer *T, const float *new_best) {
 static int lock_out_dir(Trainer *T) {
     const char *out = T->run->out_dir;
     char *p = vil_path_join(out, "train.lock");
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd < 0) {
         vil_error("the output folder '%s' cannot be written (its lock file %s: %s): fix its "
-                  "permissions or free space, or choose another --out", out, p, vil_errno_str());
+                  "permissions or free space, or choose another --out", out, p,
+                  errno == ELOOP ? "a symbolic link" : vil_errno_str());
+        free(p);
+        return -1;
+    }
+    /* the pid is written into it in place: a hard link there would take another file's
+     * contents (O_NONBLOCK: a FIFO there opens at once and is refused here) */
+    if (vil_check_own_file(fd, p) != 0) {
+        close(fd);
         free(p);
         return -1;
     }

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "vil/files.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -69,32 +71,7 @@ double vil_float_clean(float v);
 /* 64-byte aligned, for SIMD; free with free(). */
 void *vil_malloc_aligned(size_t bytes);
 
-/* ---- files ---- */
-/* Open path for reading only when it is a regular file. The open itself uses O_NONBLOCK, so a
- * FIFO (or a device) returns at once instead of waiting for a writer; fstat then refuses
- * anything but a regular file and the descriptor goes back to blocking reads. Returns the
- * descriptor (O_CLOEXEC), or -1 with a vil_error naming the path (made printable) and what it
- * is ("'x' is a FIFO (named pipe), not a regular file"). Every reader of user-named files opens through it (or the
- * FILE form): a FIFO as an image, a checkpoint or a config would otherwise hang vil. */
-int vil_open_regular(const char *path);
-/* The same, its messages without the path ("a FIFO (named pipe), not a regular file"), for a
- * caller that names the file once itself. */
-int vil_open_regular_unnamed(const char *path);
-/* The same as a stdio stream (mode "r" or "rb"); NULL with a vil_error on failure. */
-FILE *vil_fopen_regular(const char *path, const char *mode);
-/* Read a whole regular file (vil_open_regular). Returns NULL and reports (with the path) on
- * failure. */
-unsigned char *vil_read_file(const char *path, size_t *size_out);
-/* Create dir and its missing parents (mkdir -p). 0, or -1 with a vil_error message (also when
- * dir exists as something other than a folder). */
-int vil_mkdir_p(const char *dir);
-/* Write atomically: PATH.tmp.PID, fsync, rename, fsync the directory. 0 on success. */
-int vil_write_file_atomic(const char *path, const void *data, size_t size);
-/* Remove from dir the regular files named NAME.tmp.PID (vil_write_file_atomic's temporaries)
- * whose process no longer exists (kill(PID, 0) fails with ESRCH): what killed saves leave.
- * Other files and live writers' temporaries stay. The number removed, or -1 (reported) when
- * dir cannot be listed. */
-int vil_remove_stale_temps(const char *dir);
+/* ---- files: opening what vil reads, writing what it writes (vil/files.h) ---- */
 
 /* ---- deterministic RNG (splitmix64 seeding, xoshiro256**) ---- */
 typedef struct {
