@@ -15,11 +15,11 @@
 #include "vil/common.h"
 #include "vil/version.h"
 
-static volatile sig_atomic_t g_interrupt = 0;
+static VilStop g_stop;
 
-static void on_signal(int sig) {
-    g_interrupt = sig;
-}
+/* every SIGINT / SIGTERM goes to the run's stop request, which tells a second request from the
+ * same one delivered twice (train.h) */
+static void on_signal(int sig) { vil_stop_signal(&g_stop, sig); }
 
 /* "vil train ARGS..." as a shell would take it back: arguments with other than safe characters
  * in single quotes (malloc'd) */
@@ -90,8 +90,9 @@ int vil_cmd_train(int argc, char **argv) {
                        "path, EMA, Mixup/CutMix, label smoothing, repeated augmentation; evaluates\n"
                        "model and EMA on the val split after epochs. Writes OUT/last.safetensors,\n"
                        "OUT/last.state.safetensors (for --resume), OUT/ema.safetensors and\n"
-                       "OUT/best.safetensors at every epoch end; SIGINT / SIGTERM finish the step,\n"
-                       "save and exit 1. --list-keys lists the config keys and timm's flags.",
+                       "OUT/best.safetensors at every epoch end. SIGINT / SIGTERM finish the step (or\n"
+                       "the validation), save and exit 128 + the signal (130, 143); a second one\n"
+                       "skips the validation and saves now. --list-keys: config keys, timm's flags.",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0, &sets};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
@@ -190,7 +191,7 @@ int vil_cmd_train(int argc, char **argv) {
     run.init = init;
     run.init_ema = init_ema;
     run.stop_after = stop_after;
-    run.interrupt = &g_interrupt;
+    run.stop = &g_stop;
     run.quiet = quiet;
     run.dry_run = dry_run;
     run.force = force;
@@ -202,18 +203,22 @@ int vil_cmd_train(int argc, char **argv) {
         fflush(stdout);
     }
     run.progress = (VilProgressMode)pmode;
-    /* the first signal asks for a clean stop; a second one kills as usual */
+    /* the first signal asks for a clean stop, a later one skips the validation, a third ends vil
+     * (vil_stop_signal); the handler stays installed */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     CHECK_LIBC(sigaction(SIGINT, &sa, NULL), "installing the SIGINT handler");
     CHECK_LIBC(sigaction(SIGTERM, &sa, NULL), "installing the SIGTERM handler");
 
     VilTrainResult res;
     VilTrainStatus st = vil_train(&run, &res);
-    code = st == VIL_TRAIN_DONE || st == VIL_TRAIN_STOPPED ? 0 : 1;
+    /* a run stopped by a signal and saved exits as shells expect of a program the signal
+     * stopped: 128 + its number (130 for SIGINT, 143 for SIGTERM) */
+    code = st == VIL_TRAIN_DONE || st == VIL_TRAIN_STOPPED ? 0
+         : st == VIL_TRAIN_INTERRUPTED && res.signal > 0 ? 128 + res.signal : 1;
     if (!dry_run) vil_train_report(&run, st, &res);
     else if (code == 0 && dist.rank == 0)
         printf("dry run: nothing written; the run would write to %s\n", out_dir);

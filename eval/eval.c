@@ -142,7 +142,11 @@ int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *p
         if (max_images > 0 && r->images + n > max_images) n = (int)(max_images - r->images);
         vil_model_forward(m, 0);
         vil_feed_done(&feed);
-        int last = max_images > 0 && r->images + n >= max_images;
+        /* the caller may end the pass after any batch (a second Ctrl-C during training's
+         * validation): what was counted stays, r->cancelled says it is not the whole split */
+        int cancel = sink && sink->cancel && sink->cancel(sink->ctx);
+        r->cancelled |= cancel;
+        int last = (max_images > 0 && r->images + n >= max_images) || cancel;
         const VilBatch *nx = last ? NULL : vil_loader_next_batch(l);
         if (nx && put_batch(&feed, l, m, nx) != 0) {
             vil_loader_release_batch(l, b);
@@ -154,9 +158,9 @@ int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *p
         for (int i = 0; i < n; i++) /* a file the loader could not read has no label */
             if (b->labels[i] >= 0) r->images++;
             else r->bad++;
-        if (sink) sink_rows(sink, logits, b, n, C, rows_idx, rows_lab);
+        if (sink && sink->rows) sink_rows(sink, logits, b, n, C, rows_idx, rows_lab);
         vil_loader_release_batch(l, b);
-        if (prog) show_eval(prog, prefix, r, t0, last ? nb - 1 : k, nb, every);
+        if (prog) show_eval(prog, prefix, r, t0, last && !cancel ? nb - 1 : k, nb, every);
         if (last) break;
     }
     const char *err = vil_loader_error(l);

@@ -17,6 +17,7 @@ typedef struct {
     long bad;        /* images that could not be read: named on stderr, not counted */
     double loss_sum; /* the images' cross-entropy (no label smoothing), summed */
     double seconds;
+    int cancelled;   /* the sink's cancel ended the pass early: the counts cover part of it */
 } VilEvalResult;
 
 /* Add to *top1 / *top5 the rows of logits (n, C) whose label is ranked first / within the
@@ -35,11 +36,13 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, 
                  VilEvalResult *r);
 
 /* Where a pass hands each batch's results, for per-image files (`vil eval --results-file`):
- * rows gets the logits (n, C) of the batch's readable images, in the loader's order, with
- * their dataset indices and labels. */
+ * rows (may be NULL) gets the logits (n, C) of the batch's readable images, in the loader's
+ * order, with their dataset indices and labels; cancel (may be NULL), asked after each batch,
+ * ends the pass there when it returns nonzero (VilEvalResult.cancelled). */
 typedef struct {
     void (*rows)(void *ctx, const float *logits, const int *indices, const int *labels, int n, int C);
     void *ctx;
+    int (*cancel)(void *ctx);
 } VilEvalSink;
 /* vil_eval_run, each batch's rows also handed to sink (NULL: none). */
 int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, const char *prefix,

@@ -248,10 +248,20 @@ void print_stop(Trainer *T, VilTrainStatus why, int ep) {
     fflush(T->log);
 }
 
+void print_stopping(Trainer *T, int sig, const char *what, const char *again) {
+    if (T->rank != 0) return;
+    /* said even with --quiet: it answers the user's signal */
+    const char *name = vil_signal_name(sig);
+    fprintf(out_log(T), "stop requested (%s): %s", name, what);
+    if (again) fprintf(out_log(T), "; %s%s again %s", sig == SIGINT ? "Ctrl-C or " : "", name, again);
+    fprintf(out_log(T), "\n");
+    fflush(T->log);
+}
+
 void vil_train_report(const VilTrainRun *run, VilTrainStatus status, const VilTrainResult *res) {
     if (run->dist && run->dist->rank != 0) return; /* rank 0 speaks for the group */
     char *last = vil_path_join(run->out_dir, "last.safetensors");
-    int sig = run->interrupt ? *run->interrupt : 0;
+
     /* the launcher and process count go into the command: on fewer ranks the global batch differs */
     char how[64] = "";
     const VilDist *d = run->dist;
@@ -274,10 +284,12 @@ void vil_train_report(const VilTrainRun *run, VilTrainStatus status, const VilTr
                res->step, how, last, run->data);
         break;
     case VIL_TRAIN_INTERRUPTED:
-        vil_error("interrupted (%s) at step %ld; the run is saved: continue with "
-                  "%svil train --resume %s --data %s",
-                  sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "on another rank",
-                  res->step, how, last, run->data);
+        /* a clean stop, said as such (not "vil: error"); the exit code says the signal */
+        fflush(stdout);
+        fprintf(stderr, "vil: stopped by %s at step %ld; the run is saved (%s and its state): "
+                        "continue with %svil train --resume %s --data %s\n",
+                res->signal ? vil_signal_name(res->signal) : "a signal", res->step, last, how,
+                run->out_dir, run->data);
         break;
     case VIL_TRAIN_DIVERGED:
         vil_error("training diverged at step %ld (see above)", res->step);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "data/image.h"
@@ -24,9 +25,10 @@
 
 /* ---------------- a test hook ---------------- */
 
-/* VIL_TEST_FAULT=kill|stop:train|grad|val:N, for tests/test_dist_watchdog.c and
- * tests/gpu_dist_watchdog.sh: the last of several ranks sends itself SIGKILL (a crash) or
- * SIGSTOP (a hang) as step N begins (train: the others wait in the step's first collective),
+/* VIL_TEST_FAULT=kill|stop|int:train|grad|val:N, for tests/test_dist_watchdog.c,
+ * tests/gpu_dist_watchdog.sh and tests/test_train.c: the last of several ranks sends itself
+ * SIGKILL (a crash) or SIGSTOP (a hang), or the last rank (one process too) SIGINT once (a
+ * Ctrl-C), as step N begins (train: the others wait in the step's first collective),
  * after step N's first decision of all ranks (grad: the others wait in the gradient all-reduce),
  * or as the first validation pass at step N or later begins (val). */
 enum { FAULT_TRAIN, FAULT_GRAD, FAULT_VAL };
@@ -46,17 +48,23 @@ static void fault_parse(void) {
         for (int i = 0; i < 3; i++)
             if (strcmp(where, FAULT_PLACES[i]) == 0) g_fault.place = i;
     if (g_fault.place >= 0)
-        g_fault.sig = strcmp(how, "kill") == 0 ? SIGKILL : strcmp(how, "stop") == 0 ? SIGSTOP : 0;
-    if (!g_fault.sig) vil_warn("VIL_TEST_FAULT='%s' ignored: expected kill|stop:train|grad|val:STEP", e);
+        g_fault.sig = strcmp(how, "kill") == 0 ? SIGKILL : strcmp(how, "stop") == 0 ? SIGSTOP
+                    : strcmp(how, "int") == 0 ? SIGINT : 0;
+    if (!g_fault.sig) vil_warn("VIL_TEST_FAULT='%s' ignored: expected kill|stop|int:train|grad|val:STEP", e);
 }
 
 static void test_fault(const Trainer *T, int place, long step) {
-    if (!g_fault.sig || g_fault.place != place || step < g_fault.step || T->world < 2 ||
+    /* int (a Ctrl-C at a known place, for tests/test_train.c) fires once, on one process too */
+    int one = g_fault.sig == SIGINT;
+    if (!g_fault.sig || g_fault.place != place || step < g_fault.step || (T->world < 2 && !one) ||
         T->rank != T->world - 1)
         return;
     vil_warn("VIL_TEST_FAULT: rank %d sends itself %s at step %ld (%s)", T->rank,
-             g_fault.sig == SIGKILL ? "SIGKILL" : "SIGSTOP", step, FAULT_PLACES[place]);
-    raise(g_fault.sig);
+             g_fault.sig == SIGKILL ? "SIGKILL" : g_fault.sig == SIGSTOP ? "SIGSTOP" : "SIGINT", step,
+             FAULT_PLACES[place]);
+    int sig = g_fault.sig;
+    if (one) g_fault.sig = 0;
+    raise(sig);
 }
 
 /* ---------------- the steps ---------------- */
@@ -85,7 +93,44 @@ static void sum_eval(const Trainer *T, VilEvalResult *r) {
     r->loss_sum = v[4];
 }
 
-/* The validation pass of the model and of the EMA. */
+/* Asked by the validation passes after each batch: a stop request is acknowledged (the run
+ * finishes both passes, then saves); a second one ends the pass (every rank then abandons the
+ * validation together, in evaluate). */
+static int eval_cancel(void *ctx) {
+    Trainer *T = ctx;
+    VilStop *s = T->run->stop;
+    if (!s || s->level == 0) return 0;
+    if (s->said < 1) {
+        print_stopping(T, s->sig, vil_model_has_ema(&T->m)
+                                      ? "finishing the validation (the model's pass and the EMA's), "
+                                        "then saving and stopping"
+                                      : "finishing the validation, then saving and stopping",
+                       "skips the rest of it and saves now");
+        s->said = 1;
+    }
+    if (s->level < 2) return 0;
+    if (s->said < 2) {
+        print_stopping(T, s->sig, "the rest of the validation is skipped; saving now",
+                       "ends vil at once, without saving");
+        s->said = 2;
+    }
+    return 1;
+}
+
+/* One validation pass (the model's or the EMA's) on every rank: 0, 1 when a rank abandoned it
+ * (a second stop request: every rank then leaves the validation), -1 when it failed on any. */
+static int eval_pass(Trainer *T, VilProgress *prog, const char *prefix, VilEvalResult *r) {
+    VilEvalSink sink = {.cancel = eval_cancel, .ctx = T};
+    int rc = vil_eval_run_sink(&T->m, T->val_loader, 0, prog, prefix, &sink, r);
+    /* a failure on any rank stops all: none may wait in the sums below */
+    if (vil_dist_any(T->dist, rc != 0)) return -1;
+    if (vil_dist_any(T->dist, r->cancelled)) return 1;
+    sum_eval(T, r);
+    return 0;
+}
+
+/* The validation pass of the model and of the EMA: 0, 1 abandoned (nothing recorded), -1
+ * failed. */
 static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     VilEvalResult r;
     /* with the bar the pass shows its progress in place (rank 0's shard); plain lines get the
@@ -93,9 +138,8 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
     VilProgress *prog = T->con.mode == VIL_PROGRESS_BAR ? &T->con : NULL;
     vil_dist_progress("validation", T->step);
     test_fault(T, FAULT_VAL, T->step);
-    /* a failure on any rank stops all: none may wait in the sums below */
-    if (vil_dist_any(T->dist, vil_eval_run(&T->m, T->val_loader, 0, prog, "val   ", &r) != 0)) return -1;
-    sum_eval(T, &r);
+    int rc = eval_pass(T, prog, "val   ", &r);
+    if (rc) return rc;
     res->top1 = r.images ? (float)(100.0 * r.top1 / r.images) : 0.0f;
     res->top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
     long bad = r.bad, images = r.images;
@@ -104,10 +148,9 @@ static int evaluate(Trainer *T, int epoch, VilTrainResult *res) {
                        .top5 = res->top5, .loss = r.images ? (float)(r.loss_sum / r.images) : 0.0f};
     if (vil_model_has_ema(&T->m)) {
         vil_model_use_ema(&T->m, 1);
-        int erc = vil_eval_run(&T->m, T->val_loader, 0, prog, "val   EMA ", &r);
+        rc = eval_pass(T, prog, "val   EMA ", &r);
         vil_model_use_ema(&T->m, 0);
-        if (vil_dist_any(T->dist, erc != 0)) return -1;
-        sum_eval(T, &r);
+        if (rc) return rc;
         res->ema_top1 = r.images ? (float)(100.0 * r.top1 / r.images) : 0.0f;
         res->ema_top5 = r.images ? (float)(100.0 * r.top5 / r.images) : 0.0f;
         secs += r.seconds;
@@ -545,11 +588,68 @@ static RunNext log_progress(Trainer *T) {
     return RUN_GO_ON;
 }
 
+/* ---------------- stopping on a signal ---------------- */
+
+static long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* async-signal-safe */
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void vil_stop_signal(VilStop *s, int sig) {
+    long now = now_ms();
+    if (s->level == 0) {
+        s->sig = sig;
+        s->t_ms = now;
+        s->level = 1;
+        return;
+    }
+    long since = now - s->t_ms;
+    /* the same request: it arrived with the last one, or before the run said what it does */
+    if (since < 1000 || (s->said < s->level && since < 10000)) return;
+    if (s->level == 1) {
+        s->level = 2;
+        s->t_ms = now;
+        return;
+    }
+    /* asked a third time: the signal's own action, which ends the process unsaved */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+const char *vil_signal_name(int sig) {
+    static _Thread_local char buf[24];
+    if (sig == SIGINT) return "SIGINT";
+    if (sig == SIGTERM) return "SIGTERM";
+    snprintf(buf, sizeof buf, "signal %d", sig);
+    return buf;
+}
+
+static int stop_level(const Trainer *T) { return T->run->stop ? T->run->stop->level : 0; }
+
+/* the signal that stops the run, the same on every rank: this rank's, else another's (SIGTERM
+ * before SIGINT when ranks got different ones) */
+static int stop_signal_of_all(const Trainer *T) {
+    int own = T->run->stop ? T->run->stop->sig : 0;
+    double v[2] = {own == SIGTERM, own == SIGINT};
+    vil_dist_sum_double(T->dist, v, 2);
+    return v[0] > 0 ? SIGTERM : v[1] > 0 ? SIGINT : own;
+}
+
 /* --stop-after reached or a signal caught (on any rank: every rank stops at this step): 1 with
- * the status to stop with in *why, or 0 */
-static int stop_requested(const Trainer *T, VilTrainStatus *why) {
-    if (vil_dist_any(T->dist, T->run->interrupt && *T->run->interrupt)) *why = VIL_TRAIN_INTERRUPTED;
-    else if (T->run->stop_after > 0 && T->step >= T->run->stop_after) *why = VIL_TRAIN_STOPPED;
+ * the status to stop with in *why, or 0. A signal is acknowledged here: the run says it saves. */
+static int stop_requested(Trainer *T, VilTrainStatus *why) {
+    if (vil_dist_any(T->dist, stop_level(T) > 0)) {
+        *why = VIL_TRAIN_INTERRUPTED;
+        T->stop_sig = stop_signal_of_all(T);
+        VilStop *s = T->run->stop;
+        if (s && s->said < s->level) {
+            char what[96];
+            snprintf(what, sizeof what, "saving at step %ld and stopping", T->step);
+            print_stopping(T, T->stop_sig, what, s->level < 2 ? NULL : "ends vil at once, without saving");
+            s->said = s->level;
+        }
+    } else if (T->run->stop_after > 0 && T->step >= T->run->stop_after) *why = VIL_TRAIN_STOPPED;
     else return 0;
     return 1;
 }
@@ -587,24 +687,28 @@ static RunNext end_of_epoch(Trainer *T, VilTrainResult *res) {
         T->epoch++;
         T->epoch_batch = 0;
     }
-    int every = T->tc->eval_every_epochs, improved = 0;
+    int every = T->tc->eval_every_epochs, improved = 0, abandoned = 0;
     if (T->val_loader && (finished || (epoch_done && (ep + 1) % every == 0))) {
         double t_eval = vil_now();
-        if (evaluate(T, ep, res) != 0) {
+        int rc = evaluate(T, ep, res);
+        if (rc < 0) {
             save_after_failure(T);
             return run_end(T, VIL_TRAIN_FAILED);
         }
+        abandoned = rc == 1;
         T->eval_secs = vil_now() - t_eval;
         T->eval_total += T->eval_secs; /* train_time takes it in below */
-        improved = res->top1 > T->best_top1;
+        improved = !abandoned && res->top1 > T->best_top1;
     }
+    /* a stop asked for during the step or the validation: said before the save */
+    VilTrainStatus why;
+    int stop = stop_requested(T, &why) && (!finished || abandoned);
     /* best.safetensors goes last, after the state that records its step (save_all) */
     vil_dist_progress("saving", T->step);
     if (save_run(T, improved ? &res->top1 : NULL) != RUN_GO_ON) return RUN_END;
     if (T->rank == 0 && snapshot_due(T)) snapshot_step(T);
     print_epoch_end(T, epoch_done, ep);
-    VilTrainStatus why;
-    if (stop_requested(T, &why) && !finished) {
+    if (stop) {
         print_stop(T, why, ep);
         return run_end(T, why);
     }
@@ -626,8 +730,9 @@ static void train_loop(Trainer *T, VilTrainResult *res) {
             int last_of_epoch = T->epoch_batch == T->spe || T->step == T->total_steps;
             if (is_log_step(T, T->step, T->epoch_batch) && (next = log_progress(T)) != RUN_GO_ON) break;
             if (!last_of_epoch && snapshot_due(T) && (next = save_step(T)) != RUN_GO_ON) break;
+            /* at an epoch's last batch the end of the epoch asks (the validation may come first) */
             VilTrainStatus why;
-            if (stop_requested(T, &why) && !last_of_epoch) next = stop_mid_epoch(T, why);
+            if (!last_of_epoch && stop_requested(T, &why)) next = stop_mid_epoch(T, why);
             else show_progress(T);
         }
         if (next == RUN_GO_ON) next = end_of_epoch(T, res);
@@ -675,6 +780,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     res->best_top1 = T->best_top1;
     res->last_loss = T->last_loss;
     res->seconds = vil_now() - T->t_start;
+    res->signal = T->status == VIL_TRAIN_INTERRUPTED ? T->stop_sig : 0;
     out_log(T); /* the bar off the terminal's last line */
     feed_stop(T);
     trainer_free(T);

@@ -84,6 +84,28 @@ typedef struct {
     double images_per_s, data_wait, eta_s;
 } VilTrainProgress;
 
+/* A request to stop, as signals make it. The command's handler passes each SIGINT / SIGTERM to
+ * vil_stop_signal; the run polls `level` and says what it is finishing (`said`):
+ *   level 1: finish the step (or the validation pass under way, model and EMA), save, stop;
+ *   level 2: a later signal, after the run said what it is finishing: abandon the validation,
+ *            save now;
+ *   a signal after level 2 was said: the signal's default action (the process ends unsaved).
+ * Signals that arrive together are one request: `timeout` signals the process and then its
+ * process group, a terminal's Ctrl-C reaches every process of the group, mpirun forwards what it
+ * gets. A signal counts as a new request only once the run has said what it finishes for the
+ * last one (or 10 s passed without a word: a run stuck in I/O stays stoppable), and 1 s after
+ * the last one counted. */
+typedef struct {
+    volatile sig_atomic_t sig;   /* the first signal's number; 0: none */
+    volatile sig_atomic_t level; /* 0, 1 or 2, above */
+    volatile sig_atomic_t said;  /* the level the run has acknowledged (printed) */
+    _Atomic long t_ms;           /* CLOCK_MONOTONIC ms of the last counted signal */
+} VilStop;
+/* Note a signal in s (async-signal-safe: for the handler itself). */
+void vil_stop_signal(VilStop *s, int sig);
+/* "SIGINT", "SIGTERM" or "signal N" */
+const char *vil_signal_name(int sig);
+
 typedef struct {
     VilConfig model;          /* finalized */
     VilTrainConfig train;     /* finalized */
@@ -99,8 +121,8 @@ typedef struct {
     int init_ema;             /* take init's model_ema (a .pth training checkpoint) */
     const VilBackend *be;
     long stop_after;          /* > 0: save and stop after this global step, the schedule unchanged */
-    volatile sig_atomic_t *interrupt; /* set from a signal handler: finish the step, save, stop;
-                                       * on any rank, every rank stops at the same step */
+    VilStop *stop;            /* requests to stop from a signal handler (vil_stop_signal), or
+                               * NULL; on any rank, every rank stops at the same step */
     const VilDist *dist;      /* the process group (NULL: one process); be must have joined it */
     int quiet;                /* no progress lines (errors are still reported) */
     int dry_run;              /* set up and print the header, then stop: no folder, no file written */
@@ -115,7 +137,7 @@ typedef enum {
     VIL_TRAIN_DONE = 0,        /* the schedule ran to its end */
     VIL_TRAIN_FAILED = -1,     /* an error, reported; nothing half-written */
     VIL_TRAIN_STOPPED = 1,     /* stop_after reached: saved */
-    VIL_TRAIN_INTERRUPTED = 2, /* *interrupt was set: saved */
+    VIL_TRAIN_INTERRUPTED = 2, /* a signal asked to stop (VilStop): saved */
     VIL_TRAIN_DIVERGED = 3,    /* a non-finite loss or gradient: not saved, the last good kept */
 } VilTrainStatus;
 
@@ -128,6 +150,8 @@ typedef struct {
     float best_top1;           /* best model top-1 so far (best.safetensors) */
     float last_loss;           /* loss of the last logged step */
     double seconds;
+    int signal;                /* VIL_TRAIN_INTERRUPTED: the signal (SIGINT or SIGTERM) that
+                                * stopped the run, on this rank or another; 0: none */
 } VilTrainResult;
 
 /* Train as run describes. Data problems are reported before any work; progress goes to
@@ -137,8 +161,8 @@ typedef struct {
 VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res);
 
 /* The run's last line, rank 0 only: on stdout when done or stopped (--stop-after, with the
- * command that continues it), as an error when interrupted (which signal; the command) or
- * diverged. */
+ * command that continues it); on stderr when interrupted (which signal, what was saved, the
+ * command that continues it: a clean stop, not an error) or, as an error, diverged. */
 void vil_train_report(const VilTrainRun *run, VilTrainStatus status, const VilTrainResult *res);
 
 /* Under mpirun / srun, rank 0 warns (once per process) when the loader's workers outnumber

@@ -40,6 +40,7 @@ typedef struct {
     int stale_removed; /* temporaries of killed saves removed from the output folder */
     char *path_last, *path_state, *path_best, *path_ema;
     int lock_fd;       /* OUT/train.lock, flock'ed by rank 0 for the run; -1: none */
+    int stop_sig;      /* the signal that stops the run (every rank's the same); 0: none */
     /* the inputs go to the device one step ahead (data/feed.h): images, targets and, with drop
      * path, the step's drop-path scales, staged per feed slot in dp_host */
     VilFeed feed;
@@ -107,6 +108,9 @@ void print_eval(Trainer *T, const VilEvalRecord *pt, long bad, double secs);
 void print_saved_step(Trainer *T);
 void print_epoch_end(Trainer *T, int epoch_done, int ep);
 void print_stop(Trainer *T, VilTrainStatus why, int ep);
+/* A stop request acknowledged (rank 0, --quiet too): "stop requested (SIGINT): WHAT; Ctrl-C or
+ * SIGINT again AGAIN" (again NULL: no second part). */
+void print_stopping(Trainer *T, int sig, const char *what, const char *again);
 /* metrics.jsonl, config.cfg and run.jsonl (rank 0); a failed write said once, the run goes on. */
 int open_runlog(Trainer *T);
 void runlog_failed(Trainer *T);
