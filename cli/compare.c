@@ -17,6 +17,7 @@
 #include "data/dataset.h"
 #include "charts/chart.h"
 #include "eval/eval.h"
+#include "eval/results.h"
 #include "cli/args.h"
 #include "formats/checkpoint.h"
 #include "vil/common.h"
@@ -161,36 +162,33 @@ static void print_table(FILE *f, const Row *rows, int n, const char *device) {
                "images/s: forward passes on %s, data loading excluded\n", device);
 }
 
+/* every text field through vil_csv_field: quoted where needed, a formula neutralized */
 static int write_csv(const char *path, const Row *rows, int n, const char *device) {
-    size_t cap = 4096 + (size_t)n * 1024, k = 0;
+    size_t cap = 4096, k = 0;
     char *s = vil_malloc(cap);
     k += (size_t)snprintf(s + k, cap - k, "model,file,weights,family,img_size,crop_pct,params,gflops,"
                                           "top1,top5,images,images_per_s,peak_bytes,device,error\n");
+    char *dev = vil_csv_field(device);
     for (int i = 0; i < n; i++) {
         const Row *r = &rows[i];
-        /* file names may hold commas: quoted, with quotes doubled */
-        char q[2][1100];
-        const char *src[2] = {r->label, r->path};
-        for (int j = 0; j < 2; j++) {
-            size_t o = 0;
-            q[j][o++] = '"';
-            for (const char *p = src[j]; *p && o < sizeof q[j] - 3; p++) {
-                if (*p == '"') q[j][o++] = '"';
-                q[j][o++] = *p;
-            }
-            q[j][o++] = '"';
-            q[j][o] = 0;
+        char *t[5] = {vil_csv_field(r->label), vil_csv_field(r->path), vil_csv_field(r->weights),
+                      vil_csv_field(r->family), vil_csv_field(r->ok ? "" : r->why)};
+        size_t need = 1024 + strlen(dev); /* the numbers, the commas */
+        for (int j = 0; j < 5; j++) need += strlen(t[j]);
+        if (k + need > cap) {
+            while (k + need > cap) cap *= 2;
+            s = vil_realloc(s, cap);
         }
         if (r->ok)
             k += (size_t)snprintf(s + k, cap - k, "%s,%s,%s,%s,%d,%g,%zu,%.4f,%.4f,%.4f,%ld,%.2f,%zu,%s,\n",
-                                  q[0], q[1], r->weights, r->family, r->res, r->crop_pct, r->params,
-                                  r->gflops, r->top1, r->top5, r->images, r->images_per_s,
-                                  r->peak_bytes, device);
+                                  t[0], t[1], t[2], t[3], r->res, r->crop_pct, r->params, r->gflops, r->top1,
+                                  r->top5, r->images, r->images_per_s, r->peak_bytes, dev);
         else
-            k += (size_t)snprintf(s + k, cap - k, "%s,%s,,%s,%d,,,,,,,,,%s,\"%s\"\n", q[0], q[1],
-                                  r->family, r->res, device, r->why);
-        if (k >= cap) k = cap - 1;
+            k += (size_t)snprintf(s + k, cap - k, "%s,%s,,%s,%d,,,,,,,,,%s,%s\n", t[0], t[1], t[3], r->res,
+                                  dev, t[4]);
+        for (int j = 0; j < 5; j++) free(t[j]);
     }
+    free(dev);
     int rc = vil_write_file_atomic(path, s, k);
     free(s);
     return rc;
