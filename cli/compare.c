@@ -95,7 +95,7 @@ static int is_pth(const char *path) {
 }
 
 static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int workers,
-                    float crop_pct, int skip_bad, long limit, int steps) {
+                    float crop_pct, int skip_bad, int steps) {
     VilModel m;
     VilCheckpointMeta meta;
     VilCheckpointOpts o = {.img_size = r->res, .ema = r->ema};
@@ -119,7 +119,7 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int
     r->crop_pct = ev.crop_pct;
     VilEvalResult er;
     VilProgress lines = {.f = stdout, .mode = VIL_PROGRESS_PLAIN};
-    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, &lines, prefix, NULL, &er) != 0) {
+    if (vil_eval_dataset(&m, ds, &ev, batch, workers, &lines, prefix, NULL, &er) != 0) {
         snprintf(r->why, sizeof r->why, "evaluation failed (see above)");
     } else if (er.images == 0) {
         snprintf(r->why, sizeof r->why, "no images were evaluated");
@@ -273,7 +273,7 @@ int vil_cmd_compare(int argc, char **argv) {
         {"--ema", VIL_ARG_FLAG, &ema, "the model_ema of every .pth training checkpoint, the ema.safetensors of every run folder (safetensors files are taken as they are)"},
         {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: each checkpoint's, else 0.875)", .meta = "F"},
         {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "leave out images that cannot be read (else such a row fails)"},
-        {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)", 0, 2147483647},
+        {"--limit", VIL_ARG_INT, &limit, "evaluate N images spread over the classes: round robin in class order, each class's first ones (0: all)", 0, 2147483647},
         {"--steps", VIL_ARG_INT, &steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)", 0, 1000000},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
         {"--workers", VIL_ARG_INT, &workers, "data loader threads", 1, 256},
@@ -354,12 +354,15 @@ int vil_cmd_compare(int argc, char **argv) {
     }
     if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) goto done;
     if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 3 : 20;
-    long n_img = limit > 0 && limit < vil_dataset_size(ds) ? limit : vil_dataset_size(ds);
+    char took[256];
+    vil_eval_limit(&ds, limit, took, sizeof took);
+    long n_img = vil_dataset_size(ds);
     char crop[64] = "each checkpoint's crop_pct";
     if (crop_pct > 0) snprintf(crop, sizeof crop, "crop_pct %g", crop_pct);
     printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, %s\n", nm,
            nm == 1 ? "" : "s", nr, nr == 1 ? "" : "s", be->name, vil_dataset_source(ds), n_img,
            batch, crop);
+    if (took[0]) printf("%s\n", took);
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     fflush(stdout);
     rows = vil_calloc((size_t)nm * nr, sizeof(Row));
@@ -372,7 +375,7 @@ int vil_cmd_compare(int argc, char **argv) {
             Row *r = &rows[i * nr + j];
             *r = first[i];
             r->res = res[j];
-            measure(r, be, ds, batch, workers, crop_pct, skip_bad, limit, steps);
+            measure(r, be, ds, batch, workers, crop_pct, skip_bad, steps);
             if (!r->ok) failed++;
         }
     free(first);

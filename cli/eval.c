@@ -48,7 +48,7 @@ int vil_cmd_eval(int argc, char **argv) {
         {"--img-size", VIL_ARG_INT, &img_size, "evaluation resolution (0: the checkpoint's); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
         {"--workers", VIL_ARG_INT, &workers, "data loader threads", 1, 256},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
-        {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)", 0, 2147483647},
+        {"--limit", VIL_ARG_INT, &limit, "evaluate N images spread over the classes: round robin in class order, each class's first ones (0: all)", 0, 2147483647},
         {"--results-file", VIL_ARG_STR, &results, "write each image's top-k classes and label: F.csv (timm's columns) or F.jsonl", .meta = "F.csv|F.jsonl"},
         {"--topk", VIL_ARG_INT, &topk, "classes per row of --results-file", 1, VIL_MAX_CLASSES, "K"},
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
@@ -99,10 +99,13 @@ int vil_cmd_eval(int argc, char **argv) {
     printf("data: %s: %d images, %d classes; resize %d, center crop %d (%s)\n",
            vil_dataset_source(ds), vil_dataset_size(ds), vil_dataset_num_classes(ds),
            vil_eval_scale_size(c->img_size, ev.crop_pct), c->img_size, note);
-    int eb = vil_eval_batch(ds, batch, limit);
+    char took[256];
+    int limited = limit > 0 && limit < vil_dataset_size(ds);
+    vil_eval_limit(&ds, limit, took, sizeof took);
+    if (took[0]) printf("%s\n", took);
+    int eb = vil_eval_batch(ds, batch, 0);
     if (eb != batch) /* said once: the loader and the model are sized for eb */
-        printf("note: batch %d (--batch %d capped at %s %d images)\n", eb, batch,
-               limit > 0 && limit < vil_dataset_size(ds) ? "--limit's" : "the split's", eb);
+        printf("note: batch %d (--batch %d capped at %s %d images)\n", eb, batch, limited ? "--limit's" : "the split's", eb);
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     fflush(stdout);
     /* the names of the model's classes (the checkpoint's, else the data's) for the results */
@@ -122,7 +125,7 @@ int vil_cmd_eval(int argc, char **argv) {
     VilEvalResult r;
     VilProgress prog;
     vil_progress_init(&prog, stdout, (VilProgressMode)pmode);
-    int failed = vil_eval_dataset(&m, ds, &ev, batch, workers, limit, &prog, "  ", results ? &sink : NULL, &r) != 0;
+    int failed = vil_eval_dataset(&m, ds, &ev, batch, workers, &prog, "  ", results ? &sink : NULL, &r) != 0;
     vil_progress_line(&prog); /* the redrawn line off */
     if (failed) goto done;
     if (r.images == 0) {

@@ -298,7 +298,7 @@ static void test_model_run(void) {
         {"eval --device cpu --model %1$s/run --data %1$s/d --skip-bad", 0, {"eval: %1$s/run/best.safetensors (", NULL}},
         {"eval --device cpu --model %1$s/run --ema --data %1$s/d --skip-bad", 0, {"eval: %1$s/run/ema.safetensors (", NULL}},
         {"classify --device cpu --model %1$s/run %1$s/one.png", 0, {"best.safetensors", NULL}},
-        {"states --device cpu --model %1$s/run --data %1$s/d --images 2 --batch 2 --workers 1 --out %1$s/st", 0,
+        {"states --device cpu --model %1$s/run --data %1$s/d --limit 2 --batch 2 --workers 1 --out %1$s/st", 0,
          {"states: %1$s/run/best.safetensors (", NULL}},
         {"compare --device cpu --models %1$s/run --ema --data %1$s/d --skip-bad --steps 1 --workers 1 --out %1$s/cmp_run", 0,
          {"\nrun (EMA) ", NULL}},
