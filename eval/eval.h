@@ -34,7 +34,7 @@ double vil_xent_sum(const float *logits, const int *labels, int n, int C);
 int vil_eval_run(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, const char *prefix,
                  VilEvalResult *r);
 
-/* Where a pass hands each batch's results, for per-image files (`vil eval --results-file`):
+/* Where a pass hands each batch's results, for per-image files (`vil eval --predictions-file`):
  * rows gets the logits (n, C) of the batch's readable images, in the loader's order, with
  * their dataset indices and labels. */
 typedef struct {
