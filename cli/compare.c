@@ -17,6 +17,7 @@
 #include "data/dataset.h"
 #include "charts/chart.h"
 #include "eval/eval.h"
+#include "eval/results.h"
 #include "cli/args.h"
 #include "formats/checkpoint.h"
 #include "vil/common.h"
@@ -94,7 +95,7 @@ static int is_pth(const char *path) {
 }
 
 static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int workers,
-                    float crop_pct, int skip_bad, long limit, int steps) {
+                    float crop_pct, int skip_bad, int steps) {
     VilModel m;
     VilCheckpointMeta meta;
     VilCheckpointOpts o = {.img_size = r->res, .ema = r->ema};
@@ -118,7 +119,7 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int
     r->crop_pct = ev.crop_pct;
     VilEvalResult er;
     VilProgress lines = {.f = stdout, .mode = VIL_PROGRESS_PLAIN};
-    if (vil_eval_dataset(&m, ds, &ev, batch, workers, limit, &lines, prefix, NULL, &er) != 0) {
+    if (vil_eval_dataset(&m, ds, &ev, batch, workers, &lines, prefix, NULL, &er) != 0) {
         snprintf(r->why, sizeof r->why, "evaluation failed (see above)");
     } else if (er.images == 0) {
         snprintf(r->why, sizeof r->why, "no images were evaluated");
@@ -161,36 +162,33 @@ static void print_table(FILE *f, const Row *rows, int n, const char *device) {
                "images/s: forward passes on %s, data loading excluded\n", device);
 }
 
+/* every text field through vil_csv_field: quoted where needed, a formula neutralized */
 static int write_csv(const char *path, const Row *rows, int n, const char *device) {
-    size_t cap = 4096 + (size_t)n * 1024, k = 0;
+    size_t cap = 4096, k = 0;
     char *s = vil_malloc(cap);
     k += (size_t)snprintf(s + k, cap - k, "model,file,weights,family,img_size,crop_pct,params,gflops,"
                                           "top1,top5,images,images_per_s,peak_bytes,device,error\n");
+    char *dev = vil_csv_field(device);
     for (int i = 0; i < n; i++) {
         const Row *r = &rows[i];
-        /* file names may hold commas: quoted, with quotes doubled */
-        char q[2][1100];
-        const char *src[2] = {r->label, r->path};
-        for (int j = 0; j < 2; j++) {
-            size_t o = 0;
-            q[j][o++] = '"';
-            for (const char *p = src[j]; *p && o < sizeof q[j] - 3; p++) {
-                if (*p == '"') q[j][o++] = '"';
-                q[j][o++] = *p;
-            }
-            q[j][o++] = '"';
-            q[j][o] = 0;
+        char *t[5] = {vil_csv_field(r->label), vil_csv_field(r->path), vil_csv_field(r->weights),
+                      vil_csv_field(r->family), vil_csv_field(r->ok ? "" : r->why)};
+        size_t need = 1024 + strlen(dev); /* the numbers, the commas */
+        for (int j = 0; j < 5; j++) need += strlen(t[j]);
+        if (k + need > cap) {
+            while (k + need > cap) cap *= 2;
+            s = vil_realloc(s, cap);
         }
         if (r->ok)
             k += (size_t)snprintf(s + k, cap - k, "%s,%s,%s,%s,%d,%g,%zu,%.4f,%.4f,%.4f,%ld,%.2f,%zu,%s,\n",
-                                  q[0], q[1], r->weights, r->family, r->res, r->crop_pct, r->params,
-                                  r->gflops, r->top1, r->top5, r->images, r->images_per_s,
-                                  r->peak_bytes, device);
+                                  t[0], t[1], t[2], t[3], r->res, r->crop_pct, r->params, r->gflops, r->top1,
+                                  r->top5, r->images, r->images_per_s, r->peak_bytes, dev);
         else
-            k += (size_t)snprintf(s + k, cap - k, "%s,%s,,%s,%d,,,,,,,,,%s,\"%s\"\n", q[0], q[1],
-                                  r->family, r->res, device, r->why);
-        if (k >= cap) k = cap - 1;
+            k += (size_t)snprintf(s + k, cap - k, "%s,%s,,%s,%d,,,,,,,,,%s,%s\n", t[0], t[1], t[3], r->res,
+                                  dev, t[4]);
+        for (int j = 0; j < 5; j++) free(t[j]);
     }
+    free(dev);
     int rc = vil_write_file_atomic(path, s, k);
     free(s);
     return rc;
@@ -275,7 +273,7 @@ int vil_cmd_compare(int argc, char **argv) {
         {"--ema", VIL_ARG_FLAG, &ema, "the model_ema of every .pth training checkpoint, the ema.safetensors of every run folder (safetensors files are taken as they are)"},
         {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: each checkpoint's, else 0.875)", .meta = "F"},
         {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "leave out images that cannot be read (else such a row fails)"},
-        {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)", 0, 2147483647},
+        {"--limit", VIL_ARG_INT, &limit, "evaluate N images spread over the classes: round robin in class order, each class's first ones (0: all)", 0, 2147483647},
         {"--steps", VIL_ARG_INT, &steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)", 0, 1000000},
         {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
         {"--workers", VIL_ARG_INT, &workers, "data loader threads", 1, 256},
@@ -356,12 +354,15 @@ int vil_cmd_compare(int argc, char **argv) {
     }
     if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) goto done;
     if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 3 : 20;
-    long n_img = limit > 0 && limit < vil_dataset_size(ds) ? limit : vil_dataset_size(ds);
+    char took[256];
+    vil_eval_limit(&ds, limit, took, sizeof took);
+    long n_img = vil_dataset_size(ds);
     char crop[64] = "each checkpoint's crop_pct";
     if (crop_pct > 0) snprintf(crop, sizeof crop, "crop_pct %g", crop_pct);
     printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, %s\n", nm,
            nm == 1 ? "" : "s", nr, nr == 1 ? "" : "s", be->name, vil_dataset_source(ds), n_img,
            batch, crop);
+    if (took[0]) printf("%s\n", took);
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     fflush(stdout);
     rows = vil_calloc((size_t)nm * nr, sizeof(Row));
@@ -374,7 +375,7 @@ int vil_cmd_compare(int argc, char **argv) {
             Row *r = &rows[i * nr + j];
             *r = first[i];
             r->res = res[j];
-            measure(r, be, ds, batch, workers, crop_pct, skip_bad, limit, steps);
+            measure(r, be, ds, batch, workers, crop_pct, skip_bad, steps);
             if (!r->ok) failed++;
         }
     free(first);

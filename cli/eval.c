@@ -1,6 +1,7 @@
-/* eval.c: `vil eval --model CKPT --data DIR`: top-1 / top-5 of a checkpoint on a whole split
- * with the evaluation transform it was trained with (the pass itself: eval/eval.c), and with
- * --results-file each image's top-k classes and label. */
+/* eval.c: `vil eval --model CKPT --data DIR`: top-1 / top-5 and the loss of a checkpoint on a
+ * whole split (or --limit's images spread over its classes) with the evaluation transform it was
+ * trained with (the pass itself: eval/eval.c); --results-file writes the summary as timm's
+ * validate.py does, --predictions-file each image's top-k classes and label. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 #include "vil/limits.h"
 #include "data/image.h"
 
-/* --results-file: each batch's rows, named by the dataset's paths */
+/* --predictions-file: each batch's rows, named by the dataset's paths */
 typedef struct {
     VilResults *res;
     const VilDataset *ds;
@@ -32,7 +33,7 @@ static void add_rows(void *ctx, const float *logits, const int *indices, const i
 
 int vil_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto",
-               *results = NULL, *progress = "auto";
+               *results = NULL, *predictions = NULL, *progress = "auto";
     int batch = 64, img_size = 0, workers = 4, limit = 0, ema = 0, skip_bad = 0, threads = 0, topk = 5;
     int max_pixels = (int)vil_image_max_pixels();
     float crop_pct = 0;
@@ -48,19 +49,20 @@ int vil_cmd_eval(int argc, char **argv) {
         {"--img-size", VIL_ARG_INT, &img_size, "evaluation resolution (0: the checkpoint's); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
         {"--workers", VIL_ARG_INT, &workers, "data loader threads", 1, 256},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
-        {"--limit", VIL_ARG_INT, &limit, "evaluate only the first N images (0: all)", 0, 2147483647},
-        {"--results-file", VIL_ARG_STR, &results, "write each image's top-k classes and label: F.csv (timm's columns) or F.jsonl", .meta = "F.csv|F.jsonl"},
-        {"--topk", VIL_ARG_INT, &topk, "classes per row of --results-file", 1, VIL_MAX_CLASSES, "K"},
+        {"--limit", VIL_ARG_INT, &limit, "evaluate N images spread over the classes: round robin in class order, each class's first ones (0: all)", 0, 2147483647},
+        {"--results-file", VIL_ARG_STR, &results, "write the summary (model, top1, top1_err, top5, top5_err, param_count, img_size, crop_pct, interpolation, loss, count), as timm's validate.py: F.csv or F.json", .meta = "F.csv|F.json"},
+        {"--predictions-file", VIL_ARG_STR, &predictions, "write each image's top-k classes and label: F.csv (timm's inference columns) or F.jsonl", .meta = "F.csv|F.jsonl"},
+        {"--topk", VIL_ARG_INT, &topk, "classes per row of --predictions-file", 1, VIL_MAX_CLASSES, "K"},
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
         {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "images that cannot be read are named and left out, and the exit code stays 0"},
         {"--progress", VIL_ARG_STR, &progress, VIL_PROGRESS_HELP},
     };
-    VilArgSpec spec = {"eval", "--model CKPT|RUN --data DIR [--split val] [--batch B] [--results-file F.csv|F.jsonl] [options]",
-                       "Top-1 and top-5 accuracy of a checkpoint on a whole split with the\n"
-                       "evaluation transform it was trained with (resize to size / crop_pct,\n"
-                       "bicubic, center crop, normalize). The last line holds the result. An image\n"
-                       "that cannot be read is named and not counted, and the exit code is then 1\n"
-                       "unless --skip-bad.",
+    VilArgSpec spec = {"eval", "--model CKPT|RUN --data DIR [--split val] [--batch B] [--limit N] [--results-file F.csv|F.json] [--predictions-file F.csv|F.jsonl] [options]",
+                       "Top-1 and top-5 accuracy and the loss (the mean cross-entropy, no label\n"
+                       "smoothing) of a checkpoint on a whole split with the evaluation transform it\n"
+                       "was trained with (resize to size / crop_pct, bicubic, center crop,\n"
+                       "normalize). The last line holds the result. An image that cannot be read is\n"
+                       "named and not counted, and the exit code is then 1 unless --skip-bad.",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
@@ -71,8 +73,14 @@ int vil_cmd_eval(int argc, char **argv) {
     }
     /* the numbers' ranges are checked as they are parsed */
     if (!vil_cli_crop_pct_ok("eval", crop_pct)) return 2;
-    if (results && !vil_results_format(results))
-        return vil_cli_bad_choice("eval", "--results-file", "a name ending in .csv or .jsonl", results);
+    if (results && !vil_summary_format(results)) {
+        vil_cli_bad_choice("eval", "--results-file", "a name ending in .csv or .json", results);
+        if (vil_results_format(results) == VIL_RESULTS_JSONL)
+            fprintf(stderr, "vil eval: --results-file is the summary; each image's rows go to --predictions-file\n");
+        return 2;
+    }
+    if (predictions && !vil_results_format(predictions))
+        return vil_cli_bad_choice("eval", "--predictions-file", "a name ending in .csv or .jsonl", predictions);
     int pmode = vil_cli_progress_mode("eval", progress);
     if (pmode < 0) return 2;
     VilDataset *ds;
@@ -99,10 +107,13 @@ int vil_cmd_eval(int argc, char **argv) {
     printf("data: %s: %d images, %d classes; resize %d, center crop %d (%s)\n",
            vil_dataset_source(ds), vil_dataset_size(ds), vil_dataset_num_classes(ds),
            vil_eval_scale_size(c->img_size, ev.crop_pct), c->img_size, note);
-    int eb = vil_eval_batch(ds, batch, limit);
+    char took[256];
+    int limited = limit > 0 && limit < vil_dataset_size(ds);
+    vil_eval_limit(&ds, limit, took, sizeof took);
+    if (took[0]) printf("%s\n", took);
+    int eb = vil_eval_batch(ds, batch, 0);
     if (eb != batch) /* said once: the loader and the model are sized for eb */
-        printf("note: batch %d (--batch %d capped at %s %d images)\n", eb, batch,
-               limit > 0 && limit < vil_dataset_size(ds) ? "--limit's" : "the split's", eb);
+        printf("note: batch %d (--batch %d capped at %s %d images)\n", eb, batch, limited ? "--limit's" : "the split's", eb);
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     fflush(stdout);
     /* the names of the model's classes (the checkpoint's, else the data's) for the results */
@@ -110,39 +121,50 @@ int vil_cmd_eval(int argc, char **argv) {
     char **names = NULL;
     Rows rows = {NULL, ds};
     VilEvalSink sink = {add_rows, &rows};
-    if (results) {
+    if (predictions) {
         if (!meta.class_names && vil_dataset_num_classes(ds) == NC) {
             names = vil_calloc((size_t)NC, sizeof *names);
             for (int k = 0; k < NC; k++) names[k] = vil_strdup(vil_dataset_class_name(ds, k));
         }
-        rows.res = vil_results_open(results, (VilResultsFormat)vil_results_format(results), topk, NC,
+        rows.res = vil_results_open(predictions, (VilResultsFormat)vil_results_format(predictions), topk, NC,
                                     meta.class_names ? meta.class_names : names, 1);
         if (!rows.res) goto done;
     }
     VilEvalResult r;
     VilProgress prog;
     vil_progress_init(&prog, stdout, (VilProgressMode)pmode);
-    int failed = vil_eval_dataset(&m, ds, &ev, batch, workers, limit, &prog, "  ", results ? &sink : NULL, &r) != 0;
+    int failed = vil_eval_dataset(&m, ds, &ev, batch, workers, &prog, "  ", predictions ? &sink : NULL, &r) != 0;
     vil_progress_line(&prog); /* the redrawn line off */
     if (failed) goto done;
     if (r.images == 0) {
         vil_error("no images were evaluated%s", r.bad ? ": none could be read" : "");
         goto done;
     }
-    printf("top-1 %.2f%%  top-5 %.2f%%  (%ld images; %ld unreadable, left out; %.1f s)\n",
-           100.0 * r.top1 / r.images, 100.0 * r.top5 / r.images, r.images, r.bad, r.seconds);
+    double top1 = 100.0 * r.top1 / r.images, top5 = 100.0 * r.top5 / r.images, loss = r.loss_sum / r.images;
+    printf("top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%ld images; %ld unreadable, left out; %.1f s)\n",
+           top1, top5, loss, r.images, r.bad, r.seconds);
     if (rows.res) {
         long nrows = vil_results_rows(rows.res);
         VilResults *res = rows.res;
         rows.res = NULL;
         char shown[1024];
         if (vil_results_close(res) != 0) goto done;
-        printf("wrote %s (%ld rows)\n", vil_printable(shown, sizeof shown, results), nrows);
+        printf("wrote %s (%ld rows)\n", vil_printable(shown, sizeof shown, predictions), nrows);
     }
     if (r.bad && !skip_bad) {
         vil_error("%ld images could not be read (named above) and are not in the result: fix "
                   "the data, or pass --skip-bad to accept a result without them", r.bad);
         goto done;
+    }
+    if (results) { /* only a result that stands: after the check of unreadable images */
+        char mname[4200];
+        snprintf(mname, sizeof mname, "%s%s%s", model, meta.weights[0] ? ":" : "", meta.weights);
+        VilEvalSummary sum = {.model = mname, .top1 = top1, .top5 = top5, .loss = loss, .count = r.images,
+                              .params = m.param_count, .img_size = c->img_size, .crop_pct = ev.crop_pct,
+                              .interpolation = "bicubic"};
+        char shown[1024];
+        if (vil_summary_write(results, &sum) != 0) goto done;
+        printf("wrote %s\n", vil_printable(shown, sizeof shown, results));
     }
     rc = 0;
 done:

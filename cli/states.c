@@ -192,7 +192,7 @@ static void print_table(const Report *r) {
 int vil_cmd_states(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto",
                *out = "out/states";
-    int batch = 8, img_size = 0, images = 256, workers = 4, ema = 0, threads = 0;
+    int batch = 8, img_size = 0, limit = 256, workers = 4, ema = 0, threads = 0;
     int max_pixels = (int)vil_image_max_pixels();
     float crop_pct = 0;
     VilArg args[] = {
@@ -202,7 +202,7 @@ int vil_cmd_states(int argc, char **argv) {
         {"--split", VIL_ARG_STR, &split, "split to read: val (test for IDX), test or train"},
         {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
         {"--img-size", VIL_ARG_INT, &img_size, "image size, 1..8192 (not given: the checkpoint's own); another size interpolates pos_embed", 1, VIL_MAX_IMG_SIZE},
-        {"--images", VIL_ARG_INT, &images, "images measured: the first N readable ones of the split", 1, 1e9},
+        {"--limit", VIL_ARG_INT, &limit, "images measured: N spread over the classes, round robin in class order, each class's first ones (0: all); unreadable ones are left out", 0, 2147483647},
         {"--batch", VIL_ARG_INT, &batch, "images per forward (training activations: every layer's are kept)", 1, VIL_MAX_BATCH},
         {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
         {"--device", VIL_ARG_STR, &device, "where the forward runs: cpu, cuda or auto (the norms' scans run on the host)"},
@@ -211,13 +211,15 @@ int vil_cmd_states(int argc, char **argv) {
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
         {"--out", VIL_ARG_STR, &out, "folder for states.csv, states.json and states.svg"},
     };
-    VilArgSpec spec = {"states", "--model CKPT|RUN --data DIR [--img-size S] [--images N] [--out DIR] [options]",
+    VilArgSpec spec = {"states", "--model CKPT|RUN --data DIR [--img-size S] [--limit N] [--out DIR] [options]",
                        "How the scan's state grows along the sequence: for each layer and direction,\n"
                        "the norm of the state after each token (||h||: the square root of the sum of\n"
-                       "squares of its d_state x d_inner values), its mean and sd over N images of\n"
-                       "the split, made with the evaluation transform (as `vil eval --img-size S`),\n"
-                       "the scans starting from zero. Past the training length (the tokens of the\n"
-                       "checkpoint's own pos_embed grid) a model meets states it never saw.\n"
+                       "squares of its d_state x d_inner values), its mean and sd over --limit's\n"
+                       "images of the split (256 by default, spread over the classes as `vil eval\n"
+                       "--limit` takes them), made with the evaluation transform (as `vil eval\n"
+                       "--img-size S`), the scans starting from zero. Past the training length (the\n"
+                       "tokens of the checkpoint's own pos_embed grid) a model meets states it never\n"
+                       "saw.\n"
                        "The forward runs on --device; the norms come from the CPU reference scan,\n"
                        "replayed on the host on each layer's downloaded activations (the cost: about\n"
                        "a CPU forward per image). Writes OUT/states.csv (layer, direction, step,\n"
@@ -259,21 +261,24 @@ int vil_cmd_states(int argc, char **argv) {
     int g = meta.pos_interpolated_from;
     r.train_img = g > 0 ? c->patch_size + (g - 1) * c->stride : c->img_size;
     r.train_tokens = g > 0 ? g * g + 1 : c->seq_len;
-    long n_img = images < vil_dataset_size(ds) ? images : vil_dataset_size(ds);
     printf("states: %s%s%s (%s, %s, depth %d, d_state %d) at %d px: %d tokens (trained at %d px: "
            "%d tokens) on %s\n", model, meta.weights[0] ? ":" : "", meta.weights,
            vil_printable(name, sizeof name, c->name), vil_recurrences[c->rec].family, c->depth,
            c->d_state, c->img_size, c->seq_len, r.train_img, r.train_tokens, be->name);
-    printf("data: %s: %ld of %d images, batch %d; resize %d, center crop %d (%s)\n",
-           vil_dataset_source(ds), n_img, vil_dataset_size(ds), vil_eval_batch(ds, batch, images),
+    char took[256];
+    int n_all = vil_dataset_size(ds);
+    vil_eval_limit(&ds, limit, took, sizeof took);
+    printf("data: %s: %d of %d images, batch %d; resize %d, center crop %d (%s)\n",
+           vil_dataset_source(ds), vil_dataset_size(ds), n_all, vil_eval_batch(ds, batch, 0),
            vil_eval_scale_size(c->img_size, ev.crop_pct), c->img_size, note);
+    if (took[0]) printf("%s\n", took);
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
     else printf("note: the forward runs on %s; the norms' scans on the host CPU\n", be->name);
     fflush(stdout);
     VilStates s = {0};
     rc = 1;
     double t0 = vil_now();
-    if (vil_states_dataset(&m, ds, &ev, batch, workers, images, stderr, &s, &r.bad) != 0) goto done;
+    if (vil_states_dataset(&m, ds, &ev, batch, workers, stderr, &s, &r.bad) != 0) goto done;
     r.s = &s;
     if (s.images == 0) {
         vil_error("no images were measured%s", r.bad ? ": none could be read" : "");

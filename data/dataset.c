@@ -886,6 +886,32 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+int vil_dataset_spread(const VilDataset *ds, int n, int *idx) {
+    int C = ds->num_classes, want = n < ds->n ? n : ds->n, got = 0, na = 0;
+    if (want <= 0) return 0;
+    int *take = vil_calloc((size_t)C, sizeof(int)), *active = vil_malloc((size_t)C * sizeof(int));
+    for (int c = 0; c < C; c++)
+        if (ds->class_off[c + 1] > ds->class_off[c]) active[na++] = c;
+    /* one sample of each class still holding some per round: the classes that ran out leave
+     * the list, so the rounds cost the samples taken plus the classes */
+    while (got < want && na > 0) {
+        int keep = 0;
+        for (int k = 0; k < na; k++) {
+            int c = active[k];
+            if (got < want) take[c]++, got++;
+            if (take[c] < ds->class_off[c + 1] - ds->class_off[c]) active[keep++] = c;
+        }
+        na = keep;
+    }
+    int o = 0;
+    for (int c = 0; c < C; c++)
+        for (int j = 0; j < take[c]; j++) idx[o++] = ds->members[ds->class_off[c] + j];
+    qsort(idx, (size_t)o, sizeof(int), cmp_int);
+    free(take);
+    free(active);
+    return o;
+}
+
 int vil_dataset_holdout(VilDataset **train, VilDataset **val, int n, uint64_t seed) {
     VilDataset *ds = *train;
     if (n <= 0 || n >= ds->n) {

@@ -86,6 +86,12 @@ int vil_dataset_read_image(const VilDataset *ds, int i, int channels, VilImage *
 
 /* A new dataset of samples idx[0..n-1] of ds (copied: ds may be freed), in that order. */
 VilDataset *vil_dataset_subset(const VilDataset *ds, const int *idx, int n);
+/* n samples of ds spread over its classes (`--limit N` of eval, compare and states): taken round
+ * robin over the classes in class order, each class's samples in dataset order, a class that
+ * runs out dropping from the round; so N = k x (classes) takes the first k of each class that has
+ * them, and N < classes one of each of the first N classes with samples. idx (room for n) gets
+ * the min(n, size) indices in dataset order; returns their count. Deterministic. */
+int vil_dataset_spread(const VilDataset *ds, int n, int *idx);
 /* Hold out n samples of *train, chosen by a fixed permutation of `seed` (the same set on every
  * machine and for every training seed): *train becomes the other samples, *val the held-out
  * ones, both in dataset order; the old *train is freed. 0, or -1 (vil_error) when n is not

@@ -223,10 +223,9 @@ VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEva
 }
 
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                     long max_images, VilProgress *prog, const char *prefix, const VilEvalSink *sink,
-                     VilEvalResult *r) {
+                     VilProgress *prog, const char *prefix, const VilEvalSink *sink, VilEvalResult *r) {
     const VilConfig *c = &m->cfg;
-    batch = vil_eval_batch(ds, batch, max_images);
+    batch = vil_eval_batch(ds, batch, 0);
     int K = vil_dataset_num_classes(ds);
     if (K != c->num_classes) {
         vil_error("the data (%s) has %d classes but the model %d: the labels would not be the "
@@ -237,9 +236,47 @@ int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int bat
     if (vil_model_check_acts(m, batch, 0) != 0) return -1;
     VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers);
     if (!l) return -1;
-    int rc = vil_eval_run_sink(m, l, max_images, prog, prefix, sink, r);
+    int rc = vil_eval_run_sink(m, l, 0, prog, prefix, sink, r);
     vil_loader_free(l);
     return rc;
+}
+
+void vil_eval_limit(VilDataset **ds, long limit, char *line, size_t len) {
+    int size = vil_dataset_size(*ds), C = vil_dataset_num_classes(*ds);
+    line[0] = 0;
+    if (limit <= 0) return;
+    if (limit >= size) {
+        snprintf(line, len, "--limit %ld: all %d images", limit, size);
+        return;
+    }
+    int *idx = vil_malloc((size_t)limit * sizeof(int));
+    int n = vil_dataset_spread(*ds, (int)limit, idx);
+    VilDataset *sub = vil_dataset_subset(*ds, idx, n);
+    free(idx);
+    /* what each class gave: the same k from every class that has images, else a range */
+    int lo = 0, hi = 0, took = 0, have = 0;
+    for (int c = 0; c < C; c++) {
+        const int *mem;
+        int all, k;
+        vil_dataset_class_members(*ds, c, &mem, &all);
+        vil_dataset_class_members(sub, c, &mem, &k);
+        have += all > 0;
+        if (!k) continue;
+        lo = took && lo < k ? lo : k;
+        hi = hi > k ? hi : k;
+        took++;
+    }
+    char each[64];
+    if (lo == hi) snprintf(each, sizeof each, "%d", lo);
+    else snprintf(each, sizeof each, "%d to %d", lo, hi);
+    if (took == have)
+        snprintf(line, len, "--limit %ld: %d of %d images, %s from each of %d classes", limit, n, size,
+                 each, took);
+    else /* fewer images than classes: one from each of the first ones */
+        snprintf(line, len, "--limit %ld: %d of %d images, %s from each of the first %d of %d classes",
+                 limit, n, size, each, took, have);
+    vil_dataset_free(*ds);
+    *ds = sub;
 }
 
 double vil_time_forward(VilModel *m, int warmup, int steps) {

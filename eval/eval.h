@@ -35,7 +35,7 @@ double vil_xent_sum(const float *logits, const int *labels, int n, int C);
 int vil_eval_run(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, const char *prefix,
                  VilEvalResult *r);
 
-/* Where a pass hands each batch's results, for per-image files (`vil eval --results-file`):
+/* Where a pass hands each batch's results, for per-image files (`vil eval --predictions-file`):
  * rows (may be NULL) gets the logits (n, C) of the batch's readable images, in the loader's
  * order, with their dataset indices and labels; cancel (may be NULL), asked after each batch,
  * ends the pass there when it returns nonzero (VilEvalResult.cancelled). */
@@ -65,14 +65,20 @@ int vil_eval_batch(const VilDataset *ds, int batch, long max_images);
 VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEvalSpec *ev, int batch,
                            int workers);
 
-/* The evaluation of m on a dataset as `vil eval` runs it: an eval-mode loader of
- * vil_eval_batch(ds, batch, max_images) images
- * (the transform ev; pinned buffers on CUDA) with `workers` threads, then vil_eval_run_sink
- * (sink may be NULL). The data must have the model's classes (else the labels would not mean
- * the model's classes), and the batch must fit (vil_model_check_acts). 0, or -1 (reported). */
+/* The evaluation of m on the whole of ds as `vil eval` runs it (a --limit has made ds its subset,
+ * vil_eval_limit): an eval-mode loader of vil_eval_batch(ds, batch, 0) images (the transform ev;
+ * pinned buffers on CUDA) with `workers` threads, then vil_eval_run_sink (sink may be NULL). The
+ * data must have the model's classes (else the labels would not mean the model's classes), and
+ * the batch must fit (vil_model_check_acts). 0, or -1 (reported). */
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                     long max_images, VilProgress *prog, const char *prefix, const VilEvalSink *sink,
-                     VilEvalResult *r);
+                     VilProgress *prog, const char *prefix, const VilEvalSink *sink, VilEvalResult *r);
+
+/* `--limit N` of `vil eval`, `vil compare` and `vil states`, one rule for the three: with
+ * 0 < limit < its size, *ds becomes its subset of vil_dataset_spread's N samples (spread over the
+ * classes round robin, each class's first ones, in dataset order; the old *ds freed). line gets
+ * the one line the command prints, "--limit 200: 200 of 10000 images, 20 from each of 10
+ * classes" (or "all N images" for a limit at or above the size; "" for no limit). */
+void vil_eval_limit(VilDataset **ds, long limit, char *line, size_t len);
 
 /* Seconds per forward pass of m on what its inference activations hold now (m->acts allocated
  * for inference), after `warmup` untimed passes; the backend is synchronized around the timed

@@ -1,6 +1,7 @@
-/* results.c: the per-image prediction files of results.h. Numbers are printed with "%.9g"
- * (a float's probability survives the round trip); text fields go through vil_utf8_lossy, and
- * CSV fields are quoted as RFC 4180 has it when they hold a comma, quote or line break. */
+/* results.c: the per-image prediction files and the evaluation summary of results.h, and the
+ * one CSV text field every CSV writer of vil uses. Numbers are printed with "%.9g" (a float's
+ * probability survives the round trip); text fields go through vil_utf8_lossy, and CSV fields
+ * are quoted as RFC 4180 has it, a spreadsheet formula neutralized (vil_csv_field). */
 #include "eval/results.h"
 
 #include <cJSON.h>
@@ -93,18 +94,31 @@ __attribute__((format(printf, 2, 3))) static void put(VilResults *r, const char 
     put_bytes(r, s, len < 0 ? 0 : (size_t)len < sizeof s ? (size_t)len : sizeof s - 1);
 }
 
-/* a CSV field, quoted where it needs to be (after a comma unless first) */
+char *vil_csv_field(const char *s) {
+    char *u = vil_utf8_lossy(s ? s : "");
+    /* a formula to Excel, LibreOffice and Google Sheets (OWASP, "CSV Injection") */
+    int formula = u[0] && strchr("=+-@\t\r", u[0]) != NULL;
+    if (!formula && !u[strcspn(u, ",\"\r\n")]) return u;
+    size_t n = strlen(u), o = 0;
+    char *q = vil_malloc(2 * n + 4);
+    q[o++] = '"';
+    if (formula) q[o++] = '\'';
+    for (const char *p = u; *p; p++) {
+        if (*p == '"') q[o++] = '"';
+        q[o++] = *p;
+    }
+    q[o++] = '"';
+    q[o] = 0;
+    free(u);
+    return q;
+}
+
+/* a CSV field (vil_csv_field), after a comma unless first */
 static void put_field(VilResults *r, const char *s, int first) {
     if (!first) put_bytes(r, ",", 1);
-    char *u = vil_utf8_lossy(s ? s : "");
-    if (!u[strcspn(u, ",\"\r\n")]) {
-        put_bytes(r, u, strlen(u));
-    } else {
-        put_bytes(r, "\"", 1);
-        for (const char *p = u; *p; p++) put_bytes(r, *p == '"' ? "\"\"" : p, *p == '"' ? 2 : 1);
-        put_bytes(r, "\"", 1);
-    }
-    free(u);
+    char *f = vil_csv_field(s);
+    put_bytes(r, f, strlen(f));
+    free(f);
 }
 
 VilResults *vil_results_open(const char *path, VilResultsFormat format, int topk, int C,
@@ -207,5 +221,72 @@ void vil_results_free(VilResults *r) {
 int vil_results_close(VilResults *r) {
     int rc = vil_write_file_atomic(r->path, r->buf ? r->buf : "", r->n) ? -1 : 0;
     vil_results_free(r);
+    return rc;
+}
+
+/* ---- the evaluation summary (timm validate.py's --results-file) ---- */
+
+int vil_summary_format(const char *path) {
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    if (!dot || (slash && dot < slash)) return 0;
+    if (strcasecmp(dot, ".csv") == 0) return VIL_RESULTS_CSV;
+    if (strcasecmp(dot, ".json") == 0) return VIL_RESULTS_JSON;
+    return 0;
+}
+
+/* x rounded to d decimals, as Python's round(x, d) gives it for these magnitudes */
+static double round_to(double x, int d) {
+    double p = pow(10.0, d);
+    return isfinite(x) ? round(x * p) / p : x;
+}
+
+int vil_summary_write(const char *path, const VilEvalSummary *s) {
+    char crop[32];
+    snprintf(crop, sizeof crop, "%g", s->crop_pct); /* a float's 0.9, not 0.899999976 */
+    struct {
+        const char *key;
+        double v;
+    } num[] = {
+        {"top1", round_to(s->top1, 4)},
+        {"top1_err", round_to(100.0 - s->top1, 4)},
+        {"top5", round_to(s->top5, 4)},
+        {"top5_err", round_to(100.0 - s->top5, 4)},
+        {"param_count", round_to((double)s->params / 1e6, 2)},
+        {"img_size", s->img_size},
+        {"crop_pct", strtod(crop, NULL)},
+    };
+    enum { NNUM = sizeof num / sizeof num[0] };
+    const char *interp = s->interpolation ? s->interpolation : "";
+    int format = vil_summary_format(path), rc;
+    if (format == VIL_RESULTS_CSV) {
+        VilResults r = {0};
+        put(&r, "model");
+        for (int i = 0; i < NNUM; i++) put(&r, ",%s", num[i].key);
+        put(&r, ",interpolation,loss,count\n");
+        put_field(&r, s->model, 1);
+        for (int i = 0; i < NNUM; i++) put(&r, ",%.12g", num[i].v);
+        put_field(&r, interp, 0);
+        put(&r, ",%.12g,%ld\n", round_to(s->loss, 6), s->count);
+        rc = vil_write_file_atomic(path, r.buf, r.n) ? -1 : 0;
+        free(r.buf);
+        return rc;
+    }
+    if (format != VIL_RESULTS_JSON) {
+        vil_error("summary file '%s': the name must end in .csv or .json", path);
+        return VIL_EUSAGE;
+    }
+    cJSON *o = cJSON_CreateObject();
+    char *m8 = vil_utf8_lossy(s->model ? s->model : "");
+    cJSON_AddStringToObject(o, "model", m8);
+    free(m8);
+    for (int i = 0; i < NNUM; i++) cJSON_AddNumberToObject(o, num[i].key, num[i].v);
+    cJSON_AddStringToObject(o, "interpolation", interp);
+    cJSON_AddNumberToObject(o, "loss", round_to(s->loss, 6));
+    cJSON_AddNumberToObject(o, "count", (double)s->count);
+    char *text = cJSON_Print(o);
+    rc = text ? (vil_write_file_atomic(path, text, strlen(text)) ? -1 : 0) : -1;
+    if (!text) vil_error("summary file: out of memory");
+    cJSON_free(text);
+    cJSON_Delete(o);
     return rc;
 }

@@ -1,13 +1,15 @@
-/* results.h: per-image prediction files: `vil classify --csv` and `vil eval --results-file`.
- * One row per image: its path, the top-k classes (index, name, probability) and, for an
- * evaluation, its label; as CSV (timm's inference.py columns, one column per rank) or as JSON
- * Lines. The file is built in memory and written atomically when closed. */
+/* results.h: what evaluations write. Per-image prediction files (`vil classify --csv`, `vil
+ * eval --predictions-file`): one row per image, its path, the top-k classes (index, name,
+ * probability) and, for an evaluation, its label; as CSV (timm's inference.py columns, one column
+ * per rank) or as JSON Lines, built in memory and written atomically when closed. The summary of
+ * an evaluation (`vil eval --results-file`), as timm's validate.py writes it. And the CSV text
+ * field every CSV vil writes goes through (vil_csv_field). */
 #ifndef VIL_RESULTS_H
 #define VIL_RESULTS_H
 
 #include <stddef.h>
 
-typedef enum { VIL_RESULTS_CSV = 1, VIL_RESULTS_JSONL = 2 } VilResultsFormat;
+typedef enum { VIL_RESULTS_CSV = 1, VIL_RESULTS_JSONL = 2, VIL_RESULTS_JSON = 3 } VilResultsFormat;
 
 /* The format a file name asks for: .csv or .jsonl (any case); 0 for another extension. */
 int vil_results_format(const char *path);
@@ -33,6 +35,36 @@ long vil_results_rows(const VilResults *r);
 int vil_results_close(VilResults *r);
 /* Frees r without writing. */
 void vil_results_free(VilResults *r);
+
+/* s (NULL: "") as one CSV field (malloc'd): valid UTF-8 (vil_utf8_lossy), quoted as RFC 4180
+ * has it when it holds a comma, quote or line break (quotes doubled); and a field that starts
+ * with =, +, -, @, a tab or a carriage return, which a spreadsheet would run as a formula, gets
+ * a single quote put before it inside a quoted field ("'=cmd.png"), as OWASP's CSV-injection
+ * advice has it. Every text field of every CSV vil writes goes through it. */
+char *vil_csv_field(const char *s);
+
+/* The summary of an evaluation, the fields of timm validate.py's --results-file plus loss and
+ * count. */
+typedef struct {
+    const char *model;         /* the --model given (":weights" after a .pth's state dict) */
+    double top1, top5;         /* % of count */
+    double loss;               /* mean cross-entropy of the logits against the labels */
+    long count;                /* images evaluated */
+    size_t params;             /* parameters */
+    int img_size;              /* the evaluation's image size */
+    double crop_pct;
+    const char *interpolation; /* the resize: "bicubic" */
+} VilEvalSummary;
+
+/* The format a summary file's name asks for: .csv (VIL_RESULTS_CSV) or .json (VIL_RESULTS_JSON),
+ * any case; 0 for another extension. */
+int vil_summary_format(const char *path);
+/* s written atomically to path as validate.py writes it: the keys model, top1, top1_err, top5,
+ * top5_err, param_count (millions), img_size, crop_pct, interpolation, loss, count; top1, top5
+ * and their errors rounded to 4 decimals, param_count to 2 (as validate.py rounds), loss to 6.
+ * .csv: a header and one row; .json: one object. 0, VIL_EUSAGE for another extension, -1
+ * (reported). */
+int vil_summary_write(const char *path, const VilEvalSummary *s);
 
 /* s as valid UTF-8 (malloc'd): each byte that breaks UTF-8 is replaced by U+FFFD, as Python's
  * errors="replace" does. */

@@ -112,36 +112,33 @@ int vil_states_tokens_at(const VilConfig *cfg, int img_size) {
 }
 
 int vil_states_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                       long max_images, FILE *log, VilStates *s, long *bad) {
+                       FILE *log, VilStates *s, long *bad) {
     vil_states_init(s, m->cfg.depth, m->cfg.seq_len);
     *bad = 0;
-    batch = vil_eval_batch(ds, batch, max_images);
+    batch = vil_eval_batch(ds, batch, 0);
     if (vil_states_prepare(m, batch) != 0) return -1;
     VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers);
     if (!l) return -1;
     vil_loader_start_epoch(l, 0);
-    long total = max_images < vil_dataset_size(ds) ? max_images : vil_dataset_size(ds);
-    long next_log = total / 10 > 0 ? total / 10 : 1;
+    long total = vil_dataset_size(ds), step = total / 10 > 0 ? total / 10 : 1, next_log = step;
     unsigned char *keep = vil_malloc((size_t)batch);
     double t0 = vil_now();
     int rc = -1;
     const VilBatch *b;
-    while (s->images < max_images && (b = vil_loader_next_batch(l))) {
-        long room = max_images - s->images;
+    while ((b = vil_loader_next_batch(l))) {
         for (int i = 0; i < b->batch; i++) {
-            int readable = i < b->n && b->labels[i] >= 0; /* an unreadable file has no label */
-            keep[i] = readable && room > 0;
-            room -= keep[i];
-            *bad += i < b->n && !readable;
+            keep[i] = i < b->n && b->labels[i] >= 0; /* an unreadable file has no label */
+            *bad += i < b->n && !keep[i];
         }
         vil_model_upload_inputs(m, b->images, NULL);
         vil_loader_release_batch(l, b);
         vil_model_forward(m, 0);
         if (vil_states_add_batch(s, m, keep) != 0) goto out;
-        if (log && (s->images >= next_log || s->images >= total)) {
-            fprintf(log, "  %6ld / %ld images  %7.1f s\n", s->images, total, vil_now() - t0);
+        long seen = s->images + *bad;
+        if (log && (seen >= next_log || seen >= total)) {
+            fprintf(log, "  %6ld / %ld images  %7.1f s\n", seen, total, vil_now() - t0);
             fflush(log);
-            while (next_log <= s->images) next_log += total / 10 > 0 ? total / 10 : 1;
+            while (next_log <= seen) next_log += step;
         }
     }
     const char *err = vil_loader_error(l);

@@ -42,13 +42,14 @@ int vil_states_add_batch(VilStates *s, const VilModel *m, const unsigned char *k
  * activations of B (checked against the memory first). 0, or -1 (reported). */
 int vil_states_prepare(VilModel *m, int B);
 
-/* The states of m over the first max_images (> 0) readable images of ds, made by the evaluation
- * loader (vil_eval_loader: the transform ev, `vil eval`'s) in batches of `batch` (capped at the
- * images read) with `workers` threads; unreadable images are named by the loader, counted in
- * *bad and left out. log (may be NULL) gets a progress line about every 10%. s is initialized
- * here (vil_states_free it, also after a failure). 0, or -1 (reported). */
+/* The states of m over the readable images of ds (a --limit has made ds its subset,
+ * vil_eval_limit), made by the evaluation loader (vil_eval_loader: the transform ev, `vil
+ * eval`'s) in batches of `batch` (capped at the images read) with `workers` threads; unreadable
+ * images are named by the loader, counted in *bad and left out. log (may be NULL) gets a progress
+ * line about every 10%. s is initialized here (vil_states_free it, also after a failure). 0, or
+ * -1 (reported). */
 int vil_states_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                       long max_images, FILE *log, VilStates *s, long *bad);
+                       FILE *log, VilStates *s, long *bad);
 
 /* The tokens of a model trained as cfg is but on img_size x img_size images (its grid's
  * patches and the class token); 0 when the patches do not fit that size. */

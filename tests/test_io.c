@@ -1,9 +1,10 @@
 /* test_io.c: folders and result files in and out (bin/vil). `vil classify` on a folder: the images
  * below it in path order, other files skipped and counted; its --csv parsed and checked against
  * its JSON Lines and against a softmax and top-k computed here from the logits. `vil eval
- * --results-file`: a row per evaluated image, the label of each, top-1 agreeing with the accuracy
- * eval prints and with classify's logits. `--model RUN`: the run folder's best, last or EMA file.
- * Messages that name a path once and the one constraint that broke. */
+ * --predictions-file`: a row per evaluated image, the label of each, top-1 agreeing with the
+ * accuracy eval prints and with classify's logits (the summary file and --limit:
+ * test_results.c). `--model RUN`: the run folder's best, last or EMA file. Messages that name a
+ * path once and the one constraint that broke. */
 #include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "csv_testing.h"
 #include "data_corpus.h"
 #include "model_testing.h"
 #include "testing.h"
@@ -19,58 +21,6 @@
 #include "vil/common.h"
 
 static char *dir;
-
-/* ---- a CSV reader (RFC 4180: quoted fields, doubled quotes) ---- */
-typedef struct {
-    char **f; /* fields of all rows, row-major */
-    int rows, cols;
-} Csv;
-
-static int csv_parse(const char *s, Csv *c) {
-    memset(c, 0, sizeof *c);
-    int cap = 0, n = 0, cols_here = 0;
-    size_t len = strlen(s);
-    char *buf = malloc(len + 1);
-    for (const char *p = s; *p;) {
-        size_t o = 0;
-        if (*p == '"') {
-            for (p++; *p && !(p[0] == '"' && p[1] != '"'); p++) {
-                if (p[0] == '"') p++;
-                buf[o++] = *p;
-            }
-            if (*p != '"') break;
-            p++;
-        } else {
-            while (*p && *p != ',' && *p != '\n') buf[o++] = *p++;
-        }
-        buf[o] = 0;
-        if (n == cap) c->f = realloc(c->f, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *c->f);
-        c->f[n++] = strdup(buf);
-        cols_here++;
-        if (*p == ',') {
-            p++;
-            continue;
-        }
-        if (*p != '\n') break; /* every row ends with a newline */
-        p++;
-        if (c->rows == 0) c->cols = cols_here;
-        if (cols_here != c->cols) break;
-        c->rows++, cols_here = 0;
-    }
-    free(buf);
-    return n == c->rows * c->cols && c->rows > 0 ? 0 : -1;
-}
-
-static const char *csv_at(const Csv *c, int row, const char *col) {
-    for (int j = 0; j < c->cols; j++)
-        if (strcmp(c->f[j], col) == 0) return c->f[(size_t)row * c->cols + j];
-    return NULL;
-}
-
-static void csv_free(Csv *c) {
-    for (int i = 0; i < c->rows * c->cols; i++) free(c->f[i]);
-    free(c->f);
-}
 
 static char *read_text(const char *fmt, const char *a) {
     char p[2048];
@@ -261,14 +211,14 @@ static void test_results_file(void) {
     for (int f = 0; f < 2; f++) {
         const char *ext = f ? "jsonl" : "csv";
         snprintf(cmd, sizeof cmd, "bin/vil eval --device cpu --model %1$s/m.safetensors --data %1$s/d --skip-bad "
-                 "--batch 4 --workers 2 --crop-pct 0.875 --topk 2 --results-file %1$s/res.%2$s 2>/dev/null", dir, ext);
+                 "--batch 4 --workers 2 --crop-pct 0.875 --topk 2 --predictions-file %1$s/res.%2$s 2>/dev/null", dir, ext);
         rc = t_run(cmd, out, sizeof out);
         double top1 = eval_top1(out);
         char fmt[64];
         snprintf(fmt, sizeof fmt, "%%s/res.%s", ext);
         char *txt = read_text(fmt, dir);
         T_CHECK(rc == 0 && txt && strstr(out, "wrote ") && strstr(out, " (6 rows)"),
-                "eval --results-file res.%s: exit 0 (%d), 6 rows said: %s", ext, rc, out);
+                "eval --predictions-file res.%s: exit 0 (%d), 6 rows said: %s", ext, rc, out);
         int rows = 0, right = 0, agree = 0, paths_ok = 0;
         if (txt && !f) {
             Csv c;
@@ -315,18 +265,18 @@ static void test_results_file(void) {
     }
     /* --limit: the rows of the images evaluated */
     snprintf(cmd, sizeof cmd, "bin/vil eval --device cpu --model %1$s/m.safetensors --data %1$s/d --skip-bad "
-             "--batch 2 --limit 3 --results-file %1$s/lim.jsonl 2>/dev/null", dir);
+             "--batch 2 --limit 3 --predictions-file %1$s/lim.jsonl 2>/dev/null", dir);
     rc = t_run(cmd, out, sizeof out);
     char *txt = read_text("%s/lim.jsonl", dir);
     T_CHECK(rc == 0 && txt && t_count(txt, "\n") == 3, "--limit 3: 3 rows (%d)", txt ? t_count(txt, "\n") : -1);
     free(txt);
     /* another extension: usage, exit 2, nothing run */
     snprintf(cmd, sizeof cmd, "bin/vil eval --device cpu --model %1$s/m.safetensors --data %1$s/d "
-             "--results-file %1$s/res.txt 2>&1", dir);
+             "--predictions-file %1$s/res.txt 2>&1", dir);
     rc = t_run(cmd, out, sizeof out);
     first_line(out, line, sizeof line);
-    T_CHECK(rc == 2 && strstr(line, "--results-file takes a name ending in .csv or .jsonl"),
-            "--results-file res.txt: exit 2 (%d): %s", rc, line);
+    T_CHECK(rc == 2 && strstr(line, "--predictions-file takes a name ending in .csv or .jsonl"),
+            "--predictions-file res.txt: exit 2 (%d): %s", rc, line);
 }
 
 /* --model RUN: best, else last; ema with --ema; what a folder lacks said */
@@ -349,7 +299,7 @@ static void test_model_run(void) {
         {"eval --device cpu --model %1$s/run --data %1$s/d --skip-bad", 0, {"eval: %1$s/run/best.safetensors (", NULL}},
         {"eval --device cpu --model %1$s/run --ema --data %1$s/d --skip-bad", 0, {"eval: %1$s/run/ema.safetensors (", NULL}},
         {"classify --device cpu --model %1$s/run %1$s/one.png", 0, {"best.safetensors", NULL}},
-        {"states --device cpu --model %1$s/run --data %1$s/d --images 2 --batch 2 --workers 1 --out %1$s/st", 0,
+        {"states --device cpu --model %1$s/run --data %1$s/d --limit 2 --batch 2 --workers 1 --out %1$s/st", 0,
          {"states: %1$s/run/best.safetensors (", NULL}},
         {"compare --device cpu --models %1$s/run --ema --data %1$s/d --skip-bad --steps 1 --workers 1 --out %1$s/cmp_run", 0,
          {"\nrun (EMA) ", NULL}},
@@ -428,8 +378,9 @@ static void test_messages(void) {
     T_CHECK(rc == 0 && strstr(out, "  --label NAME ") && strstr(out, "  --agree PCT ") && !strstr(out, "K=V"),
             "plot --help: --label NAME, --agree PCT, no K=V");
     rc = t_run("bin/vil eval --help", out, sizeof out);
-    T_CHECK(rc == 0 && strstr(out, "  --results-file F.csv|F.jsonl ") && strstr(out, "  --model CKPT|RUN "),
-            "eval --help: --results-file F.csv|F.jsonl, --model CKPT|RUN");
+    T_CHECK(rc == 0 && strstr(out, "  --results-file F.csv|F.json ") && strstr(out, "  --predictions-file F.csv|F.jsonl ") &&
+                strstr(out, "  --model CKPT|RUN "),
+            "eval --help: --results-file F.csv|F.json, --predictions-file F.csv|F.jsonl, --model CKPT|RUN");
 }
 
 int main(void) {

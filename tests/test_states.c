@@ -151,7 +151,7 @@ static void test_one_image(const char *arch) {
     snprintf(ckpt, sizeof ckpt, "%s/%s.safetensors", dir, arch);
     make_model(arch, ckpt);
     snprintf(cmd, sizeof cmd, "bin/vil states --device cpu --threads 2 --model %s --data %s --img-size 20 "
-             "--images 1 --batch 1 --workers 1 --crop-pct 1 --out %s/%s1 2>&1", ckpt, dir, dir, arch);
+             "--limit 1 --batch 1 --workers 1 --crop-pct 1 --out %s/%s1 2>&1", ckpt, dir, dir, arch);
     int rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0 && strstr(out, "82 tokens (trained at 16 px: 50 tokens)"), "%s: vil states exits 0 (%d): %s", arch, rc, out);
     int L = 0, n;
@@ -226,9 +226,9 @@ static void test_batches(void) {
     Row *r[2];
     for (int k = 0; k < 2; k++) {
         snprintf(cmd, sizeof cmd, "bin/vil states --device cpu --threads 2 --model %s/vil.safetensors --data %s "
-                 "--images 5 --batch %d --workers 1 --out %s/b%d 2>&1", dir, dir, k ? 5 : 2, dir, k);
+                 "--limit 5 --batch %d --workers 1 --out %s/b%d 2>&1", dir, dir, k ? 5 : 2, dir, k);
         int rc = t_run(cmd, out, sizeof out);
-        T_CHECK(rc == 0 && strstr(out, "5 images in"), "--images 5 --batch %d: exit %d: %s", k ? 5 : 2, rc, out);
+        T_CHECK(rc == 0 && strstr(out, "5 images in"), "--limit 5 --batch %d: exit %d: %s", k ? 5 : 2, rc, out);
         snprintf(p, sizeof p, "%s/b%d/states.csv", dir, k);
         r[k] = read_csv(p, &n[k]);
     }
@@ -255,7 +255,8 @@ static void test_misuse(void) {
         {"--data {D}", 2, "--model and --data are required"},
         {"--model {M}", 2, "--model and --data are required"},
         {"--model {M} --data {D} --img-size 0", 2, "--img-size 0 is out of range"},
-        {"--model {M} --data {D} --images 0", 2, "--images 0 is out of range"},
+        {"--model {M} --data {D} --limit -1", 2, "--limit -1 is out of range"},
+        {"--model {M} --data {D} --images 5", 2, "unknown option '--images'"},
         {"--model {M} --data {D} --batch 0", 2, "--batch 0 is out of range"},
         {"--model {M} --data {D} --device gpu", 2, "--device"},
         {"--model {M} --data {D} --imgsize 20", 2, "did you mean --img-size"},

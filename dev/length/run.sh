@@ -14,9 +14,9 @@
 # 100), SEEDS (default "0 1 2"), SIGMA (noise's standard deviation; default: the RMS of a
 # final-state element of the seed-0 baseline at 28 px, from vil states), DEVICE (default auto),
 # EXTRA (more flags for every run, before the stage's own), LIMIT (test images each evaluation
-# reads; default 0: all), CFG (default configs/vil_fashion_long.cfg), POST_STEPS (default 500),
-# VARIANTS / TAG (eval: the variants evaluated, a suffix of the compare folder), STATE_VARIANTS,
-# STATE_IMAGES (vil states: the variants and the images measured).
+# reads, spread over the classes; default 0: all), CFG (default configs/vil_fashion_long.cfg),
+# POST_STEPS (default 500), VARIANTS / TAG (eval: the variants evaluated, a suffix of the compare
+# folder), STATE_VARIANTS, STATE_IMAGES (vil states: the variants and its --limit).
 set -eu
 STAGE=${1:?stage: base, post, scratch, eval, states or all}
 ARCH=${2:?arch: vil or vim}
@@ -47,7 +47,7 @@ train() {
 sigma() {
     if [ -n "${SIGMA:-}" ]; then echo "$SIGMA"; return; fi
     [ -f "$R/states_base_28/states.json" ] || "$VIL" states --model "$R/base_s0/last.safetensors" --data "$DATA" \
-        --img-size 28 --device "$DEVICE" --images "${STATE_IMAGES:-256}" --out "$R/states_base_28" > "$R/states_base_28.log" 2>&1
+        --img-size 28 --device "$DEVICE" --limit "${STATE_IMAGES:-256}" --out "$R/states_base_28" > "$R/states_base_28.log" 2>&1
     python3 - "$R/states_base_28/states.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -97,7 +97,7 @@ stage_states() {
     for v in ${STATE_VARIANTS:-base post_passing scratch_passing post_noise}; do
         [ -f "$R/${v}_s0/last.safetensors" ] || continue
         "$VIL" states --model "$R/${v}_s0/last.safetensors" --data "$DATA" --img-size 112 --device "$DEVICE" \
-            --images "${STATE_IMAGES:-256}" \
+            --limit "${STATE_IMAGES:-256}" \
             --out "$R/states_${v}_112" > "$R/states_${v}_112.log" 2>&1 || tail -5 "$R/states_${v}_112.log"
     done
 }
