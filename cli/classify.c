@@ -213,14 +213,22 @@ int vil_cmd_classify(int argc, char **argv) {
         return 2;
     }
     char *model_file;
+    /* the model and the images are inputs, which --csv may not name (vil/files.h) */
+    vil_inputs_track(1);
     const char *ckpt = vil_cli_model_path("classify", model, &ema, &model_file);
     Files files = {0};
-    if (!ckpt || gather(pos, npos, &files) != 0) {
+    rc = !ckpt || gather(pos, npos, &files) != 0 ? 1 : 0;
+    if (rc == 0) {
+        vil_input_add(ckpt);
+        for (int i = 0; i < files.n; i++) vil_input_add(files.v[i]);
+        if (csv && vil_output_check(csv, ".csv", "--csv") != 0) rc = 2;
+    }
+    if (rc != 0) {
         free(pos);
         for (int i = 0; i < files.n; i++) free(files.v[i]);
         free(files.v);
         free(model_file);
-        return 1;
+        return rc;
     }
     free(pos);
     rc = 1;

@@ -292,6 +292,7 @@ int vil_cmd_compare(int argc, char **argv) {
     int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
     if (rc == VIL_ARGS_HELP) return 0;
     if (rc != VIL_ARGS_OK) return 2;
+    vil_inputs_track(1); /* the models and images are inputs: the files in --out may not be them */
     const char *files[MAX_MODELS];
     int nm = 0;
     for (int i = 0; i < models.n + npos; i++) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -29,6 +30,13 @@ static void add_rows(void *ctx, const float *logits, const int *indices, const i
         vil_dataset_path(r->ds, indices[i], path, sizeof path);
         vil_results_add(r->res, path, logits + (size_t)i * C, labels[i]);
     }
+}
+
+/* a and b name one file: the same string, or the same existing file */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return strcmp(a, b) == 0 ||
+           (stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino);
 }
 
 int vil_cmd_eval(int argc, char **argv) {
@@ -83,6 +91,18 @@ int vil_cmd_eval(int argc, char **argv) {
         return vil_cli_bad_choice("eval", "--predictions-file", "a name ending in .csv or .jsonl", predictions);
     int pmode = vil_cli_progress_mode("eval", progress);
     if (pmode < 0) return 2;
+    /* the model, the labels and the images are inputs, which no output may name; the outputs
+     * checked before any image is read (vil/files.h) */
+    vil_inputs_track(1);
+    if (labels) vil_input_add(labels);
+    if ((results && vil_output_check(results, ".csv .json", "--results-file") != 0) ||
+        (predictions && vil_output_check(predictions, ".csv .jsonl", "--predictions-file") != 0))
+        return 2;
+    if (results && predictions && same_file(results, predictions)) {
+        fprintf(stderr, "vil eval: --results-file and --predictions-file name the same file: give "
+                        "them two names\n");
+        return 2;
+    }
     VilDataset *ds;
     const VilBackend *be;
     VilModel m;

@@ -69,6 +69,7 @@ int vil_cmd_plot(int argc, char **argv) {
                        args, (int)(sizeof args / sizeof args[0]), 1, MAX_RUNS, NULL};
     char **pos;
     int n;
+    vil_inputs_track(1); /* what is read may not be written over (vil/files.h) */
     int rc = vil_args_parse(&spec, argc, argv, &pos, &n);
     if (rc == VIL_ARGS_HELP) return 0;
     if (rc != VIL_ARGS_OK) return 2;
@@ -126,6 +127,11 @@ int vil_cmd_plot(int argc, char **argv) {
         if (n == 1) snprintf(def, sizeof def, "%s/curves.svg", pos[0]);
         else snprintf(def, sizeof def, "curves.svg");
         out = def;
+    }
+    /* the runs' metrics.jsonl files were read as inputs, which --out may not name */
+    if (vil_output_check(out, ".svg", "--out") != 0) {
+        free(pos);
+        return 2;
     }
     rc = vil_curves_write(out, (const char *const *)pos, labels.n ? labels.v : NULL, n);
     if (rc == 0) printf("wrote %s\n", out);

@@ -232,6 +232,7 @@ int vil_cmd_states(int argc, char **argv) {
                        args, (int)(sizeof args / sizeof args[0]), 0, 0};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
+    vil_inputs_track(1); /* the models and images are inputs: the files in --out may not be them */
     if (!model || !data) {
         fprintf(stderr, "vil states: --model and --data are required\n");
         vil_args_usage(&spec, 1);

@@ -20,9 +20,11 @@
 #include <unistd.h>
 
 #include "data_corpus.h"
+#include "formats/checkpoint.h"
 #include "testing.h"
 #include "train/runlog.h"
 #include "vil/common.h"
+#include "vil/model.h"
 
 static char *dir;
 
@@ -247,6 +249,121 @@ static void test_append(void) {
     T_CHECK(!f && strstr(c.msg, "FIFO"), "a FIFO log: refused at once: %s", c.msg);
 }
 
+/* a 16 x 16 RGB model of 2 classes at file */
+static int save_model(const char *file) {
+    VilConfig c;
+    vil_config_default(&c);
+    c.img_size = 16, c.patch_size = 4, c.stride = 4, c.embed_dim = 8, c.depth = 1, c.d_state = 4, c.num_classes = 2;
+    vil_config_finalize(&c);
+    VilModel m;
+    if (vil_model_init(&m, &c, &vil_backend_cpu) != 0) return -1;
+    vil_model_init_weights(&m, 1);
+    int rc = vil_checkpoint_save(&m, file, 0, NULL, 0, NULL);
+    vil_model_free(&m);
+    return rc;
+}
+
+static unsigned char *slurp(const char *p, size_t *n) {
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *b = malloc(*n + 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
+/* the command's exit code, its output in out; `keep` unchanged by it (bytes) */
+static int run_keeps(const char *cmd, char *out, size_t cap, const char *keep, int *kept) {
+    size_t n0 = 0, n1 = 0;
+    unsigned char *before = keep ? slurp(keep, &n0) : NULL;
+    int rc = t_run(cmd, out, cap);
+    unsigned char *after = keep ? slurp(keep, &n1) : NULL;
+    *kept = !keep || (before && after && n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before), free(after);
+    return rc;
+}
+
+/* items 1 and 12: the commands refuse such outputs with exit 2, before their work, and leave
+ * what the name held as it was */
+static void test_commands(void) {
+    char cmd[16384], out[8192];
+    /* copies: t_path's buffers rotate */
+    char *model = strdup(path("m.safetensors")), *img = strdup(path("img.png")), *data = strdup(path("data"));
+    char *fifo = strdup(path("fifo.csv")), *lnk = strdup(path("link.csv")), *victim = strdup(path("victim.txt"));
+    char *newst = strdup(path("new.safetensors"));
+    T_CHECK(save_model(model) == 0, "a test model written");
+    corpus_write_png(img, 16, 16, 0, 1);
+    corpus_mkdir("%s%s", path("data"), "");
+    corpus_mkdir("%s%s", path("data/val"), "");
+    for (int c = 0; c < 2; c++) {
+        char d[64];
+        snprintf(d, sizeof d, "data/val/c%d", c);
+        corpus_mkdir("%s%s", path(d), "");
+        for (int i = 0; i < 3; i++) {
+            char f[96];
+            snprintf(f, sizeof f, "data/val/c%d/%d.png", c, i);
+            corpus_write_png(path(f), 16, 16, c, i);
+        }
+    }
+    int kept, rc;
+    struct {
+        const char *what, *csv, *keep, *say;
+    } cls[] = {
+        {"the image it classifies", img, img, "inputs"},
+        {"the model", model, model, "inputs"},
+        {"a FIFO", fifo, NULL, "FIFO"},
+        {"a symlink to a file", lnk, victim, "symbolic link"},
+        {"a name saying safetensors", newst, NULL, "safetensors"},
+        {"an empty name", "", NULL, "empty"},
+    };
+    for (size_t i = 0; i < sizeof cls / sizeof cls[0]; i++) {
+        snprintf(cmd, sizeof cmd, "timeout 20 bin/vil classify --device cpu --model %s --csv '%s' %s 2>&1", model,
+                 cls[i].csv, img);
+        rc = run_keeps(cmd, out, sizeof out, cls[i].keep, &kept);
+        T_CHECK(rc == 2 && kept && strstr(out, cls[i].say) && !strstr(out, "top-"),
+                "classify --csv %s: exit 2 before classifying, nothing changed (rc %d): %s", cls[i].what, rc, out);
+    }
+    T_CHECK(is_kind(fifo, S_IFIFO) && is_kind(lnk, S_IFLNK) && access(newst, F_OK) != 0,
+            "the FIFO and the link are still there; nothing was written under the checkpoint's name");
+    /* the same image by another spelling */
+    char fixed[16500];
+    const char *bin = getenv("VIL_BIN");
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+    snprintf(fixed, sizeof fixed, "cd %s && timeout 20 %s/%s classify --device cpu --model %s --csv ./img.png img.png 2>&1",
+             dir, bin && *bin && bin[0] == '/' ? "" : cwd, bin && *bin ? bin : "bin/vil", model);
+    rc = run_keeps(fixed, out, sizeof out, img, &kept);
+    T_CHECK(rc == 2 && kept && strstr(out, "same file as the input 'img.png'"),
+            "classify --csv ./img.png img.png: refused (rc %d): %s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil classify --device cpu --model %s --csv %s %s 2>&1", model, path("ok.csv"), img);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && access(path("ok.csv"), F_OK) == 0, "classify --csv ok.csv: written (rc %d): %s", rc, out);
+
+    /* eval's two outputs */
+    snprintf(cmd, sizeof cmd, "timeout 20 bin/vil eval --device cpu --model %s --data %s --results-file %s 2>&1",
+             model, data, fifo);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && strstr(out, "FIFO") && !strstr(out, "top-1"), "eval --results-file FIFO: exit 2 (rc %d): %s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil eval --device cpu --model %s --data %s --results-file %s --predictions-file %s 2>&1",
+             model, data, path("r.csv"), path("r.csv"));
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && strstr(out, "same file"), "eval: the summary and the predictions in one file refused (rc %d): %s",
+            rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil eval --device cpu --model %s --data %s --predictions-file %s 2>&1", model,
+             data, model);
+    rc = run_keeps(cmd, out, sizeof out, model, &kept);
+    T_CHECK(rc == 2 && kept, "eval --predictions-file MODEL: refused, the model unchanged (rc %d): %s", rc, out);
+    snprintf(cmd, sizeof cmd, "bin/vil eval --device cpu --model %s --data %s --results-file %s 2>&1", model,
+             data, path("summary.json"));
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && access(path("summary.json"), F_OK) == 0, "eval --results-file summary.json written (rc %d): %s",
+            rc, out);
+    free(model), free(img), free(data), free(fifo), free(lnk), free(victim), free(newst);
+}
+
 int main(void) {
     dir = corpus_mkdtemp("files");
     test_not_regular();
@@ -254,6 +371,7 @@ int main(void) {
     test_extensions();
     test_temporary();
     test_append();
+    test_commands();
     corpus_rmtree(dir);
     return t_finish();
 }
