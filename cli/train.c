@@ -17,8 +17,8 @@
 
 static VilStop g_stop;
 
-/* every SIGINT / SIGTERM goes to the run's stop request, which tells a second request from the
- * same one delivered twice (train.h) */
+/* every SIGINT / SIGTERM / SIGUSR1 goes to the run's stop request, which tells a second request
+ * from the same one delivered twice (train.h) */
 static void on_signal(int sig) { vil_stop_signal(&g_stop, sig); }
 
 /* "vil train ARGS..." as a shell would take it back: arguments with other than safe characters
@@ -90,9 +90,9 @@ int vil_cmd_train(int argc, char **argv) {
                        "path, EMA, Mixup/CutMix, label smoothing, repeated augmentation; evaluates\n"
                        "model and EMA on the val split after epochs. Writes OUT/last.safetensors,\n"
                        "OUT/last.state.safetensors (for --resume), OUT/ema.safetensors and\n"
-                       "OUT/best.safetensors at every epoch end. SIGINT / SIGTERM finish the step (or\n"
-                       "the validation), save and exit 128 + the signal (130, 143); a second one\n"
-                       "skips the validation and saves now. --list-keys: config keys, timm's flags.",
+                       "OUT/best.safetensors at every epoch end. SIGINT, SIGTERM or SIGUSR1 finish the\n"
+                       "step (or the validation), save and exit 128 + the signal (130, 143, 138); a\n"
+                       "second one skips the validation and saves now. --list-keys: config keys.",
                        args, (int)(sizeof args / sizeof args[0]), 0, 0, &sets};
     int rc = vil_args_parse_flags(&spec, argc, argv);
     if (rc >= 0) return rc;
@@ -212,11 +212,13 @@ int vil_cmd_train(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     CHECK_LIBC(sigaction(SIGINT, &sa, NULL), "installing the SIGINT handler");
     CHECK_LIBC(sigaction(SIGTERM, &sa, NULL), "installing the SIGTERM handler");
+    /* SIGUSR1 too: mpirun passes it on at once (SIGTERM and SIGINT it turns into the job's end) */
+    CHECK_LIBC(sigaction(SIGUSR1, &sa, NULL), "installing the SIGUSR1 handler");
 
     VilTrainResult res;
     VilTrainStatus st = vil_train(&run, &res);
     /* a run stopped by a signal and saved exits as shells expect of a program the signal
-     * stopped: 128 + its number (130 for SIGINT, 143 for SIGTERM) */
+     * stopped: 128 + its number (130 for SIGINT, 143 for SIGTERM, 138 for SIGUSR1) */
     code = st == VIL_TRAIN_DONE || st == VIL_TRAIN_STOPPED ? 0
          : st == VIL_TRAIN_INTERRUPTED && res.signal > 0 ? 128 + res.signal : 1;
     if (!dry_run) vil_train_report(&run, st, &res);

@@ -93,6 +93,8 @@ static void sum_eval(const Trainer *T, VilEvalResult *r) {
     r->loss_sum = v[4];
 }
 
+static int killed_soon(const Trainer *T, int sig);
+
 /* Asked by the validation passes after each batch: a stop request is acknowledged (the run
  * finishes both passes, then saves); a second one ends the pass (every rank then abandons the
  * validation together, in evaluate). */
@@ -100,6 +102,13 @@ static int eval_cancel(void *ctx) {
     Trainer *T = ctx;
     VilStop *s = T->run->stop;
     if (!s || s->level == 0) return 0;
+    if (s->said < 1 && killed_soon(T, s->sig)) {
+        print_stopping(T, s->sig, "mpirun ends the ranks soon after it passes this on: the rest of "
+                                  "the validation is skipped; saving now (SIGUSR1 to mpirun stops "
+                                  "with time to spare)", NULL);
+        s->said = 2;
+        return 1;
+    }
     if (s->said < 1) {
         print_stopping(T, s->sig, vil_model_has_ema(&T->m)
                                       ? "finishing the validation (the model's pass and the EMA's), "
@@ -621,6 +630,7 @@ const char *vil_signal_name(int sig) {
     static _Thread_local char buf[24];
     if (sig == SIGINT) return "SIGINT";
     if (sig == SIGTERM) return "SIGTERM";
+    if (sig == SIGUSR1) return "SIGUSR1";
     snprintf(buf, sizeof buf, "signal %d", sig);
     return buf;
 }
@@ -628,12 +638,22 @@ const char *vil_signal_name(int sig) {
 static int stop_level(const Trainer *T) { return T->run->stop ? T->run->stop->level : 0; }
 
 /* the signal that stops the run, the same on every rank: this rank's, else another's (SIGTERM
- * before SIGINT when ranks got different ones) */
+ * before SIGINT before SIGUSR1 when ranks got different ones) */
 static int stop_signal_of_all(const Trainer *T) {
     int own = T->run->stop ? T->run->stop->sig : 0;
-    double v[2] = {own == SIGTERM, own == SIGINT};
-    vil_dist_sum_double(T->dist, v, 2);
-    return v[0] > 0 ? SIGTERM : v[1] > 0 ? SIGINT : own;
+    double v[3] = {own == SIGTERM, own == SIGINT, own == SIGUSR1};
+    vil_dist_sum_double(T->dist, v, 3);
+    return v[0] > 0 ? SIGTERM : v[1] > 0 ? SIGINT : v[2] > 0 ? SIGUSR1 : own;
+}
+
+/* Open MPI's mpirun turns a SIGTERM or Ctrl-C it gets into the job's end: after
+ * odls_base_sigkill_timeout seconds (default 1) it sends the ranks SIGTERM and as long again
+ * later SIGKILL. A rank that gets SIGTERM or SIGINT under it saves at once (nothing waits for a
+ * validation); SIGUSR1, which mpirun passes on at once and kills nothing for, stops as on one
+ * process. */
+static int killed_soon(const Trainer *T, int sig) {
+    return T->dist && T->dist->mpi && strcmp(T->dist->launcher, "mpirun") == 0 &&
+           getenv("OMPI_COMM_WORLD_SIZE") && sig != SIGUSR1;
 }
 
 /* --stop-after reached or a signal caught (on any rank: every rank stops at this step): 1 with

@@ -84,8 +84,8 @@ typedef struct {
     double images_per_s, data_wait, eta_s;
 } VilTrainProgress;
 
-/* A request to stop, as signals make it. The command's handler passes each SIGINT / SIGTERM to
- * vil_stop_signal; the run polls `level` and says what it is finishing (`said`):
+/* A request to stop, as signals make it. The command's handler passes each SIGINT / SIGTERM /
+ * SIGUSR1 to vil_stop_signal; the run polls `level` and says what it is finishing (`said`):
  *   level 1: finish the step (or the validation pass under way, model and EMA), save, stop;
  *   level 2: a later signal, after the run said what it is finishing: abandon the validation,
  *            save now;
@@ -103,7 +103,7 @@ typedef struct {
 } VilStop;
 /* Note a signal in s (async-signal-safe: for the handler itself). */
 void vil_stop_signal(VilStop *s, int sig);
-/* "SIGINT", "SIGTERM" or "signal N" */
+/* "SIGINT", "SIGTERM", "SIGUSR1" or "signal N" */
 const char *vil_signal_name(int sig);
 
 typedef struct {
@@ -150,7 +150,7 @@ typedef struct {
     float best_top1;           /* best model top-1 so far (best.safetensors) */
     float last_loss;           /* loss of the last logged step */
     double seconds;
-    int signal;                /* VIL_TRAIN_INTERRUPTED: the signal (SIGINT or SIGTERM) that
+    int signal;                /* VIL_TRAIN_INTERRUPTED: the signal (SIGINT, SIGTERM, SIGUSR1) that
                                 * stopped the run, on this rank or another; 0: none */
 } VilTrainResult;
 
