@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,67 +123,127 @@ int vil_shards_detect(const char *path, const char *split) {
 typedef struct {
     const char *open, *close; /* the braces */
     unsigned long long a, b;
-    int width;                /* digits to pad to, 0: none */
+    size_t width;             /* digits to pad to, 0: none */
 } Range;
 
-/* The first {A..B} of s at or after from; 0 none, 1 found, -1 a malformed brace (reported). */
+/* s[0, n) (decimal digits) as a number; -1 when it is over 2^64 - 1 */
+static int parse_bound(const char *s, size_t n, unsigned long long *v) {
+    unsigned long long x = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (x > (ULLONG_MAX - d) / 10) return -1;
+        x = x * 10 + d;
+    }
+    *v = x;
+    return 0;
+}
+
+/* The first {A..B} of s at or after from; 0 none, 1 found, -1 a malformed brace or a bound out
+ * of range (reported). Reads the pattern from `from` to the range's '}' only. */
 static int next_range(const char *pattern, const char *from, Range *r) {
     const char *o = strchr(from, '{');
     if (!o) return 0;
     const char *c = strchr(o, '}');
-    const char *dots = c ? strstr(o, "..") : NULL;
+    const char *dots = NULL;
+    for (const char *p = o + 1; c && !dots && p + 1 < c; p++)
+        if (p[0] == '.' && p[1] == '.') dots = p;
     char shown[512];
-    if (!c || !dots || dots > c) {
-        vil_error("shard pattern '%s': expected a range {A..B} of decimal numbers",
-                  vil_printable(shown, sizeof shown, pattern));
-        return -1;
-    }
-    size_t la = (size_t)(dots - o - 1), lb = (size_t)(c - dots - 2);
-    char a[24], b[24];
-    int ok = la > 0 && lb > 0 && la < sizeof a && lb < sizeof b;
+    size_t la = dots ? (size_t)(dots - o - 1) : 0, lb = dots ? (size_t)(c - dots - 2) : 0;
+    int ok = la > 0 && lb > 0;
     for (const char *p = o + 1; ok && p < c; p++) ok = isdigit((unsigned char)*p) || p == dots || p == dots + 1;
     if (!ok) {
         vil_error("shard pattern '%s': expected a range {A..B} of decimal numbers",
                   vil_printable(shown, sizeof shown, pattern));
         return -1;
     }
-    memcpy(a, o + 1, la), a[la] = 0;
-    memcpy(b, dots + 2, lb), b[lb] = 0;
     r->open = o, r->close = c;
-    r->a = strtoull(a, NULL, 10), r->b = strtoull(b, NULL, 10);
-    r->width = la == lb ? (int)la : 0;
-    if (r->a > r->b || r->b - r->a >= VIL_SHARD_MAX_FILES) {
-        vil_error("shard pattern '%s': the range {%s..%s} %s", vil_printable(shown, sizeof shown, pattern),
-                  a, b, r->a > r->b ? "runs backwards" : "names too many shards");
+    r->width = la == lb ? la : 0;
+    int bad_a = parse_bound(o + 1, la, &r->a) != 0, bad_b = !bad_a && parse_bound(dots + 2, lb, &r->b) != 0;
+    if (bad_a || bad_b) {
+        const char *t = bad_a ? o + 1 : dots + 2;
+        size_t lt = bad_a ? la : lb;
+        vil_error("shard pattern '%s': the bound %.*s%s is out of range (a shard number is at "
+                  "most 18446744073709551615)", vil_printable(shown, sizeof shown, pattern),
+                  (int)(lt < 40 ? lt : 40), t, lt < 40 ? "" : "...");
+        return -1;
+    }
+    if (r->a > r->b) {
+        vil_error("shard pattern '%s': the range {%llu..%llu} runs backwards",
+                  vil_printable(shown, sizeof shown, pattern), r->a, r->b);
+        return -1;
+    }
+    if (r->b - r->a >= VIL_SHARD_MAX_FILES) { /* b - a + 1 could wrap: not computed */
+        vil_error("shard pattern '%s': the range {%llu..%llu} names too many shards (more than %d)",
+                  vil_printable(shown, sizeof shown, pattern), r->a, r->b, VIL_SHARD_MAX_FILES);
         return -1;
     }
     return 1;
 }
 
-/* Every expansion of the ranges in s (prefix already expanded) into out. */
-static int expand(const char *pattern, const char *s, List *out) {
-    Range r;
-    int k = next_range(pattern, s, &r);
-    if (k < 0) return -1;
-    if (k == 0) {
-        list_push(out, vil_strdup(s));
-        return 0;
-    }
-    size_t pre = (size_t)(r.open - s);
-    for (unsigned long long v = r.a; v <= r.b; v++) {
-        if (out->n >= VIL_SHARD_MAX_FILES) {
-            vil_error("shard pattern names more than %d shards", VIL_SHARD_MAX_FILES);
-            return -1;
+/* Every name the ranges of pattern give, in order (the last range varies fastest), into out.
+ * The ranges are read once and the product of their sizes is checked against the cap before a
+ * name is built; then each name is written into one buffer (a name is never longer than the
+ * pattern: a number has at most its range's digits) and copied out. Memory: the pattern's
+ * ranges once, and the names. 0, or -1 (reported). */
+static int expand(const char *pattern, List *out) {
+    Range *rs = NULL, r;
+    size_t n = 0, cap = 0;
+    unsigned long long total = 1;
+    const char *from = pattern;
+    int k;
+    char shown[512];
+    while ((k = next_range(pattern, from, &r)) == 1) {
+        unsigned long long count = r.b - r.a + 1; /* <= VIL_SHARD_MAX_FILES: no wrap */
+        if (total > VIL_SHARD_MAX_FILES / count) {
+            vil_error("shard pattern '%s' names more than %d shards (the sizes of its ranges multiply past it)",
+                      vil_printable(shown, sizeof shown, pattern), VIL_SHARD_MAX_FILES);
+            k = -1;
+            break;
         }
-        char num[32];
-        snprintf(num, sizeof num, "%0*llu", r.width, v);
-        size_t len = pre + strlen(num) + strlen(r.close + 1) + 1;
-        char *t = vil_malloc(len);
-        snprintf(t, len, "%.*s%s%s", (int)pre, s, num, r.close + 1);
-        int rc = expand(pattern, t, out);
-        free(t);
-        if (rc) return -1;
+        total *= count;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            rs = vil_realloc(rs, cap * sizeof *rs);
+        }
+        rs[n++] = r;
+        from = r.close + 1;
     }
+    if (k < 0) {
+        free(rs);
+        return -1;
+    }
+    size_t len = strlen(pattern);
+    char *name = vil_malloc(len + 1);
+    unsigned long long *at = vil_calloc(n ? n : 1, sizeof *at); /* each range's value - a */
+    for (int more = 1; more;) {
+        size_t o = 0;
+        const char *p = pattern;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(name + o, p, (size_t)(rs[i].open - p));
+            o += (size_t)(rs[i].open - p);
+            char num[24];
+            size_t nd = (size_t)snprintf(num, sizeof num, "%llu", rs[i].a + at[i]);
+            for (size_t z = nd; z < rs[i].width; z++) name[o++] = '0';
+            memcpy(name + o, num, nd);
+            o += nd;
+            p = rs[i].close + 1;
+        }
+        size_t tail = len - (size_t)(p - pattern);
+        memcpy(name + o, p, tail + 1);
+        list_push(out, vil_strdup(name));
+        more = 0;
+        for (size_t i = n; i-- > 0;) { /* the next combination, the last range first */
+            if (at[i] < rs[i].b - rs[i].a) {
+                at[i]++;
+                more = 1;
+                break;
+            }
+            at[i] = 0;
+        }
+    }
+    free(at);
+    free(name);
+    free(rs);
     return 0;
 }
 
@@ -209,7 +270,7 @@ static char *split_pattern(const char *pattern, const char *split, int *replaced
                 return NULL;
             }
             if (r.width)
-                for (int i = 0; i < r.width && len + 6 < cap; i++) len += (size_t)snprintf(o + len, cap - len, "[0-9]");
+                for (size_t i = 0; i < r.width && len + 6 < cap; i++) len += (size_t)snprintf(o + len, cap - len, "[0-9]");
             else
                 len += (size_t)snprintf(o + len, cap - len, "*");
             p = r.close + 1;
@@ -230,7 +291,7 @@ static int has_glob(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
 /* The shard files a pattern names, in its order. 0, or -1 (reported). */
 static int pattern_files(const char *pattern, const char *split, List *out) {
-    char shown[512];
+    char shown[512], given[512];
     char *derived = NULL;
     if (split && strcmp(split, "train") != 0) {
         /* a train pattern names the other split's shards; one that names this split is taken
@@ -252,7 +313,7 @@ static int pattern_files(const char *pattern, const char *split, List *out) {
         }
     }
     List ex = {0};
-    if (!derived && expand(pattern, pattern, &ex) != 0) {
+    if (!derived && expand(pattern, &ex) != 0) {
         list_free(&ex);
         return -1;
     }
@@ -266,18 +327,26 @@ static int pattern_files(const char *pattern, const char *split, List *out) {
             if (gr == GLOB_NOMATCH || (gr == 0 && g.gl_pathc == 0)) {
                 if (derived)
                     vil_error("no %s shards match '%s' (the pattern '%s' with \"train\" replaced by "
-                              "\"%s\")", split, vil_printable(shown, sizeof shown, derived), pattern, split);
+                              "\"%s\")", split, vil_printable(shown, sizeof shown, derived),
+                              vil_printable(given, sizeof given, pattern), split);
                 else
                     vil_error("no shard matches '%s'", vil_printable(shown, sizeof shown, p));
                 rc = -1;
             } else if (gr != 0) {
                 vil_error("cannot list the shards of '%s'", vil_printable(shown, sizeof shown, p));
                 rc = -1;
+            } else if (g.gl_pathc > (size_t)(VIL_SHARD_MAX_FILES - out->n)) {
+                vil_error("shard pattern '%s' names more than %d shards",
+                          vil_printable(shown, sizeof shown, pattern), VIL_SHARD_MAX_FILES);
+                rc = -1;
             } else {
-                for (size_t k = 0; k < g.gl_pathc && out->n < VIL_SHARD_MAX_FILES; k++)
-                    list_push(out, vil_strdup(g.gl_pathv[k]));
+                for (size_t k = 0; k < g.gl_pathc; k++) list_push(out, vil_strdup(g.gl_pathv[k]));
             }
             if (gr == 0) globfree(&g);
+        } else if (out->n >= VIL_SHARD_MAX_FILES) {
+            vil_error("shard pattern '%s' names more than %d shards", vil_printable(shown, sizeof shown, pattern),
+                      VIL_SHARD_MAX_FILES);
+            rc = -1;
         } else {
             list_push(out, vil_strdup(p));
         }
@@ -289,16 +358,17 @@ static int pattern_files(const char *pattern, const char *split, List *out) {
         rc = -1;
     }
     /* a named shard that does not exist: one message with the count and the first */
-    int missing = 0;
+    int missing = 0, why = 0;
     const char *first = NULL;
     for (int i = 0; rc == 0 && i < out->n; i++) {
         struct stat st;
         if (stat(out->v[i], &st) != 0) {
-            if (!missing++) first = out->v[i];
+            if (!missing++) first = out->v[i], why = errno;
         }
     }
     if (missing == 1 && out->n == 1) {
-        vil_error("shard '%s' does not exist", vil_printable(shown, sizeof shown, first));
+        if (why == ENOENT) vil_error("shard '%s' does not exist", vil_printable(shown, sizeof shown, first));
+        else vil_error("shard '%s' cannot be found: %s", vil_printable(shown, sizeof shown, first), strerror(why));
         rc = -1;
     } else if (missing) {
         char f[512];
