@@ -538,8 +538,13 @@ typedef struct {
     /* the sample being gathered */
     char *key;
     char *img;         /* its image member's name */
-    int label;         /* -1: none yet */
-    int label_from_cls;
+    int label;         /* its class index once finished, -1 before */
+    char *cls_member;  /* its .cls member's name, or NULL */
+    int cls_label;     /* what that member gives */
+    char *json_member; /* its .json member's name, or NULL */
+    int json_kind;     /* that member's "label" (else "cls"): 0 none, 1 a number, 2 another type */
+    double json_value; /* the number */
+    char json_key[8];  /* "label" or "cls" */
     VilShardMember m;
     int64_t img_hdr;   /* where the image member's header started */
     int pending;       /* the image's offset waits for the next header */
@@ -593,7 +598,17 @@ static char *read_small(struct archive *a, Indexer *x, const char *member, int64
     return buf;
 }
 
+/* A second label member of one field for the sample: refused, both named. */
+static int two_labels(Indexer *x, const char *field, const char *first, const char *second) {
+    char k[256], a[256], b[256];
+    vil_error("shard '%s': sample '%s' has two %s members ('%s' and '%s'): a sample has one label; "
+              "remove one", x->path, vil_printable(k, sizeof k, x->key), field, vil_printable(a, sizeof a, first),
+              vil_printable(b, sizeof b, second));
+    return -1;
+}
+
 static int read_cls(struct archive *a, Indexer *x, const char *member, int64_t size) {
+    if (x->cls_member) return two_labels(x, ".cls", x->cls_member, member);
     char *s = read_small(a, x, member, size);
     if (!s) return -1;
     int rc = memchr(s, 0, (size_t)size) ? -1 : 0; /* a NUL inside */
@@ -607,51 +622,117 @@ static int read_cls(struct archive *a, Indexer *x, const char *member, int64_t s
                   vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, b));
         rc = -1;
     } else if ((rc = check_label(x, v, b, member)) == 0) {
-        x->label = (int)v;
-        x->label_from_cls = 1;
+        x->cls_label = (int)v;
+        x->cls_member = vil_strdup(member);
     }
     free(s);
     return rc;
 }
 
+static int is_json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* A .json member: exactly one JSON object (whitespace around it, nothing else); its "label" (else
+ * "cls") is kept to be checked when the sample is complete (finish_sample), so that the order of
+ * a sample's .cls and .json members does not matter. */
 static int read_json(struct archive *a, Indexer *x, const char *member, int64_t size) {
+    if (x->json_member) return two_labels(x, ".json", x->json_member, member);
     char *s = read_small(a, x, member, size);
     if (!s) return -1;
     char shown[256];
-    cJSON *j = cJSON_ParseWithLength(s, (size_t)size);
-    free(s);
+    const char *p = s, *end = s + size, *parsed = NULL;
+    if (size >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3; /* a UTF-8 byte order mark */
+    while (p < end && is_json_space(*p)) p++;
+    cJSON *j = p < end && *p == '{' ? cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &parsed, 0) : NULL;
     if (!j || !cJSON_IsObject(j)) {
         vil_error("shard '%s': '%s' is not a JSON object", x->path, vil_printable(shown, sizeof shown, member));
         cJSON_Delete(j);
+        free(s);
         return -1;
     }
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "label");
-    if (!v) v = cJSON_GetObjectItemCaseSensitive(j, "cls");
+    const char *q = parsed && parsed >= p && parsed <= end ? parsed : end;
+    while (q < end && is_json_space(*q)) q++;
     int rc = 0;
-    if (v && !x->label_from_cls) {
-        double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
-        char text[64];
-        snprintf(text, sizeof text, "%.17g", d);
-        if (!cJSON_IsNumber(v)) {
-            vil_error("shard '%s': '%s': its \"%s\" is not a number (a class index)", x->path,
-                      vil_printable(shown, sizeof shown, member), v->string);
+    if (q < end) {
+        vil_error("shard '%s': '%s' holds %lld byte%s after its JSON object (a label member is one JSON "
+                  "object, nothing after it but whitespace)", x->path, vil_printable(shown, sizeof shown, member),
+                  (long long)(end - q), end - q == 1 ? "" : "s");
+        rc = -1;
+    }
+    /* "label" (or, without it, "cls"); a key given twice is refused, not read first-wins */
+    const cJSON *v = NULL, *c;
+    for (int k = 0; k < 2 && rc == 0 && !v; k++) {
+        const char *key = k ? "cls" : "label";
+        int n = 0;
+        cJSON_ArrayForEach(c, j) {
+            if (c->string && strcmp(c->string, key) == 0 && n++ == 0) v = c;
+        }
+        if (n > 1) {
+            vil_error("shard '%s': '%s' gives \"%s\" %d times (a label is given once)", x->path,
+                      vil_printable(shown, sizeof shown, member), key, n);
             rc = -1;
-        } else if (!(d >= 0 && d < VIL_MAX_CLASSES) || d != (double)(long)d) {
-            rc = check_label(x, -1, text, member);
-        } else if ((rc = check_label(x, (long)d, text, member)) == 0) {
-            x->label = (int)d;
         }
     }
+    if (rc == 0) {
+        x->json_member = vil_strdup(member);
+        x->json_kind = !v ? 0 : cJSON_IsNumber(v) ? 1 : 2;
+        x->json_value = v && cJSON_IsNumber(v) ? v->valuedouble : 0;
+        snprintf(x->json_key, sizeof x->json_key, "%s", v ? v->string : "");
+    }
     cJSON_Delete(j);
+    free(s);
     return rc;
+}
+
+/* The finished sample's label into x->label from its .cls and .json members: the .cls's when it
+ * has one (a .json beside it is metadata; a number it gives as its label must agree), else the
+ * .json's. 0, 1 when it has none, or -1 (reported). */
+static int sample_label(Indexer *x) {
+    char shown[256], m1[256], m2[256], text[64];
+    int has_json_label = x->json_member && x->json_kind != 0;
+    if (!x->cls_member && !has_json_label) return 1;
+    if (x->cls_member) {
+        if (x->json_member && x->json_kind == 1 && x->json_value != (double)x->cls_label) {
+            snprintf(text, sizeof text, "%.17g", x->json_value);
+            vil_error("shard '%s': sample '%s': '%s' gives label %d but '%s' gives %s as its \"%s\" (the two "
+                      "must agree)", x->path, vil_printable(shown, sizeof shown, x->key),
+                      vil_printable(m1, sizeof m1, x->cls_member), x->cls_label, vil_printable(m2, sizeof m2, x->json_member), text, x->json_key);
+            return -1;
+        }
+        x->label = x->cls_label;
+        return 0;
+    }
+    const char *member = x->json_member;
+    if (x->json_kind != 1) {
+        vil_error("shard '%s': '%s': its \"%s\" is not a number (a class index)", x->path,
+                  vil_printable(shown, sizeof shown, member), x->json_key);
+        return -1;
+    }
+    double d = x->json_value;
+    snprintf(text, sizeof text, "%.17g", d);
+    if (!(d >= 0 && d < VIL_MAX_CLASSES) || d != (double)(long)d) return check_label(x, -1, text, member);
+    if (check_label(x, (long)d, text, member) != 0) return -1;
+    x->label = (int)d;
+    return 0;
+}
+
+static void clear_sample(Indexer *x) {
+    x->key = NULL;
+    free(x->img);
+    x->img = NULL;
+    x->label = -1;
+    free(x->cls_member);
+    free(x->json_member);
+    x->cls_member = x->json_member = NULL;
+    x->json_kind = 0;
 }
 
 static int finish_sample(Indexer *x) {
     if (!x->key) return 0;
     char shown[256];
     int rc = 0, seen = 0;
+    int lr = x->img ? sample_label(x) : 0;
     /* an incomplete sample whose key came before: members apart, named as such */
-    if (!x->img || x->label < 0)
+    if (!x->img || lr == 1)
         for (int i = 0; i < x->keys.n && !seen; i++) seen = strcmp(x->keys.v[i], x->key) == 0;
     if (seen) {
         vil_error("shard '%s': key '%s' appears twice, apart (a sample's members must be adjacent, "
@@ -661,10 +742,12 @@ static int finish_sample(Indexer *x) {
         vil_error("shard '%s': sample '%s' has no image member (%s)", x->path,
                   vil_printable(shown, sizeof shown, x->key), k_image_list);
         rc = -1;
-    } else if (x->label < 0) {
+    } else if (lr == 1) {
         vil_error("shard '%s': sample '%s' has no label (expected %s.cls holding the class index, or "
                   "%s.json holding {\"label\": N})", x->path, vil_printable(shown, sizeof shown, x->key),
                   shown, shown);
+        rc = -1;
+    } else if (lr < 0) {
         rc = -1;
     } else if (x->n >= (1L << 30)) {
         vil_error("shard '%s' holds more than %ld samples", x->path, 1L << 30);
@@ -691,11 +774,7 @@ static int finish_sample(Indexer *x) {
         if (x->label > x->max_label) x->max_label = x->label;
     }
     list_push(&x->keys, x->key);
-    x->key = NULL;
-    free(x->img);
-    x->img = NULL;
-    x->label = -1;
-    x->label_from_cls = 0;
+    clear_sample(x);
     return rc;
 }
 
@@ -884,8 +963,7 @@ static int index_shard(Indexer *x, int keep_open) {
     }
     list_free(&x->keys);
     free(x->key);
-    free(x->img);
-    x->key = x->img = NULL;
+    clear_sample(x);
     x->pending = 0;
     if (rc == 0 && keep_open) x->set->fds[x->shard] = fd;
     else close(fd);
