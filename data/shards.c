@@ -547,6 +547,8 @@ typedef struct {
     char json_key[8];  /* "label" or "cls" */
     VilShardMember m;
     int64_t img_hdr;   /* where the image member's header started */
+    int64_t data_at;   /* where the current member's data starts by the reader's count, -1: unknown */
+    int64_t img_data;  /* that of the image member */
     int pending;       /* the image's offset waits for the next header */
     List keys;         /* every key of the shard, for the duplicate check */
 } Indexer;
@@ -785,7 +787,10 @@ static int place_image(Indexer *x, int64_t next_hdr) {
     x->pending = 0;
     int64_t padded = (x->m.size + 511) / 512 * 512;
     x->m.off = next_hdr - padded;
-    if (next_hdr < 0 || x->m.off < x->img_hdr + 512 || x->m.off + x->m.size > x->file_size) {
+    /* and where the reader's count of consumed bytes put it: the two must agree (a reader that
+     * put a header's position after the zero blocks before it would shift every offset) */
+    if (next_hdr < 0 || x->m.off < x->img_hdr + 512 || x->m.off + x->m.size > x->file_size ||
+        (x->img_data >= 0 && x->m.off != x->img_data)) {
         char shown[256];
         vil_error("shard '%s': member '%s' does not lie inside the file where its header says "
                   "(truncated or corrupt tar)", x->path, vil_printable(shown, sizeof shown, x->img));
@@ -871,6 +876,7 @@ static int entry(struct archive *a, struct archive_entry *e, Indexer *x, int64_t
         x->img = vil_strdup(name);
         x->m.size = size;
         x->img_hdr = hdr;
+        x->img_data = x->data_at;
         x->pending = 1;
         return 0;
     }
@@ -886,6 +892,21 @@ static const char *compression(const unsigned char *b, size_t n) {
     if (n >= 4 && memcmp(b, "\x28\xb5\x2f\xfd", 4) == 0) return "zstd";
     if (n >= 4 && memcmp(b, "\x04\x22\x4d\x18", 4) == 0) return "lz4";
     return NULL;
+}
+
+/* The first offset in [from, end) of fd that holds a byte other than zero; end when there is
+ * none, -1 when it cannot be read. */
+static int64_t nonzero_at(int fd, int64_t from, int64_t end) {
+    unsigned char b[16384];
+    while (from < end) {
+        size_t want = end - from < (int64_t)sizeof b ? (size_t)(end - from) : sizeof b;
+        ssize_t got = pread(fd, b, want, from);
+        if (got <= 0) return -1;
+        for (ssize_t i = 0; i < got; i++)
+            if (b[i]) return from + i;
+        from += got;
+    }
+    return end;
 }
 
 static int index_shard(Indexer *x, int keep_open) {
@@ -919,25 +940,55 @@ static int index_shard(Indexer *x, int keep_open) {
     struct archive *a = archive_read_new();
     if (!a) VIL_FATAL("archive_read_new: out of memory");
     archive_read_support_format_tar(a);
+    /* zero blocks inside the file (an end marker, then more members: `cat a.tar b.tar`) are
+     * skipped and the reading goes on, as GNU tar -i does; the header positions stay those of
+     * the bytes (a header's position is where its read began, before the zero blocks), so the
+     * offsets below hold. Without the option (an old libarchive) the tail check below refuses
+     * what it would leave unread. */
+    archive_read_set_options(a, "tar:read_concatenated_archives");
     int rc = 0;
     if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK) {
         vil_error("shard '%s' is not a tar file: %s", x->path, archive_error_string(a));
         rc = -1;
     }
     long members = 0;
+    int64_t last_end = 0; /* where the last member's data (padded to its block) ends */
     x->label = -1;
     while (rc == 0) {
         struct archive_entry *e;
         int r = archive_read_next_header(a, &e);
         int64_t hdr = r == ARCHIVE_OK || r == ARCHIVE_WARN || r == ARCHIVE_EOF ? archive_read_header_position(a) : -1;
         if (r == ARCHIVE_EOF) {
+            /* only zero bytes may follow the end: data there is read, or refused, never dropped */
+            int64_t g = hdr >= 0 && hdr <= x->file_size ? nonzero_at(fd, hdr, x->file_size) : -1;
+            if (g != x->file_size) {
+                if (g < 0) vil_error("shard '%s': cannot read its end (%s)", x->path, strerror(errno ? errno : EIO));
+                else vil_error("shard '%s' holds data at byte %lld, after its end-of-archive blocks, that the tar "
+                               "reader did not read: a damaged tar or trailing garbage; rewrite the shard",
+                               x->path, (long long)g);
+                rc = -1;
+                break;
+            }
             rc = place_image(x, hdr);
             if (rc == 0) rc = finish_sample(x);
             break;
         }
         if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
             const char *why = archive_error_string(a);
-            if (members == 0 && st.st_size > 0 && !(why && strstr(why, "runcated")))
+            /* after the last member: zero bytes to the end (a tail shorter than a block) are
+             * padding; zero blocks and then bytes that are no header are refused as such */
+            int64_t g = last_end % 512 == 0 && last_end <= x->file_size ? nonzero_at(fd, last_end, x->file_size) : -1;
+            if (g == x->file_size) {
+                rc = place_image(x, last_end);
+                if (rc == 0) rc = finish_sample(x);
+                break;
+            }
+            if (g >= last_end + 512)
+                vil_error("shard '%s' holds data at byte %lld, after its end-of-archive blocks (at byte %lld), "
+                          "that is no tar member (%s): trailing garbage or a damaged tar appended; vil reads on "
+                          "past end blocks (concatenated tars), so it refuses this rather than drop it",
+                          x->path, (long long)g, (long long)last_end, why ? why : "unrecognised header");
+            else if (members == 0 && st.st_size > 0 && !(why && strstr(why, "runcated")))
                 vil_error("shard '%s' is not a tar file (%s)", x->path, why ? why : "unrecognised header");
             else
                 vil_error("shard '%s' is truncated or corrupt after %ld members (%s)", x->path, members,
@@ -946,6 +997,10 @@ static int index_shard(Indexer *x, int keep_open) {
             break;
         }
         members++;
+        int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+        int64_t data_at = archive_filter_bytes(a, 0); /* the headers are consumed: its data's start */
+        x->data_at = data_at >= 0 && data_at <= x->file_size ? data_at : -1;
+        last_end = size >= 0 && size <= x->file_size && x->data_at >= 0 ? x->data_at + (size + 511) / 512 * 512 : -1;
         rc = place_image(x, hdr);
         if (rc == 0) rc = entry(a, e, x, hdr);
     }
