@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,67 +123,127 @@ int vil_shards_detect(const char *path, const char *split) {
 typedef struct {
     const char *open, *close; /* the braces */
     unsigned long long a, b;
-    int width;                /* digits to pad to, 0: none */
+    size_t width;             /* digits to pad to, 0: none */
 } Range;
 
-/* The first {A..B} of s at or after from; 0 none, 1 found, -1 a malformed brace (reported). */
+/* s[0, n) (decimal digits) as a number; -1 when it is over 2^64 - 1 */
+static int parse_bound(const char *s, size_t n, unsigned long long *v) {
+    unsigned long long x = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (x > (ULLONG_MAX - d) / 10) return -1;
+        x = x * 10 + d;
+    }
+    *v = x;
+    return 0;
+}
+
+/* The first {A..B} of s at or after from; 0 none, 1 found, -1 a malformed brace or a bound out
+ * of range (reported). Reads the pattern from `from` to the range's '}' only. */
 static int next_range(const char *pattern, const char *from, Range *r) {
     const char *o = strchr(from, '{');
     if (!o) return 0;
     const char *c = strchr(o, '}');
-    const char *dots = c ? strstr(o, "..") : NULL;
+    const char *dots = NULL;
+    for (const char *p = o + 1; c && !dots && p + 1 < c; p++)
+        if (p[0] == '.' && p[1] == '.') dots = p;
     char shown[512];
-    if (!c || !dots || dots > c) {
-        vil_error("shard pattern '%s': expected a range {A..B} of decimal numbers",
-                  vil_printable(shown, sizeof shown, pattern));
-        return -1;
-    }
-    size_t la = (size_t)(dots - o - 1), lb = (size_t)(c - dots - 2);
-    char a[24], b[24];
-    int ok = la > 0 && lb > 0 && la < sizeof a && lb < sizeof b;
+    size_t la = dots ? (size_t)(dots - o - 1) : 0, lb = dots ? (size_t)(c - dots - 2) : 0;
+    int ok = la > 0 && lb > 0;
     for (const char *p = o + 1; ok && p < c; p++) ok = isdigit((unsigned char)*p) || p == dots || p == dots + 1;
     if (!ok) {
         vil_error("shard pattern '%s': expected a range {A..B} of decimal numbers",
                   vil_printable(shown, sizeof shown, pattern));
         return -1;
     }
-    memcpy(a, o + 1, la), a[la] = 0;
-    memcpy(b, dots + 2, lb), b[lb] = 0;
     r->open = o, r->close = c;
-    r->a = strtoull(a, NULL, 10), r->b = strtoull(b, NULL, 10);
-    r->width = la == lb ? (int)la : 0;
-    if (r->a > r->b || r->b - r->a >= VIL_SHARD_MAX_FILES) {
-        vil_error("shard pattern '%s': the range {%s..%s} %s", vil_printable(shown, sizeof shown, pattern),
-                  a, b, r->a > r->b ? "runs backwards" : "names too many shards");
+    r->width = la == lb ? la : 0;
+    int bad_a = parse_bound(o + 1, la, &r->a) != 0, bad_b = !bad_a && parse_bound(dots + 2, lb, &r->b) != 0;
+    if (bad_a || bad_b) {
+        const char *t = bad_a ? o + 1 : dots + 2;
+        size_t lt = bad_a ? la : lb;
+        vil_error("shard pattern '%s': the bound %.*s%s is out of range (a shard number is at "
+                  "most 18446744073709551615)", vil_printable(shown, sizeof shown, pattern),
+                  (int)(lt < 40 ? lt : 40), t, lt < 40 ? "" : "...");
+        return -1;
+    }
+    if (r->a > r->b) {
+        vil_error("shard pattern '%s': the range {%llu..%llu} runs backwards",
+                  vil_printable(shown, sizeof shown, pattern), r->a, r->b);
+        return -1;
+    }
+    if (r->b - r->a >= VIL_SHARD_MAX_FILES) { /* b - a + 1 could wrap: not computed */
+        vil_error("shard pattern '%s': the range {%llu..%llu} names too many shards (more than %d)",
+                  vil_printable(shown, sizeof shown, pattern), r->a, r->b, VIL_SHARD_MAX_FILES);
         return -1;
     }
     return 1;
 }
 
-/* Every expansion of the ranges in s (prefix already expanded) into out. */
-static int expand(const char *pattern, const char *s, List *out) {
-    Range r;
-    int k = next_range(pattern, s, &r);
-    if (k < 0) return -1;
-    if (k == 0) {
-        list_push(out, vil_strdup(s));
-        return 0;
-    }
-    size_t pre = (size_t)(r.open - s);
-    for (unsigned long long v = r.a; v <= r.b; v++) {
-        if (out->n >= VIL_SHARD_MAX_FILES) {
-            vil_error("shard pattern names more than %d shards", VIL_SHARD_MAX_FILES);
-            return -1;
+/* Every name the ranges of pattern give, in order (the last range varies fastest), into out.
+ * The ranges are read once and the product of their sizes is checked against the cap before a
+ * name is built; then each name is written into one buffer (a name is never longer than the
+ * pattern: a number has at most its range's digits) and copied out. Memory: the pattern's
+ * ranges once, and the names. 0, or -1 (reported). */
+static int expand(const char *pattern, List *out) {
+    Range *rs = NULL, r;
+    size_t n = 0, cap = 0;
+    unsigned long long total = 1;
+    const char *from = pattern;
+    int k;
+    char shown[512];
+    while ((k = next_range(pattern, from, &r)) == 1) {
+        unsigned long long count = r.b - r.a + 1; /* <= VIL_SHARD_MAX_FILES: no wrap */
+        if (total > VIL_SHARD_MAX_FILES / count) {
+            vil_error("shard pattern '%s' names more than %d shards (the sizes of its ranges multiply past it)",
+                      vil_printable(shown, sizeof shown, pattern), VIL_SHARD_MAX_FILES);
+            k = -1;
+            break;
         }
-        char num[32];
-        snprintf(num, sizeof num, "%0*llu", r.width, v);
-        size_t len = pre + strlen(num) + strlen(r.close + 1) + 1;
-        char *t = vil_malloc(len);
-        snprintf(t, len, "%.*s%s%s", (int)pre, s, num, r.close + 1);
-        int rc = expand(pattern, t, out);
-        free(t);
-        if (rc) return -1;
+        total *= count;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            rs = vil_realloc(rs, cap * sizeof *rs);
+        }
+        rs[n++] = r;
+        from = r.close + 1;
     }
+    if (k < 0) {
+        free(rs);
+        return -1;
+    }
+    size_t len = strlen(pattern);
+    char *name = vil_malloc(len + 1);
+    unsigned long long *at = vil_calloc(n ? n : 1, sizeof *at); /* each range's value - a */
+    for (int more = 1; more;) {
+        size_t o = 0;
+        const char *p = pattern;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(name + o, p, (size_t)(rs[i].open - p));
+            o += (size_t)(rs[i].open - p);
+            char num[24];
+            size_t nd = (size_t)snprintf(num, sizeof num, "%llu", rs[i].a + at[i]);
+            for (size_t z = nd; z < rs[i].width; z++) name[o++] = '0';
+            memcpy(name + o, num, nd);
+            o += nd;
+            p = rs[i].close + 1;
+        }
+        size_t tail = len - (size_t)(p - pattern);
+        memcpy(name + o, p, tail + 1);
+        list_push(out, vil_strdup(name));
+        more = 0;
+        for (size_t i = n; i-- > 0;) { /* the next combination, the last range first */
+            if (at[i] < rs[i].b - rs[i].a) {
+                at[i]++;
+                more = 1;
+                break;
+            }
+            at[i] = 0;
+        }
+    }
+    free(at);
+    free(name);
+    free(rs);
     return 0;
 }
 
@@ -209,7 +270,7 @@ static char *split_pattern(const char *pattern, const char *split, int *replaced
                 return NULL;
             }
             if (r.width)
-                for (int i = 0; i < r.width && len + 6 < cap; i++) len += (size_t)snprintf(o + len, cap - len, "[0-9]");
+                for (size_t i = 0; i < r.width && len + 6 < cap; i++) len += (size_t)snprintf(o + len, cap - len, "[0-9]");
             else
                 len += (size_t)snprintf(o + len, cap - len, "*");
             p = r.close + 1;
@@ -230,7 +291,7 @@ static int has_glob(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
 /* The shard files a pattern names, in its order. 0, or -1 (reported). */
 static int pattern_files(const char *pattern, const char *split, List *out) {
-    char shown[512];
+    char shown[512], given[512];
     char *derived = NULL;
     if (split && strcmp(split, "train") != 0) {
         /* a train pattern names the other split's shards; one that names this split is taken
@@ -252,7 +313,7 @@ static int pattern_files(const char *pattern, const char *split, List *out) {
         }
     }
     List ex = {0};
-    if (!derived && expand(pattern, pattern, &ex) != 0) {
+    if (!derived && expand(pattern, &ex) != 0) {
         list_free(&ex);
         return -1;
     }
@@ -266,18 +327,26 @@ static int pattern_files(const char *pattern, const char *split, List *out) {
             if (gr == GLOB_NOMATCH || (gr == 0 && g.gl_pathc == 0)) {
                 if (derived)
                     vil_error("no %s shards match '%s' (the pattern '%s' with \"train\" replaced by "
-                              "\"%s\")", split, vil_printable(shown, sizeof shown, derived), pattern, split);
+                              "\"%s\")", split, vil_printable(shown, sizeof shown, derived),
+                              vil_printable(given, sizeof given, pattern), split);
                 else
                     vil_error("no shard matches '%s'", vil_printable(shown, sizeof shown, p));
                 rc = -1;
             } else if (gr != 0) {
                 vil_error("cannot list the shards of '%s'", vil_printable(shown, sizeof shown, p));
                 rc = -1;
+            } else if (g.gl_pathc > (size_t)(VIL_SHARD_MAX_FILES - out->n)) {
+                vil_error("shard pattern '%s' names more than %d shards",
+                          vil_printable(shown, sizeof shown, pattern), VIL_SHARD_MAX_FILES);
+                rc = -1;
             } else {
-                for (size_t k = 0; k < g.gl_pathc && out->n < VIL_SHARD_MAX_FILES; k++)
-                    list_push(out, vil_strdup(g.gl_pathv[k]));
+                for (size_t k = 0; k < g.gl_pathc; k++) list_push(out, vil_strdup(g.gl_pathv[k]));
             }
             if (gr == 0) globfree(&g);
+        } else if (out->n >= VIL_SHARD_MAX_FILES) {
+            vil_error("shard pattern '%s' names more than %d shards", vil_printable(shown, sizeof shown, pattern),
+                      VIL_SHARD_MAX_FILES);
+            rc = -1;
         } else {
             list_push(out, vil_strdup(p));
         }
@@ -289,16 +358,17 @@ static int pattern_files(const char *pattern, const char *split, List *out) {
         rc = -1;
     }
     /* a named shard that does not exist: one message with the count and the first */
-    int missing = 0;
+    int missing = 0, why = 0;
     const char *first = NULL;
     for (int i = 0; rc == 0 && i < out->n; i++) {
         struct stat st;
         if (stat(out->v[i], &st) != 0) {
-            if (!missing++) first = out->v[i];
+            if (!missing++) first = out->v[i], why = errno;
         }
     }
     if (missing == 1 && out->n == 1) {
-        vil_error("shard '%s' does not exist", vil_printable(shown, sizeof shown, first));
+        if (why == ENOENT) vil_error("shard '%s' does not exist", vil_printable(shown, sizeof shown, first));
+        else vil_error("shard '%s' cannot be found: %s", vil_printable(shown, sizeof shown, first), strerror(why));
         rc = -1;
     } else if (missing) {
         char f[512];
@@ -468,10 +538,17 @@ typedef struct {
     /* the sample being gathered */
     char *key;
     char *img;         /* its image member's name */
-    int label;         /* -1: none yet */
-    int label_from_cls;
+    int label;         /* its class index once finished, -1 before */
+    char *cls_member;  /* its .cls member's name, or NULL */
+    int cls_label;     /* what that member gives */
+    char *json_member; /* its .json member's name, or NULL */
+    int json_kind;     /* that member's "label" (else "cls"): 0 none, 1 a number, 2 another type */
+    double json_value; /* the number */
+    char json_key[8];  /* "label" or "cls" */
     VilShardMember m;
     int64_t img_hdr;   /* where the image member's header started */
+    int64_t data_at;   /* where the current member's data starts by the reader's count, -1: unknown */
+    int64_t img_data;  /* that of the image member */
     int pending;       /* the image's offset waits for the next header */
     List keys;         /* every key of the shard, for the duplicate check */
 } Indexer;
@@ -523,7 +600,17 @@ static char *read_small(struct archive *a, Indexer *x, const char *member, int64
     return buf;
 }
 
+/* A second label member of one field for the sample: refused, both named. */
+static int two_labels(Indexer *x, const char *field, const char *first, const char *second) {
+    char k[256], a[256], b[256];
+    vil_error("shard '%s': sample '%s' has two %s members ('%s' and '%s'): a sample has one label; "
+              "remove one", x->path, vil_printable(k, sizeof k, x->key), field, vil_printable(a, sizeof a, first),
+              vil_printable(b, sizeof b, second));
+    return -1;
+}
+
 static int read_cls(struct archive *a, Indexer *x, const char *member, int64_t size) {
+    if (x->cls_member) return two_labels(x, ".cls", x->cls_member, member);
     char *s = read_small(a, x, member, size);
     if (!s) return -1;
     int rc = memchr(s, 0, (size_t)size) ? -1 : 0; /* a NUL inside */
@@ -537,51 +624,117 @@ static int read_cls(struct archive *a, Indexer *x, const char *member, int64_t s
                   vil_printable(shown, sizeof shown, member), vil_printable(t, sizeof t, b));
         rc = -1;
     } else if ((rc = check_label(x, v, b, member)) == 0) {
-        x->label = (int)v;
-        x->label_from_cls = 1;
+        x->cls_label = (int)v;
+        x->cls_member = vil_strdup(member);
     }
     free(s);
     return rc;
 }
 
+static int is_json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* A .json member: exactly one JSON object (whitespace around it, nothing else); its "label" (else
+ * "cls") is kept to be checked when the sample is complete (finish_sample), so that the order of
+ * a sample's .cls and .json members does not matter. */
 static int read_json(struct archive *a, Indexer *x, const char *member, int64_t size) {
+    if (x->json_member) return two_labels(x, ".json", x->json_member, member);
     char *s = read_small(a, x, member, size);
     if (!s) return -1;
     char shown[256];
-    cJSON *j = cJSON_ParseWithLength(s, (size_t)size);
-    free(s);
+    const char *p = s, *end = s + size, *parsed = NULL;
+    if (size >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3; /* a UTF-8 byte order mark */
+    while (p < end && is_json_space(*p)) p++;
+    cJSON *j = p < end && *p == '{' ? cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &parsed, 0) : NULL;
     if (!j || !cJSON_IsObject(j)) {
         vil_error("shard '%s': '%s' is not a JSON object", x->path, vil_printable(shown, sizeof shown, member));
         cJSON_Delete(j);
+        free(s);
         return -1;
     }
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "label");
-    if (!v) v = cJSON_GetObjectItemCaseSensitive(j, "cls");
+    const char *q = parsed && parsed >= p && parsed <= end ? parsed : end;
+    while (q < end && is_json_space(*q)) q++;
     int rc = 0;
-    if (v && !x->label_from_cls) {
-        double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
-        char text[64];
-        snprintf(text, sizeof text, "%.17g", d);
-        if (!cJSON_IsNumber(v)) {
-            vil_error("shard '%s': '%s': its \"%s\" is not a number (a class index)", x->path,
-                      vil_printable(shown, sizeof shown, member), v->string);
+    if (q < end) {
+        vil_error("shard '%s': '%s' holds %lld byte%s after its JSON object (a label member is one JSON "
+                  "object, nothing after it but whitespace)", x->path, vil_printable(shown, sizeof shown, member),
+                  (long long)(end - q), end - q == 1 ? "" : "s");
+        rc = -1;
+    }
+    /* "label" (or, without it, "cls"); a key given twice is refused, not read first-wins */
+    const cJSON *v = NULL, *c;
+    for (int k = 0; k < 2 && rc == 0 && !v; k++) {
+        const char *key = k ? "cls" : "label";
+        int n = 0;
+        cJSON_ArrayForEach(c, j) {
+            if (c->string && strcmp(c->string, key) == 0 && n++ == 0) v = c;
+        }
+        if (n > 1) {
+            vil_error("shard '%s': '%s' gives \"%s\" %d times (a label is given once)", x->path,
+                      vil_printable(shown, sizeof shown, member), key, n);
             rc = -1;
-        } else if (!(d >= 0 && d < VIL_MAX_CLASSES) || d != (double)(long)d) {
-            rc = check_label(x, -1, text, member);
-        } else if ((rc = check_label(x, (long)d, text, member)) == 0) {
-            x->label = (int)d;
         }
     }
+    if (rc == 0) {
+        x->json_member = vil_strdup(member);
+        x->json_kind = !v ? 0 : cJSON_IsNumber(v) ? 1 : 2;
+        x->json_value = v && cJSON_IsNumber(v) ? v->valuedouble : 0;
+        snprintf(x->json_key, sizeof x->json_key, "%s", v ? v->string : "");
+    }
     cJSON_Delete(j);
+    free(s);
     return rc;
+}
+
+/* The finished sample's label into x->label from its .cls and .json members: the .cls's when it
+ * has one (a .json beside it is metadata; a number it gives as its label must agree), else the
+ * .json's. 0, 1 when it has none, or -1 (reported). */
+static int sample_label(Indexer *x) {
+    char shown[256], m1[256], m2[256], text[64];
+    int has_json_label = x->json_member && x->json_kind != 0;
+    if (!x->cls_member && !has_json_label) return 1;
+    if (x->cls_member) {
+        if (x->json_member && x->json_kind == 1 && x->json_value != (double)x->cls_label) {
+            snprintf(text, sizeof text, "%.17g", x->json_value);
+            vil_error("shard '%s': sample '%s': '%s' gives label %d but '%s' gives %s as its \"%s\" (the two "
+                      "must agree)", x->path, vil_printable(shown, sizeof shown, x->key),
+                      vil_printable(m1, sizeof m1, x->cls_member), x->cls_label, vil_printable(m2, sizeof m2, x->json_member), text, x->json_key);
+            return -1;
+        }
+        x->label = x->cls_label;
+        return 0;
+    }
+    const char *member = x->json_member;
+    if (x->json_kind != 1) {
+        vil_error("shard '%s': '%s': its \"%s\" is not a number (a class index)", x->path,
+                  vil_printable(shown, sizeof shown, member), x->json_key);
+        return -1;
+    }
+    double d = x->json_value;
+    snprintf(text, sizeof text, "%.17g", d);
+    if (!(d >= 0 && d < VIL_MAX_CLASSES) || d != (double)(long)d) return check_label(x, -1, text, member);
+    if (check_label(x, (long)d, text, member) != 0) return -1;
+    x->label = (int)d;
+    return 0;
+}
+
+static void clear_sample(Indexer *x) {
+    x->key = NULL;
+    free(x->img);
+    x->img = NULL;
+    x->label = -1;
+    free(x->cls_member);
+    free(x->json_member);
+    x->cls_member = x->json_member = NULL;
+    x->json_kind = 0;
 }
 
 static int finish_sample(Indexer *x) {
     if (!x->key) return 0;
     char shown[256];
     int rc = 0, seen = 0;
+    int lr = x->img ? sample_label(x) : 0;
     /* an incomplete sample whose key came before: members apart, named as such */
-    if (!x->img || x->label < 0)
+    if (!x->img || lr == 1)
         for (int i = 0; i < x->keys.n && !seen; i++) seen = strcmp(x->keys.v[i], x->key) == 0;
     if (seen) {
         vil_error("shard '%s': key '%s' appears twice, apart (a sample's members must be adjacent, "
@@ -591,10 +744,12 @@ static int finish_sample(Indexer *x) {
         vil_error("shard '%s': sample '%s' has no image member (%s)", x->path,
                   vil_printable(shown, sizeof shown, x->key), k_image_list);
         rc = -1;
-    } else if (x->label < 0) {
+    } else if (lr == 1) {
         vil_error("shard '%s': sample '%s' has no label (expected %s.cls holding the class index, or "
                   "%s.json holding {\"label\": N})", x->path, vil_printable(shown, sizeof shown, x->key),
                   shown, shown);
+        rc = -1;
+    } else if (lr < 0) {
         rc = -1;
     } else if (x->n >= (1L << 30)) {
         vil_error("shard '%s' holds more than %ld samples", x->path, 1L << 30);
@@ -621,11 +776,7 @@ static int finish_sample(Indexer *x) {
         if (x->label > x->max_label) x->max_label = x->label;
     }
     list_push(&x->keys, x->key);
-    x->key = NULL;
-    free(x->img);
-    x->img = NULL;
-    x->label = -1;
-    x->label_from_cls = 0;
+    clear_sample(x);
     return rc;
 }
 
@@ -636,7 +787,10 @@ static int place_image(Indexer *x, int64_t next_hdr) {
     x->pending = 0;
     int64_t padded = (x->m.size + 511) / 512 * 512;
     x->m.off = next_hdr - padded;
-    if (next_hdr < 0 || x->m.off < x->img_hdr + 512 || x->m.off + x->m.size > x->file_size) {
+    /* and where the reader's count of consumed bytes put it: the two must agree (a reader that
+     * put a header's position after the zero blocks before it would shift every offset) */
+    if (next_hdr < 0 || x->m.off < x->img_hdr + 512 || x->m.off + x->m.size > x->file_size ||
+        (x->img_data >= 0 && x->m.off != x->img_data)) {
         char shown[256];
         vil_error("shard '%s': member '%s' does not lie inside the file where its header says "
                   "(truncated or corrupt tar)", x->path, vil_printable(shown, sizeof shown, x->img));
@@ -722,6 +876,7 @@ static int entry(struct archive *a, struct archive_entry *e, Indexer *x, int64_t
         x->img = vil_strdup(name);
         x->m.size = size;
         x->img_hdr = hdr;
+        x->img_data = x->data_at;
         x->pending = 1;
         return 0;
     }
@@ -737,6 +892,21 @@ static const char *compression(const unsigned char *b, size_t n) {
     if (n >= 4 && memcmp(b, "\x28\xb5\x2f\xfd", 4) == 0) return "zstd";
     if (n >= 4 && memcmp(b, "\x04\x22\x4d\x18", 4) == 0) return "lz4";
     return NULL;
+}
+
+/* The first offset in [from, end) of fd that holds a byte other than zero; end when there is
+ * none, -1 when it cannot be read. */
+static int64_t nonzero_at(int fd, int64_t from, int64_t end) {
+    unsigned char b[16384];
+    while (from < end) {
+        size_t want = end - from < (int64_t)sizeof b ? (size_t)(end - from) : sizeof b;
+        ssize_t got = pread(fd, b, want, from);
+        if (got <= 0) return -1;
+        for (ssize_t i = 0; i < got; i++)
+            if (b[i]) return from + i;
+        from += got;
+    }
+    return end;
 }
 
 static int index_shard(Indexer *x, int keep_open) {
@@ -770,25 +940,55 @@ static int index_shard(Indexer *x, int keep_open) {
     struct archive *a = archive_read_new();
     if (!a) VIL_FATAL("archive_read_new: out of memory");
     archive_read_support_format_tar(a);
+    /* zero blocks inside the file (an end marker, then more members: `cat a.tar b.tar`) are
+     * skipped and the reading goes on, as GNU tar -i does; the header positions stay those of
+     * the bytes (a header's position is where its read began, before the zero blocks), so the
+     * offsets below hold. Without the option (an old libarchive) the tail check below refuses
+     * what it would leave unread. */
+    archive_read_set_options(a, "tar:read_concatenated_archives");
     int rc = 0;
     if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK) {
         vil_error("shard '%s' is not a tar file: %s", x->path, archive_error_string(a));
         rc = -1;
     }
     long members = 0;
+    int64_t last_end = 0; /* where the last member's data (padded to its block) ends */
     x->label = -1;
     while (rc == 0) {
         struct archive_entry *e;
         int r = archive_read_next_header(a, &e);
         int64_t hdr = r == ARCHIVE_OK || r == ARCHIVE_WARN || r == ARCHIVE_EOF ? archive_read_header_position(a) : -1;
         if (r == ARCHIVE_EOF) {
+            /* only zero bytes may follow the end: data there is read, or refused, never dropped */
+            int64_t g = hdr >= 0 && hdr <= x->file_size ? nonzero_at(fd, hdr, x->file_size) : -1;
+            if (g != x->file_size) {
+                if (g < 0) vil_error("shard '%s': cannot read its end (%s)", x->path, strerror(errno ? errno : EIO));
+                else vil_error("shard '%s' holds data at byte %lld, after its end-of-archive blocks, that the tar "
+                               "reader did not read: a damaged tar or trailing garbage; rewrite the shard",
+                               x->path, (long long)g);
+                rc = -1;
+                break;
+            }
             rc = place_image(x, hdr);
             if (rc == 0) rc = finish_sample(x);
             break;
         }
         if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
             const char *why = archive_error_string(a);
-            if (members == 0 && st.st_size > 0 && !(why && strstr(why, "runcated")))
+            /* after the last member: zero bytes to the end (a tail shorter than a block) are
+             * padding; zero blocks and then bytes that are no header are refused as such */
+            int64_t g = last_end % 512 == 0 && last_end <= x->file_size ? nonzero_at(fd, last_end, x->file_size) : -1;
+            if (g == x->file_size) {
+                rc = place_image(x, last_end);
+                if (rc == 0) rc = finish_sample(x);
+                break;
+            }
+            if (g >= last_end + 512)
+                vil_error("shard '%s' holds data at byte %lld, after its end-of-archive blocks (at byte %lld), "
+                          "that is no tar member (%s): trailing garbage or a damaged tar appended; vil reads on "
+                          "past end blocks (concatenated tars), so it refuses this rather than drop it",
+                          x->path, (long long)g, (long long)last_end, why ? why : "unrecognised header");
+            else if (members == 0 && st.st_size > 0 && !(why && strstr(why, "runcated")))
                 vil_error("shard '%s' is not a tar file (%s)", x->path, why ? why : "unrecognised header");
             else
                 vil_error("shard '%s' is truncated or corrupt after %ld members (%s)", x->path, members,
@@ -797,6 +997,10 @@ static int index_shard(Indexer *x, int keep_open) {
             break;
         }
         members++;
+        int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+        int64_t data_at = archive_filter_bytes(a, 0); /* the headers are consumed: its data's start */
+        x->data_at = data_at >= 0 && data_at <= x->file_size ? data_at : -1;
+        last_end = size >= 0 && size <= x->file_size && x->data_at >= 0 ? x->data_at + (size + 511) / 512 * 512 : -1;
         rc = place_image(x, hdr);
         if (rc == 0) rc = entry(a, e, x, hdr);
     }
@@ -814,8 +1018,7 @@ static int index_shard(Indexer *x, int keep_open) {
     }
     list_free(&x->keys);
     free(x->key);
-    free(x->img);
-    x->key = x->img = NULL;
+    clear_sample(x);
     x->pending = 0;
     if (rc == 0 && keep_open) x->set->fds[x->shard] = fd;
     else close(fd);

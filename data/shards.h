@@ -16,7 +16,8 @@ extern "C" {
 /* The largest member vil indexes: far above any image a model trains on (a 64-megapixel JPEG
  * at quality 100 is ~40 MB), so a header that claims more is refused before anything is read. */
 #define VIL_SHARD_MAX_MEMBER (256LL << 20)
-/* The most shards one dataset may name (a brace range is checked before it is expanded). */
+/* The most shards one dataset may name (a pattern's ranges are checked before they are
+ * expanded; the expansion holds the pattern once and the names it gives). */
 #define VIL_SHARD_MAX_FILES (1 << 20)
 /* The largest .cls / .json label member. */
 #define VIL_SHARD_MAX_LABEL_BYTES (64 << 10)
@@ -49,10 +50,15 @@ int vil_shards_detect(const char *path, const char *split);
  *     'in/val/in-val-[0-9][0-9][0-9][0-9].tar'. A pattern without "train" is used as given.
  * A file classes.txt (one class id per line, line k = class k: what tools/folder_to_shards
  * writes) in the shards' folder or the one above gives the class count and ids; without it the
- * count is the largest label + 1 and the ids are the indices. Every problem is an error naming
- * the shard: a compressed shard, a truncated or corrupt tar, a member over VIL_SHARD_MAX_MEMBER,
- * an absolute or ".." name, a link or special member, a sample without an image or a label, a
- * label that is no integer or out of range, a key used twice. fn is called per sample;
+ * count is the largest label + 1 and the ids are the indices. Tars concatenated into one file
+ * are read whole (zero blocks between members skipped, as GNU tar -i does). Every problem is an
+ * error naming the shard: a compressed shard, a truncated or corrupt tar, bytes other than zeros
+ * after the last member, a member over VIL_SHARD_MAX_MEMBER, an absolute or ".." name, a link or
+ * special member, a sample without an image or a label, a sample with two images, two .cls or
+ * two .json members, a .json that is not exactly one JSON object, a .cls and a .json label that
+ * disagree (with both, the .cls gives the label), a label that is no integer or out of range, a
+ * key used twice; a range bound over 2^64 - 1, a pattern naming more than VIL_SHARD_MAX_FILES
+ * shards. fn is called per sample;
  * *num_classes and *class_ids (NULL without classes.txt; num_classes malloc'd strings) are set.
  * Returns the set, or NULL (vil_error). */
 VilShardSet *vil_shards_open(const char *path, const char *split, VilShardSampleFn fn, void *ctx,

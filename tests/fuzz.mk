@@ -72,13 +72,15 @@ $(FUZZ_DIR)/corpus_fuzz_checkpoint: | $(FUZZ_DIR)/seed_checkpoint
 	@mkdir -p $@.tmp && $(FUZZ_DIR)/seed_checkpoint $@.tmp && \
 	    cp tests/data/pth/vim_p4s4_noema.pth tests/data/fuzz/*.pth $@.tmp/ && mv $@.tmp $@
 
-# shards: GNU tar's three formats (ustar, gnu, pax: long names, extended headers) of two samples
+# shards: GNU tar's three formats (ustar, gnu, pax: long names, extended headers) of two samples,
+# and `cat a.tar b.tar` of two (gnu and pax, each ending in zero blocks: read on past them)
 $(FUZZ_DIR)/corpus_fuzz_shards: LONG = $@.src/a_folder_name_that_takes_the_path_past_the_hundred_bytes_of_a_ustar_name_field
 $(FUZZ_DIR)/corpus_fuzz_shards:
 	@rm -rf $@.src && mkdir -p $(LONG) && cp tests/data/pil_gray.jpg $@.src/a.jpg && echo 3 > $@.src/a.cls && \
 	    cp tests/data/pil_prog.jpg $(LONG)/b.jpeg && echo '{"label": 1}' > $(LONG)/b.json && \
 	    mkdir -p $@ && for f in ustar gnu pax; do tar --format=$$f --sort=name -cf $@/$$f.tar -C $@.src . || exit 1; done && \
-	    rm -rf $@.src
+	    tar --format=gnu -cf $@.a -C $@.src a.cls a.jpg && tar --format=pax -cf $@.b -C $@.src $(notdir $(LONG)) && \
+	    cat $@.a $@.b > $@/concat.tar && rm -rf $@.src $@.a $@.b
 
 run-%: $(FUZZ_DIR)/% | $(FUZZ_DIR)/corpus_%
 	cd $(FUZZ_DIR) && ./$* -max_total_time=$(FUZZ_SECONDS) \

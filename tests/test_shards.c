@@ -15,6 +15,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "tests/data_corpus.h"
+#include "tests/limited.h"
 #include "tests/model_testing.h"
 #include "tests/testing.h"
 #include "vil/common.h"
@@ -492,6 +493,236 @@ static void test_hostile(void) {
     open_fails("a glob that matches nothing", path("h/good/*-none.tar"), "train", nomatch);
 }
 
+/* ---- issue 45: data after an end-of-archive marker, label members, patterns ---- */
+
+/* the bytes of n tars (each with its end blocks) one after the other, then pad zero bytes */
+static CorpusTar concat_tars(const CorpusTar *parts, int n, size_t pad) {
+    CorpusTar t = {0};
+    for (int i = 0; i < n; i++) {
+        corpus_tar_grow(&t, parts[i].n);
+        memcpy(t.b + t.n, parts[i].b, parts[i].n);
+        t.n += parts[i].n;
+    }
+    corpus_tar_grow(&t, pad + 1);
+    memset(t.b + t.n, 0, pad);
+    t.n += pad;
+    return t;
+}
+
+/* a sample's image bytes that differ per sample and cross the 512-byte blocks unevenly */
+static char *image_text(int k, size_t n) {
+    char *s = malloc(n + 1);
+    for (size_t i = 0; i < n; i++) s[i] = (char)('A' + (k * 7 + (int)i) % 26);
+    s[n] = 0;
+    return s;
+}
+
+/* samples `name` of folder d: count, then each sample's bytes and label against want[] */
+static void check_samples(const char *what, const char *d, int n, const char *const *bytes, const int *labels) {
+    VilDataset *ds = open_quiet(d, NULL);
+    T_CHECK(ds != NULL, "%s opens: %s", what, g_cap.msg);
+    if (!ds) return;
+    T_CHECK(vil_dataset_size(ds) == n, "%s: %d samples, expected %d (the sum of its parts)", what,
+            vil_dataset_size(ds), n);
+    VilBuffer b = {0};
+    int ok = vil_dataset_size(ds) == n;
+    for (int i = 0; ok && i < n; i++)
+        ok = vil_dataset_read_bytes(ds, i, &b) == 0 && b.size == strlen(bytes[i]) &&
+             !memcmp(b.data, bytes[i], b.size) && vil_dataset_label(ds, i) == labels[i];
+    T_CHECK(ok, "%s: every sample's bytes (read at its offset) and label are the member's", what);
+    vil_buffer_free(&b);
+    vil_dataset_free(ds);
+}
+
+static void test_concatenated(void) {
+    /* three tars, each with its two end blocks: 2 + 1 + 2 samples */
+    char *img[5];
+    const size_t lens[5] = {700, 100, 1500, 512, 33};
+    for (int k = 0; k < 5; k++) img[k] = image_text(k, lens[k]);
+    const Member m1[] = {F("a.jpg", img[0]), F("a.cls", "0"), F("b.jpg", img[1]), F("b.cls", "1")};
+    const Member m2[] = {F("c.jpg", img[2]), F("c.cls", "2")};
+    const Member m3[] = {F("d.jpg", img[3]), F("d.cls", "1"), F("e.jpg", img[4]), F("e.json", "{\"label\": 0}")};
+    CorpusTar parts[3] = {make_tar(m1, 4, 1), make_tar(m2, 2, 1), make_tar(m3, 4, 1)};
+    const char *const bytes[5] = {img[0], img[1], img[2], img[3], img[4]};
+    const int labels[5] = {0, 1, 2, 1, 0};
+    /* the reference: each part alone holds its samples */
+    int alone = 0;
+    for (int p = 0; p < 3; p++) {
+        char name[32];
+        snprintf(name, sizeof name, "part%d", p);
+        const char *d = hostile_dir(name);
+        write_tar(name, &parts[p], parts[p].n);
+        VilDataset *ds = open_quiet(d, NULL);
+        alone += ds ? vil_dataset_size(ds) : 0;
+        vil_dataset_free(ds);
+    }
+    T_CHECK(alone == 5, "the three tars alone hold 2 + 1 + 2 samples (%d)", alone);
+    /* cat a.tar b.tar c.tar, then padded to a 10 KiB record as GNU tar pads */
+    CorpusTar cat = concat_tars(parts, 3, 0);
+    size_t rec = (10240 - cat.n % 10240) % 10240;
+    CorpusTar catp = concat_tars(&cat, 1, rec);
+    hostile_dir("concat");
+    write_tar("concat", &catp, catp.n);
+    check_samples("cat a.tar b.tar c.tar (padded to 10 KiB)", path("h/concat"), 5, bytes, labels);
+    /* one lone zero block between members, and a short zero tail (not a whole block) */
+    {
+        CorpusTar one = concat_tars(&parts[0], 1, 0);
+        one.n -= 512; /* keep one of a.tar's two end blocks */
+        CorpusTar two[2] = {one, parts[1]};
+        CorpusTar t = concat_tars(two, 2, 100);
+        hostile_dir("lone_zero");
+        write_tar("lone_zero", &t, t.n);
+        check_samples("a lone zero block inside, 100 zero bytes after", path("h/lone_zero"), 3, bytes, labels);
+        free(t.b);
+        free(one.b);
+    }
+    /* non-zero bytes after the end blocks: refused by name, never dropped */
+    {
+        const char *tails[3] = {"garbage", NULL, NULL};
+        char block[600];
+        for (size_t i = 0; i < sizeof block; i++) block[i] = (char)(1 + i % 250);
+        size_t tlen[3] = {7, sizeof block, 1};
+        tails[1] = block;
+        tails[2] = "\x01";
+        const char *names[3] = {"tail_short", "tail_block", "tail_one_byte"};
+        for (int k = 0; k < 3; k++) {
+            CorpusTar t = concat_tars(&cat, 1, 1024 * (size_t)k);
+            corpus_tar_grow(&t, tlen[k]);
+            memcpy(t.b + t.n, tails[k], tlen[k]);
+            t.n += tlen[k];
+            const char *dd = hostile_dir(names[k]);
+            write_tar(names[k], &t, t.n);
+            const char *want[] = {"x.tar", "after", "end-of-archive", NULL};
+            open_fails(names[k], dd, NULL, want);
+            free(t.b);
+        }
+    }
+    /* GNU tar's own: two archives of its default 10 KiB records, one after the other */
+    {
+        corpus_mkdir("%s/%s", dir, "gcat");
+        corpus_mkdir("%s/%s", path("gcat"), "p1");
+        corpus_mkdir("%s/%s", path("gcat"), "p2");
+        corpus_mkdir("%s/%s", path("gcat"), "out");
+        corpus_write(path("gcat/p1/k1.jpg"), img[2], lens[2]);
+        corpus_write(path("gcat/p1/k1.cls"), "1\n", 2);
+        corpus_write(path("gcat/p2/k2.jpg"), img[0], lens[0]);
+        corpus_write(path("gcat/p2/k2.cls"), "0\n", 2);
+        corpus_write(path("gcat/p2/k3.jpg"), img[4], lens[4]);
+        corpus_write(path("gcat/p2/k3.cls"), "2\n", 2);
+        char cmd[8192], out[4096];
+        snprintf(cmd, sizeof cmd, "tar --format=gnu --sort=name -cf %s -C %s . && tar --format=pax --sort=name "
+                 "-cf %s -C %s . && cat %s %s > %s 2>&1", path("gcat/1.tar"), path("gcat/p1"), path("gcat/2.tar"),
+                 path("gcat/p2"), path("gcat/1.tar"), path("gcat/2.tar"), path("gcat/out/s.tar"));
+        int rc = t_run(cmd, out, sizeof out);
+        T_CHECK(rc == 0, "GNU tar, two archives concatenated: %s", out);
+        const char *const gb[3] = {img[2], img[0], img[4]};
+        const int gl[3] = {1, 0, 2};
+        check_samples("cat gnu.tar pax.tar (GNU tar)", path("gcat/out"), 3, gb, gl);
+    }
+    for (int p = 0; p < 3; p++) free(parts[p].b);
+    free(cat.b);
+    free(catp.b);
+    for (int k = 0; k < 5; k++) free(img[k]);
+}
+
+static void test_label_members(void) {
+    const Member cls2[] = {F("a.jpg", NULL), F("a.cls", "0"), F("a.cls", "1")};
+    hostile_case("two_cls", cls2, 3, NULL, "two .cls members", "'a.cls'");
+    const Member cls_case[] = {F("a.jpg", NULL), F("a.cls", "1"), F("a.CLS", "1")};
+    hostile_case("cls_and_CLS", cls_case, 3, NULL, "two .cls members", "'a.CLS'");
+    const Member json2[] = {F("a.json", "{\"label\": 1}"), F("a.jpg", NULL), F("a.json", "{\"label\": 0}")};
+    hostile_case("two_json", json2, 3, NULL, "two .json members", "'a.json'");
+    const Member jtrail[] = {F("a.jpg", NULL), F("a.json", "{\"label\": 1} x")};
+    hostile_case("json_trailing", jtrail, 2, NULL, "'a.json'", "after its JSON object");
+    const Member jtwo[] = {F("a.jpg", NULL), F("a.json", "{\"label\": 1}{\"label\": 2}")};
+    hostile_case("json_two_objects", jtwo, 2, NULL, "'a.json'", "after its JSON object");
+    const Member jnul[] = {F("a.jpg", NULL), F("a.json", "{\"label\": 1}\n,")};
+    hostile_case("json_trailing_comma", jnul, 2, NULL, "'a.json'", "after its JSON object");
+    const Member jdup[] = {F("a.jpg", NULL), F("a.json", "{\"label\": 1, \"label\": 2}")};
+    hostile_case("json_label_twice", jdup, 2, NULL, "'a.json'", "\"label\" 2 times");
+    const Member differ[] = {F("a.jpg", NULL), F("a.cls", "1"), F("a.json", "{\"label\": 2}")};
+    hostile_case("cls_json_disagree", differ, 3, NULL, "'a.cls'", "'a.json'");
+    const Member differ2[] = {F("a.json", "{\"cls\": 0}"), F("a.jpg", NULL), F("a.cls", "1")};
+    hostile_case("json_cls_disagree", differ2, 3, NULL, "'a.cls'", "'a.json'");
+    /* accepted: whitespace after the object, a .json of metadata beside the .cls, agreeing labels */
+    const char *d = hostile_dir("labels_ok");
+    const Member ok[] = {F("a.jpg", NULL), F("a.json", " {\"label\": 2}\r\n\t "),
+                         F("b.jpg", NULL), F("b.cls", "1"), F("b.json", "{\"caption\": \"x\", \"label\": \"emu\"}"),
+                         F("c.json", "{\"label\": 0, \"w\": 3}"), F("c.cls", "0"), F("c.jpg", NULL)};
+    CorpusTar t = make_tar(ok, 8, 1);
+    write_tar("labels_ok", &t, t.n);
+    free(t.b);
+    VilDataset *ds = open_quiet(d, NULL);
+    T_CHECK(ds && vil_dataset_size(ds) == 3 && vil_dataset_label(ds, 0) == 2 && vil_dataset_label(ds, 1) == 1 &&
+            vil_dataset_label(ds, 2) == 0, "json with trailing whitespace, a metadata .json beside a .cls, agreeing "
+            ".cls and .json: labels 2, 1, 0 (%s)", g_cap.msg);
+    vil_dataset_free(ds);
+}
+
+/* the patterns' children: each opens one pattern and says how it went */
+typedef struct {
+    const char *pattern, *split;
+} PatternArg;
+
+static int open_pattern(void *arg) {
+    const PatternArg *p = arg;
+    VilDataset *ds = vil_dataset_open(p->pattern, p->split, NULL);
+    int n = ds ? vil_dataset_size(ds) : -1;
+    vil_dataset_free(ds);
+    return n < 0 ? 0 : 1 + n; /* 0: refused (the message says why) */
+}
+
+static void limited_pattern(const char *what, const char *pattern, const char *split, long mb, const char *w1,
+                            const char *w2) {
+    static char msg[4096];
+    PatternArg a = {pattern, split};
+    int rc = t_limited(open_pattern, &a, mb, 30, msg, sizeof msg);
+    T_CHECK(rc == 0 && strstr(msg, w1) && (!w2 || strstr(msg, w2)), "%s: refused with a reason within %ld MB "
+            "(child rc %d: %d = killed by a signal): %.300s", what, mb, rc, rc, msg);
+    printf("ok   %-24s -> %.200s\n", what, msg);
+}
+
+static void test_pattern_bounds(void) {
+    /* 21,000 ranges {0..0}: one name of 21,000 digits; the expansion holds the pattern once and
+     * its names, not a copy per range (1.38 GB before) */
+    size_t reps = 21000;
+    size_t cap = strlen(path("h/train-")) + reps * 6 + 16;
+    char *big = malloc(cap);
+    size_t o = (size_t)snprintf(big, cap, "%s", path("h/train-"));
+    for (size_t i = 0; i < reps; i++) memcpy(big + o, "{0..0}", 6), o += 6;
+    snprintf(big + o, cap - o, ".tar");
+    limited_pattern("21000 x {0..0}", big, NULL, 16, "shard '", "h/train-00000");
+    limited_pattern("21000 x {0..0}, val", big, "val", 16, "no val shards match", NULL);
+    free(big);
+    /* ranges that multiply past the cap: refused before a name is built */
+    limited_pattern("ranges of 2^20 + 1024", path("h/s-{0..1023}{0..1024}.tar"), NULL, 16, "more than 1048576", NULL);
+
+    /* the largest bounds: 2^64 - 1 is a shard number like another; past it is out of range */
+    const char *d = hostile_dir("bounds");
+    (void)d;
+    const Member good[] = {F("a.jpg", NULL), F("a.cls", "0"), F("b.jpg", NULL), F("b.cls", "1")};
+    CorpusTar t = make_tar(good, 4, 1);
+    corpus_write(path("h/bounds/s-18446744073709551615.tar"), t.b, t.n);
+    corpus_write(path("h/bounds/s-18446744073709551614.tar"), t.b, t.n);
+    free(t.b);
+    VilDataset *ds = open_quiet(path("h/bounds/s-{18446744073709551615..18446744073709551615}.tar"), NULL);
+    T_CHECK(ds && vil_dataset_size(ds) == 2, "{2^64-1..2^64-1}: the one shard s-18446744073709551615.tar (%s)",
+            g_cap.msg);
+    vil_dataset_free(ds);
+    ds = open_quiet(path("h/bounds/s-{18446744073709551614..18446744073709551615}.tar"), NULL);
+    T_CHECK(ds && vil_dataset_size(ds) == 4, "{2^64-2..2^64-1}: two shards (%s)", g_cap.msg);
+    vil_dataset_free(ds);
+    const char *range[] = {"out of range", "18446744073709551615", NULL};
+    open_fails("a bound of 2^64", path("h/bounds/s-{0..18446744073709551616}.tar"), NULL, range);
+    open_fails("a bound of 10^22", path("h/bounds/s-{99999999999999999999999..99999999999999999999999}.tar"), NULL,
+               range);
+    open_fails("a start bound of 2^64", path("h/bounds/s-{18446744073709551616..18446744073709551617}.tar"), NULL,
+               range);
+    const char *many[] = {"too many", NULL};
+    open_fails("{0..2^64-1}", path("h/bounds/s-{0..18446744073709551615}.tar"), NULL, many);
+    open_fails("{1..2^64-1}", path("h/bounds/s-{1..18446744073709551615}.tar"), NULL, many);
+}
+
 /* ---- training on shards is training on the folder ---- */
 static void test_train_same(void) {
     static char out[65536];
@@ -537,6 +768,9 @@ int main(void) {
     test_convert();
     test_gnu_tar();
     test_hostile();
+    test_concatenated();
+    test_label_members();
+    test_pattern_bounds();
     test_train_same();
 #endif
     corpus_rmtree(dir);
