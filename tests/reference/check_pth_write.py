@@ -26,6 +26,7 @@ import zipfile
 
 import torch
 
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_convert import read as read_safetensors  # noqa: E402
 import make_vim_pth  # noqa: E402  the official module layout
