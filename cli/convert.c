@@ -1,7 +1,10 @@
-/* convert.c: `vil convert IN OUT.safetensors`: a checkpoint vil reads (a PyTorch .pth such as the
- * published ViM files, or a bare safetensors state dict) rewritten as a vil checkpoint: the same
- * tensors under the official names plus vil's metadata (config, image size, class names), which
- * safetensors.torch.load_file also reads. The written file is read back and compared. */
+/* convert.c: `vil convert IN OUT.safetensors|OUT.pth`: a checkpoint vil reads (a PyTorch .pth
+ * such as the published ViM files, a vil checkpoint, or a bare safetensors state dict) rewritten
+ * as a vil checkpoint: the same tensors under the official names plus vil's metadata (config,
+ * image size, class names), as safetensors (which safetensors.torch.load_file also reads) or as
+ * a .pth (torch.load(..., weights_only=True); ViM's checkpoint['model']). Any other output name
+ * is refused before anything is read. The written file is read back and compared. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +35,14 @@ int vil_cmd_convert(int argc, char **argv) {
         {"--img-size", VIL_ARG_INT, &img_size, "image size of a file that does not state it (a bare state dict); for one that does, another size interpolates pos_embed"},
         {"--names", VIL_ARG_STR, &names, "class names to store (imagenet_classes.tsv form, or one per line)"},
     };
-    VilArgSpec spec = {"convert", "IN.pth OUT.safetensors [--ema] [--img-size N] [--names FILE]",
+    VilArgSpec spec = {"convert", "IN OUT.safetensors|OUT.pth [--ema] [--img-size N] [--names FILE]",
                        "Rewrites a checkpoint (a PyTorch .pth such as the published ViM files, read\n"
-                       "without running its pickle, or a safetensors state dict) as a vil checkpoint:\n"
-                       "the same tensors under the official names plus vil's metadata (config, image\n"
-                       "size, class names). ImageNet-1k checkpoints get ImageNet's class names.",
+                       "without running its pickle, a vil checkpoint, or a safetensors state dict) as\n"
+                       "a vil checkpoint: the same tensors under the official names plus vil's\n"
+                       "metadata (config, image size, class names). OUT's extension picks the format:\n"
+                       ".safetensors, or .pth (torch.save's zip format: {'model': the state dict,\n"
+                       "'vil_metadata': ...}, which torch.load(..., weights_only=True) reads); any\n"
+                       "other name is refused. ImageNet-1k checkpoints get ImageNet's class names.",
                        args, (int)(sizeof args / sizeof args[0]), 2, 2};
     char **pos;
     int npos;
@@ -47,6 +53,10 @@ int vil_cmd_convert(int argc, char **argv) {
     free(pos);
     if (img_size < 0) {
         fprintf(stderr, "vil convert: --img-size must be >= 0\n");
+        return 2;
+    }
+    if (vil_checkpoint_format_of(out) < 0) { /* reported: the formats vil writes */
+        vil_args_usage(&spec, 1);
         return 2;
     }
     VilModel m, back;
@@ -80,14 +90,20 @@ int vil_cmd_convert(int argc, char **argv) {
         goto out;
     /* what was written must read back as the same network with the same weights */
     if (vil_checkpoint_load(out, &vil_backend_cpu, NULL, &back, &mb) != 0) {
-        vil_error("'%s' was written but does not read back", out);
+        vil_error("'%s' was written but does not read back: removed", out);
+        remove(out);
         goto out;
     }
-    int same = back.cfg.img_size == c->img_size && back.cfg.stride == c->stride && same_params(&m, &back);
+    int same = back.cfg.img_size == c->img_size && back.cfg.stride == c->stride &&
+               same_params(&m, &back) && (mb.class_names != NULL) == (class_names != NULL) &&
+               fabsf(mb.eval.crop_pct - (meta.eval.crop_pct > 0 ? meta.eval.crop_pct : 0)) < 1e-6f;
+    for (int i = 0; same && class_names && i < c->num_classes; i++)
+        same = strcmp(mb.class_names[i], class_names[i]) == 0;
     vil_checkpoint_meta_free(&mb);
     vil_model_free(&back);
     if (!same) {
-        vil_error("'%s' reads back with other weights or another architecture: not converted", out);
+        vil_error("'%s' reads back with other weights, another architecture, other class names "
+                  "or another evaluation crop: not converted", out);
         remove(out);
         goto out;
     }

@@ -24,7 +24,7 @@ static const Command COMMANDS[] = {
     {"eval", vil_cmd_eval, "top-1 / top-5 of a checkpoint on a dataset split"},
     {"classify", vil_cmd_classify, "classify images with a checkpoint (top-k, or --json)"},
     {"info", vil_cmd_info, "describe a checkpoint: architecture, parameters, image size, classes"},
-    {"convert", vil_cmd_convert, "a PyTorch .pth (e.g. the published ViM files) to a vil safetensors checkpoint"},
+    {"convert", vil_cmd_convert, "a checkpoint (a .pth such as the published ViM files) to vil's .safetensors or .pth"},
     {"compare", vil_cmd_compare, "models side by side: accuracy, speed, memory, GFLOPs per resolution"},
     {"plot", vil_cmd_plot, "training curves of runs (their metrics.jsonl) as SVG"},
     {"avg", vil_cmd_avg, "the element-wise mean of checkpoints of one network (a run's snapshots)"},

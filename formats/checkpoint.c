@@ -1,4 +1,4 @@
-/* checkpoint.c: saving and loading models as safetensors (see checkpoint.h). Loading checks
+/* checkpoint.c: saving and loading models as safetensors or .pth (see checkpoint.h). Loading checks
  * every expected tensor's presence, shape and dtype and reports all problems, not just the
  * first; an unknown tensor is an error, so a file of another architecture never half-loads. */
 #include "formats/checkpoint.h"
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "vil/common.h"
 #include "vil/imagenet_names.h"
@@ -72,57 +73,101 @@ static int eval_from_json(const char *json, const char *path, int chans, VilEval
     return ok ? 0 : -1;
 }
 
-static int save(const VilModel *m, const char *path, long step, char *const *class_names,
-                int n_classes, const VilEvalSpec *ev, const char *source) {
-    float *host = vil_malloc(m->buf_len * sizeof(float));
-    vil_model_get_params(m, host);
-    vil_model_pack(m, host, host); /* the tensors without the buffer's padding */
-    VilStWriter *w = vil_st_writer_new();
-    size_t at = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const VilParamInfo *p = &m->info[i];
-        vil_st_writer_add(w, p->name, VIL_ST_F32, p->ndim, p->shape, host + at);
-        at += p->numel;
+int vil_checkpoint_format_of(const char *path) {
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    if (dot && (!slash || dot > slash)) {
+        if (strcasecmp(dot, ".safetensors") == 0) return VIL_CKPT_SAFETENSORS;
+        if (strcasecmp(dot, ".pth") == 0) return VIL_CKPT_PTH;
     }
-    /* "format": "pt" is what safetensors.torch writes; it lets the Python loaders accept it */
-    vil_st_writer_meta(w, "format", "pt");
-    char *cfg = vil_config_to_json(&m->cfg);
-    vil_st_writer_meta(w, META_CONFIG, cfg);
-    free(cfg);
+    char shown[256];
+    vil_error("'%s': vil writes checkpoints as NAME.safetensors (safetensors with vil's metadata) "
+              "or NAME.pth (torch.save's zip format, which torch.load(..., weights_only=True) "
+              "reads); name the output with one of those extensions",
+              vil_printable(shown, sizeof shown, path));
+    return VIL_EUSAGE;
+}
+
+/* vil's metadata (doc/formats.md) as key/value strings, in the order written; the caller frees
+ * the values */
+enum { MAX_META = 8 };
+static int make_meta(const VilModel *m, long step, char *const *class_names, int n_classes,
+                     const VilEvalSpec *ev, const char *source, const char **keys, char **vals) {
+    int n = 0;
+    keys[n] = META_CONFIG;
+    vals[n++] = vil_config_to_json(&m->cfg);
     char buf[64];
     snprintf(buf, sizeof buf, "%d", m->cfg.img_size);
-    vil_st_writer_meta(w, META_IMG, buf);
+    keys[n] = META_IMG;
+    vals[n++] = vil_strdup(buf);
     snprintf(buf, sizeof buf, "%ld", step);
-    vil_st_writer_meta(w, META_STEP, buf);
+    keys[n] = META_STEP;
+    vals[n++] = vil_strdup(buf);
     if (class_names && n_classes > 0) {
         cJSON *arr = cJSON_CreateArray();
         for (int i = 0; i < n_classes; i++)
             cJSON_AddItemToArray(arr, cJSON_CreateString(class_names[i] ? class_names[i] : ""));
         char *s = cJSON_PrintUnformatted(arr);
-        vil_st_writer_meta(w, META_CLASSES, s);
+        keys[n] = META_CLASSES;
+        vals[n++] = vil_strdup(s);
         cJSON_free(s);
         cJSON_Delete(arr);
     }
-    if (source) vil_st_writer_meta(w, META_SOURCE, source);
-    if (ev && ev->crop_pct > 0) {
-        char *e = eval_to_json(ev, m->cfg.in_chans);
-        vil_st_writer_meta(w, META_EVAL, e);
-        free(e);
+    if (source) {
+        keys[n] = META_SOURCE;
+        vals[n++] = vil_strdup(source);
     }
-    int rc = vil_st_writer_save(w, path);
-    vil_st_writer_free(w);
+    if (ev && ev->crop_pct > 0) {
+        keys[n] = META_EVAL;
+        vals[n++] = eval_to_json(ev, m->cfg.in_chans);
+    }
+    return n;
+}
+
+static int save(const VilModel *m, const char *path, VilCkptFormat fmt, long step,
+                char *const *class_names, int n_classes, const VilEvalSpec *ev, const char *source) {
+    float *host = vil_malloc(m->buf_len * sizeof(float));
+    vil_model_get_params(m, host);
+    vil_model_pack(m, host, host); /* the tensors without the buffer's padding */
+    VilStTensor *ts = vil_calloc((size_t)m->n_tensors, sizeof *ts);
+    size_t at = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const VilParamInfo *p = &m->info[i];
+        ts[i] = (VilStTensor){.name = (char *)p->name, .dtype = VIL_ST_F32, .ndim = p->ndim,
+                              .data = host + at};
+        memcpy(ts[i].shape, p->shape, (size_t)p->ndim * sizeof p->shape[0]);
+        at += p->numel;
+    }
+    const char *keys[MAX_META];
+    char *vals[MAX_META];
+    int nm = make_meta(m, step, class_names, n_classes, ev, source, keys, vals), rc;
+    if (fmt == VIL_CKPT_PTH) {
+        rc = vil_pth_write(path, ts, m->n_tensors, (char *const *)keys, vals, nm);
+    } else {
+        VilStWriter *w = vil_st_writer_new();
+        for (int i = 0; i < m->n_tensors; i++)
+            vil_st_writer_add(w, ts[i].name, ts[i].dtype, ts[i].ndim, ts[i].shape, ts[i].data);
+        /* "format": "pt" is what safetensors.torch writes; it lets the Python loaders accept it */
+        vil_st_writer_meta(w, "format", "pt");
+        for (int i = 0; i < nm; i++) vil_st_writer_meta(w, keys[i], vals[i]);
+        rc = vil_st_writer_save(w, path);
+        vil_st_writer_free(w);
+    }
+    for (int i = 0; i < nm; i++) free(vals[i]);
+    free(ts);
     free(host);
     return rc;
 }
 
 int vil_checkpoint_save(const VilModel *m, const char *path, long step,
                         char *const *class_names, int n_classes, const VilEvalSpec *ev) {
-    return save(m, path, step, class_names, n_classes, ev, NULL);
+    return save(m, path, VIL_CKPT_SAFETENSORS, step, class_names, n_classes, ev, NULL);
 }
 
 int vil_checkpoint_save_from(const VilModel *m, const char *path, char *const *class_names,
                              int n_classes, const VilEvalSpec *ev, const char *source) {
-    return save(m, path, 0, class_names, n_classes, ev, source);
+    int fmt = vil_checkpoint_format_of(path);
+    if (fmt < 0) return fmt;
+    return save(m, path, (VilCkptFormat)fmt, 0, class_names, n_classes, ev, source);
 }
 
 /* torch.nn.functional.interpolate(mode='bicubic', align_corners=False) of one axis:
@@ -381,16 +426,16 @@ static int source_open(const char *path, const VilCheckpointOpts *o, Source *s,
             vil_error("cannot load checkpoint: %s", cap.msg);
             return -1;
         }
-        const char *fmt = vil_st_meta(&s->st, "vil.format");
-        if (fmt && strcmp(fmt, "vil-train-state") == 0) {
-            vil_error("'%s' is a training state (what `vil train --resume` reads), not a model "
-                      "checkpoint: give the run's last.safetensors, ema.safetensors or "
-                      "best.safetensors beside it", path);
-            vil_st_free(&s->st);
-            return -1;
-        }
         snprintf(meta->format, sizeof meta->format, "safetensors");
         meta->epoch = -1;
+    }
+    /* the metadata of either format (a .pth's vil_metadata) */
+    const char *fmt = vil_st_meta(&s->st, "vil.format");
+    if (fmt && strcmp(fmt, "vil-train-state") == 0) {
+        vil_error("'%s' is a training state (what `vil train --resume` reads), not a model "
+                  "checkpoint: give the run's last.safetensors, ema.safetensors or "
+                  "best.safetensors beside it", path);
+        goto fail;
     }
     const char *cj = vil_st_meta(&s->st, META_CONFIG);
     if (cj) {

@@ -1,8 +1,9 @@
 /* checkpoint.h: ViL / ViM checkpoints. vil writes safetensors files: tensors under the official
  * ViM key names (doc/models.md), metadata with the model config, image size, class names and
- * training step. It reads those, safetensors files that hold only tensors, and PyTorch .pth
- * files (the published ViM checkpoints; pth.h), told apart by their first bytes; without a
- * config in the file the architecture is inferred from the tensor shapes. */
+ * training step; `vil convert` also writes the same as a PyTorch .pth (pth.h). It reads those,
+ * safetensors files that hold only tensors, and PyTorch .pth files (the published ViM
+ * checkpoints), told apart by their first bytes; without a config in the file the architecture
+ * is inferred from the tensor shapes. */
 #ifndef VIL_CHECKPOINT_H
 #define VIL_CHECKPOINT_H
 
@@ -41,12 +42,20 @@ typedef struct {
     char eval_from[32]; /* where eval came from: "the checkpoint", "the .pth's args" or "" */
 } VilCheckpointMeta;
 
-/* Write m's parameters (float32) and metadata atomically. class_names may be NULL; ev (may be
+/* The formats a checkpoint is written in */
+typedef enum { VIL_CKPT_SAFETENSORS, VIL_CKPT_PTH } VilCkptFormat;
+/* The format a file named path is written in, from its extension (".safetensors" or ".pth", in
+ * any case), or VIL_EUSAGE with a vil_error that names the two for any other name. */
+int vil_checkpoint_format_of(const char *path);
+
+/* Write m's parameters (float32) and metadata atomically as safetensors. class_names may be NULL; ev (may be
  * NULL) is the evaluation transform the model was validated with. */
 int vil_checkpoint_save(const VilModel *m, const char *path, long step,
                         char *const *class_names, int n_classes, const VilEvalSpec *ev);
 /* The same for weights that came from elsewhere (vil convert): step 0, and source (such as
- * "vim_t.pth:model_ema") recorded in the metadata. */
+ * "vim_t.pth:model_ema") recorded in the metadata; in the format path's extension names
+ * (vil_checkpoint_format_of: VIL_EUSAGE, nothing written, for a name it does not take). A .pth
+ * holds {'model': the state dict in checkpoint order, 'vil_metadata': the same metadata}. */
 int vil_checkpoint_save_from(const VilModel *m, const char *path, char *const *class_names,
                              int n_classes, const VilEvalSpec *ev, const char *source);
 

@@ -1,7 +1,8 @@
 /* pth.c: the torch.save zip reader of pth.h. The archive is NAME/data.pkl (the pickled object,
  * tensors as persistent ids), NAME/data/KEY (one storage per key, raw little-endian elements),
  * NAME/version and, since torch 2.0, NAME/byteorder. Only data.pkl and the storages of the one
- * state dict asked for are read: a training checkpoint's optimizer moments stay on disk. */
+ * state dict asked for are read: a training checkpoint's optimizer moments stay on disk. A file
+ * vil wrote also holds vil_metadata, which becomes the VilSafetensors' metadata. */
 #define _GNU_SOURCE /* qsort_r */
 #include "formats/pth.h"
 
@@ -446,6 +447,52 @@ static int describe_tensors(PthSource *ps, const VilPkObj *d, VilSafetensors *st
     return rc;
 }
 
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The checkpoint's vil_metadata (optional; the files vil writes) as st's metadata, held to what
+ * the safetensors reader asks of __metadata__: an object of strings (here a dict, or an
+ * OrderedDict, of str to str), no key twice; and no NUL inside a string, which the metadata's
+ * C strings could not hold. What the keys say (vil.config, ...) is checked where it is used. */
+static int take_metadata(const VilPkObj *m, VilSafetensors *st) {
+    if (m->kind != VIL_PK_DICT || m->cls == VIL_PK_CLS_NAMESPACE) {
+        vil_error("'%s' is %s, not a dict of strings", VIL_PTH_META_KEY, vil_pk_kind_name(m));
+        return -1;
+    }
+    int n = m->n / 2;
+    st->meta_keys = vil_calloc((size_t)(n ? n : 1), sizeof(char *));
+    st->meta_vals = vil_calloc((size_t)(n ? n : 1), sizeof(char *));
+    char shown[160];
+    for (int i = 0; i < n; i++) {
+        const VilPkObj *k = m->items[2 * i], *v = m->items[2 * i + 1];
+        if (k->kind != VIL_PK_STR || strlen(k->s) != k->len) {
+            vil_error("'%s' entry %d has %s for a key, not a string without NUL bytes",
+                      VIL_PTH_META_KEY, i, vil_pk_kind_name(k));
+            return -1;
+        }
+        if (v->kind != VIL_PK_STR || strlen(v->s) != v->len) {
+            vil_error("'%s' key '%s' holds %s; metadata values must be strings (without NUL bytes)",
+                      VIL_PTH_META_KEY, vil_printable(shown, sizeof shown, k->s), vil_pk_kind_name(v));
+            return -1;
+        }
+        st->meta_keys[st->n_meta] = vil_strdup(k->s);
+        st->meta_vals[st->n_meta++] = vil_strdup(v->s);
+    }
+    char **keys = vil_malloc((size_t)(n ? n : 1) * sizeof(char *));
+    memcpy(keys, st->meta_keys, (size_t)n * sizeof(char *));
+    qsort(keys, (size_t)n, sizeof(char *), cmp_str_ptr);
+    int rc = 0;
+    for (int i = 1; i < n && rc == 0; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            vil_error("'%s' key '%s' appears twice", VIL_PTH_META_KEY,
+                      vil_printable(shown, sizeof shown, keys[i]));
+            rc = -1;
+        }
+    free(keys);
+    return rc;
+}
+
 /* data.pkl of the archive and the descriptors of the state dict asked for; on success ps
  * belongs to st (its source) */
 static int open_archive(PthSource *ps, int ema, VilSafetensors *st, VilPthInfo *info) {
@@ -479,6 +526,8 @@ static int open_archive(PthSource *ps, int ema, VilSafetensors *st, VilPthInfo *
     if (root->kind == VIL_PK_DICT) describe(root, info);
     const VilPkObj *d = select_dict(root, ema, info);
     if (!d || describe_tensors(ps, d, st) != 0) return -1;
+    const VilPkObj *meta = d != root ? vil_pk_get(root, VIL_PTH_META_KEY) : NULL;
+    if (meta && take_metadata(meta, st) != 0) return -1;
     st->src = (VilStSource){ps, pth_load, pth_close};
     return 0;
 }

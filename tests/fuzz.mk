@@ -56,13 +56,16 @@ build/gen/imagenet_names.c: data/imagenet_classes.tsv Makefile
 # seeds: the test images; the torch.save files of tests/data/pth; their data.pkl entries; tiny
 # safetensors checkpoints of both architectures (with vil's metadata, bare state dicts in float32
 # and bfloat16, two that claim far larger networks than their tensors) and a .pth checkpoint;
+# the seed writer's files with vil's metadata also as the .pth vil writes (pth and checkpoint);
 # the reproducers of issue 30 (tests/data/fuzz: .pth files that claim 2^29 and 2^31 floats of a
 # 4-byte storage, written by pth_seeds.py; the seed writer's vil.eval {"crop_pct":0} with class
 # names and vil.config depth 1e300) in the pth and checkpoint corpora
 $(FUZZ_DIR)/corpus_fuzz_decode:
 	@mkdir -p $@ && cp -n tests/data/*.jpg tests/data/*.JPEG $@/ 2>/dev/null || true
-$(FUZZ_DIR)/corpus_fuzz_pth:
+$(FUZZ_DIR)/corpus_fuzz_pth: | $(FUZZ_DIR)/seed_checkpoint
 	@mkdir -p $@ && cp -n tests/data/pth/*.pth tests/data/fuzz/*.pth $@/
+	@# the .pth files vil writes (the seed writer's, with vil_metadata)
+	@rm -rf $@.seeds && mkdir -p $@.seeds && $(FUZZ_DIR)/seed_checkpoint $@.seeds && cp $@.seeds/*.pth $@/ && rm -rf $@.seeds
 	@# a small file too: mutations of a 1 KB archive run many times faster than of a 170 KB one
 	-@/usr/bin/python3 -c "import torch, collections; torch.save({'model': collections.OrderedDict(w=torch.arange(6.).reshape(2, 3), b=torch.ones(3).half())}, '$@/tiny.pth')"
 $(FUZZ_DIR)/corpus_fuzz_pickle:

@@ -296,6 +296,11 @@ int main(int argc, char **argv) {
                  : s->bare == 4 ? save_tensors(&m, path, 0, 0, &big)
                  : save_tensors(&m, path, s->bare == 2, s->bare == 3 ? 1023 : 0, NULL);
         if (rc == 0 && i == 0) rc = save_reproducers(&m, argv[1], names);
+        /* vil's own files as the .pth vil convert writes (vil_metadata beside the state dict) */
+        if (rc == 0 && s->bare == 0) {
+            snprintf(path, sizeof path, "%s/%s.pth", argv[1], s->name);
+            rc = vil_checkpoint_save_from(&m, path, s->classes == 3 ? names : NULL, s->classes, NULL, "seed");
+        }
         vil_model_free(&m);
         if (rc != 0) return 1;
     }
