@@ -3,8 +3,8 @@
 # float64 autograd, written the way the official ViM code computes): logits, loss, the input
 # gradient and every parameter gradient of small ViL and ViM models, from vil's CPU path
 # (build/tools/ref_dump); and the optimizers' steps (tests/test_optim --dump against
-# tools/optim_reference.py: torch.optim.AdamW, torch.optim.SGD, timm's Lamb). Needs python3
-# with torch (Debian: python3-torch).
+# tools/optim_reference.py: torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, timm's Lamb).
+# Needs python3 with torch (Debian: python3-torch).
 set -u
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
