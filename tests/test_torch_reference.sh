@@ -39,7 +39,7 @@ for arch in vil vim; do
     printf '%s\n' "$out" | grep -v '^ok  '
     tally "torch reference for $arch" "$out" $rc
 done
-# the optimizers (AdamW, SGD, Lamb) against torch.optim and timm's Lamb step
+# the optimizers (AdamW, Adam, SGD, Lamb) against torch.optim and timm's Lamb step
 mkdir -p "$dir/optim"
 if ! "${VIL_BUILD:-build}"/tests/test_optim --dump "$dir/optim" >/dev/null; then
     echo "FAIL test_optim --dump"
