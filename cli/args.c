@@ -21,8 +21,8 @@
 #include "vil/console.h"
 #include "vil/limits.h"
 
-/* Each flag's default as text, taken when parsing begins: the usage after a bad flag shows these,
- * not the values typed before it. */
+/* Each flag's default as text, taken when parsing begins: --help after flags shows these, not the
+ * values typed before it. */
 #define DEFAULTS_MAX 64
 static struct {
     const VilArg *args;
@@ -82,14 +82,47 @@ void vil_args_usage(const VilArgSpec *spec, int to_stderr) {
     fprintf(f, "\n");
 }
 
+void vil_args_usage_hint(const VilArgSpec *spec) { fprintf(stderr, "vil %s --help lists the flags\n", spec->cmd); }
+
 static const VilArg *find_arg(const VilArgSpec *spec, const char *name) {
     for (int i = 0; i < spec->nargs; i++)
         if (strcmp(spec->args[i].name, name) == 0) return &spec->args[i];
     return NULL;
 }
 
-/* An unknown flag: a key of the config spelled as a flag, or the nearest flag of the command (and
- * of timm's where it takes them). */
+/* The optimal-string-alignment distance: edits, a swap of two neighbours counting one (--modle:
+ * 1 from --model) */
+static int osa_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return 1 << 20; /* no flag is that long */
+    int d[65][65];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < c)
+                c = d[i - 2][j - 2] + 1;
+            d[i][j] = c;
+        }
+    return d[la][lb];
+}
+
+/* How many edits a typed flag may be from one it is taken to mean: one per four characters of
+ * the typed name without its dashes, at least one, and fewer than its length. The slips people
+ * make are one edit (--smothing, --epoch, --modle, --outt, --imgsize); the suggestions that were
+ * wrong changed a third or more of a short name: --remode -> --decode (2 of 6), --ratio ->
+ * --data (3 of 5), --scale -> --sched (3 of 5), --drop -> --data (3 of 4). */
+static int edits_allowed(const char *typed) {
+    while (*typed == '-') typed++;
+    int len = (int)strlen(typed), k = len / 4 > 1 ? len / 4 : 1;
+    return k < len ? k : len - 1;
+}
+
+/* An unknown flag: a key of the config spelled as a flag, or the command's (and timm's, where it
+ * takes them) flag within edits_allowed, the nearest. */
 static void suggest(const VilArgSpec *spec, const char *name) {
     if (spec->timm && strncmp(name, "--", 2) == 0) {
         char key[128];
@@ -104,26 +137,25 @@ static void suggest(const VilArgSpec *spec, const char *name) {
     int best = 1 << 30;
     const char *bname = NULL;
     for (int i = 0; i < spec->nargs; i++) {
-        int d = vil_edit_distance(name, spec->args[i].name);
+        int d = osa_distance(name, spec->args[i].name);
         if (d < best) best = d, bname = spec->args[i].name;
     }
     for (int i = 0; spec->timm && i < vil_timm_flag_count; i++) {
         if (vil_timm_flags[i].conv == VIL_TIMM_HINT) continue;
-        int d = vil_edit_distance(name, vil_timm_flags[i].flag);
+        int d = osa_distance(name, vil_timm_flags[i].flag);
         if (d < best) best = d, bname = vil_timm_flags[i].flag;
     }
-    if (bname && best <= 3) fprintf(stderr, "vil %s: did you mean %s?\n", spec->cmd, bname);
+    if (bname && best <= edits_allowed(name)) fprintf(stderr, "vil %s: did you mean %s?\n", spec->cmd, bname);
 }
 
-/* A flag the command lacks that is timm's: its row, the command's own flag when the row's key is
- * one (-b in vil bench: --batch), or a usage message (a hint row, a repeat). Returns 1 with *own or
- * *row set, 0 when it is not timm's, -1 after the message. */
-static int timm_flag(const VilArgSpec *spec, const char *name, char *given, const VilArg **own,
-                     const VilTimmFlag **row) {
+/* A flag the command lacks that is timm's: its row, or the command's own flag when the row's key
+ * is one (-b in vil bench: --batch), or a usage message (a hint row). Returns 1 with *own or *row
+ * set, 0 when it is not timm's, -1 after the message. */
+static int timm_flag(const VilArgSpec *spec, const char *name, const VilArg **own, const VilTimmFlag **row) {
     const VilTimmFlag *t = spec->timm ? vil_timm_find(name) : NULL;
     if (!t || !(strcmp(name, t->flag) == 0 || (t->alt && strcmp(name, t->alt) == 0))) return 0;
     if (t->conv == VIL_TIMM_HINT) {
-        fprintf(stderr, "vil %s: no option %s: %s\n", spec->cmd, name, t->note);
+        fprintf(stderr, "vil %s: no flag %s (timm's): %s\n", spec->cmd, name, t->note);
         return -1;
     }
     char flag[128];
@@ -131,20 +163,42 @@ static int timm_flag(const VilArgSpec *spec, const char *name, char *given, cons
     for (char *p = flag + 2; *p; p++)
         if (*p == '_') *p = '-';
     if ((*own = find_arg(spec, flag)) != NULL) return 1;
-    int i = (int)(t - vil_timm_flags);
-    if (given[i]) {
-        fprintf(stderr, "vil %s: %s given twice: give it once\n", spec->cmd, t->flag);
-        return -1;
-    }
-    given[i] = 1;
     *row = t;
     return 1;
+}
+
+/* The config keys the command line sets and the route of each ("-b 4", "--set batch=8"): one key
+ * set twice is refused, naming both routes. */
+typedef struct {
+    char key[128];
+    char route[96];
+} Claim;
+
+/* key_len bytes of key (a --set item's key ends at its '='); -1 after the message */
+static int claim(const VilArgSpec *spec, Claim *c, int *n, const char *key, size_t key_len, const char *name,
+                 const char *val, int joined) {
+    char k[128], route[96], shown[80];
+    snprintf(k, sizeof k, "%.*s", (int)(key_len < sizeof k ? key_len : sizeof k - 1), key);
+    if (joined) snprintf(route, sizeof route, "%s", vil_printable(shown, sizeof shown, name));
+    else snprintf(route, sizeof route, "%s %s", name, vil_printable(shown, sizeof shown, val));
+    for (int i = 0; i < *n; i++)
+        if (strcmp(c[i].key, k) == 0) {
+            fprintf(stderr, "vil %s: the config key %s is set twice, by '%s' and by '%s': give it once\n",
+                    spec->cmd, vil_printable(shown, sizeof shown, k), c[i].route, route);
+            return -1;
+        }
+    snprintf(c[*n].key, sizeof c[*n].key, "%s", k);
+    snprintf(c[*n].route, sizeof c[*n].route, "%s", route);
+    (*n)++;
+    return 0;
 }
 
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos) {
     char **p = vil_calloc((size_t)argc + 1, sizeof(char *));
     char *given = vil_calloc((size_t)spec->nargs + 1, 1);
-    char *timm_given = vil_calloc((size_t)vil_timm_flag_count, 1);
+    /* at most 3 keys an argument (timm's --aa) */
+    Claim *claims = vil_calloc((size_t)argc * 3 + 1, sizeof(Claim));
+    int nclaims = 0;
     take_defaults(spec);
     int n = 0, flags_done = 0;
     for (int i = 1; i < argc; i++) {
@@ -160,7 +214,7 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             vil_args_usage(spec, 0);
             free(given);
-            free(timm_given);
+            free(claims);
             free(p);
             return VIL_ARGS_HELP;
         }
@@ -176,45 +230,48 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
         const VilArg *a = find_arg(spec, name);
         const VilTimmFlag *row = NULL;
         if (!a) {
-            int t = timm_flag(spec, name, timm_given, &a, &row);
+            int t = timm_flag(spec, name, &a, &row);
             if (t < 0) goto usage;
             if (t == 0) {
-                fprintf(stderr, "vil %s: unknown option '%s'\n", spec->cmd, name);
+                char shown[80];
+                fprintf(stderr, "vil %s: unknown flag '%s'\n", spec->cmd, vil_printable(shown, sizeof shown, name));
                 suggest(spec, name);
                 goto usage;
             }
         }
-        if (row) {
-            if (!val) {
-                if (i + 1 >= argc) {
-                    fprintf(stderr, "vil %s: option %s needs a value\n", spec->cmd, name);
-                    goto usage;
-                }
-                val = argv[++i];
-            }
-            VilArgList *l = spec->timm;
-            if (l->n == VIL_ARG_LIST_MAX) {
-                fprintf(stderr, "vil %s: too many --set and timm options\n", spec->cmd);
-                goto usage;
-            }
-            l->timm[l->n] = row;
-            l->v[l->n++] = val;
-            continue;
-        }
-        if (a->type == VIL_ARG_FLAG) {
+        if ((row && row->conv == VIL_TIMM_SWITCH) || (!row && a->type == VIL_ARG_FLAG)) {
             if (val) {
-                fprintf(stderr, "vil %s: option %s takes no value\n", spec->cmd, name);
+                fprintf(stderr, "vil %s: %s takes no value%s\n", spec->cmd, name,
+                        row ? " (a switch, as timm's)" : "");
                 goto usage;
             }
-            *(int *)a->dst = 1;
-            continue;
-        }
-        if (!val) {
+            if (!row) {
+                *(int *)a->dst = 1;
+                continue;
+            }
+        } else if (!val) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "vil %s: option %s needs a value\n", spec->cmd, name);
+                fprintf(stderr, "vil %s: %s needs a value\n", spec->cmd, name);
                 goto usage;
             }
             val = argv[++i];
+        }
+        int joined = eq != NULL || !val;
+        if (row) {
+            VilArgList *l = spec->timm;
+            if (l->n == VIL_ARG_LIST_MAX) {
+                fprintf(stderr, "vil %s: too many --set and timm flags\n", spec->cmd);
+                goto usage;
+            }
+            if (!val) val = "1"; /* a switch */
+            const char *keys[3];
+            int nk = vil_timm_keys(row, val, keys);
+            for (int k = 0; k < nk; k++)
+                if (claim(spec, claims, &nclaims, keys[k], strlen(keys[k]), joined ? s : name, val, joined) != 0)
+                    goto usage;
+            l->timm[l->n] = row;
+            l->v[l->n++] = val;
+            continue;
         }
         char shown[80];
         vil_printable(shown, sizeof shown, val);
@@ -225,6 +282,15 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
             }
             given[a - spec->args] = 1;
         }
+        if ((a->type == VIL_ARG_STR || a->type == VIL_ARG_LIST) && !*val) {
+            fprintf(stderr, "vil %s: %s needs a value, got an empty one\n", spec->cmd, name);
+            goto usage;
+        }
+        if (a->key && claim(spec, claims, &nclaims, a->key, strlen(a->key), joined ? s : name, val, joined) != 0)
+            goto usage;
+        if (a->type == VIL_ARG_LIST && a->dst == spec->timm && strchr(val, '=') &&
+            claim(spec, claims, &nclaims, val, (size_t)(strchr(val, '=') - val), joined ? s : name, val, joined) != 0)
+            goto usage;
         if (a->type == VIL_ARG_INT) {
             long v;
             double lo = a->lo < a->hi ? a->lo : -2147483647.0, hi = a->lo < a->hi ? a->hi : 2147483647.0;
@@ -240,17 +306,23 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
             }
             *(int *)a->dst = (int)v;
         } else if (a->type == VIL_ARG_FLOAT) {
-            double v;
+            double v = 0.0;
             int prc = vil_parse_float(val, &v);
             if (prc == -1) {
                 fprintf(stderr, "vil %s: %s wants a decimal number, got '%s'\n", spec->cmd, name, shown);
                 goto usage;
             }
-            /* out of a float's range: 1e-300 became 0, which some flags read as "the default" */
             float f = (float)v;
-            if (prc != 0 || !isfinite(f) || (v != 0.0 && !isnormal(f))) {
-                fprintf(stderr, "vil %s: %s %s is out of a float's range: 0, or a magnitude of "
-                                "%g..%g\n", spec->cmd, name, shown, (double)FLT_MIN, (double)FLT_MAX);
+            if (prc == -2 || !isfinite(f)) {
+                fprintf(stderr, "vil %s: %s %s is out of a float's range: its magnitude is at most %g\n",
+                        spec->cmd, name, shown, (double)FLT_MAX);
+                goto usage;
+            }
+            /* a float holds a subnormal (1e-40) as it is; a nonzero number below its smallest
+             * would be 0, which some flags read as "the default" */
+            if (prc == -3 || (v != 0.0 && f == 0.0f)) {
+                fprintf(stderr, "vil %s: %s %s is too small for a float (it would be 0; the smallest is "
+                                "%g): give 0 for 0\n", spec->cmd, name, shown, (double)FLT_TRUE_MIN);
                 goto usage;
             }
             if (a->lo < a->hi && (v < a->lo || v > a->hi)) {
@@ -262,7 +334,7 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
         } else if (a->type == VIL_ARG_LIST) {
             VilArgList *l = a->dst;
             if (l->n == VIL_ARG_LIST_MAX) {
-                fprintf(stderr, "vil %s: too many %s options\n", spec->cmd, name);
+                fprintf(stderr, "vil %s: too many %s flags\n", spec->cmd, name);
                 goto usage;
             }
             l->timm[l->n] = NULL;
@@ -273,21 +345,21 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
     }
     if (n < spec->min_positional || (spec->max_positional >= 0 && n > spec->max_positional)) {
         if (n < spec->min_positional)
-            fprintf(stderr, "vil %s: missing argument\n", spec->cmd);
+            fprintf(stderr, "vil %s: missing argument: usage: vil %s %s\n", spec->cmd, spec->cmd, spec->synopsis);
         else
-            fprintf(stderr, "vil %s: too many arguments ('%s')\n", spec->cmd,
-                    p[spec->max_positional]);
+            fprintf(stderr, "vil %s: too many arguments ('%s'): usage: vil %s %s\n", spec->cmd,
+                    p[spec->max_positional], spec->cmd, spec->synopsis);
         goto usage;
     }
     free(given);
-    free(timm_given);
+    free(claims);
     *pos = p;
     *npos = n;
     return VIL_ARGS_OK;
 usage:
-    vil_args_usage(spec, 1);
+    vil_args_usage_hint(spec);
     free(given);
-    free(timm_given);
+    free(claims);
     free(p);
     return VIL_ARGS_USAGE;
 }
@@ -295,7 +367,7 @@ usage:
 int vil_args_require(const VilArgSpec *spec, const char *flag, const void *value) {
     if (value) return 0;
     fprintf(stderr, "vil %s: %s is required\n", spec->cmd, flag);
-    vil_args_usage(spec, 1);
+    vil_args_usage_hint(spec);
     return 2;
 }
 
@@ -316,17 +388,12 @@ int vil_cli_bad_choice(const char *cmd, const char *flag, const char *choices, c
 }
 
 int vil_cli_apply_sets(VilConfig *c, VilTrainConfig *t, const VilArgList *sets, double *lr) {
-    int r = 0, base_lr = 0;
+    int r = 0;
     *lr = 0.0;
-    for (int i = 0; r == 0 && i < sets->n; i++) {
-        r = sets->timm[i] ? vil_train_config_set_timm(c, t, sets->timm[i], sets->v[i], lr)
-                          : vil_train_config_set_kv(c, t, sets->v[i]);
-        if (!sets->timm[i] && strncmp(sets->v[i], "base_lr=", 8) == 0) base_lr = 1;
-    }
-    if (r == 0 && *lr > 0.0 && base_lr) {
-        vil_error("--lr (timm's absolute peak lr) and --set base_lr both set the learning rate: give one");
-        r = VIL_EUSAGE;
-    }
+    for (int i = 0; r == 0 && i < sets->n; i++)
+        if (sets->timm[i]) r = vil_train_config_set_timm(c, t, sets->timm[i], sets->v[i], lr);
+    for (int i = 0; r == 0 && i < sets->n; i++)
+        if (!sets->timm[i]) r = vil_train_config_set_kv(c, t, sets->v[i]);
     return r;
 }
 

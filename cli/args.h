@@ -1,6 +1,6 @@
 /* args.h: table-driven flag parsing for the `vil` subcommands. Every subcommand describes its
- * flags as a VilArg table; --help prints them; an unknown flag or a bad value prints the usage
- * to stderr with a "did you mean" hint. */
+ * flags as a VilArg table; --help prints them; an unknown flag or a bad value is one line on
+ * stderr (with a "did you mean" when a flag is close) and where to read the usage. */
 #ifndef VIL_ARGS_H
 #define VIL_ARGS_H
 
@@ -30,6 +30,8 @@ typedef struct {
     double lo, hi;     /* INT / FLOAT: the values the flag takes, checked as it is parsed (lo < hi;
                         * both 0: any int / finite float) */
     const char *meta;  /* the value's placeholder in the help ("NAME", "CKPT"); NULL: by type */
+    const char *key;   /* the config key the flag sets (train's --decode: decode), or NULL: with
+                        * the spec's --set list and timm's flags, one key set twice is refused */
 } VilArg;
 
 typedef struct {
@@ -47,18 +49,27 @@ typedef struct {
 enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
 
 /* Parse argv[1..argc) (argv[0] is the command name). A flag with a value given twice is a
- * usage error (the last one silently won); VIL_ARG_LIST and VIL_ARG_FLAG may repeat. Positional arguments are gathered into
- * *pos (a malloc'd array the caller frees) in order. Returns VIL_ARGS_OK; VIL_ARGS_HELP after
- * printing help to stdout (the caller exits 0); VIL_ARGS_USAGE after printing the error and
- * usage to stderr (the caller exits 2). `--` ends the flags. */
+ * usage error (the last one silently won); VIL_ARG_LIST and VIL_ARG_FLAG may repeat. So is a
+ * config key set twice on the command line by any two routes (two --set items, a timm flag and
+ * --set, a timm flag and the command's own flag of that key: -b 4 --set batch=8), naming both; a
+ * cfg file (--config) is the layer under the command line, which overrides it. A key a timm flag
+ * only implies (--opt sgd: nesterov = 1) is not set by it: --set nesterov=0 refines it. An empty
+ * value of a VIL_ARG_STR or VIL_ARG_LIST flag (a path, a name, key=value) is a usage error.
+ * Positional arguments are gathered into *pos (a malloc'd array the caller frees) in order.
+ * Returns VIL_ARGS_OK; VIL_ARGS_HELP after printing help to stdout (the caller exits 0);
+ * VIL_ARGS_USAGE after printing the error and vil_args_usage_hint to stderr (the caller exits
+ * 2). `--` ends the flags. */
 /* --device and --split checked: 0, or 2 after a usage message (the caller exits 2) */
 int vil_cli_check_device_split(const char *cmd, const char *device, const char *split);
 /* "vil CMD: FLAG takes CHOICES (got 'VALUE')" on stderr (the value made printable); returns 2,
  * the exit code of bad input */
 int vil_cli_bad_choice(const char *cmd, const char *flag, const char *choices, const char *value);
-/* A command's --set list and timm's flags into c and t, in command-line order; timm's --lr comes
- * back in *lr (0: not given) for vil_train_config_set_lr once the global batch is known. --lr
- * beside --set base_lr is refused (two learning rates). 0, or the first error's code (reported). */
+/* A command's --set list and timm's flags into c and t: timm's flags first (in command-line
+ * order), then the --set items, so a key a timm flag implies (--opt sgd: nesterov = 1) is refined
+ * by a --set of it wherever it stands (vil_args_parse refused a key given twice, so nothing else
+ * depends on the order). timm's --lr comes back in *lr (0: not given) for
+ * vil_train_config_set_lr once the global batch is known. 0, or the first error's code
+ * (reported). */
 int vil_cli_apply_sets(VilConfig *c, VilTrainConfig *t, const VilArgList *sets, double *lr);
 /* --progress's word as a VilProgressMode (vil/console.h), or -1 after vil_cli_bad_choice */
 int vil_cli_progress_mode(const char *cmd, const char *word);
@@ -109,11 +120,14 @@ int vil_cli_set_max_pixels(const char *cmd, int n);
 #define VIL_MAX_PIXELS_HELP "refuse images of more pixels (width x height; read on the header, before decoding)"
 
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
-/* The usage; each flag's default is its value when vil_args_parse began (the values typed since
- * are not defaults). */
+/* The usage (--help); each flag's default is its value when vil_args_parse began (the values
+ * typed before --help are not defaults). */
 void vil_args_usage(const VilArgSpec *spec, int to_stderr);
+/* What follows a usage error's message on stderr, instead of the whole usage: "vil CMD --help
+ * lists the flags" */
+void vil_args_usage_hint(const VilArgSpec *spec);
 /* A flag the command cannot run without: 0 when value is set; else "vil CMD: FLAG is required"
- * and the usage on stderr, and 2 (the exit code of bad input) */
+ * and vil_args_usage_hint on stderr, and 2 (the exit code of bad input) */
 int vil_args_require(const VilArgSpec *spec, const char *flag, const void *value);
 /* For a command without positional arguments: parses the flags and returns -1 to go on, or the
  * command's exit code (0 after --help, 2 after a usage error). */

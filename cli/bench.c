@@ -432,9 +432,10 @@ int vil_cmd_bench(int argc, char **argv) {
     VilArg args[] = {
         {"--device", VIL_ARG_STR, &device, "cpu or cuda"},
         {"--model", VIL_ARG_STR, &model, "cfg file (model and training keys)"},
-        {"--batch", VIL_ARG_STR, &batch_s, "batch size (per rank), or a list: 1,32,256 (a table)"},
+        {"--batch", VIL_ARG_STR, &batch_s, "batch size (per rank), or a list: 1,32,256 (a table)", .key = "batch"},
         {"--img-size", VIL_ARG_STR, &sizes_s, "image sizes, e.g. 224,512,1024,2048: a table of train and inference "
-                                             "images/s, peak memory and batch-1 latency per size and batch"},
+                                             "images/s, peak memory and batch-1 latency per size and batch",
+         .key = "img_size"},
         {"--steps", VIL_ARG_INT, &steps, "timed steps per measurement (0: 5 on cpu, 30 on cuda)"},
         {"--warmup", VIL_ARG_INT, &warmup, "untimed steps first"},
         {"--data", VIL_ARG_STR, &data, "also time vil train's loop (loader, feed, step) on this dataset"},
@@ -446,7 +447,7 @@ int vil_cmd_bench(int argc, char **argv) {
     };
     VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B[,B...]] [--img-size S[,S...]] [--data DIR] [options]",
                        "Times the training step `vil train` runs (forward, backward, clipping and\n"
-                       "EMA as the cfg file sets them, AdamW), forward+backward and inference on\n"
+                       "EMA as the cfg file sets them, its optimizer), forward+backward and inference on\n"
                        "random images, and prints images/s, the peak memory and a per-op\n"
                        "breakdown (a separate, synchronized pass). Under mpirun / srun (one\n"
                        "process per GPU): the step on rank 0 alone and on all ranks without an\n"
@@ -524,8 +525,9 @@ int vil_cmd_bench(int argc, char **argv) {
     if (lead) {
         printf("bench: %s (%s) on %s, %zu parameters, %dx%d, batch %d, %d tokens\n", cfg.name,
                cfg.arch, be->name, m.param_count, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
-        printf("step:  forward, backward, %s AdamW (lr %.3g, wd %g), %s%s%s\n",
-               sp.clip_grad > 0 ? "clip_grad," : "no clipping,", sp.lr, sp.weight_decay,
+        char opt[96];
+        printf("step:  forward, backward, %s %s (lr %.3g), %s%s%s\n",
+               sp.clip_grad > 0 ? "clip_grad," : "no clipping,", vil_optim_describe(&tc, opt, sizeof opt), sp.lr,
                sp.ema_decay > 0 ? "EMA" : "no EMA", strcmp(tc.init_state, "zero") ? ", initial states: " : "",
                strcmp(tc.init_state, "zero") ? tc.init_state : "");
         if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, loader);

@@ -231,7 +231,7 @@ int vil_cmd_bench_data(int argc, char **argv) {
     else if (strcmp(decode, "fast") != 0 && strcmp(decode, "exact") != 0) bad = "--decode must be fast or exact";
     if (bad) {
         fprintf(stderr, "vil bench-data: %s\n", bad);
-        vil_args_usage(&spec, 1);
+        vil_args_usage_hint(&spec);
         return 2;
     }
     if (vil_cli_set_max_pixels("bench-data", max_pixels) != 0) return 2;

@@ -312,7 +312,7 @@ int vil_cmd_compare(int argc, char **argv) {
     }
     if (nm == 0 || !data) {
         fprintf(stderr, "vil compare: --models and --data are required\n");
-        vil_args_usage(&spec, 1);
+        vil_args_usage_hint(&spec);
         return 2;
     }
     /* the numbers' ranges are checked as they are parsed */

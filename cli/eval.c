@@ -76,7 +76,7 @@ int vil_cmd_eval(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (!model || !data) {
         fprintf(stderr, "vil eval: --model and --data are required\n");
-        vil_args_usage(&spec, 1);
+        vil_args_usage_hint(&spec);
         return 2;
     }
     /* the numbers' ranges are checked as they are parsed */

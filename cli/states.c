@@ -235,7 +235,7 @@ int vil_cmd_states(int argc, char **argv) {
     vil_inputs_track(1); /* the models and images are inputs: the files in --out may not be them */
     if (!model || !data) {
         fprintf(stderr, "vil states: --model and --data are required\n");
-        vil_args_usage(&spec, 1);
+        vil_args_usage_hint(&spec);
         return 2;
     }
     if (!vil_cli_crop_pct_ok("states", crop_pct)) return 2;

@@ -70,7 +70,8 @@ int vil_cmd_train(int argc, char **argv) {
         {"--names", VIL_ARG_STR, &names, "class names file (imagenet_classes.tsv form, or one per line)", .meta = "FILE"},
         {"--val-labels", VIL_ARG_STR, &val_labels, "labels file (\"filename label\" lines) of a flat DIR/val folder", .meta = "FILE"},
         {"--stop-after", VIL_ARG_INT, &stop_after, "save and stop after this global step (the schedule is unchanged)"},
-        {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=...", .meta = "exact|fast"},
+        {"--decode", VIL_ARG_STR, &decode, "training JPEG decode: exact (default) or fast; = --set decode=...", .meta = "exact|fast",
+         .key = "decode"},
         {"--print-config", VIL_ARG_FLAG, &print_config, "print the effective configuration (a loadable cfg) and exit"},
         {"--dry-run", VIL_ARG_FLAG, &dry_run, "check everything, print the configuration and the run's header, "
                                               "write nothing, exit"},
@@ -81,7 +82,8 @@ int vil_cmd_train(int argc, char **argv) {
         {"--progress", VIL_ARG_STR, &progress, VIL_PROGRESS_HELP "; none keeps the header, validation and epoch lines", .meta = "bar|plain|none"},
         {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
         {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP "; = --set max_pixels=N (default: the "
-                                                   "config's, kept by --resume)", 1, VIL_IMAGE_MAX_PIXELS},
+                                                   "config's, kept by --resume)", 1, VIL_IMAGE_MAX_PIXELS,
+         .key = "max_pixels"},
     };
     VilArgSpec spec = {"train", "--config CFG --data DIR [--set key=value ...] [timm's flags: --lr X, -b N, ...] "
                                 "[--device cpu|cuda|auto] [--out DIR] [--resume CKPT|DIR|auto] [--dry-run]",
@@ -102,7 +104,7 @@ int vil_cmd_train(int argc, char **argv) {
     }
     if ((!config && !resume) || (!data && !print_config)) {
         fprintf(stderr, "vil train: --data and --config (or --resume) are required\n");
-        vil_args_usage(&spec, 1);
+        vil_args_usage_hint(&spec);
         return 2;
     }
     if (init && resume && strcmp(resume, "auto") != 0) {

@@ -1,4 +1,4 @@
-/* optimizer.cu: AdamW, SGD and Lamb on the float32 master weights and state (the formulas of
+/* optimizer.cu: AdamW (and Adam), SGD and Lamb on the float32 master weights and state (the formulas of
  * vil/optimizer.c), refreshing the bf16 working copy in the same pass; and the f32 -> bf16
  * conversion of the whole parameter buffer. The bias corrections are computed on the host from
  * the step count, which the host knows: nothing is read back from the device. The model updates
@@ -10,17 +10,18 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.h"
 
+/* l2: torch.optim.Adam's decay, in the gradient before the moments; else AdamW's, in the update */
 __global__ void adamw_kernel(float *p, bf16 *work, const float *g, float *m, float *v,
                              const unsigned char *decay, size_t n, float lr, float beta1,
-                             float beta2, float eps, float wd, float bc1, float bc2) {
+                             float beta2, float eps, float wd, float bc1, float bc2, int l2) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i], wdi = (!decay || decay[i]) ? wd : 0.0f;
+        float pi = p[i], wdi = (!decay || decay[i]) ? wd : 0.0f;
+        float gi = l2 ? g[i] + wdi * pi : g[i], wdu = l2 ? 0.0f : wdi;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        float pi = p[i];
-        pi -= lr * (wdi * pi + (mi / bc1) / (sqrtf(vi / bc2) + eps));
+        pi -= lr * (wdu * pi + (mi / bc1) / (sqrtf(vi / bc2) + eps));
         p[i] = pi;
         if (work) work[i] = f2bf(pi);
     }
@@ -88,7 +89,7 @@ extern "C" void adamw_update_cuda(const VilAdamW *a) {
     float bc1 = 1.0f - powf(a->beta1, (float)a->step), bc2 = 1.0f - powf(a->beta2, (float)a->step);
     adamw_kernel<<<grid_for(a->n), 256, 0, cu()->stream>>>(a->p, (bf16 *)a->work, a->g, a->m, a->v,
                                                           a->decay, a->n, a->lr, a->beta1,
-                                                          a->beta2, a->eps, a->wd, bc1, bc2);
+                                                          a->beta2, a->eps, a->wd, bc1, bc2, a->l2);
     CU_LAUNCH_CHECK();
 }
 

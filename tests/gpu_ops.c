@@ -46,6 +46,7 @@ typedef struct {
     size_t n;                 /* adamw, ema, grad_clip, sgd, lamb: elements */
     float momentum;           /* sgd */
     int nesterov, trust_clip; /* sgd; lamb (lambc) */
+    int l2;                   /* adamw: torch.optim.Adam's L2 decay (optimizer adam) */
     int spans;                /* lamb: 0 one tensor (spans NULL), else the tensors the n elements are cut into */
     float decay, max_norm;    /* ema; grad_clip */
     double tol, tol_f32;      /* the tolerance of act outputs; of float32 outputs */
@@ -560,7 +561,8 @@ static void test_adamw(const OpCase *c) {
     G->to_device(G, d_decay, decay, n);
     for (int step = 1; step <= 3; step++) {
         float *g = rnd(n, 1.0f);
-        VilAdamW hp = {.n = n, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f, .step = step};
+        VilAdamW hp = {.n = n, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f, .step = step,
+                       .l2 = c->l2};
         VilAdamW hc = hp;
         hc.p = p, hc.g = g, hc.m = m, hc.v = v, hc.decay = decay;
         adamw_update(&hc);
@@ -572,11 +574,12 @@ static void test_adamw(const OpCase *c) {
         free(g);
     }
     float *p_g = get_f32(d_p, n), *m_g = get_f32(d_m, n), *v_g = get_f32(d_v, n), *w_g = get_act(d_work, n);
-    snprintf(nm, sizeof nm, "adamw 3 steps p n=%zu", n);
+    const char *op = c->l2 ? "adam (L2)" : "adamw";
+    snprintf(nm, sizeof nm, "%s 3 steps p n=%zu", op, n);
     T_CLOSE(nm, rel(p_g, p, n), c->tol_f32);
-    snprintf(nm, sizeof nm, "adamw 3 steps m, v n=%zu", n);
+    snprintf(nm, sizeof nm, "%s 3 steps m, v n=%zu", op, n);
     T_CLOSE(nm, fmax(rel(m_g, m, n), rel(v_g, v, n)), c->tol_f32);
-    snprintf(nm, sizeof nm, "adamw bf16 working copy n=%zu", n);
+    snprintf(nm, sizeof nm, "%s bf16 working copy n=%zu", op, n);
     T_CLOSE(nm, rel(w_g, p, n), c->tol);
     G->free(G, d_p), G->free(G, d_m), G->free(G, d_v), G->free(G, d_work), G->free(G, d_decay);
     free(decay), free(p), free(m), free(v), free(p_g), free(m_g), free(v_g), free(w_g);
@@ -1196,6 +1199,8 @@ static const OpCase CASES[] = {
      .n = 1001},
     {.op = "adamw", .name = "n = 7", .tol = TOL_BF16, .tol_f32 = 1e-6,
      .n = 7},
+    {.op = "adamw", .name = "adam: L2 weight decay, n = 1001", .tol = TOL_BF16, .tol_f32 = 1e-6,
+     .n = 1001, .l2 = 1},
     {.op = "sgd", .name = "momentum 0.9, n = 1001", .tol = TOL_BF16, .tol_f32 = 1e-6,
      .n = 1001, .momentum = 0.9f},
     {.op = "sgd", .name = "Nesterov, n = 7", .tol = TOL_BF16, .tol_f32 = 1e-6,

@@ -23,14 +23,16 @@ static char root[PATH_MAX], conf[PATH_MAX + 64];
 static int started; /* this test started the cluster: it stops it */
 
 /* test_dist.c's tiny model and recipe (16 x 16 gray images, 4 classes), as vil train flags after
- * the script's CONFIG DATA OUT */
+ * the script's CONFIG DATA OUT; the length of the run (SHORT) apart: a command line sets a key
+ * once, and the SIGTERM run sets its own */
 static const char *ARGS =
     "--device cpu --set name=slurm_test --set arch=vil --set img_size=16 --set patch_size=4 "
     "--set stride=4 --set in_chans=1 --set embed_dim=32 --set depth=2 --set num_classes=4 "
-    "--set drop_path=0.1 --set epochs=3 --set base_lr=0.05 --set warmup_epochs=0.2 "
+    "--set drop_path=0.1 --set base_lr=0.05 --set warmup_epochs=0.2 "
     "--set ema_decay=0.9 --set clip_grad=5 --set label_smoothing=0.1 --set mixup=0 --set cutmix=0 "
     "--set repeats=3 --set randaug_n=1 --set reprob=0.25 --set scale_min=0.5 --set crop_pct=1 "
-    "--set workers=1 --set log_every=5 --set eval_every_epochs=1 --set eval_batch=50";
+    "--set workers=1 --set eval_every_epochs=1 --set eval_batch=50";
+#define SHORT "--set epochs=3 --set log_every=5 "
 
 static void stop_cluster(void) {
     if (!started) return;
@@ -160,22 +162,22 @@ static void test_sbatch(void) {
     char cmd[8192], val1[256];
     /* the reference: one process, batch 32 */
     snprintf(cmd, sizeof cmd, "bin/vil train --config configs/vil_fashion.cfg --data %s --out %s/one %s "
-             "--set batch=32 --set max_steps=10 2>&1", dir, dir, ARGS);
+             SHORT "--set batch=32 --set max_steps=10 2>&1", dir, dir, ARGS);
     int rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0, "1 process, batch 32, 10 steps (rc %d):\n%s", rc, out);
     double loss1 = logged_loss(out, 10);
     val_line(out, val1, sizeof val1);
 
     /* 2 ranks x 16 through the script */
-    rc = sbatch("two", "--set batch=16 --set max_steps=10", out, sizeof out);
+    rc = sbatch("two", SHORT "--set batch=16 --set max_steps=10", out, sizeof out);
     T_CHECK(rc == 0, "sbatch train.sbatch, 1 node x 2 tasks, batch 16 per rank: the job completed");
     check_run("two", out, loss1, val1);
 
     /* stopped after 5 steps, then the same submission again: --resume auto continues it */
-    rc = sbatch("resubmit", "--set batch=16 --set max_steps=10 --stop-after 5", out, sizeof out);
+    rc = sbatch("resubmit", SHORT "--set batch=16 --set max_steps=10 --stop-after 5", out, sizeof out);
     T_CHECK(rc == 0 && strstr(out, "ranks: 2 processes (srun)") && strstr(out, "stopped at step 5"),
             "the first job stopped after 5 steps:\n%s", out);
-    rc = sbatch("resubmit", "--set batch=16 --set max_steps=10", out, sizeof out);
+    rc = sbatch("resubmit", SHORT "--set batch=16 --set max_steps=10", out, sizeof out);
     T_CHECK(rc == 0 && strstr(out, "resume: ") && strstr(out, " at step 5 "),
             "the resubmitted job resumed the run at step 5:\n%s", out);
     check_run("resubmit", out, loss1, val1);

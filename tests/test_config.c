@@ -2,6 +2,7 @@
  * any buffer, a folder or binary bytes as a config, repeated keys, values out of range or not
  * written in full, metadata JSON that would coerce (6.7 to 6) or truncate, and the usage-error
  * code every one of them returns (VIL_EUSAGE: the commands exit 2 for it). */
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,10 @@ static void test_parse_numbers(void) {
                   {"3", 0, 3.0}, {"1e-300", 0, 1e-300},
                   {" 0.5", -1, 0}, {"+0.5", -1, 0}, {"0x1p3", -1, 0}, {"0x10", -1, 0}, {"inf", -1, 0},
                   {"nan", -1, 0}, {"", -1, 0}, {".", -1, 0}, {"1e", -1, 0}, {"1e+", -1, 0}, {"1.2.3", -1, 0},
-                  {"0.5 ", -1, 0}, {"e5", -1, 0}, {"1e400", -2, 0}, {"1e-400", -2, 0}};
+                  {"0.5 ", -1, 0}, {"e5", -1, 0}, {"1e400", -2, 0},
+                  /* a subnormal double is a number; one too small for a double is not 0 but -3 */
+                  {"1e-320", 0, 1e-320}, {"-4.9e-324", 0, -4.9e-324}, {"2.2250738585072014e-308", 0, 2.2250738585072014e-308},
+                  {"0e-999", 0, 0.0}, {"0.000e-400", 0, 0.0}, {"1e-400", -3, 0}, {"-2e-324", -3, 0}};
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
         double v = 12345;
         int rc = vil_parse_float(floats[i].s, &v);
@@ -369,7 +373,8 @@ static void test_timm_flags(void) {
         int n;
         float m, mstd;
     } good[] = {{"rand-m9-mstd0.5-inc1", 2, 9, 0.5f}, {"rand-n3-m7", 3, 7, 0}, {"rand", 2, 10, 0},
-                {"rand-m9-mstd0.5", 2, 9, 0.5f}, {"rand-inc1-m6.5-n1", 1, 6.5f, 0}, {"none", 0, -1, -1}, {"", 0, -1, -1}};
+                {"rand-m9-mstd0.5", 2, 9, 0.5f}, {"rand-inc1-m6.5-n1", 1, 6.5f, 0}, {"none", 0, -1, -1}, {"", 0, -1, -1},
+                {"rand-inc0-n3", 3, 10, 0}};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         vil_train_config_default(&t);
         rc = set_captured(&c, &t, aa, NULL, good[i].s, &lr, msg, sizeof msg);
@@ -377,14 +382,109 @@ static void test_timm_flags(void) {
                     (good[i].mstd < 0 || t.randaug_mstd == good[i].mstd),
                 "--aa '%s': n%d m%g mstd%g (rc %d): %s", good[i].s, t.randaug_n, t.randaug_m, t.randaug_mstd, rc, msg);
     }
+    /* a part twice (timm keeps the last n but the first mstd), inc other than 0 or 1 (timm's
+     * "integer (bool)"), a part vil lacks */
     const char *bad_aa[] = {"original", "v0", "augmix-m5", "randm9", "rand-m", "rand-x3", "rand-n99",
-                            "rand-m9-p0.5", "rand-mmax10", "rand-m9-", "rand-m1e99"};
+                            "rand-m9-p0.5", "rand-mmax10", "rand-m9-", "rand-m1e99", "rand-m9-n2-n3",
+                            "rand-m9-m9", "rand-mstd0.5-mstd1", "rand-inc1-inc1", "rand-inc2", "rand-inc",
+                            "rand-incx", "rand-w0"};
     for (size_t i = 0; i < sizeof bad_aa / sizeof bad_aa[0]; i++) {
         vil_train_config_default(&t);
         rc = set_captured(&c, &t, aa, NULL, bad_aa[i], &lr, msg, sizeof msg);
         T_CHECK(rc == VIL_EUSAGE && strstr(msg, "--aa") && t.randaug_n == VIL_RECIPE_RANDAUG_N,
                 "--aa '%s' refused, naming --aa, nothing set (rc %d): %s", bad_aa[i], rc, msg);
     }
+}
+
+/* timm's --opt as timm's optimizer factory means its names (timm/optim/_optim_factory.py: sgd is
+ * torch.optim.SGD with nesterov=True, nesterov an alias of it, momentum SGD with nesterov=False,
+ * adam torch.optim.Adam), written out here; vil's own key keeps its documented nesterov = 0.
+ * --model-ema-warmup is a switch. The keys each flag sets, for the command line's check. */
+static void test_timm_meanings(void) {
+    static const struct {
+        const char *opt, *optimizer;
+        int nesterov; /* -1: the cfg's, untouched */
+    } opts[] = {{"sgd", "sgd", 1}, {"nesterov", "sgd", 1}, {"momentum", "sgd", 0}, {"adam", "adam", -1},
+                {"adamw", "adamw", -1}, {"lamb", "lamb", -1}, {"lambc", "lambc", -1}, {"SGD", "sgd", 1}};
+    const VilTimmFlag *opt = vil_timm_find("--opt");
+    char msg[1024];
+    double lr = 0;
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        for (int start = 0; start < 2; start++) { /* from nesterov 0 and from 1: set, or left */
+            VilConfig c;
+            VilTrainConfig t;
+            vil_config_default(&c);
+            vil_train_config_default(&t);
+            t.nesterov = start;
+            int rc = set_captured(&c, &t, opt, NULL, opts[i].opt, &lr, msg, sizeof msg);
+            int want = opts[i].nesterov < 0 ? start : opts[i].nesterov;
+            T_CHECK(rc == 0 && strcmp(t.optimizer, opts[i].optimizer) == 0 && t.nesterov == want &&
+                        vil_train_config_finalize(&t) == 0,
+                    "--opt %s from nesterov %d: optimizer %s nesterov %d (got %s %d, rc %d): %s", opts[i].opt, start,
+                    opts[i].optimizer, want, t.optimizer, t.nesterov, rc, msg);
+        }
+    const char *bad[] = {"sgdw", "nadam", "lookahead_adamw", "adamp", "", "adam w"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        VilConfig c;
+        VilTrainConfig t;
+        vil_config_default(&c);
+        vil_train_config_default(&t);
+        int rc = set_captured(&c, &t, opt, NULL, bad[i], &lr, msg, sizeof msg);
+        T_CHECK(rc == VIL_EUSAGE && strstr(msg, "--opt") && strstr(msg, "momentum") && strcmp(t.optimizer, "adamw") == 0,
+                "--opt '%s' refused naming the names vil has, nothing set (rc %d): %s", bad[i], rc, msg);
+    }
+    /* vil's own key: its documented default nesterov = 0 stays */
+    VilConfig c;
+    VilTrainConfig t;
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    T_CHECK(t.nesterov == 0 && vil_train_config_set(&c, &t, "optimizer", "sgd") == 0 && t.nesterov == 0,
+            "--set optimizer=sgd keeps nesterov = 0");
+    const VilTimmFlag *w = vil_timm_find("--model-ema-warmup");
+    T_CHECK(w && w->conv == VIL_TIMM_SWITCH && set_captured(&c, &t, w, NULL, NULL, &lr, msg, sizeof msg) == 0 &&
+                t.model_ema_warmup == 1,
+            "--model-ema-warmup: a switch setting model_ema_warmup = 1 (%d)", t.model_ema_warmup);
+    /* the keys a flag sets: the ones it names; --aa the parts given; implied ones are not */
+    static const struct {
+        const char *flag, *value, *keys;
+    } claims[] = {{"--lr", "0.1", "base_lr"}, {"-b", "4", "batch"}, {"--opt", "sgd", "optimizer"},
+                  {"--drop-path-rate", "0.1", "drop_path"}, {"--model-ema-warmup", "1", "model_ema_warmup"},
+                  {"--aa", "rand-m9-mstd0.5-inc1", "randaug_m randaug_mstd"}, {"--aa", "rand-inc1-n3", "randaug_n"},
+                  {"--aa", "none", "randaug_n"}, {"--aa", "rand", "randaug_n"}, {"--model", "x", ""}};
+    for (size_t i = 0; i < sizeof claims / sizeof claims[0]; i++) {
+        const char *keys[3];
+        char got[128] = "";
+        int n = vil_timm_keys(vil_timm_find(claims[i].flag), claims[i].value, keys);
+        for (int k = 0; k < n; k++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", k ? " " : "", keys[k]);
+        T_CHECK(strcmp(got, claims[i].keys) == 0, "%s %s sets '%s' (got '%s')", claims[i].flag, claims[i].value,
+                claims[i].keys, got);
+    }
+}
+
+/* A float key takes a subnormal float as that float (1e-40); a nonzero number a float cannot
+ * hold is refused as too small, not as out of range, unless 0 is out of the key's range too. */
+static void test_tiny_floats(void) {
+    VilConfig c;
+    VilTrainConfig t;
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    char msg[1024];
+    double lr = 0;
+    int rc = set_captured(&c, &t, NULL, "init_state_sigma", "1e-40", &lr, msg, sizeof msg);
+    T_CHECK(rc == 0 && t.init_state_sigma == (float)1e-40 && t.init_state_sigma > 0 && t.init_state_sigma < FLT_MIN,
+            "init_state_sigma=1e-40: the float subnormal %g (rc %d): %s", (double)t.init_state_sigma, rc, msg);
+    static const char *const tiny[] = {"1e-320", "1e-46", "1e-400", "-1e-320"};
+    for (int i = 0; i < 4; i++) {
+        rc = set_captured(&c, &t, NULL, "init_state_sigma", tiny[i], &lr, msg, sizeof msg);
+        T_CHECK(rc == VIL_EUSAGE && strstr(msg, "too small for a float") && !strstr(msg, "wants a number in") &&
+                    t.init_state_sigma == (float)1e-40,
+                "init_state_sigma=%s: too small, not out of range, nothing set (rc %d): %s", tiny[i], rc, msg);
+    }
+    rc = set_captured(&c, &t, NULL, "adam_eps", "1e-320", &lr, msg, sizeof msg);
+    T_CHECK(rc == VIL_EUSAGE && strstr(msg, "wants a number in [1e-30, 1]"),
+            "adam_eps=1e-320: out of its range [1e-30, 1] (rc %d): %s", rc, msg);
+    rc = set_captured(&c, &t, NULL, "clip_grad", "0e-999", &lr, msg, sizeof msg);
+    T_CHECK(rc == 0 && t.clip_grad == 0.0f, "clip_grad=0e-999 is 0 (rc %d): %s", rc, msg);
 }
 
 int main(void) {
@@ -396,6 +496,8 @@ int main(void) {
     test_parse_numbers();
     test_text_values();
     test_timm_flags();
+    test_timm_meanings();
+    test_tiny_floats();
     corpus_rmtree(dir);
     return t_finish();
 }

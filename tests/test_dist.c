@@ -20,14 +20,16 @@
 
 static char *dir;
 
-/* synthetic 16 x 16 gray images, 4 classes; the model and recipe small enough for seconds */
-static const char *ARGS =
-    "--config configs/vil_fashion.cfg --device cpu --set name=dist_test --set arch=vil --set img_size=16 --set patch_size=4 "
-    "--set stride=4 --set in_chans=1 --set embed_dim=32 --set depth=2 --set num_classes=4 "
-    "--set drop_path=0.1 --set epochs=3 --set base_lr=0.05 --set warmup_epochs=0.2 "
-    "--set ema_decay=0.9 --set clip_grad=5 --set label_smoothing=0.1 --set mixup=0 --set cutmix=0 "
-    "--set repeats=3 --set randaug_n=1 --set reprob=0.25 --set scale_min=0.5 --set crop_pct=1 "
-    "--set workers=1 --set log_every=5 --set eval_every_epochs=1 --set eval_batch=50";
+/* synthetic 16 x 16 gray images, 4 classes; the model and recipe small enough for seconds (the
+ * epochs and log_every apart: a command line sets a key once, and the SIGTERM run sets its own) */
+#define COMMON                                                                                          \
+    "--config configs/vil_fashion.cfg --device cpu --set name=dist_test --set arch=vil --set img_size=16 --set patch_size=4 " \
+    "--set stride=4 --set in_chans=1 --set embed_dim=32 --set depth=2 --set num_classes=4 "            \
+    "--set drop_path=0.1 --set base_lr=0.05 --set warmup_epochs=0.2 "                                   \
+    "--set ema_decay=0.9 --set clip_grad=5 --set label_smoothing=0.1 --set mixup=0 --set cutmix=0 "    \
+    "--set repeats=3 --set randaug_n=1 --set reprob=0.25 --set scale_min=0.5 --set crop_pct=1 "        \
+    "--set workers=1 --set eval_every_epochs=1 --set eval_batch=50"
+static const char *ARGS = COMMON " --set epochs=3 --set log_every=5";
 
 /* a run of `steps` steps into dir/name: np 2 under mpirun, else one process; more: flags */
 static int train(const char *name, int np, int batch, int accum, int steps, const char *more,
@@ -226,7 +228,7 @@ static void test_sigterm_one_rank(void) {
     snprintf(cmd, sizeof cmd,
              "mpirun --oversubscribe -np 2 bin/vil train --data %s --out %s/term %s --set batch=16 "
              "--set accum_steps=1 --set epochs=500 --set log_every=1 > %s 2>&1 & echo $!",
-             dir, dir, ARGS, log);
+             dir, dir, COMMON, log);
     char pid[64];
     T_CHECK(t_run(cmd, pid, sizeof pid) == 0, "mpirun started in the background");
     /* wait for step 3, then signal the newest vil process of this run (a rank, not mpirun) */

@@ -100,12 +100,14 @@ static void test_ops(void) {
 
 /* ---------------- training runs ---------------- */
 
-static const char *ARGS =
-    "--config configs/vil_fashion.cfg --device cpu --set name=init_test --set img_size=16 --set patch_size=4 "
-    "--set stride=4 --set in_chans=1 --set embed_dim=32 --set depth=2 --set num_classes=4 "
-    "--set drop_path=0.1 --set epochs=2 --set base_lr=0.05 --set warmup_epochs=0.2 --set ema_decay=0.9 "
-    "--set mixup=0 --set cutmix=0 --set randaug_n=0 --set workers=1 --set log_every=4 "
-    "--set eval_every_epochs=0";
+/* the lr and warmup apart: a command line sets a key once, and the post-training sets its own */
+#define COMMON                                                                                          \
+    "--config configs/vil_fashion.cfg --device cpu --set name=init_test --set img_size=16 --set patch_size=4 " \
+    "--set stride=4 --set in_chans=1 --set embed_dim=32 --set depth=2 --set num_classes=4 "            \
+    "--set drop_path=0.1 --set epochs=2 --set ema_decay=0.9 "                                           \
+    "--set mixup=0 --set cutmix=0 --set randaug_n=0 --set workers=1 --set log_every=4 "                \
+    "--set eval_every_epochs=0"
+static const char *ARGS = COMMON " --set base_lr=0.05 --set warmup_epochs=0.2";
 
 /* a run into dir/name (arch, batch, micro-batches, steps, more flags); rc */
 static int train(const char *name, const char *arch, int batch, int accum, int steps, const char *more,
@@ -268,7 +270,7 @@ static void test_post_training(void) {
     snprintf(cmd, sizeof cmd,
              "bin/vil train --data %s --out %s/post %s --set arch=vil --set batch=16 --init %s/zero_vil/last.safetensors "
              "--set init_state=passing --set base_lr=0.005 --set warmup_epochs=0 --set max_steps=6 2>&1",
-             dir, dir, ARGS, dir);
+             dir, dir, COMMON, dir);
     int rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0 && strstr(out, "init:  ") && strstr(out, "zero_vil/last.safetensors"),
             "vil train --init CKPT --set init_state=passing: post-training runs from the checkpoint (rc %d)\n%s", rc, out);

@@ -38,9 +38,10 @@ static char out[1 << 20];
 static const char *ARGS =
     "--config configs/vil_fashion.cfg --device cpu --set name=logs_test --set arch=vil --set img_size=16 "
     "--set patch_size=4 --set stride=4 --set in_chans=1 --set embed_dim=32 --set depth=2 "
-    "--set num_classes=4 --set drop_path=0.1 --set epochs=2 --set base_lr=0.05 --set warmup_epochs=0.2 "
-    "--set ema_decay=0.9 --set mixup=0 --set cutmix=0 --set repeats=1 --set workers=1 --set batch=16 "
-    "--set log_every=5 --set eval_every_epochs=1 --set eval_batch=4";
+    "--set num_classes=4 --set drop_path=0.1 --set base_lr=0.05 --set warmup_epochs=0.2 "
+    "--set ema_decay=0.9 --set mixup=0 --set cutmix=0 --set repeats=1 --set workers=1 --set eval_batch=4";
+/* the settings a run may set otherwise (a command line sets a key once): these, where it does not */
+static const char *const DEFAULTS[] = {"epochs=2", "batch=16", "log_every=5", "eval_every_epochs=1"};
 
 /* carriage returns that do not end a line (a terminal's line discipline writes "\r\n") */
 static int stray_cr(const char *s) {
@@ -60,7 +61,12 @@ static int on_pty(const char *cmd) {
 }
 
 static int train_cmd(char *cmd, size_t n, const char *name, const char *more) {
-    return snprintf(cmd, n, " bin/vil train --data %s --out %s/%s %s %s", dir, dir, name, ARGS, more);
+    char defs[256] = "", key[64];
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof key, "--set %.*s=", (int)strcspn(DEFAULTS[i], "="), DEFAULTS[i]);
+        if (!strstr(more, key)) snprintf(defs + strlen(defs), sizeof defs - strlen(defs), " --set %s", DEFAULTS[i]);
+    }
+    return snprintf(cmd, n, " bin/vil train --data %s --out %s/%s %s%s %s", dir, dir, name, ARGS, defs, more);
 }
 
 /* ---- the console module ---- */

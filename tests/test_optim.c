@@ -1,6 +1,7 @@
 /* test_optim.c: the model's optimizers and training-state API on the CPU: the optimizer table,
- * AdamW, SGD (momentum, Nesterov) and Lamb / LambC steps through vil_model_optim_step against
- * their formulas in double (torch.optim.AdamW, torch.optim.SGD, timm's Lamb) on tensors with and
+ * AdamW, Adam (L2 decay), SGD (momentum, Nesterov) and Lamb / LambC steps through
+ * vil_model_optim_step against their formulas in double (torch.optim.AdamW, torch.optim.Adam,
+ * torch.optim.SGD, timm's Lamb) on tensors with and
  * without weight decay, the training state saved through the API and loaded into a fresh model
  * (the next step then the same bits) for each optimizer, the state's defaults, the gradient norm
  * and the input and loss functions. `test_optim --dump DIR` also writes each optimizer case to
@@ -38,8 +39,12 @@ static void test_table(void) {
                 strcmp(l->state[0].name, "lamb_exp_avg") == 0 && strcmp(l->state[1].name, "lamb_exp_avg_sq") == 0 &&
                 strcmp(lc->state[1].name, "lamb_exp_avg_sq") == 0 && !l->state[0].nonneg && l->state[1].nonneg,
             "lamb, lambc: lamb_exp_avg, lamb_exp_avg_sq (>= 0)");
+    const VilOptim *ad = vil_optim_find("adam");
+    T_CHECK(ad == &vil_optim_adam && ad->n_state == 2 && strcmp(ad->state[0].name, "adam_m") == 0 &&
+                strcmp(ad->state[1].name, "adam_v") == 0 && ad->state[1].nonneg && ad->update != a->update,
+            "adam: its own update, AdamW's moments adam_m, adam_v (>= 0)");
     char names[128];
-    T_CHECK(strcmp(vil_optim_names(names, sizeof names), "adamw, sgd, lamb, lambc") == 0, "the names: %s", names);
+    T_CHECK(strcmp(vil_optim_names(names, sizeof names), "adamw, adam, sgd, lamb, lambc") == 0, "the names: %s", names);
     T_CHECK(vil_optim_find("lion") == NULL && vil_optim_find("") == NULL, "unknown names: NULL");
     T_CHECK(a->n_state == 2 && strcmp(a->state[0].name, "adam_m") == 0 &&
                 strcmp(a->state[1].name, "adam_v") == 0 && !a->state[0].nonneg && a->state[1].nonneg,
@@ -186,6 +191,8 @@ typedef struct {
 
 static const OptCase CASES[] = {
     {"adamw", &vil_optim_adamw, {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f}, 1},
+    /* a large decay: its L2 form (in the moments) and the decoupled one (AdamW's) differ clearly */
+    {"adam", &vil_optim_adam, {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .wd = 0.5f}, 1},
     {"sgd", &vil_optim_sgd, {.lr = 0.1f, .wd = 1e-2f, .momentum = 0.9f}, 1},
     {"sgd_nesterov", &vil_optim_sgd, {.lr = 0.1f, .wd = 1e-2f, .momentum = 0.8f, .nesterov = 1}, 1},
     {"sgd_plain", &vil_optim_sgd, {.lr = 0.05f, .wd = 0.0f, .momentum = 0.0f}, 1},
@@ -261,6 +268,15 @@ static void reference(const VilModel *m, const OptCase *c, const OptRun *r, doub
                 continue;
             }
             double bc1 = 1.0 - pow(h->beta1, s + 1), bc2 = 1.0 - pow(h->beta2, s + 1), sp = 0, su = 0;
+            if (c->opt == &vil_optim_adam) { /* torch.optim.Adam: the decay in the gradient */
+                for (size_t i = 0; i < nt; i++) {
+                    double gi = g[i] + wd * pt[i];
+                    a[i] = h->beta1 * a[i] + (1.0 - h->beta1) * gi;
+                    b[i] = h->beta2 * b[i] + (1.0 - h->beta2) * gi * gi;
+                    pt[i] -= h->lr * (a[i] / bc1) / (sqrt(b[i] / bc2) + h->eps);
+                }
+                continue;
+            }
             for (size_t i = 0; i < nt; i++) {
                 a[i] = h->beta1 * a[i] + (1.0 - h->beta1) * g[i];
                 b[i] = h->beta2 * b[i] + (1.0 - h->beta2) * g[i] * g[i];

@@ -3,8 +3,8 @@
 # float64 autograd, written the way the official ViM code computes): logits, loss, the input
 # gradient and every parameter gradient of small ViL and ViM models, from vil's CPU path
 # (build/tools/ref_dump); and the optimizers' steps (tests/test_optim --dump against
-# tools/optim_reference.py: torch.optim.AdamW, torch.optim.SGD, timm's Lamb). Needs python3
-# with torch (Debian: python3-torch).
+# tools/optim_reference.py: torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, timm's Lamb).
+# Needs python3 with torch (Debian: python3-torch).
 set -u
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -39,7 +39,7 @@ for arch in vil vim; do
     printf '%s\n' "$out" | grep -v '^ok  '
     tally "torch reference for $arch" "$out" $rc
 done
-# the optimizers (AdamW, SGD, Lamb) against torch.optim and timm's Lamb step
+# the optimizers (AdamW, Adam, SGD, Lamb) against torch.optim and timm's Lamb step
 mkdir -p "$dir/optim"
 if ! "${VIL_BUILD:-build}"/tests/test_optim --dump "$dir/optim" >/dev/null; then
     echo "FAIL test_optim --dump"

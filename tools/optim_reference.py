@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The optimizers of vil against PyTorch: each DIR/CASE.safetensors that `test_optim --dump DIR`
 wrote holds the start weights, the gradients of each step, vil's weights and optimizer state
-after the steps, and the hyperparameters. AdamW and SGD are run with torch.optim.AdamW and
-torch.optim.SGD (a weight-decay group and a group without it, as timm's optimizer factory makes);
+after the steps, and the hyperparameters. AdamW, Adam and SGD are run with torch.optim.AdamW,
+torch.optim.Adam and torch.optim.SGD (a weight-decay group and a group without it, as timm's
+optimizer factory makes);
 Lamb is timm's Lamb step (timm.optim.lamb, bias correction and grad averaging on, no global
 clipping, trust_clip for lambc) written out below; all in float64. Run:
     build/tests/test_optim --dump DIR && python3 tools/optim_reference.py DIR
@@ -52,10 +53,11 @@ def check(path):
     P = {n: T["p0." + n].double().clone() for n in names}
     groups = [[n for n in names if n in decay], [n for n in names if n not in decay]]
     opt, state = h["optimizer"], {}
-    if opt == "adamw":
-        o = torch.optim.AdamW([{"params": [P[n] for n in groups[0]], "weight_decay": h["wd"]},
-                               {"params": [P[n] for n in groups[1]], "weight_decay": 0.0}],
-                              lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"])
+    if opt in ("adamw", "adam"):
+        cls = torch.optim.AdamW if opt == "adamw" else torch.optim.Adam
+        o = cls([{"params": [P[n] for n in groups[0]], "weight_decay": h["wd"]},
+                 {"params": [P[n] for n in groups[1]], "weight_decay": 0.0}],
+                lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"])
         slots = ["exp_avg", "exp_avg_sq"]
     elif opt == "sgd":
         o = torch.optim.SGD([{"params": [P[n] for n in groups[0]], "weight_decay": h["wd"]},

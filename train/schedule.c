@@ -117,6 +117,8 @@ const char *vil_optim_describe(const VilTrainConfig *t, char *buf, size_t n) {
     else if (strncmp(t->optimizer, "lamb", 4) == 0)
         snprintf(buf, n, "Lamb%s wd %g", t->optimizer[4] == 'c' ? " (trust ratio clipped at 1)" : "",
                  t->weight_decay);
+    else if (strcmp(t->optimizer, "adam") == 0)
+        snprintf(buf, n, "Adam, L2 wd %g", t->weight_decay);
     else
         snprintf(buf, n, "AdamW wd %g", t->weight_decay);
     return buf;

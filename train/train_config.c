@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "data/image.h"
 #include "data/recipe.h"
@@ -31,14 +32,16 @@ static const VilKey TKEYS[] = {
     TF(warmup_epochs, 0, 1000000, "warmup length in epochs (fractions allowed)"),
     TF(min_lr, 0, 100, "end of the cosine decay"),
     TF(weight_decay, 0, 100, "weight decay, not on 1-D tensors, pos_embed, cls_token (adamw: decoupled; "
-                             "sgd: L2 on the gradient; lamb: added to the update)"),
-    TF(beta1, 0, 0.999999, "AdamW and Lamb beta1"),
-    TF(beta2, 0, 0.999999, "AdamW and Lamb beta2"),
-    TF(adam_eps, 1e-30, 1, "AdamW and Lamb epsilon (timm's Lamb defaults to 1e-6)"),
-    TS(optimizer, "the optimizer: adamw (torch.optim.AdamW), sgd (torch.optim.SGD, L2 weight decay), "
-                  "lamb (timm's Lamb) or lambc (Lamb, trust ratio clipped at 1)"),
+                             "adam, sgd: L2 on the gradient; lamb: added to the update)"),
+    TF(beta1, 0, 0.999999, "AdamW, Adam and Lamb beta1"),
+    TF(beta2, 0, 0.999999, "AdamW, Adam and Lamb beta2"),
+    TF(adam_eps, 1e-30, 1, "AdamW, Adam and Lamb epsilon (timm's Lamb defaults to 1e-6)"),
+    TS(optimizer, "the optimizer: adamw (torch.optim.AdamW), adam (torch.optim.Adam, L2 weight decay), "
+                  "sgd (torch.optim.SGD, L2 weight decay; Nesterov with nesterov = 1), lamb (timm's "
+                  "Lamb) or lambc (Lamb, trust ratio clipped at 1)"),
     TF(momentum, 0, 0.999999, "sgd: momentum"),
-    TI(nesterov, 0, 1, "sgd: 1 for Nesterov momentum"),
+    TI(nesterov, 0, 1, "sgd: 1 for Nesterov momentum (timm's --opt sgd sets it; --set optimizer=sgd "
+                       "does not)"),
     TS(sched, "lr schedule after the warmup: cosine (per step, to min_lr), step (x decay_rate every "
               "decay_epochs epochs), multistep (x decay_rate at each of decay_milestones) or "
               "const_cosine (the peak lr until sched_const_epochs, then cosine to min_lr)"),
@@ -112,7 +115,8 @@ const VilTimmFlag vil_timm_flags[] = {
     {"--min-lr", NULL, "min_lr", VIL_TIMM_KEY, NULL},
     {"--warmup-epochs", NULL, "warmup_epochs", VIL_TIMM_KEY, NULL},
     {"--weight-decay", NULL, "weight_decay", VIL_TIMM_KEY, NULL},
-    {"--opt", NULL, "optimizer", VIL_TIMM_KEY, "vil's optimizer names (vil/optim.c)"},
+    {"--opt", NULL, "optimizer", VIL_TIMM_OPT, "timm's names: sgd or nesterov (SGD, nesterov = 1), momentum "
+                                               "(SGD, nesterov = 0), adam (torch.optim.Adam), adamw, lamb, lambc"},
     {"--opt-eps", NULL, "adam_eps", VIL_TIMM_KEY, NULL},
     {"--clip-grad", NULL, "clip_grad", VIL_TIMM_KEY, "the global norm (timm's --clip-mode norm)"},
     {"--momentum", NULL, "momentum", VIL_TIMM_KEY, "sgd's"},
@@ -121,7 +125,7 @@ const VilTimmFlag vil_timm_flags[] = {
     {"--decay-rate", NULL, "decay_rate", VIL_TIMM_KEY, NULL},
     {"--decay-milestones", NULL, "decay_milestones", VIL_TIMM_KEY, "comma-separated: 30,60,90"},
     {"--model-ema-decay", NULL, "ema_decay", VIL_TIMM_KEY, NULL},
-    {"--model-ema-warmup", NULL, "model_ema_warmup", VIL_TIMM_KEY, "1: on (timm's flag takes no value)"},
+    {"--model-ema-warmup", NULL, "model_ema_warmup", VIL_TIMM_SWITCH, "set to 1: a switch without a value, as timm's"},
     {"--smoothing", NULL, "label_smoothing", VIL_TIMM_KEY, NULL},
     {"--drop-path", NULL, "drop_path", VIL_TIMM_KEY, NULL},
     {"--drop-path-rate", NULL, "drop_path", VIL_TIMM_KEY, "timm's create_model argument"},
@@ -129,8 +133,8 @@ const VilTimmFlag vil_timm_flags[] = {
     {"--cutmix", NULL, "cutmix", VIL_TIMM_KEY, NULL},
     {"--mixup-prob", NULL, "mixup_prob", VIL_TIMM_KEY, NULL},
     {"--mixup-switch-prob", NULL, "mixup_switch_prob", VIL_TIMM_KEY, NULL},
-    {"--aa", NULL, "randaug_n", VIL_TIMM_AA, "rand-m9-mstd0.5-inc1 (parts n, m, mstd, inc; timm's "
-                                            "defaults n2 m10 mstd0) sets randaug_n, randaug_m, "
+    {"--aa", NULL, "randaug_n", VIL_TIMM_AA, "rand-m9-mstd0.5-inc1 (parts n, m, mstd, inc 0 or 1, each once; "
+                                            "timm's defaults n2 m10 mstd0) sets randaug_n, randaug_m, "
                                             "randaug_mstd; none: off"},
     {"--reprob", NULL, "reprob", VIL_TIMM_KEY, NULL},
     {"--hflip", NULL, "hflip", VIL_TIMM_KEY, NULL},
@@ -146,6 +150,14 @@ const VilTimmFlag vil_timm_flags[] = {
     {"--output", NULL, NULL, VIL_TIMM_HINT, "--out DIR is the run's folder itself (timm's --output is its parent)"},
     {"--model-ema", NULL, NULL, VIL_TIMM_HINT, "the EMA is on while ema_decay > 0 (--model-ema-decay X; 0: off)"},
     {"--amp", NULL, NULL, VIL_TIMM_HINT, "vil computes in bf16 on CUDA and float32 on the CPU, always"},
+    {"--scale", NULL, NULL, VIL_TIMM_HINT, "RandomResizedCrop's area range is (scale_min, 1): --set "
+                                           "scale_min=0.08 is timm's --scale 0.08 1.0"},
+    {"--ratio", NULL, NULL, VIL_TIMM_HINT, "RandomResizedCrop's aspect range is timm's default (3/4, 4/3), fixed"},
+    {"--remode", NULL, NULL, VIL_TIMM_HINT, "random erasing fills its box with per-pixel normal noise, timm's "
+                                            "default (pixel); reprob sets its probability"},
+    {"--drop", NULL, NULL, VIL_TIMM_HINT, "vil's models have no dropout; --drop-path X sets stochastic depth (drop_path)"},
+    {"--grad-checkpointing", NULL, NULL, VIL_TIMM_HINT, "--set recompute=1 (or 2) computes activations again in "
+                                                        "the backward instead of keeping them (vil train --list-keys)"},
 };
 const int vil_timm_flag_count = (int)(sizeof vil_timm_flags / sizeof vil_timm_flags[0]);
 
@@ -198,6 +210,9 @@ static int timm_unknown(const char *key) {
     else if (f->conv == VIL_TIMM_AA)
         vil_error("unknown config key '%s': vil's keys are randaug_n, randaug_m and randaug_mstd; the "
                   "flag %s takes timm's string: %s", key, f->flag, f->note);
+    else if (f->conv == VIL_TIMM_OPT)
+        vil_error("unknown config key '%s': vil's key is 'optimizer' (adamw, adam, sgd, lamb or lambc; "
+                  "nesterov = 1 for Nesterov momentum); the flag %s takes %s", key, f->flag, f->note);
     else
         vil_error("unknown config key '%s' (timm's %s): %s", key, f->flag, f->note);
     return 1;
@@ -219,9 +234,50 @@ int vil_train_config_set_kv(VilConfig *c, VilTrainConfig *t, const char *kv) {
     return rc ? rc : vil_keys_set_kv(k, targets(k, c, t), kv);
 }
 
-/* timm's RandAugment string: rand, then -PARTVALUE parts (n, m, mstd, inc), timm's defaults for
- * the parts not given. timm takes any inc value as the increasing ops (bool of a non-empty
- * string), the only ops vil has. All three keys set, or none. */
+/* timm's RandAugment string's parts (rand_augment_transform: "-" between parts, each a name and
+ * its value, m9) and the keys they set: the index of the part named p[0, nl), or -1 for one vil
+ * lacks (timm's w, mmax, p) */
+static const char *const AA_PARTS[] = {"n", "m", "mstd", "inc"};
+static const char *const AA_KEYS[] = {"randaug_n", "randaug_m", "randaug_mstd", NULL};
+static int aa_part(const char *p, size_t nl) {
+    for (int i = 0; i < 4; i++)
+        if (strlen(AA_PARTS[i]) == nl && strncmp(p, AA_PARTS[i], nl) == 0) return i;
+    return -1;
+}
+/* the length of the part's name: its leading lowercase letters */
+static size_t aa_name_len(const char *p, size_t len) {
+    size_t nl = 0;
+    while (nl < len && p[nl] >= 'a' && p[nl] <= 'z') nl++;
+    return nl;
+}
+
+int vil_timm_keys(const VilTimmFlag *f, const char *value, const char *keys[3]) {
+    if (f->conv == VIL_TIMM_HINT) return 0;
+    if (f->conv != VIL_TIMM_AA) {
+        keys[0] = f->conv == VIL_TIMM_LR ? "base_lr" : f->key;
+        return 1;
+    }
+    int n = 0;
+    if (!*value || strcmp(value, "none") == 0 || strncmp(value, "rand-", 5) != 0) {
+        keys[n++] = "randaug_n";
+        return n;
+    }
+    for (const char *p = value + 4; *p == '-' && n < 3;) {
+        p++;
+        size_t len = strcspn(p, "-");
+        int i = aa_part(p, aa_name_len(p, len));
+        int seen = 0;
+        for (int j = 0; i >= 0 && AA_KEYS[i] && j < n; j++) seen |= keys[j] == AA_KEYS[i];
+        if (i >= 0 && AA_KEYS[i] && !seen) keys[n++] = AA_KEYS[i];
+        p += len;
+    }
+    return n;
+}
+
+/* timm's RandAugment string: rand, then -PARTVALUE parts (n, m, mstd, inc), each at most once,
+ * timm's defaults for the parts not given (n2 m10 mstd0). inc takes 0 or 1 (timm's "integer
+ * (bool)"), and either gives the increasing ops, the only ones vil has: timm's parser turns them on
+ * for any value (bool of a non-empty string), inc0 too. All three keys set, or none. */
 static int set_aa(VilConfig *c, VilTrainConfig *t, const char *value) {
     if (!*value || strcmp(value, "none") == 0) return vil_train_config_set(c, t, "randaug_n", "0");
     if (strncmp(value, "rand", 4) != 0 || (value[4] && value[4] != '-')) {
@@ -229,32 +285,64 @@ static int set_aa(VilConfig *c, VilTrainConfig *t, const char *value) {
                   "inc), or none: no AutoAugment or AugMix");
         return VIL_EUSAGE;
     }
-    char n[32] = "2", m[32] = "10", mstd[32] = "0";
+    char vals[4][32] = {"2", "10", "0", "1"};
+    int given[4] = {0};
     for (const char *p = value + 4; *p == '-';) {
         p++;
-        size_t len = strcspn(p, "-"), nl = 0;
-        while (nl < len && p[nl] >= 'a' && p[nl] <= 'z') nl++;
-        char *dst = NULL;
-        if (nl == 1 && p[0] == 'n') dst = n;
-        else if (nl == 1 && p[0] == 'm') dst = m;
-        else if (nl == 4 && strncmp(p, "mstd", 4) == 0) dst = mstd;
-        else if (!(nl == 3 && strncmp(p, "inc", 3) == 0)) {
+        size_t len = strcspn(p, "-"), nl = aa_name_len(p, len);
+        int i = aa_part(p, nl);
+        if (i < 0) {
             vil_error("the part '%.*s' is not one vil's RandAugment has (n, m, mstd, inc)", (int)len, p);
             return VIL_EUSAGE;
         }
-        if (len == nl || len - nl >= sizeof n) {
+        if (given[i]) {
+            vil_error("the part %s is given twice: give it once", AA_PARTS[i]);
+            return VIL_EUSAGE;
+        }
+        given[i] = 1;
+        if (len == nl || len - nl >= sizeof vals[i]) {
             vil_error("the part '%.*s' wants a value, e.g. m9", (int)len, p);
             return VIL_EUSAGE;
         }
-        if (dst) snprintf(dst, sizeof n, "%.*s", (int)(len - nl), p + nl);
+        snprintf(vals[i], sizeof vals[i], "%.*s", (int)(len - nl), p + nl);
+        if (AA_KEYS[i] == NULL && strcmp(vals[i], "0") != 0 && strcmp(vals[i], "1") != 0) {
+            vil_error("the part '%.*s': inc takes 0 or 1 (either gives timm's increasing ops, which vil "
+                      "has)", (int)len, p);
+            return VIL_EUSAGE;
+        }
         p += len;
     }
+    const char *n = vals[0], *m = vals[1], *mstd = vals[2];
     VilTrainConfig keep = *t;
     int rc = vil_train_config_set(c, t, "randaug_n", n);
     if (rc == 0) rc = vil_train_config_set(c, t, "randaug_m", m);
     if (rc == 0) rc = vil_train_config_set(c, t, "randaug_mstd", mstd);
     if (rc != 0) *t = keep;
     return rc;
+}
+
+/* timm's --opt names (its optimizer factory's registry) that vil has: sgd is torch.optim.SGD
+ * with nesterov=True (nesterov its alias), momentum the same with nesterov=False, adam
+ * torch.optim.Adam; vil's own key keeps its default nesterov = 0 (-1: the name implies none) */
+static const struct {
+    const char *timm, *optimizer;
+    int nesterov;
+} TIMM_OPTS[] = {{"sgd", "sgd", 1}, {"nesterov", "sgd", 1}, {"momentum", "sgd", 0}, {"adam", "adam", -1},
+                 {"adamw", "adamw", -1}, {"lamb", "lamb", -1}, {"lambc", "lambc", -1}};
+
+static int set_opt(VilConfig *c, VilTrainConfig *t, const char *value) {
+    for (size_t i = 0; i < sizeof TIMM_OPTS / sizeof TIMM_OPTS[0]; i++) {
+        if (strcasecmp(value, TIMM_OPTS[i].timm) != 0) continue;
+        VilTrainConfig keep = *t;
+        int rc = vil_train_config_set(c, t, "optimizer", TIMM_OPTS[i].optimizer);
+        if (rc == 0 && TIMM_OPTS[i].nesterov >= 0)
+            rc = vil_train_config_set(c, t, "nesterov", TIMM_OPTS[i].nesterov ? "1" : "0");
+        if (rc != 0) *t = keep;
+        return rc;
+    }
+    vil_error("not one of timm's optimizers vil has: sgd or nesterov (SGD with Nesterov momentum), "
+              "momentum (SGD, classical momentum), adam, adamw, lamb, lambc");
+    return VIL_EUSAGE;
 }
 
 int vil_train_config_set_timm(VilConfig *c, VilTrainConfig *t, const VilTimmFlag *f, const char *value,
@@ -264,6 +352,10 @@ int vil_train_config_set_timm(VilConfig *c, VilTrainConfig *t, const VilTimmFlag
     int rc = 0;
     if (f->conv == VIL_TIMM_KEY) {
         rc = vil_train_config_set(c, t, f->key, value);
+    } else if (f->conv == VIL_TIMM_SWITCH) {
+        rc = vil_train_config_set(c, t, f->key, "1");
+    } else if (f->conv == VIL_TIMM_OPT) {
+        rc = set_opt(c, t, value);
     } else if (f->conv == VIL_TIMM_AA) {
         rc = set_aa(c, t, value);
     } else if (f->conv == VIL_TIMM_LR) {
@@ -276,7 +368,7 @@ int vil_train_config_set_timm(VilConfig *c, VilTrainConfig *t, const VilTimmFlag
     vil_error_release(&cap);
     if (rc == 0) return 0;
     char shown[80];
-    vil_printable(shown, sizeof shown, value);
+    vil_printable(shown, sizeof shown, value ? value : "");
     if (f->conv == VIL_TIMM_LR) vil_error("%s wants a number in (0, 100], the absolute peak lr (got '%s')", f->flag, shown);
     else vil_error("%s '%s': %s", f->flag, shown, cap.msg);
     return rc;
@@ -285,7 +377,7 @@ int vil_train_config_set_timm(VilConfig *c, VilTrainConfig *t, const VilTimmFlag
 int vil_train_config_set_lr(VilTrainConfig *t, double lr, long global_batch) {
     double global = (double)global_batch;
     double base = lr * 512.0 / global;
-    if (!(base > 0.0) || base > 100.0 || !isnormal((float)base)) {
+    if (!((float)base > 0.0f) || base > 100.0) {
         vil_error("--lr %g at a global batch of %.0f makes base_lr %g, outside (0, 100]", lr, global, base);
         return VIL_EUSAGE;
     }

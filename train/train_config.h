@@ -16,10 +16,10 @@ typedef struct {
     float warmup_lr;         /* linear warmup from this ... */
     float warmup_epochs;     /* ... over this many epochs (fractions allowed) */
     float min_lr;            /* cosine floor */
-    float weight_decay;      /* AdamW, only on tensors with VilParamInfo.decay */
+    float weight_decay;      /* only on tensors with VilParamInfo.decay (adamw: decoupled; adam, sgd: L2) */
     float beta1, beta2, adam_eps;
     float momentum;          /* sgd: torch.optim.SGD's momentum */
-    int nesterov;            /* sgd: 1 for Nesterov momentum */
+    int nesterov;            /* sgd: 1 for Nesterov momentum (0 by default; timm's --opt sgd: 1) */
     char sched[16];          /* lr schedule after the warmup: cosine, step, multistep, const_cosine */
     float decay_epochs;      /* step: decay every this many epochs */
     float decay_rate;        /* step, multistep: the factor of each decay */
@@ -83,6 +83,8 @@ typedef enum {
     VIL_TIMM_KEY,   /* the value is the key's */
     VIL_TIMM_LR,    /* the absolute peak lr: base_lr = lr * 512 / global batch, once it is known */
     VIL_TIMM_AA,    /* timm's RandAugment string: randaug_n, randaug_m, randaug_mstd */
+    VIL_TIMM_OPT,   /* timm's optimizer name: optimizer, and nesterov where the name implies it */
+    VIL_TIMM_SWITCH, /* a flag without a value, as timm's store_true: the key set to 1 */
     VIL_TIMM_HINT,  /* no vil key: the note says what vil has instead */
 } VilTimmConv;
 typedef struct VilTimmFlag {
@@ -96,8 +98,14 @@ extern const VilTimmFlag vil_timm_flags[];
 extern const int vil_timm_flag_count;
 /* The row of a flag ("--lr", "-b") or of timm's name ("lr", "batch_size"), or NULL. */
 const VilTimmFlag *vil_timm_find(const char *name);
-/* Apply one timm flag's value. VIL_TIMM_LR keeps the lr in *lr for vil_train_config_set_lr. 0, or
- * VIL_EUSAGE (reported, naming the flag). */
+/* The keys a timm flag sets with this value (at most 3, into keys): its key (--lr: base_lr);
+ * --aa the keys of the parts given (rand-m9: randaug_m; none: randaug_n). The keys it only
+ * implies are not among them (--opt sgd: nesterov; --aa rand-m9: randaug_n, randaug_mstd at
+ * timm's defaults), so a --set of one refines the flag. How many. */
+int vil_timm_keys(const VilTimmFlag *f, const char *value, const char *keys[3]);
+/* Apply one timm flag's value (VIL_TIMM_SWITCH: value ignored), the keys it implies included.
+ * VIL_TIMM_LR keeps the lr in *lr for vil_train_config_set_lr. 0, or VIL_EUSAGE (reported,
+ * naming the flag). */
 int vil_train_config_set_timm(VilConfig *c, VilTrainConfig *t, const VilTimmFlag *f, const char *value,
                               double *lr);
 /* base_lr from an absolute peak lr at this global batch. 0, or VIL_EUSAGE (reported). */

@@ -185,7 +185,8 @@ typedef struct {
 
 /* optimizer.c: one AdamW step on n parameters (f32 master p; the working copy refreshed when
  * work is not NULL); decoupled weight decay on the elements whose decay[i] is nonzero (decay
- * NULL: on all). step is 1 for the first update. */
+ * NULL: on all). step is 1 for the first update. With l2, torch.optim.Adam instead: the weight
+ * decay added to the gradient before the moments (g + wd p), none in the update. */
 typedef struct {
     float *p;
     void *work;                    /* the backend's working copy, or NULL */
@@ -195,6 +196,7 @@ typedef struct {
     size_t n;
     float lr, beta1, beta2, eps, wd;
     int step;
+    int l2;                        /* 1: Adam's L2 weight decay; 0: AdamW's decoupled one */
 } VilAdamW;
 /* optimizer.c: one step of torch.optim.SGD (dampening 0) on n parameters, with L2 weight decay
  * (coupled, as timm applies it) on the elements whose decay[i] is nonzero:

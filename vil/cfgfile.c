@@ -4,6 +4,7 @@
 
 #include <cJSON.h>
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +58,18 @@ static int set_value(const VilKey *k, void *base, const char *value) {
         }
         *(int *)dst = (int)v;
     } else if (k->type == VIL_KEY_FLOAT) {
-        double v;
-        if (vil_parse_float(value, &v) != 0 || v < k->lo || v > k->hi) {
+        double v = 0.0;
+        int prc = vil_parse_float(value, &v);
+        /* a nonzero number the key's float cannot hold (below ~1.4e-45, a double's 1e-400 too):
+         * it would be 0, which for some keys means "off" or "forever"; one a float holds as a
+         * subnormal (1e-40) is taken as that float */
+        int to_zero = prc == -3 || (prc == 0 && v != 0.0 && (float)v == 0.0f);
+        if (to_zero && k->lo <= 0.0 && k->hi >= 0.0) {
+            vil_error("config key '%s': '%s' is too small for a float (it would be 0; the smallest is "
+                      "%g): give 0 for 0", k->name, shown, (double)FLT_TRUE_MIN);
+            return VIL_EUSAGE;
+        }
+        if (prc != 0 || v < k->lo || v > k->hi) {
             vil_error("config key '%s' wants a number in [%g, %g], got '%s'", k->name, k->lo, k->hi, shown);
             return VIL_EUSAGE;
         }

@@ -298,8 +298,10 @@ int vil_parse_float(const char *s, double *out) {
     if (!s || !decimal_syntax(s, 1)) return -1;
     errno = 0;
     double v = strtod(s, NULL);
-    /* overflow, or a nonzero value below the smallest normal double */
-    if (errno || !isfinite(v)) return -2;
+    if (!isfinite(v)) return -2; /* overflow */
+    /* ERANGE also marks a subnormal result, which is a number (1e-320 is taken as it is); only a
+     * nonzero number that became 0 is not ("0e-999" is 0 without ERANGE) */
+    if (errno == ERANGE && v == 0.0) return -3;
     *out = v;
     return 0;
 }

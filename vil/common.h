@@ -91,8 +91,9 @@ double vil_now(void); /* seconds, monotonic */
 /* ---- strings ---- */
 /* Strict number parsing: the whole string is a decimal number (an optional '-', digits; for a
  * float an optional fraction and exponent: no spaces, '+', hex, inf or nan). 0 on success, -1
- * when s is no such number, -2 when it is one out of range (a long; a finite double, no
- * underflow). */
+ * when s is no such number, -2 when it is one out of range (a long; a finite double), -3 (a
+ * float) when it is a nonzero number too small for a double (it would be 0). A subnormal double
+ * (1e-320) is a number: 0 and its value. */
 int vil_parse_int(const char *s, long *out);
 int vil_parse_float(const char *s, double *out);
 /* The offset of the first byte of s[0..n) that breaks UTF-8, or n when all of it is valid.

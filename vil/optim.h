@@ -44,13 +44,16 @@ typedef struct {
 
 /* torch.optim.AdamW (vil/optimizer.c): moments "adam_m" and "adam_v" */
 extern const VilOptim vil_optim_adamw;
+/* torch.optim.Adam, L2 weight decay added to the gradient (timm's --opt adam): AdamW's op in its
+ * l2 mode, the same "adam_m" and "adam_v" */
+extern const VilOptim vil_optim_adam;
 /* torch.optim.SGD with momentum (Nesterov when VilOptimHyper.nesterov), L2 weight decay:
  * "momentum_buffer" */
 extern const VilOptim vil_optim_sgd;
 /* timm's Lamb (lambc: its trust ratio clipped at 1): "lamb_exp_avg", "lamb_exp_avg_sq" */
 extern const VilOptim vil_optim_lamb, vil_optim_lambc;
 
-/* The optimizer named name ("adamw", "sgd", "lamb", "lambc"), or NULL when there is none of that name. */
+/* The optimizer named name ("adamw", "adam", "sgd", "lamb", "lambc"), or NULL when there is none of that name. */
 const VilOptim *vil_optim_find(const char *name);
 /* The optimizers' names, comma-separated, into buf (cut to n); returns buf. */
 const char *vil_optim_names(char *buf, size_t n);

@@ -1,6 +1,7 @@
 /* optimizer.c: the optimizers' updates (their formulas in backend.h): AdamW with bias
  * correction and decoupled weight decay, as torch.optim.AdamW: p -= lr * (wd * p + m_hat /
- * (sqrt(v_hat) + eps)); SGD with momentum, as torch.optim.SGD; timm's Lamb. One call updates
+ * (sqrt(v_hat) + eps)), or Adam's L2 decay (torch.optim.Adam: g + wd * p into the moments); SGD
+ * with momentum, as torch.optim.SGD; timm's Lamb. One call updates
  * every parameter tensor of the model (they are contiguous); decay[i] = 0 exempts element i from
  * weight decay (1-D tensors: biases, norms, D; pos_embed, cls_token: doc/models.md#weight-decay),
  * decay = NULL decays all. */
@@ -14,17 +15,18 @@ void adamw_update(const VilAdamW *args) {
     const unsigned char *decay = args->decay;
     size_t n = args->n;
     float lr = args->lr, beta1 = args->beta1, beta2 = args->beta2, eps = args->eps, wd = args->wd;
-    int step = args->step;
+    int step = args->step, l2 = args->l2;
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
+        float wdi = (!decay || decay[i]) ? wd : 0.0f;
+        /* Adam: the decay in the gradient; AdamW: in the update (gi, wdu) */
+        float gi = l2 ? g[i] + wdi * p[i] : g[i], wdu = l2 ? 0.0f : wdi;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        float wdi = (!decay || decay[i]) ? wd : 0.0f;
-        p[i] -= lr * (wdi * p[i] + (mi / bc1) / (sqrtf(vi / bc2) + eps));
+        p[i] -= lr * (wdu * p[i] + (mi / bc1) / (sqrtf(vi / bc2) + eps));
     }
 }
 
