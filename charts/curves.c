@@ -53,7 +53,7 @@ static void grow(void **a, int n, int *cap, size_t size) {
     *a = vil_realloc(*a, (size_t)*cap * size);
 }
 
-static void add_line(VilRunMetrics *m, const cJSON *o, int *cap_t, int *cap_e) {
+static void add_line(VilRunMetrics *m, const cJSON *o, int *cap_t, int *cap_e, int *cap_r) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
     long step = step_of(o);
     if (!cJSON_IsObject(o) || !cJSON_IsString(type) || step < 0) {
@@ -75,6 +75,10 @@ static void add_line(VilRunMetrics *m, const cJSON *o, int *cap_t, int *cap_e) {
             step, num(o, "epoch"), num(o, "top1"), num(o, "top5"), num(o, "loss"),
             num(o, "ema_top1"), num(o, "ema_top5"), num(o, "ema_loss"), num(o, "images"),
             num(o, "time")};
+    } else if (!strcmp(type->valuestring, "resume")) {
+        while (m->n_rebatch && m->rebatch[m->n_rebatch - 1].step >= step) m->n_rebatch--, m->replaced++;
+        grow((void **)&m->rebatch, m->n_rebatch, cap_r, sizeof *m->rebatch);
+        m->rebatch[m->n_rebatch++] = (VilRebatch){step, num(o, "global_batch"), num(o, "from_global_batch")};
     } else {
         m->other_lines++;
     }
@@ -88,7 +92,7 @@ int vil_run_metrics_read(const char *run_dir, VilRunMetrics *m) {
     char *buf = (char *)vil_read_file(path, &n);
     free(path);
     if (!buf) return -1;
-    int cap_t = 0, cap_e = 0;
+    int cap_t = 0, cap_e = 0, cap_r = 0;
     for (const char *p = buf, *end = buf + n; p < end;) {
         const char *e = memchr(p, '\n', (size_t)(end - p));
         if (!e) e = end;
@@ -96,7 +100,7 @@ int vil_run_metrics_read(const char *run_dir, VilRunMetrics *m) {
         while (p < e && (*p == 0 || *p == ' ' || *p == '\t' || *p == '\r')) p++;
         if (p < e) {
             cJSON *o = parse_line(p, e);
-            if (o) add_line(m, o, &cap_t, &cap_e);
+            if (o) add_line(m, o, &cap_t, &cap_e, &cap_r);
             else m->bad_lines++;
             cJSON_Delete(o);
         }
@@ -109,6 +113,7 @@ int vil_run_metrics_read(const char *run_dir, VilRunMetrics *m) {
 void vil_run_metrics_free(VilRunMetrics *m) {
     free(m->train);
     free(m->eval);
+    free(m->rebatch);
     memset(m, 0, sizeof *m);
 }
 
@@ -201,10 +206,11 @@ static void legend_name(char *dst, size_t cap, const char *name, const char *suf
 
 /* one run's columns for the chart */
 typedef struct {
+    double *rs, *rloss, *rlr;             /* the resumes at another global batch (n_rebatch) */
     double *ts, *loss, *lr, *ips;         /* (n_train) */
     double *loss_s, *ips_s;               /* smoothed (n_train), or NULL: too few points */
     double *es, *top1, *ema_top1, *vloss; /* (n_eval) */
-    char name[4][160];                    /* plain, " (train)", " (val)", " (EMA)" */
+    char name[5][160];                    /* plain, " (train)", " (val)", " (EMA)", the resumes */
 } Cols;
 
 static int any_finite(const double *v, int n) {
@@ -313,16 +319,33 @@ char *vil_curves_svg(const VilRunMetrics *runs, const char *const *labels, int n
             k->es[i] = (double)p->step, k->top1[i] = p->top1, k->ema_top1[i] = p->ema_top1;
             k->vloss[i] = p->loss;
         }
+        /* a resume at another global batch: marked on the loss and the lr at its step (the first
+         * logged point after it), where the curves' steps change their size */
+        int nr = m->n_rebatch;
+        k->rs = vil_malloc(((size_t)nr * 3 + 1) * sizeof(double)), k->rloss = k->rs + nr, k->rlr = k->rs + 2 * nr;
+        for (int i = 0, j = 0; i < nr; i++) {
+            while (j < nt && m->train[j].step <= m->rebatch[i].step) j++;
+            k->rs[i] = (double)m->rebatch[i].step;
+            k->rloss[i] = j < nt ? m->train[j].loss : NAN, k->rlr[i] = j < nt ? m->train[j].lr : NAN;
+        }
         if (nt) last = fmax(last, k->ts[nt - 1]);
         if (ne) last = fmax(last, k->es[ne - 1]);
         any_eval |= any_finite(k->top1, ne) || any_finite(k->ema_top1, ne);
         static const char *const SUFFIX[4] = {"", " (train)", " (val)", " (EMA)"};
         for (int j = 0; j < 4; j++) legend_name(k->name[j], sizeof k->name[j], labels[r], SUFFIX[j]);
+        if (nr) {
+            char what[64];
+            const VilRebatch *b = &m->rebatch[nr - 1];
+            if (nr == 1 && isfinite(b->from_global_batch) && isfinite(b->global_batch))
+                snprintf(what, sizeof what, " (batch %.0f\xe2\x86\x92%.0f)", b->from_global_batch, b->global_batch);
+            else snprintf(what, sizeof what, " (%d batch changes)", nr);
+            legend_name(k->name[4], sizeof k->name[4], labels[r], what);
+        }
     }
-    /* at most 3 series a run in a panel; every run's pale raw points first, so that no run's
+    /* at most 4 series a run in a panel; every run's pale raw points first, so that no run's
      * band covers another's line */
-    VilChartSeries *s = vil_calloc((size_t)n * 12, sizeof *s), *loss = s, *top1 = s + 3 * n,
-                   *lr = s + 6 * n, *ips = s + 9 * n;
+    VilChartSeries *s = vil_calloc((size_t)n * 16, sizeof *s), *loss = s, *top1 = s + 4 * n,
+                   *lr = s + 8 * n, *ips = s + 12 * n;
     int n_loss = 0, n_top1 = 0, n_lr = 0, n_ips = 0;
     for (int r = 0; r < n; r++) {
         const Cols *k = &c[r];
@@ -340,6 +363,9 @@ char *vil_curves_svg(const VilRunMetrics *runs, const char *const *labels, int n
         add_series(top1, &n_top1, k->name[3], ne, k->es, k->ema_top1, 1, r, mk, VIL_MARK_SQUARE);
         add_series(lr, &n_lr, k->name[0], nt, k->ts, k->lr, 0, r, 0, VIL_MARK_CIRCLE);
         add_series(ips, &n_ips, k->name[0], nt, k->ts, k->ips_s ? k->ips_s : k->ips, 0, r, 0, VIL_MARK_CIRCLE);
+        int nr = runs[r].n_rebatch;
+        add_series(loss, &n_loss, k->name[4], nr, k->rs, k->rloss, 0, r, VIL_CHART_MARKERS, VIL_MARK_SQUARE);
+        add_series(lr, &n_lr, k->name[4], nr, k->rs, k->rlr, 0, r, VIL_CHART_MARKERS, VIL_MARK_SQUARE);
     }
     /* one x range for all four, from step 0, so the panels line up and a short run overlaid
      * on a long one shows where it stopped; throughput from 0 so a 2% dip looks like one */
@@ -369,7 +395,7 @@ char *vil_curves_svg(const VilRunMetrics *runs, const char *const *labels, int n
         }
     }
     char *svg = vil_chart_svg(title, p, 4, 2);
-    for (int r = 0; r < n; r++) free(c[r].ts);
+    for (int r = 0; r < n; r++) free(c[r].ts), free(c[r].rs);
     free(c);
     free(s);
     return svg;

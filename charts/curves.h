@@ -22,10 +22,18 @@ typedef struct {
     double images, time;
 } VilEvalPoint;
 
+/* a resume at another global batch ("resume" lines): from that step on, a step is another
+ * number of images */
+typedef struct {
+    long step;
+    double global_batch, from_global_batch;
+} VilRebatch;
+
 typedef struct {
     VilTrainPoint *train;
     VilEvalPoint *eval;
-    int n_train, n_eval;
+    VilRebatch *rebatch;
+    int n_train, n_eval, n_rebatch;
     int bad_lines;   /* lines that are not a JSON object with a "step" (a torn last line) */
     int other_lines; /* lines of a "type" other than train and eval */
     int replaced;    /* points dropped for a later line at the same or an earlier step */

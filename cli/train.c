@@ -129,13 +129,20 @@ int vil_cmd_train(int argc, char **argv) {
         /* nothing to start a fresh run from: the run in --out, resumed as --resume OUT */
         if (!out || !vil_train_resume_auto(out)) {
             char shown[80];
-            if (out)
+            long holder = out ? vil_train_out_holder(out) : 0;
+            char pid[24] = "unknown";
+            if (holder > 0) snprintf(pid, sizeof pid, "%ld", holder);
+            if (holder) /* a run at work that has not saved yet: not a folder without a run */
+                fprintf(stderr, "vil train: --resume auto: '%s' is in use by another vil train (pid %s) "
+                                "that has saved no state yet: wait for it to end, or choose another "
+                                "--out\n", vil_printable(shown, sizeof shown, out), pid);
+            else if (out)
                 fprintf(stderr, "vil train: --resume auto: '%s' holds no run to continue, and a fresh "
                                 "run there needs --config CFG\n", vil_printable(shown, sizeof shown, out));
             else
                 fprintf(stderr, "vil train: --resume auto continues the run in --out DIR, or starts one "
                                 "there from --config CFG: give --out (and --config)\n");
-            return 2;
+            return holder ? 1 : 2;
         }
         resume = out;
         resume_auto = 0;

@@ -564,7 +564,7 @@ static void test_diverge_and_errors(void) {
     rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 1 && strstr(out, "nothing.state.safetensors"), "resume from a missing state: exit 1: %s", out);
 
-    /* SIGINT: the step finishes, the run is saved, exit 1 with the resume command */
+    /* SIGINT: the step finishes, the run is saved, exit 130 (128 + SIGINT) with the resume command */
     snprintf(cmd, sizeof cmd,
              "bin/vil train --config %s --data %s --out %s/runE --device cpu --set epochs=1000 "
              "--set eval_every_epochs=0 > %s/e.log 2>&1 & pid=$!; "
@@ -575,8 +575,9 @@ static void test_diverge_and_errors(void) {
     size_t n;
     snprintf(p, sizeof p, "%s/e.log", dir);
     char *log = (char *)vil_read_file(p, &n);
-    T_CHECK(atoi(out) == 1 && log && strstr(log, "interrupted") && strstr(log, "--resume"),
-            "SIGINT: saved, exit 1 (%s): %s", out, log ? log + (n > 600 ? n - 600 : 0) : "");
+    T_CHECK(atoi(out) == 130 && log && strstr(log, "interrupted") && strstr(log, "--resume") &&
+                strstr(log, "stopped by SIGINT") && !strstr(log, "vil: error"),
+            "SIGINT: saved, exit 130, not an error (%s): %s", out, log ? log + (n > 600 ? n - 600 : 0) : "");
     free(log);
     snprintf(p, sizeof p, "%s/runE/last.state.safetensors", dir);
     VilSafetensors s;
@@ -1463,6 +1464,126 @@ static void test_out_lock(void) {
             meta_num(st, "vil.step"), rc, out);
 }
 
+/* the lr of doc/recipe.md's schedule at position pos (of total, warmup W), written out here */
+static double lr_formula(long pos, long total, long W, double peak, double wl, double min_lr) {
+    if (pos < W) return wl + (peak - wl) * (double)pos / (double)W;
+    return min_lr + 0.5 * (peak - min_lr) * (1.0 + cos(M_PI * (double)(pos - W) / (double)(total - W)));
+}
+
+/* Issue 45 item 14: a resume at another global batch with --force keeps the position in images:
+ * the epoch goes on after the images it had trained, the lr schedule goes on from that place,
+ * every epoch runs to its end, and the curves mark the resume. Batch 16 (12 steps an epoch) to
+ * step 5 (80 images), then batch 32 (6 steps an epoch): epoch 1 goes on at batch 2 (64 images:
+ * 16 seen again), the schedule at position 2 of 12, and the run ends after 2 + 10 more updates:
+ * step 15, 2 epochs. */
+static void test_rebatch(void) {
+    const char *o = path("runRebatch");
+    char cmd[9000], out[1 << 15], st[4200], mpath[4200];
+    snprintf(st, sizeof st, "%s/last.state.safetensors", o);
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", o);
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s --device cpu --progress none "
+             "--stop-after 5 2>&1", path("tiny.cfg"), dir, o);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && meta_num(st, "vil.step") == 5, "batch 16 to step 5 (rc %d)", rc);
+    snprintf(cmd, sizeof cmd, "bin/vil train --resume %s --data %s --device cpu --progress none --set batch=32 "
+             "--force 2>&1", o, dir);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "resuming a run of global batch 16 at 32 (--force): epoch 1 goes on after its 80 "
+                                   "images, at batch 2 of 6") &&
+                strstr(out, "done: 15 steps (2 epochs)") && meta_num(st, "vil.step") == 15 &&
+                meta_num(st, "vil.sched_offset") == 3 && meta_num(st, "vil.epoch") == 2,
+            "resumed at batch 32: the same place in the epoch, both epochs run to their ends, step 15 "
+            "(rc %d): %s", rc, out);
+    /* the schedule from the place in images: each logged lr against the formula at its position
+     * (the update before step s runs at position s - 1 - offset) */
+    static char lines[64][512];
+    int n = metric_lines(mpath, lines, 64), resumes = 0, lr_ok = 1, evals = 0, steps = 0;
+    VilTrainConfig t;
+    vil_train_config_default(&t);
+    double peak32 = 0.05 * 32 / 512.0, peak16 = 0.05 * 16 / 512.0;
+    for (int i = 0; i < n; i++) {
+        cJSON *l = cJSON_Parse(lines[i]);
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(l, "type"), *sp = cJSON_GetObjectItemCaseSensitive(l, "step");
+        long step = cJSON_IsNumber(sp) ? (long)sp->valuedouble : -1;
+        if (cJSON_IsString(ty) && !strcmp(ty->valuestring, "resume")) {
+            const cJSON *f = cJSON_GetObjectItemCaseSensitive(l, "from_global_batch"),
+                        *g = cJSON_GetObjectItemCaseSensitive(l, "global_batch");
+            resumes += step == 5 && cJSON_IsNumber(f) && f->valuedouble == 16 && cJSON_IsNumber(g) && g->valuedouble == 32;
+        } else if (cJSON_IsString(ty) && !strcmp(ty->valuestring, "train")) {
+            double lr = cJSON_GetObjectItemCaseSensitive(l, "lr")->valuedouble, want;
+            if (step <= 5) want = lr_formula(step - 1, 24, 6, peak16, t.warmup_lr, 1e-5);
+            else want = lr_formula(step - 1 - 3, 12, 3, peak32, t.warmup_lr, 1e-5);
+            if (fabs(lr - want) > 1e-6 * want + 1e-9) {
+                lr_ok = 0;
+                printf("  step %ld: lr %.9g, want %.9g\n", step, lr, want);
+            }
+            steps++;
+        } else if (cJSON_IsString(ty) && !strcmp(ty->valuestring, "eval")) {
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(l, "epoch");
+            evals += cJSON_IsNumber(e) && ((step == 9 && e->valuedouble == 1) || (step == 15 && e->valuedouble == 2));
+        }
+        cJSON_Delete(l);
+    }
+    T_CHECK(resumes == 1 && lr_ok && steps == 15 && evals == 2,
+            "metrics.jsonl: a resume line (16 -> 32) at step 5, 15 steps whose lr follows the schedule by "
+            "place in images, evaluations at the ends of epochs 1 (step 9) and 2 (step 15) (%d, %d, %d, %d)",
+            resumes, lr_ok, steps, evals);
+    char svg[4200];
+    snprintf(svg, sizeof svg, "%s/curves.svg", o);
+    T_CHECK(count_in(svg, "batch 16\xe2\x86\x92" "32") >= 1, "curves.svg marks the resume at another batch");
+}
+
+/* Issue 45 item 20: --resume auto without --config on a folder a live run holds before its
+ * first save names the holder (it said "holds no run to continue") */
+static void test_resume_auto_holder(void) {
+    const char *o = path("runHolder"), *bin = getenv("VIL_BIN");
+    if (!bin || !*bin) bin = "bin/vil";
+    char first[9000], cmd[9000], out[1 << 14], lock[4200];
+    snprintf(lock, sizeof lock, "%s/train.lock", o);
+    snprintf(first, sizeof first, "exec %s train --config %s --data %s --out %s --device cpu --quiet "
+             "--set batch=1 --set epochs=200 --set eval_every_epochs=0 > %s 2>&1", bin, path("tiny.cfg"), dir, o,
+             path("holder.log"));
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", first, (char *)NULL);
+        _exit(127);
+    }
+    /* the lock holds its pid before the first step: paused there, it has saved nothing */
+    double t0 = vil_now();
+    size_t n = 0;
+    char *held = NULL;
+    while (vil_now() - t0 < 60) {
+        FILE *f = fopen(lock, "r");
+        char buf[32] = "";
+        if (f) {
+            n = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+        }
+        if (n > 0) {
+            kill(pid, SIGSTOP);
+            held = strdup(buf);
+            break;
+        }
+        usleep(20000);
+    }
+    char state[4200], want[64];
+    snprintf(state, sizeof state, "%s/last.state.safetensors", o);
+    snprintf(want, sizeof want, "pid %ld", (long)pid);
+    snprintf(cmd, sizeof cmd, "bin/vil train --resume auto --out %s --data %s --device cpu 2>&1", o, dir);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(held && access(state, F_OK) != 0 && rc == 1 && strstr(out, "in use") && strstr(out, want) &&
+                !strstr(out, "holds no run"),
+            "--resume auto on a folder a run holds before its first save: names the holder (rc %d): %s", rc, out);
+    kill(pid, SIGKILL);
+    kill(pid, SIGCONT);
+    waitpid(pid, NULL, 0);
+    free(held);
+    /* and once the holder is gone, the folder holds no run: said as before */
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 2 && strstr(out, "holds no run to continue"), "the holder gone: no run to continue (rc %d): %s", rc,
+            out);
+}
+
 /* Issue 45 item 5: a hard link at OUT/train.lock would have the linked file truncated and
  * overwritten with the pid: refused, the file unchanged; a symlink there is refused too */
 static void test_lock_links(void) {
@@ -1572,6 +1693,8 @@ int main(void) {
     test_tampered_state();
     test_out_lock();
     test_lock_links();
+    test_rebatch();
+    test_resume_auto_holder();
     test_utf8_at_startup();
     corpus_rmtree(dir);
     return t_finish();

@@ -26,7 +26,7 @@ FILE *out_log(Trainer *T) {
 /* Validation passes still due: after every eval_every_epochs-th epoch and after the last. */
 static int evals_left(const Trainer *T) {
     if (!T->val_loader || T->spe < 1) return 0;
-    int every = T->tc->eval_every_epochs, last = (int)((T->total_steps - 1) / T->spe), n = 0;
+    int every = T->tc->eval_every_epochs, last = (int)((T->total_steps - T->sched_offset - 1) / T->spe), n = 0;
     for (int e = T->epoch; e <= last; e++) n += (e + 1) % every == 0 || e == last;
     return n;
 }
@@ -134,7 +134,8 @@ void print_header(Trainer *T, const char *init_note, const char *state_in) {
                    "openmpi-bin and rebuild to train with mpirun or srun)\n");
     fprintf(f, "steps: %d epoch%s x %ld = %ld", t->epochs, t->epochs == 1 ? "" : "s", T->spe,
             (long)t->epochs * T->spe);
-    if (T->total_steps < (long)t->epochs * T->spe) fprintf(f, ", stopping at max_steps %ld", T->total_steps);
+    if (T->total_steps - T->sched_offset < (long)t->epochs * T->spe)
+        fprintf(f, ", stopping at max_steps %ld", T->total_steps - T->sched_offset);
     fprintf(f, "; %s; drop path %g; EMA %g%s; clip %s\n", vil_optim_describe(t, opt, sizeof opt), c->drop_path,
             t->ema_decay, t->model_ema_warmup ? " (warmup)" : "", t->clip_grad > 0 ? "on (global norm, on the device)" : "off");
     fprintf(f, "aug:   %s JPEG decode, crop scale (%g, 1), flip %g, ", t->decode, t->scale_min, t->hflip);
@@ -173,7 +174,8 @@ int open_runlog(Trainer *T) {
                      .train_source = vil_dataset_source(T->ds), .train_images = vil_dataset_size(T->ds),
                      .val_source = T->val_ds ? vil_dataset_source(T->val_ds) : NULL,
                      .val_images = T->val_ds ? vil_dataset_size(T->val_ds) : 0, .ranks = T->world,
-                     .accum = T->accum, .global_batch = T->global_batch, .step = T->step};
+                     .accum = T->accum, .global_batch = T->global_batch, .step = T->step,
+                     .from_global_batch = T->from_global_batch};
     return vil_runlog_start(T->runlog, T->mc, T->tc, &s);
 }
 
@@ -182,6 +184,13 @@ void print_resplit(Trainer *T, long saved_world) {
     if (T->quiet) return;
     fprintf(T->log, "resuming a run of %ld rank%s on %d, at the same global batch of %ld\n", saved_world,
             saved_world == 1 ? "" : "s", T->world, T->global_batch);
+}
+
+void print_rebatch(Trainer *T, long saved_global, long epoch, long images, long batch) {
+    if (T->quiet) return;
+    fprintf(T->log, "resuming a run of global batch %ld at %ld (--force): epoch %ld goes on after its "
+                    "%ld images, at batch %ld of %ld; the lr schedule goes on from there\n",
+            saved_global, T->global_batch, epoch + 1, images, batch, T->spe);
 }
 
 /* A resumed run already at the end of its schedule. */

@@ -185,7 +185,19 @@ int vil_runlog_eval(VilRunLog *r, const VilEvalRecord *e) {
     return 0;
 }
 
+/* a resume at another global batch, in metrics.jsonl where the curves read it */
+static int put_rebatch(VilRunLog *r, const VilRunStart *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "resume");
+    cJSON_AddNumberToObject(o, "step", (double)s->step);
+    cJSON_AddNumberToObject(o, "global_batch", (double)s->global_batch);
+    cJSON_AddNumberToObject(o, "from_global_batch", (double)s->from_global_batch);
+    add_time(r, o);
+    return put_line(r, o);
+}
+
 int vil_runlog_start(VilRunLog *r, const VilConfig *mc, const VilTrainConfig *tc, const VilRunStart *s) {
+    if (s->from_global_batch > 0 && put_rebatch(r, s) != 0) return -1;
     /* config.cfg: the keys as --print-config gives them, which --config reads back */
     char *cfg = vil_path_join(r->dir, "config.cfg");
     char *text = NULL;
@@ -221,6 +233,7 @@ int vil_runlog_start(VilRunLog *r, const VilConfig *mc, const VilTrainConfig *tc
     cJSON_AddNumberToObject(o, "ranks", s->ranks);
     cJSON_AddNumberToObject(o, "accum_steps", s->accum);
     cJSON_AddNumberToObject(o, "global_batch", (double)s->global_batch);
+    if (s->from_global_batch > 0) cJSON_AddNumberToObject(o, "from_global_batch", (double)s->from_global_batch);
     cJSON_AddStringToObject(o, "data", s->data ? s->data : "");
     cJSON_AddStringToObject(o, "train", s->train_source ? s->train_source : "");
     cJSON_AddNumberToObject(o, "train_images", (double)s->train_images);

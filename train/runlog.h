@@ -38,6 +38,8 @@ typedef struct {
     long train_images, val_images;
     int ranks, accum;
     long global_batch;
+    long from_global_batch;   /* a resume at another global batch (--force): the run's before; 0:
+                               * none. metrics.jsonl gets a "resume" line, which curves.svg marks */
     long step;                /* where this start begins */
 } VilRunStart;
 /* config.cfg and a line of run.jsonl. 0, or -1 with a vil_error message. */

@@ -61,6 +61,26 @@ const char *vil_train_resume_auto(const char *out_dir) {
     return found ? out_dir : NULL;
 }
 
+long vil_train_out_holder(const char *out_dir) {
+    char *p = vil_path_join(out_dir, "train.lock");
+    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    free(p);
+    if (fd < 0) return 0;
+    long pid = 0;
+    struct stat st;
+    /* a shared lock is refused while a run holds its exclusive one; taken, it is dropped by the
+     * close (a run starting meanwhile waits no longer than that) */
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        char buf[32] = "";
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = 0;
+        pid = strtol(buf, NULL, 10);
+        if (pid <= 0) pid = -1;
+    }
+    close(fd);
+    return pid;
+}
+
 /* ---------------- the state file ---------------- */
 
 static int state_open(const char *path, VilSafetensors *st) {
@@ -274,7 +294,8 @@ static void refuse_other_batch(Trainer *T, const VilSafetensors *st, long saved_
                  by_accum ? "accum_steps" : "batch", by_accum ? accum : batch);
     vil_error("cannot resume: the run trained with a global batch of %ld (batch %d x %ld rank%s x %ld "
               "accum_steps), this start has %ld (%d x %d rank%s x %d): the lr and the steps per epoch "
-              "would change. Keep the batch: %s%s%s; or give --force to go on with %ld",
+              "would change. Keep the batch: %s%s%s; or give --force to go on with %ld from the same "
+              "place in the epoch (the schedule goes on where it was)",
               saved_global, saved_batch, saved_world, saved_world == 1 ? "" : "s", saved_accum,
               T->global_batch, b, W, W == 1 ? "" : "s", a, launch, *launch && *here ? "; or " : "",
               *launch || *here ? here : "set batch and accum_steps so that batch x ranks x accum_steps "
@@ -328,6 +349,11 @@ int state_restore(Trainer *T, const char *path) {
         meta_long(&st, path, "vil.step", 0, INT_MAX, &step) ||
         meta_long(&st, path, "vil.adam_step", 0, INT_MAX, &adam_step))
         goto done;
+    /* the schedule's position is step - vil.sched_offset (a resume at another global batch
+     * moves it: see below); states of older vils lack it: 0 */
+    long offset = 0;
+    int has_offset = vil_st_meta(&st, "vil.sched_offset") != NULL;
+    if (has_offset && meta_long(&st, path, "vil.sched_offset", -(1L << 40), 1L << 40, &offset)) goto done;
     /* states of older vils lack the split of the global batch */
     int has_global = vil_st_meta(&st, "vil.global_batch") != NULL;
     if ((vil_st_meta(&st, "vil.world") && meta_long(&st, path, "vil.world", 1, 1L << 20, &saved_world)) ||
@@ -345,19 +371,24 @@ int state_restore(Trainer *T, const char *path) {
      * not with steps left to train: "epoch 4/3". The epoch as this run will take it (below: an
      * epoch now shorter than the saved batch is over). */
     long ep_here = epoch + (eb >= T->spe), eb_here = eb >= T->spe ? 0 : eb;
-    if ((ep_here > T->tc->epochs || (ep_here == T->tc->epochs && eb_here > 0)) && step < T->total_steps) {
+    if ((ep_here > T->tc->epochs || (ep_here == T->tc->epochs && eb_here > 0)) && step - offset < T->total_steps) {
         char why[160];
         snprintf(why, sizeof why, "is past the run's %d epochs while vil.step = %ld is short of its "
-                 "%ld steps", T->tc->epochs, step, T->total_steps);
+                 "%ld steps", T->tc->epochs, step - offset, T->total_steps);
         state_bad(path, "vil.epoch", why);
         goto done;
     }
-    if (step < min_step) {
+    if (step - offset < min_step) {
         state_bad(path, "vil.step", "is smaller than vil.epoch + vil.epoch_batch (a step per batch)");
         goto done;
     }
     if (adam_step != step) {
         state_bad(path, "vil.adam_step", "differs from vil.step (one AdamW update per step)");
+        goto done;
+    }
+    if (has_offset && step - offset != epoch * spe + eb) {
+        state_bad(path, "vil.step", "is not vil.sched_offset + vil.epoch x vil.steps_per_epoch + "
+                                    "vil.epoch_batch (a step per batch)");
         goto done;
     }
     /* states of older vils lack it: unknown, and best.safetensors is then left as it is */
@@ -392,6 +423,15 @@ int state_restore(Trainer *T, const char *path) {
         free(d);
     }
     if (same_global && saved_world != T->world) print_resplit(T, saved_world);
+    if (has_global && !same_global) {
+        /* --force: the same place in the epoch in images (its batches at the saved global batch,
+         * in whole batches of this one: at most a batch's images are seen again), so epochs and
+         * the schedule go on where they were; the steps go on counting updates */
+        long images = eb * saved_global, eb_new = images / T->global_batch;
+        print_rebatch(T, saved_global, epoch, images, eb_new);
+        eb = eb_new;
+        T->from_global_batch = saved_global;
+    }
     if (eb >= T->spe) epoch++, eb = 0;
     if (spe != T->spe)
         vil_warn("the saved run had %ld steps per epoch, this one %ld (another dataset or batch?): "
@@ -428,6 +468,9 @@ int state_restore(Trainer *T, const char *path) {
     T->step = step;
     T->epoch = (int)epoch;
     T->epoch_batch = (int)eb;
+    /* the schedule's position in this run's steps per epoch: the end moves with it */
+    T->sched_offset = step - (epoch * T->spe + eb);
+    T->total_steps += T->sched_offset;
     rc = 0;
 done:
     free(mine);
@@ -556,6 +599,7 @@ static int save_all_here(Trainer *T, const float *new_best) {
     META("vil.epoch_batch", "%d", T->epoch_batch);
     META("vil.adam_step", "%d", vil_model_optim_steps(m));
     META("vil.steps_per_epoch", "%ld", T->spe);
+    META("vil.sched_offset", "%ld", T->sched_offset);
     META("vil.best_top1", "%.9g", T->best_top1);
     META("vil.best_step", "%ld", T->best_step);
     META("vil.world", "%d", T->world);

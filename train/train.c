@@ -510,7 +510,8 @@ static int is_log_step(const Trainer *T, long step, int batch) {
  * the loader ran dry on any rank (reported, saved). */
 static RunNext step(Trainer *T) {
     const VilTrainConfig *t = T->tc;
-    T->lr = (float)vil_sched_lr(t, T->step, T->total_steps, T->warmup_steps, T->spe, T->peak_lr);
+    T->lr = (float)vil_sched_lr(t, T->step - T->sched_offset, T->total_steps - T->sched_offset,
+                                T->warmup_steps, T->spe, T->peak_lr);
     VilStepParams sp = vil_step_params(t, T->lr);
     sp.dist = T->dist;
     vil_dist_progress("training", T->step + 1);
@@ -589,7 +590,8 @@ static RunNext log_progress(Trainer *T) {
     p.data_wait = dt > 0 ? T->wait_int / dt : 0;
     p.eta_s = eta_seconds(T, T->train_time);
     print_progress(T, &p);
-    if (T->runlog && vil_runlog_train(T->runlog, &p, (double)T->step / (double)T->spe) != 0) runlog_failed(T);
+    double epochs = (double)(T->step - T->sched_offset) / (double)T->spe;
+    if (T->runlog && vil_runlog_train(T->runlog, &p, epochs) != 0) runlog_failed(T);
     if (run->on_log) run->on_log(run->ctx, &p);
     T->t_int = vil_now();
     T->wait_int = 0;
@@ -796,7 +798,7 @@ VilTrainStatus vil_train(const VilTrainRun *run, VilTrainResult *res) {
     vil_dist_progress("the run's end", T->step);
     res->step = T->step;
     res->epoch = T->epoch;
-    res->epochs_done = T->spe > 0 ? (double)T->step / (double)T->spe : 0.0;
+    res->epochs_done = T->spe > 0 ? (double)(T->step - T->sched_offset) / (double)T->spe : 0.0;
     res->best_top1 = T->best_top1;
     res->last_loss = T->last_loss;
     res->seconds = vil_now() - T->t_start;

@@ -180,5 +180,8 @@ char *vil_train_out_dir(const char *out, const char *resume, const char *model_n
 /* --resume auto: out_dir when it holds a run's state (the run goes on), else NULL (a fresh run
  * starts there), so one command serves the first launch and every requeue. */
 const char *vil_train_resume_auto(const char *out_dir);
+/* The pid of the vil train that holds out_dir (its OUT/train.lock), -1 when one holds it but its
+ * pid is not written, 0 when none does. */
+long vil_train_out_holder(const char *out_dir);
 
 #endif

@@ -34,6 +34,11 @@ typedef struct {
     long step;
     int epoch, epoch_batch;
     long spe, total_steps, warmup_steps, global_batch;
+    /* T->step counts the updates; the schedule's position (lr, epochs) is step - sched_offset,
+     * which differs once a run resumed at another global batch (--force): total_steps is the
+     * step at which the schedule ends */
+    long sched_offset;
+    long from_global_batch; /* a resume at another global batch: the saved one; 0: none */
     double peak_lr;
     float best_top1, last_loss;
     long best_step; /* the step best.safetensors holds; -1: none yet, or a state too old to say */
@@ -101,6 +106,8 @@ double eta_seconds(const Trainer *T, double elapsed);
 void show_progress(Trainer *T);
 void print_header(Trainer *T, const char *init_note, const char *state_in);
 void print_resplit(Trainer *T, long saved_world);
+/* A resume at another global batch (--force): where in the epoch it goes on. */
+void print_rebatch(Trainer *T, long saved_global, long epoch, long images, long batch);
 void print_nothing_to_do(Trainer *T);
 void print_skipping(Trainer *T);
 void print_progress(Trainer *T, const VilTrainProgress *p);
