@@ -21,10 +21,12 @@
 /* a safetensors file, or a PyTorch .pth (ema: its model_ema); 0, or -1 reported */
 static int read_weights(const char *path, int ema, VilSafetensors *st, int *is_pth) {
     unsigned char head[4] = {0};
-    FILE *f = vil_fopen_regular(path, "rb"); /* a FIFO is refused, not waited on */
-    if (!f) return -1;
-    size_t got = fread(head, 1, 4, f);
-    fclose(f);
+    long got = vil_read_head(path, head, 4); /* a FIFO is refused, not waited on */
+    if (got < 0) {
+        char shown[1024];
+        vil_error("cannot read '%s': not a readable regular file", vil_printable(shown, sizeof shown, path));
+        return -1;
+    }
     *is_pth = got == 4 && vil_pth_sniff(head, 4) != 0;
     VilPthInfo info;
     if (*is_pth) return vil_pth_read(path, ema, st, &info);

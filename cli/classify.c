@@ -56,11 +56,8 @@ static int is_image(const char *path, const char *name) {
     for (size_t i = 0; dot && i < sizeof EXT / sizeof EXT[0]; i++)
         if (strcasecmp(dot, EXT[i]) == 0) return 1;
     unsigned char head[16];
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    size_t n = fread(head, 1, sizeof head, f);
-    fclose(f);
-    return vil_image_format(head, n) != VIL_FORMAT_UNKNOWN;
+    long n = vil_read_head(path, head, sizeof head);
+    return n > 0 && vil_image_format(head, (size_t)n) != VIL_FORMAT_UNKNOWN;
 }
 
 /* The images below dir (hidden entries and links to folders left out, as os.walk does) into

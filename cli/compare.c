@@ -87,11 +87,7 @@ static void make_labels(Row *rows, int nm, const char *const *names) {
 /* 1 for a PyTorch checkpoint (a zip archive): the one kind whose EMA --ema picks inside it */
 static int is_pth(const char *path) {
     unsigned char head[4] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    size_t n = fread(head, 1, 4, f);
-    fclose(f);
-    return n == 4 && memcmp(head, "PK\3\4", 4) == 0;
+    return vil_read_head(path, head, 4) == 4 && memcmp(head, "PK\3\4", 4) == 0;
 }
 
 static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int workers,

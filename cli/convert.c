@@ -55,10 +55,12 @@ int vil_cmd_convert(int argc, char **argv) {
         fprintf(stderr, "vil convert: --img-size must be >= 0\n");
         return 2;
     }
-    if (vil_checkpoint_format_of(out) < 0) { /* reported: the formats vil writes */
-        vil_args_usage(&spec, 1);
-        return 2;
-    }
+    if (vil_checkpoint_format_of(out) < 0) return 2; /* reported: the formats vil writes */
+    /* IN (and --names) are inputs, which OUT may not be (vil/files.h): checked before the load */
+    vil_inputs_track(1);
+    vil_input_add(in);
+    if (names) vil_input_add(names);
+    if (vil_output_check(out, NULL, NULL) != 0) return 2;
     VilModel m, back;
     VilCheckpointMeta meta, mb;
     VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};

@@ -2,9 +2,9 @@
  * items 1, 2 and 5). Library level: an output is refused when it exists and is not a regular
  * file (FIFO, symbolic link, folder, device), when it is one of the inputs (the same device and
  * inode: a hard link or ./x too) and when its extension says another format; the temporary file
- * of an atomic write is created exclusively under a name nobody can guess (a symbolic link
- * planted at the old predictable name is never followed) and the stale-temporary cleanup still
- * recognises it; appended logs (metrics.jsonl, run.jsonl) refuse links. Command level: the
+ * of an atomic write is created exclusively under a hidden name nobody can guess (a symbolic
+ * link planted at the old predictable name is never followed) and the stale-temporary cleanup
+ * still recognises it; appended logs (metrics.jsonl, run.jsonl) refuse links. Command level: the
  * commands refuse such outputs with exit 2 before doing their work, and leave what was there
  * unchanged. */
 #define _GNU_SOURCE
@@ -195,7 +195,8 @@ static void test_temporary(void) {
     int rc = quiet_write(out, "weights", msg, sizeof msg);
     T_CHECK(rc == 0 && holds(out, "weights") && holds(victim, "precious") && is_kind(planted, S_IFLNK),
             "the write goes elsewhere: the output written, the link's target unchanged (rc %d): %s", rc, msg);
-    T_CHECK(count_prefixed("saved.safetensors.tmp.") == 1, "no temporary left behind (only the planted link)");
+    T_CHECK(count_prefixed("saved.safetensors.tmp.") == 1 && count_prefixed("\\.saved.safetensors.tmp.") == 0,
+            "no temporary left behind (only the planted link)");
     unlink(planted);
 
     /* a temporary of a writer that died (a child killed while it wrote): recognised and removed
@@ -204,13 +205,13 @@ static void test_temporary(void) {
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0);
     char dead[4200], live[4200], odd[4200];
-    snprintf(dead, sizeof dead, "%s.tmp.%ld.k3j9x0a7b2c1", out, (long)child);
-    snprintf(live, sizeof live, "%s.tmp.%ld.aaaaaaaaaaaa", out, (long)getpid());
-    snprintf(odd, sizeof odd, "%s.tmp.%ld.notours", out, (long)child);
+    snprintf(dead, sizeof dead, "%s/.saved.safetensors.tmp.%ld.k3j9x0a7b2c1", dir, (long)child);
+    snprintf(live, sizeof live, "%s/.saved.safetensors.tmp.%ld.aaaaaaaaaaaa", dir, (long)getpid());
+    snprintf(odd, sizeof odd, "%s/.saved.safetensors.tmp.%ld.notours", dir, (long)child);
     corpus_write(dead, "x", 1), corpus_write(live, "x", 1), corpus_write(odd, "x", 1);
     int n = vil_remove_stale_temps(dir);
     T_CHECK(n == 1 && access(dead, F_OK) != 0 && access(live, F_OK) == 0 && access(odd, F_OK) == 0,
-            "stale temporaries: NAME.tmp.DEADPID.RANDOM removed (%d), a live one and a foreign name kept", n);
+            "stale temporaries: .NAME.tmp.DEADPID.RANDOM removed (%d), a live one and a foreign name kept", n);
     unlink(live), unlink(odd);
 }
 
@@ -361,6 +362,32 @@ static void test_commands(void) {
     rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0 && access(path("summary.json"), F_OK) == 0, "eval --results-file summary.json written (rc %d): %s",
             rc, out);
+    /* convert: OUT may not be IN (by any name), nor a link */
+    snprintf(cmd, sizeof cmd, "bin/vil convert %s %s 2>&1", model, model);
+    rc = run_keeps(cmd, out, sizeof out, model, &kept);
+    T_CHECK(rc == 2 && kept && strstr(out, "inputs"), "convert M M: refused, M unchanged (rc %d): %s", rc, out);
+    char *lpth = strdup(path("link.pth"));
+    symlink(victim, lpth);
+    snprintf(cmd, sizeof cmd, "bin/vil convert %s %s 2>&1", model, lpth);
+    rc = run_keeps(cmd, out, sizeof out, victim, &kept);
+    T_CHECK(rc == 2 && kept && strstr(out, "symbolic link") && is_kind(lpth, S_IFLNK),
+            "convert M link.pth: refused, the link's target unchanged (rc %d): %s", rc, out);
+    free(lpth);
+    /* plot: --out may not be the metrics it reads, by name or extension */
+    corpus_mkdir("%s%s", path("runP"), "");
+    const char *line = "{\"type\":\"train\",\"step\":1,\"loss\":2.5,\"lr\":0.001}\n";
+    char *metrics = strdup(path("runP/metrics.jsonl"));
+    corpus_write(metrics, line, strlen(line));
+    snprintf(cmd, sizeof cmd, "bin/vil plot %s --out %s 2>&1", path("runP"), metrics);
+    rc = run_keeps(cmd, out, sizeof out, metrics, &kept);
+    T_CHECK(rc == 2 && kept, "plot RUN --out RUN/metrics.jsonl: refused, the metrics unchanged (rc %d): %s", rc, out);
+    char *svgname = strdup(path("runP/metrics.svg"));
+    link(metrics, svgname); /* the same file under an .svg name */
+    snprintf(cmd, sizeof cmd, "bin/vil plot %s --out %s 2>&1", path("runP"), svgname);
+    rc = run_keeps(cmd, out, sizeof out, metrics, &kept);
+    T_CHECK(rc == 2 && kept && strstr(out, "same file as the input"),
+            "plot --out a hard link of the metrics it reads: refused (rc %d): %s", rc, out);
+    free(metrics), free(svgname);
     free(model), free(img), free(data), free(fifo), free(lnk), free(victim), free(newst);
 }
 

@@ -116,23 +116,30 @@ static int write_split(const VilDataset *ds, const char *split, const int *map, 
     int shards = (n + per - 1) / per, width = 4, kw = 8;
     for (long t = 10000; t < shards; t *= 10) width++;
     for (long t = 100000000; t < n; t *= 10) kw++;
-    char dir[PATH_LEN], tmp[PATH_LEN + 32], path[PATH_LEN + 16];
+    char dir[PATH_LEN], path[PATH_LEN + 16];
     snprintf(dir, sizeof dir, "%s/%s", o->outdir, split);
     if (vil_mkdir_p(dir) != 0) return -1;
     VilBuffer buf = {0};
     int rc = 0, unknown_files = 0;
     for (int s = 0; s < shards && rc == 0; s++) {
-        if (snprintf(path, sizeof path, "%s/%s-%0*d.tar", dir, split, width, s) >= (int)sizeof path ||
-            snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        if (snprintf(path, sizeof path, "%s/%s-%0*d.tar", dir, split, width, s) >= (int)sizeof path) {
             vil_error("OUTDIR '%s' is too long", o->outdir);
             return -1;
         }
+        /* the shard is written into vil's temporary (created exclusively, never through a link)
+         * and renamed over its name when whole */
+        char *tmp;
+        int fd = vil_temp_create(path, &tmp);
+        if (fd < 0) return -1;
         struct archive *a = archive_write_new();
         if (!a) VIL_FATAL("archive_write_new: out of memory");
         archive_write_set_format_pax_restricted(a); /* ustar headers unless a name needs more */
-        if (archive_write_open_filename(a, tmp) != ARCHIVE_OK) {
-            vil_error("cannot create '%s': %s", tmp, archive_error_string(a));
+        if (archive_write_open_fd(a, fd) != ARCHIVE_OK) {
+            vil_error("cannot write '%s': %s", tmp, archive_error_string(a));
             archive_write_free(a);
+            close(fd);
+            unlink(tmp);
+            free(tmp);
             return -1;
         }
         for (int i = s * per; i < n && i < (s + 1) * per && rc == 0; i++) {
@@ -168,11 +175,12 @@ static int write_split(const VilDataset *ds, const char *split, const int *map, 
             rc = -1;
         }
         archive_write_free(a);
-        if (rc == 0 && rename(tmp, path) != 0) {
-            vil_error("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-            rc = -1;
+        if (rc == 0) rc = vil_temp_commit(fd, tmp, path, 1) ? -1 : 0;
+        else {
+            close(fd);
+            unlink(tmp);
+            free(tmp);
         }
-        if (rc) unlink(tmp);
     }
     if (unknown_files > 3) vil_warn("%d files of the %s split in all are no image format vil knows", unknown_files, split);
     vil_buffer_free(&buf);

@@ -8,7 +8,6 @@
  * an empty one, for the same reason. Each image is the gray picture as three equal channels,
  * resized to SIZE x SIZE with vil's Pillow-exact bicubic resize, JPEG at QUALITY (4:2:0). */
 #include <errno.h>
-#include <fcntl.h>
 #include <omp.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -188,44 +187,16 @@ static int encode_gray_as_rgb(Encoder *e, int size, int quality) {
 
 /* ---- files ---- */
 
-/* data into dir/name through the hidden temporary dir/.name.tmp and a rename, so that an
- * interrupted run leaves no truncated image (and vil skips hidden files). No fsync: a crash
- * of the machine can lose files, which a rerun into a fresh OUTDIR writes again. */
+/* data into dir/name through vil's hidden temporary and a rename, so that an interrupted run
+ * leaves no truncated image (and vil skips hidden files). No fsync: a crash of the machine can
+ * lose files, which a rerun into a fresh OUTDIR writes again. */
 static int write_image_file(const char *dir, const char *name, const unsigned char *data, size_t n) {
-    char path[PATH_LEN], tmp[PATH_LEN];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path ||
-        snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name) >= (int)sizeof tmp) {
+    char path[PATH_LEN];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) {
         vil_error("the path '%s/%s' is too long", dir, name);
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        vil_error("cannot write '%s': %s", tmp, strerror(errno));
-        return -1;
-    }
-    while (n > 0) {
-        ssize_t w = write(fd, data, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            vil_error("cannot write '%s': %s", tmp, w < 0 ? strerror(errno) : "nothing written");
-            close(fd);
-            unlink(tmp);
-            return -1;
-        }
-        data += w;
-        n -= (size_t)w;
-    }
-    if (close(fd) != 0) {
-        vil_error("cannot write '%s': %s", tmp, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    if (rename(tmp, path) != 0) {
-        vil_error("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return vil_write_file_unsynced(path, data, n) ? -1 : 0;
 }
 
 static int digits(long v) {

@@ -116,6 +116,23 @@ unsigned char *vil_read_file(const char *path, size_t *size_out) {
     return buf;
 }
 
+long vil_read_head(const char *path, void *buf, size_t n) {
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int fd = vil_open_regular(path);
+    vil_error_release(&cap);
+    if (fd < 0) return -1;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    return (long)got;
+}
+
 int vil_mkdir_p(const char *dir) {
     char *p = vil_strdup(dir);
     for (char *s = p + 1;; s++) {
@@ -312,12 +329,14 @@ int vil_output_check(const char *path, const char *exts, const char *flag) {
     return 0;
 }
 
-/* NAME.tmp.PID.RANDOM opened for writing with O_EXCL | O_NOFOLLOW: a file or link planted at a
- * name fails the create (never followed) and another name is drawn. The descriptor, *tmp the
- * name (malloc'd); -1 (reported) when no name could be created. */
-static int create_temp(const char *path, char **tmp) {
+int vil_temp_create(const char *path, char **tmp) {
     static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-    size_t cap = strlen(path) + 48;
+    int rc = output_ok(path, NULL);
+    *tmp = NULL;
+    if (rc) return rc;
+    /* hidden (".NAME"): a folder scan (classify, datasets) skips what a killed writer left */
+    const char *slash = strrchr(path, '/');
+    size_t dir = slash ? (size_t)(slash - path) + 1 : 0, cap = strlen(path) + 48;
     *tmp = vil_malloc(cap);
     for (int attempt = 0; attempt < 64; attempt++) {
         unsigned char r[12];
@@ -330,7 +349,7 @@ static int create_temp(const char *path, char **tmp) {
         char rnd[sizeof r + 1];
         for (size_t i = 0; i < sizeof r; i++) rnd[i] = digits[r[i] % 36];
         rnd[sizeof r] = 0;
-        snprintf(*tmp, cap, "%s.tmp.%ld.%s", path, (long)getpid(), rnd);
+        snprintf(*tmp, cap, "%.*s.%s.tmp.%ld.%s", (int)dir, path, path + dir, (long)getpid(), rnd);
         int fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd >= 0) return fd;
         if (errno != EEXIST) break;
@@ -341,12 +360,38 @@ static int create_temp(const char *path, char **tmp) {
     return -1;
 }
 
-int vil_write_file_atomic(const char *path, const void *data, size_t size) {
-    int rc = output_ok(path, NULL);
-    if (rc) return rc;
+int vil_temp_commit(int fd, char *tmp, const char *path, int sync) {
+    int rc = 0;
+    if ((sync && fsync(fd) != 0) || close(fd) != 0) {
+        vil_error("cannot flush '%s': %s", tmp, vil_errno_str());
+        rc = -1;
+    }
+    /* checked again right before the rename: what the path names may have changed while the
+     * data was written (a rename replaces a name, never writes through it, so what could still
+     * change after this is the name alone, not a file's contents) */
+    if (rc == 0) rc = output_ok(path, NULL);
+    if (rc == 0 && rename(tmp, path) != 0) {
+        vil_error("cannot rename '%s' to '%s': %s", tmp, path, vil_errno_str());
+        rc = -1;
+    }
+    if (rc != 0) unlink(tmp);
+    else if (sync) { /* fsync the directory so the rename itself survives a crash */
+        char *dcopy = vil_strdup(path);
+        int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dcopy);
+    }
+    free(tmp);
+    return rc;
+}
+
+static int write_replacing(const char *path, const void *data, size_t size, int sync) {
     char *tmp;
-    int fd = create_temp(path, &tmp);
-    if (fd < 0) return -1;
+    int fd = vil_temp_create(path, &tmp);
+    if (fd < 0) return fd;
     const unsigned char *p = data;
     size_t left = size;
     while (left > 0) {
@@ -355,39 +400,22 @@ int vil_write_file_atomic(const char *path, const void *data, size_t size) {
             if (errno == EINTR) continue;
             vil_error("cannot write '%s': %s (disk full?)", tmp, vil_errno_str());
             close(fd);
-            goto fail;
+            unlink(tmp);
+            free(tmp);
+            return -1;
         }
         p += w;
         left -= (size_t)w;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        vil_error("cannot flush '%s': %s", tmp, vil_errno_str());
-        goto fail;
-    }
-    /* checked again right before the rename: what the path names may have changed while the
-     * data was written (a rename replaces a name, never writes through it, so what could still
-     * change after this is the name alone, not a file's contents) */
-    if ((rc = output_ok(path, NULL)) != 0) goto fail_rc;
-    if (rename(tmp, path) != 0) {
-        vil_error("cannot rename '%s' to '%s': %s", tmp, path, vil_errno_str());
-        goto fail;
-    }
-    /* fsync the directory so the rename itself survives a crash */
-    char *dcopy = vil_strdup(path);
-    int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    free(dcopy);
-    free(tmp);
-    return 0;
-fail:
-    rc = -1;
-fail_rc:
-    unlink(tmp);
-    free(tmp);
-    return rc;
+    return vil_temp_commit(fd, tmp, path, sync);
+}
+
+int vil_write_file_atomic(const char *path, const void *data, size_t size) {
+    return write_replacing(path, data, size, 1);
+}
+
+int vil_write_file_unsynced(const char *path, const void *data, size_t size) {
+    return write_replacing(path, data, size, 0);
 }
 
 int vil_check_own_file(int fd, const char *path) {
@@ -448,7 +476,7 @@ fail:
 /* ---- temporary files of killed writers ---- */
 
 /* The pid of a vil_write_file_atomic temporary name, or 0 when the name is not one:
- * "NAME.tmp.PID.RANDOM" (RANDOM 12 of [a-z0-9]) or, from versions before the random part,
+ * ".NAME.tmp.PID.RANDOM" (RANDOM 12 of [a-z0-9]) or, from versions before the random part,
  * "NAME.tmp.PID"; NAME not empty, PID digits without a leading zero. */
 static long temp_owner(const char *name) {
     const char *tag = NULL;

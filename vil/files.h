@@ -31,6 +31,10 @@ FILE *vil_fopen_regular(const char *path, const char *mode);
 /* Read a whole regular file (vil_open_regular). Returns NULL and reports (with the path) on
  * failure. */
 unsigned char *vil_read_file(const char *path, size_t *size_out);
+/* The first n bytes of a regular file (fewer when it is shorter) into buf, to tell its format:
+ * the count, or -1 when path is no readable regular file (not reported: the reader that opens it
+ * next says why). Never waits on a FIFO. */
+long vil_read_head(const char *path, void *buf, size_t n);
 /* Create dir and its missing parents (mkdir -p). 0, or -1 with a vil_error message (also when
  * dir exists as something other than a folder). */
 int vil_mkdir_p(const char *dir);
@@ -55,12 +59,23 @@ int vil_input_add(const char *path);
  * (".safetensors", ".png", ".json", ...) is refused. `flag` names the output in messages
  * ("--csv"; NULL: the path alone). 0, or VIL_EUSAGE with the reason reported. */
 int vil_output_check(const char *path, const char *exts, const char *flag);
-/* Write atomically: a temporary NAME.tmp.PID.RANDOM beside path, created exclusively (O_EXCL,
- * O_NOFOLLOW: a name planted ahead fails the create and another is tried), written, fsync'ed
- * and renamed over path, then the folder fsync'ed. path gets vil_output_check's checks (without
- * the extension) first: VIL_EUSAGE when it names something vil must not replace, -1 when the
+/* Write atomically: a temporary .NAME.tmp.PID.RANDOM beside path (hidden, so that folder scans
+ * skip what a killed writer leaves), created exclusively (O_EXCL, O_NOFOLLOW: a name planted
+ * ahead fails the create and another is tried), written, fsync'ed and renamed over path, then
+ * the folder fsync'ed. path gets vil_output_check's checks (without the extension) first and
+ * again before the rename: VIL_EUSAGE when it names something vil must not replace, -1 when the
  * write fails (reported), 0 on success. */
 int vil_write_file_atomic(const char *path, const void *data, size_t size);
+/* The same without the fsyncs: for many small files that a rerun makes again (a converted
+ * dataset); a crash of the machine can lose them, never leave one half-written. */
+int vil_write_file_unsynced(const char *path, const void *data, size_t size);
+/* Its two halves, for a writer that streams into the descriptor (libarchive's tar writer):
+ * vil_temp_create checks path and creates its temporary (the descriptor, *tmp its malloc'd
+ * name; VIL_EUSAGE or -1, reported); vil_temp_commit closes fd (fsync'ed first when sync),
+ * checks path again and renames tmp over it (with sync, the folder fsync'ed too), frees tmp and
+ * on any failure removes it: 0, VIL_EUSAGE or -1 (reported). */
+int vil_temp_create(const char *path, char **tmp);
+int vil_temp_commit(int fd, char *tmp, const char *path, int sync);
 /* Open path for appending as a stdio stream (truncate: start it empty): created when missing
  * (mode 0644 less the umask), never through a symbolic link, and refused (NULL, reported) when
  * it is not a regular file, when it has another name (a hard link: appending would change that
@@ -70,7 +85,7 @@ FILE *vil_fopen_append(const char *path, int truncate);
  * other name (st_nlink 1). 0, or -1 with a vil_error naming path. */
 int vil_check_own_file(int fd, const char *path);
 /* Remove from dir the regular files that vil_write_file_atomic's temporaries are named
- * (NAME.tmp.PID.RANDOM, or NAME.tmp.PID of older versions) whose process no longer exists
+ * (.NAME.tmp.PID.RANDOM, or NAME.tmp.PID of older versions) whose process no longer exists
  * (kill(PID, 0) fails with ESRCH): what killed saves leave. Other files and live writers'
  * temporaries stay. The number removed, or -1 (reported) when dir cannot be listed. */
 int vil_remove_stale_temps(const char *dir);
