@@ -32,11 +32,12 @@ typedef struct {
 typedef struct {
     VilTrainPoint *train;
     VilEvalPoint *eval;
-    VilRebatch *rebatch;
-    int n_train, n_eval, n_rebatch;
+    int n_train, n_eval;
     int bad_lines;   /* lines that are not a JSON object with a "step" (a torn last line) */
     int other_lines; /* lines of a "type" other than train and eval */
     int replaced;    /* points dropped for a later line at the same or an earlier step */
+    VilRebatch *rebatch; /* the "resume" lines at another global batch */
+    int n_rebatch;
 } VilRunMetrics;
 
 /* Reads RUN/metrics.jsonl. Lines that do not parse (a crash mid-write tears the last one) are

@@ -344,7 +344,7 @@ static void test_markers(void) {
     /* a run with one evaluation: its top-1 and EMA top-1 at the same point, told apart */
     VilTrainPoint tp[2] = {{1, 0.5, 2.0, 1e-3, 100, 0, 1, 1}, {2, 1, 1.5, 1e-3, 100, 0, 1, 2}};
     VilEvalPoint ep[1] = {{2, 1, 40, 90, 1.4, 40, 90, 1.4, 10, 2}};
-    VilRunMetrics m = {tp, ep, 2, 1, 0, 0, 0};
+    VilRunMetrics m = {tp, ep, 2, 1, 0, 0, 0, NULL, 0};
     const char *label = "run";
     svg = vil_curves_svg(&m, &label, 1);
     /* the top-1 panel: the grid's second column */

@@ -256,7 +256,7 @@ static void test_misuse(void) {
         {"--model {M}", 2, "--model and --data are required"},
         {"--model {M} --data {D} --img-size 0", 2, "--img-size 0 is out of range"},
         {"--model {M} --data {D} --limit -1", 2, "--limit -1 is out of range"},
-        {"--model {M} --data {D} --images 5", 2, "unknown option '--images'"},
+        {"--model {M} --data {D} --images 5", 2, "unknown flag '--images'"},
         {"--model {M} --data {D} --batch 0", 2, "--batch 0 is out of range"},
         {"--model {M} --data {D} --device gpu", 2, "--device"},
         {"--model {M} --data {D} --imgsize 20", 2, "did you mean --img-size"},

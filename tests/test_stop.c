@@ -28,8 +28,8 @@ static const char *path(const char *name) { return t_path(dir, name); }
 /* vil_fashion.cfg's model on 256 training and 10,000 validation images (8 steps an epoch): a
  * validation pass takes seconds on a CPU, long enough for a second signal to land inside it */
 #define ARGS                                                                                       \
-    "--config configs/vil_fashion.cfg --device cpu --progress plain --set epochs=3 --set batch=32 " \
-    "--set eval_batch=32 --set log_every=1 --set workers=1 --set warmup_epochs=0"
+    "--config configs/vil_fashion.cfg --device cpu --progress plain --set eval_batch=32 " \
+    "--set log_every=1 --set workers=1 --set warmup_epochs=0"
 
 static long meta_num(const char *file, const char *key) {
     VilSafetensors st;
@@ -94,7 +94,7 @@ static void test_rules(void) {
 static void test_timeout(void) {
     char cmd[8192], out[1 << 15];
     const char *run = path("runT");
-    snprintf(cmd, sizeof cmd, "timeout --preserve-status -s TERM 6 bin/vil train " ARGS " --set epochs=200 "
+    snprintf(cmd, sizeof cmd, "timeout --preserve-status -s TERM 6 bin/vil train " ARGS " --set epochs=200 --set batch=32 "
              "--data %s --out %s 2>&1", dir, run);
     int rc = t_run(cmd, out, sizeof out);
     char st[4200];
@@ -113,7 +113,8 @@ static void test_timeout(void) {
 /* VIL_TEST_FAULT=int:val:1: a SIGINT as the first validation begins (step 8) */
 static pid_t start_val_int(const char *run, const char *log) {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "VIL_TEST_FAULT=int:val:1 exec %s train " ARGS " --data %s --out %s > %s 2>&1",
+    snprintf(cmd, sizeof cmd, "VIL_TEST_FAULT=int:val:1 exec %s train " ARGS " --set epochs=3 --set batch=32 "
+             "--data %s --out %s > %s 2>&1",
              vil_bin(), dir, run, log);
     pid_t pid = fork();
     if (pid == 0) {
@@ -183,7 +184,7 @@ static void test_mpirun(void) {
     t_mpi_env();
     char cmd[8192], out[1 << 15];
     snprintf(cmd, sizeof cmd, "mpirun -np 2 --oversubscribe --bind-to none bin/vil train " ARGS
-             " --data %s --out %s --dry-run 2>&1", dir, path("runM0"));
+             " --set batch=16 --data %s --out %s --dry-run 2>&1", dir, path("runM0"));
     int rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0 && strstr(out, "SIGUSR1 to mpirun"), "under mpirun the header says how it stops (rc %d)", rc);
     const char *sigs[2] = {"USR1", "TERM"};
