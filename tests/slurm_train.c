@@ -2,7 +2,8 @@
  * and 2 CPU tasks, on a one-node Slurm cluster of this machine (tools/slurm_local.sh): srun
  * starts 2 ranks that end 10 steps where one process of the same global batch does (test_dist.c's
  * tolerance, 1e-5 relative), a job stopped half-way then resubmitted ends there too, and SIGTERM
- * to the job stops and saves the run; vil bench warns of ranks bound to one CPU under srun. The
+ * to the job (scancel --signal, and sbatch's --signal=TERM@N before the time limit) stops and
+ * saves the run; vil bench warns of ranks bound to one CPU under srun. The
  * daemons are stopped at the end, on failure and on SIGINT / SIGTERM, and none is left.
  * Not in `make test` (root, Slurm and munge): `make test-slurm` runs it. */
 #include <limits.h>
@@ -74,16 +75,20 @@ static void job_state(const char *id, char *state, size_t n) {
 
 /* sbatch tools/train.sbatch CONFIG DATA dir/NAME ARGS MORE, its output in dir/job/NAME.out;
  * the job id in id (0), or the message in id (-1) */
-static int submit(const char *name, const char *more, char *id, size_t n) {
+static int submit_with(const char *name, const char *more, const char *sbatch_flags, char *id, size_t n) {
     char cmd[6 * PATH_MAX];
     snprintf(cmd, sizeof cmd,
              "sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 "
-             "--time=10 --chdir=%s/job --output=%s/job/%s.out %s/tools/train.sbatch "
+             "%s --chdir=%s/job --output=%s/job/%s.out %s/tools/train.sbatch "
              "%s/configs/vil_fashion.cfg %s %s/%s %s %s 2>&1",
-             dir, dir, name, root, root, dir, dir, name, ARGS, more ? more : "");
+             sbatch_flags, dir, dir, name, root, root, dir, dir, name, ARGS, more ? more : "");
     int rc = t_run(cmd, id, n);
     id[strcspn(id, ";\n")] = 0;
     return rc == 0 && id[0] && !id[strspn(id, "0123456789")] ? 0 : -1;
+}
+
+static int submit(const char *name, const char *more, char *id, size_t n) {
+    return submit_with(name, more, "--time=10", id, n);
 }
 
 /* the job's output so far */
@@ -204,10 +209,29 @@ static void test_sigterm(void) {
     T_CHECK(t_run(cmd, NULL, 0) == 0, "scancel --signal=TERM %s", id);
     wait_job(id, state, sizeof state);
     job_output("term", out, sizeof out);
-    T_CHECK(strstr(out, "interrupted (SIGTERM)") && strstr(out, ": saved ") && !strstr(out, "done:"),
+    T_CHECK(strstr(out, "stop requested (SIGTERM)") && strstr(out, "stopped by SIGTERM") && strstr(out, ": saved ") &&
+                !strstr(out, "done:") && !strstr(out, "vil: error"),
             "SIGTERM to the job's tasks: the ranks stopped and saved (job %s):\n%s", state, out);
     snprintf(cmd, sizeof cmd, "%s/term/last.state.safetensors", dir);
     T_CHECK(access(cmd, R_OK) == 0, "the training state was written");
+}
+
+/* sbatch's --signal=TERM@60 with a 2-minute limit (the script's #SBATCH --signal=TERM@300,
+ * scaled down): Slurm signals every task of the step when a minute is left (checked on its own
+ * timer, so somewhere in the first minute); the run stops and saves well before the limit */
+static void test_signal_at(void) {
+    static char out[65536];
+    char id[256], state[64] = "", st[PATH_MAX + 64];
+    int rc = submit_with("sigat", "--set batch=16 --set epochs=500 --set log_every=20", "--time=2 --signal=TERM@60",
+                         id, sizeof id);
+    T_CHECK(rc == 0, "sbatch --time=2 --signal=TERM@60 of a long run: %s", id);
+    if (rc != 0) return;
+    wait_job(id, state, sizeof state);
+    job_output("sigat", out, sizeof out);
+    snprintf(st, sizeof st, "%s/sigat/last.state.safetensors", dir);
+    T_CHECK(strstr(out, "stop requested (SIGTERM)") && strstr(out, "stopped by SIGTERM") && access(st, R_OK) == 0 &&
+                !strstr(out, "TIME LIMIT") && !strstr(out, "vil: error"),
+            "--signal=TERM@60: the ranks stopped and saved before the limit (job %s):\n%s", state, out);
 }
 
 /* vil bench --data under srun, with each task held to one CPU (taskset, as Slurm's task/affinity
@@ -271,6 +295,7 @@ int main(void) {
         if (atoi(out) >= 2) {
             test_sbatch();
             test_sigterm();
+            test_signal_at();
             test_bench_bound();
         }
     }
