@@ -68,7 +68,7 @@ static int add_snapshots(const char *dir, char ***list, int *n) {
         snap[k++].path = vil_path_join(dir, e->d_name);
     }
     closedir(d);
-    qsort(snap, k, sizeof *snap, by_step);
+    if (k > 1) qsort(snap, k, sizeof *snap, by_step);
     *list = vil_realloc(*list, ((size_t)*n + k + 1) * sizeof(char *));
     for (size_t i = 0; i < k; i++) (*list)[(*n)++] = snap[i].path;
     free(snap);

@@ -126,8 +126,8 @@ void print_header(Trainer *T, const char *init_note, const char *state_in) {
         const char *kt = getenv("OMPI_MCA_odls_base_sigkill_timeout");
         if (strcmp(T->dist->launcher, "mpirun") == 0 && getenv("OMPI_COMM_WORLD_SIZE"))
             fprintf(f, "stop:  mpirun passes a SIGTERM or Ctrl-C on as SIGTERM after %s s and kills the "
-                       "ranks %s s later: they save at once; SIGUSR1 to mpirun stops after the "
-                       "validation and kills nothing\n", kt ? kt : "1", kt ? kt : "1");
+                       "ranks %s s later: they save at once; to stop after the validation, signal the "
+                       "ranks themselves: pkill -USR1 -f 'vil train'\n", kt ? kt : "1", kt ? kt : "1");
     }
     else if (!vil_dist_built_with_mpi())
         fprintf(f, "ranks: one process (this vil has no MPI: apt-get install libopenmpi-dev "

@@ -433,8 +433,8 @@ int state_restore(Trainer *T, const char *path) {
         T->from_global_batch = saved_global;
     }
     if (eb >= T->spe) epoch++, eb = 0;
-    if (spe != T->spe)
-        vil_warn("the saved run had %ld steps per epoch, this one %ld (another dataset or batch?): "
+    if (spe != T->spe && (!has_global || same_global)) /* another batch said so above */
+        vil_warn("the saved run had %ld steps per epoch, this one %ld (another dataset?): "
                  "resuming at epoch %ld, batch %ld anyway", spe, T->spe, epoch + 1, eb);
     T->best_top1 = (float)bv;
     T->best_step = best_step;

@@ -103,9 +103,9 @@ static int eval_cancel(void *ctx) {
     VilStop *s = T->run->stop;
     if (!s || s->level == 0) return 0;
     if (s->said < 1 && killed_soon(T, s->sig)) {
-        print_stopping(T, s->sig, "mpirun ends the ranks soon after it passes this on: the rest of "
-                                  "the validation is skipped; saving now (SIGUSR1 to mpirun stops "
-                                  "with time to spare)", NULL);
+        print_stopping(T, s->sig, "under mpirun, which kills the ranks soon after it passes a SIGTERM "
+                                  "on: the rest of the validation is skipped; saving now (SIGUSR1 to "
+                                  "the ranks themselves stops after the validation)", NULL);
         s->said = 2;
         return 1;
     }
@@ -650,12 +650,12 @@ static int stop_signal_of_all(const Trainer *T) {
 
 /* Open MPI's mpirun turns a SIGTERM or Ctrl-C it gets into the job's end: after
  * odls_base_sigkill_timeout seconds (default 1) it sends the ranks SIGTERM and as long again
- * later SIGKILL. A rank that gets SIGTERM or SIGINT under it saves at once (nothing waits for a
- * validation); SIGUSR1, which mpirun passes on at once and kills nothing for, stops as on one
- * process. */
+ * later SIGKILL. A rank that gets SIGTERM under it saves at once (nothing waits for a
+ * validation); SIGINT or SIGUSR1, which a user sends the ranks themselves (pkill), stops as on
+ * one process. */
 static int killed_soon(const Trainer *T, int sig) {
     return T->dist && T->dist->mpi && strcmp(T->dist->launcher, "mpirun") == 0 &&
-           getenv("OMPI_COMM_WORLD_SIZE") && sig != SIGUSR1;
+           getenv("OMPI_COMM_WORLD_SIZE") && sig == SIGTERM;
 }
 
 /* --stop-after reached or a signal caught (on any rank: every rank stops at this step): 1 with
