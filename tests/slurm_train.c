@@ -98,6 +98,13 @@ static void job_output(const char *name, char *out, size_t n) {
     t_run(cmd, out, n);
 }
 
+/* the last 8 KB of the job's output */
+static void job_tail(const char *name, char *out, size_t n) {
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "tail -c 8000 %s/job/%s.out 2>&1", dir, name);
+    t_run(cmd, out, n);
+}
+
 /* waits for the job to end (at most 5 minutes; then cancels it); its final state in state */
 static void wait_job(const char *id, char *state, size_t n) {
     for (int i = 0; i < 3000; i++) {
@@ -222,12 +229,12 @@ static void test_sigterm(void) {
 static void test_signal_at(void) {
     static char out[65536];
     char id[256], state[64] = "", st[PATH_MAX + 64];
-    int rc = submit_with("sigat", "--set batch=16 --set epochs=500 --set log_every=20", "--time=2 --signal=TERM@60",
-                         id, sizeof id);
+    int rc = submit_with("sigat", "--set batch=16 --set epochs=5000 --set log_every=100 "
+                         "--progress none", "--time=2 --signal=TERM@60", id, sizeof id);
     T_CHECK(rc == 0, "sbatch --time=2 --signal=TERM@60 of a long run: %s", id);
     if (rc != 0) return;
     wait_job(id, state, sizeof state);
-    job_output("sigat", out, sizeof out);
+    job_tail("sigat", out, sizeof out);
     snprintf(st, sizeof st, "%s/sigat/last.state.safetensors", dir);
     T_CHECK(strstr(out, "stop requested (SIGTERM)") && strstr(out, "stopped by SIGTERM") && access(st, R_OK) == 0 &&
                 !strstr(out, "TIME LIMIT") && !strstr(out, "vil: error"),
