@@ -6,7 +6,6 @@
 #define _GNU_SOURCE
 #include "formats/pth.h"
 
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,18 +235,6 @@ int vil_pth_serialize(const VilStTensor *t, int n, char *const *keys, char *cons
 
 int vil_pth_write(const char *path, const VilStTensor *t, int n, char *const *keys,
                   char *const *vals, int n_meta) {
-    /* name a missing folder ourselves: the atomic write would name only its temporary file */
-    char *dcopy = vil_strdup(path);
-    const char *dir = dirname(dcopy);
-    struct stat sb;
-    int missing = stat(dir, &sb) != 0;
-    if (missing || !S_ISDIR(sb.st_mode)) {
-        vil_error("cannot save '%s': '%s' %s", path, dir,
-                  missing ? "does not exist (create the folder first)" : "is not a folder");
-        free(dcopy);
-        return -1;
-    }
-    free(dcopy);
     unsigned char *b;
     size_t size;
     int rc = vil_pth_serialize(t, n, keys, vals, n_meta, &b, &size);

@@ -9,7 +9,6 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -935,18 +934,6 @@ int vil_st_writer_serialize(VilStWriter *w, unsigned char **out, size_t *out_siz
 }
 
 int vil_st_writer_save(VilStWriter *w, const char *path) {
-    /* Name the missing directory ourselves: the atomic write would only name its temp file */
-    char *dcopy = vil_strdup(path);
-    const char *dir = dirname(dcopy);
-    struct stat sb;
-    int missing = stat(dir, &sb) != 0;
-    if (missing || !S_ISDIR(sb.st_mode)) {
-        vil_error("cannot save '%s': '%s' %s", path, dir,
-                  missing ? "does not exist (create the directory first)" : "is not a directory");
-        free(dcopy);
-        return -1;
-    }
-    free(dcopy);
     unsigned char *b;
     size_t n;
     if (vil_st_writer_serialize(w, &b, &n) != 0) return -1;

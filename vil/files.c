@@ -354,7 +354,18 @@ int vil_temp_create(const char *path, char **tmp) {
         if (fd >= 0) return fd;
         if (errno != EEXIST) break;
     }
-    vil_error("cannot create a temporary file beside '%s': %s", path, vil_errno_str());
+    int e = errno;
+    /* the folder said by name: the temporary's name would only puzzle */
+    char *dcopy = vil_strdup(path), shown[1024], dshown[1024];
+    const char *folder = dirname(dcopy);
+    vil_printable(shown, sizeof shown, path), vil_printable(dshown, sizeof dshown, folder);
+    if (e == ENOENT)
+        vil_error("cannot write '%s': the folder '%s' does not exist (create it first)", shown, dshown);
+    else if (e == ENOTDIR)
+        vil_error("cannot write '%s': '%s' is not a folder", shown, dshown);
+    else
+        vil_error("cannot write '%s': cannot create a file in '%s': %s", shown, dshown, strerror(e));
+    free(dcopy);
     free(*tmp);
     *tmp = NULL;
     return -1;
