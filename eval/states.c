@@ -1,6 +1,7 @@
 /* states.c: the scan's state norms along the sequence (states.h) for `vil states`: a forward on
- * training activations keeps every layer's scan inputs, and the CPU reference scan replays each
- * direction on the host with its per-token squared state norms (vil/ops_cpu.h, VilScanState.hsq). */
+ * training activations keeps every layer's scan inputs, and the model replays each stream of
+ * state (a layer's direction) on its own backend with its per-token squared state norms
+ * (vil_model_seq_states); here they become running moments over the images. */
 #include "eval/states.h"
 
 #include <math.h>
@@ -9,8 +10,6 @@
 
 #include "eval/eval.h"
 #include "vil/common.h"
-#include "vil/ops_cpu.h"
-#include "vil/recurrence.h"
 
 void vil_states_init(VilStates *s, int depth, int L) {
     memset(s, 0, sizeof *s);
@@ -52,57 +51,36 @@ int vil_states_prepare(VilModel *m, int B) {
     return 0;
 }
 
-int vil_states_add_batch(VilStates *s, const VilModel *m, const unsigned char *keep) {
-    const VilBackend *be = m->be;
-    const VilConfig *c = &m->cfg;
-    const VilActs *a = &m->acts;
-    int B = a->B, L = c->seq_len, E = c->d_inner, N = c->d_state, dl, xld;
-    if (!a->training || a->recompute || L != s->L || c->depth != s->depth) {
-        vil_error("vil_states_add_batch: the model's activations are not training activations "
-                  "of every layer for %d tokens (vil_states_prepare)", s->L);
+int vil_states_add_batch(VilStates *s, VilModel *m, const unsigned char *keep) {
+    int L, S, streams = vil_model_seq_streams(m, &L, &S), B = m->acts.B;
+    if (streams != 2 * s->depth || L != s->L) {
+        vil_error("vil_states_add_batch: the model has %d streams of %d steps, the moments %d x 2 of %d",
+                  streams, L, s->depth, s->L);
         return -1;
     }
-    vil_model_xdbl_layout(c, &dl, &xld);
-    int has_A = vil_recurrences[c->rec].param.key != NULL;
-    size_t BLE = (size_t)B * L * E;
-    float *params = vil_malloc(m->buf_len * sizeof(float));
-    float *u = vil_malloc(BLE * sizeof(float)), *delta = vil_malloc(BLE * sizeof(float));
-    float *xdbl = vil_malloc((size_t)B * L * xld * sizeof(float)), *y = vil_malloc(BLE * sizeof(float));
-    float *hsq = vil_malloc((size_t)B * L * sizeof(float)), *hT = vil_malloc((size_t)B * N * E * sizeof(float));
-    vil_model_get_params(m, params);
+    float *hsq = vil_malloc((size_t)B * L * sizeof(float)), *hT = vil_malloc((size_t)B * S * sizeof(float));
     long n0 = s->images, n = n0;
     for (int b = 0; b < B; b++) n += !keep || keep[b];
-    for (int i = 0; i < c->depth; i++) {
-        const VilLayerOffsets *o = &m->off.layer[i];
-        for (int j = 0; j < 2; j++) {
-            be->act_to_host_f32(be, u, a->layer[i].u[j], BLE);
-            be->act_to_host_f32(be, delta, a->layer[i].delta[j], BLE);
-            be->act_to_host_f32(be, xdbl, a->layer[i].xdbl[j], (size_t)B * L * xld);
-            VilScanState st = {.hT = hT, .hsq = hsq, .ld = (size_t)N * E};
-            scan_dir_forward(c->rec, y, u, delta, xdbl + dl, xdbl + dl + N, params + o->D[j],
-                             has_A ? params + o->A_log[j] : NULL, B, L, E, N, xld, j, &st);
-            size_t k = (size_t)i * 2 + j;
-            long cnt = n0;
-            for (int b = 0; b < B; b++) {
-                if (keep && !keep[b]) continue;
-                cnt++;
-                for (int t = 0; t < L; t++)
-                    welford(&s->mean[k * L + t], &s->m2[k * L + t], sqrt((double)hsq[(size_t)b * L + t]), cnt);
-                double f = 0;
-                for (size_t e = 0; e < (size_t)N * E; e++) f += (double)hT[(size_t)b * N * E + e] * hT[(size_t)b * N * E + e];
-                welford(&s->fmean[k], &s->fm2[k], sqrt(f), cnt);
-            }
+    int rc = -1;
+    for (int k = 0; k < streams; k++) {
+        if (vil_model_seq_states(m, k, hsq, hT) != 0) goto out;
+        long cnt = n0;
+        for (int b = 0; b < B; b++) {
+            if (keep && !keep[b]) continue;
+            cnt++;
+            for (int t = 0; t < L; t++)
+                welford(&s->mean[(size_t)k * L + t], &s->m2[(size_t)k * L + t], sqrt((double)hsq[(size_t)b * L + t]), cnt);
+            double f = 0;
+            for (size_t e = 0; e < (size_t)S; e++) f += (double)hT[(size_t)b * S + e] * hT[(size_t)b * S + e];
+            welford(&s->fmean[k], &s->fm2[k], sqrt(f), cnt);
         }
     }
     s->images = n;
+    rc = 0;
+out:
     free(hT);
     free(hsq);
-    free(y);
-    free(xdbl);
-    free(delta);
-    free(u);
-    free(params);
-    return 0;
+    return rc;
 }
 
 int vil_states_tokens_at(const VilConfig *cfg, int img_size) {

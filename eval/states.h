@@ -33,10 +33,10 @@ static inline int vil_states_token(int dir, int step, int L) { return dir ? L - 
 void vil_states_get(const VilStates *s, int layer, int dir, int t, double *mean, double *sd);
 
 /* Adds the samples b of the last forward of m whose keep[b] is nonzero (keep NULL: all B): the
- * forward ran on training activations (vil_states_prepare) with zero initial states; each
- * layer's and direction's u, delta and x_dbl come to the host as float32 and the CPU reference
- * scan (scan_dir_forward) gives the norms, on any backend. 0, or -1 (reported). */
-int vil_states_add_batch(VilStates *s, const VilModel *m, const unsigned char *keep);
+ * forward ran on training activations (vil_states_prepare) with zero initial states; the model
+ * gives each stream's (layer i's direction j: stream 2 i + j) per-token squared state norms and
+ * final state on its own backend (vil_model_seq_states). 0, or -1 (reported). */
+int vil_states_add_batch(VilStates *s, VilModel *m, const unsigned char *keep);
 
 /* m ready for vil_states_add_batch on batches of B: drop path off, no recomputation, training
  * activations of B (checked against the memory first). 0, or -1 (reported). */

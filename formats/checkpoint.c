@@ -542,7 +542,7 @@ static int fill_params(const Source *s, const char *path, const VilModel *m, int
         const VilParamInfo *p = &m->info[i];
         if (keep_head && is_head(p->name)) continue;
         const VilStTensor *t = vil_st_find(&s->st, p->name);
-        if (src_grid && p->offset == m->off.pos) {
+        if (src_grid && strcmp(p->name, "pos_embed") == 0) {
             int G = src_grid, D = cfg->embed_dim;
             float *src = vil_malloc(((size_t)G * G + 1) * D * sizeof(float));
             vil_st_to_f32(t, src);

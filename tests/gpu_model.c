@@ -83,9 +83,10 @@ static void test_model_stride(const char *arch, float drop_path, int B, int stri
     mc.input_grad = mg.input_grad = 1;
     vil_model_alloc_acts(&mc, B, 1);
     vil_model_alloc_acts(&mg, B, 1);
+    VilActView sv;
     if (stride == 1)
-        T_CHECK(mg.acts.layer[0].scan_states != NULL, "%s L=%d B=%d: the GPU model keeps no scan states", arch,
-                c.seq_len, B);
+        T_CHECK(vil_model_act(&mg, "layers.0.mixer.scan_states", &sv) == 0, "%s L=%d B=%d: the GPU model keeps no "
+                "scan states", arch, c.seq_len, B);
     fill_batch(&mc, &mg);
     /* seed 100 at B = 3: block 2 drops sample 1 (a zero row) and scales the others, the final
      * add keeps all three; a draw that leaves a block's gradient to one sample alone (seed 99:

@@ -892,6 +892,45 @@ static void test_tokens(const OpCase *c) {
 }
 
 /* ---------------- the table ---------------- */
+/* ---------------- the states along the sequence (vil states) ---------------- */
+/* one direction (reverse for the backward one) from zero: each token's squared state norm and
+ * the final state against the CPU op on the same bf16-exact inputs (float32 arithmetic on both
+ * sides; the GPU sums the channels in no fixed order) */
+static void test_scan_states(const OpCase *c) {
+    int B = c->B, L = c->L, E = c->E, N = c->N, dt_ld = c->dt_ld, xdbl_ld = c->xdbl_ld;
+    int mamba = c->rec == VIL_REC_MAMBA;
+    size_t ne = (size_t)B * L * E, nw = (size_t)B * L * xdbl_ld, nT = (size_t)B * N * E;
+    float *u = rnd_bf(ne, 1.0f), *dl = rnd_bf(ne, 1.0f), *xd = rnd_bf(nw, 0.5f), *Dk = rnd(E, 1.0f);
+    float *Al = vil_malloc((size_t)E * N * sizeof(float));
+    for (int e = 0; e < E; e++)
+        for (int n = 0; n < N; n++) Al[(size_t)e * N + n] = logf((float)(n + 1)) + 0.1f * vil_rng_normal(&rng);
+    void *d_u = dev_act(u, ne), *d_dl = dev_act(dl, ne), *d_xd = dev_act(xd, nw);
+    float *d_D = dev_f32(Dk, E), *d_A = dev_f32(Al, (size_t)E * N);
+    for (int rev = 0; rev < 2; rev++) {
+        float *hsq_c = vil_malloc((size_t)B * L * sizeof(float)), *hT_c = vil_malloc(nT * sizeof(float));
+        scan_dir_states(&(VilScanStates){.rec = c->rec, .hsq = hsq_c, .hT = hT_c, .u = u, .delta = dl, .xdbl = xd,
+                                         .D = Dk, .A_log = mamba ? Al : NULL, .B = B, .L = L, .E = E, .N = N,
+                                         .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .reverse = rev});
+        float *d_hsq = dev_poison((size_t)B * L * sizeof(float)), *d_hT = dev_poison(nT * sizeof(float));
+        G->scan_dir_states(G, &(VilScanStates){.rec = c->rec, .hsq = d_hsq, .hT = d_hT, .u = d_u, .delta = d_dl,
+                                               .xdbl = d_xd, .D = d_D, .A_log = mamba ? d_A : NULL, .B = B,
+                                               .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld,
+                                               .reverse = rev});
+        float *hsq_g = get_f32(d_hsq, (size_t)B * L), *hT_g = get_f32(d_hT, nT);
+        char nm[160];
+        snprintf(nm, sizeof nm, "scan states %s%s B=%d L=%d E=%d N=%d: hsq", mamba ? "mamba" : "longhorn",
+                 rev ? " reversed" : "", B, L, E, N);
+        T_CLOSE(nm, rel(hsq_g, hsq_c, (size_t)B * L), c->tol_f32);
+        snprintf(nm, sizeof nm, "scan states %s%s B=%d L=%d E=%d N=%d: final state", mamba ? "mamba" : "longhorn",
+                 rev ? " reversed" : "", B, L, E, N);
+        T_CLOSE(nm, rel(hT_g, hT_c, nT), c->tol_f32);
+        G->free(G, d_hsq), G->free(G, d_hT);
+        free(hsq_c), free(hT_c), free(hsq_g), free(hT_g);
+    }
+    G->free(G, d_u), G->free(G, d_dl), G->free(G, d_xd), G->free(G, d_D), G->free(G, d_A);
+    free(u), free(dl), free(xd), free(Dk), free(Al);
+}
+
 /* a family: the function that runs its cases and the ops of VIL_OPS they check */
 typedef struct {
     const char *name;
@@ -903,6 +942,7 @@ static const OpFamily FAMILIES[] = {
     {"add_rmsnorm", test_norm, {"add_rmsnorm_forward", "add_rmsnorm_backward"}},
     {"conv1d", test_conv_bidir, {"conv1d_silu_bidir_forward", "conv1d_silu_bidir_backward"}},
     {"scan", test_scan, {"scan_bidir_forward", "scan_bidir_backward"}},
+    {"scan_states", test_scan_states, {"scan_dir_states"}},
     {"softmax_xent", test_loss, {"softmax_xent_forward", "softmax_xent_backward"}},
     {"adamw", test_adamw, {"adamw_update"}},
     {"sgd", test_sgd, {"sgd_update"}},
@@ -928,6 +968,10 @@ static const struct {
 #define N_EXEMPT (int)(sizeof EXEMPT / sizeof EXEMPT[0])
 
 static const OpCase CASES[] = {
+    {.op = "scan_states", .name = "Longhorn, L = 197, several warps of channels", .tol_f32 = 1e-4,
+     .B = 2, .L = 197, .E = 136, .N = 16, .rec = VIL_REC_LONGHORN, .dt_ld = 8, .xdbl_ld = 40},
+    {.op = "scan_states", .name = "Mamba, L = 50, N = 8", .tol_f32 = 1e-4,
+     .B = 3, .L = 50, .E = 40, .N = 8, .rec = VIL_REC_MAMBA, .dt_ld = 8, .xdbl_ld = 24},
     {.op = "linear", .name = "in_proj-like, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
      .N = 394, .C = 40, .OC = 80, .ld_in = 40, .ld_out = 80},
     {.op = "linear", .name = "dt_proj-like: a strided slice, bias", .tol = TOL_BF16, .tol_f32 = TOL_F32,

@@ -53,10 +53,15 @@ static inline void t_perturbed_params(const VilModel *m, VilRng *rng, float *p) 
         float *q = p + m->info[t].offset;
         for (size_t i = 0, n = vil_param_extent(&m->info[t]); i < n; i++) q[i] += 0.1f * vil_rng_normal(rng);
     }
-    for (size_t i = 0; i < (size_t)c->num_classes * c->embed_dim; i++) p[m->off.head_w + i] = vil_rng_normal(rng);
+    size_t head = vil_model_find_param(m, "head.weight")->offset;
+    for (size_t i = 0; i < (size_t)c->num_classes * c->embed_dim; i++) p[head + i] = vil_rng_normal(rng);
     for (int l = 0; l < c->depth; l++)
-        for (int j = 0; j < 2; j++)
-            for (int e = 0; e < c->d_inner; e++) p[m->off.layer[l].dt_b[j] + e] = 0.5f * vil_rng_normal(rng);
+        for (int j = 0; j < 2; j++) {
+            char name[64];
+            snprintf(name, sizeof name, "layers.%d.mixer.dt_proj%s.bias", l, j ? "_b" : "");
+            size_t dt_b = vil_model_find_param(m, name)->offset;
+            for (int e = 0; e < c->d_inner; e++) p[dt_b + e] = 0.5f * vil_rng_normal(rng);
+        }
 }
 
 /* ||a - b|| / ||a|| of tensor key in the training states DIR/A/last.state.safetensors and

@@ -222,6 +222,16 @@ static double tensor_std(const float *p, size_t n, double *maxabs) {
     *maxabs = m;
     return sqrt(s2 / n - (s / n) * (s / n));
 }
+/* the master weights of the tensor a checkpoint calls name */
+static const float *tensor_at(const VilModel *m, const char *name) {
+    const VilParamInfo *p = vil_model_find_param(m, name);
+    if (!p) {
+        printf("FAIL: no tensor %s\n", name);
+        exit(1);
+    }
+    return m->params + p->offset;
+}
+
 static void test_init(void) {
     for (int vim = 0; vim < 2; vim++) {
         VilConfig c;
@@ -231,44 +241,49 @@ static void test_init(void) {
         VilModel m;
         vil_model_init(&m, &c, &vil_backend_cpu);
         vil_model_init_weights(&m, 1);
-        const VilParamOffsets *o = &m.off;
-        const float *p = m.params;
+        /* each tensor found by its checkpoint name, as any reader of the model would */
+#define AT(...) tensor_at(&m, __VA_ARGS__)
         double mx, sd;
         int D = c.embed_dim, E = c.d_inner, N = c.d_state, R = c.dt_rank;
-        sd = tensor_std(p + o->pos, (size_t)c.seq_len * D, &mx);
+        sd = tensor_std(AT("pos_embed"), (size_t)c.seq_len * D, &mx);
         T_CHECK(fabs(sd - 0.02) < 0.002, "pos_embed std %.4f, want .02", sd);
-        sd = tensor_std(p + o->patch_w, (size_t)D * 3 * 256, &mx);
+        sd = tensor_std(AT("patch_embed.proj.weight"), (size_t)D * 3 * 256, &mx);
         T_CHECK(fabs(sd - 1 / sqrt(768.0)) < 0.003 && mx <= 2 / sqrt(768.0) / 0.8796 + 1e-6, "patch_embed lecun normal: std %.4f", sd);
-        sd = tensor_std(p + o->head_w, (size_t)1000 * D, &mx);
+        sd = tensor_std(AT("head.weight"), (size_t)1000 * D, &mx);
         T_CHECK(fabs(sd - 0.02) < 0.001, "head std %.4f", sd);
-        const VilLayerOffsets *l = &o->layer[3];
-        sd = tensor_std(p + l->in_proj, (size_t)2 * E * D, &mx);
+        sd = tensor_std(AT("layers.3.mixer.in_proj.weight"), (size_t)2 * E * D, &mx);
         T_CHECK(mx <= 1 / sqrt((double)D) && fabs(sd - 1 / sqrt(3.0 * D)) < 0.002, "in_proj U(+-1/sqrt(D)): std %.4f max %.4f", sd, mx);
-        sd = tensor_std(p + l->out_proj, (size_t)D * E, &mx);
+        sd = tensor_std(AT("layers.3.mixer.out_proj.weight"), (size_t)D * E, &mx);
         double bound = 1 / sqrt((double)E) / sqrt(24.0);
         T_CHECK(mx <= bound && fabs(sd - bound / sqrt(3.0)) < 0.1 * bound, "out_proj rescaled by 1/sqrt(depth): std %.5f", sd);
-        sd = tensor_std(p + l->dt_w[1], (size_t)E * R, &mx);
+        sd = tensor_std(AT("layers.3.mixer.dt_proj_b.weight"), (size_t)E * R, &mx);
         T_CHECK(mx <= 1 / sqrt((double)R), "dt_proj weight within R^-0.5");
         int ok = 1;
-        for (int e = 0; e < E; e++) ok &= p[l->D[0] + e] == 1.0f && p[l->D[1] + e] == 1.0f;
-        for (int d = 0; d < D; d++) ok &= p[l->norm + d] == 1.0f && p[o->norm_f + d] == 1.0f;
+        const float *D0 = AT("layers.3.mixer.D"), *D1 = AT("layers.3.mixer.D_b");
+        const float *nw = AT("layers.3.norm.weight"), *nf = AT("norm_f.weight");
+        for (int e = 0; e < E; e++) ok &= D0[e] == 1.0f && D1[e] == 1.0f;
+        for (int d = 0; d < D; d++) ok &= nw[d] == 1.0f && nf[d] == 1.0f;
         T_CHECK(ok, "D, D_b and norms are 1");
         if (!vim) {
             int z = 1;
-            for (int e = 0; e < E; e++) z &= p[l->dt_b[0] + e] == 0.0f && p[l->dt_b[1] + e] == 0.0f;
+            const float *b0 = AT("layers.3.mixer.dt_proj.bias"), *b1 = AT("layers.3.mixer.dt_proj_b.bias");
+            for (int e = 0; e < E; e++) z &= b0[e] == 0.0f && b1[e] == 0.0f;
             T_CHECK(z, "ViL dt_proj biases are 0 (dt_init zero)");
         } else {
             int a = 1;
-            for (int n = 0; n < N; n++) a &= fabsf(p[l->A_log[1] + (size_t)5 * N + n] - logf((float)(n + 1))) < 1e-6f;
+            const float *A_b = AT("layers.3.mixer.A_b_log");
+            for (int n = 0; n < N; n++) a &= fabsf(A_b[(size_t)5 * N + n] - logf((float)(n + 1))) < 1e-6f;
             T_CHECK(a, "A_log = log(1..N)");
             /* softplus(bias) = dt in [1e-3, 1e-1] for the forward direction; 0 for the backward */
             int in = 1;
+            const float *b0 = AT("layers.3.mixer.dt_proj.bias"), *b1 = AT("layers.3.mixer.dt_proj_b.bias");
             for (int e = 0; e < E; e++) {
-                float b = p[l->dt_b[0] + e], dt = log1pf(expf(b));
-                in &= dt >= 0.999e-3f && dt <= 0.1001f && p[l->dt_b[1] + e] == 0.0f;
+                float b = b0[e], dt = log1pf(expf(b));
+                in &= dt >= 0.999e-3f && dt <= 0.1001f && b1[e] == 0.0f;
             }
             T_CHECK(in, "ViM dt bias = inverse softplus of dt in [1e-3, 1e-1]");
         }
+#undef AT
         vil_model_free(&m);
     }
 }

@@ -14,10 +14,12 @@
 #include "testing.h"
 #include "data/dataset.h"
 #include "eval/eval.h"
+#include "vil/vim.h"
 #include "formats/checkpoint.h"
 #include "vil/common.h"
 #include "vil/config.h"
 #include "vil/model.h"
+#include "vil/vim.h"
 
 static char *dir;
 
@@ -97,15 +99,25 @@ static double *reference_norms(const char *ckpt, int img_size, int *L_out) {
     vil_model_forward(&m, 0);
     const VilConfig *c = &m.cfg;
     int L = c->seq_len, E = c->d_inner, N = c->d_state, dl, xld;
-    vil_model_xdbl_layout(c, &dl, &xld);
+    vil_vim_xdbl_layout(c, &dl, &xld);
     int mamba = strcmp(c->arch, "vim") == 0;
     float *params = vil_malloc(m.buf_len * sizeof(float));
     vil_model_get_params(&m, params);
     double *out = vil_calloc((size_t)c->depth * 2 * L, sizeof(double));
     for (int i = 0; i < c->depth; i++)
         for (int j = 0; j < 2; j++) {
-            const float *u = m.acts.layer[i].u[j], *delta = m.acts.layer[i].delta[j], *x = m.acts.layer[i].xdbl[j];
-            const float *A_log = params + m.off.layer[i].A_log[j];
+            /* the activations by name (float32 on the CPU backend) */
+            char nu[64], nd[64], nx[64], na[64];
+            const char *sfx = j ? "_b" : "";
+            snprintf(nu, sizeof nu, "layers.%d.mixer.u%s", i, sfx);
+            snprintf(nd, sizeof nd, "layers.%d.mixer.delta%s", i, sfx);
+            snprintf(nx, sizeof nx, "layers.%d.mixer.x_dbl%s", i, sfx);
+            snprintf(na, sizeof na, "layers.%d.mixer.A%s_log", i, sfx);
+            VilActView vu, vd, vx;
+            if (vil_model_act(&m, nu, &vu) || vil_model_act(&m, nd, &vd) || vil_model_act(&m, nx, &vx)) return NULL;
+            const float *u = vu.data, *delta = vd.data, *x = vx.data;
+            const VilParamInfo *pa = vil_model_find_param(&m, na);
+            const float *A_log = pa ? params + pa->offset : NULL;
             double *hsq = out + ((size_t)i * 2 + j) * L;
             for (int d = 0; d < E; d++) {
                 double h[16] = {0};

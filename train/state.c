@@ -217,55 +217,86 @@ static int state_values(const char *path, const VilStTensor *t, int nonneg, floa
     return 0;
 }
 
-/* The initial-state intervention's training state (vil_model_init_state_get): fitted's running
- * fit, whose shape must be the model's (refused by name otherwise); passing's final states of
- * every rank, this rank's taken where the run is cut as the saved one was. A state without them
- * (saved with another init_state) starts them afresh, said. 0, or -1 (reported). */
-static int restore_init_state(Trainer *T, const VilSafetensors *st, const char *path, long saved_world) {
+/* "2 layers x 2 directions x ..." of a state tensor's shape for a message */
+static void shape_words(const VilTrainStateInfo *t, long world, char *buf, size_t cap) {
+    size_t k = 0;
+    const char *d = t->dims;
+    buf[0] = 0;
+    if (world > 0) k += (size_t)snprintf(buf + k, cap - k, "%ld ranks x ", world);
+    for (int i = 0; i < t->ndim && k < cap; i++) {
+        size_t dl = d ? strcspn(d, ",") : 0;
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld%s%.*s", i ? " x " : "", (long long)t->shape[i],
+                              dl ? " " : "", (int)dl, d ? d : "");
+        if (d) d += dl + (d[dl] == ',') + (d[dl] == ',' && d[dl + 1] == ' ');
+    }
+}
+
+/* The model's training state from the file (vil_model_train_state_info, in its order): every
+ * tensor looked up and checked (its size, finite values, >= 0 where nonneg) before any is taken;
+ * an optional one (or a group of them) absent starts afresh, saying why; a per-rank one saved by
+ * another number of ranks or with another shape starts afresh, saying so; a count saved beside
+ * one is read with it. 0, or -1 (reported). */
+static int restore_train_state(Trainer *T, const VilSafetensors *st, const char *path, long saved_world) {
     VilModel *m = &T->m;
-    size_t nf = vil_model_init_state_fit_floats(m), np = vil_model_init_state_prev_floats(m, T->tc->batch);
-    if (strcmp(T->tc->init_state, "fitted") == 0) {
-        const VilStTensor *tm = vil_st_find(st, "init_state_mean"), *tv = vil_st_find(st, "init_state_var");
-        if (!tm && !tv) {
-            vil_warn("the state has no fitted initial states (init_state was not fitted): the fit starts now");
-            vil_model_init_state_set(m, NULL, NULL, 0, NULL, 0);
-            return 0;
+    int ns = vil_model_train_state_count(m), rc = -1;
+    VilTrainStateInfo si[VIL_TRAIN_STATE_MAX];
+    const VilStTensor *ts[VIL_TRAIN_STATE_MAX] = {0};
+    long counts[VIL_TRAIN_STATE_MAX] = {0};
+    int ok = 1, said_group = 0;
+    for (int i = 0; i < ns; i++) {
+        si[i] = vil_model_train_state_info(m, i);
+        const VilTrainStateInfo *t = &si[i];
+        size_t want = t->numel * (size_t)(t->per_rank ? saved_world : 1);
+        const VilStTensor *x = vil_st_find(st, t->name);
+        int fits = x && t->dtype == VIL_STATE_F32 && x->dtype == VIL_ST_F32 && (size_t)vil_st_numel(x) == want &&
+                   (!t->per_rank || saved_world == T->world);
+        if (fits) {
+            ts[i] = x;
+            continue;
         }
-        const VilStTensor *bad = !tm ? tv : tm;
-        for (int i = 0; i < 2; i++) {
-            const VilStTensor *t = i ? tv : tm;
-            if (!t || t->dtype != VIL_ST_F32 || (size_t)vil_st_numel(t) != nf) {
-                vil_error("cannot resume: the state file's '%s' does not match the model: fitted-noise "
-                          "statistics are %d layers x 2 directions x d_state %d x d_inner %d = %zu float32 "
-                          "values", t ? t->name : bad == tm ? "init_state_var" : "init_state_mean",
-                          T->mc->depth, T->mc->d_state, T->mc->d_inner, nf);
-                return -1;
+        /* a group is all there or all absent: a member absent beside another present is damage */
+        int others = 0;
+        for (int k = 0; t->group && k < ns; k++)
+            if (k != i) {
+                VilTrainStateInfo o = k < i ? si[k] : vil_model_train_state_info(m, k);
+                others |= o.group == t->group && vil_st_find(st, o.name) != NULL;
             }
+        if (t->per_rank && x) { /* another batch or number of ranks */
+            vil_warn("%s", t->mismatch);
+        } else if (t->optional && !x && !others) {
+            if (!(t->group && said_group == t->group)) vil_warn("%s", t->absent);
+            if (t->group) said_group = t->group;
+        } else if (t->params_shaped) {
+            vil_error("cannot resume: the state file's '%s' is missing or not %zu float32 values", t->name, want);
+            ok = 0;
+        } else {
+            char words[256];
+            shape_words(t, t->per_rank ? saved_world : 0, words, sizeof words);
+            vil_error("cannot resume: the state file's '%s' does not match the model: %s = %zu float32 "
+                      "values", t->name, words, want);
+            ok = 0;
         }
-        long fits;
-        float *mean = vil_malloc(nf * sizeof(float)), *var = vil_malloc(nf * sizeof(float));
-        int rc = meta_long(st, path, "vil.init_state_fits", 0, LONG_MAX, &fits) ||
-                 state_values(path, tm, 0, mean, nf) || state_values(path, tv, 1, var, nf) ? -1 : 0;
-        if (rc == 0) vil_model_init_state_set(m, mean, var, fits, NULL, 0);
-        free(mean), free(var);
-        return rc;
     }
-    if (!np) return 0;
-    const VilStTensor *tp = vil_st_find(st, "init_state_prev");
-    if (!tp) {
-        vil_warn("the state has no passed states (init_state was not passing): the first batch starts from zero");
-        return 0;
+    if (!ok) return -1;
+    size_t room = 0;
+    for (int i = 0; i < ns; i++) {
+        size_t r = ts[i] ? si[i].numel * (size_t)(si[i].per_rank ? saved_world : 1) : 0;
+        room = r > room ? r : room;
+        if (ts[i] && si[i].count_key && meta_long(st, path, si[i].count_key, 0, LONG_MAX, &counts[i])) return -1;
     }
-    if (tp->dtype != VIL_ST_F32 || (size_t)vil_st_numel(tp) != np * (size_t)saved_world || saved_world != T->world) {
-        vil_warn("the state's passed states are for another batch or number of ranks: the first batch "
-                 "starts from zero");
-        return 0;
+    float *host = vil_malloc((room ? room : 1) * sizeof(float));
+    for (int i = 0; i < ns; i++) /* every tensor checked before any is taken (every rank's too) */
+        if (ts[i] && state_values(path, ts[i], si[i].nonneg, host, (size_t)vil_st_numel(ts[i]))) goto out;
+    for (int i = 0; i < ns; i++) {
+        const float *v = ts[i] ? (const float *)ts[i]->data : NULL;
+        if (v && si[i].per_rank) v += si[i].numel * (size_t)T->rank; /* this rank's */
+        if (v) memcpy(host, v, si[i].numel * sizeof(float));
+        vil_model_train_state_set(m, i, v ? host : NULL);
+        if (v && si[i].count_key) vil_model_train_state_set_counter(m, i, counts[i]);
     }
-    float *prev = vil_malloc(np * saved_world * sizeof(float));
-    int rc = state_values(path, tp, 0, prev, np * saved_world) ? -1 : 0; /* every rank's checked, its own taken */
-    if (rc == 0) memcpy(prev, (const float *)tp->data + np * (size_t)T->rank, np * sizeof(float));
-    if (rc == 0) vil_model_init_state_set(m, NULL, NULL, 0, prev, T->tc->batch);
-    free(prev);
+    rc = 0;
+out:
+    free(host);
     return rc;
 }
 
@@ -439,31 +470,12 @@ int state_restore(Trainer *T, const char *path) {
     T->best_top1 = (float)bv;
     T->best_step = best_step;
     size_t n = m->param_count; /* the files hold the tensors packed, without buffer padding */
-    /* the model's training state (vil_model_train_state_info): each tensor it needs looked up
-     * (every missing one reported), then the optional EMA where the file has one */
-    int ns = vil_model_train_state_count(m), ok = 1;
-    VilTrainStateInfo si[VIL_TRAIN_STATE_MAX];
-    const VilStTensor *tp = state_tensor(&st, "params", n), *ts[VIL_TRAIN_STATE_MAX] = {0};
-    for (int i = 0; i < ns; i++) {
-        si[i] = vil_model_train_state_info(m, i);
-        if (!si[i].optional) ok &= (ts[i] = state_tensor(&st, si[i].name, n)) != NULL;
-    }
-    if (!tp || !ok) goto done;
-    for (int i = 0; i < ns; i++)
-        if (si[i].optional && vil_st_find(&st, si[i].name) && !(ts[i] = state_tensor(&st, si[i].name, n)))
-            goto done;
-    /* every tensor checked before any is taken */
-    if (state_values(path, tp, 0, host, n)) goto done;
-    for (int i = 0; i < ns; i++)
-        if (ts[i] && state_values(path, ts[i], si[i].nonneg, host, n)) goto done;
+    const VilStTensor *tp = state_tensor(&st, "params", n);
+    if (!tp || state_values(path, tp, 0, host, n)) goto done;
     memcpy(host, tp->data, n * sizeof(float));
     vil_model_unpack(m, host, host);
     vil_model_set_params(m, host);
-    for (int i = 0; i < ns; i++) {
-        if (!ts[i]) vil_warn("the state has no EMA (it was off): starting the EMA from the weights");
-        vil_model_train_state_set(m, i, ts[i] ? (const float *)ts[i]->data : NULL);
-    }
-    if (restore_init_state(T, &st, path, saved_world) != 0) goto done;
+    if (restore_train_state(T, &st, path, saved_world) != 0) goto done;
     vil_model_optim_set_steps(m, (int)adam_step);
     T->step = step;
     T->epoch = (int)epoch;
@@ -509,32 +521,38 @@ static int save_checkpoint(Trainer *T, const char *path, int ema) {
  * (sync_run_files). Each write is atomic. Weights that are not finite are never written over
  * the last good ones: returns -2 then. */
 static int save_all_here(Trainer *T, const float *new_best);
-/* passing: every rank's final states of its last micro-batch into T->prev_all on rank 0, (world,
- * depth, B, 2, N, E) (rank r's at r; zero where nothing is passed yet), by a sum over the ranks
- * of a buffer that holds each rank's own at its place; NULL for the other modes */
-static void gather_prev(Trainer *T) {
+/* The per-rank training state (VilTrainStateInfo.per_rank: passing's final states): every
+ * rank's into T->gathered[i] on rank 0, (world, shape...) with rank r's at r, by a sum over the
+ * ranks of a buffer that holds each rank's own at its place; NULL for the others. */
+static void gather_per_rank(Trainer *T) {
     VilModel *m = &T->m;
     const VilBackend *be = m->be;
-    size_t np = vil_model_init_state_prev_floats(m, T->tc->batch), all = np * (size_t)T->world;
-    free(T->prev_all);
-    T->prev_all = NULL;
-    if (!np) return;
-    float *host = vil_calloc(all, sizeof(float));
-    vil_model_init_state_get(m, NULL, NULL, host + np * (size_t)T->rank, T->tc->batch);
-    if (T->world > 1) {
-        float *dev = be->alloc(be, all * sizeof(float));
-        be->to_device(be, dev, host, all * sizeof(float));
-        be->grad_allreduce(be, &(VilAllReduce){.buf = dev, .n = all, .dist = T->dist});
-        be->to_host(be, host, dev, all * sizeof(float));
-        be->free(be, dev);
+    int ns = vil_model_train_state_count(m);
+    for (int i = 0; i < VIL_TRAIN_STATE_MAX; i++) {
+        free(T->gathered[i]);
+        T->gathered[i] = NULL;
     }
-    T->prev_all = host;
+    for (int i = 0; i < ns; i++) {
+        VilTrainStateInfo t = vil_model_train_state_info(m, i);
+        if (!t.per_rank) continue;
+        size_t all = t.numel * (size_t)T->world;
+        float *host = vil_calloc(all + t.room, sizeof(float));
+        vil_model_train_state_get(m, i, host + t.numel * (size_t)T->rank);
+        if (T->world > 1) {
+            float *dev = be->alloc(be, all * sizeof(float));
+            be->to_device(be, dev, host, all * sizeof(float));
+            be->grad_allreduce(be, &(VilAllReduce){.buf = dev, .n = all, .dist = T->dist});
+            be->to_host(be, host, dev, all * sizeof(float));
+            be->free(be, dev);
+        }
+        T->gathered[i] = host;
+    }
 }
 /* Saves on rank 0 (every rank holds the same weights); every rank gets its result and the new
  * best, so all take the same path afterwards. */
 static int save_all(Trainer *T, const float *new_best) {
     int rc = 0;
-    gather_prev(T);
+    gather_per_rank(T);
     if (T->rank == 0) {
         rc = save_all_here(T, new_best);
     } else if (new_best) {
@@ -550,7 +568,7 @@ static int save_all_here(Trainer *T, const float *new_best) {
     size_t n = m->buf_len, bytes = n * sizeof(float);
     int ns = vil_model_train_state_count(m);
     float *p = vil_malloc(bytes), *ts[VIL_TRAIN_STATE_MAX] = {0};
-    for (int i = 0; i < ns; i++) ts[i] = vil_malloc(bytes);
+    for (int i = 0; i < ns; i++) ts[i] = vil_malloc((vil_model_train_state_info(m, i).room + 1) * sizeof(float));
     int rc = -1;
     vil_model_get_params(m, p);
     if (!all_finite(p, n)) {
@@ -564,27 +582,22 @@ static int save_all_here(Trainer *T, const float *new_best) {
         T->best_step = T->step;
     }
     /* packed: the tensors without the parameter buffer's padding, so a state file does not
-     * depend on the build's internal layout */
-    for (int i = 0; i < ns; i++) vil_model_train_state_get(m, i, ts[i]);
+     * depend on the build's internal layout; then the training state in its order (the per-rank
+     * tensors gathered, with the ranks as their leading dimension) */
+    for (int i = 0; i < ns; i++)
+        if (!T->gathered[i]) vil_model_train_state_get(m, i, ts[i]);
     vil_model_pack(m, p, p);
     VilStWriter *w = vil_st_writer_new();
     int64_t shape[1] = {(int64_t)m->param_count};
     vil_st_writer_add(w, "params", VIL_ST_F32, 1, shape, p);
-    for (int i = 0; i < ns; i++)
-        vil_st_writer_add(w, vil_model_train_state_info(m, i).name, VIL_ST_F32, 1, shape, ts[i]);
-    /* the initial-state intervention's state: fitted's running fit, passing's final states */
-    const VilConfig *mc = T->mc;
-    int64_t fshape[4] = {mc->depth, 2, mc->d_state, mc->d_inner};
-    int64_t pshape[6] = {T->world, mc->depth, T->tc->batch, 2, mc->d_state, mc->d_inner};
-    size_t nf = vil_model_init_state_fit_floats(m);
-    float *fit = NULL;
-    if (strcmp(T->tc->init_state, "fitted") == 0) {
-        fit = vil_malloc(2 * nf * sizeof(float));
-        vil_model_init_state_get(m, fit, fit + nf, NULL, 0);
-        vil_st_writer_add(w, "init_state_mean", VIL_ST_F32, 4, fshape, fit);
-        vil_st_writer_add(w, "init_state_var", VIL_ST_F32, 4, fshape, fit + nf);
+    for (int i = 0; i < ns; i++) {
+        VilTrainStateInfo t = vil_model_train_state_info(m, i);
+        int64_t sh[7];
+        int nd = 0;
+        if (t.per_rank) sh[nd++] = T->world;
+        for (int d = 0; d < t.ndim; d++) sh[nd++] = t.shape[d];
+        vil_st_writer_add(w, t.name, VIL_ST_F32, nd, sh, T->gathered[i] ? T->gathered[i] : ts[i]);
     }
-    if (T->prev_all) vil_st_writer_add(w, "init_state_prev", VIL_ST_F32, 6, pshape, T->prev_all);
     char *mj = vil_config_to_json(T->mc), *tj = vil_train_config_to_json(T->tc);
     char buf[64];
     vil_st_writer_meta(w, "vil.format", STATE_FORMAT);
@@ -607,15 +620,18 @@ static int save_all_here(Trainer *T, const float *new_best) {
     META("vil.global_batch", "%ld", T->global_batch);
     /* what a resume on another number of ranks names to keep this batch */
     vil_st_writer_meta(w, "vil.launcher", T->dist && T->dist->mpi ? T->dist->launcher : "none");
-    if (fit) {
-        META("vil.init_state_fits", "%ld", vil_model_init_state_fits(m));
+    /* the counts saved beside their tensors (the fit's updates) */
+    for (int i = 0; i < ns; i++) {
+        VilTrainStateInfo t = vil_model_train_state_info(m, i);
+        if (t.count_key) {
+            META(t.count_key, "%ld", vil_model_train_state_counter(m, i));
+        }
     }
 #undef META
     /* nothing else is random state: every stream is a pure function of (seed, epoch, step) */
     vil_st_writer_meta(w, "vil.rng", "keyed by (seed, epoch, position) in the loader and (seed, step) for drop path");
     int src = vil_st_writer_save(w, T->path_state);
     vil_st_writer_free(w);
-    free(fit);
     free(mj);
     free(tj);
     if (src != 0) goto done;

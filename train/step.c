@@ -17,7 +17,7 @@ VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
 
 void vil_train_init_state(VilModel *m, const VilTrainConfig *t) {
     vil_model_set_init_state(m, (VilInitMode)vil_init_mode_find(t->init_state), t->init_state_sigma,
-                             t->init_state_drop);
+                             t->init_state_drop, t->batch);
 }
 
 static int reduces(const VilStepParams *s) { return s->dist && s->dist->mpi; }
@@ -25,8 +25,7 @@ static int reduces(const VilStepParams *s) { return s->dist && s->dist->mpi; }
 void vil_train_micro(VilModel *m, const VilStepParams *s, int first, int last) {
     if (first) vil_model_zero_grad(m);
     /* the last backward hands finished layers' gradients to the all-reduce as it goes */
-    m->sync.dist = last && s->overlap && reduces(s) ? s->dist : NULL;
-    m->sync.bucket_bytes = s->bucket_bytes;
+    vil_model_sync_grads(m, last && s->overlap && reduces(s) ? s->dist : NULL, s->bucket_bytes);
     vil_model_sample_init_state(m, s->init_seed, s->init_first);
     vil_model_forward(m, 1);
     vil_model_fit_init_state(m, s->dist);
@@ -34,9 +33,9 @@ void vil_train_micro(VilModel *m, const VilStepParams *s, int first, int last) {
 }
 
 void vil_train_update(VilModel *m, const VilStepParams *s) {
-    if (m->sync.dist) {
+    if (vil_model_syncing(m)) {
         vil_model_allreduce_wait(m);
-        m->sync.dist = NULL;
+        vil_model_sync_grads(m, NULL, 0);
     } else if (reduces(s)) {
         vil_model_allreduce_grads(m, s->dist);
     }

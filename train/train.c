@@ -331,7 +331,7 @@ static void trainer_free(Trainer *T) {
         if (T->dp_host[i]) T->be->host_free(T->be, T->dp_host[i]);
     if (T->model_ready) vil_model_free(&T->m);
     free(T->host_losses);
-    free(T->prev_all);
+    for (int i = 0; i < VIL_TRAIN_STATE_MAX; i++) free(T->gathered[i]);
     vil_runlog_close(T->runlog);
     vil_loader_free(T->loader);
     vil_loader_free(T->val_loader);

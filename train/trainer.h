@@ -67,7 +67,8 @@ typedef struct {
     double line_at;
     long line_step;
     VilTrainStatus status; /* what vil_train returns, set when a piece ends the run (RUN_END) */
-    float *prev_all; /* passing's final states of every rank for the next save (gather_prev) */
+    float *gathered[VIL_TRAIN_STATE_MAX]; /* the per-rank training state of every rank for the next
+                                           * save (gather_per_rank), NULL where not per rank */
 } Trainer;
 
 /* What each piece of the run tells the loop: go on, or end the run with T->status. */

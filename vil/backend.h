@@ -147,6 +147,21 @@ typedef struct {
     float *hT;                     /* (B, 2, N, E) f32: each direction's state after its last
                                     * step, or NULL: not wanted */
 } VilScanFwd;
+/* scan.c: one direction's states along the sequence for `vil states`, off the training and
+ * inference paths: the recurrence of VilScanFwd's direction `reverse` from a zero state, each
+ * token's squared state norm hsq[b][t] = sum over channels and states of h^2 after the step that
+ * reads token t, and the final state hT (b, n, e) at b N E + n E + e (NULL: not wanted). Writes
+ * no output. */
+typedef struct {
+    VilRecurrence rec;
+    float *hsq;                    /* (B, L) f32 */
+    float *hT;                     /* (B, N, E) f32, or NULL */
+    const void *u, *delta;         /* (B, L, E) act */
+    const void *xdbl;              /* (B, L, xdbl_ld) act */
+    const float *D;                /* (E) */
+    const float *A_log;            /* (E, N): Mamba only */
+    int B, L, E, N, dt_ld, xdbl_ld, reverse;
+} VilScanStates;
 typedef struct {
     VilRecurrence rec;
     void *du[2], *ddelta[2];       /* (B, L, E) act each; ddelta[j] may be delta[j] (written over it) */
@@ -315,6 +330,7 @@ typedef struct {
     X(conv1d_silu_bidir_backward, VilConvBidirBwd, "conv1d+silu bwd")   \
     X(scan_bidir_forward, VilScanFwd, "scan (bidir) fwd")               \
     X(scan_bidir_backward, VilScanBwd, "scan (bidir) bwd")              \
+    X(scan_dir_states, VilScanStates, "scan states")                    \
     X(softmax_xent_forward, VilXentFwd, "loss fwd")                     \
     X(softmax_xent_backward, VilXentBwd, "loss bwd")                    \
     X(adamw_update, VilAdamW, "adamw")                                  \

@@ -1,6 +1,9 @@
-/* model.h: the ViL / ViM network as one description that runs on any backend: the parameter
- * table (names and shapes of doc/models.md, in the official state_dict order), the activation
- * layout, and the forward, backward and optimizer sequences written once against VilBackend. */
+/* model.h: a network that runs on any backend, as the commands, the trainer and the tools see
+ * it. The core (model.c) knows no family: it owns the parameter buffers and their table (names
+ * and shapes of doc/models.md, in the official state_dict order), the training state (the
+ * optimizer's buffers, the EMA and the named state a family registers), the inputs, logits and
+ * losses, and the inference forward's replay as a CUDA graph. The family (vil/net.h; ViL and
+ * ViM: vil/vim.c) builds the table and runs the forward and backward against VilBackend. */
 #ifndef VIL_MODEL_H
 #define VIL_MODEL_H
 
@@ -37,32 +40,6 @@ size_t vil_param_extent(const VilParamInfo *p);
 void vil_param_load(const VilParamInfo *p, float *dense, const float *stored);
 void vil_param_store(const VilParamInfo *p, float *stored, const float *dense);
 
-/* element offsets of each named parameter; [j] is direction j (0 forward, 1 backward) */
-typedef struct {
-    size_t A_log[2], D[2], in_proj, conv_w[2], conv_b[2], x_proj[2], dt_w[2], dt_b[2], out_proj,
-        norm;
-    size_t begin; /* the layer's tensors are [begin, the next layer's begin) */
-} VilLayerOffsets;
-typedef struct {
-    size_t cls, pos, patch_w, patch_b, head_w, head_b, norm_f;
-    VilLayerOffsets *layer; /* (depth) */
-} VilParamOffsets;
-
-/* activations; pointers into one backend allocation. "act" tensors use the backend's type. */
-typedef struct {
-    float *res;     /* (B, L, D) f32: residual stream entering norm i */
-    float *rstd;    /* (B, L) f32 */
-    void *normed;   /* (B, L, D) act */
-    void *xz;       /* (B, L, 2E) act: x | z */
-    void *u[2];     /* (B, L, E) act: SiLU(conv1d(x)) per direction */
-    void *xdbl[2];  /* (B, L, xdbl_ld) act: dt_low | 0 | k | q | 0 (model.c) */
-    void *delta[2]; /* (B, L, E) act: dt_proj(dt_low) */
-    void *ysum;     /* (B, L, E) act: gated, averaged scan output; in training every layer's is
-                     * dysum (not kept: the scan backward makes it again, VilScanBwd.out) */
-    float *scan_states; /* training: the scan's states at its chunk boundaries, kept from the
-                         * forward for the backward (VilBackend.scan_states_bytes); or NULL */
-} VilLayerActs;
-
 /* VilModel.recompute: the training activations every layer keeps, against what the backward
  * computes again from the layer's own inputs (the gradients are the same bits):
  * NONE keeps both SiLU(conv1d(x)) (u) and dt_proj's output (delta) of every layer;
@@ -71,34 +48,32 @@ typedef struct {
  * dt_proj forward again, ~2%, ~23% less). */
 enum { VIL_RECOMPUTE_NONE = 0, VIL_RECOMPUTE_ALL = 1, VIL_RECOMPUTE_DELTA = 2 };
 
+/* The activations' inputs and outputs, which the core reads and writes; the family's own
+ * activations (vil/net.h) live in the same allocation. Pointers into backend memory. */
 typedef struct {
     int B, training, recompute; /* VilModel.recompute as allocated (0 in inference) */
-    /* the inputs the next pass reads: the model's own buffers below, or those given to
+    /* the inputs the next pass reads: the allocation's own buffers below, or those given to
      * vil_model_set_inputs */
     float *img;         /* (B, C, H, W) f32 */
-    void *patches;      /* (B, M, D) act */
-    VilLayerActs *layer;/* (depth); all alias one set when not training */
-    void *h;            /* (B, L, D) act: mixer output, consumed by the next add */
-    float *res_f, *rstd_f;
-    void *normed_f;     /* (B, L, D) act */
+    float *targets;     /* (B, classes) f32 soft targets */
+    float *dp_scale;    /* drop-path scales (the family's rows; vil_model_drop_path_bytes) */
     float *logits;      /* (B, classes) f32 */
     float *probs;       /* (B, classes) f32 */
     float *losses;      /* (B) f32 */
-    float *targets;     /* (B, classes) f32 soft targets */
-    float *dp_scale;    /* (depth + 1, B) f32 drop-path scales, row i for the add before norm i */
-    /* backward scratch, reused by every layer */
-    float *dres;        /* (B, L, D) f32 */
-    /* act. The backward shares buffers whose lives do not meet (layout_acts): dnormed lies in
-     * dysum, dh in normed_f, dpatches in du[1], the forward's ysum in dysum, the scan
-     * backward's ysum in dxz's x half; each layer's ddelta is written over its own delta
-     * (VilScanBwd.ddelta) */
-    void *dnormed, *dh, *dxz, *du[2], *dxdbl[2], *dysum, *dpatches;
-    float *dlogits;     /* (B, classes) f32 */
     float *dimg;        /* (B, C, H, W) f32 input gradient, only with VilModel.input_grad */
     float *own_img, *own_targets, *own_dp_scale; /* the input buffers of this allocation */
     void *base;
     size_t bytes;
 } VilActs;
+
+/* A named activation of the last forward (vil_model_act): for tests and tools that look inside
+ * a pass ("layers.3.mixer.u", "layers.3.mixer.u_b", ...; the family's names). */
+typedef struct {
+    void *data;    /* backend memory */
+    int act;       /* 1: the backend's activation type (bf16 on CUDA), 0: float32 */
+    size_t numel;  /* elements from data */
+    size_t ld;     /* elements between rows (a row of a (B, L, X) tensor: X or more) */
+} VilActView;
 
 /* The initial-state interventions of doc/recipe.md ("Initial states"): what a training forward's
  * scans start from. Evaluation forwards always start from zero. */
@@ -106,21 +81,41 @@ typedef enum { VIL_INIT_ZERO, VIL_INIT_NOISE, VIL_INIT_FITTED, VIL_INIT_PASSING,
 extern const char *const vil_init_mode_names[VIL_INIT_COUNT]; /* "zero", "noise", "fitted", "passing" */
 /* the mode of a name, or -1 */
 int vil_init_mode_find(const char *name);
-/* momentum of fitted noise's running mean and variance (per update: one training forward) */
-#define VIL_INIT_FIT_MOMENTUM 0.99f
+
+/* The training state the model owns besides its weights, as a training state file holds it
+ * (train/state.c saves, gathers, restores and checks it without knowing what it is): the
+ * optimizer's buffers in its order under their names (AdamW: "adam_m", "adam_v"), then the EMA
+ * ("ema") when the model keeps one, then the family's (the initial states' fit,
+ * "init_state_mean" and "init_state_var", or passing's "init_state_prev"). */
+#define VIL_TRAIN_STATE_MAX (VIL_OPTIM_MAX_STATE + 4)
+enum { VIL_STATE_F32 = 0 };
 typedef struct {
-    VilInitMode mode;
-    float sigma, drop;   /* noise's standard deviation; passing's probability of a zero start */
-    int S;               /* floats of one sample's states in one layer: 2 N E */
-    int B;               /* the batch h0 and hT are allocated for (0: none) */
-    float *h0;           /* (depth, B, S) backend memory: the next training forward's initial states */
-    float *hT;           /* (depth, B, S): the final states of the last training forward */
-    int h0_set;          /* h0 holds this micro-batch's states (else the scans start from zero) */
-    int has_prev;        /* passing: hT holds the previous micro-batch's final states */
-    float *mean, *var;   /* fitted: (depth, S) each, the running fit */
-    float *mom;          /* fitted: (2, depth, S) the batch's sums and sums of squares */
-    long fits;           /* fitted: updates of the running fit so far (0: none, no noise yet) */
-} VilInitState;
+    const char *name;
+    int nonneg;          /* every value >= 0 */
+    int optional;        /* a state file without it: it starts afresh (absent says why) */
+    const char *absent;  /* the warning then ("the state has no EMA (it was off): ...") */
+    int dtype;           /* VIL_STATE_F32 (every training-state tensor so far) */
+    int params_shaped;   /* a parameter-shaped buffer, saved packed: param_count floats */
+    int ndim;            /* the saved shape (params_shaped: 1, {param_count}) */
+    int64_t shape[6];
+    const char *dims;    /* the dimensions' names for messages, ", "-separated: "layers, directions,
+                          * d_state, d_inner"; NULL: the shape's numbers alone */
+    size_t numel;        /* floats of the saved tensor (one rank's) */
+    size_t room;         /* floats of host room train_state_get needs (>= numel) */
+    /* Each rank holds its own (passing's final states): a state file holds every rank's, a
+     * leading dimension of the ranks, gathered by a sum over them; a resume takes its rank's,
+     * and one saved by another number of ranks or with another shape starts it afresh, saying
+     * `mismatch`. Otherwise every rank holds the same values and rank 0's are saved. */
+    int per_rank;
+    const char *mismatch;
+    /* A group of tensors restored together (the fit's mean and var): all of them or none of
+     * them in a state file (0: alone). */
+    int group;
+    /* A count saved beside it as metadata (the fit's updates: "vil.init_state_fits"), or NULL. */
+    const char *count_key;
+} VilTrainStateInfo;
+
+typedef struct VilNet VilNet;
 
 typedef struct {
     VilConfig cfg;
@@ -131,7 +126,8 @@ typedef struct {
                           * state, ema):
                           * the tensors and the padding between them */
     size_t param_count;  /* parameters of the model (the tensors' elements) */
-    VilParamOffsets off;
+    const VilNet *net;   /* the family that builds and runs it (vil/net.h) */
+    void *fam;           /* the family's own: where its tensors are, its activations, its state */
     float *params;       /* (buf_len) f32 master, backend memory */
     void *work;          /* working copy the ops read (== params when work_bytes == 0) */
     float *grads;        /* (buf_len) f32 */
@@ -157,7 +153,6 @@ typedef struct {
         size_t hi; /* gradients at [hi, buf_len) are on their way */
     } sync;
     VilActs acts;
-    VilInitState init; /* vil_model_set_init_state; mode VIL_INIT_ZERO: nothing allocated */
     /* The inference forward as a CUDA graph (backends with graph_begin): with use_graph (on from
      * vil_model_init), vil_model_forward(m, 0) on inference activations runs its ops plainly
      * the first time it sees an input buffer with the weights in use, records them the second
@@ -179,7 +174,8 @@ typedef struct {
  * model is past VIL_MAX_PARAMS or its parameters would not fit the device's free memory. */
 int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be);
 void vil_model_free(VilModel *m);
-/* Parameter count of a configuration (the tensors' elements) without allocating anything. */
+/* Parameter count of a configuration (the tensors' elements) without allocating anything. 0
+ * for a configuration no family builds. */
 size_t vil_model_count_params(const VilConfig *cfg);
 /* The parameter table of cfg (finalized), as vil_model_init lays it out, without allocating
  * the model: *n tensors, malloc'd (free()). For checking a file against a config before the
@@ -207,9 +203,9 @@ void vil_model_unpack(const VilModel *m, float *buf, const float *packed);
 void vil_model_get_params(const VilModel *m, float *host);
 void vil_model_set_params(VilModel *m, const float *host);
 const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name);
-/* x_dbl's row layout (model.c): k starts at column *dt_ld, q at *dt_ld + d_state, and rows are
- * *xdbl_ld elements apart; for readers of the activations (`vil states`). */
-void vil_model_xdbl_layout(const VilConfig *c, int *dt_ld, int *xdbl_ld);
+/* The named activation of the last forward (VilActView): 0, or -1 when the family has none of
+ * that name (or the activations are not allocated). */
+int vil_model_act(const VilModel *m, const char *name, VilActView *v);
 
 /* (Re)allocate activations for batch B; training = 1 keeps every layer's activations for the
  * backward pass. The inputs are then the allocation's own buffers (acts.img, acts.targets,
@@ -258,23 +254,18 @@ void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, long first, floa
  * of the weights (starting as a copy of them). Allocated once; a second call adds only what is
  * new (its opt must be the first call's). */
 void vil_model_init_training(VilModel *m, const VilOptim *opt, int ema);
-/* The training state as a training state file holds it, besides the weights: the optimizer's
- * buffers in its order under their names (AdamW: "adam_m", "adam_v"), then the EMA ("ema")
- * when the model keeps one. i in [0, vil_model_train_state_count(m)). */
-#define VIL_TRAIN_STATE_MAX (VIL_OPTIM_MAX_STATE + 1)
-typedef struct {
-    const char *name;
-    int nonneg;   /* every value >= 0 */
-    int optional; /* the EMA: a state saved without one starts it from the weights */
-} VilTrainStateInfo;
+/* The training state (VilTrainStateInfo): how many tensors there are now, and tensor i's. */
 int vil_model_train_state_count(const VilModel *m);
 VilTrainStateInfo vil_model_train_state_info(const VilModel *m, int i);
-/* Tensor i into host memory (buf_len floats of room), packed (vil_model_pack: its first
- * param_count floats). */
+/* Tensor i into host memory (info.room floats of room), packed where it is parameter-shaped
+ * (vil_model_pack: its first param_count floats). */
 void vil_model_train_state_get(const VilModel *m, int i, float *host);
-/* Tensor i from packed host values (param_count floats, any alignment); packed NULL: its start
- * (optimizer buffers zero, the EMA a copy of the weights in use). */
+/* Tensor i from host values (info.numel floats, any alignment); NULL: its start (optimizer
+ * buffers zero, the EMA a copy of the weights in use, the family's as it starts). */
 void vil_model_train_state_set(VilModel *m, int i, const float *packed);
+/* The count saved beside tensor i as metadata (info.count_key; 0 without one), and set. */
+long vil_model_train_state_counter(const VilModel *m, int i);
+void vil_model_train_state_set_counter(VilModel *m, int i, long count);
 /* The optimizer steps taken (the bias corrections' step count), and set on a resume. */
 int vil_model_optim_steps(const VilModel *m);
 void vil_model_optim_set_steps(VilModel *m, int steps);
@@ -283,8 +274,10 @@ void vil_model_optim_set_steps(VilModel *m, int steps);
  * fit of the final states per layer, direction, channel and state (zero until the first fit);
  * passing starts each sample from the final state of the sample at its place in the previous
  * micro-batch (this rank's), or from zero with probability drop (and at the first). Once, before
- * the training forwards; the fit's buffers live with the model, h0 and hT with the batch. */
-void vil_model_set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop);
+ * the training forwards, with the training micro-batch B; the fit and the passed states join the
+ * training state (vil_model_train_state_*). 0, or -1 (reported) for a network without
+ * recurrent states (a mode other than zero). */
+int vil_model_set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop, int B);
 /* Before a training forward: this micro-batch's initial states, drawn from the streams
  * (seed, first + b) of init_state.h (first: the global index of its sample 0). */
 void vil_model_sample_init_state(VilModel *m, uint64_t seed, long first);
@@ -292,16 +285,23 @@ void vil_model_sample_init_state(VilModel *m, uint64_t seed, long first);
  * summed over the ranks of dist, NULL: this process's alone); passing keeps them for the next
  * micro-batch. Nothing for zero and noise. */
 void vil_model_fit_init_state(VilModel *m, const struct VilDist *dist);
-/* The intervention's training state, which a resume restores (the state file's tensors):
- * fitted's running mean and var (depth, 2, N, E) with the count of updates, passing's final
- * states of the last micro-batch (depth, B, 2, N, E), this rank's. get: host copies of what the
- * mode has (NULL: skipped); prev is zero where nothing is passed yet (then 0 is returned, else 1).
- * set: from host values; mean, var NULL: no fit yet; prev NULL: nothing passed yet. */
-size_t vil_model_init_state_fit_floats(const VilModel *m);         /* depth x 2 N E */
-size_t vil_model_init_state_prev_floats(const VilModel *m, int B); /* depth x B x 2 N E; 0 but for passing */
-long vil_model_init_state_fits(const VilModel *m);
-int vil_model_init_state_get(const VilModel *m, float *mean, float *var, float *prev, int B);
-void vil_model_init_state_set(VilModel *m, const float *mean, const float *var, long fits, const float *prev, int B);
+
+/* The recurrent state along the sequence (`vil states`): the network's streams of state (ViL
+ * and ViM: each layer's two directions, stream 2 i + j), each of *L steps over a state of *state
+ * floats per sample (N x E); 0 streams for a network without. */
+int vil_model_seq_streams(const VilModel *m, int *L, int *state);
+/* After a forward on training activations (vil_model_alloc_acts(m, B, 1), recompute 0, drop path
+ * off): stream s's squared state norm after each step, hsq (B, L) host floats, in the stream's
+ * own order (step t: the t-th token it reads), and its final state hT (B, state) host floats;
+ * on the model's backend (a scan that keeps no outputs). 0, or -1 (reported). */
+int vil_model_seq_states(VilModel *m, int stream, float *hsq, float *hT);
+
+/* For the trainer: the last micro-batch of a step hands the gradients of finished layers to the
+ * all-reduce over dist (NULL: none in the backward) in buckets of about bucket_bytes while the
+ * backward goes on; vil_model_allreduce_wait ends it. */
+void vil_model_sync_grads(VilModel *m, const struct VilDist *dist, size_t bucket_bytes);
+/* 1 while a backward's all-reduce is on its way (vil_model_sync_grads set a dist) */
+int vil_model_syncing(const VilModel *m);
 
 /* clip_grad_norm_: the gradients scaled to max_norm when their global norm is above it; the
  * norm stays on the device (vil_model_grad_norm reads it). */

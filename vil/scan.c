@@ -473,3 +473,13 @@ void scan_bidir_backward(const VilScanBwd *args) {
     free(gy);
     free(y);
 }
+
+void scan_dir_states(const VilScanStates *args) {
+    int B = args->B, L = args->L, E = args->E, N = args->N;
+    const float *x = args->xdbl, *k = x + args->dt_ld;
+    float *y = vil_malloc((size_t)B * L * E * sizeof(float)); /* the scan's output, not wanted */
+    VilScanState st = {.hT = args->hT, .hsq = args->hsq, .ld = (size_t)N * E};
+    scan_dir_forward(args->rec, y, args->u, args->delta, k, k + N, args->D, args->A_log, B, L, E, N,
+                     args->xdbl_ld, args->reverse, &st);
+    free(y);
+}
