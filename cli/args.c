@@ -222,6 +222,17 @@ static void say_required(const VilArgSpec *spec) {
 /* The table's rules (VilArg's required, excludes, needs) against the flags given and npos
  * positional arguments: 0, or -1 after the message of the first one broken. */
 static int check_rules(const VilArgSpec *spec, const char *given, int npos) {
+    for (int i = 0; i < spec->nargs; i++) { /* a rule naming a flag the table lacks would never hold */
+        const VilArg *a = &spec->args[i];
+        const char *named[4] = {a->or_flag, a->unless, a->excludes, a->needs};
+        for (int k = 0; k < 4; k++)
+            if (named[k] && !find_arg(spec, named[k]))
+                VIL_FATAL("the flag table of vil %s: %s names %s, which is not one of its flags", spec->cmd, a->name,
+                          named[k]);
+    }
+    if (spec->positional_of && !find_arg(spec, spec->positional_of))
+        VIL_FATAL("the flag table of vil %s: positional_of names %s, which is not one of its flags", spec->cmd,
+                  spec->positional_of);
     for (int i = 0; i < spec->nargs; i++)
         if (given[i] && spec->args[i].alone) return 0;
     for (int i = 0; i < spec->nargs; i++) {
