@@ -193,6 +193,76 @@ static int claim(const VilArgSpec *spec, Claim *c, int *n, const char *key, size
     return 0;
 }
 
+static int was_given(const VilArgSpec *spec, const char *given, const char *name) {
+    const VilArg *a = name ? find_arg(spec, name) : NULL;
+    return a && given[a - spec->args];
+}
+
+/* "vil CMD: A is required", "A and B are required", "A, B and C (or D) are required": every
+ * required flag, the plain ones first, then those another flag stands in for */
+static void say_required(const VilArgSpec *spec) {
+    char list[512];
+    size_t k = 0;
+    int total = 0, n = 0;
+    for (int i = 0; i < spec->nargs; i++) total += spec->args[i].required;
+    list[0] = 0;
+    for (int alt = 0; alt < 2; alt++)
+        for (int i = 0; i < spec->nargs; i++) {
+            const VilArg *a = &spec->args[i];
+            if (!a->required || (a->or_flag != NULL) != alt) continue;
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", n == 0 ? "" : n == total - 1 ? " and " : ", ",
+                                  a->name);
+            if (k < sizeof list && a->or_flag) k += (size_t)snprintf(list + k, sizeof list - k, " (or %s)", a->or_flag);
+            if (k >= sizeof list) k = sizeof list - 1;
+            n++;
+        }
+    fprintf(stderr, "vil %s: %s %s required\n", spec->cmd, list, total == 1 ? "is" : "are");
+}
+
+/* The table's rules (VilArg's required, excludes, needs) against the flags given and npos
+ * positional arguments: 0, or -1 after the message of the first one broken. */
+static int check_rules(const VilArgSpec *spec, const char *given, int npos) {
+    for (int i = 0; i < spec->nargs; i++) { /* a rule naming a flag the table lacks would never hold */
+        const VilArg *a = &spec->args[i];
+        const char *named[4] = {a->or_flag, a->unless, a->excludes, a->needs};
+        for (int k = 0; k < 4; k++)
+            if (named[k] && !find_arg(spec, named[k]))
+                VIL_FATAL("the flag table of vil %s: %s names %s, which is not one of its flags", spec->cmd, a->name,
+                          named[k]);
+    }
+    if (spec->positional_of && !find_arg(spec, spec->positional_of))
+        VIL_FATAL("the flag table of vil %s: positional_of names %s, which is not one of its flags", spec->cmd,
+                  spec->positional_of);
+    for (int i = 0; i < spec->nargs; i++)
+        if (given[i] && spec->args[i].alone) return 0;
+    for (int i = 0; i < spec->nargs; i++) {
+        const VilArg *a = &spec->args[i];
+        int by_pos = npos > 0 && spec->positional_of && strcmp(spec->positional_of, a->name) == 0;
+        if (!a->required || given[i] || by_pos || was_given(spec, given, a->or_flag) ||
+            was_given(spec, given, a->unless))
+            continue;
+        say_required(spec);
+        return -1;
+    }
+    for (int i = 0; i < spec->nargs; i++) {
+        const VilArg *a = &spec->args[i];
+        if (!given[i] || !was_given(spec, given, a->excludes)) continue;
+        if (a->excludes_but && a->type == VIL_ARG_STR && strcmp(*(const char **)a->dst, a->excludes_but) == 0)
+            continue;
+        if (a->message) fprintf(stderr, "vil %s: %s\n", spec->cmd, a->message);
+        else fprintf(stderr, "vil %s: %s and %s exclude each other: give one of them\n", spec->cmd, a->name, a->excludes);
+        return -1;
+    }
+    for (int i = 0; i < spec->nargs; i++) {
+        const VilArg *a = &spec->args[i];
+        if (!given[i] || !a->needs || was_given(spec, given, a->needs)) continue;
+        if (a->message) fprintf(stderr, "vil %s: %s\n", spec->cmd, a->message);
+        else fprintf(stderr, "vil %s: %s goes with %s\n", spec->cmd, a->name, a->needs);
+        return -1;
+    }
+    return 0;
+}
+
 int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos) {
     char **p = vil_calloc((size_t)argc + 1, sizeof(char *));
     char *given = vil_calloc((size_t)spec->nargs + 1, 1);
@@ -247,6 +317,7 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
             }
             if (!row) {
                 *(int *)a->dst = 1;
+                given[a - spec->args] = 1;
                 continue;
             }
         } else if (!val) {
@@ -275,13 +346,11 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
         }
         char shown[80];
         vil_printable(shown, sizeof shown, val);
-        if (a->type != VIL_ARG_LIST) {
-            if (given[a - spec->args]) {
-                fprintf(stderr, "vil %s: %s given twice: give it once\n", spec->cmd, name);
-                goto usage;
-            }
-            given[a - spec->args] = 1;
+        if (a->type != VIL_ARG_LIST && given[a - spec->args]) {
+            fprintf(stderr, "vil %s: %s given twice: give it once\n", spec->cmd, name);
+            goto usage;
         }
+        given[a - spec->args] = 1;
         if ((a->type == VIL_ARG_STR || a->type == VIL_ARG_LIST) && !*val) {
             fprintf(stderr, "vil %s: %s needs a value, got an empty one\n", spec->cmd, name);
             goto usage;
@@ -351,6 +420,7 @@ int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, i
                     p[spec->max_positional], spec->cmd, spec->synopsis);
         goto usage;
     }
+    if (check_rules(spec, given, n) != 0) goto usage;
     free(given);
     free(claims);
     *pos = p;
@@ -364,21 +434,17 @@ usage:
     return VIL_ARGS_USAGE;
 }
 
-int vil_args_require(const VilArgSpec *spec, const char *flag, const void *value) {
-    if (value) return 0;
-    fprintf(stderr, "vil %s: %s is required\n", spec->cmd, flag);
-    vil_args_usage_hint(spec);
-    return 2;
+int vil_args_parse_all(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos) {
+    int rc = vil_args_parse(spec, argc, argv, pos, npos);
+    return rc == VIL_ARGS_OK ? -1 : rc == VIL_ARGS_HELP ? 0 : 2;
 }
 
 int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv) {
     char **pos;
     int npos;
-    int rc = vil_args_parse(spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    free(pos);
-    return -1;
+    int rc = vil_args_parse_all(spec, argc, argv, &pos, &npos);
+    if (rc < 0) free(pos);
+    return rc;
 }
 
 int vil_cli_bad_choice(const char *cmd, const char *flag, const char *choices, const char *value) {

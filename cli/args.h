@@ -32,6 +32,23 @@ typedef struct {
     const char *meta;  /* the value's placeholder in the help ("NAME", "CKPT"); NULL: by type */
     const char *key;   /* the config key the flag sets (train's --decode: decode), or NULL: with
                         * the spec's --set list and timm's flags, one key set twice is refused */
+    /* How the flag stands to the others: the rules vil_args_parse checks once every flag is read
+     * (required flags, then excludes, then needs, each in the table's order), each broken one a
+     * usage error (exit 2). */
+    int required;             /* 1: the command cannot run without it */
+    const char *or_flag;      /* required: another flag that stands in for it, named with it in the
+                               * message ("--config (or --resume)") */
+    const char *unless;       /* required: a flag with which it is not needed (train's --data beside
+                               * --print-config) */
+    const char *excludes;     /* a flag it may not be given with */
+    const char *excludes_but; /* its value with which `excludes` does not hold (train's --resume auto:
+                               * a fresh run may start from --init) */
+    const char *needs;        /* a flag it means nothing without (--init-ema: --init) */
+    const char *message;      /* its excludes or needs rule's message (after "vil CMD: ") in place of
+                               * the uniform "A and B exclude each other: give one of them" and "A
+                               * goes with B" */
+    int alone;                /* 1: the flag is the command's whole work (train's --list-keys): given,
+                               * no rule is checked */
 } VilArg;
 
 typedef struct {
@@ -44,6 +61,13 @@ typedef struct {
     /* the command's --set list, which timm's flags (train/train_config.h) go into, or NULL: none
      * taken. A timm flag whose key is one of the command's own flags (--batch) is that flag. */
     VilArgList *timm;
+    /* the flag the positional arguments are more values of (compare's --models: the files after
+     * it count too), which they satisfy when it is required; NULL: none */
+    const char *positional_of;
+    /* 1: the command may run as several processes under mpirun / srun (train, bench); cli/vil.c
+     * refuses any other command started there before it runs (N copies would each do all the
+     * work) */
+    int mpirun;
 } VilArgSpec;
 
 enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
@@ -55,10 +79,13 @@ enum { VIL_ARGS_OK = 0, VIL_ARGS_HELP = 1, VIL_ARGS_USAGE = 2 };
  * cfg file (--config) is the layer under the command line, which overrides it. A key a timm flag
  * only implies (--opt sgd: nesterov = 1) is not set by it: --set nesterov=0 refines it. An empty
  * value of a VIL_ARG_STR or VIL_ARG_LIST flag (a path, a name, key=value) is a usage error.
- * Positional arguments are gathered into *pos (a malloc'd array the caller frees) in order.
+ * Positional arguments are gathered into *pos (a malloc'd array the caller frees) in order; their
+ * count checked, then the table's rules (VilArg's required, excludes, needs), each broken one a
+ * message: "vil eval: --model and --data are required", "vil plot: --window goes with --agree".
  * Returns VIL_ARGS_OK; VIL_ARGS_HELP after printing help to stdout (the caller exits 0);
  * VIL_ARGS_USAGE after printing the error and vil_args_usage_hint to stderr (the caller exits
  * 2). `--` ends the flags. */
+int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
 /* --device and --split checked: 0, or 2 after a usage message (the caller exits 2) */
 int vil_cli_check_device_split(const char *cmd, const char *device, const char *split);
 /* "vil CMD: FLAG takes CHOICES (got 'VALUE')" on stderr (the value made printable); returns 2,
@@ -119,18 +146,17 @@ void vil_cli_print_threads(FILE *f, int loader_threads);
 int vil_cli_set_max_pixels(const char *cmd, int n);
 #define VIL_MAX_PIXELS_HELP "refuse images of more pixels (width x height; read on the header, before decoding)"
 
-int vil_args_parse(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
 /* The usage (--help); each flag's default is its value when vil_args_parse began (the values
  * typed before --help are not defaults). */
 void vil_args_usage(const VilArgSpec *spec, int to_stderr);
 /* What follows a usage error's message on stderr, instead of the whole usage: "vil CMD --help
  * lists the flags" */
 void vil_args_usage_hint(const VilArgSpec *spec);
-/* A flag the command cannot run without: 0 when value is set; else "vil CMD: FLAG is required"
- * and vil_args_usage_hint on stderr, and 2 (the exit code of bad input) */
-int vil_args_require(const VilArgSpec *spec, const char *flag, const void *value);
-/* For a command without positional arguments: parses the flags and returns -1 to go on, or the
- * command's exit code (0 after --help, 2 after a usage error). */
+/* vil_args_parse as a command's opening: -1 to go on with the positional arguments in *pos (the
+ * caller frees it) and *npos, or the command's exit code (0 after --help, 2 after a usage
+ * error). */
+int vil_args_parse_all(const VilArgSpec *spec, int argc, char **argv, char ***pos, int *npos);
+/* The same for a command without positional arguments. */
 int vil_args_parse_flags(const VilArgSpec *spec, int argc, char **argv);
 
 #endif

@@ -254,39 +254,44 @@ static int average(const char *out, char **files, int n, int ema) {
     return ok ? 0 : -1;
 }
 
+/* the flags' values: their defaults set by vil_cmd_avg, then filled by vil_args_parse */
+typedef struct {
+    const char *out;
+    int ema;
+} Flags;
+static Flags o;
+
+static const VilArg ARGS[] = {
+    {"--out", VIL_ARG_STR, &o.out, "the averaged checkpoint (.safetensors) to write", .required = 1},
+    {"--ema", VIL_ARG_FLAG, &o.ema, "average .pth training checkpoints' model_ema instead of their model"},
+};
+
+const VilArgSpec vil_cmd_avg_spec = {
+    "avg", "CKPT... --out F.safetensors [--ema]",
+    "Writes the element-wise mean of the weights of checkpoints of one network\n"
+    "(timm's avg_checkpoints.py): summed in double, written as float32, with the\n"
+    "first file's metadata (config, classes, step) and the list of the sources.\n"
+    "A run folder stands for its step_N.safetensors snapshots (save_every_steps).\n"
+    "Every input is checked before anything is written: another network, class\n"
+    "count or image size, or a NaN or infinite value, is refused, naming the\n"
+    "file (and the tensor). --out may not be one of the inputs. A run's EMA\n"
+    "weights are RUN/ema.safetensors; --ema takes a .pth's model_ema.",
+    ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 1, -1};
+
 int vil_cmd_avg(int argc, char **argv) {
-    const char *out = NULL;
-    int ema = 0;
-    VilArg args[] = {
-        {"--out", VIL_ARG_STR, &out, "the averaged checkpoint (.safetensors) to write"},
-        {"--ema", VIL_ARG_FLAG, &ema, "average .pth training checkpoints' model_ema instead of their model"},
-    };
-    VilArgSpec spec = {"avg", "CKPT... --out F.safetensors [--ema]",
-                       "Writes the element-wise mean of the weights of checkpoints of one network\n"
-                       "(timm's avg_checkpoints.py): summed in double, written as float32, with the\n"
-                       "first file's metadata (config, classes, step) and the list of the sources.\n"
-                       "A run folder stands for its step_N.safetensors snapshots (save_every_steps).\n"
-                       "Every input is checked before anything is written: another network, class\n"
-                       "count or image size, or a NaN or infinite value, is refused, naming the\n"
-                       "file (and the tensor). --out may not be one of the inputs. A run's EMA\n"
-                       "weights are RUN/ema.safetensors; --ema takes a .pth's model_ema.",
-                       args, (int)(sizeof args / sizeof args[0]), 1, -1};
+    o = (Flags){0};
     char **pos;
     int npos;
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    if (vil_args_require(&spec, "--out", out)) {
-        free(pos);
-        return 2;
-    }
+    int rc = vil_args_parse_all(&vil_cmd_avg_spec, argc, argv, &pos, &npos);
+    if (rc >= 0) return rc;
+    const char *out = o.out;
     char **files = NULL;
     int n = 0;
     vil_inputs_track(1);
     rc = gather(pos, npos, &files, &n);
     for (int k = 0; k < n; k++) vil_input_add(files[k]);
     if (rc == 0 && vil_output_check(out, ".safetensors", "--out") != 0) rc = 2;
-    if (rc == 0 && average(out, files, n, ema) != 0) rc = 1;
+    if (rc == 0 && average(out, files, n, o.ema) != 0) rc = 1;
     if (rc == 0) {
         /* the result read back as a checkpoint: the network it is */
         VilModel m;

@@ -424,97 +424,123 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
     return 0;
 }
 
-int vil_cmd_bench(int argc, char **argv) {
-    const char *device = "cpu", *model = "configs/vil_tiny.cfg", *data = NULL, *batch_s = "8",
-               *sizes_s = NULL;
-    int steps = 0, warmup = 2, no_profile = 0, threads = 0, no_graph = 0;
-    VilArgList sets = {0};
-    VilArg args[] = {
-        {"--device", VIL_ARG_STR, &device, "cpu or cuda"},
-        {"--model", VIL_ARG_STR, &model, "cfg file (model and training keys)"},
-        {"--batch", VIL_ARG_STR, &batch_s, "batch size (per rank), or a list: 1,32,256 (a table)", .key = "batch"},
-        {"--img-size", VIL_ARG_STR, &sizes_s, "image sizes, e.g. 224,512,1024,2048: a table of train and inference "
-                                             "images/s, peak memory and batch-1 latency per size and batch",
-         .key = "img_size"},
-        {"--steps", VIL_ARG_INT, &steps, "timed steps per measurement (0: 5 on cpu, 30 on cuda)"},
-        {"--warmup", VIL_ARG_INT, &warmup, "untimed steps first"},
-        {"--data", VIL_ARG_STR, &data, "also time vil train's loop (loader, feed, step) on this dataset"},
-        {"--no-profile", VIL_ARG_FLAG, &no_profile, "skip the per-op breakdown"},
-        {"--no-graph", VIL_ARG_FLAG, &no_graph, "run the inference forward op by op, not replayed as a CUDA graph "
-                                                "(what the graph gains)"},
-        {"--set", VIL_ARG_LIST, &sets, "override a config key (repeatable)"},
-        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
-    };
-    VilArgSpec spec = {"bench", "[--device cpu|cuda] [--model CFG] [--batch B[,B...]] [--img-size S[,S...]] [--data DIR] [options]",
-                       "Times the training step `vil train` runs (forward, backward, clipping and\n"
-                       "EMA as the cfg file sets them, its optimizer), forward+backward and inference on\n"
-                       "random images, and prints images/s, the peak memory and a per-op\n"
-                       "breakdown (a separate, synchronized pass). Under mpirun / srun (one\n"
-                       "process per GPU): the step on rank 0 alone and on all ranks without an\n"
-                       "all-reduce, with one after the backward and overlapped, the exposed\n"
-                       "communication and the scaling efficiency. --data adds vil train's own\n"
-                       "loop on a dataset (alone, and on all ranks).",
-                       args, (int)(sizeof args / sizeof args[0]), 0, 0, &sets};
-    int rc = vil_args_parse_flags(&spec, argc, argv);
-    if (rc >= 0) return rc;
-    int batches[MAX_LIST], sizes[MAX_LIST];
-    int nb = vil_cli_int_list(batch_s, batches, MAX_LIST, 1, VIL_MAX_BATCH);
-    int ns = sizes_s ? vil_cli_int_list(sizes_s, sizes, MAX_LIST, 1, VIL_MAX_IMG_SIZE) : 0;
-    /* the constraint that broke, alone */
+/* the flags' values: their defaults set by vil_cmd_bench, then filled by vil_args_parse */
+typedef struct {
+    const char *device, *model, *data, *batch_s, *sizes_s;
+    int steps, warmup, no_profile, threads, no_graph;
+    VilArgList sets;
+} Flags;
+static Flags o;
+
+static const VilArg ARGS[] = {
+    {"--device", VIL_ARG_STR, &o.device, "cpu or cuda"},
+    {"--model", VIL_ARG_STR, &o.model, "cfg file (model and training keys)"},
+    {"--batch", VIL_ARG_STR, &o.batch_s, "batch size (per rank), or a list: 1,32,256 (a table)", .key = "batch"},
+    {"--img-size", VIL_ARG_STR, &o.sizes_s, "image sizes, e.g. 224,512,1024,2048: a table of train and inference "
+                                            "images/s, peak memory and batch-1 latency per size and batch",
+     .key = "img_size"},
+    {"--steps", VIL_ARG_INT, &o.steps, "timed steps per measurement (0: 5 on cpu, 30 on cuda)"},
+    {"--warmup", VIL_ARG_INT, &o.warmup, "untimed steps first"},
+    {"--data", VIL_ARG_STR, &o.data, "also time vil train's loop (loader, feed, step) on this dataset"},
+    {"--no-profile", VIL_ARG_FLAG, &o.no_profile, "skip the per-op breakdown"},
+    {"--no-graph", VIL_ARG_FLAG, &o.no_graph, "run the inference forward op by op, not replayed as a CUDA graph "
+                                              "(what the graph gains)"},
+    {"--set", VIL_ARG_LIST, &o.sets, "override a config key (repeatable)"},
+    {"--threads", VIL_ARG_INT, &o.threads, VIL_THREADS_HELP},
+};
+
+const VilArgSpec vil_cmd_bench_spec = {
+    "bench", "[--device cpu|cuda] [--model CFG] [--batch B[,B...]] [--img-size S[,S...]] [--data DIR] [options]",
+    "Times the training step `vil train` runs (forward, backward, clipping and\n"
+    "EMA as the cfg file sets them, its optimizer), forward+backward and inference on\n"
+    "random images, and prints images/s, the peak memory and a per-op\n"
+    "breakdown (a separate, synchronized pass). Under mpirun / srun (one\n"
+    "process per GPU): the step on rank 0 alone and on all ranks without an\n"
+    "all-reduce, with one after the backward and overlapped, the exposed\n"
+    "communication and the scaling efficiency. --data adds vil train's own\n"
+    "loop on a dataset (alone, and on all ranks).",
+    ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 0, 0, &o.sets, .mpirun = 1};
+
+/* --batch's and --img-size's lists into batches (*nb) and sizes (*ns, 0 without --img-size),
+ * --steps, --warmup and --device checked: 0, or 2 after the message of the constraint that
+ * broke, alone */
+static int check_flags(int *batches, int *nb, int *sizes, int *ns) {
+    *nb = vil_cli_int_list(o.batch_s, batches, MAX_LIST, 1, VIL_MAX_BATCH);
+    *ns = o.sizes_s ? vil_cli_int_list(o.sizes_s, sizes, MAX_LIST, 1, VIL_MAX_IMG_SIZE) : 0;
     char shown[80];
-    if (!nb)
+    if (!*nb)
         fprintf(stderr, "vil bench: --batch takes sizes in 1..%d, a list of at most %d like 64,128 "
-                        "(got '%s')\n", VIL_MAX_BATCH, MAX_LIST, vil_printable(shown, sizeof shown, batch_s));
-    else if (sizes_s && !ns)
+                        "(got '%s')\n", VIL_MAX_BATCH, MAX_LIST, vil_printable(shown, sizeof shown, o.batch_s));
+    else if (o.sizes_s && !*ns)
         fprintf(stderr, "vil bench: --img-size takes sizes in 1..%d, a list of at most %d like 224,384 "
-                        "(got '%s')\n", VIL_MAX_IMG_SIZE, MAX_LIST, vil_printable(shown, sizeof shown, sizes_s));
-    else if (steps < 0 || warmup < 0)
-        fprintf(stderr, "vil bench: --steps and --warmup must be >= 0 (got %d and %d)\n", steps, warmup);
-    else if (!vil_device_name_ok(device))
-        vil_cli_bad_choice("bench", "--device", "cpu, cuda or auto", device);
-    if (!nb || (sizes_s && !ns) || steps < 0 || warmup < 0 || !vil_device_name_ok(device)) return 2;
-    int batch = batches[0], table = nb > 1 || ns > 0;
-    if (table && (data || vil_dist_launched() > 0)) {
+                        "(got '%s')\n", VIL_MAX_IMG_SIZE, MAX_LIST, vil_printable(shown, sizeof shown, o.sizes_s));
+    else if (o.steps < 0 || o.warmup < 0)
+        fprintf(stderr, "vil bench: --steps and --warmup must be >= 0 (got %d and %d)\n", o.steps, o.warmup);
+    else if (!vil_device_name_ok(o.device))
+        vil_cli_bad_choice("bench", "--device", "cpu, cuda or auto", o.device);
+    else if ((*nb > 1 || *ns > 0) && (o.data || vil_dist_launched() > 0))
         fprintf(stderr, "vil bench: the --img-size / --batch table runs one process without --data\n");
-        return 2;
-    }
+    else
+        return 0;
+    return 2;
+}
+
+/* The cfg file with --set and timm's flags (timm's --lr: the step's lr, at this batch over the
+ * ranks), finalized: 0, or the exit code (vil_exit_code), reported */
+static int load_config(VilConfig *cfg, VilTrainConfig *tc, int batch) {
+    vil_config_default(cfg);
+    vil_train_config_default(tc);
+    int r = vil_train_config_load(cfg, tc, o.model);
+    double lr = 0.0;
+    if (r == 0) r = vil_cli_apply_sets(cfg, tc, &o.sets, &lr);
+    int world = vil_dist_launched() > 0 ? vil_dist_launched() : 1;
+    if (r == 0 && lr > 0.0) r = vil_train_config_set_lr(tc, lr, (long)batch * world);
+    if (r == 0) r = vil_config_finalize(cfg);
+    if (r == 0) r = vil_train_config_finalize(tc);
+    return r != 0 ? vil_exit_code(r) : 0;
+}
+
+/* --img-size / --batch's table (sizes: ns of them, none: the config's own) after its header */
+static int run_table(const VilConfig *cfg, const VilTrainConfig *tc, const VilBackend *be, int *sizes, int ns,
+                     const int *batches, int nb, int steps) {
+    if (!ns) sizes[0] = cfg->img_size, ns = 1;
+    printf("bench: %s (%s) on %s; %d timed steps after %d per measurement\n", cfg->name, cfg->arch,
+           be->name, steps, o.warmup);
+    if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, 0);
+    return bench_table(cfg, tc, be, sizes, ns, batches, nb, o.warmup, steps, !o.no_graph);
+}
+
+int vil_cmd_bench(int argc, char **argv) {
+    o = (Flags){.device = "cpu", .model = "configs/vil_tiny.cfg", .batch_s = "8", .warmup = 2};
+    int rc = vil_args_parse_flags(&vil_cmd_bench_spec, argc, argv);
+    if (rc >= 0) return rc;
+    int batches[MAX_LIST], sizes[MAX_LIST], nb, ns;
+    if (check_flags(batches, &nb, sizes, &ns) != 0) return 2;
+    int batch = batches[0], table = nb > 1 || ns > 0, steps = o.steps, warmup = o.warmup;
     VilConfig cfg;
     VilTrainConfig tc;
-    vil_config_default(&cfg);
-    vil_train_config_default(&tc);
-    int r = vil_train_config_load(&cfg, &tc, model);
-    double lr = 0.0; /* timm's --lr: the step's lr, at this batch over the ranks */
-    if (r == 0) r = vil_cli_apply_sets(&cfg, &tc, &sets, &lr);
-    int world = vil_dist_launched() > 0 ? vil_dist_launched() : 1;
-    if (r == 0 && lr > 0.0) r = vil_train_config_set_lr(&tc, lr, (long)batch * world);
-    if (r == 0) r = vil_config_finalize(&cfg);
-    if (r == 0) r = vil_train_config_finalize(&tc);
-    if (r != 0) return vil_exit_code(r);
+    if ((rc = load_config(&cfg, &tc, batch)) != 0) return rc;
     tc.batch = batch;
     /* the loader runs beside the step only in --data's loop, which should time vil train's own */
-    int loader = data ? tc.workers : 0;
-    if (vil_cli_set_threads("bench", threads) < 0) return 2;
+    int loader = o.data ? tc.workers : 0;
+    if (vil_cli_set_threads("bench", o.threads) < 0) return 2;
     /* the process group (mpirun / srun), and this process's GPU: local_rank */
     VilDist dist;
     if (vil_dist_init(&dist) != 0) return 1;
     int code = 1, lead = dist.rank == 0;
-    const VilBackend *be = vil_backend_get(device);
+    const VilBackend *be = vil_backend_get(o.device);
     if (be && dist.mpi && strcmp(be->name, "cuda") == 0) be = vil_backend_open("cuda", dist.local_rank);
     if (vil_dist_any(&dist, !be || (dist.mpi && be->dist_join(be, &dist) != 0))) goto out;
     if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 5 : 30;
     if (table) {
-        if (!ns) sizes[0] = cfg.img_size, ns = 1;
-        printf("bench: %s (%s) on %s; %d timed steps after %d per measurement\n", cfg.name, cfg.arch,
-               be->name, steps, warmup);
-        if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, 0);
-        code = bench_table(&cfg, &tc, be, sizes, ns, batches, nb, warmup, steps, !no_graph);
+        code = run_table(&cfg, &tc, be, sizes, ns, batches, nb, steps);
         goto out;
     }
     /* the step at the peak learning rate of the global batch */
     VilStepParams sp = vil_step_params(&tc, (float)vil_peak_lr(tc.base_lr, (long)batch * dist.world));
     VilModel m;
     if (vil_dist_any(&dist, vil_model_init(&m, &cfg, be) != 0)) goto out;
-    m.use_graph = !no_graph;
+    m.use_graph = !o.no_graph;
     m.recompute = tc.recompute;
     vil_train_init_state(&m, &tc); /* before the check: its initial states count */
     if (vil_dist_any(&dist, vil_model_check_acts(&m, batch, 1) != 0)) {
@@ -537,7 +563,7 @@ int vil_cmd_bench(int argc, char **argv) {
         fflush(stdout);
     }
     /* --data's loop runs the loader beside the step: bound ranks slow it several-fold */
-    if (data) vil_train_check_affinity(&dist, tc.workers);
+    if (o.data) vil_train_check_affinity(&dist, tc.workers);
     vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
     vil_model_alloc_acts(&m, batch, 1);
     upload_batch(&m, 1);
@@ -545,10 +571,10 @@ int vil_cmd_bench(int argc, char **argv) {
         bench_ranks(&m, &sp, batch, warmup, steps, &dist);
         code = 0;
     } else {
-        code = bench_one(&m, &sp, warmup, steps, !no_profile);
+        code = bench_one(&m, &sp, warmup, steps, !o.no_profile);
     }
     vil_model_free(&m);
-    if (code == 0 && data && bench_loop(&cfg, &tc, data, be, &dist, steps) != 0) code = 1;
+    if (code == 0 && o.data && bench_loop(&cfg, &tc, o.data, be, &dist, steps) != 0) code = 1;
 out:
     if (dist.mpi) vil_backend_close(be);
     vil_dist_finalize(&dist);

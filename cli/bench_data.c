@@ -176,160 +176,180 @@ static const VilBatch *next_any(VilLoader *l, int *epoch) {
     return vil_loader_next_batch(l);
 }
 
-int vil_cmd_bench_data(int argc, char **argv) {
-    const char *data = NULL, *split = "train", *labels = NULL;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = ncpu > 0 ? (int)ncpu : 1, batches = 20, warmup = 3, res = 224, batch = 64;
-    int prefetch = 0, channels = 0, eval = 0, no_mixup = 0, seed = 0, randaug_n = -1;
-    float reprob = -1.0f;
-    int stages = 0, no_share = 0, max_pixels = (int)vil_image_max_pixels();
-    const char *decode = "exact";
-    VilArg args[] = {
-        {"--data", VIL_ARG_STR, &data, VIL_DATA_HELP},
-        {"--split", VIL_ARG_STR, &split, "train or val"},
-        {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\")"},
-        {"--threads", VIL_ARG_INT, &threads, "loader worker threads"},
-        {"--batches", VIL_ARG_INT, &batches, "batches timed"},
-        {"--warmup", VIL_ARG_INT, &warmup, "batches run before timing"},
-        {"--res", VIL_ARG_INT, &res, "output resolution"},
-        {"--batch", VIL_ARG_INT, &batch, "batch size"},
-        {"--prefetch", VIL_ARG_INT, &prefetch, "batches prepared ahead (0: threads + 1)"},
-        {"--channels", VIL_ARG_INT, &channels, "1 or 3 (0: the dataset's own)"},
-        {"--seed", VIL_ARG_INT, &seed, "sampler and augmentation seed"},
-        {"--eval", VIL_ARG_FLAG, &eval, "time the eval transform (resize, center crop) instead"},
-        {"--no-mixup", VIL_ARG_FLAG, &no_mixup, "train transform without Mixup/CutMix"},
-        {"--randaug-n", VIL_ARG_INT, &randaug_n, "RandAugment ops per image (-1: the recipe's 2)"},
-        {"--reprob", VIL_ARG_FLOAT, &reprob, "random erasing probability (-1: the recipe's 0.25)"},
-        {"--decode", VIL_ARG_STR, &decode, "JPEG decode of the train transform: exact (PIL's pixels, the "
-                                            "training default) or fast (DCT-scaled, merged chroma)"},
-        {"--no-share-decode", VIL_ARG_FLAG, &no_share, "decode every sample on its own, also the copies of "
-                                                        "repeated augmentation (same output, for comparison)"},
-        {"--stages", VIL_ARG_FLAG, &stages, "also time each stage of the train transform alone (one thread)"},
-        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
-    };
-    VilArgSpec spec = {
-        "bench-data", "--data DIR [--split train|val] [--threads N] [--batches K] [--res R] [--batch B]",
-        "Measures the input pipeline: decoding and the full training transform (RandomResizedCrop,\n"
-        "flip, RandAugment rand-m9-mstd0.5-inc1, normalize, random erasing 0.25, Mixup 0.8 /\n"
-        "CutMix 1.0 with smoothing 0.1) through the threaded loader, after a warm-up. Prints\n"
-        "images/s, images/s per worker thread, and images per CPU second of the process.",
-        args, (int)(sizeof args / sizeof args[0]), 0, 0};
-    int rc = vil_args_parse_flags(&spec, argc, argv);
-    if (rc >= 0) return rc;
-    if (vil_args_require(&spec, "--data", data)) return 2;
-    const char *bad = NULL;
-    if (threads < 1 || threads > 1024) bad = "--threads must be in [1, 1024]";
-    else if (batches < 1) bad = "--batches must be >= 1";
-    else if (warmup < 0) bad = "--warmup must be >= 0";
-    else if (res < 8 || res > 4096) bad = "--res must be in [8, 4096]";
-    else if (batch < 1 || batch > 65536) bad = "--batch must be in [1, 65536]";
-    else if (!(reprob == -1.0f || (reprob >= 0.0f && reprob <= 1.0f))) bad = "--reprob must be in [0, 1] (-1: the recipe's)";
-    else if (randaug_n < -1 || randaug_n > 16) bad = "--randaug-n must be in [0, 16] (-1: the recipe's)";
-    else if (!vil_dataset_split_ok(split)) bad = "--split must be train, val or test";
-    else if (prefetch < 0) bad = "--prefetch must be >= 0";
-    else if (channels != 0 && channels != 1 && channels != 3) bad = "--channels must be 0, 1 or 3";
-    else if (strcmp(decode, "fast") != 0 && strcmp(decode, "exact") != 0) bad = "--decode must be fast or exact";
-    if (bad) {
-        fprintf(stderr, "vil bench-data: %s\n", bad);
-        vil_args_usage_hint(&spec);
-        return 2;
-    }
-    if (vil_cli_set_max_pixels("bench-data", max_pixels) != 0) return 2;
+/* the flags' values: their defaults set by vil_cmd_bench_data, then filled by vil_args_parse */
+typedef struct {
+    const char *data, *split, *labels, *decode;
+    int threads, batches, warmup, res, batch, prefetch, channels, eval, no_mixup, seed, randaug_n;
+    int stages, no_share, max_pixels;
+    float reprob;
+} Flags;
+static Flags o;
 
-    VilDataset *ds = vil_dataset_open(data, split, labels);
-    if (!ds) return 1;
-    if (!channels) channels = vil_dataset_channels(ds);
-    int K = vil_dataset_num_classes(ds);
-    VilLoaderConfig cfg;
-    vil_loader_config_default(&cfg, eval ? VIL_LOADER_EVAL : VIL_LOADER_TRAIN, res, channels,
-                              batch, K);
-    cfg.threads = threads;
-    cfg.prefetch = prefetch ? prefetch : threads + 1;
-    cfg.seed = (uint64_t)seed;
-    if (no_mixup && !eval) vil_mixup_config_none(&cfg.mixup, K, cfg.mixup.smoothing);
-    if (randaug_n >= 0) cfg.train.randaug_n = randaug_n;
-    if (reprob >= 0.0f) cfg.train.reprob = reprob;
-    cfg.train.decode = strcmp(decode, "exact") == 0 ? VIL_DECODE_EXACT : VIL_DECODE_FAST;
-    cfg.share_decode = !no_share;
-    VilLoader *l = vil_loader_create(ds, &cfg);
-    if (!l) {
-        vil_dataset_free(ds);
-        return 1;
-    }
-    printf("dataset:   %s: %d images, %d classes\n", vil_dataset_source(ds), vil_dataset_size(ds), K);
-    if (eval)
-        printf("pipeline:  eval (resize, center crop %.3f, normalize)", cfg.crop_pct);
+static const VilArg ARGS[] = {
+    {"--data", VIL_ARG_STR, &o.data, VIL_DATA_HELP, .required = 1},
+    {"--split", VIL_ARG_STR, &o.split, "train or val"},
+    {"--labels", VIL_ARG_STR, &o.labels, "labels file for a flat folder (\"filename label\")"},
+    {"--threads", VIL_ARG_INT, &o.threads, "loader worker threads"},
+    {"--batches", VIL_ARG_INT, &o.batches, "batches timed"},
+    {"--warmup", VIL_ARG_INT, &o.warmup, "batches run before timing"},
+    {"--res", VIL_ARG_INT, &o.res, "output resolution"},
+    {"--batch", VIL_ARG_INT, &o.batch, "batch size"},
+    {"--prefetch", VIL_ARG_INT, &o.prefetch, "batches prepared ahead (0: threads + 1)"},
+    {"--channels", VIL_ARG_INT, &o.channels, "1 or 3 (0: the dataset's own)"},
+    {"--seed", VIL_ARG_INT, &o.seed, "sampler and augmentation seed"},
+    {"--eval", VIL_ARG_FLAG, &o.eval, "time the eval transform (resize, center crop) instead"},
+    {"--no-mixup", VIL_ARG_FLAG, &o.no_mixup, "train transform without Mixup/CutMix"},
+    {"--randaug-n", VIL_ARG_INT, &o.randaug_n, "RandAugment ops per image (-1: the recipe's 2)"},
+    {"--reprob", VIL_ARG_FLOAT, &o.reprob, "random erasing probability (-1: the recipe's 0.25)"},
+    {"--decode", VIL_ARG_STR, &o.decode, "JPEG decode of the train transform: exact (PIL's pixels, the "
+                                         "training default) or fast (DCT-scaled, merged chroma)"},
+    {"--no-share-decode", VIL_ARG_FLAG, &o.no_share, "decode every sample on its own, also the copies of "
+                                                     "repeated augmentation (same output, for comparison)"},
+    {"--stages", VIL_ARG_FLAG, &o.stages, "also time each stage of the train transform alone (one thread)"},
+    {"--max-pixels", VIL_ARG_INT, &o.max_pixels, VIL_MAX_PIXELS_HELP},
+};
+
+const VilArgSpec vil_cmd_bench_data_spec = {
+    "bench-data", "--data DIR [--split train|val] [--threads N] [--batches K] [--res R] [--batch B]",
+    "Measures the input pipeline: decoding and the full training transform (RandomResizedCrop,\n"
+    "flip, RandAugment rand-m9-mstd0.5-inc1, normalize, random erasing 0.25, Mixup 0.8 /\n"
+    "CutMix 1.0 with smoothing 0.1) through the threaded loader, after a warm-up. Prints\n"
+    "images/s, images/s per worker thread, and images per CPU second of the process.",
+    ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 0, 0};
+
+/* the first flag out of its range, as a message; NULL: all in range */
+static const char *bad_flag(void) {
+    if (o.threads < 1 || o.threads > 1024) return "--threads must be in [1, 1024]";
+    if (o.batches < 1) return "--batches must be >= 1";
+    if (o.warmup < 0) return "--warmup must be >= 0";
+    if (o.res < 8 || o.res > 4096) return "--res must be in [8, 4096]";
+    if (o.batch < 1 || o.batch > 65536) return "--batch must be in [1, 65536]";
+    if (!(o.reprob == -1.0f || (o.reprob >= 0.0f && o.reprob <= 1.0f))) return "--reprob must be in [0, 1] (-1: the recipe's)";
+    if (o.randaug_n < -1 || o.randaug_n > 16) return "--randaug-n must be in [0, 16] (-1: the recipe's)";
+    if (!vil_dataset_split_ok(o.split)) return "--split must be train, val or test";
+    if (o.prefetch < 0) return "--prefetch must be >= 0";
+    if (o.channels != 0 && o.channels != 1 && o.channels != 3) return "--channels must be 0, 1 or 3";
+    if (strcmp(o.decode, "fast") != 0 && strcmp(o.decode, "exact") != 0) return "--decode must be fast or exact";
+    return NULL;
+}
+
+/* The loader's configuration of the flags for a dataset of K classes (o.channels resolved) */
+static void loader_config(VilLoaderConfig *cfg, int K) {
+    vil_loader_config_default(cfg, o.eval ? VIL_LOADER_EVAL : VIL_LOADER_TRAIN, o.res, o.channels, o.batch, K);
+    cfg->threads = o.threads;
+    cfg->prefetch = o.prefetch ? o.prefetch : o.threads + 1;
+    cfg->seed = (uint64_t)o.seed;
+    if (o.no_mixup && !o.eval) vil_mixup_config_none(&cfg->mixup, K, cfg->mixup.smoothing);
+    if (o.randaug_n >= 0) cfg->train.randaug_n = o.randaug_n;
+    if (o.reprob >= 0.0f) cfg->train.reprob = o.reprob;
+    cfg->train.decode = strcmp(o.decode, "exact") == 0 ? VIL_DECODE_EXACT : VIL_DECODE_FAST;
+    cfg->share_decode = !o.no_share;
+}
+
+static void print_pipeline(const VilDataset *ds, const VilLoaderConfig *cfg) {
+    printf("dataset:   %s: %d images, %d classes\n", vil_dataset_source(ds), vil_dataset_size(ds),
+           vil_dataset_num_classes(ds));
+    if (o.eval)
+        printf("pipeline:  eval (resize, center crop %.3f, normalize)", cfg->crop_pct);
     else
         printf("pipeline:  train (%s JPEG decode, RRC, flip, RandAugment n%d m%g, erasing %g%s)",
-               cfg.train.decode == VIL_DECODE_FAST ? "fast" : "exact", cfg.train.randaug_n, cfg.train.randaug_m,
-               cfg.train.reprob, no_mixup ? "" : ", Mixup/CutMix");
-    printf(", %d x %d x %d, batch %d, %d threads, prefetch %d\n", channels, res, res, batch,
-           threads, cfg.prefetch);
-    if (stages && !eval && bench_stages(ds, &cfg.train, 200, 2) != 0) {
-        vil_loader_free(l);
-        vil_dataset_free(ds);
-        return 1;
-    }
-    int epoch = 0;
-    if (vil_loader_start_epoch(l, epoch) == 0) {
-        vil_error("an epoch of '%s' holds %d samples per rank, fewer than one batch of %d: lower "
-                  "--batch", data, vil_loader_epoch_length(l), batch);
-        vil_loader_free(l);
-        vil_dataset_free(ds);
-        return 1;
-    }
-    int per_epoch = vil_loader_batches_per_epoch(l);
-    if (per_epoch < 50 && per_epoch < batches)
-        printf("note:      an epoch here is %d batch%s (%d samples); the loader restarts its workers at "
-               "every epoch boundary, so this measures those restarts too: for the steady state use "
-               "a dataset with 50+ batches per epoch\n",
-               per_epoch, per_epoch == 1 ? "" : "es", vil_loader_epoch_length(l));
-    int ret = 0;
-    for (int i = 0; i < warmup; i++) {
-        const VilBatch *b = next_any(l, &epoch);
-        if (!b) goto fail;
+               cfg->train.decode == VIL_DECODE_FAST ? "fast" : "exact", cfg->train.randaug_n, cfg->train.randaug_m,
+               cfg->train.reprob, o.no_mixup ? "" : ", Mixup/CutMix");
+    printf(", %d x %d x %d, batch %d, %d threads, prefetch %d\n", o.channels, o.res, o.res, o.batch,
+           o.threads, cfg->prefetch);
+}
+
+/* --warmup batches, then --batches timed, and the report. 0, or 1 when the loader stopped
+ * (reported). */
+static int time_loader(VilLoader *l, const VilLoaderConfig *cfg, int *epoch) {
+    for (int i = 0; i < o.warmup; i++) {
+        const VilBatch *b = next_any(l, epoch);
+        if (!b) return 1;
         vil_loader_release_batch(l, b);
     }
-    VilLoaderStats st0;
+    VilLoaderStats st0, st;
     vil_loader_stats(l, &st0);
     double t0 = vil_now();
     Usage u0 = usage_now();
     long images = 0;
-    for (int i = 0; i < batches; i++) {
-        const VilBatch *b = next_any(l, &epoch);
-        if (!b) goto fail;
+    for (int i = 0; i < o.batches; i++) {
+        const VilBatch *b = next_any(l, epoch);
+        if (!b) return 1;
         images += b->n;
         vil_loader_release_batch(l, b);
     }
     double dt = vil_now() - t0;
     Usage u1 = usage_now();
     double dc = (u1.user - u0.user) + (u1.sys - u0.sys);
-    VilLoaderStats st;
     vil_loader_stats(l, &st);
-    printf("timed:     %ld images in %.3f s (%d batches after %d warm-up)\n", images, dt, batches,
-           warmup);
+    printf("timed:     %ld images in %.3f s (%d batches after %d warm-up)\n", images, dt, o.batches, o.warmup);
     printf("images/s:  %.1f\n", images / dt);
-    printf("per thread: %.1f images/s (%d threads)\n", images / dt / threads, threads);
+    printf("per thread: %.1f images/s (%d threads)\n", images / dt / o.threads, o.threads);
     printf("per CPU s: %.1f images per CPU second (process CPU time %.2f s)\n",
            dc > 0 ? images / dc : 0.0, dc);
     printf("CPU split: user %.2f s, system %.2f s; %.1f minor page faults per image\n",
            u1.user - u0.user, u1.sys - u0.sys, images ? (double)(u1.minflt - u0.minflt) / images : 0.0);
-    if (!eval) {
+    if (!o.eval) {
         long ns = st.samples - st0.samples, nd = st.decodes - st0.decodes;
         printf("decodes:   %.3f per sample (%s; repeated augmentation x%d, world %d)\n",
                ns ? (double)nd / ns : 0.0,
-               cfg.share_decode ? "the copies of an image made together share one decode" : "no sharing",
-               cfg.repeats, cfg.world);
+               cfg->share_decode ? "the copies of an image made together share one decode" : "no sharing",
+               cfg->repeats, cfg->world);
     }
     if (st.total_bad)
         printf("bad files: %ld distinct, %ld reads %s\n", st.distinct_bad, st.total_bad,
-               eval ? "left out" : "replaced by other images of their class");
-    goto done;
-fail:
+               o.eval ? "left out" : "replaced by other images of their class");
+    return 0;
+}
+
+/* the loader on ds: --stages, the first epoch's length, then time_loader. 0, or 1 (reported) */
+static int bench_loader(VilDataset *ds, VilLoader *l, const VilLoaderConfig *cfg) {
+    if (o.stages && !o.eval && bench_stages(ds, &cfg->train, 200, 2) != 0) return 1;
+    int epoch = 0;
+    if (vil_loader_start_epoch(l, epoch) == 0) {
+        vil_error("an epoch of '%s' holds %d samples per rank, fewer than one batch of %d: lower "
+                  "--batch", o.data, vil_loader_epoch_length(l), o.batch);
+        return 1;
+    }
+    int per_epoch = vil_loader_batches_per_epoch(l);
+    if (per_epoch < 50 && per_epoch < o.batches)
+        printf("note:      an epoch here is %d batch%s (%d samples); the loader restarts its workers at "
+               "every epoch boundary, so this measures those restarts too: for the steady state use "
+               "a dataset with 50+ batches per epoch\n",
+               per_epoch, per_epoch == 1 ? "" : "es", vil_loader_epoch_length(l));
+    if (time_loader(l, cfg, &epoch) == 0) return 0;
     vil_error("the loader stopped: %s", vil_loader_error(l) ? vil_loader_error(l) : "unknown error");
-    ret = 1;
-done:
+    return 1;
+}
+
+int vil_cmd_bench_data(int argc, char **argv) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    o = (Flags){.split = "train", .decode = "exact", .threads = ncpu > 0 ? (int)ncpu : 1, .batches = 20,
+                .warmup = 3, .res = 224, .batch = 64, .randaug_n = -1, .reprob = -1.0f,
+                .max_pixels = (int)vil_image_max_pixels()};
+    int rc = vil_args_parse_flags(&vil_cmd_bench_data_spec, argc, argv);
+    if (rc >= 0) return rc;
+    const char *bad = bad_flag();
+    if (bad) {
+        fprintf(stderr, "vil bench-data: %s\n", bad);
+        vil_args_usage_hint(&vil_cmd_bench_data_spec);
+        return 2;
+    }
+    if (vil_cli_set_max_pixels("bench-data", o.max_pixels) != 0) return 2;
+
+    VilDataset *ds = vil_dataset_open(o.data, o.split, o.labels);
+    if (!ds) return 1;
+    if (!o.channels) o.channels = vil_dataset_channels(ds);
+    VilLoaderConfig cfg;
+    loader_config(&cfg, vil_dataset_num_classes(ds));
+    VilLoader *l = vil_loader_create(ds, &cfg);
+    if (!l) {
+        vil_dataset_free(ds);
+        return 1;
+    }
+    print_pipeline(ds, &cfg);
+    rc = bench_loader(ds, l, &cfg);
     vil_loader_free(l);
     vil_dataset_free(ds);
-    return ret;
+    return rc;
 }

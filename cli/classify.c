@@ -160,171 +160,184 @@ static void print_result(const char *file, const float *logits, int C, int topk,
     free(p);
 }
 
-int vil_cmd_classify(int argc, char **argv) {
-    const char *model = NULL, *device = "auto", *csv = NULL;
-    int img_size = 0, topk = 5, json = 0, ema = 0, threads = 0;
-    int max_pixels = (int)vil_image_max_pixels();
-    float crop_pct = 0;
-    VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN"},
-        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
-        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
-        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "center-crop fraction: resize the shorter side to size / crop_pct (0: the checkpoint's, else 0.875)", .meta = "F"},
-        {"--topk", VIL_ARG_INT, &topk, "classes to print per image", 1, VIL_MAX_CLASSES, "K"},
-        {"--json", VIL_ARG_FLAG, &json, "one JSON object per image: file, logits, topk"},
-        {"--csv", VIL_ARG_STR, &csv, "also write the results as CSV: filename, label_0.., prob_0.., name_0..", .meta = "FILE"},
-        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
-        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
-        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
-    };
-    VilArgSpec spec = {"classify", "--model CKPT|RUN [--ema] [--img-size N] [--crop-pct F] [--topk K] [--json] [--csv FILE] IMAGE|DIR...",
-                       "Classifies images (JPEG, PNG, BMP, GIF, PNM, ...; the format is read from the\n"
-                       "bytes) and prints the top-k classes with their probabilities. A folder\n"
-                       "stands for the images below it (every level, sorted by path; hidden entries\n"
-                       "and links to folders left out): a file counts when its name or its first\n"
-                       "bytes say it is an image, and the others are skipped and counted.",
-                       args, (int)(sizeof args / sizeof args[0]), 1, -1};
-    char **pos;
-    int npos;
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    if (vil_args_require(&spec, "--model", model)) {
-        free(pos);
-        return 2;
-    }
+/* the flags' values: their defaults set by vil_cmd_classify, then filled by vil_args_parse */
+typedef struct {
+    const char *model, *device, *csv;
+    int img_size, topk, json, ema, threads, max_pixels;
+    float crop_pct;
+} Flags;
+static Flags o;
+
+static const VilArg ARGS[] = {
+    {"--model", VIL_ARG_STR, &o.model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN", .required = 1},
+    {"--ema", VIL_ARG_FLAG, &o.ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
+    {"--img-size", VIL_ARG_INT, &o.img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
+    {"--crop-pct", VIL_ARG_FLOAT, &o.crop_pct, "center-crop fraction: resize the shorter side to size / crop_pct (0: the checkpoint's, else 0.875)", .meta = "F"},
+    {"--topk", VIL_ARG_INT, &o.topk, "classes to print per image", 1, VIL_MAX_CLASSES, "K"},
+    {"--json", VIL_ARG_FLAG, &o.json, "one JSON object per image: file, logits, topk"},
+    {"--csv", VIL_ARG_STR, &o.csv, "also write the results as CSV: filename, label_0.., prob_0.., name_0..", .meta = "FILE"},
+    {"--device", VIL_ARG_STR, &o.device, "cpu, cuda or auto"},
+    {"--threads", VIL_ARG_INT, &o.threads, VIL_THREADS_HELP},
+    {"--max-pixels", VIL_ARG_INT, &o.max_pixels, VIL_MAX_PIXELS_HELP},
+};
+
+const VilArgSpec vil_cmd_classify_spec = {
+    "classify", "--model CKPT|RUN [--ema] [--img-size N] [--crop-pct F] [--topk K] [--json] [--csv FILE] IMAGE|DIR...",
+    "Classifies images (JPEG, PNG, BMP, GIF, PNM, ...; the format is read from the\n"
+    "bytes) and prints the top-k classes with their probabilities. A folder\n"
+    "stands for the images below it (every level, sorted by path; hidden entries\n"
+    "and links to folders left out): a file counts when its name or its first\n"
+    "bytes say it is an image, and the others are skipped and counted.",
+    ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 1, -1};
+
+/* --crop-pct, --device, --max-pixels and --threads (no loader: the images are read between the
+ * batches): the compute threads, or -1 after a usage message */
+static int check_flags(void) {
     /* --img-size and --topk are checked as they are parsed */
-    if (!vil_cli_crop_pct_ok("classify", crop_pct)) {
-        free(pos);
-        return 2;
-    }
-    if (vil_cli_check_device_split("classify", device, "val") != 0 ||
-        vil_cli_set_max_pixels("classify", max_pixels) != 0) {
-        free(pos);
-        return 2;
-    }
-    /* no loader: the images are read between the batches */
-    int nthreads = vil_cli_set_threads("classify", threads);
-    if (nthreads < 0) {
-        free(pos);
-        return 2;
-    }
-    char *model_file;
-    /* the model and the images are inputs, which --csv may not name (vil/files.h) */
+    if (!vil_cli_crop_pct_ok("classify", o.crop_pct)) return -1;
+    if (vil_cli_check_device_split("classify", o.device, "val") != 0 ||
+        vil_cli_set_max_pixels("classify", o.max_pixels) != 0)
+        return -1;
+    return vil_cli_set_threads("classify", o.threads);
+}
+
+/* The checkpoint (*ckpt: --model, or its run folder's file in *model_file) and the images the
+ * arguments name (files), all inputs, which --csv may not name (vil/files.h). 0, or the exit
+ * code after the message. */
+static int gather_inputs(char **pos, int npos, const char **ckpt, char **model_file, Files *files) {
     vil_inputs_track(1);
-    const char *ckpt = vil_cli_model_path("classify", model, &ema, &model_file);
-    Files files = {0};
-    rc = !ckpt || gather(pos, npos, &files) != 0 ? 1 : 0;
-    if (rc == 0) {
-        vil_input_add(ckpt);
-        for (int i = 0; i < files.n; i++) vil_input_add(files.v[i]);
-        if (csv && vil_output_check(csv, ".csv", "--csv") != 0) rc = 2;
+    *ckpt = vil_cli_model_path("classify", o.model, &o.ema, model_file);
+    if (!*ckpt || gather(pos, npos, files) != 0) return 1;
+    vil_input_add(*ckpt);
+    for (int i = 0; i < files->n; i++) vil_input_add(files->v[i]);
+    return o.csv && vil_output_check(o.csv, ".csv", "--csv") != 0 ? 2 : 0;
+}
+
+/* Files [start, start + n) through the evaluation transform into batch (the readable ones, in
+ * order; items[i].ok says which). Returns how many; each failure named and counted in *failed. */
+static int load_chunk(const Files *files, int start, int n, int S, int C, const VilEvalSpec *ev, float *batch,
+                      Item *items, int *failed) {
+    size_t per = (size_t)C * S * S;
+    int good = 0;
+    for (int i = 0; i < n; i++) {
+        items[i].file = files->v[start + i];
+        items[i].ok = 0;
+        VilImage im;
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        int lrc = vil_image_load(items[i].file, C, &im);
+        vil_error_release(&cap);
+        if (lrc != 0) { /* cap.msg: "'FILE': reason", the name printable */
+            vil_error("cannot classify %s", cap.msg);
+            (*failed)++;
+            continue;
+        }
+        if (vil_transform_eval(&im, S, ev->crop_pct, ev->mean, ev->std, batch + (size_t)good * per) != 0) {
+            char shown[1024];
+            vil_error("cannot classify '%s': the evaluation transform failed",
+                      vil_printable(shown, sizeof shown, items[i].file));
+            (*failed)++;
+            vil_image_free(&im);
+            continue;
+        }
+        vil_image_free(&im);
+        items[i].ok = 1;
+        good++;
     }
-    if (rc != 0) {
-        free(pos);
-        for (int i = 0; i < files.n; i++) free(files.v[i]);
-        free(files.v);
-        free(model_file);
-        return rc;
+    return good;
+}
+
+/* Every file through the model loaded in m, CHUNK at a time: the results printed, and added to
+ * res when it is open. Returns the files that could not be classified. */
+static int classify_files(VilModel *m, const VilCheckpointMeta *meta, const VilEvalSpec *ev, const Files *files,
+                          VilResults *res) {
+    const VilConfig *c = &m->cfg;
+    int S = c->img_size, C = c->in_chans, NC = c->num_classes, failed = 0;
+    size_t per = (size_t)C * S * S;
+    float *batch = vil_malloc(CHUNK * per * sizeof(float));
+    float *logits = vil_malloc((size_t)CHUNK * NC * sizeof(float));
+    Item items[CHUNK];
+    vil_model_alloc_acts(m, CHUNK, 0);
+    for (int start = 0; start < files->n; start += CHUNK) {
+        int n = files->n - start < CHUNK ? files->n - start : CHUNK;
+        int good = load_chunk(files, start, n, S, C, ev, batch, items, &failed);
+        if (!good) continue;
+        /* unused slots of the last chunk: zeros, results ignored */
+        memset(batch + (size_t)good * per, 0, (CHUNK - good) * per * sizeof(float));
+        vil_model_upload_inputs(m, batch, NULL);
+        vil_model_forward(m, 0);
+        vil_model_logits(m, logits);
+        for (int i = 0, k = 0; i < n; i++) {
+            if (!items[i].ok) continue;
+            const float *row = logits + (size_t)(k++) * NC;
+            print_result(items[i].file, row, NC, o.topk, o.json, meta->class_names);
+            if (res) vil_results_add(res, items[i].file, row, -1);
+        }
     }
-    free(pos);
-    rc = 1;
+    free(batch);
+    free(logits);
+    return failed;
+}
+
+/* The checkpoint ckpt on --device, then classify_files with --csv's file: 0, or 1 (reported) */
+static int classify(const char *ckpt, const Files *files, int nthreads) {
+    int rc = 1;
     VilModel m = {0};
     VilCheckpointMeta meta = {0};
-    int loaded = 0;
-    float *batch = NULL, *logits = NULL;
     VilResults *res = NULL;
-    int failed = 0;
-    const VilBackend *be = vil_backend_get(device);
-    if (!be) goto done;
-    if (strcmp(device, "auto") == 0) fprintf(stderr, "vil classify: running on %s\n", be->name);
-    VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
-    if (vil_checkpoint_load(ckpt, be, &lo, &m, &meta) != 0) goto done;
-    loaded = 1;
-    const VilConfig *c = &m.cfg;
-    int S = c->img_size, C = c->in_chans, NC = c->num_classes;
+    const VilBackend *be = vil_backend_get(o.device);
+    if (!be) return 1;
+    if (strcmp(o.device, "auto") == 0) fprintf(stderr, "vil classify: running on %s\n", be->name);
+    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema};
+    if (vil_checkpoint_load(ckpt, be, &lo, &m, &meta) != 0) return 1;
     VilEvalSpec ev;
-    char note[128];
-    vil_eval_spec_resolve(&ev, &meta, crop_pct, C, note, sizeof note);
-    fprintf(stderr, "vil classify: %d x %d, %s", S, S, note);
+    char note[128], shown[1024];
+    vil_eval_spec_resolve(&ev, &meta, o.crop_pct, m.cfg.in_chans, note, sizeof note);
+    fprintf(stderr, "vil classify: %d x %d, %s", m.cfg.img_size, m.cfg.img_size, note);
     if (strcmp(be->name, "cpu") == 0)
         fprintf(stderr, "; %d compute thread%s (OpenMP)", nthreads, nthreads == 1 ? "" : "s");
     fprintf(stderr, "\n");
     if (vil_model_check_acts(&m, CHUNK, 0) != 0) goto done;
-    if (csv && !(res = vil_results_open(csv, VIL_RESULTS_CSV, topk, NC, meta.class_names, 0))) goto done;
-    size_t per = (size_t)C * S * S;
-    batch = vil_malloc(CHUNK * per * sizeof(float));
-    logits = vil_malloc((size_t)CHUNK * NC * sizeof(float));
-    Item items[CHUNK];
-    vil_model_alloc_acts(&m, CHUNK, 0);
-    for (int start = 0; start < files.n; start += CHUNK) {
-        int n = files.n - start < CHUNK ? files.n - start : CHUNK, good = 0;
-        for (int i = 0; i < n; i++) {
-            items[i].file = files.v[start + i];
-            items[i].ok = 0;
-            VilImage im;
-            VilErrCapture cap;
-            vil_error_capture(&cap);
-            int lrc = vil_image_load(items[i].file, C, &im);
-            vil_error_release(&cap);
-            if (lrc != 0) { /* cap.msg: "'FILE': reason", the name printable */
-                vil_error("cannot classify %s", cap.msg);
-                failed++;
-                continue;
-            }
-            if (vil_transform_eval(&im, S, ev.crop_pct, ev.mean, ev.std, batch + (size_t)good * per) != 0) {
-                char shown[1024];
-                vil_error("cannot classify '%s': the evaluation transform failed",
-                          vil_printable(shown, sizeof shown, items[i].file));
-                failed++;
-                vil_image_free(&im);
-                continue;
-            }
-            vil_image_free(&im);
-            items[i].ok = 1;
-            good++;
-        }
-        if (!good) continue;
-        /* unused slots of the last chunk: zeros, results ignored */
-        memset(batch + (size_t)good * per, 0, (CHUNK - good) * per * sizeof(float));
-        vil_model_upload_inputs(&m, batch, NULL);
-        vil_model_forward(&m, 0);
-        vil_model_logits(&m, logits);
-        for (int i = 0, k = 0; i < n; i++) {
-            if (!items[i].ok) continue;
-            const float *row = logits + (size_t)(k++) * NC;
-            print_result(items[i].file, row, NC, topk, json, meta.class_names);
-            if (res) vil_results_add(res, items[i].file, row, -1);
-        }
-    }
+    if (o.csv && !(res = vil_results_open(o.csv, VIL_RESULTS_CSV, o.topk, m.cfg.num_classes, meta.class_names, 0)))
+        goto done;
+    int failed = classify_files(&m, &meta, &ev, files, res);
     if (res) {
         long rows = vil_results_rows(res);
         VilResults *r = res;
         res = NULL;
-        char shown[1024];
         if (vil_results_close(r) != 0) goto done;
-        fprintf(stderr, "vil classify: wrote %s (%ld row%s)\n", vil_printable(shown, sizeof shown, csv), rows,
+        fprintf(stderr, "vil classify: wrote %s (%ld row%s)\n", vil_printable(shown, sizeof shown, o.csv), rows,
                 rows == 1 ? "" : "s");
     }
-    if (files.n == 0) {
-        vil_error("no images to classify: the folders hold none");
-        goto done;
-    }
-    if (failed) {
-        vil_error("%d of %d images could not be classified", failed, files.n);
-        goto done;
-    }
-    rc = 0;
+    if (files->n == 0) vil_error("no images to classify: the folders hold none");
+    else if (failed) vil_error("%d of %d images could not be classified", failed, files->n);
+    else rc = 0;
 done:
     vil_results_free(res);
-    free(batch);
-    free(logits);
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&m);
+    return rc;
+}
+
+int vil_cmd_classify(int argc, char **argv) {
+    o = (Flags){.device = "auto", .topk = 5, .max_pixels = (int)vil_image_max_pixels()};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse_all(&vil_cmd_classify_spec, argc, argv, &pos, &npos);
+    if (rc >= 0) return rc;
+    int nthreads = check_flags();
+    if (nthreads < 0) {
+        free(pos);
+        return 2;
+    }
+    const char *ckpt = NULL;
+    char *model_file = NULL;
+    Files files = {0};
+    rc = gather_inputs(pos, npos, &ckpt, &model_file, &files);
+    free(pos);
+    if (rc == 0) rc = classify(ckpt, &files, nthreads);
     for (int i = 0; i < files.n; i++) free(files.v[i]);
     free(files.v);
     free(model_file);
-    if (loaded) {
-        vil_checkpoint_meta_free(&meta);
-        vil_model_free(&m);
-    }
     return rc;
 }

@@ -252,72 +252,49 @@ static int write_chart(const char *path, const Row *rows, int nm, int nr, int fi
     return vil_chart_write(path, title, p, 2, 2);
 }
 
-int vil_cmd_compare(int argc, char **argv) {
-    const char *data = NULL, *split = "val", *labels = NULL, *device = "auto", *sizes = NULL,
-               *out = "out/compare";
-    int batch = 64, ema = 0, workers = 4, limit = 0, steps = 0, skip_bad = 0, threads = 0;
-    float crop_pct = 0;
-    VilArgList models = {0}, names = {0};
-    VilArg args[] = {
-        {"--models", VIL_ARG_LIST, &models, "checkpoints (.safetensors or .pth) or run folders (their best.safetensors); the files after it count too", .meta = "CKPT|RUN"},
-        {"--label", VIL_ARG_LIST, &names, "legend names, one per model in their order: A,B,... or --label once per model (default: the file or folder name)", .meta = "A,B,..."},
-        {"--data", VIL_ARG_STR, &data, VIL_DATA_HELP, .meta = "DIR"},
-        {"--split", VIL_ARG_STR, &split, "split to evaluate: val (test for IDX), train"},
-        {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)", .meta = "FILE"},
-        {"--img-size", VIL_ARG_STR, &sizes, "resolutions, e.g. 224,384,512 (default: each model's own)", .meta = "S,S,..."},
-        {"--batch", VIL_ARG_INT, &batch, "batch size of the evaluation and of the timed forward passes", 1, VIL_MAX_BATCH},
-        {"--ema", VIL_ARG_FLAG, &ema, "the model_ema of every .pth training checkpoint, the ema.safetensors of every run folder (safetensors files are taken as they are)"},
-        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: each checkpoint's, else 0.875)", .meta = "F"},
-        {"--skip-bad", VIL_ARG_FLAG, &skip_bad, "leave out images that cannot be read (else such a row fails)"},
-        {"--limit", VIL_ARG_INT, &limit, "evaluate N images spread over the classes: round robin in class order, each class's first ones (0: all)", 0, 2147483647},
-        {"--steps", VIL_ARG_INT, &steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)", 0, 1000000},
-        {"--device", VIL_ARG_STR, &device, "cpu, cuda or auto"},
-        {"--workers", VIL_ARG_INT, &workers, "data loader threads", 1, 256},
-        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
-        {"--out", VIL_ARG_STR, &out, "folder for compare.csv, compare.json and compare.svg", .meta = "DIR"},
-    };
-    VilArgSpec spec = {"compare", "--models A.pth B.safetensors RUN ... --data DIR [--label A,B,...] [--img-size 224,384,512] [--batch B] [--ema] [--out DIR]",
-                       "Evaluates each model at each resolution on the same data and device and\n"
-                       "prints one table: family (ViL / ViM), parameters, GFLOPs per image, top-1,\n"
-                       "top-5, inference images/s and peak memory. Writes it as OUT/compare.csv and\n"
-                       "OUT/compare.json, and OUT/compare.svg charts accuracy and throughput against\n"
-                       "resolution. Resolutions other than a model's own interpolate its pos_embed.",
-                       args, (int)(sizeof args / sizeof args[0]), 0, -1};
-    char **pos;
-    int npos;
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &npos);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    vil_inputs_track(1); /* the models and images are inputs: the files in --out may not be them */
-    const char *files[MAX_MODELS];
-    int nm = 0;
-    for (int i = 0; i < models.n + npos; i++) {
-        if (nm == MAX_MODELS) {
-            fprintf(stderr, "vil compare: at most %d models\n", MAX_MODELS);
-            free(pos);
-            return 2;
-        }
-        files[nm++] = i < models.n ? models.v[i] : pos[i - models.n];
-    }
-    free(pos);
-    int res[MAX_RES], nr = 1;
-    res[0] = 0; /* each model's own */
-    if (sizes && !(nr = vil_cli_int_list(sizes, res, MAX_RES, 1, 8192))) {
-        fprintf(stderr, "vil compare: --img-size wants sizes like 224,384,512 (at most %d, each 1..8192)\n", MAX_RES);
-        return 2;
-    }
-    if (nm == 0 || !data) {
-        fprintf(stderr, "vil compare: --models and --data are required\n");
-        vil_args_usage_hint(&spec);
-        return 2;
-    }
-    /* the numbers' ranges are checked as they are parsed */
-    if (!vil_cli_crop_pct_ok("compare", crop_pct)) return 2;
-    /* --label A,B or --label A --label B: one name per model */
-    char *name_buf[MAX_MODELS];
+/* the flags' values: their defaults set by vil_cmd_compare, then filled by vil_args_parse */
+typedef struct {
+    const char *data, *split, *labels, *device, *sizes, *out;
+    int batch, ema, workers, limit, steps, skip_bad, threads;
+    float crop_pct;
+    VilArgList models, names;
+} Flags;
+static Flags o;
+
+static const VilArg ARGS[] = {
+    {"--models", VIL_ARG_LIST, &o.models, "checkpoints (.safetensors or .pth) or run folders (their best.safetensors); the files after it count too", .meta = "CKPT|RUN", .required = 1},
+    {"--label", VIL_ARG_LIST, &o.names, "legend names, one per model in their order: A,B,... or --label once per model (default: the file or folder name)", .meta = "A,B,..."},
+    {"--data", VIL_ARG_STR, &o.data, VIL_DATA_HELP, .meta = "DIR", .required = 1},
+    {"--split", VIL_ARG_STR, &o.split, "split to evaluate: val (test for IDX), train"},
+    {"--labels", VIL_ARG_STR, &o.labels, "labels file for a flat folder (\"filename label\" lines)", .meta = "FILE"},
+    {"--img-size", VIL_ARG_STR, &o.sizes, "resolutions, e.g. 224,384,512 (default: each model's own)", .meta = "S,S,..."},
+    {"--batch", VIL_ARG_INT, &o.batch, "batch size of the evaluation and of the timed forward passes", 1, VIL_MAX_BATCH},
+    {"--ema", VIL_ARG_FLAG, &o.ema, "the model_ema of every .pth training checkpoint, the ema.safetensors of every run folder (safetensors files are taken as they are)"},
+    {"--crop-pct", VIL_ARG_FLOAT, &o.crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: each checkpoint's, else 0.875)", .meta = "F"},
+    {"--skip-bad", VIL_ARG_FLAG, &o.skip_bad, "leave out images that cannot be read (else such a row fails)"},
+    {"--limit", VIL_ARG_INT, &o.limit, "evaluate N images spread over the classes: round robin in class order, each class's first ones (0: all)", 0, 2147483647},
+    {"--steps", VIL_ARG_INT, &o.steps, "timed forward passes per row (0: 3 on cpu, 20 on cuda)", 0, 1000000},
+    {"--device", VIL_ARG_STR, &o.device, "cpu, cuda or auto"},
+    {"--workers", VIL_ARG_INT, &o.workers, "data loader threads", 1, 256},
+    {"--threads", VIL_ARG_INT, &o.threads, VIL_THREADS_HELP},
+    {"--out", VIL_ARG_STR, &o.out, "folder for compare.csv, compare.json and compare.svg", .meta = "DIR"},
+};
+
+const VilArgSpec vil_cmd_compare_spec = {
+    "compare", "--models A.pth B.safetensors RUN ... --data DIR [--label A,B,...] [--img-size 224,384,512] [--batch B] [--ema] [--out DIR]",
+    "Evaluates each model at each resolution on the same data and device and\n"
+    "prints one table: family (ViL / ViM), parameters, GFLOPs per image, top-1,\n"
+    "top-5, inference images/s and peak memory. Writes it as OUT/compare.csv and\n"
+    "OUT/compare.json, and OUT/compare.svg charts accuracy and throughput against\n"
+    "resolution. Resolutions other than a model's own interpolate its pos_embed.",
+    ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 0, -1, .positional_of = "--models"};
+
+/* --label A,B or --label A --label B into name_buf (malloc'd): one name per model of nm. Their
+ * count, or -1 after the message (nothing left to free). */
+static int split_labels(char **name_buf, int nm) {
     int nn = 0, too_many = 0;
-    for (int i = 0; i < names.n; i++)
-        for (const char *p = names.v[i];; p += strcspn(p, ",") + 1) {
+    for (int i = 0; i < o.names.n; i++)
+        for (const char *p = o.names.v[i];; p += strcspn(p, ",") + 1) {
             if (nn == MAX_MODELS) {
                 too_many = 1;
                 break;
@@ -328,75 +305,123 @@ int vil_cmd_compare(int argc, char **argv) {
             name_buf[nn++][len] = 0;
             if (!p[strcspn(p, ",")]) break;
         }
-    if (names.n && (too_many || nn != nm)) {
+    if (o.names.n && (too_many || nn != nm)) {
         fprintf(stderr, "vil compare: %s%d --label name%s for %d model%s: give one per model, in their order\n",
                 too_many ? "more than " : "", nn, nn == 1 ? "" : "s", nm, nm == 1 ? "" : "s");
         for (int i = 0; i < nn; i++) free(name_buf[i]);
-        return 2;
+        return -1;
     }
-    rc = 2;
-    char *owned[MAX_MODELS] = {0};
-    const char *paths[MAX_MODELS];
-    int uses_ema[MAX_MODELS];
-    Row *rows = NULL;
-    VilDataset *ds = NULL;
-    const VilBackend *be;
-    if (vil_cli_check_device_split("compare", device, split) != 0) goto done;
-    if (vil_cli_set_threads("compare", threads) < 0) goto done;
-    rc = 1;
-    for (int i = 0; i < nm; i++) { /* a run folder's file, or the file; --ema inside a .pth only */
-        uses_ema[i] = ema;
-        if (!(paths[i] = vil_cli_model_path("compare", files[i], &uses_ema[i], &owned[i]))) goto done;
-        uses_ema[i] = uses_ema[i] && is_pth(paths[i]);
-    }
-    if (vil_cli_open_data_device(data, split, labels, device, &ds, &be) != 0) goto done;
-    if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 3 : 20;
-    char took[256];
-    vil_eval_limit(&ds, limit, took, sizeof took);
-    long n_img = vil_dataset_size(ds);
-    char crop[64] = "each checkpoint's crop_pct";
-    if (crop_pct > 0) snprintf(crop, sizeof crop, "crop_pct %g", crop_pct);
-    printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, %s\n", nm,
-           nm == 1 ? "" : "s", nr, nr == 1 ? "" : "s", be->name, vil_dataset_source(ds), n_img,
-           batch, crop);
-    if (took[0]) printf("%s\n", took);
-    if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
-    fflush(stdout);
-    rows = vil_calloc((size_t)nm * nr, sizeof(Row));
+    return nn;
+}
+
+/* Every model at every resolution of res into rows (nm x nr, labelled by names or the files),
+ * measured on ds and be. Returns the rows that failed. */
+static int measure_all(Row *rows, int nm, const int *res, int nr, const char *const *files, const char *const *paths,
+                       const int *uses_ema, const char *const *names, const VilBackend *be, VilDataset *ds) {
     Row *first = vil_calloc((size_t)nm, sizeof(Row)); /* one label per model */
     for (int i = 0; i < nm; i++) first[i].file = files[i], first[i].path = paths[i], first[i].ema = uses_ema[i];
-    make_labels(first, nm, nn ? (const char *const *)name_buf : NULL);
+    make_labels(first, nm, names);
     int failed = 0;
     for (int i = 0; i < nm; i++)
         for (int j = 0; j < nr; j++) {
             Row *r = &rows[i * nr + j];
             *r = first[i];
             r->res = res[j];
-            measure(r, be, ds, batch, workers, crop_pct, skip_bad, steps);
+            measure(r, be, ds, o.batch, o.workers, o.crop_pct, o.skip_bad, o.steps);
             if (!r->ok) failed++;
         }
     free(first);
+    return failed;
+}
+
+/* OUT/compare.csv, .json and .svg of the rows: 0, or -1 (reported) */
+static int write_outputs(const Row *rows, int nm, int nr, const VilDataset *ds, const char *device, long n_img) {
+    if (vil_mkdir_p(o.out) != 0) return -1;
+    char p[3][4200], title[512];
+    snprintf(p[0], sizeof p[0], "%s/compare.csv", o.out);
+    snprintf(p[1], sizeof p[1], "%s/compare.json", o.out);
+    snprintf(p[2], sizeof p[2], "%s/compare.svg", o.out);
+    snprintf(title, sizeof title, "vil compare: %s (%ld images) on %s", vil_dataset_source(ds), n_img, device);
+    int w = write_csv(p[0], rows, nm * nr, device) | write_json(p[1], rows, nm * nr, device, o.data, o.split, o.batch) |
+            write_chart(p[2], rows, nm, nr, o.sizes != NULL, title);
+    if (w) return -1;
+    printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);
+    return 0;
+}
+
+/* The checkpoints of files (paths, uses_ema: a run folder's file, or the file; --ema inside a
+ * .pth only; owned: what to free), then the data and the device, the rows measured, printed and
+ * written. The exit code. */
+static int compare(const char *const *files, int nm, const int *res, int nr, const char *const *names) {
+    char *owned[MAX_MODELS] = {0};
+    const char *paths[MAX_MODELS];
+    int uses_ema[MAX_MODELS], rc = 1;
+    Row *rows = NULL;
+    VilDataset *ds = NULL;
+    const VilBackend *be;
+    for (int i = 0; i < nm; i++) {
+        uses_ema[i] = o.ema;
+        if (!(paths[i] = vil_cli_model_path("compare", files[i], &uses_ema[i], &owned[i]))) goto done;
+        uses_ema[i] = uses_ema[i] && is_pth(paths[i]);
+    }
+    if (vil_cli_open_data_device(o.data, o.split, o.labels, o.device, &ds, &be) != 0) goto done;
+    if (o.steps == 0) o.steps = strcmp(be->name, "cpu") == 0 ? 3 : 20;
+    char took[256];
+    vil_eval_limit(&ds, o.limit, took, sizeof took);
+    long n_img = vil_dataset_size(ds);
+    char crop[64] = "each checkpoint's crop_pct";
+    if (o.crop_pct > 0) snprintf(crop, sizeof crop, "crop_pct %g", o.crop_pct);
+    printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, %s\n", nm,
+           nm == 1 ? "" : "s", nr, nr == 1 ? "" : "s", be->name, vil_dataset_source(ds), n_img,
+           o.batch, crop);
+    if (took[0]) printf("%s\n", took);
+    if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, o.workers);
+    fflush(stdout);
+    rows = vil_calloc((size_t)nm * nr, sizeof(Row));
+    int failed = measure_all(rows, nm, res, nr, files, paths, uses_ema, names, be, ds);
     printf("\n");
     print_table(stdout, rows, nm * nr, be->name);
-    rc = failed ? 1 : 0;
-    if (vil_mkdir_p(out) == 0) {
-        char p[3][4200], title[512];
-        snprintf(p[0], sizeof p[0], "%s/compare.csv", out);
-        snprintf(p[1], sizeof p[1], "%s/compare.json", out);
-        snprintf(p[2], sizeof p[2], "%s/compare.svg", out);
-        snprintf(title, sizeof title, "vil compare: %s (%ld images) on %s", vil_dataset_source(ds), n_img, be->name);
-        int w = write_csv(p[0], rows, nm * nr, be->name) | write_json(p[1], rows, nm * nr, be->name, data, split, batch) |
-                write_chart(p[2], rows, nm, nr, sizes != NULL, title);
-        if (w) rc = 1;
-        else printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);
-    } else {
-        rc = 1;
-    }
+    rc = write_outputs(rows, nm, nr, ds, be->name, n_img) != 0 || failed ? 1 : 0;
     if (failed) vil_error("%d of %d measurements failed (see the table)", failed, nm * nr);
 done:
     free(rows);
     if (ds) vil_dataset_free(ds);
     for (int i = 0; i < nm; i++) free(owned[i]);
+    return rc;
+}
+
+int vil_cmd_compare(int argc, char **argv) {
+    o = (Flags){.split = "val", .device = "auto", .out = "out/compare", .batch = 64, .workers = 4};
+    char **pos;
+    int npos;
+    int rc = vil_args_parse_all(&vil_cmd_compare_spec, argc, argv, &pos, &npos);
+    if (rc >= 0) return rc;
+    vil_inputs_track(1); /* the models and images are inputs: the files in --out may not be them */
+    const char *files[MAX_MODELS];
+    int nm = 0;
+    for (int i = 0; i < o.models.n + npos; i++) {
+        if (nm == MAX_MODELS) {
+            fprintf(stderr, "vil compare: at most %d models\n", MAX_MODELS);
+            free(pos);
+            return 2;
+        }
+        files[nm++] = i < o.models.n ? o.models.v[i] : pos[i - o.models.n];
+    }
+    free(pos);
+    int res[MAX_RES], nr = 1;
+    res[0] = 0; /* each model's own */
+    if (o.sizes && !(nr = vil_cli_int_list(o.sizes, res, MAX_RES, 1, 8192))) {
+        fprintf(stderr, "vil compare: --img-size wants sizes like 224,384,512 (at most %d, each 1..8192)\n", MAX_RES);
+        return 2;
+    }
+    /* the numbers' ranges are checked as they are parsed */
+    if (!vil_cli_crop_pct_ok("compare", o.crop_pct)) return 2;
+    char *name_buf[MAX_MODELS];
+    int nn = split_labels(name_buf, nm);
+    if (nn < 0) return 2;
+    rc = 2;
+    if (vil_cli_check_device_split("compare", o.device, o.split) == 0 && vil_cli_set_threads("compare", o.threads) >= 0)
+        rc = compare(files, nm, res, nr, nn ? (const char *const *)name_buf : NULL);
     for (int i = 0; i < nn; i++) free(name_buf[i]);
     return rc;
 }

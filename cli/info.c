@@ -11,30 +11,38 @@
 #include "vil/common.h"
 #include "vil/limits.h"
 
+/* the flags' values: their defaults set by vil_cmd_info, then filled by vil_args_parse */
+typedef struct {
+    const char *model, *device;
+    int img_size, ema;
+} Flags;
+static Flags o;
+
+static const VilArg ARGS[] = {
+    {"--model", VIL_ARG_STR, &o.model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN", .required = 1},
+    {"--ema", VIL_ARG_FLAG, &o.ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
+    {"--img-size", VIL_ARG_INT, &o.img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
+    {"--device", VIL_ARG_STR, &o.device, "cpu or cuda: where to load it"},
+};
+
+const VilArgSpec vil_cmd_info_spec = {"info", "--model CKPT [--ema] [--img-size N]",
+                                      "Prints a checkpoint's architecture, parameter count, image size and classes.",
+                                      ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 0, 0};
+
 int vil_cmd_info(int argc, char **argv) {
-    const char *model = NULL, *device = "cpu";
-    int img_size = 0, ema = 0;
-    VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN"},
-        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
-        {"--img-size", VIL_ARG_INT, &img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
-        {"--device", VIL_ARG_STR, &device, "cpu or cuda: where to load it"},
-    };
-    VilArgSpec spec = {"info", "--model CKPT [--ema] [--img-size N]",
-                       "Prints a checkpoint's architecture, parameter count, image size and classes.",
-                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
-    int rc = vil_args_parse_flags(&spec, argc, argv);
+    o = (Flags){.device = "cpu"};
+    int rc = vil_args_parse_flags(&vil_cmd_info_spec, argc, argv);
     if (rc >= 0) return rc;
-    if (vil_args_require(&spec, "--model", model)) return 2;
     /* --img-size is range-checked as it is parsed */
-    if (!vil_device_name_ok(device)) return vil_cli_bad_choice("info", "--device", "cpu, cuda or auto", device);
-    const VilBackend *be = vil_backend_get(device);
+    if (!vil_device_name_ok(o.device)) return vil_cli_bad_choice("info", "--device", "cpu, cuda or auto", o.device);
+    const VilBackend *be = vil_backend_get(o.device);
     if (!be) return 1;
     VilModel m;
     VilCheckpointMeta meta;
     char *model_file;
-    if (!(model = vil_cli_model_path("info", model, &ema, &model_file))) return 1;
-    VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
+    const char *model = vil_cli_model_path("info", o.model, &o.ema, &model_file);
+    if (!model) return 1;
+    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema};
     rc = vil_checkpoint_load(model, be, &lo, &m, &meta);
     if (rc != 0) {
         free(model_file);
@@ -47,7 +55,7 @@ int vil_cmd_info(int argc, char **argv) {
         printf("format:      PyTorch checkpoint (torch.save zip), read without running its pickle\n");
         if (meta.file_keys[0]) printf("holds:       %s\n", vil_printable(shown, sizeof shown, meta.file_keys));
         printf("weights:     %s%s\n", meta.weights[0] ? meta.weights : "the file's state dict",
-               meta.has_ema && !ema ? " (--ema selects model_ema)" : "");
+               meta.has_ema && !o.ema ? " (--ema selects model_ema)" : "");
         if (meta.source_model[0]) printf("trained as:  %s\n", vil_printable(shown, sizeof shown, meta.source_model));
         if (meta.epoch >= 0) printf("epoch:       %ld\n", meta.epoch);
     } else {

@@ -46,56 +46,62 @@ static int agreement(const VilRunMetrics *m0, const VilRunMetrics *m, const char
     return ok;
 }
 
-int vil_cmd_plot(int argc, char **argv) {
-    const char *out = NULL;
-    VilArgList labels = {0};
-    const char *agree_s = NULL;
-    int window = 50;
-    VilArg args[] = {
-        {"--out", VIL_ARG_STR, &out, "the SVG to write (default: RUN/curves.svg for one run, ./curves.svg for several)", .meta = "FILE.svg"},
-        {"--label", VIL_ARG_LIST, &labels, "legend name of a run, once per run in their order (default: the folder's name)", .meta = "NAME"},
-        {"--agree", VIL_ARG_STR, &agree_s, "check each run's training loss against the first's: windowed means within PCT percent, else exit 1", .meta = "PCT"},
-        {"--window", VIL_ARG_INT, &window, "--agree's window in optimizer steps", .meta = "STEPS"},
-    };
-    VilArgSpec spec = {"plot", "RUN [RUN ...] [--out FILE.svg] [--label NAME ...] [--agree PCT [--window STEPS]]",
-                       "Charts the training curves of run folders from their metrics.jsonl: loss\n"
-                       "(training, and validation dashed), top-1 accuracy (the model with dots, its\n"
-                       "EMA dashed with hollow squares), learning rate and training images/s, against\n"
-                       "the optimizer step. Several runs are overlaid, one colour each. A line cut\n"
-                       "short by a crash is skipped. With\n"
-                       "--agree, also compares every run's training loss with the first run's (the\n"
-                       "same recipe on 1 and N GPUs, or as micro-batches): the mean over each window\n"
-                       "of steps that both logged, and exits 1 when a window differs by more.",
-                       args, (int)(sizeof args / sizeof args[0]), 1, MAX_RUNS, NULL};
-    char **pos;
-    int n;
-    vil_inputs_track(1); /* what is read may not be written over (vil/files.h) */
-    int rc = vil_args_parse(&spec, argc, argv, &pos, &n);
-    if (rc == VIL_ARGS_HELP) return 0;
-    if (rc != VIL_ARGS_OK) return 2;
-    double agree = -1;
-    if (agree_s) {
+/* the flags' values: their defaults set by vil_cmd_plot, then filled by vil_args_parse */
+typedef struct {
+    const char *out, *agree_s;
+    int window;
+    VilArgList labels;
+} Flags;
+static Flags o;
+
+static const VilArg ARGS[] = {
+    {"--out", VIL_ARG_STR, &o.out, "the SVG to write (default: RUN/curves.svg for one run, ./curves.svg for several)", .meta = "FILE.svg"},
+    {"--label", VIL_ARG_LIST, &o.labels, "legend name of a run, once per run in their order (default: the folder's name)", .meta = "NAME"},
+    {"--agree", VIL_ARG_STR, &o.agree_s, "check each run's training loss against the first's: windowed means within PCT percent, else exit 1", .meta = "PCT"},
+    {"--window", VIL_ARG_INT, &o.window, "--agree's window in optimizer steps", .meta = "STEPS", .needs = "--agree"},
+};
+
+const VilArgSpec vil_cmd_plot_spec = {
+    "plot", "RUN [RUN ...] [--out FILE.svg] [--label NAME ...] [--agree PCT [--window STEPS]]",
+    "Charts the training curves of run folders from their metrics.jsonl: loss\n"
+    "(training, and validation dashed), top-1 accuracy (the model with dots, its\n"
+    "EMA dashed with hollow squares), learning rate and training images/s, against\n"
+    "the optimizer step. Several runs are overlaid, one colour each. A line cut\n"
+    "short by a crash is skipped. With\n"
+    "--agree, also compares every run's training loss with the first run's (the\n"
+    "same recipe on 1 and N GPUs, or as micro-batches): the mean over each window\n"
+    "of steps that both logged, and exits 1 when a window differs by more.",
+    ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 1, MAX_RUNS, .timm = NULL};
+
+/* --agree's percentage (-1: not given), --window and --label against the n runs: 0, or 2 after
+ * the message */
+static int check_flags(int n, double *agree) {
+    *agree = -1;
+    if (o.agree_s) {
         char *end;
-        agree = strtod(agree_s, &end);
-        if (end == agree_s || *end || !(agree >= 0) || !isfinite(agree)) agree = -2;
+        *agree = strtod(o.agree_s, &end);
+        if (end == o.agree_s || *end || !(*agree >= 0) || !isfinite(*agree)) *agree = -2;
     }
-    const char *bad = agree == -2 ? "--agree wants a percentage, 0 or more (e.g. 2)"
-                      : agree < 0 && window != 50 ? "--window goes with --agree"
-                      : agree >= 0 && n < 2 ? "--agree compares runs with the first: give two or more"
-                      : window < 1 ? "--window must be at least 1 step" : NULL;
+    const char *bad = *agree == -2 ? "--agree wants a percentage, 0 or more (e.g. 2)"
+                      : *agree >= 0 && n < 2 ? "--agree compares runs with the first: give two or more"
+                      : o.window < 1 ? "--window must be at least 1 step" : NULL;
     if (bad) {
         fprintf(stderr, "vil plot: %s\n", bad);
-        free(pos);
         return 2;
     }
-    if (labels.n && labels.n != n) {
+    if (o.labels.n && o.labels.n != n) {
         fprintf(stderr, "vil plot: %d --label for %d run%s: give one per run, in their order\n",
-                labels.n, n, n == 1 ? "" : "s");
-        free(pos);
+                o.labels.n, n, n == 1 ? "" : "s");
         return 2;
     }
-    /* read here (also done by vil_curves_write) to say what was skipped: cheap next to the
-     * chart, and a run with nothing to draw deserves a word */
+    return 0;
+}
+
+/* Each run's metrics read here (also done by vil_curves_write) to say what was skipped: cheap
+ * next to the chart, and a run with nothing to draw deserves a word; with --agree (agree >= 0)
+ * each run's loss against the first's. 1 when all agree, 0 when one does not, -1 when a run
+ * cannot be read (reported). */
+static int check_runs(char **pos, int n, double agree) {
     VilRunMetrics first = {0};
     char first_shown[256] = "";
     int agree_all = 1;
@@ -103,12 +109,11 @@ int vil_cmd_plot(int argc, char **argv) {
         VilRunMetrics m;
         if (vil_run_metrics_read(pos[r], &m) != 0) {
             vil_run_metrics_free(&first);
-            free(pos);
-            return 1;
+            return -1;
         }
         char shown[256], name[256];
         vil_printable(shown, sizeof shown, pos[r]);
-        vil_printable(name, sizeof name, labels.n ? labels.v[r] : pos[r]);
+        vil_printable(name, sizeof name, o.labels.n ? o.labels.v[r] : pos[r]);
         if (m.bad_lines)
             fprintf(stderr, "vil plot: %s: skipped %d line%s that did not parse (a crash mid-write "
                             "leaves one)\n", shown, m.bad_lines, m.bad_lines == 1 ? "" : "s");
@@ -118,11 +123,32 @@ int vil_cmd_plot(int argc, char **argv) {
             first = m, snprintf(first_shown, sizeof first_shown, "%s", name);
             continue;
         }
-        if (agree >= 0) agree_all &= agreement(&first, &m, first_shown, name, window, agree);
+        if (agree >= 0) agree_all &= agreement(&first, &m, first_shown, name, o.window, agree);
         vil_run_metrics_free(&m);
     }
     vil_run_metrics_free(&first);
+    return agree_all;
+}
+
+int vil_cmd_plot(int argc, char **argv) {
+    o = (Flags){.window = 50};
+    char **pos;
+    int n;
+    vil_inputs_track(1); /* what is read may not be written over (vil/files.h) */
+    int rc = vil_args_parse_all(&vil_cmd_plot_spec, argc, argv, &pos, &n);
+    if (rc >= 0) return rc;
+    double agree;
+    if (check_flags(n, &agree) != 0) {
+        free(pos);
+        return 2;
+    }
+    int agreed = check_runs(pos, n, agree);
+    if (agreed < 0) {
+        free(pos);
+        return 1;
+    }
     char def[4200];
+    const char *out = o.out;
     if (!out) {
         if (n == 1) snprintf(def, sizeof def, "%s/curves.svg", pos[0]);
         else snprintf(def, sizeof def, "curves.svg");
@@ -133,8 +159,8 @@ int vil_cmd_plot(int argc, char **argv) {
         free(pos);
         return 2;
     }
-    rc = vil_curves_write(out, (const char *const *)pos, labels.n ? labels.v : NULL, n);
+    rc = vil_curves_write(out, (const char *const *)pos, o.labels.n ? o.labels.v : NULL, n);
     if (rc == 0) printf("wrote %s\n", out);
     free(pos);
-    return rc || !agree_all ? 1 : 0;
+    return rc || !agreed ? 1 : 0;
 }

@@ -189,114 +189,131 @@ static void print_table(const Report *r) {
         }
 }
 
+/* the flags' values: their defaults set by vil_cmd_states, then filled by vil_args_parse */
+typedef struct {
+    const char *model, *data, *split, *labels, *device, *out;
+    int batch, img_size, limit, workers, ema, threads, max_pixels;
+    float crop_pct;
+} Flags;
+static Flags o;
+
+static const VilArg ARGS[] = {
+    {"--model", VIL_ARG_STR, &o.model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN", .required = 1},
+    {"--ema", VIL_ARG_FLAG, &o.ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
+    {"--data", VIL_ARG_STR, &o.data, VIL_DATA_HELP, .required = 1},
+    {"--split", VIL_ARG_STR, &o.split, "split to read: val (test for IDX), test or train"},
+    {"--labels", VIL_ARG_STR, &o.labels, "labels file for a flat folder (\"filename label\" lines)"},
+    {"--img-size", VIL_ARG_INT, &o.img_size, "image size, 1..8192 (not given: the checkpoint's own); another size interpolates pos_embed", 1, VIL_MAX_IMG_SIZE},
+    {"--limit", VIL_ARG_INT, &o.limit, "images measured: N spread over the classes, round robin in class order, each class's first ones (0: all); unreadable ones are left out", 0, 2147483647},
+    {"--batch", VIL_ARG_INT, &o.batch, "images per forward (training activations: every layer's are kept)", 1, VIL_MAX_BATCH},
+    {"--crop-pct", VIL_ARG_FLOAT, &o.crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
+    {"--device", VIL_ARG_STR, &o.device, "where the forward runs: cpu, cuda or auto (the norms' scans run on the host)"},
+    {"--workers", VIL_ARG_INT, &o.workers, "data loader threads", 1, 256},
+    {"--threads", VIL_ARG_INT, &o.threads, VIL_THREADS_HELP},
+    {"--max-pixels", VIL_ARG_INT, &o.max_pixels, VIL_MAX_PIXELS_HELP},
+    {"--out", VIL_ARG_STR, &o.out, "folder for states.csv, states.json and states.svg"},
+};
+
+const VilArgSpec vil_cmd_states_spec = {
+    "states", "--model CKPT|RUN --data DIR [--img-size S] [--limit N] [--out DIR] [options]",
+    "How the scan's state grows along the sequence: for each layer and direction,\n"
+    "the norm of the state after each token (||h||: the square root of the sum of\n"
+    "squares of its d_state x d_inner values), its mean and sd over --limit's\n"
+    "images of the split (256 by default, spread over the classes as `vil eval\n"
+    "--limit` takes them), made with the evaluation transform (as `vil eval\n"
+    "--img-size S`), the scans starting from zero. Past the training length (the\n"
+    "tokens of the checkpoint's own pos_embed grid) a model meets states it never\n"
+    "saw.\n"
+    "The forward runs on --device; the norms come from the CPU reference scan,\n"
+    "replayed on the host on each layer's downloaded activations (the cost: about\n"
+    "a CPU forward per image). Writes OUT/states.csv (layer, direction, step,\n"
+    "token, mean_norm, sd_norm; step s = the tokens the direction has read, 1..L:\n"
+    "forward token s - 1, backward token L - s), OUT/states.json (the same by\n"
+    "step, the final states' norms, the model, size, images and training\n"
+    "length) and OUT/states.svg (mean and sd against the step, one line per\n"
+    "layer, at most 8 spread over the depth, a dashed line at the training\n"
+    "length).",
+    ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 0, 0};
+
+/* The lines before the measurement: the model and its training length (into r), the data
+ * (*ds becomes --limit's subset) and the transform */
+static void print_header(Report *r, const VilModel *m, const VilCheckpointMeta *meta, const VilEvalSpec *ev,
+                         const char *note, VilDataset **ds, const VilBackend *be) {
+    const VilConfig *c = &m->cfg;
+    char name[96];
+    /* the training length: the tokens of the file's own pos_embed grid */
+    int g = meta->pos_interpolated_from;
+    r->train_img = g > 0 ? c->patch_size + (g - 1) * c->stride : c->img_size;
+    r->train_tokens = g > 0 ? g * g + 1 : c->seq_len;
+    printf("states: %s%s%s (%s, %s, depth %d, d_state %d) at %d px: %d tokens (trained at %d px: "
+           "%d tokens) on %s\n", r->model, meta->weights[0] ? ":" : "", meta->weights,
+           vil_printable(name, sizeof name, c->name), vil_recurrences[c->rec].family, c->depth,
+           c->d_state, c->img_size, c->seq_len, r->train_img, r->train_tokens, be->name);
+    char took[256];
+    int n_all = vil_dataset_size(*ds);
+    vil_eval_limit(ds, o.limit, took, sizeof took);
+    printf("data: %s: %d of %d images, batch %d; resize %d, center crop %d (%s)\n",
+           vil_dataset_source(*ds), vil_dataset_size(*ds), n_all, vil_eval_batch(*ds, o.batch, 0),
+           vil_eval_scale_size(c->img_size, ev->crop_pct), c->img_size, note);
+    if (took[0]) printf("%s\n", took);
+    if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, o.workers);
+    else printf("note: the forward runs on %s; the norms' scans on the host CPU\n", be->name);
+    fflush(stdout);
+}
+
+/* The norms measured on ds (into *s, r pointing at them), the table printed, OUT's three files
+ * written: 0, or -1 (reported) */
+static int measure(Report *r, VilModel *m, VilDataset *ds, const VilEvalSpec *ev, VilStates *s) {
+    double t0 = vil_now();
+    if (vil_states_dataset(m, ds, ev, o.batch, o.workers, stderr, s, &r->bad) != 0) return -1;
+    r->s = s;
+    if (s->images == 0) {
+        vil_error("no images were measured%s", r->bad ? ": none could be read" : "");
+        return -1;
+    }
+    printf("%ld images in %.1f s%s", s->images, vil_now() - t0, r->bad ? "" : "\n");
+    if (r->bad) printf(" (%ld unreadable, left out)\n", r->bad);
+    print_table(r);
+    if (vil_mkdir_p(o.out) != 0) return -1;
+    char p[3][4200];
+    snprintf(p[0], sizeof p[0], "%s/states.csv", o.out);
+    snprintf(p[1], sizeof p[1], "%s/states.json", o.out);
+    snprintf(p[2], sizeof p[2], "%s/states.svg", o.out);
+    if (write_csv(p[0], r) != 0 || write_json(p[1], r) != 0 || write_chart(p[2], r) != 0) return -1;
+    printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);
+    return 0;
+}
+
 int vil_cmd_states(int argc, char **argv) {
-    const char *model = NULL, *data = NULL, *split = "val", *labels = NULL, *device = "auto",
-               *out = "out/states";
-    int batch = 8, img_size = 0, limit = 256, workers = 4, ema = 0, threads = 0;
-    int max_pixels = (int)vil_image_max_pixels();
-    float crop_pct = 0;
-    VilArg args[] = {
-        {"--model", VIL_ARG_STR, &model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN"},
-        {"--ema", VIL_ARG_FLAG, &ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
-        {"--data", VIL_ARG_STR, &data, VIL_DATA_HELP},
-        {"--split", VIL_ARG_STR, &split, "split to read: val (test for IDX), test or train"},
-        {"--labels", VIL_ARG_STR, &labels, "labels file for a flat folder (\"filename label\" lines)"},
-        {"--img-size", VIL_ARG_INT, &img_size, "image size, 1..8192 (not given: the checkpoint's own); another size interpolates pos_embed", 1, VIL_MAX_IMG_SIZE},
-        {"--limit", VIL_ARG_INT, &limit, "images measured: N spread over the classes, round robin in class order, each class's first ones (0: all); unreadable ones are left out", 0, 2147483647},
-        {"--batch", VIL_ARG_INT, &batch, "images per forward (training activations: every layer's are kept)", 1, VIL_MAX_BATCH},
-        {"--crop-pct", VIL_ARG_FLOAT, &crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
-        {"--device", VIL_ARG_STR, &device, "where the forward runs: cpu, cuda or auto (the norms' scans run on the host)"},
-        {"--workers", VIL_ARG_INT, &workers, "data loader threads", 1, 256},
-        {"--threads", VIL_ARG_INT, &threads, VIL_THREADS_HELP},
-        {"--max-pixels", VIL_ARG_INT, &max_pixels, VIL_MAX_PIXELS_HELP},
-        {"--out", VIL_ARG_STR, &out, "folder for states.csv, states.json and states.svg"},
-    };
-    VilArgSpec spec = {"states", "--model CKPT|RUN --data DIR [--img-size S] [--limit N] [--out DIR] [options]",
-                       "How the scan's state grows along the sequence: for each layer and direction,\n"
-                       "the norm of the state after each token (||h||: the square root of the sum of\n"
-                       "squares of its d_state x d_inner values), its mean and sd over --limit's\n"
-                       "images of the split (256 by default, spread over the classes as `vil eval\n"
-                       "--limit` takes them), made with the evaluation transform (as `vil eval\n"
-                       "--img-size S`), the scans starting from zero. Past the training length (the\n"
-                       "tokens of the checkpoint's own pos_embed grid) a model meets states it never\n"
-                       "saw.\n"
-                       "The forward runs on --device; the norms come from the CPU reference scan,\n"
-                       "replayed on the host on each layer's downloaded activations (the cost: about\n"
-                       "a CPU forward per image). Writes OUT/states.csv (layer, direction, step,\n"
-                       "token, mean_norm, sd_norm; step s = the tokens the direction has read, 1..L:\n"
-                       "forward token s - 1, backward token L - s), OUT/states.json (the same by\n"
-                       "step, the final states' norms, the model, size, images and training\n"
-                       "length) and OUT/states.svg (mean and sd against the step, one line per\n"
-                       "layer, at most 8 spread over the depth, a dashed line at the training\n"
-                       "length).",
-                       args, (int)(sizeof args / sizeof args[0]), 0, 0};
-    int rc = vil_args_parse_flags(&spec, argc, argv);
+    o = (Flags){.split = "val", .device = "auto", .out = "out/states", .batch = 8, .limit = 256, .workers = 4,
+                .max_pixels = (int)vil_image_max_pixels()};
+    int rc = vil_args_parse_flags(&vil_cmd_states_spec, argc, argv);
     if (rc >= 0) return rc;
     vil_inputs_track(1); /* the models and images are inputs: the files in --out may not be them */
-    if (!model || !data) {
-        fprintf(stderr, "vil states: --model and --data are required\n");
-        vil_args_usage_hint(&spec);
-        return 2;
-    }
-    if (!vil_cli_crop_pct_ok("states", crop_pct)) return 2;
+    if (!vil_cli_crop_pct_ok("states", o.crop_pct)) return 2;
     VilDataset *ds;
     const VilBackend *be;
     VilModel m;
     VilCheckpointMeta meta;
     char *model_file;
-    if (!(model = vil_cli_model_path("states", model, &ema, &model_file))) return 1;
-    VilCheckpointOpts lo = {.img_size = img_size, .ema = ema};
-    rc = vil_cli_open_eval("states", model, data, split, labels, device, max_pixels, threads, &lo, &ds, &be, &m, &meta);
+    const char *model = vil_cli_model_path("states", o.model, &o.ema, &model_file);
+    if (!model) return 1;
+    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema};
+    rc = vil_cli_open_eval("states", model, o.data, o.split, o.labels, o.device, o.max_pixels, o.threads, &lo, &ds,
+                           &be, &m, &meta);
     if (rc != 0) {
         free(model_file);
         return rc;
     }
-    const VilConfig *c = &m.cfg;
     VilEvalSpec ev;
-    char note[128], name[96];
-    vil_eval_spec_resolve(&ev, &meta, crop_pct, c->in_chans, note, sizeof note);
-    Report r = {.model = model, .data = data, .split = split, .device = be->name, .c = c,
+    char note[128];
+    vil_eval_spec_resolve(&ev, &meta, o.crop_pct, m.cfg.in_chans, note, sizeof note);
+    Report r = {.model = model, .data = o.data, .split = o.split, .device = be->name, .c = &m.cfg,
                 .crop_pct = ev.crop_pct};
     snprintf(r.weights, sizeof r.weights, "%s", meta.weights);
-    /* the training length: the tokens of the file's own pos_embed grid */
-    int g = meta.pos_interpolated_from;
-    r.train_img = g > 0 ? c->patch_size + (g - 1) * c->stride : c->img_size;
-    r.train_tokens = g > 0 ? g * g + 1 : c->seq_len;
-    printf("states: %s%s%s (%s, %s, depth %d, d_state %d) at %d px: %d tokens (trained at %d px: "
-           "%d tokens) on %s\n", model, meta.weights[0] ? ":" : "", meta.weights,
-           vil_printable(name, sizeof name, c->name), vil_recurrences[c->rec].family, c->depth,
-           c->d_state, c->img_size, c->seq_len, r.train_img, r.train_tokens, be->name);
-    char took[256];
-    int n_all = vil_dataset_size(ds);
-    vil_eval_limit(&ds, limit, took, sizeof took);
-    printf("data: %s: %d of %d images, batch %d; resize %d, center crop %d (%s)\n",
-           vil_dataset_source(ds), vil_dataset_size(ds), n_all, vil_eval_batch(ds, batch, 0),
-           vil_eval_scale_size(c->img_size, ev.crop_pct), c->img_size, note);
-    if (took[0]) printf("%s\n", took);
-    if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, workers);
-    else printf("note: the forward runs on %s; the norms' scans on the host CPU\n", be->name);
-    fflush(stdout);
+    print_header(&r, &m, &meta, &ev, note, &ds, be);
     VilStates s = {0};
-    rc = 1;
-    double t0 = vil_now();
-    if (vil_states_dataset(&m, ds, &ev, batch, workers, stderr, &s, &r.bad) != 0) goto done;
-    r.s = &s;
-    if (s.images == 0) {
-        vil_error("no images were measured%s", r.bad ? ": none could be read" : "");
-        goto done;
-    }
-    printf("%ld images in %.1f s%s", s.images, vil_now() - t0, r.bad ? "" : "\n");
-    if (r.bad) printf(" (%ld unreadable, left out)\n", r.bad);
-    print_table(&r);
-    if (vil_mkdir_p(out) != 0) goto done;
-    char p[3][4200];
-    snprintf(p[0], sizeof p[0], "%s/states.csv", out);
-    snprintf(p[1], sizeof p[1], "%s/states.json", out);
-    snprintf(p[2], sizeof p[2], "%s/states.svg", out);
-    if (write_csv(p[0], &r) != 0 || write_json(p[1], &r) != 0 || write_chart(p[2], &r) != 0) goto done;
-    printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);
-    rc = 0;
-done:
+    rc = measure(&r, &m, ds, &ev, &s) == 0 ? 0 : 1;
     free(model_file);
     vil_states_free(&s);
     vil_checkpoint_meta_free(&meta);

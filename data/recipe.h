@@ -1,6 +1,6 @@
 /* recipe.h: the defaults of doc/recipe.md (DeiT's ImageNet recipe as ViM trains it) that more
  * than one module starts from: the training config (train/train_config.c), the transforms
- * (data/transform.c), Mixup (data/mixup.c), the loader (data/loader.c) and evaluation
+ * (data/transform_*.c), Mixup (data/mixup.c), the loader (data/loader.c) and evaluation
  * (eval/eval.c) all take them from here. */
 #ifndef VIL_RECIPE_H
 #define VIL_RECIPE_H

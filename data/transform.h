@@ -1,7 +1,8 @@
 /* transform.h: the image transforms between a decoded file and the network's input tensor:
- * PIL-exact bicubic resampling, the timm/torchvision evaluation transform (resize, center
- * crop, normalize) and the training transform (RandomResizedCrop, flip, RandAugment,
- * normalize, random erasing), each also straight from file bytes. */
+ * PIL-exact bicubic resampling (data/resample.c), the timm/torchvision evaluation transform
+ * (resize, center crop, normalize: data/transform_eval.c) and the training transform
+ * (RandomResizedCrop, flip, RandAugment, normalize, random erasing: data/transform_train.c),
+ * each also straight from file bytes. */
 #ifndef VIL_TRANSFORM_H
 #define VIL_TRANSFORM_H
 
@@ -31,6 +32,12 @@ void vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
  * whole view), as Pillow's resize(size, BICUBIC, box): the whole dw x dh output. */
 void vil_resize_bicubic_box(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
                             int dw, int dh, const double box[4]);
+
+/* vil_resize_bicubic_box, mirrored left-right when flip: the horizontal pass computes its output
+ * columns in reverse order, each with its own coefficients, so the bytes are those of the resize
+ * then a flip (the training transform's resize and flip in one). */
+void vil_resize_bicubic_box_flip(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
+                                 int dw, int dh, const double box[4], int flip);
 
 /* torchvision.transforms.Resize(int) output size: the shorter side becomes `size`, the
  * longer int(size * long / short). */

@@ -16,7 +16,7 @@ FUZZ_DIR     := build/fuzz
 FUZZ_FLAGS   := -g -O1 -std=gnu11 -I. -I/usr/include/stb -I/usr/include/cjson -fno-omit-frame-pointer \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 # a 4-megapixel cap keeps each input fast under ASan; the real limit is tested in test_image
-DECODE_SRC   := data/image.c data/transform.c data/randaugment.c vil/common.c vil/files.c
+DECODE_SRC   := data/image.c data/resample.c data/transform_eval.c data/transform_train.c data/randaugment.c vil/common.c vil/files.c
 PTH_SRC      := formats/pth.c formats/pickle.c formats/safetensors.c vil/common.c vil/files.c
 PICKLE_SRC   := formats/pickle.c vil/common.c vil/files.c
 SHARDS_SRC   := data/shards.c data/dataset.c data/names.c data/image.c vil/common.c vil/files.c

@@ -6,14 +6,25 @@
  * value refuses an empty one before anything runs; numbers too small for a float are "too
  * small", not "out of range", and a float subnormal is taken. An unknown flag is a few lines: the
  * error, a suggestion only when close, where the usage is. timm's --opt names and
- * --model-ema-warmup mean what they mean in timm. Runs bin/vil ($VIL_BIN). */
+ * --model-ema-warmup mean what they mean in timm. The rules of a flag table (issue 46): required
+ * flags, flags that exclude each other or need another, a flag that is the command's whole work,
+ * on a table of the test's own (the parser in-process) and on every command's (each required
+ * flag its usage line names outside brackets is what a bare command asks for); only the commands
+ * the README runs under mpirun (train, bench) start as one of several processes. Runs bin/vil
+ * ($VIL_BIN). */
+#define _GNU_SOURCE /* cli/args.c (included below) reads the CPU affinity */
+#include <fcntl.h>
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data_corpus.h"
 #include "testing.h"
+
+/* the flag parser itself, for a table of the test's own (cli/ is not in libvil.a) */
+#include "cli/args.c"
 
 static char *dir;
 static char out[1 << 16];
@@ -305,6 +316,210 @@ static void test_timm_meanings(void) {
     T_CHECK(rc == 0, "its state resumes (rc %d): %.600s", rc, out);
 }
 
+/* ---- the rules of a flag table, on a table of the test's own ---- */
+
+/* the tables leave a flag's optional fields out, as cli/'s do (the Makefile builds cli/ with
+ * -Wno-missing-field-initializers) */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+static const char *r_alpha, *r_beta, *r_gamma, *r_delta;
+static int r_eps, r_zeta, r_dry, r_only;
+static VilArgList r_list;
+static const VilArg RULES[] = {
+    {"--alpha", VIL_ARG_STR, &r_alpha, "a", .required = 1, .unless = "--dry"},
+    {"--beta", VIL_ARG_STR, &r_beta, "b", .required = 1, .or_flag = "--gamma"},
+    {"--list", VIL_ARG_LIST, &r_list, "l", .required = 1},
+    {"--gamma", VIL_ARG_STR, &r_gamma, "g", .excludes = "--delta", .excludes_but = "auto"},
+    {"--delta", VIL_ARG_STR, &r_delta, "d"},
+    {"--eps", VIL_ARG_FLAG, &r_eps, "e", .needs = "--delta"},
+    {"--zeta", VIL_ARG_FLAG, &r_zeta, "z", .needs = "--gamma", .message = "--zeta wants --gamma G, you see"},
+    {"--dry", VIL_ARG_FLAG, &r_dry, "dry"},
+    {"--only", VIL_ARG_FLAG, &r_only, "the whole work", .alone = 1},
+};
+static const VilArgSpec RULES_SPEC = {"rt", "--alpha A --beta B --list L [...] [ITEM...]", NULL, RULES,
+                                      (int)(sizeof RULES / sizeof RULES[0]), 0, -1, .positional_of = "--list"};
+static const VilArg ONE[] = {{"--out", VIL_ARG_STR, &r_alpha, "o", .required = 1}};
+static const VilArgSpec ONE_SPEC = {"one", "--out F", NULL, ONE, 1, 0, 0};
+
+/* vil_args_parse of spec on the words of line (argv[0] "rt"), stderr captured into out: the
+ * parser's return */
+static int parse_words(const VilArgSpec *spec, const char *line) {
+    char buf[1024], *argv[32];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s %s", spec->cmd, line);
+    for (char *tok = strtok(buf, " "); tok && argc < 31; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    argv[argc] = NULL;
+    r_alpha = r_beta = r_gamma = r_delta = NULL;
+    r_eps = r_zeta = r_dry = r_only = 0;
+    memset(&r_list, 0, sizeof r_list);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/stderr.txt", dir);
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    char **pos = NULL;
+    int npos = 0, rc = vil_args_parse(spec, argc, argv, &pos, &npos);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so), close(se), close(fd);
+    if (rc == VIL_ARGS_OK) free(pos);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = 0;
+    if (f) fclose(f);
+    return rc;
+}
+
+static void test_rules_table(void) {
+    static const struct {
+        const VilArgSpec *spec;
+        const char *args, *says; /* says NULL: parsed, nothing said */
+    } cases[] = {
+        /* every required flag named, the plain ones in the table's order, then those another
+         * flag stands in for, whichever is missing */
+        {&RULES_SPEC, "", "vil rt: --alpha, --list and --beta (or --gamma) are required\n"},
+        {&RULES_SPEC, "--alpha a --beta b", "vil rt: --alpha, --list and --beta (or --gamma) are required\n"},
+        {&RULES_SPEC, "--list l --beta b", "vil rt: --alpha, --list and --beta (or --gamma) are required\n"},
+        {&ONE_SPEC, "", "vil one: --out is required\n"},
+        {&ONE_SPEC, "--out o", NULL},
+        {&RULES_SPEC, "--alpha a --beta b --list l", NULL},
+        {&RULES_SPEC, "--alpha a --gamma g --list l", NULL},           /* --gamma stands in for --beta */
+        {&RULES_SPEC, "--alpha a --beta b item", NULL},                /* items are more --list values */
+        {&RULES_SPEC, "--dry --beta b --list l", NULL},                /* --alpha is not needed with --dry */
+        {&RULES_SPEC, "--only", NULL},                                 /* the whole work: no rule */
+        {&RULES_SPEC, "--only --gamma g --delta d --eps", NULL},
+        /* excludes, either order; its value `auto` lifts it */
+        {&RULES_SPEC, "--alpha a --beta b --list l --gamma g --delta d",
+         "vil rt: --gamma and --delta exclude each other: give one of them\n"},
+        {&RULES_SPEC, "--delta d --alpha a --beta b --list l --gamma g",
+         "vil rt: --gamma and --delta exclude each other: give one of them\n"},
+        {&RULES_SPEC, "--alpha a --beta b --list l --gamma auto --delta d", NULL},
+        /* needs: the uniform message, or the flag's own */
+        {&RULES_SPEC, "--alpha a --beta b --list l --eps", "vil rt: --eps goes with --delta\n"},
+        {&RULES_SPEC, "--alpha a --beta b --list l --eps --delta d", NULL},
+        {&RULES_SPEC, "--alpha a --beta b --list l --zeta", "vil rt: --zeta wants --gamma G, you see\n"},
+        /* required before excludes before needs */
+        {&RULES_SPEC, "--gamma g --delta d --zeta", "vil rt: --alpha, --list and --beta (or --gamma) are required\n"},
+        {&RULES_SPEC, "--alpha a --list l --gamma g --delta d --eps --zeta",
+         "vil rt: --gamma and --delta exclude each other: give one of them\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = parse_words(cases[i].spec, cases[i].args);
+        if (!cases[i].says) {
+            T_CHECK(rc == VIL_ARGS_OK && !out[0], "%s '%s': parsed, nothing said (rc %d): %s", cases[i].spec->cmd,
+                    cases[i].args, rc, out);
+            continue;
+        }
+        char want[512];
+        snprintf(want, sizeof want, "%svil %s --help lists the flags\n", cases[i].says, cases[i].spec->cmd);
+        T_CHECK(rc == VIL_ARGS_USAGE && strcmp(out, want) == 0, "%s '%s': a usage error, exactly\n%s(rc %d, said)\n%s",
+                cases[i].spec->cmd, cases[i].args, want, rc, out);
+    }
+    /* --help wins over the rules, and the flags given are still read into the table */
+    T_CHECK(parse_words(&RULES_SPEC, "--eps --help") == VIL_ARGS_HELP, "--help before the rules");
+    parse_words(&RULES_SPEC, "--alpha a --beta b it1 --list l it2");
+    T_CHECK(r_list.n == 1 && strcmp(r_list.v[0], "l") == 0 && r_eps == 0, "the items stay positional");
+}
+
+/* ---- the rules of every command's table, through bin/vil ---- */
+
+/* The flags the usage line of `vil CMD --help` names outside brackets: the required ones */
+static int usage_required(const char *cmd, char flags[][32], int max) {
+    char c[128];
+    snprintf(c, sizeof c, "%.64s --help", cmd);
+    if (vil(c) != 0) return -1;
+    const char *u = strstr(out, "usage: vil ");
+    if (!u) return -1;
+    int n = 0, depth = 0;
+    for (const char *p = u; *p && *p != '\n'; p++) {
+        if (*p == '[') depth++;
+        if (*p == ']') depth--;
+        if (depth == 0 && p[0] == '-' && p[1] == '-' && p[-1] == ' ' && n < max) {
+            size_t len = strcspn(p, " \n]");
+            snprintf(flags[n++], 32, "%.*s", (int)len, p);
+        }
+    }
+    return n;
+}
+
+static void test_rules_commands(void) {
+    /* the commands, from `vil help` */
+    char cmds[24][32];
+    int nc = 0;
+    vil("help");
+    for (const char *p = strstr(out, "commands:\n"); p && (p = strstr(p, "\n  ")) && nc < 24; p += 3)
+        sscanf(p + 3, "%31s", cmds[nc++]);
+    T_CHECK(nc >= 11, "vil help lists the commands (%d)", nc);
+    int nreq = 0;
+    for (int i = 0; i < nc; i++) {
+        if (strcmp(cmds[i], "help") == 0 || strcmp(cmds[i], "version") == 0) continue;
+        char flags[8][32];
+        int nf = usage_required(cmds[i], flags, 8);
+        T_CHECK(nf >= 0, "vil %s --help: a usage line", cmds[i]);
+        if (nf <= 0) continue; /* nothing required: the bare command would run (vil bench) */
+        /* bare, then with one positional argument when the command needs one first */
+        int rc = vil(cmds[i]);
+        if (strstr(out, "missing argument")) {
+            char c[128];
+            snprintf(c, sizeof c, "%.64s x", cmds[i]);
+            rc = vil(c);
+        }
+        int named = 1;
+        for (int k = 0; k < nf; k++) named &= strstr(out, flags[k]) != NULL;
+        T_CHECK(rc == 2 && named && strstr(out, nf == 1 ? " is required\n" : " are required\n") &&
+                    strstr(out, "--help lists the flags") && lines(out) == 2,
+                "vil %s bare: its %d required flag%s (the usage line's) named, exit 2 (rc %d): %s", cmds[i], nf,
+                nf == 1 ? "" : "s", rc, out);
+        nreq++;
+    }
+    T_CHECK(nreq == 8, "8 commands require flags (train, eval, classify, info, compare, avg, states, bench-data): %d",
+            nreq);
+    /* train's --init and --resume exclude each other, but for --resume auto; --init-ema needs --init */
+    int rc = vil("train --config %1$s/tiny.cfg --data %1$s --init a --resume b");
+    T_CHECK(rc == 2 && strstr(out, "--init starts a new run from weights, --resume continues one: give one of them\n") &&
+                strstr(out, "vil train --help lists the flags") && lines(out) == 2,
+            "train --init --resume: exit 2, the reason, where the usage is (rc %d): %s", rc, out);
+    rc = vil(TRAIN "--data %1$s --init a --resume auto");
+    T_CHECK(rc == 0 && strstr(out, "\nimg_size "), "train --init --resume auto: taken (rc %d): %.300s", rc, out);
+    rc = vil("train --config %1$s/tiny.cfg --data %1$s --init-ema");
+    T_CHECK(rc == 2 && strstr(out, "--init-ema needs --init FILE.pth") && lines(out) == 2,
+            "train --init-ema alone: exit 2 (rc %d): %s", rc, out);
+    rc = vil("train --list-keys --init a --resume b --init-ema");
+    T_CHECK(rc == 0 && strstr(out, "max_steps"), "train --list-keys: no rule checked (rc %d)", rc);
+    /* plot's --window goes with --agree, also at its default's value */
+    rc = vil("plot %1$s --window 50");
+    T_CHECK(rc == 2 && strstr(out, "vil plot: --window goes with --agree\n") && lines(out) == 2,
+            "plot --window 50 alone: exit 2 (rc %d): %s", rc, out);
+}
+
+/* Started as one of 2 processes (Open MPI's variable, which mpirun sets for each rank), only
+ * train and bench run (the README: `mpirun -np N vil train`, `vil bench` under mpirun); every
+ * other command refuses before it reads a flag, naming those two. */
+static void test_rules_launcher(void) {
+    static const char *const cmds[] = {"train", "bench", "eval", "classify", "info", "convert", "compare",
+                                       "plot", "avg", "states", "bench-data", "version", "help"};
+    for (int i = 0; i < 13; i++) {
+        char c[256];
+        snprintf(c, sizeof c, "env OMPI_COMM_WORLD_SIZE=2 bin/vil %s --help 2>&1", cmds[i]);
+        int rc = t_run(c, out, sizeof out);
+        int group = i < 2;
+        char want[256];
+        snprintf(want, sizeof want, "vil %s: started as one of 2 processes (mpirun / srun), but only `vil train` and "
+                 "`vil bench` run as several; run vil %s as one process\n", cmds[i], cmds[i]);
+        if (group)
+            T_CHECK(rc == 0 && strstr(out, "usage: vil "), "%s under a launcher of 2: runs (rc %d): %.200s", cmds[i],
+                    rc, out);
+        else
+            T_CHECK(rc == 2 && strcmp(out, want) == 0, "%s under a launcher of 2: refused, exactly\n%s(rc %d, said)\n%s",
+                    cmds[i], want, rc, out);
+    }
+    int rc = t_run("env OMPI_COMM_WORLD_SIZE=1 bin/vil info --help 2>&1", out, sizeof out);
+    T_CHECK(rc == 0 && strstr(out, "usage: vil info"), "info as one of 1 process: runs (rc %d)", rc);
+}
+
 int main(void) {
     dir = corpus_mkdtemp("flags");
     char p[1024];
@@ -315,6 +530,9 @@ int main(void) {
     test_empty_and_tiny();
     test_unknown();
     test_timm_meanings();
+    test_rules_table();
+    test_rules_commands();
+    test_rules_launcher();
     corpus_rmtree(dir);
     return t_finish();
 }
