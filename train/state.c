@@ -224,7 +224,7 @@ static int state_values(const char *path, const VilStTensor *t, int nonneg, floa
 static int restore_init_state(Trainer *T, const VilSafetensors *st, const char *path, long saved_world) {
     VilModel *m = &T->m;
     size_t nf = vil_model_init_state_fit_floats(m), np = vil_model_init_state_prev_floats(m, T->tc->batch);
-    if (strcmp(T->tc->init_state, "fitted") == 0) {
+    if (T->tc->init_state_kind == VIL_INIT_FITTED) {
         const VilStTensor *tm = vil_st_find(st, "init_state_mean"), *tv = vil_st_find(st, "init_state_var");
         if (!tm && !tv) {
             vil_warn("the state has no fitted initial states (init_state was not fitted): the fit starts now");
@@ -336,7 +336,7 @@ int state_restore(Trainer *T, const char *path) {
         goto done;
     }
     /* the optimizer's state is the run's: another optimizer is a new run from the weights */
-    if (strcmp(st_tc.optimizer, T->tc->optimizer) != 0) {
+    if (st_tc.optim != T->tc->optim) {
         vil_error("cannot resume: '%s' was trained with optimizer %s, not %s, and its state holds %s's; "
                   "to go on with %s, start a new run from its weights: --init %s --set optimizer=%s",
                   path, st_tc.optimizer, T->tc->optimizer, st_tc.optimizer, T->tc->optimizer, T->path_last,
@@ -578,7 +578,7 @@ static int save_all_here(Trainer *T, const float *new_best) {
     int64_t pshape[6] = {T->world, mc->depth, T->tc->batch, 2, mc->d_state, mc->d_inner};
     size_t nf = vil_model_init_state_fit_floats(m);
     float *fit = NULL;
-    if (strcmp(T->tc->init_state, "fitted") == 0) {
+    if (T->tc->init_state_kind == VIL_INIT_FITTED) {
         fit = vil_malloc(2 * nf * sizeof(float));
         vil_model_init_state_get(m, fit, fit + nf, NULL, 0);
         vil_st_writer_add(w, "init_state_mean", VIL_ST_F32, 4, fshape, fit);
