@@ -553,9 +553,9 @@ int vil_cmd_bench(int argc, char **argv) {
                cfg.arch, be->name, m.param_count, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
         char opt[96];
         printf("step:  forward, backward, %s %s (lr %.3g), %s%s%s\n",
-               sp.clip_grad > 0 ? "clip_grad," : "no clipping,", vil_optim_describe(&tc, opt, sizeof opt), sp.lr,
-               sp.ema_decay > 0 ? "EMA" : "no EMA", strcmp(tc.init_state, "zero") ? ", initial states: " : "",
-               strcmp(tc.init_state, "zero") ? tc.init_state : "");
+               sp.clip_grad > 0 ? "clip_grad," : "no clipping,", vil_optim_describe(&tc, opt, sizeof opt), sp.hyper.lr,
+               sp.ema_decay > 0 ? "EMA" : "no EMA", tc.init_state_kind != VIL_INIT_ZERO ? ", initial states: " : "",
+               tc.init_state_kind != VIL_INIT_ZERO ? tc.init_state : "");
         if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, loader);
         if (dist.mpi)
             printf("ranks: %d (%s), %d on this host; global batch %ld\n", dist.world, dist.launcher,

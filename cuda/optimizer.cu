@@ -86,10 +86,11 @@ extern "C" void grad_clip_cuda(const VilGradClip *a) {
 }
 
 extern "C" void adamw_update_cuda(const VilAdamW *a) {
-    float bc1 = 1.0f - powf(a->beta1, (float)a->step), bc2 = 1.0f - powf(a->beta2, (float)a->step);
+    const VilOptimHyper *h = a->h;
+    float bc1 = 1.0f - powf(h->beta1, (float)a->step), bc2 = 1.0f - powf(h->beta2, (float)a->step);
     adamw_kernel<<<grid_for(a->n), 256, 0, cu()->stream>>>(a->p, (bf16 *)a->work, a->g, a->m, a->v,
-                                                          a->decay, a->n, a->lr, a->beta1,
-                                                          a->beta2, a->eps, a->wd, bc1, bc2, a->l2);
+                                                          a->decay, a->n, h->lr, h->beta1,
+                                                          h->beta2, h->eps, h->wd, bc1, bc2, h->l2);
     CU_LAUNCH_CHECK();
 }
 
@@ -108,8 +109,9 @@ __global__ void sgd_kernel(float *p, bf16 *work, const float *g, float *buf, con
 }
 
 extern "C" void sgd_update_cuda(const VilSgd *a) {
+    const VilOptimHyper *h = a->h;
     sgd_kernel<<<grid_for(a->n), 256, 0, cu()->stream>>>(a->p, (bf16 *)a->work, a->g, a->buf, a->decay, a->n,
-                                                        a->lr, a->momentum, a->wd, a->nesterov);
+                                                        h->lr, h->momentum, h->wd, h->nesterov);
     CU_LAUNCH_CHECK();
 }
 
@@ -191,23 +193,24 @@ __global__ void lamb_apply_kernel(float *p, bf16 *work, const float *m, const fl
 }
 
 extern "C" void lamb_update_cuda(const VilLamb *a) {
+    const VilOptimHyper *h = a->h;
     int n_spans = a->spans ? a->n_spans : 1;
     if (n_spans <= 0) return;
-    float bc1 = (float)(1.0 - pow(a->beta1, a->step)), sbc2 = (float)sqrt(1.0 - pow(a->beta2, a->step));
+    float bc1 = (float)(1.0 - pow(h->beta1, a->step)), sbc2 = (float)sqrt(1.0 - pow(h->beta2, a->step));
     size_t part_bytes = (size_t)n_spans * LAMB_BLOCKS * 2 * sizeof(double);
     char *scr = (char *)cu_scratch(SCR_GNORM, part_bytes + (size_t)n_spans * sizeof(float));
     double *part = (double *)scr;
     float *ratio = (float *)(scr + part_bytes);
     dim3 grid(LAMB_BLOCKS, n_spans < 65535 ? n_spans : 65535);
     lamb_moments_kernel<<<grid, LAMB_T, 0, cu()->stream>>>(part, a->p, a->g, a->m, a->v, a->decay, a->spans,
-                                                           n_spans, a->n, a->beta1, a->beta2, a->eps, a->wd,
+                                                           n_spans, a->n, h->beta1, h->beta2, h->eps, h->wd,
                                                            bc1, sbc2);
     CU_LAUNCH_CHECK();
     lamb_ratio_kernel<<<(n_spans + 127) / 128, 128, 0, cu()->stream>>>(ratio, part, a->decay, a->spans, n_spans,
-                                                                      a->n, a->wd, a->trust_clip);
+                                                                      a->n, h->wd, h->trust_clip);
     CU_LAUNCH_CHECK();
     lamb_apply_kernel<<<grid, LAMB_T, 0, cu()->stream>>>(a->p, (bf16 *)a->work, a->m, a->v, ratio, a->decay,
-                                                         a->spans, n_spans, a->n, a->lr, a->eps, a->wd, bc1, sbc2);
+                                                         a->spans, n_spans, a->n, h->lr, h->eps, h->wd, bc1, sbc2);
     CU_LAUNCH_CHECK();
 }
 

@@ -32,8 +32,8 @@ static void make_model(VilModel *m, const VilBackend *be) {
     be->to_device(be, m->acts.targets, tg, (size_t)B * cfg.num_classes * sizeof(float));
 }
 
-static const VilStepParams SP = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                                 .weight_decay = 0.05f, .clip_grad = 1.0f, .ema_decay = 0.9f};
+static const VilStepParams SP = {.hyper = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f},
+                                 .clip_grad = 1.0f, .ema_decay = 0.9f};
 
 /* the weights and the EMA after the steps, on the host */
 static void weights(VilModel *m, float *w, float *ema) {

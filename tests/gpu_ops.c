@@ -561,8 +561,8 @@ static void test_adamw(const OpCase *c) {
     G->to_device(G, d_decay, decay, n);
     for (int step = 1; step <= 3; step++) {
         float *g = rnd(n, 1.0f);
-        VilAdamW hp = {.n = n, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f, .step = step,
-                       .l2 = c->l2};
+        VilOptimHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .wd = 0.05f, .l2 = c->l2};
+        VilAdamW hp = {.n = n, .h = &h, .step = step};
         VilAdamW hc = hp;
         hc.p = p, hc.g = g, hc.m = m, hc.v = v, hc.decay = decay;
         adamw_update(&hc);
@@ -597,7 +597,8 @@ static void test_sgd(const OpCase *c) {
     G->to_device(G, d_decay, decay, n);
     for (int step = 1; step <= 3; step++) {
         float *g = rnd(n, 1.0f), *d_g = dev_f32(g, n);
-        VilSgd hp = {.n = n, .lr = 0.1f, .momentum = c->momentum, .wd = 1e-2f, .nesterov = c->nesterov};
+        VilOptimHyper h = {.lr = 0.1f, .momentum = c->momentum, .wd = 1e-2f, .nesterov = c->nesterov};
+        VilSgd hp = {.n = n, .h = &h};
         VilSgd hc = hp, hg = hp;
         hc.p = p, hc.g = g, hc.buf = buf, hc.decay = decay;
         sgd_update(&hc);
@@ -645,8 +646,9 @@ static void test_lamb(const OpCase *c) {
     void *d_work = dev_poison(n * 2);
     for (int step = 1; step <= 3; step++) {
         float *g = rnd(n, 1.0f), *d_g = dev_f32(g, n);
-        VilLamb hp = {.n = n, .n_spans = ns, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f,
-                      .wd = 0.05f, .step = step, .trust_clip = c->trust_clip};
+        VilOptimHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .wd = 0.05f,
+                           .trust_clip = c->trust_clip};
+        VilLamb hp = {.n = n, .n_spans = ns, .h = &h, .step = step};
         VilLamb hc = hp, hg = hp;
         hc.p = p, hc.g = g, hc.m = m, hc.v = v, hc.decay = decay, hc.spans = sp;
         lamb_update(&hc);

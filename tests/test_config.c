@@ -1,8 +1,12 @@
 /* test_config.c: the cfg-file reader and the config values against hostile input: lines past
  * any buffer, a folder or binary bytes as a config, repeated keys, values out of range or not
  * written in full, metadata JSON that would coerce (6.7 to 6) or truncate, and the usage-error
- * code every one of them returns (VIL_EUSAGE: the commands exit 2 for it). */
+ * code every one of them returns (VIL_EUSAGE: the commands exit 2 for it); the choice keys
+ * resolved to their enum or table entry however their text arrives, and the optimizer's
+ * hyperparameters and description from the training config. */
 #include <float.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +16,7 @@
 #include "testing.h"
 #include "vil/common.h"
 #include "vil/optim.h"
+#include "train/train.h"
 #include "train/train_config.h"
 #include "vil/config.h"
 #include "vil/limits.h"
@@ -487,6 +492,183 @@ static void test_tiny_floats(void) {
     T_CHECK(rc == 0 && t.clip_grad == 0.0f, "clip_grad=0e-999 is 0 (rc %d): %s", rc, msg);
 }
 
+/* ---------------- choice keys ---------------- */
+
+/* the field a choice key resolves into, as this test reads it (the optimizer: its entry's
+ * address); LONG_MIN for a key this test does not know */
+static long choice_field(const char *key, const VilConfig *c, const VilTrainConfig *t) {
+    if (strcmp(key, "dt_init") == 0) return (long)(int)c->dt_init_kind;
+    if (strcmp(key, "optimizer") == 0) return (long)(intptr_t)t->optim;
+    if (strcmp(key, "sched") == 0) return (long)(int)t->sched_kind;
+    if (strcmp(key, "decode") == 0) return (long)(int)t->decode_kind;
+    if (strcmp(key, "allreduce") == 0) return (long)(int)t->allreduce_kind;
+    if (strcmp(key, "init_state") == 0) return (long)(int)t->init_state_kind;
+    return LONG_MIN;
+}
+
+static int finalize_quiet(VilConfig *c, VilTrainConfig *t) {
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_config_finalize(c);
+    int rt = vil_train_config_finalize(t);
+    vil_error_release(&cap);
+    return rc ? rc : rt;
+}
+
+/* Every value of every choice key (the text keys the code decides by) resolves to its enum or
+ * table entry after finalize, whether the text came through --set, was written into the struct
+ * directly or read back from a state file's JSON; a value that names none is refused by
+ * finalize. The rows are the expected choices; every choice key of the two tables and every
+ * name it has must have a row, so a new one is checked too. */
+static void test_choices(void) {
+    const struct {
+        const char *key, *value;
+        long want;
+    } R[] = {
+        {"dt_init", "zero", VIL_DT_INIT_ZERO},
+        {"dt_init", "vim", VIL_DT_INIT_VIM},
+        {"optimizer", "adamw", (long)(intptr_t)&vil_optim_adamw},
+        {"optimizer", "adam", (long)(intptr_t)&vil_optim_adam},
+        {"optimizer", "sgd", (long)(intptr_t)&vil_optim_sgd},
+        {"optimizer", "lamb", (long)(intptr_t)&vil_optim_lamb},
+        {"optimizer", "lambc", (long)(intptr_t)&vil_optim_lambc},
+        {"sched", "cosine", VIL_SCHED_COSINE},
+        {"sched", "step", VIL_SCHED_STEP},
+        {"sched", "multistep", VIL_SCHED_MULTISTEP},
+        {"sched", "const_cosine", VIL_SCHED_CONST_COSINE},
+        {"decode", "exact", VIL_DECODE_EXACT},
+        {"decode", "fast", VIL_DECODE_FAST},
+        {"allreduce", "overlap", VIL_ALLREDUCE_OVERLAP},
+        {"allreduce", "end", VIL_ALLREDUCE_END},
+        {"init_state", "zero", VIL_INIT_ZERO},
+        {"init_state", "noise", VIL_INIT_NOISE},
+        {"init_state", "fitted", VIL_INIT_FITTED},
+        {"init_state", "passing", VIL_INIT_PASSING},
+    };
+    const int nr = (int)(sizeof R / sizeof R[0]);
+    /* the tables' choice keys and their names, each a row here */
+    const VilKeyTable *tables[2] = {&vil_model_keys, &vil_train_keys};
+    int nkeys = 0;
+    for (int ti = 0; ti < 2; ti++)
+        for (int i = 0; i < tables[ti]->n; i++) {
+            const VilKey *k = &tables[ti]->keys[i];
+            if (!k->choice) continue;
+            nkeys++;
+            const char *name;
+            for (int j = 0; (name = k->choice->name(j)) != NULL; j++) {
+                int found = 0;
+                for (int r = 0; r < nr; r++) found |= strcmp(R[r].key, k->name) == 0 && strcmp(R[r].value, name) == 0;
+                T_CHECK(found, "choice key %s's value '%s' has a row in test_choices", k->name, name);
+            }
+        }
+    T_CHECK(nkeys == 6, "the tables hold the six choice keys (%d)", nkeys);
+    for (int r = 0; r < nr; r++) {
+        const VilKey *k = vil_keys_find(&vil_model_keys, R[r].key);
+        if (!k) k = vil_keys_find(&vil_train_keys, R[r].key);
+        T_CHECK(k && k->choice && k->type == VIL_KEY_STR, "%s is a choice key", R[r].key);
+    }
+    for (int r = 0; r < nr; r++) {
+        const char *key = R[r].key, *value = R[r].value;
+        int model = vil_keys_find(&vil_model_keys, key) != NULL;
+        /* --set (the config's setter) */
+        VilConfig c;
+        VilTrainConfig t;
+        vil_config_default(&c);
+        vil_train_config_default(&t);
+        int rc = vil_train_config_set(&c, &t, key, value);
+        T_CHECK(rc == 0 && choice_field(key, &c, &t) == R[r].want, "--set %s=%s: resolved when set", key, value);
+        rc = finalize_quiet(&c, &t);
+        T_CHECK(rc == 0 && choice_field(key, &c, &t) == R[r].want, "--set %s=%s: resolved after finalize (rc %d)",
+                key, value, rc);
+        /* the text written into the struct by hand: finalize resolves it */
+        VilConfig c2;
+        VilTrainConfig t2;
+        vil_config_default(&c2);
+        vil_train_config_default(&t2);
+        const VilKey *k = vil_keys_find(model ? &vil_model_keys : &vil_train_keys, key);
+        char *field = (char *)(model ? (void *)&c2 : (void *)&t2) + k->offset;
+        snprintf(field, k->size, "%s", value);
+        rc = finalize_quiet(&c2, &t2);
+        T_CHECK(rc == 0 && choice_field(key, &c2, &t2) == R[r].want, "%s = '%s' written directly: finalize resolves it "
+                "(rc %d)", key, value, rc);
+        /* read back from JSON (a state file's config, compared by its choice without finalize) */
+        char *js = model ? vil_config_to_json(&c) : vil_train_config_to_json(&t);
+        VilConfig c3;
+        VilTrainConfig t3;
+        vil_config_default(&c3);
+        vil_train_config_default(&t3);
+        rc = model ? vil_config_from_json(&c3, js) : vil_train_config_from_json(&t3, js);
+        T_CHECK(rc == 0 && choice_field(key, &c3, &t3) == R[r].want, "%s = '%s' from JSON: resolved (rc %d)", key,
+                value, rc);
+        free(js);
+    }
+    /* a value that names no choice: set (a later --set may replace it), said unresolved, refused by
+     * finalize */
+    const char *keys[] = {"dt_init", "optimizer", "sched", "decode", "allreduce", "init_state"};
+    for (int i = 0; i < 6; i++) {
+        VilConfig c;
+        VilTrainConfig t;
+        vil_config_default(&c);
+        vil_train_config_default(&t);
+        int rc = vil_train_config_set(&c, &t, keys[i], "bogus");
+        long none = strcmp(keys[i], "optimizer") == 0 ? 0 : -1;
+        T_CHECK(rc == 0 && choice_field(keys[i], &c, &t) == none, "%s=bogus: set, resolved to none", keys[i]);
+        T_CHECK(finalize_quiet(&c, &t) == VIL_EUSAGE, "%s=bogus: refused by finalize", keys[i]);
+    }
+    /* the refusal names the key and its values */
+    {
+        VilConfig c;
+        VilErrCapture cap;
+        vil_config_default(&c);
+        vil_config_set(&c, "dt_init", "lecun");
+        vil_error_capture(&cap);
+        int rc = vil_config_finalize(&c);
+        vil_error_release(&cap);
+        T_CHECK(rc == VIL_EUSAGE && strcmp(cap.msg, "config: dt_init must be 'zero' or 'vim', got 'lecun'") == 0,
+                "dt_init=lecun: '%s'", cap.msg);
+    }
+}
+
+/* The optimizer's hyperparameters come from the training keys into one struct, and the run's
+ * header describes each optimizer by its table entry (not as AdamW) */
+static void test_optim_hyper(void) {
+    VilConfig c;
+    VilTrainConfig t;
+    vil_config_default(&c);
+    vil_train_config_default(&t);
+    const char *sets[] = {"beta1=0.8", "beta2=0.95", "adam_eps=1e-7", "weight_decay=0.02", "momentum=0.7",
+                          "nesterov=1"};
+    int rc = 0;
+    for (int i = 0; i < 6; i++) rc |= vil_train_config_set_kv(&c, &t, sets[i]);
+    rc |= vil_train_config_finalize(&t);
+    VilOptimHyper h = vil_train_config_hyper(&t, 0.25f);
+    T_CHECK(rc == 0 && h.lr == 0.25f && h.beta1 == 0.8f && h.beta2 == 0.95f && h.eps == 1e-7f && h.wd == 0.02f &&
+                h.momentum == 0.7f && h.nesterov == 1 && h.l2 == 0 && h.trust_clip == 0,
+            "vil_train_config_hyper: the keys' values, the step's lr, no variant");
+    VilStepParams sp = vil_step_params(&t, 0.5f);
+    T_CHECK(sp.hyper.lr == 0.5f && sp.hyper.wd == 0.02f && sp.hyper.momentum == 0.7f && sp.optim == t.optim,
+            "vil_step_params carries the same struct");
+    const struct {
+        const char *optimizer, *want;
+    } D[] = {{"adamw", "AdamW wd 0.02"},
+             {"adam", "Adam, L2 wd 0.02"},
+             {"sgd", "SGD momentum 0.7 (Nesterov), L2 wd 0.02"},
+             {"lamb", "Lamb wd 0.02"},
+             {"lambc", "Lamb (trust ratio clipped at 1) wd 0.02"}};
+    for (int i = 0; i < 5; i++) {
+        char buf[96];
+        rc = vil_train_config_set(&c, &t, "optimizer", D[i].optimizer);
+        rc |= vil_train_config_finalize(&t);
+        vil_optim_describe(&t, buf, sizeof buf);
+        T_CHECK(rc == 0 && strcmp(buf, D[i].want) == 0, "optimizer=%s described '%s' (got '%s')", D[i].optimizer,
+                D[i].want, buf);
+    }
+    /* every optimizer of the table has a row above (a new one describes itself, checked here) */
+    int n = 0;
+    while (vil_optim_at(n)) n++;
+    T_CHECK(n == 5, "the table's optimizers are the five described above (%d)", n);
+}
+
 int main(void) {
     dir = corpus_mkdtemp("config");
     test_file_errors();
@@ -498,6 +680,8 @@ int main(void) {
     test_timm_flags();
     test_timm_meanings();
     test_tiny_floats();
+    test_choices();
+    test_optim_hyper();
     corpus_rmtree(dir);
     return t_finish();
 }

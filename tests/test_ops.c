@@ -587,8 +587,8 @@ static void test_adamw(void) {
     unsigned char decay[50];
     for (size_t i = 0; i < n; i++) decay[i] = (unsigned char)(i % 3 != 0); /* a third exempt */
     for (int step = 1; step <= 3; step++) {
-        adamw_update(&(VilAdamW){.p = p, .g = g, .m = m, .v = v, .decay = decay, .n = n, .lr = lr, .beta1 = b1,
-                                 .beta2 = b2, .eps = eps, .wd = wd, .step = step});
+        adamw_update(&(VilAdamW){.p = p, .g = g, .m = m, .v = v, .decay = decay, .n = n, .step = step,
+                                 .h = &(VilOptimHyper){.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .wd = wd}});
         for (size_t i = 0; i < n; i++) {
             /* torch.optim.AdamW: decay first, then the Adam update */
             if (decay[i]) pd[i] *= 1.0 - (double)lr * wd;

@@ -427,6 +427,45 @@ static int dump_cases(const char *dir) {
     return 0;
 }
 
+/* An optimizer's variant (Adam's L2 decay, Lamb's clipped trust ratio) is its table entry's, not
+ * the caller's: a hyperparameter struct saying otherwise changes no bit; and each entry describes
+ * itself with a line of its own (the run's header) */
+static void test_variants(void) {
+    const VilOptim *o[2] = {&vil_optim_adamw, &vil_optim_lamb};
+    for (int k = 0; k < 2; k++) {
+        VilModel a, b;
+        t_tiny_model(&a);
+        t_tiny_model(&b);
+        /* weights large enough for trust ratios above 1, which a clip would change */
+        float *w = vil_malloc(a.buf_len * sizeof(float));
+        vil_model_get_params(&a, w);
+        for (size_t i = 0; i < a.buf_len; i++) w[i] *= 50.0f;
+        vil_model_set_params(&a, w), vil_model_set_params(&b, w);
+        free(w);
+        vil_model_init_training(&a, o[k], 0);
+        vil_model_init_training(&b, o[k], 0);
+        VilOptimHyper other = H;
+        other.l2 = 1, other.trust_clip = 1;
+        for (int s = 0; s < 2; s++) {
+            random_grads(&a);
+            memcpy(b.grads, a.grads, a.buf_len * sizeof(float));
+            vil_model_optim_step(&a, &H);
+            vil_model_optim_step(&b, &other);
+        }
+        T_CHECK(memcmp(a.params, b.params, a.buf_len * sizeof(float)) == 0,
+                "%s: l2 and trust_clip of the caller's struct change nothing", o[k]->name);
+        vil_model_free(&a), vil_model_free(&b);
+    }
+    char d[8][96];
+    int n = 0, distinct = 1;
+    for (; vil_optim_at(n) && n < 8; n++) {
+        T_CHECK(vil_optim_at(n)->describe != NULL, "%s describes itself", vil_optim_at(n)->name);
+        vil_optim_at(n)->describe(&H, d[n], sizeof d[n]);
+        for (int j = 0; j < n; j++) distinct &= strcmp(d[j], d[n]) != 0;
+    }
+    T_CHECK(n == 5 && distinct, "the %d optimizers' descriptions differ", n);
+}
+
 static void test_grad_norm(void) {
     VilModel m;
     t_tiny_model(&m);
@@ -476,6 +515,7 @@ int main(int argc, char **argv) {
     test_state_roundtrip();
     test_optim_formulas();
     test_roundtrips();
+    test_variants();
     test_grad_norm();
     test_inputs();
     return t_finish();

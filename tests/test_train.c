@@ -1042,15 +1042,19 @@ static int count_in(const char *file, const char *what) {
  * (reads back as the run's configuration, numbers written short), run.jsonl (a line per start) */
 /* sgd (Nesterov, multistep) and lamb (const_cosine, the EMA warmup): a run stopped and resumed
  * equals the uninterrupted one bit for bit (their state tensors saved and restored by name) */
+/* the choice keys through the config's setter, which resolves them (the run reads the choice,
+ * not the text) */
 static void set_optim(VilTrainRun *r, int k) {
-    r->train.eval_every_epochs = 0;
+    VilConfig *c = &r->model;
+    VilTrainConfig *t = &r->train;
+    t->eval_every_epochs = 0;
     if (k == 0) {
-        strcpy(r->train.optimizer, "sgd"), strcpy(r->train.sched, "multistep");
-        strcpy(r->train.decay_milestones, "1"), r->train.decay_rate = 0.3f;
-        r->train.momentum = 0.9f, r->train.nesterov = 1, r->train.weight_decay = 1e-4f;
+        vil_train_config_set(c, t, "optimizer", "sgd"), vil_train_config_set(c, t, "sched", "multistep");
+        strcpy(t->decay_milestones, "1"), t->decay_rate = 0.3f;
+        t->momentum = 0.9f, t->nesterov = 1, t->weight_decay = 1e-4f;
     } else {
-        strcpy(r->train.optimizer, "lamb"), strcpy(r->train.sched, "const_cosine");
-        r->train.sched_const_epochs = 1.5f, r->train.model_ema_warmup = 1;
+        vil_train_config_set(c, t, "optimizer", "lamb"), vil_train_config_set(c, t, "sched", "const_cosine");
+        t->sched_const_epochs = 1.5f, t->model_ema_warmup = 1;
     }
 }
 

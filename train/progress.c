@@ -115,7 +115,7 @@ void print_header(Trainer *T, const char *init_note, const char *state_in) {
         fprintf(f, "ranks: %d process%s (%s), %d on this host; gradients summed by %s, ", T->world,
                 T->world == 1 ? "" : "es", T->dist->launcher, T->dist->local_world,
                 strcmp(T->be->name, "cuda") == 0 ? "NCCL" : "MPI");
-        if (strcmp(t->allreduce, "overlap") == 0)
+        if (t->allreduce_kind == VIL_ALLREDUCE_OVERLAP)
             fprintf(f, "overlapping the backward in %g MiB buckets", t->bucket_mb);
         else
             fprintf(f, "after the backward");

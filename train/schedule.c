@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "train/train.h"
 
@@ -20,14 +19,6 @@ double vil_lr_at(long step, long total_steps, long warmup_steps, double peak, do
     double t = (double)(step - warmup_steps) / (double)span;
     if (t > 1.0) t = 1.0;
     return min_lr + 0.5 * (peak - min_lr) * (1.0 + cos(M_PI * t));
-}
-
-static const char *const SCHEDS[] = {"cosine", "step", "multistep", "const_cosine"};
-
-int vil_sched_find(const char *name) {
-    for (int i = 0; i < (int)(sizeof SCHEDS / sizeof SCHEDS[0]); i++)
-        if (strcmp(SCHEDS[i], name) == 0) return i;
-    return -1;
 }
 
 int vil_milestones_parse(const char *s, long *out, int max) {
@@ -65,14 +56,14 @@ static double typed(float x) {
 double vil_sched_lr(const VilTrainConfig *t, long step, long total_steps, long warmup_steps,
                     long steps_per_epoch, double peak) {
     if (step < 0) step = 0;
-    int kind = vil_sched_find(t->sched);
-    if (kind == 0 || step < warmup_steps)
+    VilSched kind = t->sched_kind;
+    if (kind == VIL_SCHED_COSINE || step < warmup_steps)
         return vil_lr_at(step, total_steps, warmup_steps, peak, t->warmup_lr, t->min_lr);
     /* timm counts the decays from epoch 0 (its warmup_prefix off): the warmup covers the first
      * ones; the epoch of a step is whole, as timm's per-epoch update */
     long epoch = step / (steps_per_epoch > 0 ? steps_per_epoch : 1);
-    if (kind == 1) return peak * pow(typed(t->decay_rate), py_floordiv((double)epoch, typed(t->decay_epochs)));
-    if (kind == 2) {
+    if (kind == VIL_SCHED_STEP) return peak * pow(typed(t->decay_rate), py_floordiv((double)epoch, typed(t->decay_epochs)));
+    if (kind == VIL_SCHED_MULTISTEP) {
         long ms[64];
         int n = vil_milestones_parse(t->decay_milestones, ms, 64), k = 0;
         while (k < n && k < 64 && ms[k] <= epoch) k++;
@@ -93,15 +84,15 @@ double vil_ema_decay_at(double decay, int warmup, long update) {
 }
 
 const char *vil_sched_describe(const VilTrainConfig *t, char *buf, size_t n) {
-    switch (vil_sched_find(t->sched)) {
-    case 1:
+    switch (t->sched_kind) {
+    case VIL_SCHED_STEP:
         snprintf(buf, n, "then x %g every %g epochs (step)", t->decay_rate, t->decay_epochs);
         break;
-    case 2:
+    case VIL_SCHED_MULTISTEP:
         snprintf(buf, n, "then x %g at epochs %s (multistep)", t->decay_rate,
                  t->decay_milestones[0] ? t->decay_milestones : "(none)");
         break;
-    case 3:
+    case VIL_SCHED_CONST_COSINE:
         snprintf(buf, n, "the peak until epoch %g, then cosine to %g", t->sched_const_epochs, t->min_lr);
         break;
     default:
@@ -111,15 +102,7 @@ const char *vil_sched_describe(const VilTrainConfig *t, char *buf, size_t n) {
 }
 
 const char *vil_optim_describe(const VilTrainConfig *t, char *buf, size_t n) {
-    if (strcmp(t->optimizer, "sgd") == 0)
-        snprintf(buf, n, "SGD momentum %g%s, L2 wd %g", t->momentum, t->nesterov ? " (Nesterov)" : "",
-                 t->weight_decay);
-    else if (strncmp(t->optimizer, "lamb", 4) == 0)
-        snprintf(buf, n, "Lamb%s wd %g", t->optimizer[4] == 'c' ? " (trust ratio clipped at 1)" : "",
-                 t->weight_decay);
-    else if (strcmp(t->optimizer, "adam") == 0)
-        snprintf(buf, n, "Adam, L2 wd %g", t->weight_decay);
-    else
-        snprintf(buf, n, "AdamW wd %g", t->weight_decay);
+    VilOptimHyper h = vil_train_config_hyper(t, 0.0f);
+    t->optim->describe(&h, buf, n);
     return buf;
 }

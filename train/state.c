@@ -367,7 +367,7 @@ int state_restore(Trainer *T, const char *path) {
         goto done;
     }
     /* the optimizer's state is the run's: another optimizer is a new run from the weights */
-    if (strcmp(st_tc.optimizer, T->tc->optimizer) != 0) {
+    if (st_tc.optim != T->tc->optim) {
         vil_error("cannot resume: '%s' was trained with optimizer %s, not %s, and its state holds %s's; "
                   "to go on with %s, start a new run from its weights: --init %s --set optimizer=%s",
                   path, st_tc.optimizer, T->tc->optimizer, st_tc.optimizer, T->tc->optimizer, T->path_last,

@@ -2,22 +2,17 @@
  * the benchmark times exactly what training runs. */
 #include "train/train.h"
 
-#include <string.h>
-
-const VilOptim *vil_train_optim(const VilTrainConfig *t) { return vil_optim_find(t->optimizer); }
+const VilOptim *vil_train_optim(const VilTrainConfig *t) { return t->optim; }
 
 VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
-    return (VilStepParams){.optim = vil_train_optim(t), .lr = lr, .beta1 = t->beta1,
-                           .beta2 = t->beta2, .eps = t->adam_eps,
-                           .weight_decay = t->weight_decay, .clip_grad = t->clip_grad,
-                           .ema_decay = t->ema_decay, .ema_warmup = t->model_ema_warmup,
-                           .momentum = t->momentum, .nesterov = t->nesterov, .overlap = strcmp(t->allreduce, "overlap") == 0,
+    return (VilStepParams){.optim = vil_train_optim(t), .hyper = vil_train_config_hyper(t, lr),
+                           .clip_grad = t->clip_grad, .ema_decay = t->ema_decay,
+                           .ema_warmup = t->model_ema_warmup, .overlap = t->allreduce_kind == VIL_ALLREDUCE_OVERLAP,
                            .bucket_bytes = (size_t)(t->bucket_mb * 1048576.0)};
 }
 
 void vil_train_init_state(VilModel *m, const VilTrainConfig *t) {
-    vil_model_set_init_state(m, (VilInitMode)vil_init_mode_find(t->init_state), t->init_state_sigma,
-                             t->init_state_drop, t->batch);
+    vil_model_set_init_state(m, t->init_state_kind, t->init_state_sigma, t->init_state_drop, t->batch);
 }
 
 static int reduces(const VilStepParams *s) { return s->dist && s->dist->mpi; }
@@ -40,9 +35,7 @@ void vil_train_update(VilModel *m, const VilStepParams *s) {
         vil_model_allreduce_grads(m, s->dist);
     }
     if (s->clip_grad > 0.0f) vil_model_clip_grad(m, s->clip_grad);
-    vil_model_optim_step(m, &(VilOptimHyper){.lr = s->lr, .beta1 = s->beta1, .beta2 = s->beta2,
-                                             .eps = s->eps, .wd = s->weight_decay,
-                                             .momentum = s->momentum, .nesterov = s->nesterov});
+    vil_model_optim_step(m, &s->hyper);
     if (s->ema_decay > 0.0f)
         vil_model_ema_update(m, (float)vil_ema_decay_at(s->ema_decay, s->ema_warmup, vil_model_optim_steps(m)));
 }

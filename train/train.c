@@ -299,7 +299,7 @@ static int make_loaders(Trainer *T) {
     lc.train.randaug_m = t->randaug_m;
     lc.train.randaug_mstd = t->randaug_mstd;
     lc.train.reprob = t->reprob;
-    lc.train.decode = strcmp(t->decode, "exact") == 0 ? VIL_DECODE_EXACT : VIL_DECODE_FAST;
+    lc.train.decode = t->decode_kind;
     lc.mixup.mixup_alpha = t->mixup;
     lc.mixup.cutmix_alpha = t->cutmix;
     lc.mixup.prob = t->mixup_prob;

@@ -26,13 +26,12 @@ double vil_peak_lr(double base_lr, long global_batch);
  * sched_const_epochs (at least the warmup), then cosine from peak to min_lr at total_steps. */
 double vil_sched_lr(const VilTrainConfig *t, long step, long total_steps, long warmup_steps,
                     long steps_per_epoch, double peak);
-/* The index of sched name (cosine 0, step 1, multistep 2, const_cosine 3), or -1. */
-int vil_sched_find(const char *name);
 /* "30,60,90" into out (at most max; out may be NULL): the count, or -1 unless increasing
  * integers >= 0 (an empty string is none). */
 int vil_milestones_parse(const char *s, long *out, int max);
 /* For the run's header: what follows the warmup ("cosine to 1e-05", ...), and the optimizer
- * with its settings ("AdamW wd 0.05", ...); into buf (cut to n), returned. */
+ * with its settings ("AdamW wd 0.05", ...: its entry's describe); into buf (cut to n), returned.
+ * t finalized. */
 const char *vil_sched_describe(const VilTrainConfig *t, char *buf, size_t n);
 const char *vil_optim_describe(const VilTrainConfig *t, char *buf, size_t n);
 /* The EMA decay of update number `update` (1-based): decay; with warmup, timm's ModelEmaV3
@@ -46,12 +45,10 @@ void vil_train_init_state(VilModel *m, const VilTrainConfig *t);
 /* The hyperparameters of one training step. */
 typedef struct {
     const VilOptim *optim; /* the optimizer (vil_model_init_training) */
-    float lr, beta1, beta2, eps, weight_decay;
+    VilOptimHyper hyper;   /* its hyperparameters, lr the step's (vil_train_config_hyper) */
     float clip_grad; /* > 0: clip the global gradient norm to this (vil_model_grad_norm reads it) */
     float ema_decay; /* > 0: update the model's EMA (vil_model_init_training with ema) */
     int ema_warmup;  /* 1: the decay of each update is vil_ema_decay_at's warmup */
-    float momentum;  /* sgd */
-    int nesterov;    /* sgd */
     const VilDist *dist; /* the group whose gradients are summed (NULL or no MPI: none) */
     int overlap;         /* 1: summed in buckets during the last micro-batch's backward */
     size_t bucket_bytes; /* the buckets' size */
@@ -60,7 +57,7 @@ typedef struct {
     uint64_t init_seed;
     long init_first;
 } VilStepParams;
-/* The optimizer a run's config trains with (its `optimizer` key; checked by finalize). */
+/* The optimizer a run's config trains with (its `optimizer` key, resolved by finalize). */
 const VilOptim *vil_train_optim(const VilTrainConfig *t);
 /* A run's step hyperparameters at learning rate lr. */
 VilStepParams vil_step_params(const VilTrainConfig *t, float lr);

@@ -21,7 +21,38 @@
 #define TI(f, lo, hi, h) VIL_KEY_I(VilTrainConfig, f, lo, hi, h)
 #define TF(f, lo, hi, h) VIL_KEY_F(VilTrainConfig, f, lo, hi, h)
 #define TS(f, h) VIL_KEY_S(VilTrainConfig, f, h)
+#define TC(f, r, choice, h) VIL_KEY_C(VilTrainConfig, f, r, choice, h)
 #define BIG 1e9
+
+/* the choice keys' names (cfgfile.h VilChoice), numbered as their enums */
+#define NAME_AT(names)                                                                          \
+    static const char *names##_name(int i) {                                                    \
+        return i >= 0 && i < (int)(sizeof names / sizeof names[0]) ? names[i] : NULL;          \
+    }
+static const char *const SCHEDS[] = {[VIL_SCHED_COSINE] = "cosine", [VIL_SCHED_STEP] = "step",
+                                     [VIL_SCHED_MULTISTEP] = "multistep", [VIL_SCHED_CONST_COSINE] = "const_cosine"};
+static const char *const DECODES[] = {[VIL_DECODE_EXACT] = "exact", [VIL_DECODE_FAST] = "fast"};
+static const char *const ALLREDUCES[] = {[VIL_ALLREDUCE_OVERLAP] = "overlap", [VIL_ALLREDUCE_END] = "end"};
+NAME_AT(SCHEDS)
+NAME_AT(DECODES)
+NAME_AT(ALLREDUCES)
+#undef NAME_AT
+static const char *init_state_name(int i) { return i >= 0 && i < VIL_INIT_COUNT ? vil_init_mode_names[i] : NULL; }
+/* the optimizer: its entry of the table (NULL: none) */
+static const char *optim_name(int i) {
+    const VilOptim *o = vil_optim_at(i);
+    return o ? o->name : NULL;
+}
+static void optim_store(void *field, int i) { *(const VilOptim **)field = vil_optim_at(i); }
+_Static_assert(sizeof(VilSched) == sizeof(int) && sizeof(VilDecodeMode) == sizeof(int) &&
+                   sizeof(VilAllreduce) == sizeof(int) && sizeof(VilInitMode) == sizeof(int),
+               "vil_choice_store_enum writes an int");
+static const VilChoice OPTIMIZER = {optim_name, optim_store};
+static const VilChoice SCHED = {SCHEDS_name, vil_choice_store_enum};
+static const VilChoice DECODE = {DECODES_name, vil_choice_store_enum};
+static const VilChoice ALLREDUCE = {ALLREDUCES_name, vil_choice_store_enum};
+static const VilChoice INIT_STATE = {init_state_name, vil_choice_store_enum};
+
 static const VilKey TKEYS[] = {
     TI(epochs, 1, 1000000, "training epochs"),
     TI(batch, 1, VIL_MAX_BATCH, "batch size per rank and micro-batch (global batch = batch * "
@@ -36,15 +67,17 @@ static const VilKey TKEYS[] = {
     TF(beta1, 0, 0.999999, "AdamW, Adam and Lamb beta1"),
     TF(beta2, 0, 0.999999, "AdamW, Adam and Lamb beta2"),
     TF(adam_eps, 1e-30, 1, "AdamW, Adam and Lamb epsilon (timm's Lamb defaults to 1e-6)"),
-    TS(optimizer, "the optimizer: adamw (torch.optim.AdamW), adam (torch.optim.Adam, L2 weight decay), "
-                  "sgd (torch.optim.SGD, L2 weight decay; Nesterov with nesterov = 1), lamb (timm's "
-                  "Lamb) or lambc (Lamb, trust ratio clipped at 1)"),
+    TC(optimizer, optim, OPTIMIZER,
+       "the optimizer: adamw (torch.optim.AdamW), adam (torch.optim.Adam, L2 weight decay), "
+       "sgd (torch.optim.SGD, L2 weight decay; Nesterov with nesterov = 1), lamb (timm's "
+       "Lamb) or lambc (Lamb, trust ratio clipped at 1)"),
     TF(momentum, 0, 0.999999, "sgd: momentum"),
     TI(nesterov, 0, 1, "sgd: 1 for Nesterov momentum (timm's --opt sgd sets it; --set optimizer=sgd "
                        "does not)"),
-    TS(sched, "lr schedule after the warmup: cosine (per step, to min_lr), step (x decay_rate every "
-              "decay_epochs epochs), multistep (x decay_rate at each of decay_milestones) or "
-              "const_cosine (the peak lr until sched_const_epochs, then cosine to min_lr)"),
+    TC(sched, sched_kind, SCHED,
+       "lr schedule after the warmup: cosine (per step, to min_lr), step (x decay_rate every "
+       "decay_epochs epochs), multistep (x decay_rate at each of decay_milestones) or "
+       "const_cosine (the peak lr until sched_const_epochs, then cosine to min_lr)"),
     TF(decay_epochs, 1e-6, 1000000, "sched = step: epochs between decays (timm's decay_epochs)"),
     TF(decay_rate, 0, 1, "sched = step, multistep: the lr factor of each decay"),
     TS(decay_milestones, "sched = multistep: the epochs at which the lr decays, comma-separated (e.g. 30,60,90)"),
@@ -66,15 +99,17 @@ static const VilKey TKEYS[] = {
     TF(reprob, 0, 1, "random erasing probability"),
     TF(scale_min, 1e-6, 1, "RandomResizedCrop minimum area fraction"),
     TF(hflip, 0, 1, "horizontal flip probability"),
-    TS(decode, "training JPEG decode: exact (PIL's pixels, the default) or fast (DCT-scaled crop, "
-               "merged chroma upsampling: ~4% faster); evaluation always decodes exactly"),
+    TC(decode, decode_kind, DECODE,
+       "training JPEG decode: exact (PIL's pixels, the default) or fast (DCT-scaled crop, "
+       "merged chroma upsampling: ~4% faster); evaluation always decodes exactly"),
     TF(crop_pct, VIL_MIN_CROP_PCT, 1, "evaluation: resize to img_size / crop_pct, center crop"),
     TI(seed, 0, 2147483647, "seed of the initialization, data order, augmentation and drop path"),
     TI(workers, 1, 256, "data loader threads"),
     TI(max_pixels, 1, VIL_IMAGE_MAX_PIXELS, "decoded pixels an image may have: a larger one is refused "
                                            "on its header (training replaces it, evaluation leaves it out)"),
-    TS(allreduce, "with several ranks: overlap (the gradients summed in buckets while the backward "
-                  "runs, the default) or end (one all-reduce after the backward)"),
+    TC(allreduce, allreduce_kind, ALLREDUCE,
+       "with several ranks: overlap (the gradients summed in buckets while the backward "
+       "runs, the default) or end (one all-reduce after the backward)"),
     TF(bucket_mb, 0.001, 65536, "allreduce = overlap: MiB of gradients per all-reduce bucket"),
     TF(dist_timeout, 0, BIG, "with several ranks: seconds a collective may wait for the other ranks "
                              "before this rank reports them dead or hung and ends the run (0: wait forever)"),
@@ -91,10 +126,11 @@ static const VilKey TKEYS[] = {
     TI(save_every_steps, 0, 2147483647, "also save every N steps (the state, last, ema and a "
                                        "step_N.safetensors; 0: at epoch ends only)"),
     TI(keep_last, 1, 1000000, "step_N.safetensors checkpoints kept (the newest)"),
-    TS(init_state, "the state each training scan starts from (doc/recipe.md, Initial states): zero "
-                   "(the default), noise (N(0, init_state_sigma^2)), fitted (N(mean, var) fitted to "
-                   "the final states) or passing (the previous batch's final states); evaluation "
-                   "starts from zero"),
+    TC(init_state, init_state_kind, INIT_STATE,
+       "the state each training scan starts from (doc/recipe.md, Initial states): zero "
+       "(the default), noise (N(0, init_state_sigma^2)), fitted (N(mean, var) fitted to "
+       "the final states) or passing (the previous batch's final states); evaluation "
+       "starts from zero"),
     TF(init_state_sigma, 0, 1e6, "init_state = noise: the standard deviation of the initial states"),
     TF(init_state_drop, 0, 1, "init_state = passing: the probability that a sample starts from zero"),
 };
@@ -102,6 +138,7 @@ static const VilKey TKEYS[] = {
 #undef TI
 #undef TF
 #undef TS
+#undef TC
 const VilKeyTable vil_train_keys = {TKEYS, (int)(sizeof TKEYS / sizeof TKEYS[0])};
 
 /* timm's train.py flags whose meaning vil has. timm's -b is per process, as vil's batch is per
@@ -475,21 +512,29 @@ void vil_train_config_default(VilTrainConfig *t) {
     strcpy(t->init_state, "zero");
     t->init_state_sigma = 0.1f;
     t->init_state_drop = 0.1f;
+    vil_keys_resolve(&vil_train_keys, t);
 }
 
-int vil_train_config_finalize(const VilTrainConfig *t) {
+VilOptimHyper vil_train_config_hyper(const VilTrainConfig *t, float lr) {
+    return (VilOptimHyper){.lr = lr, .beta1 = t->beta1, .beta2 = t->beta2, .eps = t->adam_eps,
+                           .wd = t->weight_decay, .momentum = t->momentum, .nesterov = t->nesterov};
+}
+
+int vil_train_config_finalize(VilTrainConfig *t) {
 #define NEED(cond, ...)                                                                   \
     if (!(cond)) {                                                                        \
         vil_error("config: " __VA_ARGS__);                                                \
         return VIL_EUSAGE;                                                                \
     }
 #define PROB(f) NEED(t->f >= 0.0f && t->f <= 1.0f, #f " must be in [0, 1] (got %g)", t->f)
+    /* the choice keys, from their text (which a caller may have written directly) */
+    const VilKey *unresolved = vil_keys_resolve(&vil_train_keys, t);
     NEED(t->epochs >= 1, "epochs must be >= 1");
     char optims[256];
-    NEED(vil_optim_find(t->optimizer) != NULL, "optimizer must be one of: %s (got '%s')",
+    NEED(t->optim != NULL, "optimizer must be one of: %s (got '%s')",
          vil_optim_names(optims, sizeof optims), t->optimizer);
     NEED(t->nesterov == 0 || t->momentum > 0.0f, "nesterov = 1 needs momentum > 0 (torch.optim.SGD)");
-    NEED(vil_sched_find(t->sched) >= 0, "sched must be cosine, step, multistep or const_cosine (got '%s')",
+    NEED((int)t->sched_kind >= 0, "sched must be cosine, step, multistep or const_cosine (got '%s')",
          t->sched);
     NEED(vil_milestones_parse(t->decay_milestones, NULL, 0) >= 0,
          "decay_milestones must be increasing epochs >= 0, comma-separated (got '%s')", t->decay_milestones);
@@ -518,17 +563,19 @@ int vil_train_config_finalize(const VilTrainConfig *t) {
     NEED(t->randaug_mstd >= 0.0f, "randaug_mstd must be >= 0");
     NEED(t->scale_min > 0.0f && t->scale_min <= 1.0f, "scale_min must be in (0, 1]");
     NEED(t->crop_pct > 0.0f && t->crop_pct <= 1.0f, "crop_pct must be in (0, 1]");
-    NEED(strcmp(t->decode, "fast") == 0 || strcmp(t->decode, "exact") == 0,
-         "decode must be 'fast' or 'exact' (got '%s')", t->decode);
-    NEED(strcmp(t->allreduce, "overlap") == 0 || strcmp(t->allreduce, "end") == 0,
-         "allreduce must be 'overlap' or 'end' (got '%s')", t->allreduce);
+    NEED((int)t->decode_kind >= 0, "decode must be 'fast' or 'exact' (got '%s')", t->decode);
+    NEED((int)t->allreduce_kind >= 0, "allreduce must be 'overlap' or 'end' (got '%s')", t->allreduce);
     NEED(t->workers >= 1 && t->workers <= 256, "workers must be in 1..256");
     NEED(t->log_every >= 1, "log_every must be >= 1");
-    NEED(vil_init_mode_find(t->init_state) >= 0, "init_state must be zero, noise, fitted or passing (got '%s')",
+    NEED((int)t->init_state_kind >= 0, "init_state must be zero, noise, fitted or passing (got '%s')",
          t->init_state);
     NEED(t->init_state_sigma >= 0.0f, "init_state_sigma must be >= 0 (got %g)", t->init_state_sigma);
     PROB(init_state_drop);
     NEED(t->batch <= VIL_MAX_BATCH && t->eval_batch <= VIL_MAX_BATCH, "batch and eval_batch must be at most %d", VIL_MAX_BATCH);
+    char names[256];
+    /* a choice key without its own message above */
+    NEED(!unresolved, "%s must be %s (got '%s')", unresolved->name,
+         vil_choice_names(unresolved->choice, names, sizeof names), (const char *)t + unresolved->offset);
 #undef PROB
 #undef NEED
     return 0;

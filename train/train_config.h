@@ -6,7 +6,15 @@
 
 #include <stdio.h>
 
+#include "data/transform.h"
 #include "vil/config.h"
+#include "vil/model.h"
+#include "vil/optim.h"
+
+/* sched: the lr schedule after the warmup (train/schedule.c vil_sched_lr) */
+typedef enum { VIL_SCHED_COSINE, VIL_SCHED_STEP, VIL_SCHED_MULTISTEP, VIL_SCHED_CONST_COSINE } VilSched;
+/* allreduce: when the ranks' gradients are summed */
+typedef enum { VIL_ALLREDUCE_OVERLAP, VIL_ALLREDUCE_END } VilAllreduce;
 
 typedef struct {
     int epochs;              /* 300 */
@@ -59,6 +67,13 @@ typedef struct {
                               * zero, noise, fitted or passing */
     float init_state_sigma;  /* noise: the standard deviation */
     float init_state_drop;   /* passing: the probability of a zero start */
+    /* the choices the text keys name (cfgfile.h VilChoice: resolved where a key is set, and by
+     * vil_train_config_finalize): what the code reads; the texts are for printing and JSON */
+    const VilOptim *optim;       /* optimizer's entry of vil/optim.c */
+    VilSched sched_kind;         /* sched */
+    VilDecodeMode decode_kind;   /* decode */
+    VilAllreduce allreduce_kind; /* allreduce */
+    VilInitMode init_state_kind; /* init_state */
 } VilTrainConfig;
 
 void vil_train_config_default(VilTrainConfig *t);
@@ -67,8 +82,12 @@ int vil_train_config_load(VilConfig *c, VilTrainConfig *t, const char *path);
 /* Set one model or training key; "key=value" form. 0, or -1 (reported). */
 int vil_train_config_set(VilConfig *c, VilTrainConfig *t, const char *key, const char *value);
 int vil_train_config_set_kv(VilConfig *c, VilTrainConfig *t, const char *kv);
-/* Validate the training keys. 0, or -1 (reported). */
-int vil_train_config_finalize(const VilTrainConfig *t);
+/* Resolve the choice keys (optim, sched_kind, ...) and validate the training keys. 0, or
+ * VIL_EUSAGE (reported). */
+int vil_train_config_finalize(VilTrainConfig *t);
+/* The optimizer's hyperparameters of a step at learning rate lr, from t's keys (beta1, beta2,
+ * adam_eps, weight_decay, momentum, nesterov): the one struct the step hands to the optimizer's op. */
+VilOptimHyper vil_train_config_hyper(const VilTrainConfig *t, float lr);
 void vil_train_config_print(const VilTrainConfig *t, FILE *f);
 char *vil_train_config_to_json(const VilTrainConfig *t);
 int vil_train_config_from_json(VilTrainConfig *t, const char *json);

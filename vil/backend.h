@@ -198,9 +198,23 @@ typedef struct {
     long denom;
 } VilXentBwd;
 
+/* One optimizer update's hyperparameters: the training config gives them (train/train_config.h
+ * vil_train_config_hyper), the step passes them down by pointer, and the optimizers' ops below
+ * read them where they are; each optimizer reads the ones it has. l2 and trust_clip are an
+ * optimizer's own variant: its entry of vil/optim.c sets them. */
+typedef struct {
+    float lr;                /* this step's */
+    float beta1, beta2, eps; /* AdamW, Adam, Lamb */
+    float wd;                /* weight decay, on the elements whose decay flag is set */
+    float momentum;          /* SGD */
+    int nesterov;            /* SGD: Nesterov momentum */
+    int l2;                  /* Adam: 1 for torch.optim.Adam's L2 decay; 0: AdamW's decoupled one */
+    int trust_clip;          /* Lamb: 1 for the trust ratio clipped at 1 (lambc) */
+} VilOptimHyper;
+
 /* optimizer.c: one AdamW step on n parameters (f32 master p; the working copy refreshed when
  * work is not NULL); decoupled weight decay on the elements whose decay[i] is nonzero (decay
- * NULL: on all). step is 1 for the first update. With l2, torch.optim.Adam instead: the weight
+ * NULL: on all). step is 1 for the first update. With h->l2, torch.optim.Adam instead: the weight
  * decay added to the gradient before the moments (g + wd p), none in the update. */
 typedef struct {
     float *p;
@@ -209,9 +223,8 @@ typedef struct {
     float *m, *v;
     const unsigned char *decay;    /* (n) backend memory, or NULL */
     size_t n;
-    float lr, beta1, beta2, eps, wd;
+    const VilOptimHyper *h;        /* host memory: lr, beta1, beta2, eps, wd, l2 */
     int step;
-    int l2;                        /* 1: Adam's L2 weight decay; 0: AdamW's decoupled one */
 } VilAdamW;
 /* optimizer.c: one step of torch.optim.SGD (dampening 0) on n parameters, with L2 weight decay
  * (coupled, as timm applies it) on the elements whose decay[i] is nonzero:
@@ -224,8 +237,7 @@ typedef struct {
     float *buf;                    /* the momentum buffer */
     const unsigned char *decay;    /* (n) backend memory, or NULL */
     size_t n;
-    float lr, momentum, wd;
-    int nesterov;
+    const VilOptimHyper *h;        /* host memory: lr, momentum, wd, nesterov */
 } VilSgd;
 /* a parameter tensor's elements in the contiguous buffers: [offset, offset + n) */
 typedef struct {
@@ -235,7 +247,7 @@ typedef struct {
  * added to the update, no global clipping: clip_grad does that) on the tensors of spans, each:
  *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
  *   u = (m / bc1) / (sqrt(v) / sqrt(bc2) + eps) + wd p          (bc = 1 - beta^step)
- *   r = ||p|| / ||u|| (1 when either is 0; min(r, 1) with trust_clip) where the tensor decays
+ *   r = ||p|| / ||u|| (1 when either is 0; min(r, 1) with h->trust_clip) where the tensor decays
  *       (decay[offset] nonzero) and wd > 0, else 1
  *   p -= lr r u
  * The tensors' norms are summed in double. */
@@ -248,8 +260,8 @@ typedef struct {
     const VilSpan *spans;          /* (n_spans) backend memory; NULL: one tensor [0, n) */
     int n_spans;
     size_t n;
-    float lr, beta1, beta2, eps, wd;
-    int step, trust_clip;
+    const VilOptimHyper *h;        /* host memory: lr, beta1, beta2, eps, wd, trust_clip */
+    int step;
 } VilLamb;
 /* clip_grad_norm_: *norm (a backend float) = ||g||_2, then g scaled to max_norm when above */
 typedef struct {

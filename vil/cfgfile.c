@@ -19,6 +19,38 @@ const VilKey *vil_keys_find(const VilKeyTable *t, const char *name) {
     return NULL;
 }
 
+void vil_choice_store_enum(void *field, int i) { *(int *)field = i; }
+
+int vil_choice_find(const VilChoice *c, const char *name) {
+    const char *s;
+    for (int i = 0; (s = c->name(i)) != NULL; i++)
+        if (strcmp(s, name) == 0) return i;
+    return -1;
+}
+
+const char *vil_choice_names(const VilChoice *c, char *buf, size_t n) {
+    int count = 0;
+    while (c->name(count)) count++;
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < count && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s'%s'", i == 0 ? "" : i + 1 < count ? ", " : " or ",
+                                c->name(i));
+    return buf;
+}
+
+const VilKey *vil_keys_resolve(const VilKeyTable *t, void *base) {
+    const VilKey *bad = NULL;
+    for (int i = 0; i < t->n; i++) {
+        const VilKey *k = &t->keys[i];
+        if (!k->choice) continue;
+        int c = vil_choice_find(k->choice, (const char *)base + k->offset);
+        k->choice->store((char *)base + k->resolved, c);
+        if (c < 0 && !bad) bad = k;
+    }
+    return bad;
+}
+
 /* the key and its target, over every table given */
 static const VilKey *find(const VilKeyTarget *t, int nt, const char *name, void **base) {
     for (int i = 0; i < nt; i++) {
@@ -87,6 +119,7 @@ static int set_value(const VilKey *k, void *base, const char *value) {
                 return VIL_EUSAGE;
             }
         strcpy(dst, value);
+        if (k->choice) k->choice->store((char *)base + k->resolved, vil_choice_find(k->choice, value));
     }
     return 0;
 }

@@ -10,6 +10,15 @@
 #define KI(f, lo, hi, h) VIL_KEY_I(VilConfig, f, lo, hi, h)
 #define KF(f, lo, hi, h) VIL_KEY_F(VilConfig, f, lo, hi, h)
 #define KS(f, h) VIL_KEY_S(VilConfig, f, h)
+#define KC(f, r, choice, h) VIL_KEY_C(VilConfig, f, r, choice, h)
+
+static const char *dt_init_name(int i) {
+    static const char *const NAMES[] = {[VIL_DT_INIT_ZERO] = "zero", [VIL_DT_INIT_VIM] = "vim"};
+    return i >= 0 && i < (int)(sizeof NAMES / sizeof NAMES[0]) ? NAMES[i] : NULL;
+}
+static const VilChoice DT_INIT = {dt_init_name, vil_choice_store_enum};
+_Static_assert(sizeof(VilDtInit) == sizeof(int), "vil_choice_store_enum writes an int");
+
 static const VilKey KEYS[] = {
     KS(name, "model name"),
     KS(arch, "the recurrence, by its arch string in vil/recurrence.c (e.g. vil: Longhorn, vim: Mamba)"),
@@ -25,11 +34,12 @@ static const VilKey KEYS[] = {
     KI(d_conv, 1, VIL_MAX_CONV, "depthwise conv1d width"),
     KI(num_classes, 1, VIL_MAX_CLASSES, "number of classes"),
     KF(drop_path, 0, 0.999, "stochastic depth rate"),
-    KS(dt_init, "ViL dt_proj bias init: zero or vim"),
+    KC(dt_init, dt_init_kind, DT_INIT, "ViL dt_proj bias init: zero or vim"),
 };
 #undef KI
 #undef KF
 #undef KS
+#undef KC
 const VilKeyTable vil_model_keys = {KEYS, (int)(sizeof KEYS / sizeof KEYS[0])};
 
 
@@ -50,6 +60,7 @@ void vil_config_default(VilConfig *c) {
     c->num_classes = 1000;
     c->drop_path = 0.0f;
     strcpy(c->dt_init, "zero");
+    vil_keys_resolve(&vil_model_keys, c);
 }
 
 static const VilKeyTarget *model_target(VilConfig *c, VilKeyTarget *t) {
@@ -139,8 +150,11 @@ int vil_config_finalize(VilConfig *c) {
         vil_error("config: arch must be %s, got '%s'", names, c->arch);
         return VIL_EUSAGE;
     }
-    if (strcmp(c->dt_init, "zero") != 0 && strcmp(c->dt_init, "vim") != 0) {
-        vil_error("config: dt_init must be 'zero' or 'vim', got '%s'", c->dt_init);
+    const VilKey *bad = vil_keys_resolve(&vil_model_keys, c);
+    if (bad) {
+        char names[128];
+        vil_error("config: %s must be %s, got '%s'", bad->name, vil_choice_names(bad->choice, names, sizeof names),
+                  (const char *)c + bad->offset);
         return VIL_EUSAGE;
     }
 #define NEED(cond, ...)                                                                   \

@@ -10,6 +10,9 @@
 #include "cfgfile.h"
 #include "recurrence.h"
 
+/* dt_init: ViL's dt_proj bias init ("zero": the official Longhorn's; "vim": Mamba's draw) */
+typedef enum { VIL_DT_INIT_ZERO, VIL_DT_INIT_VIM } VilDtInit;
+
 typedef struct {
     /* from the file */
     char name[64];     /* free-form model name, e.g. vil_tiny */
@@ -27,6 +30,7 @@ typedef struct {
     int num_classes;
     float drop_path;   /* stochastic depth rate (training only) */
     char dt_init[8];   /* ViL dt_proj bias init: "zero" (official Longhorn) or "vim" */
+    VilDtInit dt_init_kind; /* the choice dt_init names (cfgfile.h VilChoice): read this, not the text */
     /* derived by vil_config_finalize */
     VilRecurrence rec; /* named by arch */
     int d_inner;       /* E */
@@ -55,7 +59,8 @@ int vil_key_text_ok(const VilKeyTable *t, const char *key, const char *value, co
 int vil_keys_text_ok(const VilKeyTable *t, const void *base, const char *origin);
 /* "key=value": the key copied into key (cap bytes), the value returned; NULL without '=' */
 const char *vil_kv_split(const char *kv, char *key, size_t cap);
-/* Validate and compute the derived sizes. Returns 0, or -1 with the error reported. */
+/* Resolve the choice keys (dt_init_kind), validate and compute the derived sizes. Returns 0, or
+ * VIL_EUSAGE with the error reported. */
 int vil_config_finalize(VilConfig *c);
 /* Write "key = value" lines (a loadable cfg). */
 void vil_config_print(const VilConfig *c, FILE *f);

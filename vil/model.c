@@ -560,12 +560,6 @@ void vil_model_set_inputs(VilModel *m, float *img, float *targets, float *dp_sca
 
 const char *const vil_init_mode_names[VIL_INIT_COUNT] = {"zero", "noise", "fitted", "passing"};
 
-int vil_init_mode_find(const char *name) {
-    for (int i = 0; i < VIL_INIT_COUNT; i++)
-        if (strcmp(name, vil_init_mode_names[i]) == 0) return i;
-    return -1;
-}
-
 int vil_model_set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop, int B) {
     if (mode == VIL_INIT_ZERO && !m->net->set_init_state) return 0;
     if (!m->net->set_init_state) {

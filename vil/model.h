@@ -79,8 +79,6 @@ typedef struct {
  * scans start from. Evaluation forwards always start from zero. */
 typedef enum { VIL_INIT_ZERO, VIL_INIT_NOISE, VIL_INIT_FITTED, VIL_INIT_PASSING, VIL_INIT_COUNT } VilInitMode;
 extern const char *const vil_init_mode_names[VIL_INIT_COUNT]; /* "zero", "noise", "fitted", "passing" */
-/* the mode of a name, or -1 */
-int vil_init_mode_find(const char *name);
 
 /* The training state the model owns besides its weights, as a training state file holds it
  * (train/state.c saves, gathers, restores and checks it without knowing what it is): the

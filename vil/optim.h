@@ -1,4 +1,5 @@
-/* optim.h: the optimizers the model trains with, each a small description: its name, the
+/* optim.h: the optimizers the model trains with, each a small description: its name (the value
+ * of the training key `optimizer`), the line the run's header describes it with, the
  * parameter-shaped float32 buffers it keeps between steps (with the names a training state file
  * saves them under) and its update, written against the backend's op table. The model owns the
  * buffers (vil_model_init_training) and runs the update (vil_model_optim_step); the trainer
@@ -10,13 +11,6 @@
 #include "backend.h"
 
 #define VIL_OPTIM_MAX_STATE 2
-
-/* one update's hyperparameters; an optimizer reads the ones it has */
-typedef struct {
-    float lr, beta1, beta2, eps, wd;
-    float momentum; /* sgd */
-    int nesterov;   /* sgd */
-} VilOptimHyper;
 
 /* what one update works on: backend memory, n elements each (the whole parameter buffer) */
 typedef struct {
@@ -33,12 +27,15 @@ typedef struct {
 
 typedef struct {
     const char *name;
+    /* what the run's header says of it with these settings ("AdamW wd 0.05"), into buf (cut to n) */
+    void (*describe)(const VilOptimHyper *h, char *buf, size_t n);
     int n_state;
     struct {
         const char *name; /* the tensor's name in a training state file */
         int nonneg;       /* every value >= 0 (a state file holding less is refused) */
     } state[VIL_OPTIM_MAX_STATE];
-    /* queues the update on be (the buffers start at zero before step 1) */
+    /* queues the update on be (the buffers start at zero before step 1); h from the training
+     * config (backend.h VilOptimHyper), the optimizer's own variant (l2, trust_clip) its own */
     void (*update)(const VilBackend *be, const VilOptimBufs *b, const VilOptimHyper *h);
 } VilOptim;
 
@@ -55,6 +52,8 @@ extern const VilOptim vil_optim_lamb, vil_optim_lambc;
 
 /* The optimizer named name ("adamw", "adam", "sgd", "lamb", "lambc"), or NULL when there is none of that name. */
 const VilOptim *vil_optim_find(const char *name);
+/* The table's optimizer i (0, 1, ...), or NULL past the last. */
+const VilOptim *vil_optim_at(int i);
 /* The optimizers' names, comma-separated, into buf (cut to n); returns buf. */
 const char *vil_optim_names(char *buf, size_t n);
 

@@ -14,8 +14,9 @@ void adamw_update(const VilAdamW *args) {
     const float *g = args->g;
     const unsigned char *decay = args->decay;
     size_t n = args->n;
-    float lr = args->lr, beta1 = args->beta1, beta2 = args->beta2, eps = args->eps, wd = args->wd;
-    int step = args->step, l2 = args->l2;
+    const VilOptimHyper *h = args->h;
+    float lr = h->lr, beta1 = h->beta1, beta2 = h->beta2, eps = h->eps, wd = h->wd;
+    int step = args->step, l2 = h->l2;
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
@@ -35,8 +36,9 @@ void sgd_update(const VilSgd *args) {
     const float *g = args->g;
     const unsigned char *decay = args->decay;
     size_t n = args->n;
-    float lr = args->lr, mom = args->momentum, wd = args->wd;
-    int nesterov = args->nesterov;
+    const VilOptimHyper *h = args->h;
+    float lr = h->lr, mom = h->momentum, wd = h->wd;
+    int nesterov = h->nesterov;
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
         float pi = p[i], wdi = (!decay || decay[i]) ? wd : 0.0f;
@@ -60,14 +62,15 @@ void lamb_update(const VilLamb *args) {
     const unsigned char *decay = args->decay;
     VilSpan whole = {0, args->n};
     const VilSpan *spans = args->spans ? args->spans : &whole;
-    int n_spans = args->spans ? args->n_spans : 1, clip = args->trust_clip;
-    float lr = args->lr, beta1 = args->beta1, beta2 = args->beta2, eps = args->eps;
+    const VilOptimHyper *h = args->h;
+    int n_spans = args->spans ? args->n_spans : 1, clip = h->trust_clip;
+    float lr = h->lr, beta1 = h->beta1, beta2 = h->beta2, eps = h->eps, wd_all = h->wd;
     float bc1 = (float)(1.0 - pow(beta1, args->step)), sbc2 = (float)sqrt(1.0 - pow(beta2, args->step));
 #pragma omp parallel for schedule(dynamic)
     for (int t = 0; t < n_spans; t++) {
         size_t a = spans[t].offset, e = a + spans[t].n;
-        int decays = e > a && (!decay || decay[a]) && args->wd > 0.0f;
-        float wd = decays ? args->wd : 0.0f;
+        int decays = e > a && (!decay || decay[a]) && wd_all > 0.0f;
+        float wd = decays ? wd_all : 0.0f;
         double sp = 0.0, su = 0.0;
         for (size_t i = a; i < e; i++) {
             float gi = g[i];

@@ -233,7 +233,7 @@ static void init_weights(VilModel *m, uint64_t seed) {
             /* dt_proj bias: ViL "zero" (official Longhorn) leaves 0, beta starts at 0.5;
              * ViM's forward direction and ViL's "vim" option draw dt0 ~ logUniform[1e-3, 1e-1]
              * (>= 1e-4) and invert the activation (softplus for ViM, sigmoid for ViL). */
-            int draw = ri->dt_draw_forward ? j == 0 : strcmp(c->dt_init, "vim") == 0;
+            int draw = ri->dt_draw_forward ? j == 0 : c->dt_init_kind == VIL_DT_INIT_VIM;
             for (int e = 0; e < E; e++) {
                 float b = 0.0f;
                 if (draw) {
