@@ -34,6 +34,16 @@
 #include "cuda/scan_common.cuh"
 #include "vil/rec/all.h"
 
+/* What a policy says of itself agrees with its CPU pieces (the same header's constants) and its
+ * tuning row fits the adjoint kernel (ADJ_T threads a block, 64 warps an SM at most). */
+#define SCAN_REC_CHECK_(U, l, P, ...)                                                            \
+    static_assert(P::HAS_A == (VIL_REC_##U##_PARAM != 0) && P::KAPPA == (VIL_REC_##U##_KAPPA != 0), \
+                  #P ": HAS_A and KAPPA as the CPU pieces' PARAM and KAPPA");                   \
+    static_assert(P::tune().adj_warps >= ADJ_T / 32 && P::tune().adj_warps <= 64,                 \
+                  #P ": adj_warps from a block's warps to an SM's");
+VIL_RECURRENCE_LIST(SCAN_REC_CHECK_)
+#undef SCAN_REC_CHECK_
+
 /* F(N, R) for every recurrence R at the state width N; SCAN_INSTANTIATE: for every state width
  * the CUDA scan is built for. The kernel files instantiate their launchers with it. */
 #define SCAN_REC_INST_(U, l, P, F, N) F(N, P)
