@@ -199,7 +199,7 @@ GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
 TOOL_SRC := $(wildcard tools/*.c)
 TOOL_BIN := $(patsubst tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
-HDR := $(wildcard vil/*.h formats/*.h data/*.h train/*.h eval/*.h charts/*.h cli/*.h cuda/*.h cuda/*.cuh)
+HDR := $(wildcard vil/*.h vil/rec/*.h formats/*.h data/*.h train/*.h eval/*.h charts/*.h cli/*.h cuda/*.h cuda/*.cuh)
 
 .PHONY: all test test-run test-gpu clean fuzz demo deps dev-cuda FORCE
 all: bin/vil $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))

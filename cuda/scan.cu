@@ -166,15 +166,13 @@ static void backward_impl(ScanArgs a) {
 }
 
 /* f(R()) for the recurrence rec: the one place the runtime VilRecurrence becomes a policy type
- * (scan_rec.cuh) */
+ * (scan_rec.cuh), a case per recurrence of vil/rec/list.h */
+#define SCAN_REC_CASE(U, l, P, ...) \
+    case VIL_REC_##U: return f(P());
 template <class F>
 static void rec_dispatch(VilRecurrence rec, F f) {
-    switch (rec) {
-    case VIL_REC_LONGHORN: return f(Longhorn());
-    case VIL_REC_MAMBA: return f(Mamba());
-    }
-    VIL_FATAL("scan: recurrence %d; the CUDA scan has Longhorn (%d) and Mamba (%d)", (int)rec,
-              VIL_REC_LONGHORN, VIL_REC_MAMBA);
+    switch (rec) { VIL_RECURRENCE_LIST(SCAN_REC_CASE) }
+    VIL_FATAL("scan: recurrence %d; the CUDA scan has %d (vil/rec/list.h)", (int)rec, (int)VIL_REC_COUNT);
 }
 /* f(integral_constant<int, N>()) for the state widths the kernels are built for */
 template <class F>
@@ -193,7 +191,7 @@ template <class R>
 static void fwd_chunks(ScanArgs *a, int req, bool keep) {
     const ScanTune &t = *cu()->scan_tune;
     if (t.keep_long && keep && a->L >= t.long_l) bwd_chunks(a, req);
-    else choose_chunks(a, req, t.long_chunks[R::REC] && a->L >= t.long_l ? t.seq_fwd_long : t.seq_fwd);
+    else choose_chunks(a, req, R::tune().long_chunks && a->L >= t.long_l ? t.seq_fwd_long : t.seq_fwd);
 }
 /* 1 when the backward cuts f's shape into f's chunks (more than one): states kept at them are
  * then what the backward's chain would make */
@@ -236,7 +234,7 @@ static void scan_forward(const VilScanFwd *p) {
     if (p->states && same_as_bwd(a, p->chunk)) a.keep = p->states;
     int split = p->split ? p->split : scan_knob(cu()->scan_split, 2, "VIL_SCAN_SPLIT", "threads per channel are");
     if (split == 0)
-        split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < cu()->scan_tune->quad_fwd[R::REC] ? QUAD_Q : 1;
+        split = (long)p->B * ((p->E + 127) / 128 * 128) * a.nch < R::tune().quad_fwd ? QUAD_Q : 1;
     if (split != 1 && split != QUAD_Q) VIL_FATAL("scan: split = %d; the CUDA forward has 1 and %d threads per channel", split, QUAD_Q);
     a.split = split;
     n_dispatch(p->N, [&](auto n) { forward_impl<decltype(n)::value, R>(a); });

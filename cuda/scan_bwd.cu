@@ -249,8 +249,8 @@ __global__ void __launch_bounds__(DKQ_T) scan_dkdq_kernel(ScanArgs a) {
 template <int N, class R>
 void scan_adjoint_launch(const ScanArgs &a) {
     const dim3 grid(a.nblk2, 2, (unsigned)a.B * a.nch);
-    constexpr int W = SCAN_KT.adj_warps[R::REC];
-    constexpr bool FS = SCAN_KT.adj_fullsub[R::REC];
+    constexpr int W = R::tune().adj_warps;
+    constexpr bool FS = R::tune().adj_fullsub;
     if (a.h0) scan_adjoint_kernel<N, R, true, W, false><<<grid, ADJ_T, 0, cu()->stream>>>(a);
     else scan_adjoint_kernel<N, R, false, W, FS><<<grid, ADJ_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();

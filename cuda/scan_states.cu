@@ -52,9 +52,9 @@ static void states_launch(const VilScanStates *p) {
 
 extern "C" void scan_dir_states_cuda(const VilScanStates *p) {
     if (p->N < 1 || p->N > STATES_MAX_N) VIL_FATAL("scan states: d_state %d outside 1..%d", p->N, STATES_MAX_N);
-#define STATES_CASE(N_, R_)                                                                     \
-    case R_::REC: states_launch<R_>(p); return;
-    switch (p->rec) { SCAN_RECURRENCES(STATES_CASE, 0) }
+#define STATES_CASE(U, l, P, ...) \
+    case VIL_REC_##U: states_launch<P>(p); return;
+    switch (p->rec) { VIL_RECURRENCE_LIST(STATES_CASE) }
 #undef STATES_CASE
     VIL_FATAL("scan states: recurrence %d", (int)p->rec);
 }

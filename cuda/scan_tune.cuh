@@ -2,13 +2,25 @@
  * staging depths the kernels are compiled with (per __CUDA_ARCH__: the row of the code being
  * compiled) and the host's chunk and path thresholds (the row the context picked when it opened,
  * cu_scan_open). The sm_90 row is measured on the H100 (cuda/PERF_NOTES.md); the others hold the
- * same values, unmeasured. A -D of a field's knob name on the compiler's command line replaces
- * that field in every row, for sweeps: make NVCC="/usr/local/cuda/bin/nvcc -DPAIR_MINB=7"
- * (dev/cuda/README.md). */
+ * same values, unmeasured. What differs by recurrence is a row in the recurrence's header
+ * (ScanRecTune below; vil/rec/<id>.h). A -D of a field's knob name on the compiler's command
+ * line replaces that field in every row, for sweeps: make NVCC="/usr/local/cuda/bin/nvcc
+ * -DPAIR_MINB=7" (dev/cuda/README.md). */
 #ifndef VIL_CUDA_SCAN_TUNE_CUH
 #define VIL_CUDA_SCAN_TUNE_CUH
 
-#define SCAN_NREC 2 /* the recurrences (VilRecurrence): per-recurrence fields are indexed by R::REC */
+/* A recurrence's own tuning: the row its policy's tune() returns (vil/rec/<id>.h, which says
+ * what it measured and names the knobs that replace its fields). One row for every architecture:
+ * adj_warps and adj_fullsub are template arguments of the adjoint kernel, which the host pass
+ * and every device pass must agree on. */
+struct ScanRecTune {
+    int adj_warps;   /* the adjoint kernel's warps per SM for the register allocation */
+    int adj_fullsub; /* the adjoint's whole sub-chunks compiled apart from the partial one (1) or
+                      * not (0) */
+    int long_chunks; /* the forward chunks long sequences (L >= long_l) up to seq_fwd_long
+                      * threads (1), or up to seq_fwd as at other lengths (0) */
+    int quad_fwd;    /* the forward's quad kernel below this many pair-kernel threads (x chunks) */
+};
 
 struct ScanTune {
     int arch;     /* 100 x compute capability: 900 = sm_90; a GPU takes the last row at or below its */
@@ -20,18 +32,12 @@ struct ScanTune {
     int pair_seq_unroll; /* PAIR_SEQ_UNROLL: the sequential pair kernel's two passes rolled (1) or
                           * unrolled (2) */
     int qs_stages;       /* QS_STAGES: the quad kernel's staging slots */
-    int adj_warps[SCAN_NREC]; /* ADJ_WARPS_LH, ADJ_WARPS_MAMBA: the adjoint kernel's warps per SM
-                               * for the register allocation */
-    int adj_fullsub[SCAN_NREC]; /* ADJ_FULLSUB_LH, ADJ_FULLSUB_MAMBA: the adjoint's whole sub-chunks
-                                 * compiled apart from the partial one (1) or not (0) */
     /* ---- host-side thresholds (threads: sample x channel threads of a pass, E in blocks of 128) */
     int seq_fwd;      /* SCAN_SEQ_FWD: the forward runs sequentially from this many threads */
-    int seq_fwd_long; /* SCAN_SEQ_FWD_LONG: the same at L >= long_l where long_chunks */
+    int seq_fwd_long; /* SCAN_SEQ_FWD_LONG: the same at L >= long_l, for a recurrence whose
+                       * ScanRecTune says long_chunks */
     int long_l;       /* SCAN_LONG_L: tokens from which a sequence is long */
-    int long_chunks[SCAN_NREC]; /* the recurrence's forward chunks long sequences up to seq_fwd_long */
     int seq_bwd;      /* SCAN_SEQ_BWD: the backward runs sequentially from this many threads */
-    int quad_fwd[SCAN_NREC]; /* SCAN_QUAD_FWD, SCAN_QUAD_FWD_MAMBA: the forward's quad kernel below
-                              * this many pair-kernel threads (x chunks) */
     int par_threads;  /* SCAN_PAR_THREADS: the chunked form brings a pass to about this many threads */
     int min_c;        /* SCAN_MIN_C: no chunk shorter than this (tokens) */
     int keep_long;    /* SCAN_KEEP_LONG: in training at L >= long_l, the forward cuts the backward's
@@ -47,11 +53,6 @@ struct ScanTune {
  *   / 1,083: no gain (the backward prep keeps 2: its shared memory is near a static
  *   allocation's 48 KB);
  * - pair_seq_unroll 1: unrolled, the sequential pair kernel spills 16 bytes where it spills 4;
- * - adj_warps 16 (Longhorn, 128 registers; 12 warps at 168 registers ran 2.5% slower, and 6.5%
- *   slower after issue 35's step: 1,244 against 1,167 us) and 12 (Mamba, 168 registers; 16 warps
- *   at 128 registers spill 84 bytes: 1,939 against 1,828 us);
- * - adj_fullsub 1 (Longhorn: 1,166 against 1,184 us a Tiny layer's backward) and 0 (Mamba: its
- *   whole-sub-chunk copy spills 64 bytes at 168 registers, 1,867 against 1,828 us);
  * - seq_fwd 12288, seq_bwd 32768, par_threads 196608, min_c 64: at E = 384, fwd / bwd us, L 4097
  *   B 1: C 16 140 / 435, 32 106 / 308, 64 104 / 295, 128 150 / 435; B 32: C 64 1897 / 5609, 128
  *   1835 / 5556, 256 1836 / 5618, 512 2039 / 5662; L 16385 B 8: C 64 1935 / 5709, 256 1852 /
@@ -59,25 +60,15 @@ struct ScanTune {
  *   (C 256) 1785 / 5560, B 1 1527 / 6215 against 97 / 286. The forward's threshold is lower:
  *   its sequential kernel does half the chunked form's work, the backward's the same work in a
  *   kernel that fills the GPU less;
- * - seq_fwd_long 16384 at long_l 2048, Longhorn only (its staged chunk summaries): E 384 B 32
- *   fwd us, sequential (quad) / chunked: L 4097 1,142 / 1,053, L 1025 295 / 317, L 197 63 / 97;
- *   Mamba's quad kernel stays ahead (L 4097 1,465 / 1,736);
- * - quad_fwd 16384 (Longhorn), pair / quad fwd us: L 4097 B 32 sequential 1368 / 1150; L 197 B
- *   64 97.6 / 104.6, B 256 234 / 362; chunked (C 64) L 4097 B 1 97 / 97, B 8 510 / 692; vil
- *   bench 224 px b1 latency 2.21 / 1.90 ms, b32 inference 11,702 / 12,794 img/s. Mamba's step
- *   costs an exp per state, so its quad kernel pays off further (32768): L 197 B 64 217 / 133,
- *   B 256 420 / 466; L 1025 B 32 1005 / 377 (B 65 .. 255 not measured);
+ * - seq_fwd_long 16384 at long_l 2048, for the recurrences whose long_chunks is 1 (Longhorn:
+ *   its staged chunk summaries; vil/rec/longhorn.h has the measurements);
  * - keep_long 1: the chunked forward costs more than the sequential one there (ViL-Small, ViM at
  *   1024 px b32) but the backward's chunk summaries then skip their forward pass. */
 constexpr ScanTune SCAN_TUNE_SM90 = {
     900, 1,
     /* pair_minb, pair_minb_chf, pair_stages, pair_seq_unroll, qs_stages */ 6, 5, 2, 1, 4,
-    /* adj_warps {Longhorn, Mamba} */ {16, 12},
-    /* adj_fullsub {Longhorn, Mamba} */ {1, 0},
     /* seq_fwd, seq_fwd_long, long_l */ 12288, 16384, 2048,
-    /* long_chunks {Longhorn, Mamba} */ {1, 0},
     /* seq_bwd */ 32768,
-    /* quad_fwd {Longhorn, Mamba} */ {16384, 32768},
     /* par_threads, min_c, keep_long */ 196608, 64, 1,
 };
 
@@ -105,18 +96,6 @@ constexpr ScanTune scan_tune_knobs(ScanTune t) {
 #ifdef QS_STAGES
     t.qs_stages = QS_STAGES;
 #endif
-#ifdef ADJ_WARPS_LH
-    t.adj_warps[0] = ADJ_WARPS_LH;
-#endif
-#ifdef ADJ_WARPS_MAMBA
-    t.adj_warps[1] = ADJ_WARPS_MAMBA;
-#endif
-#ifdef ADJ_FULLSUB_LH
-    t.adj_fullsub[0] = ADJ_FULLSUB_LH;
-#endif
-#ifdef ADJ_FULLSUB_MAMBA
-    t.adj_fullsub[1] = ADJ_FULLSUB_MAMBA;
-#endif
 #ifdef SCAN_SEQ_FWD
     t.seq_fwd = SCAN_SEQ_FWD;
 #endif
@@ -128,12 +107,6 @@ constexpr ScanTune scan_tune_knobs(ScanTune t) {
 #endif
 #ifdef SCAN_SEQ_BWD
     t.seq_bwd = SCAN_SEQ_BWD;
-#endif
-#ifdef SCAN_QUAD_FWD
-    t.quad_fwd[0] = SCAN_QUAD_FWD;
-#endif
-#ifdef SCAN_QUAD_FWD_MAMBA
-    t.quad_fwd[1] = SCAN_QUAD_FWD_MAMBA;
 #endif
 #ifdef SCAN_PAR_THREADS
     t.par_threads = SCAN_PAR_THREADS;

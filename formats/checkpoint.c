@@ -334,15 +334,26 @@ static int infer_config(const VilSafetensors *st, const char *path, int img, int
         return -1;
     }
     c->expand = E / D;
-    /* the recurrence: the one whose own parameter block 0 holds, else the one without */
-    VilRecurrence rec = VIL_REC_LONGHORN;
-    for (int r = 0; r < VIL_REC_COUNT; r++) {
+    /* the recurrence, among those a model runs (an arch in the table): the one whose own
+     * parameter block 0 holds, else the one that has no parameter of its own */
+    int rec = -1, bare = -1, nbare = 0;
+    for (int r = 0; r < VIL_REC_COUNT && rec < 0; r++) {
+        const VilRecurrenceInfo *ri = &vil_recurrences[r];
         char key[128];
-        if (!vil_recurrences[r].param.key) continue;
-        snprintf(key, sizeof key, vil_recurrences[r].param.key, 0, "");
-        if (vil_st_find(st, key)) rec = (VilRecurrence)r;
+        if (!ri->arch) continue;
+        if (!ri->param.key) {
+            bare = r, nbare++;
+            continue;
+        }
+        snprintf(key, sizeof key, ri->param.key, 0, "");
+        if (vil_st_find(st, key)) rec = r;
     }
-    strcpy(c->arch, vil_recurrences[rec].arch);
+    if (rec < 0 && nbare != 1) {
+        vil_error("'%s': no tensor names the recurrence (%d have no parameter of their own), so the "
+                  "architecture cannot be inferred", path, nbare);
+        return -1;
+    }
+    strcpy(c->arch, vil_recurrences[rec < 0 ? bare : rec].arch);
     long rows = (long)pos->shape[1] - 1;
     int G = (int)lround(sqrt((double)rows));
     if (rows < 1 || (long)G * G != rows) {

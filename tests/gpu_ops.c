@@ -37,6 +37,7 @@ typedef struct {
     int sweep;                /* linear: N = 1 .. sweep in turn, a bias on odd N */
     int add, scale;           /* add_rmsnorm: res_in + h (else the stream as it is); a drop-path scale */
     VilRecurrence rec;        /* scan */
+    int each_rec;             /* scan: once for every recurrence of the table (vil/rec/list.h), rec aside */
     int dt_ld, xdbl_ld;       /* scan: k's column in x_dbl, x_dbl's row length (>= dt_ld + 2N) */
     int chunk, split;         /* scan: as VilScanFwd's (chunk -1: the sequential kernels) */
     int keep;                 /* scan: the forward keeps its chunk-boundary states for the backward */
@@ -338,9 +339,9 @@ static void test_scan(const OpCase *c) {
     int B = c->B, L = c->L, E = c->E, N = c->N, dt_ld = c->dt_ld, xdbl_ld = c->xdbl_ld, chunk = c->chunk;
     int split = c->split, keep = c->keep;
     VilRecurrence rec = c->rec;
-    int mamba = rec == VIL_REC_MAMBA;
+    int own = vil_recurrences[rec].param.key != NULL; /* A_log */
     char nm[160];
-    const char *kind = mamba ? "mamba" : "longhorn";
+    const char *kind = vil_recurrences[rec].id, *const *kq = vil_recurrences[rec].kq;
     int ldz = 2 * E;
     size_t ne = (size_t)B * L * E, nw = (size_t)B * L * xdbl_ld, nz = (size_t)B * L * ldz;
     float *u[2], *dl[2], *xd[2], *Dk[2], *Al[2];
@@ -372,12 +373,12 @@ static void test_scan(const OpCase *c) {
     float *out_c = vil_malloc(ne * sizeof(float));
     scan_bidir_forward(&(VilScanFwd){.rec = rec, .out = out_c, .u = {cu[0], cu[1]}, .delta = {cdl[0], cdl[1]},
                                      .xdbl = {cxd[0], cxd[1]}, .z = xz + E, .D = {cD[0], cD[1]},
-                                     .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL}, .B = B, .L = L, .E = E,
+                                     .A_log = {own ? cA[0] : NULL, own ? cA[1] : NULL}, .B = B, .L = L, .E = E,
                                      .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz, .h0 = h0, .hT = hT_c});
     void *d_out = dev_poison(ne * 2);
     VilScanFwd gfwd = {.rec = rec, .out = d_out, .u = {gu[0], gu[1]}, .delta = {gdl[0], gdl[1]},
                        .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
-                       .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
+                       .D = {gD[0], gD[1]}, .A_log = {own ? gA[0] : NULL, own ? gA[1] : NULL},
                        .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz,
                        .chunk = chunk, .split = split, .h0 = d_h0, .hT = d_hT};
     size_t sbytes = keep && G->scan_states_bytes ? G->scan_states_bytes(G, &gfwd) : 0;
@@ -426,10 +427,10 @@ static void test_scan(const OpCase *c) {
     float *dz_c = vil_calloc(nz, sizeof(float));
     scan_bidir_backward(&(VilScanBwd){.rec = rec, .du = {du_c[0], du_c[1]}, .ddelta = {ddl_c[0], ddl_c[1]},
                                        .dxdbl = {dxd_c[0], dxd_c[1]}, .dz = dz_c + E, .dD = {dD_c[0], dD_c[1]},
-                                       .dA_log = {mamba ? dA_c[0] : NULL, mamba ? dA_c[1] : NULL},
+                                       .dA_log = {own ? dA_c[0] : NULL, own ? dA_c[1] : NULL},
                                        .ddelta_sum = {db_c[0], db_c[1]}, .dout = dout, .u = {cu[0], cu[1]},
                                        .delta = {cdl[0], cdl[1]}, .xdbl = {cxd[0], cxd[1]}, .z = xz + E,
-                                       .D = {cD[0], cD[1]}, .A_log = {mamba ? cA[0] : NULL, mamba ? cA[1] : NULL},
+                                       .D = {cD[0], cD[1]}, .A_log = {own ? cA[0] : NULL, own ? cA[1] : NULL},
                                        .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz,
                                        .h0 = h0});
     /* the gated output made again (VilScanBwd.out), into rows as dz's (ldz apart) */
@@ -437,10 +438,10 @@ static void test_scan(const OpCase *c) {
     void *d_dout = dev_act(dout, ne), *d_dz = dev_poison(nz * 2), *d_oa = dev_poison(nz * 2);
     VilScanBwd gbwd = {.rec = rec, .du = {g_du[0], g_du[1]}, .ddelta = {g_ddl[0], g_ddl[1]},
                        .dxdbl = {g_dxd[0], g_dxd[1]}, .dz = (char *)d_dz + (size_t)E * 2,
-                       .dD = {g_dD[0], g_dD[1]}, .dA_log = {mamba ? g_dA[0] : NULL, mamba ? g_dA[1] : NULL},
+                       .dD = {g_dD[0], g_dD[1]}, .dA_log = {own ? g_dA[0] : NULL, own ? g_dA[1] : NULL},
                        .ddelta_sum = {g_db[0], g_db[1]}, .dout = d_dout, .u = {gu[0], gu[1]},
                        .delta = {gdl[0], gdl[1]}, .xdbl = {gxd[0], gxd[1]}, .z = (char *)d_xz + (size_t)E * 2,
-                       .D = {gD[0], gD[1]}, .A_log = {mamba ? gA[0] : NULL, mamba ? gA[1] : NULL},
+                       .D = {gD[0], gD[1]}, .A_log = {own ? gA[0] : NULL, own ? gA[1] : NULL},
                        .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz, .chunk = chunk,
                        .states = gfwd.states, .h0 = d_h0, .out = d_oa};
     G->scan_bidir_backward(G, &gbwd);
@@ -452,9 +453,9 @@ static void test_scan(const OpCase *c) {
         T_CLOSE(nm, rel(du_g, du_c[j], ne), c->tol);
         snprintf(nm, sizeof nm, "scan %s bwd ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(ddl_g, ddl_c[j], ne), c->tol);
-        snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "B" : "k", j, B, L, E);
+        snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, kq[0], j, B, L, E);
         T_CLOSE(nm, rel_l2(dxd_g + dt_ld, dxd_c[j] + dt_ld, (size_t)B * L, N, xdbl_ld), c->tol);
-        snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, mamba ? "C" : "q", j, B, L, E);
+        snprintf(nm, sizeof nm, "scan %s bwd d%s[%d] B=%d L=%d E=%d", kind, kq[1], j, B, L, E);
         T_CLOSE(nm, rel_l2(dxd_g + dt_ld + N, dxd_c[j] + dt_ld + N, (size_t)B * L, N, xdbl_ld), c->tol);
         T_CHECK(untouched(g_dxd[j], (size_t)B * L, xdbl_ld, dt_ld, dt_ld + 2 * N) == 0, "scan bwd wrote into the dt_low or padding columns");
         for (int e = 0; e < E; e++) dD_g[e] -= dD0[j][e], dD_c[j][e] -= dD0[j][e];
@@ -467,7 +468,7 @@ static void test_scan(const OpCase *c) {
         snprintf(nm, sizeof nm, "scan %s bwd sum ddelta[%d] B=%d L=%d E=%d", kind, j, B, L, E);
         T_CLOSE(nm, rel(db_g, db_c[j], E), c->tol);
         free(db_g);
-        if (mamba) {
+        if (own) {
             for (size_t i = 0; i < (size_t)E * N; i++) dA_g[i] -= dA0[j][i], dA_c[j][i] -= dA0[j][i];
             snprintf(nm, sizeof nm, "scan %s bwd dA_log[%d] B=%d L=%d E=%d", kind, j, B, L, E);
             T_CLOSE(nm, rel(dA_g, dA_c[j], (size_t)E * N), 1e-3); /* sums over every (token, state) */
@@ -518,6 +519,21 @@ static void test_scan(const OpCase *c) {
     if (d_h0) G->free(G, d_h0);
     if (d_hT) G->free(G, d_hT);
     free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g), free(h0), free(hT_c);
+}
+
+/* A case of every recurrence (each_rec) runs once per recurrence of the table: each kernel
+ * family checks a new recurrence without case rows of its own. */
+static void test_scan_cases(const OpCase *c) {
+    if (!c->each_rec) {
+        test_scan(c);
+        return;
+    }
+    for (int r = 0; r < VIL_REC_COUNT; r++) {
+        OpCase one = *c;
+        one.rec = (VilRecurrence)r;
+        printf("-- scan: %s: %s\n", c->name, vil_recurrences[r].name);
+        test_scan(&one);
+    }
 }
 /* ---------------- loss ---------------- */
 static void test_loss(const OpCase *c) {
@@ -895,12 +911,13 @@ static void test_tokens(const OpCase *c) {
 
 /* ---------------- the table ---------------- */
 /* ---------------- the states along the sequence (vil states) ---------------- */
-/* one direction (reverse for the backward one) from zero: each token's squared state norm and
- * the final state against the CPU op on the same bf16-exact inputs (float32 arithmetic on both
- * sides; the GPU sums the channels in no fixed order) */
-static void test_scan_states(const OpCase *c) {
+/* one direction (reverse for the backward one) from zero, for every recurrence of the table:
+ * each token's squared state norm and the final state against the CPU op on the same bf16-exact
+ * inputs (float32 arithmetic on both sides; the GPU sums the channels in no fixed order) */
+static void test_scan_states_one(const OpCase *c, VilRecurrence rec) {
     int B = c->B, L = c->L, E = c->E, N = c->N, dt_ld = c->dt_ld, xdbl_ld = c->xdbl_ld;
-    int mamba = c->rec == VIL_REC_MAMBA;
+    const VilRecurrenceInfo *ri = &vil_recurrences[rec];
+    int has_a = ri->param.key != NULL; /* the recurrence's own parameter (Mamba's A_log) */
     size_t ne = (size_t)B * L * E, nw = (size_t)B * L * xdbl_ld, nT = (size_t)B * N * E;
     float *u = rnd_bf(ne, 1.0f), *dl = rnd_bf(ne, 1.0f), *xd = rnd_bf(nw, 0.5f), *Dk = rnd(E, 1.0f);
     float *Al = vil_malloc((size_t)E * N * sizeof(float));
@@ -910,27 +927,30 @@ static void test_scan_states(const OpCase *c) {
     float *d_D = dev_f32(Dk, E), *d_A = dev_f32(Al, (size_t)E * N);
     for (int rev = 0; rev < 2; rev++) {
         float *hsq_c = vil_malloc((size_t)B * L * sizeof(float)), *hT_c = vil_malloc(nT * sizeof(float));
-        scan_dir_states(&(VilScanStates){.rec = c->rec, .hsq = hsq_c, .hT = hT_c, .u = u, .delta = dl, .xdbl = xd,
-                                         .D = Dk, .A_log = mamba ? Al : NULL, .B = B, .L = L, .E = E, .N = N,
+        scan_dir_states(&(VilScanStates){.rec = rec, .hsq = hsq_c, .hT = hT_c, .u = u, .delta = dl, .xdbl = xd,
+                                         .D = Dk, .A_log = has_a ? Al : NULL, .B = B, .L = L, .E = E, .N = N,
                                          .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .reverse = rev});
         float *d_hsq = dev_poison((size_t)B * L * sizeof(float)), *d_hT = dev_poison(nT * sizeof(float));
-        G->scan_dir_states(G, &(VilScanStates){.rec = c->rec, .hsq = d_hsq, .hT = d_hT, .u = d_u, .delta = d_dl,
-                                               .xdbl = d_xd, .D = d_D, .A_log = mamba ? d_A : NULL, .B = B,
+        G->scan_dir_states(G, &(VilScanStates){.rec = rec, .hsq = d_hsq, .hT = d_hT, .u = d_u, .delta = d_dl,
+                                               .xdbl = d_xd, .D = d_D, .A_log = has_a ? d_A : NULL, .B = B,
                                                .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld,
                                                .reverse = rev});
         float *hsq_g = get_f32(d_hsq, (size_t)B * L), *hT_g = get_f32(d_hT, nT);
         char nm[160];
-        snprintf(nm, sizeof nm, "scan states %s%s B=%d L=%d E=%d N=%d: hsq", mamba ? "mamba" : "longhorn",
-                 rev ? " reversed" : "", B, L, E, N);
+        snprintf(nm, sizeof nm, "scan states %s%s B=%d L=%d E=%d N=%d: hsq", ri->id, rev ? " reversed" : "", B, L,
+                 E, N);
         T_CLOSE(nm, rel(hsq_g, hsq_c, (size_t)B * L), c->tol_f32);
-        snprintf(nm, sizeof nm, "scan states %s%s B=%d L=%d E=%d N=%d: final state", mamba ? "mamba" : "longhorn",
-                 rev ? " reversed" : "", B, L, E, N);
+        snprintf(nm, sizeof nm, "scan states %s%s B=%d L=%d E=%d N=%d: final state", ri->id, rev ? " reversed" : "",
+                 B, L, E, N);
         T_CLOSE(nm, rel(hT_g, hT_c, nT), c->tol_f32);
         G->free(G, d_hsq), G->free(G, d_hT);
         free(hsq_c), free(hT_c), free(hsq_g), free(hT_g);
     }
     G->free(G, d_u), G->free(G, d_dl), G->free(G, d_xd), G->free(G, d_D), G->free(G, d_A);
     free(u), free(dl), free(xd), free(Dk), free(Al);
+}
+static void test_scan_states(const OpCase *c) {
+    for (int r = 0; r < VIL_REC_COUNT; r++) test_scan_states_one(c, (VilRecurrence)r);
 }
 
 /* a family: the function that runs its cases and the ops of VIL_OPS they check */
@@ -943,7 +963,7 @@ static const OpFamily FAMILIES[] = {
     {"linear", test_linear, {"linear_forward", "linear_backward"}},
     {"add_rmsnorm", test_norm, {"add_rmsnorm_forward", "add_rmsnorm_backward"}},
     {"conv1d", test_conv_bidir, {"conv1d_silu_bidir_forward", "conv1d_silu_bidir_backward"}},
-    {"scan", test_scan, {"scan_bidir_forward", "scan_bidir_backward"}},
+    {"scan", test_scan_cases, {"scan_bidir_forward", "scan_bidir_backward"}},
     {"scan_states", test_scan_states, {"scan_dir_states"}},
     {"softmax_xent", test_loss, {"softmax_xent_forward", "softmax_xent_backward"}},
     {"adamw", test_adamw, {"adamw_update"}},
@@ -970,10 +990,11 @@ static const struct {
 #define N_EXEMPT (int)(sizeof EXEMPT / sizeof EXEMPT[0])
 
 static const OpCase CASES[] = {
-    {.op = "scan_states", .name = "Longhorn, L = 197, several warps of channels", .tol_f32 = 1e-4,
-     .B = 2, .L = 197, .E = 136, .N = 16, .rec = VIL_REC_LONGHORN, .dt_ld = 8, .xdbl_ld = 40},
-    {.op = "scan_states", .name = "Mamba, L = 50, N = 8", .tol_f32 = 1e-4,
-     .B = 3, .L = 50, .E = 40, .N = 8, .rec = VIL_REC_MAMBA, .dt_ld = 8, .xdbl_ld = 24},
+    /* every recurrence of the table, each */
+    {.op = "scan_states", .name = "L = 197, several warps of channels", .tol_f32 = 1e-4,
+     .B = 2, .L = 197, .E = 136, .N = 16, .dt_ld = 8, .xdbl_ld = 40},
+    {.op = "scan_states", .name = "L = 50, N = 8, a partial warp", .tol_f32 = 1e-4,
+     .B = 3, .L = 50, .E = 40, .N = 8, .dt_ld = 8, .xdbl_ld = 24},
     {.op = "linear", .name = "in_proj-like, L = 197", .tol = TOL_BF16, .tol_f32 = TOL_F32,
      .N = 394, .C = 40, .OC = 80, .ld_in = 40, .ld_out = 80},
     {.op = "linear", .name = "dt_proj-like: a strided slice, bias", .tol = TOL_BF16, .tol_f32 = TOL_F32,
@@ -1237,6 +1258,33 @@ static const OpCase CASES[] = {
      .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .rec = VIL_REC_MAMBA, .chunk = 64, .split = 1, .h0 = H0_ZERO},
     {.op = "scan", .name = "h0 = 0, kept states, chunk 24", .tol = TOL_BF16, .tol_f32 = TOL_F32,
      .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 24, .keep = 1, .h0 = H0_ZERO},
+    /* every recurrence of the table on each kernel family: the pair and quad kernels sequential
+     * and chunked, N = 16, 8 and 4, partial channel blocks, rows that take plain loads (E = 37),
+     * the backward from kept states, h0 and h0 = 0 (Longhorn's and Mamba's own rows are above) */
+    {.op = "scan", .name = "every recurrence, pair kernel, sequential, partial channel block", .tol = TOL_BF16,
+     .tol_f32 = TOL_F32, .each_rec = 1,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = -1, .split = 1},
+    {.op = "scan", .name = "every recurrence, quad kernel, sequential, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .each_rec = 1,
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .xdbl_ld = 21, .chunk = -1, .split = 4},
+    {.op = "scan", .name = "every recurrence, pair kernel, chunk 16, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .each_rec = 1,
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .xdbl_ld = 10, .chunk = 16, .split = 1},
+    {.op = "scan", .name = "every recurrence, quad kernel, chunk 40, partial last block", .tol = TOL_BF16,
+     .tol_f32 = TOL_F32, .each_rec = 1,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 40, .split = 4},
+    {.op = "scan", .name = "every recurrence, kept states, chunk 24, plain loads (E = 37)", .tol = TOL_BF16,
+     .tol_f32 = TOL_F32, .each_rec = 1,
+     .B = 2, .L = 197, .E = 37, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .chunk = 24, .keep = 1},
+    {.op = "scan", .name = "every recurrence, h0, chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .each_rec = 1,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .h0 = H0_RANDOM},
+    {.op = "scan", .name = "every recurrence, h0 = 0, quad kernel, chunk 64", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .each_rec = 1,
+     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .chunk = 64, .split = 4, .h0 = H0_ZERO},
+    {.op = "scan", .name = "every recurrence, chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .each_rec = 1, .only = FULL,
+     .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35},
     {.op = "softmax_xent", .name = "B = 3, C = 5", .tol_f32 = 1e-6,
      .B = 3, .C = 5},
     {.op = "softmax_xent", .name = "C = 1000", .tol_f32 = 1e-6,

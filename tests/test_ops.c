@@ -11,6 +11,7 @@
 #include "testing.h"
 #include "vil/common.h"
 #include "vil/ops_cpu.h"
+#include "vil/rec/all.h"
 
 #define TOL 5e-3
 #define COORDS 40
@@ -276,20 +277,53 @@ static void test_conv(int rev) {
 }
 
 /* ---------------- scans ---------------- */
+/* The recurrences' table (vil/recurrence.h, made from vil/rec/list.h): a complete row for every
+ * recurrence, the ids distinct and found again, the archs found again; the models' recurrences
+ * are told apart in a checkpoint by their own parameter, so at most one model recurrence has
+ * none (formats/checkpoint.c). */
+static void test_recurrence_table(void) {
+    int bare = 0;
+    for (int r = 0; r < VIL_REC_COUNT; r++) {
+        const VilRecurrenceInfo *ri = &vil_recurrences[r];
+        VilRecurrence got = (VilRecurrence)-1;
+        T_CHECK(ri->id && ri->name && ri->kq[0] && ri->kq[1], "recurrence %d: a row with its id and names", r);
+        if (ri->arch) /* what a model of it reads */
+            T_CHECK(ri->family && ri->delta_of_dt, "recurrence %d: a model's family and dt init", r);
+        if (!ri->id) continue;
+        T_CHECK(vil_recurrence_from_id(ri->id, &got) == 0 && got == (VilRecurrence)r, "recurrence '%s' by its id", ri->id);
+        if (ri->arch)
+            T_CHECK(vil_recurrence_from_arch(ri->arch, &got) == 0 && got == (VilRecurrence)r,
+                    "recurrence '%s' by its arch '%s'", ri->id, ri->arch);
+        T_CHECK((ri->param.key != NULL) == vil_rec_param((VilRecurrence)r),
+                "recurrence '%s': its row's parameter and its step pieces' agree", ri->id);
+        bare += ri->arch && !ri->param.key;
+    }
+    VilRecurrence none;
+    T_CHECK(vil_recurrence_from_id("no such recurrence", &none) == -1 && vil_recurrence_from_arch("no", &none) == -1,
+            "an unknown id or arch is no recurrence");
+    T_CHECK(bare <= 1, "%d model recurrences without a parameter of their own: a checkpoint cannot tell them apart", bare);
+}
+
+/* whether the recurrence has a parameter of its own (A_log) */
+static int rec_own(VilRecurrence rec) { return vil_recurrences[rec].param.key != NULL; }
+
 typedef struct {
-    int B, L, E, N, xdbl_ld, rev, mamba;
+    int B, L, E, N, xdbl_ld, rev;
+    VilRecurrence rec;
     float *u, *delta, *kq, *D, *A, *y, *R;
     float *h0, *hT, *hsq; /* (B, N, E) initial (NULL: zero) and final states, (B, L) norms */
 } ScanCtx;
 static double scan_loss(void *p) {
     ScanCtx *c = p;
     VilScanState st = {.h0 = c->h0, .hT = c->hT, .hsq = c->hsq, .ld = (size_t)c->N * c->E};
-    scan_dir_forward(c->mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, c->y, c->u, c->delta, c->kq + 1, c->kq + 1 + c->N, c->D,
-                     c->mamba ? c->A : NULL, c->B, c->L, c->E, c->N, c->xdbl_ld, c->rev, &st);
+    scan_dir_forward(c->rec, c->y, c->u, c->delta, c->kq + 1, c->kq + 1 + c->N, c->D,
+                     rec_own(c->rec) ? c->A : NULL, c->B, c->L, c->E, c->N, c->xdbl_ld, c->rev, &st);
     return gc_dot(c->y, c->R, (size_t)c->B * c->L * c->E);
 }
 /* The recurrence written plainly from doc/scans.md, in double, on an explicitly reversed copy,
- * from the initial state h0 (NULL: zero); hT (B, N, E) and hsq (B, L) when not NULL. */
+ * from the initial state h0 (NULL: zero); hT (B, N, E) and hsq (B, L) when not NULL. A
+ * recurrence needs its case here (-Wswitch names one that has none; its y is then D u alone,
+ * which its forward check fails). */
 static void scan_reference(ScanCtx *c, double *y, double *hT, double *hsq) {
     if (hsq)
         for (size_t i = 0; i < (size_t)c->B * c->L; i++) hsq[i] = 0;
@@ -302,14 +336,17 @@ static void scan_reference(ScanCtx *c, double *y, double *hT, double *hsq) {
                 size_t r = (size_t)b * c->L + t;
                 const float *k = c->kq + r * c->xdbl_ld + 1, *q = k + c->N;
                 double u = c->u[r * c->E + d], dl = c->delta[r * c->E + d], acc = 0;
-                if (c->mamba) {
+                switch (c->rec) {
+                case VIL_REC_MAMBA: {
                     double dt = log1p(exp(dl));
                     for (int n = 0; n < c->N; n++) {
                         double A = -exp((double)c->A[d * c->N + n]);
                         h[n] = exp(dt * A) * h[n] + dt * u * k[n];
                         acc += h[n] * q[n];
                     }
-                } else {
+                    break;
+                }
+                case VIL_REC_LONGHORN: {
                     double beta = 1.0 / (1.0 + exp(-dl)), kappa = 0;
                     for (int n = 0; n < c->N; n++) kappa += (double)k[n] * k[n];
                     double eps = beta / (1.0 + beta * kappa);
@@ -317,6 +354,8 @@ static void scan_reference(ScanCtx *c, double *y, double *hT, double *hsq) {
                         h[n] = (1.0 - eps * k[n] * k[n]) * h[n] + eps * u * k[n];
                         acc += h[n] * q[n];
                     }
+                    break;
+                }
                 }
                 y[r * c->E + d] = acc + (double)c->D[d] * u;
                 for (int n = 0; n < c->N && hsq; n++) hsq[r] += h[n] * h[n];
@@ -326,8 +365,9 @@ static void scan_reference(ScanCtx *c, double *y, double *hT, double *hsq) {
 }
 /* with_h0: from a non-zero initial state (a constant: the gradients below hold it fixed), with
  * the final states and the per-token state norms checked too */
-static void test_scan(int mamba, int rev, int L, int E, int with_h0) {
-    ScanCtx c = {.B = 2, .L = L, .E = E, .N = 4, .rev = rev, .mamba = mamba};
+static void test_scan(VilRecurrence rec, int rev, int L, int E, int with_h0) {
+    ScanCtx c = {.B = 2, .L = L, .E = E, .N = 4, .rev = rev, .rec = rec};
+    int own = rec_own(rec);
     c.xdbl_ld = 1 + 2 * c.N + 2; /* dt_low column, k, q, two spare columns */
     size_t n = (size_t)c.B * c.L * c.E, nk = (size_t)c.B * c.L * c.xdbl_ld, ns = (size_t)c.B * c.N * c.E;
     c.u = rnd(n, 1), c.delta = rnd(n, 1), c.kq = rnd(nk, 0.7f), c.D = rnd(c.E, 1), c.y = zeros(n), c.R = rnd(n, 1);
@@ -338,7 +378,7 @@ static void test_scan(int mamba, int rev, int L, int E, int with_h0) {
     double *rsq = vil_malloc((size_t)c.B * c.L * sizeof(double));
     scan_reference(&c, ref, rT, rsq);
     char name[96];
-    const char *nm = mamba ? "mamba" : "longhorn", *h0s = with_h0 ? " h0" : "";
+    const char *nm = vil_recurrences[rec].id, *h0s = with_h0 ? " h0" : "";
     snprintf(name, sizeof name, "%s forward L=%d E=%d%s%s", nm, L, E, rev ? " rev" : "", h0s);
     T_CLOSE(name, rel_err(c.y, ref, n), 1e-5);
     if (with_h0) {
@@ -360,8 +400,8 @@ static void test_scan(int mamba, int rev, int L, int E, int with_h0) {
     /* sentinel in the columns the scan must not touch (dt_low and spares) */
     for (size_t i = 0; i < nk; i++) dkq[i] = 5.0f;
     VilScanState st = {.h0 = c.h0, .ld = (size_t)c.N * c.E};
-    scan_dir_backward(mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, du, ddelta, dkq + 1, dkq + 1 + c.N, dD, mamba ? dA : NULL, c.R,
-                      c.u, c.delta, c.kq + 1, c.kq + 1 + c.N, c.D, mamba ? c.A : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, rev, &st);
+    scan_dir_backward(rec, du, ddelta, dkq + 1, dkq + 1 + c.N, dD, own ? dA : NULL, c.R,
+                      c.u, c.delta, c.kq + 1, c.kq + 1 + c.N, c.D, own ? c.A : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, rev, &st);
     int untouched = 1;
     for (size_t r = 0; r < (size_t)c.B * c.L; r++) {
         untouched &= dkq[r * c.xdbl_ld] == 5.0f;
@@ -383,7 +423,7 @@ static void test_scan(int mamba, int rev, int L, int E, int with_h0) {
     gc_check(name, scan_loss, &c, c.kq, dkq, nk, COORDS * 2, 1e-2f, TOL, &rng);
     snprintf(name, sizeof name, "%s D L=%d%s", nm, L, sfx);
     gc_check(name, scan_loss, &c, c.D, dD, c.E, COORDS, 1e-2f, TOL, &rng);
-    if (mamba) {
+    if (own) {
         snprintf(name, sizeof name, "%s A_log L=%d%s", nm, L, sfx);
         gc_check(name, scan_loss, &c, c.A, dA, (size_t)c.E * c.N, COORDS, 1e-2f, TOL, &rng);
     }
@@ -395,7 +435,7 @@ static void test_scan(int mamba, int rev, int L, int E, int with_h0) {
 /* Longhorn's forget gate near zero: large k and beta near 1 make a_t tiny; the backward must
  * stay exact there (no division by a_t). */
 static void test_scan_small_gate(void) {
-    ScanCtx c = {.B = 1, .L = 12, .E = 3, .N = 4, .rev = 0, .mamba = 0};
+    ScanCtx c = {.B = 1, .L = 12, .E = 3, .N = 4, .rev = 0, .rec = VIL_REC_LONGHORN};
     c.xdbl_ld = 1 + 2 * c.N;
     size_t n = (size_t)c.B * c.L * c.E, nk = (size_t)c.B * c.L * c.xdbl_ld;
     c.u = rnd(n, 1), c.delta = rnd(n, 1), c.kq = rnd(nk, 1), c.D = rnd(c.E, 1), c.y = zeros(n), c.R = rnd(n, 1);
@@ -412,13 +452,14 @@ static void test_scan_small_gate(void) {
 
 /* ---------------- bidirectional core (gate + average) ---------------- */
 typedef struct {
-    int B, L, E, N, R, xdbl_ld, ldz, mamba;
+    int B, L, E, N, R, xdbl_ld, ldz;
+    VilRecurrence rec;
     float *u[2], *delta[2], *xdbl[2], *z, *D[2], *A[2], *out, *Rw;
     float *h0, *hT; /* (B, 2, N, E) or NULL */
 } BiCtx;
 static double bi_loss(void *p) {
     BiCtx *c = p;
-    scan_bidir_forward(&(VilScanFwd){.rec = c->mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .out = c->out,
+    scan_bidir_forward(&(VilScanFwd){.rec = c->rec, .out = c->out,
                                      .u = {c->u[0], c->u[1]}, .delta = {c->delta[0], c->delta[1]},
                                      .xdbl = {c->xdbl[0], c->xdbl[1]}, .z = c->z, .D = {c->D[0], c->D[1]},
                                      .A_log = {c->A[0], c->A[1]}, .B = c->B, .L = c->L, .E = c->E,
@@ -427,8 +468,11 @@ static double bi_loss(void *p) {
     return gc_dot(c->out, c->Rw, (size_t)c->B * c->L * c->E);
 }
 /* with_h0: both directions from non-zero initial states (B, 2, N, E), their final states out */
-static void test_bidir(int mamba, int with_h0) {
-    BiCtx c = {.B = 2, .L = 7, .E = 5, .N = 4, .R = 2, .ldz = 9, .mamba = mamba};
+static void test_bidir(VilRecurrence rec, int with_h0) {
+    BiCtx c = {.B = 2, .L = 7, .E = 5, .N = 4, .R = 2, .ldz = 9, .rec = rec};
+    const char *id = vil_recurrences[rec].id;
+    int own = rec_own(rec);
+    char name[96];
     size_t ns = (size_t)c.B * 2 * c.N * c.E;
     if (with_h0) c.h0 = rnd(ns, 2), c.hT = zeros(ns);
     int xdbl_ld = c.R + 2 * c.N + 3; /* x_dbl rows padded past R + 2N: the padding is never touched */
@@ -446,12 +490,12 @@ static void test_bidir(int mamba, int with_h0) {
         float *y = j ? y1 : y0;
         size_t off = (size_t)j * c.N * c.E;
         VilScanState st = {.h0 = c.h0 ? c.h0 + off : NULL, .hT = hT + off, .ld = (size_t)2 * c.N * c.E};
-        scan_dir_forward(mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, y, c.u[j], c.delta[j], c.xdbl[j] + c.R,
-                         c.xdbl[j] + c.R + c.N, c.D[j], mamba ? c.A[j] : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, j, &st);
+        scan_dir_forward(rec, y, c.u[j], c.delta[j], c.xdbl[j] + c.R,
+                         c.xdbl[j] + c.R + c.N, c.D[j], own ? c.A[j] : NULL, c.B, c.L, c.E, c.N, c.xdbl_ld, j, &st);
     }
     if (with_h0)
         T_CHECK(!memcmp(hT, c.hT, ns * sizeof(float)), "bidir %s: the final states (B, 2, N, E) are the directions'",
-                mamba ? "mamba" : "longhorn");
+                id);
     free(hT);
     double *ref = vil_malloc(n * sizeof(double));
     for (size_t r = 0; r < (size_t)c.B * c.L; r++)
@@ -459,7 +503,8 @@ static void test_bidir(int mamba, int with_h0) {
             double z = c.z[r * c.ldz + e], g = z / (1 + exp(-z));
             ref[r * c.E + e] = 0.5 * (y0[r * c.E + e] * g + y1[r * c.E + e] * g);
         }
-    T_CLOSE(mamba ? "bidir mamba forward (gate, average)" : "bidir longhorn forward (gate, average)", rel_err(c.out, ref, n), 1e-6);
+    snprintf(name, sizeof name, "bidir %s forward (gate, average)", id);
+    T_CLOSE(name, rel_err(c.out, ref, n), 1e-6);
     float *du[2], *ddl[2], *dxd[2], *dD[2], *dA[2], *dz = zeros(nz);
     for (int j = 0; j < 2; j++) du[j] = zeros(n), ddl[j] = zeros(n), dxd[j] = zeros(nx), dD[j] = zeros(c.E), dA[j] = zeros((size_t)c.E * c.N);
     for (int j = 0; j < 2; j++)
@@ -471,7 +516,7 @@ static void test_bidir(int mamba, int with_h0) {
     const int ldo = c.ldz;
     float *oagain = vil_malloc((size_t)c.B * c.L * ldo * sizeof(float));
     for (size_t i = 0; i < (size_t)c.B * c.L * ldo; i++) oagain[i] = 7.0f;
-    scan_bidir_backward(&(VilScanBwd){.rec = mamba ? VIL_REC_MAMBA : VIL_REC_LONGHORN, .out = oagain,
+    scan_bidir_backward(&(VilScanBwd){.rec = rec, .out = oagain,
                                       .du = {du[0], du[1]},
                                       .ddelta = {ddl[0], ddl[1]}, .dxdbl = {dxd[0], dxd[1]}, .dz = dz,
                                       .dD = {dD[0], dD[1]}, .dA_log = {dA[0], dA[1]}, .ddelta_sum = {dbs[0], dbs[1]},
@@ -488,13 +533,14 @@ static void test_bidir(int mamba, int with_h0) {
             for (size_t r = 0; r < (size_t)c.B * c.L; r++) s += ddl[j][r * c.E + e];
             dbs_err = fmax(dbs_err, fabs(dbs[j][e] - s));
         }
-    T_CLOSE(mamba ? "bidir mamba ddelta_sum" : "bidir longhorn ddelta_sum", dbs_err, 1e-5);
+    snprintf(name, sizeof name, "bidir %s ddelta_sum", id);
+    T_CLOSE(name, dbs_err, 1e-5);
     int again_ok = 1;
     for (size_t r = 0; r < (size_t)c.B * c.L; r++)
         for (int e = 0; e < ldo; e++)
             again_ok &= e < c.E ? oagain[r * ldo + e] == c.out[r * c.E + e] : oagain[r * ldo + e] == 7.0f;
     T_CHECK(again_ok, "bidir %s backward: its out is the forward's, bit for bit, and the row padding is untouched",
-            mamba ? "mamba" : "longhorn");
+            id);
     free(oagain);
     for (int j = 0; j < 2; j++) free(dbs[j]), free(dbs0[j]);
     int xpad_ok = 1;
@@ -511,8 +557,8 @@ static void test_bidir(int mamba, int with_h0) {
     /* z's gradient only for the E columns the gate reads; the others must be left alone */
     for (size_t r = 0; r < (size_t)c.B * c.L; r++)
         for (int k = c.E; k < c.ldz; k++) dz[r * c.ldz + k] = 0;
-    const char *nm = mamba ? (with_h0 ? "bidir(mamba) h0" : "bidir(mamba)") : with_h0 ? "bidir(longhorn) h0" : "bidir(longhorn)";
-    char name[96];
+    char nm[48];
+    snprintf(nm, sizeof nm, "bidir(%s)%s", id, with_h0 ? " h0" : "");
     for (int j = 0; j < 2; j++) {
         snprintf(name, sizeof name, "%s u[%d]", nm, j);
         gc_check(name, bi_loss, &c, c.u[j], du[j], n, COORDS, 1e-2f, TOL, &rng);
@@ -524,7 +570,7 @@ static void test_bidir(int mamba, int with_h0) {
         gc_check(name, bi_loss, &c, c.xdbl[j], dxd[j], nx, COORDS * 2, 1e-2f, TOL, &rng);
         snprintf(name, sizeof name, "%s D[%d]", nm, j);
         gc_check(name, bi_loss, &c, c.D[j], dD[j], c.E, COORDS, 1e-2f, TOL, &rng);
-        if (mamba) {
+        if (own) {
             snprintf(name, sizeof name, "%s A_log[%d]", nm, j);
             gc_check(name, bi_loss, &c, c.A[j], dA[j], (size_t)c.E * c.N, COORDS, 1e-2f, TOL, &rng);
         }
@@ -636,23 +682,23 @@ int main(void) {
     test_norm(1);
     test_conv(0);
     test_conv(1);
+    test_recurrence_table();
     int Ls[] = {1, 7, 20};
     for (int i = 0; i < 3; i++)
         for (int rev = 0; rev < 2; rev++)
-            for (int h0 = 0; h0 < 2; h0++) {
-                test_scan(0, rev, Ls[i], 5, h0);
-                test_scan(1, rev, Ls[i], 5, h0);
+            for (int h0 = 0; h0 < 2; h0++)
+                for (int r = 0; r < VIL_REC_COUNT; r++) test_scan((VilRecurrence)r, rev, Ls[i], 5, h0);
+    /* more channels than one channel block of the CPU scan (Longhorn's 64, vectorized), with a
+     * partial block */
+    for (int h0 = 0; h0 < 2; h0++)
+        for (int r = 0; r < VIL_REC_COUNT; r++)
+            if (vil_rec_block((VilRecurrence)r) > 1) {
+                test_scan((VilRecurrence)r, 0, 9, 70, h0);
+                test_scan((VilRecurrence)r, 1, 9, 70, h0);
             }
-    /* more channels than one vectorized block (64) of the CPU scan, with a partial block */
-    for (int h0 = 0; h0 < 2; h0++) {
-        test_scan(0, 0, 9, 70, h0);
-        test_scan(0, 1, 9, 70, h0);
-    }
     test_scan_small_gate();
-    for (int h0 = 0; h0 < 2; h0++) {
-        test_bidir(0, h0);
-        test_bidir(1, h0);
-    }
+    for (int h0 = 0; h0 < 2; h0++)
+        for (int r = 0; r < VIL_REC_COUNT; r++) test_bidir((VilRecurrence)r, h0);
     test_xent();
     test_adamw();
     test_grad_clip();

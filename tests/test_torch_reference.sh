@@ -2,7 +2,8 @@
 # The whole network against an independent PyTorch implementation (tools/torch_reference.py,
 # float64 autograd, written the way the official ViM code computes): logits, loss, the input
 # gradient and every parameter gradient of small ViL and ViM models, from vil's CPU path
-# (build/tools/ref_dump); and the optimizers' steps (tests/test_optim --dump against
+# (build/tools/ref_dump); every recurrence's bidirectional scan alone, forward and gradients
+# (build/tools/scan_dump --rec ID against torch_reference.py --scan); and the optimizers' steps (tests/test_optim --dump against
 # tools/optim_reference.py: torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, timm's Lamb).
 # Needs python3 with torch (Debian: python3-torch).
 set -u
@@ -38,6 +39,21 @@ for arch in vil vim; do
     rc=$?
     printf '%s\n' "$out" | grep -v '^ok  '
     tally "torch reference for $arch" "$out" $rc
+done
+# every recurrence of vil/rec/list.h: vil's CPU scan against its float64 reference (doc/scans.md),
+# 70 channels: a partial channel block of the CPU scan (64)
+dump=${VIL_BUILD:-build}/tools/scan_dump
+recs=$("$dump" --list) || { echo "FAIL scan_dump --list"; failed=$((failed + 1)); recs=; }
+for rec in $recs; do
+    if ! "$dump" --rec "$rec" "$dir/scan_$rec.safetensors" 2 60 70 16; then
+        echo "FAIL scan_dump --rec $rec"
+        failed=$((failed + 1))
+        continue
+    fi
+    out=$("$py" tools/torch_reference.py --scan "$dir/scan_$rec.safetensors" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | grep -v '^ok  '
+    tally "the $rec scan reference" "$out" $rc
 done
 # the optimizers (AdamW, Adam, SGD, Lamb) against torch.optim and timm's Lamb step
 mkdir -p "$dir/optim"

@@ -1,7 +1,11 @@
-/* scan_dump.c: vil's CPU bidirectional Longhorn scan (vil/scan.c's scan_bidir_forward and
- * scan_bidir_backward) on random inputs, the inputs and every result written to one safetensors
- * file for dev/peers/bench_longhorn.py, which checks them against its float64 reference.
- *   build/tools/scan_dump FILE [B L E N] */
+/* scan_dump.c: vil's CPU bidirectional scan (vil/scan.c's scan_bidir_forward and
+ * scan_bidir_backward) of one recurrence (Longhorn unless --rec names another) on random inputs,
+ * the inputs and every result written to one safetensors file (metadata "recurrence": the id)
+ * for tools/torch_reference.py --scan and dev/peers/bench_longhorn.py, which check them against
+ * their float64 references. --list prints the ids of the recurrences, one a line.
+ *   build/tools/scan_dump [--rec ID] FILE [B L E N]
+ *   build/tools/scan_dump --list */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +13,7 @@
 #include "formats/safetensors.h"
 #include "vil/common.h"
 #include "vil/ops_cpu.h"
+#include "vil/recurrence.h"
 
 /* one (B, L, cols) tensor: n random normals times scale */
 static float *randn(VilRng *r, size_t n, float scale) {
@@ -34,10 +39,23 @@ static int whole(const char *s, int lo, int hi, int *out) {
 
 int main(int argc, char **argv) {
     int B = 2, L = 197, E = 64, N = 16;
+    VilRecurrence rec = VIL_REC_LONGHORN;
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (int r = 0; r < VIL_REC_COUNT; r++) printf("%s\n", vil_recurrences[r].id);
+        return 0;
+    }
+    if (argc >= 3 && strcmp(argv[1], "--rec") == 0) {
+        if (vil_recurrence_from_id(argv[2], &rec) != 0) {
+            fprintf(stderr, "scan_dump: no recurrence '%s' (scan_dump --list names them)\n", argv[2]);
+            return 2;
+        }
+        argc -= 2, argv += 2;
+    }
     if (argc != 2 && argc != 6) {
-        fprintf(stderr, "usage: scan_dump FILE [B L E N]\n");
+        fprintf(stderr, "usage: scan_dump [--rec ID] FILE [B L E N]\n       scan_dump --list\n");
         return 2;
     }
+    int own = vil_recurrences[rec].param.key != NULL; /* A_log (E, N) per direction */
     if (argc == 6 && (whole(argv[2], 1, 64, &B) || whole(argv[3], 1, 4096, &L) ||
                       whole(argv[4], 1, 1024, &E) || whole(argv[5], 1, 64, &N))) {
         fprintf(stderr, "scan_dump: B 1-64, L 1-4096, E 1-1024, N 1-64 (whole numbers)\n");
@@ -55,23 +73,33 @@ int main(int argc, char **argv) {
         Dk[j] = randn(&r, E, 1.0f);
     }
     float *xz = randn(&r, BL * ldz, 1.0f), *dout = randn(&r, ne, 1.0f);
+    /* A_log around S4D-real's log(1..N) (the model's init), perturbed */
+    float *Al[2] = {NULL, NULL};
+    for (int j = 0; j < 2 && own; j++) {
+        Al[j] = vil_malloc((size_t)E * N * sizeof(float));
+        for (int e = 0; e < E; e++)
+            for (int n = 0; n < N; n++) Al[j][(size_t)e * N + n] = logf(n + 1.0f) + 0.1f * vil_rng_normal(&r);
+    }
     float *out = vil_malloc(ne * sizeof(float)), *dxz = vil_calloc(BL * ldz, sizeof(float));
-    scan_bidir_forward(&(VilScanFwd){.rec = VIL_REC_LONGHORN, .out = out, .u = {u[0], u[1]},
+    scan_bidir_forward(&(VilScanFwd){.rec = rec, .out = out, .u = {u[0], u[1]},
                                      .delta = {dl[0], dl[1]}, .xdbl = {xd[0], xd[1]}, .z = xz + E,
-                                     .D = {Dk[0], Dk[1]}, .B = B, .L = L, .E = E, .N = N,
-                                     .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz});
-    VilScanBwd g = {.rec = VIL_REC_LONGHORN, .dz = dxz + E, .dout = dout, .u = {u[0], u[1]},
+                                     .D = {Dk[0], Dk[1]}, .A_log = {Al[0], Al[1]}, .B = B, .L = L, .E = E,
+                                     .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz});
+    VilScanBwd g = {.rec = rec, .dz = dxz + E, .dout = dout, .u = {u[0], u[1]},
                     .delta = {dl[0], dl[1]}, .xdbl = {xd[0], xd[1]}, .z = xz + E, .D = {Dk[0], Dk[1]},
-                    .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz};
+                    .A_log = {Al[0], Al[1]}, .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld,
+                    .xdbl_ld = xdbl_ld, .ldz = ldz};
     for (int j = 0; j < 2; j++) {
         g.du[j] = vil_malloc(ne * sizeof(float)), g.ddelta[j] = vil_malloc(ne * sizeof(float));
         g.dxdbl[j] = vil_calloc(BL * xdbl_ld, sizeof(float));
         g.dD[j] = vil_calloc(E, sizeof(float)), g.ddelta_sum[j] = vil_calloc(E, sizeof(float));
+        g.dA_log[j] = own ? vil_calloc((size_t)E * N, sizeof(float)) : NULL;
     }
     scan_bidir_backward(&g);
 
     VilStWriter *w = vil_st_writer_new();
-    int64_t sE[3] = {B, L, E}, sN[3] = {B, L, N}, s1[1] = {E};
+    vil_st_writer_meta(w, "recurrence", vil_recurrences[rec].id);
+    int64_t sE[3] = {B, L, E}, sN[3] = {B, L, N}, s1[1] = {E}, sA[2] = {E, N};
     char nm[32];
     float *keep[16];
     int nk = 0;
@@ -92,6 +120,10 @@ int main(int argc, char **argv) {
         snprintf(nm, sizeof nm, "dq%d", j), ADD(nm, sN, 3, dq);
         snprintf(nm, sizeof nm, "dD%d", j), ADD(nm, s1, 1, g.dD[j]);
         snprintf(nm, sizeof nm, "ddelta_sum%d", j), ADD(nm, s1, 1, g.ddelta_sum[j]);
+        if (own) {
+            snprintf(nm, sizeof nm, "A_log%d", j), ADD(nm, sA, 2, Al[j]);
+            snprintf(nm, sizeof nm, "dA_log%d", j), ADD(nm, sA, 2, g.dA_log[j]);
+        }
     }
     float *z = keep[nk++] = cols(xz, BL, ldz, E, E), *dz = keep[nk++] = cols(dxz, BL, ldz, E, E);
     ADD("z", sE, 3, z);
@@ -104,6 +136,7 @@ int main(int argc, char **argv) {
     for (int j = 0; j < 2; j++) {
         free(u[j]), free(dl[j]), free(xd[j]), free(Dk[j]);
         free(g.du[j]), free(g.ddelta[j]), free(g.dxdbl[j]), free(g.dD[j]), free(g.ddelta_sum[j]);
+        free(g.dA_log[j]), free(Al[j]);
     }
     for (int i = 0; i < nk; i++) free(keep[i]);
     free(xz), free(dout), free(out), free(dxz);

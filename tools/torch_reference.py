@@ -5,6 +5,10 @@ padding 3 cut to L, SiLU(z) gate per direction, (y_f + y_b.flip) / 2, fused add 
 an fp32 residual), run in float64 with autograd, against what vil's CPU path computed
 (tools/ref_dump.c). Run on the GPU machine, where torch is installed:
     build/tools/ref_dump DIR vil && python3 tools/torch_reference.py DIR
+With --scan, vil's CPU bidirectional scan alone (tools/scan_dump.c, one recurrence per file)
+against the same recurrences (SCANS: one function per recurrence of vil/rec/list.h, written
+from doc/scans.md), forward and every gradient:
+    build/tools/scan_dump --rec mamba FILE && python3 tools/torch_reference.py --scan FILE
 Exits 1 when any relative error exceeds the tolerance."""
 import sys
 
@@ -77,6 +81,14 @@ def mamba_scan(u, delta, Bm, Cm, A_log, D):
     return torch.stack(ys, 1) + D * u
 
 
+# One direction of each recurrence, by its id in vil/rec/list.h (tools/scan_dump --list):
+# u, delta (B, L, E); k, q (B, L, N); D (E); A_log (E, N) or None -> y (B, L, E)
+SCANS = {
+    "longhorn": lambda u, delta, k, q, D, A_log: longhorn_scan(u, delta, k, q, D),
+    "mamba": lambda u, delta, k, q, D, A_log: mamba_scan(u, delta, k, q, A_log, D),
+}
+
+
 def direction(P, pre, sfx, x, z, vim):
     # x, z: (B, L, E) in this direction's token order
     L = x.shape[1]
@@ -127,7 +139,67 @@ def rel(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
+def bidir_scan(rec, inp):
+    """vil's scan_bidir_forward / backward for recurrence rec: out = 0.5 SiLU(z) (y_0 + y_1),
+    direction 1 on the reversed tokens; the gradients of out against inp["dout"]"""
+    own = "A_log0" in inp
+    names = ["u0", "u1", "delta0", "delta1", "k0", "k1", "q0", "q1", "D0", "D1", "z"]
+    names += ["A_log0", "A_log1"] if own else []
+    x = {n: inp[n].double().detach().clone().requires_grad_(True) for n in names}
+    step = SCANS[rec]
+    y0 = step(x["u0"], x["delta0"], x["k0"], x["q0"], x["D0"], x.get("A_log0"))
+    y1 = step(*(x[n].flip(1) for n in ("u1", "delta1", "k1", "q1")), x["D1"], x.get("A_log1")).flip(1)
+    out = 0.5 * F.silu(x["z"]) * (y0 + y1)
+    out.backward(inp["dout"].double())
+    r = {"out": out.detach(), "dz": x["z"].grad}
+    for j in (0, 1):
+        r[f"du{j}"], r[f"ddelta{j}"] = x[f"u{j}"].grad, x[f"delta{j}"].grad
+        r[f"dk{j}"], r[f"dq{j}"], r[f"dD{j}"] = x[f"k{j}"].grad, x[f"q{j}"].grad, x[f"D{j}"].grad
+        r[f"ddelta_sum{j}"] = x[f"delta{j}"].grad.sum((0, 1))
+        if own:
+            r[f"dA_log{j}"] = x[f"A_log{j}"].grad
+    return r
+
+
+def check_scan(path):
+    """vil's CPU scan in path (tools/scan_dump.c) against its recurrence's reference; and the
+    comparison sees the recurrence: every other recurrence's reference of the same inputs
+    differs from vil's output beyond the tolerance"""
+    rec = metadata(path).get("recurrence", "longhorn")
+    vil = load_file(path)
+    if rec not in SCANS:
+        print(f"FAIL {rec}: no reference of this recurrence in tools/torch_reference.py's SCANS")
+        print("0 passed, 1 failed")
+        return 1
+    ref = bidir_scan(rec, vil)
+    bad, n = [], 0
+    for name, want in ref.items():
+        e = rel(vil[name].double(), want)
+        n += 1
+        if e > TOL:
+            bad.append(name)
+        print(f"{'ok  ' if e <= TOL else 'FAIL'} {rec} scan {name:14s} rel err {e:.3e}")
+    E, N = vil["u0"].shape[2], vil["k0"].shape[2]
+    others = dict(vil)
+    for j in (0, 1):  # S4D-real's A_log for a recurrence that reads one, where these have none
+        others.setdefault(f"A_log{j}", torch.log(torch.arange(1, N + 1, dtype=torch.float64)).expand(E, N))
+    for other in SCANS:
+        if other == rec:
+            continue
+        e = rel(vil["out"].double(), bidir_scan(other, others)["out"])
+        n += 1
+        if e <= TOL:
+            bad.append(f"{other} reference")
+        print(f"{'ok  ' if e > TOL else 'FAIL'} {rec} scan out against {other}'s reference: rel err {e:.3e} "
+              f"(must exceed {TOL})")
+    print(f"{rec} scan: B {vil['u0'].shape[0]}, L {vil['u0'].shape[1]}, E {E}, N {N}, {n} checks (tolerance {TOL})")
+    print(f"{n - len(bad)} passed, {len(bad)} failed")
+    return 1 if bad else 0
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--scan":
+        sys.exit(check_scan(sys.argv[2]))
     d = sys.argv[1]
     P = {k: v.double().requires_grad_(True) for k, v in load_file(f"{d}/model.safetensors").items()}
     meta = metadata(f"{d}/model.safetensors")

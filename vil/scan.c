@@ -1,9 +1,10 @@
-/* scan.c: the state-space recurrences of one direction, Longhorn (ViL) and Mamba (ViM), and
- * the bidirectional mixer core built from them (gate by SiLU(z), average of the directions).
- * Math per doc/scans.md. Each recurrence supplies its step pieces (the per-step scalar, the
- * decay, the output, the adjoint terms) as inline functions of a compile-time recurrence; the
- * loops (forward, backward, the channel blocks, the reductions) are written once over them and
- * instantiated per recurrence by REC_DISPATCH, which args->rec selects. Each (sample, channel) pair is an
+/* scan.c: the state-space recurrences of one direction (vil/rec/list.h: Longhorn (ViL), Mamba
+ * (ViM)), and the bidirectional mixer core built from them (gate by SiLU(z), average of the
+ * directions). Math per doc/scans.md. Each recurrence supplies its step pieces (the per-step
+ * scalar, the decay, the output, the adjoint terms) as inline functions in its header
+ * (vil/rec/<id>.h, called by VilRecurrence through vil/rec/all.h); the loops (forward, backward,
+ * the channel blocks, the reductions) are written once over them and instantiated per
+ * recurrence by VIL_REC_DISPATCH, which args->rec selects. Each (sample, channel) pair is an
  * independent recurrence over L tokens with an N-wide state; the backward recomputes the forward
  * states of one channel block (in a per-thread buffer) and never divides by the decay.
  * k/q gradients sum over channels and dD/dA_log over samples in a fixed order, so results do not
@@ -16,34 +17,24 @@
 #include "common.h"
 #include "vecmath.h"
 #include "ops_cpu.h"
+#include "vil/rec/all.h"
 
 #define MAXN 64
 #define MAXDB 64
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
 /* token index of scan step s */
 static inline int tok(int s, int L, int reverse) { return reverse ? L - 1 - s : s; }
 
-/* ---------------- the recurrences' pieces ----------------
- * Both are h_t = a_t * h_{t-1} + s_t u_t k_t, y_t = q_t . h_t + D u_t, per channel:
- *   Longhorn: s = eps = beta / (1 + beta |k_t|^2), beta = sigmoid(delta); a[n] = 1 - eps k_t[n]^2
- *   Mamba:    s = dt = softplus(delta); a[n] = exp(dt A[n]), A = -exp(A_log) */
+/* every recurrence's state fits MAXN x its block */
+#define REC_FITS_(U, l, P, ...) _Static_assert(VIL_REC_##U##_BLOCK <= MAXDB, #l "'s channel block is over MAXDB");
+VIL_RECURRENCE_LIST(REC_FITS_)
+#undef REC_FITS_
 
-/* Channels per block, the state laid out h[n][channel]: Longhorn's 64 make the inner loops run
- * over contiguous channels and vectorize (k_t, q_t scalars there); Mamba's decay differs per
- * (channel, state), so one channel a block, its state loop scalar. */
-ALWAYS_INLINE int rec_block(VilRecurrence rec) { return rec == VIL_REC_LONGHORN ? MAXDB : 1; }
-/* a per-token scalar of k (Longhorn's kappa), whose gradient sums over channels into dk */
-ALWAYS_INLINE int rec_has_kappa(VilRecurrence rec) { return rec == VIL_REC_LONGHORN; }
-/* a parameter of its own per (channel, state): Mamba's A_log */
-ALWAYS_INLINE int rec_has_param(VilRecurrence rec) { return rec == VIL_REC_MAMBA; }
-
-/* per-token scalars of k, once per direction: Longhorn's kappa[b*L + t] = |k_t|^2; NULL: none */
+/* per-token scalars of k, once per direction: kappa[b*L + t] = |k_t|^2 where the recurrence
+ * reads it; NULL: none */
 static float *rec_tokens(VilRecurrence rec, const float *k, int B, int L, int N, int xdbl_ld) {
-    if (!rec_has_kappa(rec)) return NULL;
+    if (!vil_rec_kappa(rec)) return NULL;
     float *kappa = vil_malloc((size_t)B * L * sizeof(float));
 #pragma omp parallel for
     for (long r = 0; r < (long)B * L; r++) {
@@ -55,80 +46,7 @@ static float *rec_tokens(VilRecurrence rec, const float *k, int B, int L, int N,
     return kappa;
 }
 
-/* per channel block, once: what the decay needs of the parameters, A[n][i] (Mamba's
- * A = -exp(A_log)) */
-ALWAYS_INLINE void rec_params(VilRecurrence rec, float *A, const float *A_log, int c0, int nd, int N) {
-    const int DB = rec_block(rec);
-    if (rec_has_param(rec))
-        for (int i = 0; i < nd; i++)
-            for (int n = 0; n < N; n++) A[n * DB + i] = -expf(A_log[(size_t)(c0 + i) * N + n]);
-}
-
-/* The step scalar s of a channel at a token; aux keeps what the adjoint needs again (Longhorn's
- * beta and 1 + beta kappa). */
-ALWAYS_INLINE float rec_step(VilRecurrence rec, float delta, float kappa, float *aux0, float *aux1) {
-    if (rec == VIL_REC_LONGHORN) {
-        float beta = sigmoidf_(delta), den = 1.0f + beta * kappa;
-        *aux0 = beta, *aux1 = den;
-        return beta / den;
-    }
-    return softplusf_(delta);
-}
-
-/* the decay a of a state: kk = k_t[n]^2, A = the state's parameter */
-ALWAYS_INLINE float rec_decay(VilRecurrence rec, float s, float kk, float A) {
-    return rec == VIL_REC_LONGHORN ? 1.0f - s * kk : expf(s * A);
-}
-
-/* y = the state sum plus D u: Longhorn starts the sum at D u, Mamba adds D u last */
-ALWAYS_INLINE float rec_out_init(VilRecurrence rec, float Dskip, float ut) {
-    return rec == VIL_REC_LONGHORN ? Dskip * ut : 0.0f;
-}
-ALWAYS_INLINE float rec_out_final(VilRecurrence rec, float acc, float Dskip, float ut) {
-    return rec == VIL_REC_LONGHORN ? acc : acc + Dskip * ut;
-}
-
-/* One state's adjoint terms at a step, from its adjoint l and its value hp before the step:
- * ds (the step scalar's gradient), dk (k_t[n]'s, beyond the kappa path), dA (the parameter's,
- * Mamba: per unit of A, times A once at the end). */
-typedef struct {
-    float ds, dk, dA;
-} RecAdj;
-ALWAYS_INLINE RecAdj rec_adjoint(VilRecurrence rec, float l, float s, float a, float ut, float kn,
-                                 float kk, float hp, float A) {
-    RecAdj g = {0};
-    if (rec == VIL_REC_LONGHORN) {
-        g.ds = l * (ut * kn - kk * hp);
-        g.dk = l * s * (ut - 2.0f * kn * hp);
-    } else {
-        g.ds = l * (A * a * hp + ut * kn);
-        g.dk = l * s * ut;
-        g.dA = l * s * a * hp;
-    }
-    return g;
-}
-
-/* ddelta from ds; Longhorn also adds its kappa gradient to *dkappa (summed over channels) */
-ALWAYS_INLINE float rec_ddelta(VilRecurrence rec, float ds, float delta, float aux0, float aux1,
-                               float *dkappa) {
-    if (rec == VIL_REC_LONGHORN) {
-        float beta = aux0, d2 = aux1 * aux1;
-        *dkappa -= ds * beta * beta / d2;
-        return ds / d2 * beta * (1.0f - beta);
-    }
-    return ds * sigmoidf_(delta);
-}
-
 /* ---------------- the loops, once ---------------- */
-
-/* Runs f with the recurrence as a compile-time constant. It sits inside the parallel loops: an
- * OpenMP region's body is outlined into a function of its own, so a constant named outside it
- * reaches the body as a runtime value and the pieces' branches stay in the inner loops. */
-#define REC_DISPATCH(rec, f, ...)                                                   \
-    switch (rec) {                                                                  \
-    case VIL_REC_LONGHORN: f(VIL_REC_LONGHORN, __VA_ARGS__); break;                 \
-    case VIL_REC_MAMBA: f(VIL_REC_MAMBA, __VA_ARGS__); break;                       \
-    }
 
 /* one direction's tensors and sizes (the shapes of ops_cpu.h) */
 typedef struct {
@@ -145,7 +63,7 @@ typedef struct {
 /* the state of channels c0 .. c0 + nd of sample b before the first step, h[n][i] (DB-wide
  * rows): the given initial state, or zero */
 ALWAYS_INLINE void state_start(const VilRecurrence rec, const ScanDir *p, float *h, int b, int c0, int nd) {
-    const int DB = rec_block(rec);
+    const int DB = vil_rec_block(rec);
     for (int n = 0; n < p->N * DB; n++) h[n] = 0.0f;
     if (p->h0)
         for (int n = 0; n < p->N; n++)
@@ -154,7 +72,7 @@ ALWAYS_INLINE void state_start(const VilRecurrence rec, const ScanDir *p, float 
 
 /* the forward of one channel block of one sample */
 ALWAYS_INLINE void forward_block(const VilRecurrence rec, const ScanDir *p, int b, int cb) {
-    const int DB = rec_block(rec);
+    const int DB = vil_rec_block(rec);
     float *y = p->y;
     const float *u = p->u, *delta = p->delta, *k = p->k, *q = p->q, *Dskip = p->Dskip, *tk = p->kappa;
     int L = p->L, E = p->E, N = p->N, xdbl_ld = p->xdbl_ld, reverse = p->reverse;
@@ -162,7 +80,7 @@ ALWAYS_INLINE void forward_block(const VilRecurrence rec, const ScanDir *p, int 
     float h[MAXN * MAXDB], A[MAXN * MAXDB];
     float sc[MAXDB], ut[MAXDB], acc[MAXDB], aux0[MAXDB], aux1[MAXDB];
     state_start(rec, p, h, b, c0, nd);
-    rec_params(rec, A, p->A_log, c0, nd, N);
+    vil_rec_params(rec, A, p->A_log, c0, nd, N, DB);
     float *hsq = p->hsq ? p->hsq + ((size_t)b * ((E + DB - 1) / DB) + cb) * L : NULL;
     for (int s = 0; s < L; s++) {
         size_t r = (size_t)b * L + tok(s, L, reverse);
@@ -170,14 +88,14 @@ ALWAYS_INLINE void forward_block(const VilRecurrence rec, const ScanDir *p, int 
         const float *ur = u + r * E + c0, *dr = delta + r * E + c0;
         float kap = tk ? tk[r] : 0.0f;
         for (int i = 0; i < nd; i++) {
-            sc[i] = rec_step(rec, dr[i], kap, &aux0[i], &aux1[i]);
+            sc[i] = vil_rec_step(rec, dr[i], kap, &aux0[i], &aux1[i]);
             ut[i] = ur[i];
-            acc[i] = rec_out_init(rec, Dskip[c0 + i], ut[i]);
+            acc[i] = vil_rec_out_init(rec, Dskip[c0 + i], ut[i]);
         }
         if (DB == 1) { /* one channel: the state loop innermost */
             float s0 = sc[0], u0 = ut[0], a0 = acc[0];
             for (int n = 0; n < N; n++) {
-                h[n] = rec_decay(rec, s0, kt[n] * kt[n], A[n]) * h[n] + s0 * u0 * kt[n];
+                h[n] = vil_rec_decay(rec, s0, kt[n] * kt[n], A[n]) * h[n] + s0 * u0 * kt[n];
                 a0 += h[n] * qt[n];
             }
             acc[0] = a0;
@@ -188,12 +106,12 @@ ALWAYS_INLINE void forward_block(const VilRecurrence rec, const ScanDir *p, int 
                 const float *An = A + n * DB;
 #pragma omp simd
                 for (int i = 0; i < nd; i++) {
-                    hn[i] = rec_decay(rec, sc[i], kk, An[i]) * hn[i] + sc[i] * ut[i] * kn;
+                    hn[i] = vil_rec_decay(rec, sc[i], kk, An[i]) * hn[i] + sc[i] * ut[i] * kn;
                     acc[i] += hn[i] * qn;
                 }
             }
         }
-        for (int i = 0; i < nd; i++) y[r * E + c0 + i] = rec_out_final(rec, acc[i], Dskip[c0 + i], ut[i]);
+        for (int i = 0; i < nd; i++) y[r * E + c0 + i] = vil_rec_out_final(rec, acc[i], Dskip[c0 + i], ut[i]);
         if (hsq) {
             float s2 = 0.0f;
             for (int n = 0; n < N; n++)
@@ -211,7 +129,7 @@ ALWAYS_INLINE void forward_block(const VilRecurrence rec, const ScanDir *p, int 
  * the sums, a wider block sums its channels (simd) first. dD and the parameter's gradient go to
  * the sample's partials. */
 ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, int b) {
-    const int DB = rec_block(rec);
+    const int DB = vil_rec_block(rec);
     float *du = p->du, *ddelta = p->ddelta, *dk = p->dk, *dq = p->dq;
     const float *dy = p->dy, *u = p->u, *delta = p->delta, *k = p->k, *q = p->q, *Dskip = p->Dskip,
                 *tk = p->kappa;
@@ -231,20 +149,20 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
         for (int n = 0; n < N * DB; n++) lam[n] = anext[n] = dA[n] = 0.0f;
         state_start(rec, p, h, b, c0, nd);
         memcpy(hinit, h, sizeof(float) * N * DB); /* h before the first step: a constant */
-        rec_params(rec, A, p->A_log, c0, nd, N);
+        vil_rec_params(rec, A, p->A_log, c0, nd, N, DB);
         /* recompute the forward states of this block: Hs[s][n][i] = h after step s */
         for (int s = 0; s < L; s++) {
             size_t r = (size_t)b * L + tok(s, L, reverse);
             const float *kt = k + r * xdbl_ld;
             float kap = tk ? tk[r] : 0.0f;
             for (int i = 0; i < nd; i++) {
-                sc[i] = rec_step(rec, delta[r * E + c0 + i], kap, &aux0[i], &aux1[i]);
+                sc[i] = vil_rec_step(rec, delta[r * E + c0 + i], kap, &aux0[i], &aux1[i]);
                 ut[i] = u[r * E + c0 + i];
             }
             if (DB == 1) {
                 float s0 = sc[0], u0 = ut[0], *hs = Hs + (size_t)s * N;
                 for (int n = 0; n < N; n++) {
-                    h[n] = rec_decay(rec, s0, kt[n] * kt[n], A[n]) * h[n] + s0 * u0 * kt[n];
+                    h[n] = vil_rec_decay(rec, s0, kt[n] * kt[n], A[n]) * h[n] + s0 * u0 * kt[n];
                     hs[n] = h[n];
                 }
                 continue;
@@ -255,7 +173,7 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
                 const float *An = A + n * DB;
 #pragma omp simd
                 for (int i = 0; i < nd; i++) {
-                    hn[i] = rec_decay(rec, sc[i], kk, An[i]) * hn[i] + sc[i] * ut[i] * kn;
+                    hn[i] = vil_rec_decay(rec, sc[i], kk, An[i]) * hn[i] + sc[i] * ut[i] * kn;
                     hs[i] = hn[i];
                 }
             }
@@ -269,7 +187,7 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
             float *dkt = dk + r * xdbl_ld, *dqt = dq + r * xdbl_ld;
             float kap = tk ? tk[r] : 0.0f;
             for (int i = 0; i < nd; i++) {
-                sc[i] = rec_step(rec, delta[r * E + c0 + i], kap, &aux0[i], &aux1[i]);
+                sc[i] = vil_rec_step(rec, delta[r * E + c0 + i], kap, &aux0[i], &aux1[i]);
                 ut[i] = u[r * E + c0 + i];
                 gy[i] = dy[r * E + c0 + i];
                 dut[i] = gy[i] * Dskip[c0 + i];
@@ -279,15 +197,15 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
                 const float *hcur = Hs + (size_t)s * N, *hp = s > 0 ? Hs + (size_t)(s - 1) * N : hinit;
                 float s0 = sc[0], u0 = ut[0], g0 = gy[0], du0 = dut[0], ds0 = ds[0];
                 for (int n = 0; n < N; n++) {
-                    float kn = kt[n], a = rec_decay(rec, s0, kn * kn, A[n]);
+                    float kn = kt[n], a = vil_rec_decay(rec, s0, kn * kn, A[n]);
                     float l = g0 * qt[n] + anext[n] * lam[n];
                     lam[n] = l;
                     dqt[n] += g0 * hcur[n];
-                    RecAdj g = rec_adjoint(rec, l, s0, a, u0, kn, kn * kn, hp[n], A[n]);
+                    VilRecAdj g = vil_rec_adjoint(rec, l, s0, a, u0, kn, kn * kn, hp[n], A[n]);
                     dkt[n] += g.dk;
                     du0 += l * s0 * kn;
                     ds0 += g.ds;
-                    if (rec_has_param(rec)) dA[n] += g.dA;
+                    if (vil_rec_param(rec)) dA[n] += g.dA;
                     anext[n] = a;
                 }
                 dut[0] = du0, ds[0] = ds0;
@@ -305,11 +223,11 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
                         ln[i] = l;
                         dqa += gy[i] * hcur[i];
                         dut[i] += l * sc[i] * kn;
-                        float a = rec_decay(rec, sc[i], kk, An[i]);
-                        RecAdj g = rec_adjoint(rec, l, sc[i], a, ut[i], kn, kk, hp[i], An[i]);
+                        float a = vil_rec_decay(rec, sc[i], kk, An[i]);
+                        VilRecAdj g = vil_rec_adjoint(rec, l, sc[i], a, ut[i], kn, kk, hp[i], An[i]);
                         ds[i] += g.ds;
                         dka += g.dk;
-                        if (rec_has_param(rec)) dAn[i] += g.dA;
+                        if (vil_rec_param(rec)) dAn[i] += g.dA;
                         an[i] = a;
                     }
                     dkt[n] += dka;
@@ -319,18 +237,18 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
             float dkp = 0.0f;
             for (int i = 0; i < nd; i++) {
                 du[r * E + c0 + i] = dut[i];
-                ddelta[r * E + c0 + i] = rec_ddelta(rec, ds[i], delta[r * E + c0 + i], aux0[i], aux1[i], &dkp);
+                ddelta[r * E + c0 + i] = vil_rec_ddelta(rec, ds[i], delta[r * E + c0 + i], aux0[i], aux1[i], &dkp);
                 dDacc[i] += gy[i] * ut[i];
             }
-            if (rec_has_kappa(rec)) dkap[t] += dkp;
+            if (vil_rec_kappa(rec)) dkap[t] += dkp;
         }
         for (int i = 0; i < nd; i++) p->dD_part[(size_t)b * E + c0 + i] += dDacc[i];
-        if (rec_has_param(rec))
+        if (vil_rec_param(rec))
             for (int i = 0; i < nd; i++)
                 for (int n = 0; n < N; n++)
                     p->dA_part[((size_t)b * E + c0 + i) * N + n] += dA[n * DB + i] * A[n * DB + i];
     }
-    if (rec_has_kappa(rec)) /* k's gradient through kappa: dk += 2 k dkappa */
+    if (vil_rec_kappa(rec)) /* k's gradient through kappa: dk += 2 k dkappa */
         for (int t = 0; t < L; t++) {
             size_t r = (size_t)b * L + t;
             float *dkt = dk + r * xdbl_ld;
@@ -344,7 +262,7 @@ ALWAYS_INLINE void backward_sample(const VilRecurrence rec, const ScanDir *p, in
 void scan_dir_forward(VilRecurrence rec, float *y, const float *u, const float *delta,
                       const float *k, const float *q, const float *Dskip, const float *A_log, int B,
                       int L, int E, int N, int xdbl_ld, int reverse, const VilScanState *st) {
-    int nblk = (E + rec_block(rec) - 1) / rec_block(rec);
+    int nblk = (E + vil_rec_block(rec) - 1) / vil_rec_block(rec);
     ScanDir p = {.y = y, .u = u, .delta = delta, .k = k, .q = q, .Dskip = Dskip, .A_log = A_log,
                  .kappa = rec_tokens(rec, k, B, L, N, xdbl_ld), .h0 = st ? st->h0 : NULL,
                  .hT = st ? st->hT : NULL,
@@ -353,7 +271,7 @@ void scan_dir_forward(VilRecurrence rec, float *y, const float *u, const float *
                  .reverse = reverse};
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
-        for (int cb = 0; cb < nblk; cb++) REC_DISPATCH(rec, forward_block, &p, b, cb)
+        for (int cb = 0; cb < nblk; cb++) VIL_REC_DISPATCH(rec, forward_block, &p, b, cb)
     if (p.hsq) { /* the blocks' sums in block order */
 #pragma omp parallel for
         for (long r = 0; r < (long)B * L; r++) {
@@ -371,7 +289,7 @@ void scan_dir_backward(VilRecurrence rec, float *du, float *ddelta, float *dk, f
                        float *dA_log, const float *dy, const float *u, const float *delta,
                        const float *k, const float *q, const float *Dskip, const float *A_log, int B,
                        int L, int E, int N, int xdbl_ld, int reverse, const VilScanState *st) {
-    int nt = omp_get_max_threads(), DB = rec_block(rec), own = rec_has_param(rec);
+    int nt = omp_get_max_threads(), DB = vil_rec_block(rec), own = vil_rec_param(rec);
     /* per-sample partials, reduced in sample order: independent of the thread count */
     ScanDir p = {.du = du, .ddelta = ddelta, .dk = dk, .dq = dq,
                  .dD_part = vil_calloc((size_t)B * E, sizeof(float)),
@@ -383,7 +301,7 @@ void scan_dir_backward(VilRecurrence rec, float *du, float *ddelta, float *dk, f
                  .hld = st ? st->ld : 0, .B = B, .L = L, .E = E, .N = N, .xdbl_ld = xdbl_ld,
                  .reverse = reverse};
 #pragma omp parallel for
-    for (int b = 0; b < B; b++) REC_DISPATCH(rec, backward_sample, &p, b)
+    for (int b = 0; b < B; b++) VIL_REC_DISPATCH(rec, backward_sample, &p, b)
     for (int bb = 0; bb < B; bb++) {
         for (int d = 0; d < E; d++) dD[d] += p.dD_part[(size_t)bb * E + d];
         if (own)
