@@ -207,7 +207,7 @@ static const VilArg ARGS[] = {
     {"--limit", VIL_ARG_INT, &o.limit, "images measured: N spread over the classes, round robin in class order, each class's first ones (0: all); unreadable ones are left out", 0, 2147483647},
     {"--batch", VIL_ARG_INT, &o.batch, "images per forward (training activations: every layer's are kept)", 1, VIL_MAX_BATCH},
     {"--crop-pct", VIL_ARG_FLOAT, &o.crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
-    {"--device", VIL_ARG_STR, &o.device, "where the forward runs: cpu, cuda or auto (the norms' scans run on the host)"},
+    {"--device", VIL_ARG_STR, &o.device, "where the forward and the norms' scans run: cpu, cuda or auto"},
     {"--workers", VIL_ARG_INT, &o.workers, "data loader threads", 1, 256},
     {"--threads", VIL_ARG_INT, &o.threads, VIL_THREADS_HELP},
     {"--max-pixels", VIL_ARG_INT, &o.max_pixels, VIL_MAX_PIXELS_HELP},
@@ -224,9 +224,10 @@ const VilArgSpec vil_cmd_states_spec = {
     "--img-size S`), the scans starting from zero. Past the training length (the\n"
     "tokens of the checkpoint's own pos_embed grid) a model meets states it never\n"
     "saw.\n"
-    "The forward runs on --device; the norms come from the CPU reference scan,\n"
-    "replayed on the host on each layer's downloaded activations (the cost: about\n"
-    "a CPU forward per image). Writes OUT/states.csv (layer, direction, step,\n"
+    "The forward runs on --device, and each layer's scans are replayed there from\n"
+    "its kept inputs, summing the squared state after each token (on CUDA one\n"
+    "simple kernel; float32 sums on both backends, over the forward's own\n"
+    "activations). Writes OUT/states.csv (layer, direction, step,\n"
     "token, mean_norm, sd_norm; step s = the tokens the direction has read, 1..L:\n"
     "forward token s - 1, backward token L - s), OUT/states.json (the same by\n"
     "step, the final states' norms, the model, size, images and training\n"
@@ -257,7 +258,6 @@ static void print_header(Report *r, const VilModel *m, const VilCheckpointMeta *
            vil_eval_scale_size(c->img_size, ev->crop_pct), c->img_size, note);
     if (took[0]) printf("%s\n", took);
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, o.workers);
-    else printf("note: the forward runs on %s; the norms' scans on the host CPU\n", be->name);
     fflush(stdout);
 }
 
