@@ -44,6 +44,7 @@ done
 # 70 channels: a partial channel block of the CPU scan (64)
 dump=${VIL_BUILD:-build}/tools/scan_dump
 recs=$("$dump" --list) || { echo "FAIL scan_dump --list"; failed=$((failed + 1)); recs=; }
+[ -n "$recs" ] || { echo "FAIL scan_dump --list names no recurrence ($dump)"; failed=$((failed + 1)); }
 for rec in $recs; do
     if ! "$dump" --rec "$rec" "$dir/scan_$rec.safetensors" 2 60 70 16; then
         echo "FAIL scan_dump --rec $rec"
