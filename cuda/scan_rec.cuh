@@ -8,7 +8,8 @@
  * template <int N, class R> over these; the host picks R from VilRecurrence once.
  *
  * The members, with the step's scalars p0, p1 (pre; a masked-out step gets 0, 0 and the state
- * passes through unchanged):
+ * must pass through unchanged: upd gives h, gate 1, drive 0, prod_step adds nothing, which
+ * each policy's choice of p0 has to make true; the chunked kernels' padded steps rely on it):
  *   HAS_A, KAPPA              a parameter A_log per (channel, state), the A the kernels load as
  *                             -exp(A_log) (the table row's param); s reads kappa (dk then has a
  *                             2 k dkappa term)

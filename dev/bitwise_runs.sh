@@ -4,8 +4,9 @@
 # their checkpoints and training states compared byte for byte (cmp). single: 12 steps of ViL,
 # ViM, each initial-state intervention, SGD, Lamb and recompute 1; resume: stopped at step 6 and
 # resumed (the restore path); mpi: two ranks with passing states (the per-rank state gathered).
-# Run from the repository root; DATA (Fashion-MNIST's IDX folder, dataset-fashion-mnist) and OUT
-# (the runs' folder) may be set. Prints a line per run: identical or DIFFERENT; exit 1 on any
+# Run from the repository root; DATA (Fashion-MNIST's IDX folder, dataset-fashion-mnist; any IDX
+# folder of 28x28 images will do), OUT (the runs' folder) and DEVICE (cpu, the default, or cuda:
+# the CUDA backend's sums are in a fixed order, so its runs repeat bit for bit too) may be set. Prints a line per run: identical or DIFFERENT; exit 1 on any
 # difference.
 #   git worktree add /tmp/base HEAD~3 && make -C /tmp/base CUDA=0 bin/vil
 #   sh dev/bitwise_runs.sh /tmp/base/bin/vil bin/vil
@@ -16,7 +17,8 @@ WHICH="${*:-single resume mpi}"
 D=${DATA:-/usr/share/datasets/fashion-mnist}
 O=${OUT:-/tmp/vil-bitwise}
 rm -rf "$O" && mkdir -p "$O"
-A="--config configs/vil_fashion.cfg --data $D --device cpu --progress none --set max_steps=12 --set log_every=4 --set eval_every_epochs=0 --set workers=1 --threads 2"
+DEV=${DEVICE:-cpu}
+A="--config configs/vil_fashion.cfg --data $D --device $DEV --progress none --set max_steps=12 --set log_every=4 --set eval_every_epochs=0 --set workers=1 --threads 2"
 bad=0
 
 same() { # name file...: compare the two runs' files
@@ -48,7 +50,7 @@ resume_run() { # name extra...: stopped at step 6, then resumed to 12
     for t in base new; do
         V=$B; [ $t = new ] && V=$N
         { $V train $A --set batch=64 --out "$O/${t}_$name" "$@" --stop-after 6 &&
-          $V train --resume "$O/${t}_$name" --data "$D" --device cpu --progress none --threads 2; } > "$O/${t}_$name.log" 2>&1
+          $V train --resume "$O/${t}_$name" --data "$D" --device $DEV --progress none --threads 2; } > "$O/${t}_$name.log" 2>&1
         echo "$t rc=$?" >> "$O/${t}_$name.log"
     done
     same "$name" last.safetensors last.state.safetensors

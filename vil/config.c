@@ -143,10 +143,15 @@ int vil_config_from_json(VilConfig *c, const char *json) {
 
 int vil_config_finalize(VilConfig *c) {
     if (vil_recurrence_from_arch(c->arch, &c->rec) != 0) {
-        char names[64] = "";
+        /* the archs of the table (a recurrence of the scan ops alone has none) */
+        const char *archs[VIL_REC_COUNT];
+        int na = 0;
         for (int r = 0; r < VIL_REC_COUNT; r++)
+            if (vil_recurrences[r].arch) archs[na++] = vil_recurrences[r].arch;
+        char names[128] = "";
+        for (int i = 0; i < na; i++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'",
-                     r == 0 ? "" : r + 1 < VIL_REC_COUNT ? ", " : " or ", vil_recurrences[r].arch);
+                     i == 0 ? "" : i + 1 < na ? ", " : " or ", archs[i]);
         vil_error("config: arch must be %s, got '%s'", names, c->arch);
         return VIL_EUSAGE;
     }
