@@ -48,8 +48,7 @@ typedef struct {
 static Flags o;
 
 static const VilArg ARGS[] = {
-    {"--model", VIL_ARG_STR, &o.model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN", .required = 1},
-    {"--ema", VIL_ARG_FLAG, &o.ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
+    VIL_ARG_MODEL_ROWS(o),
     {"--data", VIL_ARG_STR, &o.data, VIL_DATA_HELP, .required = 1},
     {"--split", VIL_ARG_STR, &o.split, "split to evaluate: val, test or train"},
     {"--labels", VIL_ARG_STR, &o.labels, "labels file for a flat folder (\"filename label\" lines)"},

@@ -19,8 +19,7 @@ typedef struct {
 static Flags o;
 
 static const VilArg ARGS[] = {
-    {"--model", VIL_ARG_STR, &o.model, "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors", .meta = "CKPT|RUN", .required = 1},
-    {"--ema", VIL_ARG_FLAG, &o.ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"},
+    VIL_ARG_MODEL_ROWS(o),
     {"--img-size", VIL_ARG_INT, &o.img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
     {"--device", VIL_ARG_STR, &o.device, "cpu or cuda: where to load it"},
 };

@@ -16,4 +16,12 @@ const char *vil_cli_model_path(const char *cmd, const char *model, int *ema, cha
  * saying so on stderr (the caller exits 2). */
 int vil_cli_crop_pct_ok(const char *cmd, float crop_pct);
 
+/* The flag rows of --model CKPT|RUN and --ema, the same in every command that reads a model
+ * (their Flags struct names the fields model and ema) */
+#define VIL_ARG_MODEL_ROWS(o)                                                                          \
+    {"--model", VIL_ARG_STR, &(o).model,                                                               \
+     "checkpoint (.safetensors, or a PyTorch .pth), or a run folder: its best.safetensors",            \
+     .meta = "CKPT|RUN", .required = 1},                                                               \
+    {"--ema", VIL_ARG_FLAG, &(o).ema, "a .pth training checkpoint's model_ema, or a run folder's ema.safetensors"}
+
 #endif
