@@ -24,7 +24,10 @@ NVCC    ?=
 OPT     ?= -O3 -march=native
 # -fno-math-errno: expf and log1pf need not set errno, so loops that call them can vectorize
 # (vil/vecmath.h: glibc's libmvec); nothing in vil reads errno after a math function
-CFLAGS  += $(OPT) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fno-math-errno -fopenmp -g -I.
+# -fPIC -fvisibility=hidden: every object may go into libvil.so, which exports only include/vil.h's
+# functions (VIL_API); inside a static link hidden symbols resolve as usual
+CFLAGS  += $(OPT) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fno-math-errno -fopenmp -g -I. \
+           -fPIC -fvisibility=hidden
 LDLIBS  += -fopenmp -lm -lpthread
 BUILD   := build
 
@@ -190,7 +193,7 @@ $(OPTIONS_FILE): FORCE
 	$(shell mkdir -p $(dir $@))$(file >$@.tmp,$(OPTIONS))
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 
-LIB_SRC := $(wildcard vil/*.c formats/*.c data/*.c train/*.c eval/*.c charts/*.c)
+LIB_SRC := $(wildcard api/*.c vil/*.c formats/*.c data/*.c train/*.c eval/*.c charts/*.c)
 LIB_OBJ := $(filter-out $(VERSION_OBJ),$(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))) \
            $(BUILD)/gen/imagenet_names.o $(CU_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -199,10 +202,10 @@ GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
 TOOL_SRC := $(wildcard tools/*.c)
 TOOL_BIN := $(patsubst tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
-HDR := $(wildcard vil/*.h vil/rec/*.h formats/*.h data/*.h train/*.h eval/*.h charts/*.h cli/*.h cuda/*.h cuda/*.cuh)
+HDR := $(wildcard include/*.h api/*.h vil/*.h vil/rec/*.h formats/*.h data/*.h train/*.h eval/*.h charts/*.h cli/*.h cuda/*.h cuda/*.cuh)
 
 .PHONY: all test test-run test-gpu clean fuzz demo deps dev-cuda FORCE
-all: bin/vil $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
+all: bin/vil $(LIBVIL_SO) $(BUILD)/vil.pc $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 # the commands' flag tables (cli/args.h) leave a flag's optional range fields out
 $(BUILD)/cli/%.o: CFLAGS += -Wno-missing-field-initializers
@@ -233,6 +236,45 @@ $(BUILD)/libvil.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# ---- libvil.so: the library other programs link (include/vil.h; README "Using vil from C"). Its
+# SONAME carries the major version; it exports only the header's functions (tests/test_exports.sh
+# checks the list against the header). version.o goes in here, as in bin/vil. ----
+VIL_VERSION := $(shell sed -n 's/^\#define VIL_VERSION "\(.*\)"/\1/p' vil/version.h)
+VIL_SOMAJOR := $(firstword $(subst ., ,$(VIL_VERSION)))
+LIBVIL_SO := $(BUILD)/lib/libvil.so
+$(LIBVIL_SO): $(LIB_OBJ) $(VERSION_OBJ) $(OPTIONS_FILE)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libvil.so.$(VIL_SOMAJOR) -Wl,--no-undefined $(LDFLAGS) \
+	    -o $@.$(VIL_VERSION) $(LIB_OBJ) $(VERSION_OBJ) $(LDLIBS)
+	ln -sf libvil.so.$(VIL_VERSION) $@.$(VIL_SOMAJOR)
+	ln -sf libvil.so.$(VIL_SOMAJOR) $@
+
+# ---- make install PREFIX=/usr/local DESTDIR=: the header, both libraries (and the CUDA module
+# when built), vil.pc and bin/vil; make uninstall removes exactly those ----
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR ?= $(PREFIX)/bin
+PC_PRIVATE := $(filter-out -fopenmp,$(LDLIBS))
+$(BUILD)/vil.pc: vil.pc.in Makefile $(OPTIONS_FILE)
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VIL_VERSION)|' -e 's|@LIBS_PRIVATE@|-fopenmp $(PC_PRIVATE)|' $< > $@
+INSTALL_FILES := $(INCLUDEDIR)/vil.h $(LIBDIR)/libvil.so.$(VIL_VERSION) $(LIBDIR)/libvil.so.$(VIL_SOMAJOR) \
+                 $(LIBDIR)/libvil.so $(LIBDIR)/libvil.a $(LIBDIR)/pkgconfig/vil.pc $(BINDIR)/vil
+.PHONY: install uninstall
+install: bin/vil $(LIBVIL_SO) $(BUILD)/libvil.a $(BUILD)/vil.pc
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
+	install -m 644 include/vil.h $(DESTDIR)$(INCLUDEDIR)/vil.h
+	install -m 755 $(LIBVIL_SO).$(VIL_VERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libvil.so.$(VIL_VERSION) $(DESTDIR)$(LIBDIR)/libvil.so.$(VIL_SOMAJOR)
+	ln -sf libvil.so.$(VIL_SOMAJOR) $(DESTDIR)$(LIBDIR)/libvil.so
+	install -m 644 $(BUILD)/libvil.a $(DESTDIR)$(LIBDIR)/libvil.a
+	install -m 644 $(BUILD)/vil.pc $(DESTDIR)$(LIBDIR)/pkgconfig/vil.pc
+	install -m 755 bin/vil $(DESTDIR)$(BINDIR)/vil
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALL_FILES))
+
 CLI_SRC := $(wildcard cli/*.c)
 CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC)) $(VERSION_OBJ)
 bin/vil: $(CLI_OBJ) $(BUILD)/libvil.a $(OPTIONS_FILE)
@@ -241,7 +283,10 @@ bin/vil: $(CLI_OBJ) $(BUILD)/libvil.a $(OPTIONS_FILE)
 
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libvil.a $(OPTIONS_FILE)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TEST_EXTRA_$*) $(BUILD)/libvil.a $(LDLIBS)
+# the API's tests reach vil_version_text (version.o: bin/vil's and libvil.so's, not libvil.a's)
+TEST_EXTRA_test_api := $(VERSION_OBJ)
+$(BUILD)/tests/test_api: $(VERSION_OBJ)
 
 $(BUILD)/tools/%: tools/%.c $(BUILD)/libvil.a $(OPTIONS_FILE)
 	@mkdir -p $(dir $@)
@@ -252,7 +297,7 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-run
 
-test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump
+test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump $(LIBVIL_SO) $(BUILD)/vil.pc
 	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_pth_reference.sh
 
 test-gpu: bin/vil $(GPU_TEST_BIN)

@@ -1,51 +1,20 @@
-/* model_arg.c: the flags of model_arg.h. A run folder's file names are the trainer's
- * (train/state.c): last.safetensors, ema.safetensors and best.safetensors, the last written only
- * when an evaluation improved on the best top-1. */
+/* model_arg.c: the flags of model_arg.h; a run folder's files: formats/runfolder.c */
 #include "cli/model_arg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 
+#include "formats/runfolder.h"
 #include "vil/common.h"
 #include "vil/limits.h"
 
-static int is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 const char *vil_cli_model_path(const char *cmd, const char *model, int *ema, char **owned) {
-    struct stat st;
-    *owned = NULL;
-    if (stat(model, &st) != 0 || !S_ISDIR(st.st_mode)) return model;
-    char shown[1024];
-    vil_printable(shown, sizeof shown, model);
-    const char *name = *ema ? "ema.safetensors" : "best.safetensors", *why = NULL;
-    char *p = vil_path_join(model, name);
-    if (*ema) {
-        why = "the EMA of its last save";
-    } else if (is_file(p)) {
-        why = "the weights of its best evaluation";
-    } else {
-        free(p);
-        name = "last.safetensors";
-        p = vil_path_join(model, name);
-        why = "its last save: no best.safetensors, no evaluation yet";
+    const char *name, *why;
+    const char *p = vil_run_model_file(model, ema, owned, &name, &why);
+    if (p && name) {
+        char shown[1024];
+        fprintf(stderr, "vil %s: %s: %s (%s)\n", cmd, vil_printable(shown, sizeof shown, model), name, why);
     }
-    if (!is_file(p)) {
-        if (*ema)
-            vil_error("'%s' holds no ema.safetensors: the run kept no EMA (ema_decay 0), or it is "
-                      "not a run folder of `vil train`; leave out --ema for its best weights", shown);
-        else
-            vil_error("'%s' is a folder without best.safetensors or last.safetensors: give a run "
-                      "folder of `vil train` or a checkpoint file", shown);
-        free(p);
-        return NULL;
-    }
-    fprintf(stderr, "vil %s: %s: %s (%s)\n", cmd, shown, name, why);
-    *ema = 0;
-    *owned = p;
     return p;
 }
 

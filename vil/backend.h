@@ -424,6 +424,16 @@ struct VilBackend {
      * or a NULL member, where it keeps none (the CPU; shapes the CUDA scan runs sequentially,
      * or chunks differently in its forward and backward). */
     size_t (*scan_states_bytes)(const VilBackend *be, const VilScanFwd *a);
+    /* bytes from src to dst, both backend memory, queued on the ops' stream (libvil's device
+     * forward copies its logits out with it) */
+    void (*copy)(const VilBackend *be, void *dst, const void *src, size_t bytes);
+    /* A caller's stream (CUDA: a cudaStream_t; NULL the legacy default stream) joined to the ops'
+     * own, without a device-wide synchronisation (libvil's device entry points, include/vil.h):
+     * stream_wait: the ops queued from now on wait for the work queued on stream so far;
+     * stream_signal: the work queued on stream from now on waits for the ops queued so far.
+     * Nothing on the CPU, where ops run in order on the calling thread. */
+    void (*stream_wait)(const VilBackend *be, void *stream);
+    void (*stream_signal)(const VilBackend *be, void *stream);
 
 #define VIL_OP_MEMBER(op, Args, label) void (*op)(const VilBackend *be, const Args *a);
     VIL_OPS(VIL_OP_MEMBER)

@@ -61,6 +61,7 @@ static void cpu_feed_upload(const VilBackend *be, int slot, void *dst, const voi
     memcpy(dst, src, bytes);
 }
 static void cpu_feed_nop(const VilBackend *be, int slot) {}
+static void cpu_stream_nop(const VilBackend *be, void *stream) {}
 /* /proc/cpuinfo's model name, and how many CPUs this process may use */
 static const char *cpu_device_name(const VilBackend *be, char *buf, size_t n) {
     char line[512], model[256] = "CPU";
@@ -105,6 +106,9 @@ const VilBackend vil_backend_cpu = {
     .feed_wait = cpu_feed_nop,
     .device_name = cpu_device_name,
     .dist_join = cpu_dist_join,
+    .copy = cpu_copy,
+    .stream_wait = cpu_stream_nop,
+    .stream_signal = cpu_stream_nop,
 #define VIL_CPU_SLOT(op, Args, label) .op = cpu_##op,
     VIL_OPS(VIL_CPU_SLOT)
 #undef VIL_CPU_SLOT
