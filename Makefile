@@ -290,7 +290,9 @@ $(BUILD)/tests/test_api: $(VERSION_OBJ)
 
 $(BUILD)/tools/%: tools/%.c $(BUILD)/libvil.a $(OPTIONS_FILE)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TEST_EXTRA_$*) $(BUILD)/libvil.a $(LDLIBS)
+TEST_EXTRA_bench_api := $(VERSION_OBJ)
+$(BUILD)/tools/bench_api: $(VERSION_OBJ)
 
 # the packages first (a fresh machine has none of them), then the build, then every test
 test:
