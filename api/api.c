@@ -169,7 +169,8 @@ VIL_API int vil_classifier_get_info(const vil_classifier *m, vil_classifier_info
         .n_classes = c->num_classes, .img_size = c->img_size, .trained_img_size = trained,
         .in_chans = c->in_chans, .patch_size = c->patch_size, .stride = c->stride, .embed_dim = c->embed_dim,
         .depth = c->depth, .d_state = c->d_state, .d_inner = c->d_inner, .seq_len = c->seq_len,
-        .cls_pos = c->cls_pos, .crop_pct = m->ev.crop_pct, .step = m->meta.step,
+        .cls_pos = c->cls_pos, .crop_pct = m->ev.crop_pct,
+        .crop_from = m->meta.eval.crop_pct > 0 ? m->meta.eval_from : "the default: the file does not say", .step = m->meta.step,
         .has_class_names = m->meta.class_names != NULL};
     for (int i = 0; i < 3; i++) {
         info->mean[i] = i < c->in_chans ? m->ev.mean[i] : 0.0f;

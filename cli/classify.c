@@ -1,6 +1,8 @@
 /* classify.c: `vil classify --model CKPT IMAGE|DIR...`: the evaluation transform of each image
  * (shorter side to size / crop_pct, bicubic, center crop, normalize), the model's forward
  * pass, and the top-k classes as text or as one JSON object per image, and as CSV with --csv.
+ * The model, the transform and the forward go through libvil's public API (include/vil.h), as
+ * any program's would.
  * A folder stands for the images below it, sorted by path. An image that cannot be read is
  * reported by name; the others are still classified and the exit code is 1. */
 #include <cJSON.h>
@@ -15,10 +17,8 @@
 #include "cli/commands.h"
 #include "cli/model_arg.h"
 #include "data/image.h"
-#include "data/transform.h"
-#include "eval/eval.h"
 #include "eval/results.h"
-#include "formats/checkpoint.h"
+#include "include/vil.h"
 #include "vil/common.h"
 #include "vil/limits.h"
 
@@ -212,64 +212,52 @@ static int gather_inputs(char **pos, int npos, const char **ckpt, char **model_f
     return o.csv && vil_output_check(o.csv, ".csv", "--csv") != 0 ? 2 : 0;
 }
 
-/* Files [start, start + n) through the evaluation transform into batch (the readable ones, in
- * order; items[i].ok says which). Returns how many; each failure named and counted in *failed. */
-static int load_chunk(const Files *files, int start, int n, int S, int C, const VilEvalSpec *ev, float *batch,
-                      Item *items, int *failed) {
-    size_t per = (size_t)C * S * S;
+/* Files [start, start + n) through the model's evaluation transform (crop_pct: --crop-pct, 0 the
+ * model's) into batch (the readable ones, in order; items[i].ok says which). Returns how many;
+ * each failure named and counted in *failed. */
+static int load_chunk(const vil_classifier *m, const Files *files, int start, int n, float *batch, Item *items,
+                      int *failed) {
+    size_t per = vil_classifier_input_size(m);
     int good = 0;
     for (int i = 0; i < n; i++) {
         items[i].file = files->v[start + i];
         items[i].ok = 0;
-        VilImage im;
-        VilErrCapture cap;
-        vil_error_capture(&cap);
-        int lrc = vil_image_load(items[i].file, C, &im);
-        vil_error_release(&cap);
-        if (lrc != 0) { /* cap.msg: "'FILE': reason", the name printable */
-            vil_error("cannot classify %s", cap.msg);
+        if (vil_classifier_transform_file(m, items[i].file, o.crop_pct, batch + (size_t)good * per) != VIL_OK) {
+            vil_error("cannot classify %s", vil_last_error()); /* "'FILE': reason", the name printable */
             (*failed)++;
             continue;
         }
-        if (vil_transform_eval(&im, S, ev->crop_pct, ev->mean, ev->std, batch + (size_t)good * per) != 0) {
-            char shown[1024];
-            vil_error("cannot classify '%s': the evaluation transform failed",
-                      vil_printable(shown, sizeof shown, items[i].file));
-            (*failed)++;
-            vil_image_free(&im);
-            continue;
-        }
-        vil_image_free(&im);
         items[i].ok = 1;
         good++;
     }
     return good;
 }
 
-/* Every file through the model loaded in m, CHUNK at a time: the results printed, and added to
- * res when it is open. Returns the files that could not be classified. */
-static int classify_files(VilModel *m, const VilCheckpointMeta *meta, const VilEvalSpec *ev, const Files *files,
-                          VilResults *res) {
-    const VilConfig *c = &m->cfg;
-    int S = c->img_size, C = c->in_chans, NC = c->num_classes, failed = 0;
-    size_t per = (size_t)C * S * S;
+/* Every file through the model, CHUNK at a time (the last chunk padded with zeros, so that one
+ * batch size serves all): the results printed, and added to res when it is open. Returns the
+ * files that could not be classified, or -1 when the forward failed (reported). */
+static int classify_files(vil_classifier *m, char *const *names, const Files *files, VilResults *res) {
+    vil_classifier_info in;
+    vil_classifier_get_info(m, &in);
+    int NC = in.n_classes, failed = 0;
+    size_t per = vil_classifier_input_size(m);
     float *batch = vil_malloc(CHUNK * per * sizeof(float));
     float *logits = vil_malloc((size_t)CHUNK * NC * sizeof(float));
     Item items[CHUNK];
-    vil_model_alloc_acts(m, CHUNK, 0);
     for (int start = 0; start < files->n; start += CHUNK) {
         int n = files->n - start < CHUNK ? files->n - start : CHUNK;
-        int good = load_chunk(files, start, n, S, C, ev, batch, items, &failed);
+        int good = load_chunk(m, files, start, n, batch, items, &failed);
         if (!good) continue;
-        /* unused slots of the last chunk: zeros, results ignored */
         memset(batch + (size_t)good * per, 0, (CHUNK - good) * per * sizeof(float));
-        vil_model_upload_inputs(m, batch, NULL);
-        vil_model_forward(m, 0);
-        vil_model_logits(m, logits);
+        if (vil_classifier_forward(m, batch, CHUNK, logits) != VIL_OK) {
+            vil_error("%s", vil_last_error());
+            failed = -1;
+            break;
+        }
         for (int i = 0, k = 0; i < n; i++) {
             if (!items[i].ok) continue;
             const float *row = logits + (size_t)(k++) * NC;
-            print_result(items[i].file, row, NC, o.topk, o.json, meta->class_names);
+            print_result(items[i].file, row, NC, o.topk, o.json, names);
             if (res) vil_results_add(res, items[i].file, row, -1);
         }
     }
@@ -278,28 +266,37 @@ static int classify_files(VilModel *m, const VilCheckpointMeta *meta, const VilE
     return failed;
 }
 
-/* The checkpoint ckpt on --device, then classify_files with --csv's file: 0, or 1 (reported) */
+/* The checkpoint ckpt on --device through libvil (include/vil.h), then classify_files with
+ * --csv's file: 0, or 1 (reported) */
 static int classify(const char *ckpt, const Files *files, int nthreads) {
-    int rc = 1;
-    VilModel m = {0};
-    VilCheckpointMeta meta = {0};
+    int rc = 1, failed = 0;
+    vil_ctx *ctx = NULL;
+    vil_classifier *m = NULL;
     VilResults *res = NULL;
-    const VilBackend *be = vil_backend_get(o.device);
-    if (!be) return 1;
-    if (strcmp(o.device, "auto") == 0) fprintf(stderr, "vil classify: running on %s\n", be->name);
-    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema};
-    if (vil_checkpoint_load(ckpt, be, &lo, &m, &meta) != 0) return 1;
-    VilEvalSpec ev;
-    char note[128], shown[1024];
-    vil_eval_spec_resolve(&ev, &meta, o.crop_pct, m.cfg.in_chans, note, sizeof note);
-    fprintf(stderr, "vil classify: %d x %d, %s", m.cfg.img_size, m.cfg.img_size, note);
-    if (strcmp(be->name, "cpu") == 0)
+    char **names = NULL, shown[1024];
+    vil_load_opts lo = {.img_size = o.img_size, .ema = o.ema};
+    if (vil_ctx_new(o.device, 0, nthreads, &ctx) != VIL_OK) {
+        vil_error("%s", vil_last_error());
+        return 1;
+    }
+    if (strcmp(o.device, "auto") == 0) fprintf(stderr, "vil classify: running on %s\n", vil_ctx_device(ctx));
+    if (vil_classifier_load(ctx, ckpt, &lo, &m) != VIL_OK) {
+        vil_error("%s", vil_last_error());
+        goto done;
+    }
+    vil_classifier_info in;
+    vil_classifier_get_info(m, &in);
+    if (o.crop_pct > 0) fprintf(stderr, "vil classify: %d x %d, crop_pct %g from --crop-pct", in.img_size, in.img_size, o.crop_pct);
+    else fprintf(stderr, "vil classify: %d x %d, crop_pct %g from %s", in.img_size, in.img_size, in.crop_pct, in.crop_from);
+    if (strcmp(vil_ctx_device(ctx), "cpu") == 0)
         fprintf(stderr, "; %d compute thread%s (OpenMP)", nthreads, nthreads == 1 ? "" : "s");
     fprintf(stderr, "\n");
-    if (vil_model_check_acts(&m, CHUNK, 0) != 0) goto done;
-    if (o.csv && !(res = vil_results_open(o.csv, VIL_RESULTS_CSV, o.topk, m.cfg.num_classes, meta.class_names, 0)))
-        goto done;
-    int failed = classify_files(&m, &meta, &ev, files, res);
+    if (in.has_class_names) {
+        names = vil_malloc((size_t)in.n_classes * sizeof *names);
+        for (int i = 0; i < in.n_classes; i++) names[i] = (char *)vil_classifier_class_name(m, i);
+    }
+    if (o.csv && !(res = vil_results_open(o.csv, VIL_RESULTS_CSV, o.topk, in.n_classes, names, 0))) goto done;
+    if ((failed = classify_files(m, names, files, res)) < 0) goto done;
     if (res) {
         long rows = vil_results_rows(res);
         VilResults *r = res;
@@ -313,8 +310,9 @@ static int classify(const char *ckpt, const Files *files, int nthreads) {
     else rc = 0;
 done:
     vil_results_free(res);
-    vil_checkpoint_meta_free(&meta);
-    vil_model_free(&m);
+    free(names);
+    vil_classifier_free(m);
+    vil_ctx_free(ctx);
     return rc;
 }
 

@@ -131,6 +131,8 @@ typedef struct {
     int seq_len;            /* tokens: patches + the class token */
     int cls_pos;            /* the class token's position */
     float crop_pct;         /* the evaluation transform: shorter side to img_size / crop_pct */
+    const char *crop_from;  /* where crop_pct comes from: "the checkpoint", "the .pth's args", or
+                             * "the default: the file does not say" */
     float mean[3], std[3];  /* then (x / 255 - mean) / std per channel (in_chans of them) */
     long long step;         /* the training step of the file (0: unknown) */
     int has_class_names;    /* 1 when vil_classifier_class_name gives the file's names */
