@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "api/api.h"
 
+#include <math.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -195,63 +196,61 @@ VIL_API size_t vil_classifier_input_size(const vil_classifier *m) {
     return (size_t)c->in_chans * c->img_size * c->img_size;
 }
 
-/* crop_pct 0: the model's; else checked. 0, or VIL_ERR_ARG (reported). */
-static int resolve_crop(const vil_classifier *m, float crop_pct, const char *fn, float *crop) {
-    if (crop_pct == 0.0f) {
-        *crop = m->ev.crop_pct;
-        return VIL_OK;
-    }
-    if (!(crop_pct >= VIL_MIN_CROP_PCT && crop_pct <= 1.0f))
-        return vil_api_fail(VIL_ERR_ARG, "%s: crop_pct %g outside 0.001..1 (0: the model's)", fn, crop_pct);
-    *crop = crop_pct;
+/* t's fields a caller set: 0, or VIL_ERR_ARG with the message */
+static int check_transform(const vil_transform *t, const char *fn) {
+    if (!t) return vil_api_fail(VIL_ERR_ARG, "%s: the transform is NULL", fn);
+    if (t->img_size < 1 || t->img_size > VIL_MAX_IMG_SIZE || (t->channels != 1 && t->channels != 3) ||
+        !(t->crop_pct >= VIL_MIN_CROP_PCT && t->crop_pct <= 1.0f))
+        return vil_api_fail(VIL_ERR_ARG, "%s: img_size %d (1..%d), channels %d (1 or 3), crop_pct %g (0.001..1)", fn,
+                            t->img_size, VIL_MAX_IMG_SIZE, t->channels, t->crop_pct);
+    for (int c = 0; c < t->channels; c++)
+        if (!(t->std[c] > 0) || !isfinite(t->mean[c]))
+            return vil_api_fail(VIL_ERR_ARG, "%s: channel %d's std %g (> 0) or mean %g", fn, c, t->std[c], t->mean[c]);
     return VIL_OK;
 }
 
-static int transform(const vil_classifier *m, const VilImage *im, float crop, float *out) {
-    const VilConfig *c = &m->m.cfg;
-    if (vil_transform_eval(im, c->img_size, crop, m->ev.mean, m->ev.std, out) != 0) {
+static int transform(const vil_transform *t, const VilImage *im, float *out) {
+    if (vil_transform_eval(im, t->img_size, t->crop_pct, t->mean, t->std, out) != 0) {
         vil_error("the evaluation transform failed (%d x %d x %d image)", im->w, im->h, im->c);
         return -1;
     }
     return 0;
 }
 
-VIL_API int vil_classifier_transform_file(const vil_classifier *m, const char *path, float crop_pct, float *out) {
-    if (!m || !path || !out) return vil_api_fail(VIL_ERR_ARG, "vil_classifier_transform_file: NULL argument");
-    float crop = 0.0f;
-    int rc = resolve_crop(m, crop_pct, "vil_classifier_transform_file", &crop);
+VIL_API int vil_transform_file(const vil_transform *t, const char *path, float *out) {
+    int rc = check_transform(t, "vil_transform_file");
     if (rc) return rc;
+    if (!path || !out) return vil_api_fail(VIL_ERR_ARG, "vil_transform_file: path or out is NULL");
     VilApiCall c;
-    vil_api_begin(&c, m->ctx);
+    vil_api_begin(&c, NULL);
     VilImage im;
-    rc = vil_image_load(path, m->m.cfg.in_chans, &im);
+    rc = vil_image_load(path, t->channels, &im);
     if (rc == 0) {
-        rc = transform(m, &im, crop, out);
+        rc = transform(t, &im, out);
         vil_image_free(&im);
     }
     return vil_api_end(&c, rc);
 }
 
-VIL_API int vil_classifier_transform_pixels(const vil_classifier *m, const unsigned char *pixels, int w, int h,
-                                            int channels, size_t stride, float crop_pct, float *out) {
-    static const char fn[] = "vil_classifier_transform_pixels";
-    if (!m || !pixels || !out) return vil_api_fail(VIL_ERR_ARG, "%s: NULL argument", fn);
+VIL_API int vil_transform_pixels(const vil_transform *t, const unsigned char *pixels, int w, int h, int channels,
+                                 size_t stride, float *out) {
+    static const char fn[] = "vil_transform_pixels";
+    int rc = check_transform(t, fn);
+    if (rc) return rc;
+    if (!pixels || !out) return vil_api_fail(VIL_ERR_ARG, "%s: NULL argument", fn);
     if (channels != 1 && channels != 3)
         return vil_api_fail(VIL_ERR_ARG, "%s: %d channels (1: gray, 3: RGB)", fn, channels);
     if (w < 1 || h < 1 || (stride && stride < (size_t)w * channels))
         return vil_api_fail(VIL_ERR_ARG, "%s: %d x %d pixels with rows %zu bytes apart", fn, w, h, stride);
-    float crop = 0.0f;
-    int rc = resolve_crop(m, crop_pct, fn, &crop);
-    if (rc) return rc;
     VilApiCall c;
-    vil_api_begin(&c, m->ctx);
+    vil_api_begin(&c, NULL);
     if (stride == 0) stride = (size_t)w * channels;
-    int C = m->m.cfg.in_chans;
+    int C = t->channels;
     VilImage im;
     rc = vil_image_check_size(fn, w, h);
     if (rc == 0) rc = vil_image_alloc(&im, w, h, C);
     if (rc != 0) return vil_api_end(&c, -1);
-    for (int y = 0; y < h; y++) { /* rows packed, channels as the model's (image.c's rules) */
+    for (int y = 0; y < h; y++) { /* rows packed, channels as the transform's (image.c's rules) */
         const unsigned char *src = pixels + (size_t)y * stride;
         unsigned char *dst = im.px + (size_t)y * w * C;
         if (channels == C) memcpy(dst, src, (size_t)w * C);
@@ -259,9 +258,45 @@ VIL_API int vil_classifier_transform_pixels(const vil_classifier *m, const unsig
         else
             for (int x = 0; x < w; x++) dst[3 * x] = dst[3 * x + 1] = dst[3 * x + 2] = src[x];
     }
-    rc = transform(m, &im, crop, out);
+    rc = transform(t, &im, out);
     vil_image_free(&im);
     return vil_api_end(&c, rc);
+}
+
+VIL_API int vil_classifier_get_transform(const vil_classifier *m, vil_transform *t) {
+    if (!m || !t) return vil_api_fail(VIL_ERR_ARG, "vil_classifier_get_transform: m or t is NULL");
+    const VilConfig *c = &m->m.cfg;
+    *t = (vil_transform){.img_size = c->img_size, .channels = c->in_chans, .crop_pct = m->ev.crop_pct};
+    for (int i = 0; i < c->in_chans && i < 3; i++) t->mean[i] = m->ev.mean[i], t->std[i] = m->ev.std[i];
+    return VIL_OK;
+}
+
+/* m's transform with crop_pct (0: the model's), or VIL_ERR_ARG */
+static int model_transform(const vil_classifier *m, float crop_pct, const char *fn, vil_transform *t) {
+    if (!m) return vil_api_fail(VIL_ERR_ARG, "%s: m is NULL", fn);
+    vil_classifier_get_transform(m, t);
+    if (crop_pct == 0.0f) return VIL_OK;
+    if (!(crop_pct >= VIL_MIN_CROP_PCT && crop_pct <= 1.0f))
+        return vil_api_fail(VIL_ERR_ARG, "%s: crop_pct %g outside 0.001..1 (0: the model's)", fn, crop_pct);
+    t->crop_pct = crop_pct;
+    return VIL_OK;
+}
+
+VIL_API int vil_classifier_transform_file(const vil_classifier *m, const char *path, float crop_pct, float *out) {
+    vil_transform t;
+    int rc = model_transform(m, crop_pct, "vil_classifier_transform_file", &t);
+    if (rc) return rc;
+    if (!path || !out) return vil_api_fail(VIL_ERR_ARG, "vil_classifier_transform_file: path or out is NULL");
+    omp_set_num_threads(m->ctx->threads);
+    return vil_transform_file(&t, path, out);
+}
+
+VIL_API int vil_classifier_transform_pixels(const vil_classifier *m, const unsigned char *pixels, int w, int h,
+                                            int channels, size_t stride, float crop_pct, float *out) {
+    vil_transform t;
+    int rc = model_transform(m, crop_pct, "vil_classifier_transform_pixels", &t);
+    if (rc) return rc;
+    return vil_transform_pixels(&t, pixels, w, h, channels, stride, out);
 }
 
 /* ---- forward ---- */

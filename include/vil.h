@@ -159,6 +159,19 @@ VIL_API int vil_classifier_transform_file(const vil_classifier *m, const char *p
 VIL_API int vil_classifier_transform_pixels(const vil_classifier *m, const unsigned char *pixels, int w,
                                             int h, int channels, size_t stride, float crop_pct, float *out);
 
+/* The same transform without a model (a binding whose model lives elsewhere): img_size,
+ * channels (1 or 3), crop_pct (0.001..1), mean and std (channels values) say it all; out holds
+ * channels * img_size * img_size floats. vil_classifier_get_transform gives a model's. */
+typedef struct {
+    int img_size, channels;
+    float crop_pct;
+    float mean[3], std[3];
+} vil_transform;
+VIL_API int vil_classifier_get_transform(const vil_classifier *m, vil_transform *t);
+VIL_API int vil_transform_file(const vil_transform *t, const char *path, float *out);
+VIL_API int vil_transform_pixels(const vil_transform *t, const unsigned char *pixels, int w, int h, int channels,
+                                 size_t stride, float *out);
+
 /* ---- forward ---- */
 
 /* Logits (B, n_classes) of B transformed images (B, C, H, W), host float32 in and out. The first

@@ -209,6 +209,28 @@ static void test_transform(vil_ctx *ctx) {
     vil_transform_eval(&g3, 16, 0.875f, VIL_IMAGENET_MEAN, VIL_IMAGENET_STD, b);
     T_CHECK(vil_classifier_transform_pixels(m, gi.px, gi.w, gi.h, 1, 0, 0, a) == VIL_OK && same(a, b, n),
             "RGB model from gray pixels");
+    /* the same without a model: the model's transform, and its checks */
+    vil_transform t;
+    T_CHECK(vil_classifier_get_transform(m, &t) == VIL_OK && t.img_size == 16 && t.channels == 3 && t.crop_pct == 0.875f,
+            "the model's transform");
+    t.crop_pct = 0.5f;
+    memset(a, 0, n * sizeof(float));
+    T_CHECK(vil_transform_file(&t, jpg_path, a) == VIL_OK && same(a, b, n), "model-less file transform");
+    memset(a, 0, n * sizeof(float));
+    T_CHECK(vil_transform_pixels(&t, rgb.px, rgb.w, rgb.h, 3, 0, a) == VIL_OK && same(a, b, n),
+            "model-less pixels transform");
+    vil_transform bad = t;
+    bad.channels = 2;
+    T_CHECK(vil_transform_file(&bad, jpg_path, a) == VIL_ERR_ARG, "transform of 2 channels");
+    bad = t, bad.crop_pct = 0;
+    T_CHECK(vil_transform_file(&bad, jpg_path, a) == VIL_ERR_ARG, "transform crop 0");
+    bad = t, bad.std[1] = 0;
+    T_CHECK(vil_transform_pixels(&bad, rgb.px, rgb.w, rgb.h, 3, 0, a) == VIL_ERR_ARG && strstr(vil_last_error(), "std"),
+            "transform std 0: %s", vil_last_error());
+    bad = t, bad.img_size = 0;
+    T_CHECK(vil_transform_file(&bad, jpg_path, a) == VIL_ERR_ARG && vil_transform_file(NULL, jpg_path, a) == VIL_ERR_ARG,
+            "transform size 0, NULL");
+    T_CHECK(vil_classifier_get_transform(NULL, &t) == VIL_ERR_ARG, "get_transform of NULL");
     /* misuse and bad files */
     T_CHECK(vil_classifier_transform_file(m, jpg_path, 1.5f, a) == VIL_ERR_ARG && strstr(vil_last_error(), "crop"),
             "crop 1.5: %s", vil_last_error());
