@@ -110,12 +110,14 @@ static void *cu_malloc_try(size_t bytes) {
 }
 
 /* The context's stream, handles and cuBLASLt workspace; it becomes the thread's current one.
- * 0, or -1 with a vil_error message and nothing left half made. */
+ * 0, or -1 with a vil_error message and nothing left half made (and no current context: the
+ * device may have changed under the one that was, so the next cu_bind sets it again). */
 static int ctx_init(CuCtx *c) {
     if (c->init) return 0;
     const char *what = "cudaSetDevice";
     char detail[256] = "";
     cudaDeviceProp prop;
+    cu_cur = NULL;
     cudaError_t e = cudaSetDevice(c->device);
     if (e == cudaSuccess) what = "cudaGetDeviceProperties", e = cudaGetDeviceProperties(&prop, c->device);
     if (e == cudaSuccess) what = "cudaStreamCreate", e = cudaStreamCreate(&c->stream);
@@ -141,8 +143,8 @@ static int ctx_init(CuCtx *c) {
         if (ds != CUDNN_STATUS_SUCCESS) c->dnn = NULL;
         else ds = cudnnSetStream(c->dnn, c->stream);
         if (ds != CUDNN_STATUS_SUCCESS) {
-            snprintf(detail, sizeof detail, "cudnnCreate failed: %s (is cuDNN 9 installed and "
-                     "matching this CUDA?)", cudnnGetErrorString(ds));
+            snprintf(detail, sizeof detail, "%s failed: %s (is cuDNN 9 installed and matching "
+                     "this CUDA?)", c->dnn ? "cudnnSetStream" : "cudnnCreate", cudnnGetErrorString(ds));
             goto fail;
         }
     }
@@ -161,6 +163,7 @@ fail:
     cudaStreamDestroy(c->stream);
     cudaGetLastError();
     c->dnn = NULL, c->lt = NULL, c->stream = NULL;
+    cu_cur = NULL;
     return -1;
 }
 
