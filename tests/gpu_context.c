@@ -155,6 +155,21 @@ int main(void) {
 
     fprintf(stderr, "(an expected error follows)\n");
     T_CHECK(vil_backend_open("cuda", 4096) == NULL, "a device index past the GPUs is refused");
+
+    /* the backend's alloc past the GPU's memory: NULL and a message with the bytes asked and
+     * free, no exit; the backend goes on working (the failed cudaMalloc's error is cleared, or
+     * the next launch check would report it) */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    void *huge = gpu->alloc(gpu, (size_t)1 << 50);
+    vil_error_release(&cap);
+    T_CHECK(huge == NULL && strstr(cap.msg, "1125899906842624 bytes") && strstr(cap.msg, "free of"),
+            "an alloc of 1 PiB returns NULL with the bytes asked and free: %s", cap.msg);
+    make_model(&ref, gpu);
+    run_steps(&ref);
+    weights(&ref, w, e);
+    T_CHECK(memcmp(w, w_ref, bytes) == 0, "after the failed alloc the backend runs the same steps");
+    vil_model_free(&ref);
     free(p0), free(img), free(tg), free(w_ref), free(e_ref), free(w), free(e);
     return t_finish();
 }

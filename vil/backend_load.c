@@ -155,7 +155,8 @@ static void find_candidates(Candidates *c) {
         struct stat st;
         c->env = env;
         if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) add_candidate(c, env, "");
-        else snprintf(c->path[c->n++], PATH_MAX, "%s", env);
+        /* a name without a '/' is a file here: dlopen would search the library path for it */
+        else snprintf(c->path[c->n++], PATH_MAX, "%s%s", strchr(env, '/') ? "" : "./", env);
         return;
     }
 #ifdef VIL_CUDA
