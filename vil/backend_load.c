@@ -238,7 +238,7 @@ static void load_locked(void) {
     load_state = LOAD_FAILED;
     int i = first_existing(&c);
     if (i < 0) {
-        char list[MAX_CANDIDATES * (PATH_MAX + 2)];
+        char list[1536]; /* cut to fit the message */
         list_candidates(&c, list, sizeof list);
         if (c.env)
             snprintf(load_why, sizeof load_why,
@@ -342,7 +342,7 @@ const char *vil_cuda_module_info(char *buf, size_t n) {
         Candidates c;
         find_candidates(&c);
         int i = first_existing(&c);
-        char list[MAX_CANDIDATES * (PATH_MAX + 2)];
+        char list[1536]; /* cut to fit the message */
         list_candidates(&c, list, sizeof list);
         if (c.n == 0) snprintf(buf, n, "none");
         else if (i >= 0) snprintf(buf, n, "%s, not loaded", c.path[i]);
