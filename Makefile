@@ -1,5 +1,6 @@
 # vil: Vision Longhorn in C and CUDA.
-#   make            build bin/vil (and compile the CUDA sources when nvcc is found)
+#   make            build bin/vil, and the CUDA backend as the module $(BUILD)/lib/libvil-cuda.so
+#                   when nvcc is found
 #   make test       build and run every CPU test; closes with "N passed, N failed"
 #   make test-gpu   CUDA-against-CPU tests (needs a GPU)
 #   make test-asan  every CPU test again, built with AddressSanitizer + UBSan (in build/asan)
@@ -15,6 +16,12 @@
 # CUDA_ARCH: the GPU code (default: sm_80 sm_86 sm_89 sm_90 and the newer families this nvcc
 # knows, plus PTX of the newest); a quick single-GPU dev build compiles one architecture:
 #   make CUDA_ARCH="-gencode arch=compute_90,code=sm_90"
+# The CUDA backend is a module: cuda/*.cu and cuda/core_shim.c make $(BUILD)/lib/libvil-cuda.so,
+# the one file that links cudart, cuBLAS(Lt), cuDNN and NCCL; libvil.a, bin/vil, the tests and
+# the tools link none of them, even in a CUDA build, and load the module when a command asks
+# for --device cuda (or auto on a machine with an NVIDIA driver; vil/backend.h: where it is
+# looked for, VIL_BACKEND_PATH; vil/backend_module.h: the boundary). The dev/cuda harnesses
+# link cuda/'s objects themselves.
 
 # `make` alone builds everything (the version rules below come before `all`)
 .DEFAULT_GOAL := all
@@ -28,7 +35,8 @@ OPT     ?= -O3 -march=native
 # functions (VIL_API); inside a static link hidden symbols resolve as usual
 CFLAGS  += $(OPT) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fno-math-errno -fopenmp -g -I. \
            -fPIC -fvisibility=hidden
-LDLIBS  += -fopenmp -lm -lpthread
+# -ldl: vil/backend_load.c dlopen()s the CUDA module
+LDLIBS  += -fopenmp -lm -lpthread -ldl
 BUILD   := build
 
 PKG_CONFIG ?= pkg-config
@@ -157,13 +165,26 @@ ifeq ($(CUDA),1)
                        $(filter compute_%,$(CUDA_ARCH_WORDS)))
     CUDA_ARCHS_TEXT := $(or $(strip $(CUDA_ARCHS_TEXT)),$(subst $(comma), ,$(CUDA_ARCH)))
   endif
+  # the objects go into a shared module: position-independent, every symbol hidden (the module
+  # exports its entry point alone, which cuda/module.map also says to the linker)
   NVCCFLAGS += -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -I. -I$(CUDNN_INC) $(NCCL_FLAGS) \
                -DVIL_CUDA_ARCHS='"$(strip $(CUDA_ARCHS_TEXT))"' \
-               --expt-relaxed-constexpr -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
-  CFLAGS += $(if $(wildcard cuda/backend_cuda.cu),-DVIL_CUDA) -I$(CUDA_INC) -I$(CUDNN_INC) $(NCCL_FLAGS)
-  LDFLAGS += -L$(CUDA_LIB) -L/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(CUDA_LIB)
-  LDLIBS += -lcudnn -lcublasLt -lcublas $(NCCL_LIBS) -lcudart -lstdc++
+               --expt-relaxed-constexpr -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter,-fPIC,-fvisibility=hidden
+  # VIL_CUDA: this build makes the module, so vil/backend_load.c looks for it
+  CFLAGS += $(if $(wildcard cuda/backend_cuda.cu),-DVIL_CUDA)
+  # the CUDA libraries: the module's link (and the dev/cuda harnesses'), never the core's
+  CUDA_LDFLAGS := -L$(CUDA_LIB) -L/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(CUDA_LIB)
+  CUDA_LDLIBS := -lcudnn -lcublasLt -lcublas $(NCCL_LIBS) -lcudart -lstdc++ -lm
   CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
+  CU_SHIM_OBJ := $(BUILD)/cuda/core_shim.o
+  CUDA_MODULE := $(BUILD)/lib/libvil-cuda.so
+  # what `vil version` says of CUDA without loading the module, and the build's own module
+  # folder, the loader's last place but one to look (vil/backend.h)
+  CUDA_VERSION_TEXT := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+  $(BUILD)/vil/backend_load.o: CFLAGS += -DVIL_MODULE_DIR='"$(abspath $(BUILD)/lib)"' \
+      -DVIL_CUDA_VERSION='"$(CUDA_VERSION_TEXT)"' -DVIL_CUDA_ARCHS='"$(strip $(CUDA_ARCHS_TEXT))"' \
+      -DVIL_CUDA_NCCL=$(if $(filter 1,$(NCCL)),1,0)
+  $(CU_SHIM_OBJ): CFLAGS += -fPIC -fvisibility=hidden
 endif
 
 # ---- the git commit of the build, for `vil version` (and no date: builds stay reproducible) ----
@@ -187,7 +208,8 @@ FORCE:
 # differs, and everything built depends on it. Without it `make CUDA=0` after a CUDA build kept
 # the CUDA objects and failed to link. ----
 OPTIONS := CUDA=$(CUDA) MPI=$(MPI) NCCL=$(NCCL) BLAS=$(BLAS) ARCHIVE=$(ARCHIVE) CC=$(CC) NVCC=$(NVCC) \
-           CFLAGS=$(CFLAGS) NVCCFLAGS=$(NVCCFLAGS) LDFLAGS=$(LDFLAGS) LDLIBS=$(LDLIBS)
+           CFLAGS=$(CFLAGS) NVCCFLAGS=$(NVCCFLAGS) LDFLAGS=$(LDFLAGS) LDLIBS=$(LDLIBS) \
+           CUDA_LDFLAGS=$(CUDA_LDFLAGS) CUDA_LDLIBS=$(CUDA_LDLIBS)
 OPTIONS_FILE := $(BUILD)/options
 $(OPTIONS_FILE): FORCE
 	$(shell mkdir -p $(dir $@))$(file >$@.tmp,$(OPTIONS))
@@ -195,7 +217,7 @@ $(OPTIONS_FILE): FORCE
 
 LIB_SRC := $(wildcard api/*.c vil/*.c formats/*.c data/*.c train/*.c eval/*.c charts/*.c)
 LIB_OBJ := $(filter-out $(VERSION_OBJ),$(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))) \
-           $(BUILD)/gen/imagenet_names.o $(CU_OBJ)
+           $(BUILD)/gen/imagenet_names.o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
@@ -205,7 +227,7 @@ TOOL_BIN := $(patsubst tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
 HDR := $(wildcard include/*.h api/*.h vil/*.h vil/rec/*.h formats/*.h data/*.h train/*.h eval/*.h charts/*.h cli/*.h cuda/*.h cuda/*.cuh)
 
 .PHONY: all test test-run test-gpu clean fuzz demo deps dev-cuda FORCE
-all: bin/vil $(LIBVIL_SO) $(BUILD)/vil.pc $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
+all: bin/vil $(LIBVIL_SO) $(CUDA_MODULE) $(TEST_BIN) $(TOOL_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 # the commands' flag tables (cli/args.h) leave a flag's optional range fields out
 $(BUILD)/cli/%.o: CFLAGS += -Wno-missing-field-initializers
@@ -236,6 +258,15 @@ $(BUILD)/libvil.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# the CUDA module (vil/backend_module.h): -z defs refuses a symbol that nothing linked defines,
+# so a core function the CUDA sources call without a shim in cuda/core_shim.c fails here
+ifeq ($(CUDA),1)
+$(CUDA_MODULE): $(CU_OBJ) $(CU_SHIM_OBJ) cuda/module.map $(OPTIONS_FILE)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libvil-cuda.so -Wl,-z,defs -Wl,--version-script=cuda/module.map \
+	    $(CUDA_LDFLAGS) -o $@ $(CU_OBJ) $(CU_SHIM_OBJ) $(CUDA_LDLIBS)
+endif
+
 # ---- libvil.so: the library other programs link (include/vil.h; README "Using vil from C"). Its
 # SONAME carries the major version; it exports only the header's functions (tests/test_exports.sh
 # checks the list against the header). version.o goes in here, as in bin/vil. ----
@@ -250,30 +281,32 @@ $(LIBVIL_SO): $(LIB_OBJ) $(VERSION_OBJ) $(OPTIONS_FILE)
 	ln -sf libvil.so.$(VIL_SOMAJOR) $@
 
 # ---- make install PREFIX=/usr/local DESTDIR=: the header, both libraries (and the CUDA module
-# when built), vil.pc and bin/vil; make uninstall removes exactly those ----
+# when built), vil.pc (written for PREFIX as it installs) and bin/vil; make uninstall removes
+# exactly those ----
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 BINDIR ?= $(PREFIX)/bin
 PC_PRIVATE := $(filter-out -fopenmp,$(LDLIBS))
-$(BUILD)/vil.pc: vil.pc.in Makefile $(OPTIONS_FILE)
-	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VIL_VERSION)|' -e 's|@LIBS_PRIVATE@|-fopenmp $(PC_PRIVATE)|' $< > $@
 INSTALL_FILES := $(INCLUDEDIR)/vil.h $(LIBDIR)/libvil.so.$(VIL_VERSION) $(LIBDIR)/libvil.so.$(VIL_SOMAJOR) \
                  $(LIBDIR)/libvil.so $(LIBDIR)/libvil.a $(LIBDIR)/pkgconfig/vil.pc $(BINDIR)/vil
 .PHONY: install uninstall
-install: bin/vil $(LIBVIL_SO) $(BUILD)/libvil.a $(BUILD)/vil.pc
+install: bin/vil $(LIBVIL_SO) $(BUILD)/libvil.a vil.pc.in $(CUDA_MODULE)
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
 	install -m 644 include/vil.h $(DESTDIR)$(INCLUDEDIR)/vil.h
 	install -m 755 $(LIBVIL_SO).$(VIL_VERSION) $(DESTDIR)$(LIBDIR)/
 	ln -sf libvil.so.$(VIL_VERSION) $(DESTDIR)$(LIBDIR)/libvil.so.$(VIL_SOMAJOR)
 	ln -sf libvil.so.$(VIL_SOMAJOR) $(DESTDIR)$(LIBDIR)/libvil.so
 	install -m 644 $(BUILD)/libvil.a $(DESTDIR)$(LIBDIR)/libvil.a
-	install -m 644 $(BUILD)/vil.pc $(DESTDIR)$(LIBDIR)/pkgconfig/vil.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VIL_VERSION)|' -e 's|@LIBS_PRIVATE@|-fopenmp $(PC_PRIVATE)|' vil.pc.in \
+	    > $(DESTDIR)$(LIBDIR)/pkgconfig/vil.pc
 	install -m 755 bin/vil $(DESTDIR)$(BINDIR)/vil
+ifeq ($(CUDA),1)
+	install -m 755 $(CUDA_MODULE) $(DESTDIR)$(LIBDIR)/libvil-cuda.so
+endif
 uninstall:
-	rm -f $(addprefix $(DESTDIR),$(INSTALL_FILES))
+	rm -f $(addprefix $(DESTDIR),$(INSTALL_FILES) $(LIBDIR)/libvil-cuda.so)
 
 CLI_SRC := $(wildcard cli/*.c)
 CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC)) $(VERSION_OBJ)
@@ -286,6 +319,10 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libvil.a $(OPTIONS_FI
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TEST_EXTRA_$*) $(BUILD)/libvil.a $(LDLIBS)
 # the API's tests reach vil_version_text (version.o: bin/vil's and libvil.so's, not libvil.a's)
 TEST_EXTRA_test_api := $(VERSION_OBJ)
+# gpu_api is a CUDA program of a user's: cudart of its own (the core links none)
+TEST_EXTRA_gpu_api := $(VERSION_OBJ) $(CUDA_LDFLAGS) -lcudart
+$(BUILD)/tests/gpu_api: CFLAGS += -I$(CUDA_INC)
+$(BUILD)/tests/gpu_api: $(VERSION_OBJ)
 $(BUILD)/tests/test_api: $(VERSION_OBJ)
 
 $(BUILD)/tools/%: tools/%.c $(BUILD)/libvil.a $(OPTIONS_FILE)
@@ -299,10 +336,10 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-run
 
-test-run: bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump $(LIBVIL_SO) $(BUILD)/vil.pc
+test-run: bin/vil $(CUDA_MODULE) $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump $(LIBVIL_SO)
 	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_pth_reference.sh
 
-test-gpu: bin/vil $(GPU_TEST_BIN)
+test-gpu: bin/vil $(CUDA_MODULE) $(GPU_TEST_BIN)
 	@sh tests/run_all.sh $(GPU_TEST_BIN)
 
 # Slurm and munge first, then the README's sbatch script on a one-node cluster that the test
@@ -347,17 +384,19 @@ fuzz:
 
 # CUDA kernel sandbox (dev/cuda/README.md), not part of `make`: a harness per kernel under study
 # (dev/cuda/*.cu: versions validated against the live CPU reference, then timed) and the
-# whole-block timing tool bench_ops.c, built against this tree's library
+# whole-block timing tool bench_ops.c, built against this tree's library. A harness links
+# cuda/'s objects itself (its kernels use the backend's context) without the shims, so they
+# reach libvil.a's functions, and hands their table to the loader (harness.h)
 ifeq ($(CUDA),1)
 DEV_CUDA_BIN := $(patsubst dev/cuda/%,$(BUILD)/dev/cuda/%,$(basename $(wildcard dev/cuda/*.c dev/cuda/*.cu)))
 dev-cuda: $(DEV_CUDA_BIN)
-$(BUILD)/dev/cuda/%: dev/cuda/%.c dev/cuda/harness.h $(HDR) $(BUILD)/libvil.a
+$(BUILD)/dev/cuda/%: dev/cuda/%.c dev/cuda/harness.h $(HDR) $(BUILD)/libvil.a $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvil.a $(LDLIBS)
-$(BUILD)/dev/cuda/%: dev/cuda/%.cu dev/cuda/harness.h $(HDR) $(BUILD)/libvil.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $(CUDA_LDFLAGS) -o $@ $< $(CU_OBJ) $(BUILD)/libvil.a $(LDLIBS) $(CUDA_LDLIBS)
+$(BUILD)/dev/cuda/%: dev/cuda/%.cu dev/cuda/harness.h $(HDR) $(BUILD)/libvil.a $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@.o
-	$(CC) $(LDFLAGS) -o $@ $@.o $(BUILD)/libvil.a $(LDLIBS)
+	$(CC) $(LDFLAGS) $(CUDA_LDFLAGS) -o $@ $@.o $(CU_OBJ) $(BUILD)/libvil.a $(LDLIBS) $(CUDA_LDLIBS)
 else
 dev-cuda:
 	@echo "make dev-cuda: the CUDA kernel sandbox needs a CUDA build (nvcc not found, or CUDA=0): install the CUDA toolkit or set CUDA_HOME" >&2; exit 1

@@ -75,13 +75,7 @@ VIL_API int vil_ctx_new(const char *device, int index, int threads, vil_ctx **ou
                             index, threads, VIL_MAX_THREADS);
     VilApiCall c;
     vil_api_begin(&c, NULL);
-    const VilBackend *be = NULL;
-    if (strcmp(device, "auto") == 0) {
-        be = vil_backend_get("auto");
-        if (be && strcmp(be->name, "cpu") != 0) be = vil_backend_open(be->name, index);
-    } else {
-        be = vil_backend_open(device, index);
-    }
+    const VilBackend *be = vil_backend_open(device, index); /* a CUDA instance of its own */
     if (!be) return vil_api_end(&c, -1);
     vil_ctx *x = calloc(1, sizeof *x);
     if (!x) {

@@ -528,8 +528,8 @@ int vil_cmd_bench(int argc, char **argv) {
     VilDist dist;
     if (vil_dist_init(&dist) != 0) return 1;
     int code = 1, lead = dist.rank == 0;
-    const VilBackend *be = vil_backend_get(o.device);
-    if (be && dist.mpi && strcmp(be->name, "cuda") == 0) be = vil_backend_open("cuda", dist.local_rank);
+    /* under a launcher, a context of its own on this process's GPU (none on GPU 0 for the others) */
+    const VilBackend *be = dist.mpi ? vil_backend_open(o.device, dist.local_rank) : vil_backend_get(o.device);
     if (vil_dist_any(&dist, !be || (dist.mpi && be->dist_join(be, &dist) != 0))) goto out;
     if (steps == 0) steps = strcmp(be->name, "cpu") == 0 ? 5 : 30;
     if (table) {

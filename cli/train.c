@@ -248,9 +248,8 @@ int vil_cmd_train(int argc, char **argv) {
     }
     int code = 1;
     char *cmdline = command_line(argc, argv); /* argv[0] is "train" */
-    run.be = vil_backend_get(o.device);
-    if (run.be && dist.mpi && strcmp(run.be->name, "cuda") == 0)
-        run.be = vil_backend_open("cuda", dist.local_rank);
+    /* under a launcher, a context of its own on this process's GPU (none on GPU 0 for the others) */
+    run.be = dist.mpi ? vil_backend_open(o.device, dist.local_rank) : vil_backend_get(o.device);
     if (run.be && (!dist.mpi || run.be->dist_join(run.be, &dist) == 0))
         code = train_run(&run, &dist, cmdline, out_dir, pmode);
     free(cmdline);

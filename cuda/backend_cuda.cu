@@ -1,25 +1,32 @@
 /* backend_cuda.cu: the CUDA backend: the device context (cuda_common.cuh's CuCtx: one per
  * backend instance, for a chosen GPU, its stream, handles, allocations, scratch and feed events,
- * created on first use), the memory ops, and the VilBackend table, filled by name from VIL_OPS,
- * whose every entry binds its backend's context before it runs the _cuda twin of ops_cuda.h. */
+ * created when the instance is opened), the memory ops, the VilBackend table, filled by name from
+ * VIL_OPS, whose every entry binds its backend's context before it runs the _cuda twin of
+ * ops_cuda.h, and the module's table (vil/backend_module.h) through which the core reaches all
+ * of it: libvil-cuda.so's entry point (core_shim.c) returns it.
+ *
+ * Failures: opening an instance (no such GPU, no code for it, a stream or cuBLASLt / cuDNN handle
+ * that cannot be created) and the backend's alloc (out of GPU memory) report with vil_error and
+ * return NULL. A CHECK failing inside an op still ends the process (vil_fatal): an op returns
+ * nothing, and what fails there is a broken invariant (a bad launch, a shape no kernel takes) or
+ * a sticky device error (a faulting kernel) after which the context cannot be used. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.h"
 
-/* the declarations of vil_backend_cuda and vil_cuda_available sit behind VIL_CUDA */
-#ifndef VIL_CUDA
-#define VIL_CUDA
-#endif
 extern "C" {
 #include "vil/backend.h"
+#include "vil/backend_module.h"
 #include "vil/dist.h"
 }
 
 thread_local CuCtx *cu_cur;
-/* the context of vil_backend_cuda: device 0, for a process with one GPU */
+/* the context of the shared instance: device 0, for a process with one GPU */
 static CuCtx default_ctx;
+static pthread_mutex_t default_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* what the binary carries (the Makefile passes it: "sm_80 sm_86 ... + PTX compute_120") and the
  * toolkit it was compiled with */
@@ -71,24 +78,99 @@ CuCtx *cu_bind(const VilBackend *be) {
     return c;
 }
 
-void cu_ensure_init(void) {
+/* the allocation failure's text: what was asked, what is held and what is free */
+static void malloc_failed_text(char *buf, size_t n, const CuCtx *c, size_t bytes, cudaError_t e) {
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
+    snprintf(buf, n,
+             "cudaMalloc of %zu bytes (%.2f MiB) failed on GPU %d: %s (%.2f GiB held by this "
+             "context; %zu bytes (%.2f GiB) free of %.2f GiB; lower --batch)",
+             bytes, bytes / 1048576.0, c->device, cudaGetErrorString(e),
+             c->cur_bytes / 1073741824.0, fr, fr / 1073741824.0, tot / 1073741824.0);
+}
+
+/* A tracked allocation of the current context; NULL with a vil_error message when the GPU has
+ * not the memory (the backend's alloc: the caller decides). The failed call's error is cleared,
+ * or the next launch check would report it. */
+static void track_add(CuCtx *c, void *p, size_t n);
+static void *cu_malloc_try(size_t bytes) {
     CuCtx *c = cu();
-    if (c->init) return;
-    CUDA_CHECK(cudaSetDevice(c->device));
+    void *p = NULL;
+    if (bytes == 0) bytes = 256;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        char msg[512];
+        malloc_failed_text(msg, sizeof msg, c, bytes, e);
+        vil_error("%s", msg);
+        return NULL;
+    }
+    track_add(c, p, bytes);
+    return p;
+}
+
+/* The context's stream, handles and cuBLASLt workspace; it becomes the thread's current one.
+ * 0, or -1 with a vil_error message and nothing left half made (and no current context: the
+ * device may have changed under the one that was, so the next cu_bind sets it again). */
+static int ctx_init(CuCtx *c) {
+    if (c->init) return 0;
+    const char *what = "cudaSetDevice";
+    char detail[256] = "";
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, c->device));
+    cu_cur = NULL;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess) what = "cudaGetDeviceProperties", e = cudaGetDeviceProperties(&prop, c->device);
+    if (e == cudaSuccess) what = "cudaStreamCreate", e = cudaStreamCreate(&c->stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        vil_error("GPU %d: %s failed: %s (%s)", c->device, what, cudaGetErrorString(e), cu_hint_cuda(e));
+        c->stream = NULL;
+        return -1;
+    }
+    cu_cur = c;
     c->num_sms = prop.multiProcessorCount;
     const char *s = getenv("VIL_CUDA_SYNC");
     c->debug_sync = s && s[0] && s[0] != '0';
     cu_scan_open(c, prop.major, prop.minor);
-    CUDA_CHECK(cudaStreamCreate(&c->stream));
-    CUBLAS_CHECK(cublasLtCreate(&c->lt));
-    CUDNN_CHECK(cudnnCreate(&c->dnn));
-    CUDNN_CHECK(cudnnSetStream(c->dnn, c->stream));
-    c->init = 1;
+    cublasStatus_t bs = cublasLtCreate(&c->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        snprintf(detail, sizeof detail, "cublasLtCreate failed: %s", cublasGetStatusString(bs));
+        c->lt = NULL;
+        goto fail;
+    }
+    {
+        cudnnStatus_t ds = cudnnCreate(&c->dnn);
+        if (ds != CUDNN_STATUS_SUCCESS) c->dnn = NULL;
+        else ds = cudnnSetStream(c->dnn, c->stream);
+        if (ds != CUDNN_STATUS_SUCCESS) {
+            snprintf(detail, sizeof detail, "%s failed: %s (is cuDNN 9 installed and matching "
+                     "this CUDA?)", c->dnn ? "cudnnSetStream" : "cudnnCreate", cudnnGetErrorString(ds));
+            goto fail;
+        }
+    }
     c->lt_ws_bytes = (size_t)32 << 20;
-    c->lt_ws = cu_malloc(c->lt_ws_bytes);
+    if (!(c->lt_ws = cu_malloc_try(c->lt_ws_bytes))) {
+        snprintf(detail, sizeof detail, "no memory for cuBLASLt's workspace");
+        goto fail;
+    }
+    c->init = 1;
     if (c == &default_ctx) atexit(default_cleanup);
+    return 0;
+fail:
+    vil_error("GPU %d: %s", c->device, detail);
+    if (c->dnn) cudnnDestroy(c->dnn);
+    if (c->lt) cublasLtDestroy(c->lt);
+    cudaStreamDestroy(c->stream);
+    cudaGetLastError();
+    c->dnn = NULL, c->lt = NULL, c->stream = NULL;
+    cu_cur = NULL;
+    return -1;
+}
+
+/* every instance is initialized when it is opened (cu_shared, cu_open): this is a guard */
+void cu_ensure_init(void) {
+    CuCtx *c = cu();
+    if (!c->init && ctx_init(c) != 0) VIL_FATAL("the CUDA context of GPU %d cannot be created (above)", c->device);
 }
 
 /* Everything the context holds; the tracked allocations of the caller (the model's buffers)
@@ -134,6 +216,9 @@ static void ctx_cleanup(CuCtx *c) {
         cudaStreamDestroy(c->comm_stream);
         c->comm_stream = NULL;
     }
+    if (c->join_in) cudaEventDestroy(c->join_in);
+    if (c->join_out) cudaEventDestroy(c->join_out);
+    c->join_in = c->join_out = NULL;
     cublasLtDestroy(c->lt);
     cudnnDestroy(c->dnn);
     cudaStreamDestroy(c->stream);
@@ -166,19 +251,16 @@ static void track_remove(CuCtx *c, void *p) {
     VIL_FATAL("cu_free of a pointer this context did not allocate (%p)", p);
 }
 
+/* inside an op (scratch, workspaces): nothing to hand a failure to, so it ends the process */
 void *cu_malloc(size_t bytes) {
     CuCtx *c = cu();
     void *p = NULL;
     if (bytes == 0) bytes = 256;
     cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
-        vil_fatal(__FILE__, __LINE__,
-                  "cudaMalloc of %.2f MiB failed on GPU %d: %s (%.2f GiB held by this context, "
-                  "%.2f GiB free of %.2f; lower --batch)",
-                  bytes / 1048576.0, c->device, cudaGetErrorString(e),
-                  c->cur_bytes / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
+        char msg[512];
+        malloc_failed_text(msg, sizeof msg, c, bytes, e);
+        VIL_FATAL("%s", msg);
     }
     track_add(c, p, bytes);
     return p;
@@ -272,7 +354,7 @@ static int cu_device_usable(int dev, char *why, size_t n) {
     return 1;
 }
 
-extern "C" int vil_cuda_available(char *why, size_t n) {
+static int cu_available(char *why, size_t n) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -283,7 +365,7 @@ extern "C" int vil_cuda_available(char *why, size_t n) {
     return cu_device_usable(0, why, n);
 }
 
-extern "C" int vil_nccl_available(char *why, size_t n) {
+static int cu_nccl_available(char *why, size_t n) {
 #ifdef VIL_NCCL
     if (why && n) why[0] = '\0';
     return 1;
@@ -295,7 +377,7 @@ extern "C" int vil_nccl_available(char *why, size_t n) {
 #endif
 }
 
-extern "C" const char *vil_cuda_build_info(void) {
+static const char *cu_build_info(void) {
     return CU_TOOLKIT ", archs " VIL_CUDA_ARCHS ", NCCL "
 #ifdef VIL_NCCL
            "yes (" CU_STR(NCCL_MAJOR) "." CU_STR(NCCL_MINOR) "." CU_STR(NCCL_PATCH) ")";
@@ -305,9 +387,10 @@ extern "C" const char *vil_cuda_build_info(void) {
 }
 
 /* ---- memory ops ---- */
+/* NULL with a message when the GPU has not the memory: the caller reports what it was for */
 static void *b_alloc(const VilBackend *be, size_t bytes) {
     cu_bind(be);
-    return cu_malloc(bytes);
+    return cu_malloc_try(bytes);
 }
 static void b_free(const VilBackend *be, void *p) {
     cu_bind(be);
@@ -327,6 +410,29 @@ static void b_to_host(const VilBackend *be, void *dst, const void *src, size_t b
     CuCtx *c = cu_bind(be);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+/* backend memory to backend memory on our stream (libvil's device forward copies its logits out) */
+static void b_copy(const VilBackend *be, void *dst, const void *src, size_t bytes) {
+    CuCtx *c = cu_bind(be);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+}
+/* A caller's stream (NULL: the legacy default stream) joined to ours by an event each way (made
+ * on first use), with no synchronisation of the host or the device; under a CUDA graph capture of
+ * the caller's stream the event makes our stream join the capture, and stream_signal joins it
+ * back. */
+static void b_stream_wait(const VilBackend *be, void *stream) {
+    CuCtx *c = cu_bind(be);
+    if ((cudaStream_t)stream == c->stream) return;
+    if (!c->join_in) CUDA_CHECK(cudaEventCreateWithFlags(&c->join_in, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(c->join_in, (cudaStream_t)stream));
+    CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->join_in, 0));
+}
+static void b_stream_signal(const VilBackend *be, void *stream) {
+    CuCtx *c = cu_bind(be);
+    if ((cudaStream_t)stream == c->stream) return;
+    if (!c->join_out) CUDA_CHECK(cudaEventCreateWithFlags(&c->join_out, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(c->join_out, c->stream));
+    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, c->join_out, 0));
 }
 static void b_sync(const VilBackend *be) {
     CuCtx *c = cu_bind(be);
@@ -529,7 +635,7 @@ static int b_dist_join(const VilBackend *be, const VilDist *d) {
 #else
     (void)c, (void)d;
     char why[256];
-    vil_nccl_available(why, sizeof why);
+    cu_nccl_available(why, sizeof why);
     vil_error("--device cuda with %d processes: %s", d->world, why);
     return -1;
 #endif
@@ -596,29 +702,43 @@ VIL_OPS(VIL_CUDA_ENTRY)
         .feed_wait = b_feed_wait, .device_name = b_device_name, .dist_join = b_dist_join,     \
         .graph_begin = b_graph_begin, .graph_end = b_graph_end, .graph_launch = b_graph_launch, \
         .graph_free = b_graph_free, .scan_states_bytes = b_scan_states_bytes,                 \
+        .copy = b_copy, .stream_wait = b_stream_wait, .stream_signal = b_stream_signal,       \
         VIL_OPS(VIL_CUDA_SLOT)                                                                \
     }
 #define VIL_CUDA_SLOT(op, Args, label) .op = b_##op,
-extern "C" const VilBackend vil_backend_cuda = VIL_CUDA_TABLE(&default_ctx);
+static const VilBackend shared_backend = VIL_CUDA_TABLE(&default_ctx);
 static const VilBackend cuda_template = VIL_CUDA_TABLE(NULL);
 #undef VIL_CUDA_SLOT
 #undef VIL_CUDA_TABLE
 
-extern "C" const VilBackend *vil_cuda_open(int index) {
+/* device 0's instance: created once, by whichever thread comes first */
+static const VilBackend *cu_shared(void) {
+    pthread_mutex_lock(&default_mu);
+    int ok = ctx_init(&default_ctx) == 0;
+    pthread_mutex_unlock(&default_mu);
+    return ok ? &shared_backend : NULL;
+}
+
+static const VilBackend *cu_open(int index) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || index < 0 || index >= count) {
-        vil_error("--device cuda: no GPU %d (%s; %d found)", index,
+        cudaGetLastError();
+        vil_error("no GPU %d (%s; %d found)", index,
                   e != cudaSuccess ? cudaGetErrorString(e) : "out of range", count);
         return NULL;
     }
     char why[512];
     if (!cu_device_usable(index, why, sizeof why)) {
-        vil_error("--device cuda: %s", why);
+        vil_error("%s", why);
         return NULL;
     }
     CuCtx *c = (CuCtx *)vil_calloc(1, sizeof(CuCtx));
     c->device = index;
+    if (ctx_init(c) != 0) {
+        free(c);
+        return NULL;
+    }
     VilBackend *be = (VilBackend *)vil_malloc(sizeof(VilBackend));
     memcpy(be, &cuda_template, sizeof *be);
     be->ctx = c;
@@ -626,10 +746,47 @@ extern "C" const VilBackend *vil_cuda_open(int index) {
     return be;
 }
 
-extern "C" void vil_cuda_close(const VilBackend *be) {
+static void cu_close(const VilBackend *be) {
     CuCtx *c = (CuCtx *)be->ctx;
     if (c == &default_ctx) return;
     ctx_cleanup(c);
     free(c);
     free((void *)be);
 }
+
+/* what the module runs on: the runtime it loaded, the driver's CUDA version, NCCL's */
+static const char *cu_runtime_info(char *buf, size_t n) {
+    int rt = 0, drv = 0;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+    cudaGetLastError();
+    char nccl[32] = "none";
+#ifdef VIL_NCCL
+    /* major * 10000 + minor * 100 + patch; NCCL 2.8 and older: major * 1000 + minor * 100 + patch */
+    int v = 0;
+    if (ncclGetVersion(&v) == ncclSuccess && v >= 10000)
+        snprintf(nccl, sizeof nccl, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    else if (v > 0)
+        snprintf(nccl, sizeof nccl, "%d.%d.%d", v / 1000, v / 100 % 10, v % 100);
+#endif
+    char drv_text[32] = "none";
+    if (drv) snprintf(drv_text, sizeof drv_text, "%d.%d", drv / 1000, drv % 1000 / 10);
+    snprintf(buf, n, "runtime %d.%d, driver %s, NCCL %s", rt / 1000, rt % 1000 / 10, drv_text, nccl);
+    return buf;
+}
+
+static const VilBackendModule cuda_module = {
+    .abi = VIL_BACKEND_MODULE_ABI,
+    .size = sizeof(VilBackendModule),
+    .backend_size = sizeof(VilBackend),
+    .name = "cuda",
+    .available = cu_available,
+    .nccl_available = cu_nccl_available,
+    .build_info = cu_build_info,
+    .runtime_info = cu_runtime_info,
+    .shared = cu_shared,
+    .open = cu_open,
+    .close = cu_close,
+};
+
+extern "C" const VilBackendModule *vil_cuda_module(void) { return &cuda_module; }

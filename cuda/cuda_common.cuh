@@ -101,6 +101,9 @@ typedef struct CuCtx {
     size_t n_allocs, cap_allocs, cur_bytes, peak_bytes;
     void *scratch[SCR_COUNT];
     size_t scratch_bytes[SCR_COUNT];
+    /* a caller's stream joined to ours (libvil's device entry points: backend stream_wait and
+     * stream_signal): "the caller's work so far" and "ours so far"; made on first use */
+    cudaEvent_t join_in, join_out;
     /* the input feed (data/feed.h): a copy stream and, per slot, "uploaded" / "released" */
     cudaStream_t feed_stream;
     cudaEvent_t feed_loaded[2], feed_freed[2];
@@ -138,12 +141,14 @@ typedef struct CuCtx {
 extern thread_local CuCtx *cu_cur;
 static inline CuCtx *cu(void) { return cu_cur; }
 CuCtx *cu_bind(const struct VilBackend *be);
-/* Creates the current context's stream and handles on first use. */
+/* Every instance has its stream and handles from when it is opened; this ends the process
+ * where one has not and cannot get them (a guard). */
 void cu_ensure_init(void);
 /* scan.cu: the scan's settings of context c, for a GPU of compute capability major.minor */
 void cu_scan_open(CuCtx *c, int cc_major, int cc_minor);
 
-/* tracked device allocations of the current context */
+/* tracked device allocations of the current context; cu_malloc, for the ops' own buffers, ends
+ * the process when the GPU has not the memory (the backend's alloc returns NULL instead) */
 void *cu_malloc(size_t bytes);
 void cu_free(void *p);
 void *cu_scratch(int slot, size_t bytes);

@@ -16,6 +16,9 @@
 #include "vil/common.h"
 #include "vil/model.h"
 
+/* the CUDA backend: vil_backend_get("cuda") (the module, loaded by main) */
+static const VilBackend *gpu;
+
 enum { B = 3, STEPS = 3 };
 
 static VilConfig cfg;
@@ -55,6 +58,10 @@ int main(void) {
         T_CHECK(0, "gpu_context needs a CUDA device");
         return t_finish();
     }
+    if (!(gpu = vil_backend_get("cuda"))) {
+        T_CHECK(0, "the CUDA backend does not open");
+        return t_finish();
+    }
     vil_config_default(&cfg);
     cfg.img_size = 32, cfg.patch_size = 8, cfg.stride = 8, cfg.embed_dim = 48, cfg.depth = 2;
     cfg.num_classes = 10;
@@ -69,13 +76,13 @@ int main(void) {
 
     /* the reference: the default backend alone */
     VilModel ref;
-    T_CHECK(vil_model_init(&ref, &cfg, &vil_backend_cuda) == 0, "reference model");
+    T_CHECK(vil_model_init(&ref, &cfg, gpu) == 0, "reference model");
     vil_model_init_weights(&ref, 3);
     size_t n = ref.buf_len, bytes = n * sizeof(float);
     p0 = vil_malloc(bytes);
     t_perturbed_params(&ref, &rng, p0);
     vil_model_free(&ref);
-    make_model(&ref, &vil_backend_cuda);
+    make_model(&ref, gpu);
     run_steps(&ref);
     float *w_ref = vil_malloc(bytes), *e_ref = vil_malloc(bytes), *w = vil_malloc(bytes), *e = vil_malloc(bytes);
     weights(&ref, w_ref, e_ref);
@@ -148,6 +155,21 @@ int main(void) {
 
     fprintf(stderr, "(an expected error follows)\n");
     T_CHECK(vil_backend_open("cuda", 4096) == NULL, "a device index past the GPUs is refused");
+
+    /* the backend's alloc past the GPU's memory: NULL and a message with the bytes asked and
+     * free, no exit; the backend goes on working (the failed cudaMalloc's error is cleared, or
+     * the next launch check would report it) */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    void *huge = gpu->alloc(gpu, (size_t)1 << 50);
+    vil_error_release(&cap);
+    T_CHECK(huge == NULL && strstr(cap.msg, "1125899906842624 bytes") && strstr(cap.msg, "free of"),
+            "an alloc of 1 PiB returns NULL with the bytes asked and free: %s", cap.msg);
+    make_model(&ref, gpu);
+    run_steps(&ref);
+    weights(&ref, w, e);
+    T_CHECK(memcmp(w, w_ref, bytes) == 0, "after the failed alloc the backend runs the same steps");
+    vil_model_free(&ref);
     free(p0), free(img), free(tg), free(w_ref), free(e_ref), free(w), free(e);
     return t_finish();
 }

@@ -16,6 +16,9 @@
 #include "vil/common.h"
 #include "vil/model.h"
 
+/* the CUDA backend: vil_backend_get("cuda") (the module, loaded by main) */
+static const VilBackend *gpu;
+
 #define TOL_GRAD 5e-2
 
 static VilRng rng;
@@ -71,7 +74,7 @@ static void test_model_stride(const char *arch, float drop_path, int B, int stri
     T_CHECK(vil_config_finalize(&c) == 0, "finalize");
     VilModel mc, mg;
     vil_model_init(&mc, &c, &vil_backend_cpu);
-    vil_model_init(&mg, &c, &vil_backend_cuda);
+    vil_model_init(&mg, &c, gpu);
     vil_model_init_weights(&mc, 11);
     /* off the init values (norms 1, D 1, biases 0) so every path carries gradient; a head of
      * unit scale so the early layers' gradients are not tiny */
@@ -186,7 +189,7 @@ static void test_model_stride(const char *arch, float drop_path, int B, int stri
 static void small_vil_cuda(VilModel *m, VilConfig *c, uint64_t seed) {
     small_config(c, "vil", 0.0f);
     vil_config_finalize(c);
-    vil_model_init(m, c, &vil_backend_cuda);
+    vil_model_init(m, c, gpu);
     vil_model_init_weights(m, seed);
 }
 
@@ -228,7 +231,7 @@ static void test_recompute_modes(void) {
         small_config(&c, "vil", 0.0f);
         vil_config_finalize(&c);
         vil_model_init(&mc, &c, &vil_backend_cpu);
-        vil_model_init(&mg, &c, &vil_backend_cuda);
+        vil_model_init(&mg, &c, gpu);
         vil_model_init_weights(&mg, 5);
         mg.recompute = modes[k];
         vil_model_alloc_acts(&mc, 2, 1);
@@ -312,6 +315,10 @@ int main(void) {
     if (!vil_cuda_available(why, sizeof why)) {
         printf("no usable GPU: %s\n", why);
         T_CHECK(0, "gpu_model needs a CUDA device");
+        return t_finish();
+    }
+    if (!(gpu = vil_backend_get("cuda"))) {
+        T_CHECK(0, "the CUDA backend does not open");
         return t_finish();
     }
     vil_rng_seed(&rng, 77);

@@ -1456,7 +1456,10 @@ int main(int argc, char **argv) {
         T_CHECK(0, "gpu_ops needs a CUDA device");
         return t_finish();
     }
-    G = &vil_backend_cuda;
+    if (!(G = vil_backend_get("cuda"))) {
+        T_CHECK(0, "gpu_ops: the CUDA backend does not open");
+        return t_finish();
+    }
     int nth[N_FAMILIES] = {0};
     for (int k = 0; k < N_CASES; k++) {
         const OpCase *c = &CASES[k];

@@ -13,6 +13,9 @@
 #include "formats/checkpoint.h"
 #include "vil/common.h"
 
+/* the CUDA backend: vil_backend_get("cuda") (the module, loaded by main) */
+static const VilBackend *gpu;
+
 #define DATA "tests/data/pth/"
 #define NI 3
 
@@ -49,6 +52,10 @@ int main(void) {
         T_CHECK(0, "gpu_pth needs a CUDA device");
         return t_finish();
     }
+    if (!(gpu = vil_backend_get("cuda"))) {
+        T_CHECK(0, "the CUDA backend does not open");
+        return t_finish();
+    }
     size_t n;
     float *in = (float *)vil_read_file(DATA "inputs.f32", &n);
     T_CHECK(in && n == NI * 3 * 16 * 16 * sizeof(float), "inputs.f32");
@@ -59,7 +66,7 @@ int main(void) {
             snprintf(file, sizeof file, DATA "%s.pth", cases[k]);
             snprintf(reff, sizeof reff, DATA "%s.%s.f64", cases[k], ema ? "ema" : "model");
             int C = 0, Cc = 0;
-            float *g = logits(file, &vil_backend_cuda, ema, in, &C);
+            float *g = logits(file, gpu, ema, in, &C);
             float *c = logits(file, &vil_backend_cpu, ema, in, &Cc);
             double *ref = (double *)vil_read_file(reff, &n);
             T_CHECK(g && c && ref && C == Cc && n == (size_t)NI * C * sizeof(double), "%s loads on cuda and cpu", file);

@@ -441,31 +441,49 @@ struct VilBackend {
 };
 
 extern const VilBackend vil_backend_cpu;
-#ifdef VIL_CUDA
-/* CUDA on device 0, opened on first use: what a process with one GPU uses */
-extern const VilBackend vil_backend_cuda;
-/* 1 when a CUDA device can be used, 0 otherwise (with the reason in why) */
-int vil_cuda_available(char *why, size_t n);
-/* 1 when this vil was built with NCCL (multi-GPU training), 0 otherwise (the reason in why) */
-int vil_nccl_available(char *why, size_t n);
-/* how the CUDA backend was built, for the CLI to print: e.g. "CUDA 13.0, archs sm_80 sm_86
- * sm_89 sm_90 sm_100 sm_120 + PTX compute_120, NCCL yes (2.28.9)" */
-const char *vil_cuda_build_info(void);
-/* vil_backend_open / close for "cuda" (cuda/backend_cuda.cu) */
-const VilBackend *vil_cuda_open(int index);
-void vil_cuda_close(const VilBackend *be);
-#endif
+
+/* ---- the devices (vil/backend_load.c): "cpu" is built in; "cuda" is the module libvil-cuda.so
+ * (vil/backend_module.h), dlopen()ed on its first need and kept. Where the file is looked for:
+ *   1. $VIL_BACKEND_PATH: the module file, or a folder holding libvil-cuda.so (only there);
+ *   2. the folder D of the binary holding this code (the executable, or libvil.so), D/../lib
+ *      (an installed tree: bin/ and lib/), the build's own lib folder (the Makefile compiles its
+ *      absolute $(BUILD)/lib in as VIL_MODULE_DIR), then D/../build/lib (bin/vil of a moved
+ *      checkout).
+ * A build without CUDA (make CUDA=0) looks only at $VIL_BACKEND_PATH. "auto" loads nothing
+ * where no NVIDIA driver is seen (vil_gpu_driver_present): a machine without a GPU never maps
+ * the CUDA libraries. ---- */
 
 /* 1 for the device names a command line may give: cpu, cuda, auto */
 int vil_device_name_ok(const char *name);
-/* "cpu" or "cuda" (or "auto": cuda when available) -> backend on device 0; NULL with an error
- * reported */
+/* "cpu" or "cuda" (or "auto": cuda when a GPU can run it, else the CPU) -> backend on device 0;
+ * NULL with an error that says why cuda cannot run (no CUDA in this build, the module file not
+ * found and where it was looked for, dlopen's text, no NVIDIA driver, no usable GPU) */
 const VilBackend *vil_backend_get(const char *name);
 /* A backend of its own for device `index` (CUDA: a new context with its own stream, handles,
- * scratch and allocation count; one per GPU of a process, or several on one GPU). NULL with an
- * error reported. Free with vil_backend_close after everything allocated on it. */
+ * scratch and allocation count; one per GPU of a process, or several on one GPU; "auto": that,
+ * or the CPU as vil_backend_get decides). NULL with an error reported. Free with
+ * vil_backend_close after everything allocated on it (the CPU's close does nothing). A process
+ * of several (mpirun) opens its local_rank's GPU with it directly: vil_backend_get("cuda") would
+ * also create device 0's shared context, on GPU 0, in every process. */
 const VilBackend *vil_backend_open(const char *name, int index);
 void vil_backend_close(const VilBackend *be);
+/* 1 when a CUDA device can be used (loads the module), 0 otherwise with the reason in why */
+int vil_cuda_available(char *why, size_t n);
+/* 1 when the CUDA module was built with NCCL (multi-GPU training; loads the module), 0
+ * otherwise with the reason in why */
+int vil_nccl_available(char *why, size_t n);
+/* What this build knows of CUDA without loading anything: "CUDA 13.0, archs sm_90, NCCL yes"
+ * (the Makefile's facts), or "no (CPU only)" */
+const char *vil_cuda_build_info(void);
+/* The module's state for `vil version`, never loading it: "PATH, not loaded", "not found
+ * (looked in ...)", or, once loaded, "PATH: runtime 13.0, driver 13.0, NCCL 2.28.9". */
+const char *vil_cuda_module_info(char *buf, size_t n);
+/* 1 once the module is mapped into this process */
+int vil_cuda_module_loaded(void);
+/* 1 when this machine shows an NVIDIA driver (/proc/driver/nvidia/gpus/ not empty, /dev/nvidiactl
+ * or /dev/nvidia0, WSL's /dev/dxg) and $CUDA_VISIBLE_DEVICES does not hide every GPU: what
+ * "auto" checks before it loads the module */
+int vil_gpu_driver_present(void);
 
 #ifdef __cplusplus
 }

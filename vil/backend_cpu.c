@@ -1,6 +1,6 @@
 /* backend_cpu.c: the CPU backend: the float32 reference ops of ops_cpu.h behind the VilBackend
- * table (filled by name from VIL_OPS, so a slot cannot be misplaced), and the choice of a
- * backend by name. */
+ * table (filled by name from VIL_OPS, so a slot cannot be misplaced). The choice of a backend by
+ * name, and loading the CUDA module, is backend_load.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,42 +113,3 @@ const VilBackend vil_backend_cpu = {
     VIL_OPS(VIL_CPU_SLOT)
 #undef VIL_CPU_SLOT
 };
-
-int vil_device_name_ok(const char *name) {
-    return strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0 || strcmp(name, "auto") == 0;
-}
-
-const VilBackend *vil_backend_get(const char *name) {
-    if (strcmp(name, "cpu") == 0) return &vil_backend_cpu;
-    if (strcmp(name, "cuda") == 0 || strcmp(name, "auto") == 0) {
-#ifdef VIL_CUDA
-        char why[256];
-        if (vil_cuda_available(why, sizeof why)) return &vil_backend_cuda;
-        if (strcmp(name, "auto") == 0) return &vil_backend_cpu;
-        vil_error("--device cuda: %s", why);
-        return NULL;
-#else
-        if (strcmp(name, "auto") == 0) return &vil_backend_cpu;
-        vil_error("--device cuda: this vil was built without CUDA (nvcc was not found at build "
-                  "time); rebuild on a machine with the CUDA toolkit or use --device cpu");
-        return NULL;
-#endif
-    }
-    vil_error("unknown device '%s' (expected cpu, cuda or auto)", name);
-    return NULL;
-}
-
-const VilBackend *vil_backend_open(const char *name, int index) {
-    if (strcmp(name, "cpu") == 0) return &vil_backend_cpu;
-#ifdef VIL_CUDA
-    if (strcmp(name, "cuda") == 0) return vil_cuda_open(index);
-#endif
-    return vil_backend_get(name); /* reports what is wrong with the name */
-}
-
-void vil_backend_close(const VilBackend *be) {
-#ifdef VIL_CUDA
-    if (be && be != &vil_backend_cuda && strcmp(be->name, "cuda") == 0) vil_cuda_close(be);
-#endif
-    (void)be;
-}

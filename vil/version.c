@@ -4,6 +4,7 @@
  * build date is left out on purpose: two builds of one commit give the same binary. */
 #include "vil/version.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "vil/backend.h"
@@ -79,6 +80,21 @@ static const char *blas_text(void) {
 #endif
 }
 
+/* What the build knows of CUDA, then the module's state, read without loading it: `vil
+ * version` maps no CUDA library (the runtime's and the driver's versions show once a command
+ * has loaded the module) */
+static const char *cuda_text(void) {
+    static char buf[1024];
+    char mod[768];
+#ifndef VIL_CUDA
+    const char *env = getenv("VIL_BACKEND_PATH");
+    if (!env || !env[0]) return vil_cuda_build_info();
+#endif
+    snprintf(buf, sizeof buf, "%s; module %s", after(vil_cuda_build_info(), "CUDA "),
+             vil_cuda_module_info(mod, sizeof mod));
+    return buf;
+}
+
 typedef struct {
     const char *label, *value;
 } Option;
@@ -86,11 +102,7 @@ typedef struct {
 static int options(Option *o) {
     int n = 0;
     o[n++] = (Option){"compiler", VIL_COMPILER};
-#ifdef VIL_CUDA
-    o[n++] = (Option){"CUDA", after(vil_cuda_build_info(), "CUDA ")};
-#else
-    o[n++] = (Option){"CUDA", "no (CPU only)"};
-#endif
+    o[n++] = (Option){"CUDA", cuda_text()};
     o[n++] = (Option){"BLAS", blas_text()};
     o[n++] = (Option){"MPI", after(vil_dist_build_info(), "MPI ")};
     o[n++] = (Option){"OpenMP", openmp_text()};
@@ -98,7 +110,7 @@ static int options(Option *o) {
 }
 
 const char *vil_build_options(void) {
-    static char buf[1024];
+    static char buf[2048];
     Option o[8];
     int n = options(o);
     size_t k = 0;

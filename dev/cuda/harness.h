@@ -8,9 +8,6 @@
 #ifndef VIL_DEV_CUDA_HARNESS_H
 #define VIL_DEV_CUDA_HARNESS_H
 
-#ifndef VIL_CUDA
-#define VIL_CUDA /* the harnesses only run on CUDA: backend.h's CUDA declarations */
-#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +15,7 @@
 #include <string.h>
 
 #include "vil/backend.h"
+#include "vil/backend_module.h"
 #include "vil/common.h"
 #include "tests/rel_err.h"
 #ifdef __cplusplus
@@ -203,11 +201,15 @@ static inline void h_open(Harness *h, int cpu) {
     if (cpu) {
         h->be = &vil_backend_cpu;
     } else {
+        /* cuda/'s objects are linked in (the Makefile's dev-cuda rule): the loader takes their
+         * table instead of loading libvil-cuda.so, so a harness kernel and the backend's ops
+         * share one context */
+        if (vil_backend_module_link(vil_cuda_module()) != 0) exit(1);
         if (!vil_cuda_available(why, sizeof why)) {
             fprintf(stderr, "no usable GPU: %s\n", why);
             exit(1);
         }
-        h->be = &vil_backend_cuda;
+        if (!(h->be = vil_backend_get("cuda"))) exit(1);
     }
     vil_rng_seed(&h->rng, 20261122);
 }
@@ -336,7 +338,7 @@ static inline HShapes h_shapes(int B, int D) {
 /* the backend's stream: a harness kernel launched on it is ordered with the backend's ops and
  * covered by its sync */
 static inline cudaStream_t h_stream(const Harness *h) {
-    if (h->be != &vil_backend_cuda) VIL_FATAL("a harness kernel needs the CUDA backend");
+    if (strcmp(h->be->name, "cuda") != 0) VIL_FATAL("a harness kernel needs the CUDA backend");
     return cu_bind(h->be)->stream;
 }
 /* For the readable kernels of version 1. Their per-thread bodies are __host__ __device__, so a
