@@ -215,6 +215,7 @@ $(OPTIONS_FILE): FORCE
 	$(shell mkdir -p $(dir $@))$(file >$@.tmp,$(OPTIONS))
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 
+LIBVIL_SO := $(BUILD)/lib/libvil.so
 LIB_SRC := $(wildcard api/*.c vil/*.c formats/*.c data/*.c train/*.c eval/*.c charts/*.c)
 LIB_OBJ := $(filter-out $(VERSION_OBJ),$(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))) \
            $(BUILD)/gen/imagenet_names.o
@@ -272,7 +273,6 @@ endif
 # checks the list against the header). version.o goes in here, as in bin/vil. ----
 VIL_VERSION := $(shell sed -n 's/^\#define VIL_VERSION "\(.*\)"/\1/p' vil/version.h)
 VIL_SOMAJOR := $(firstword $(subst ., ,$(VIL_VERSION)))
-LIBVIL_SO := $(BUILD)/lib/libvil.so
 $(LIBVIL_SO): $(LIB_OBJ) $(VERSION_OBJ) $(OPTIONS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libvil.so.$(VIL_SOMAJOR) -Wl,--no-undefined $(LDFLAGS) \
