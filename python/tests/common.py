@@ -18,6 +18,8 @@ import torch  # noqa: E402
 
 import vil  # noqa: E402
 
+__all__ = ["Checks", "REPO", "TMP", "SIZE", "CLASSES", "VIL_BIN", "rel", "run_tests", "vil_cmd", "classify_logits",
+           "idx_set", "idx_images", "write_pnm", "sample_images", "trained", "torch", "vil"]
 VIL_BIN = os.environ.get("VIL_BIN") or os.path.join(REPO, "bin", "vil")
 
 

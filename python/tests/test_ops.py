@@ -5,7 +5,7 @@ torch.autograd.gradcheck in float64; what the bridge owns (dtypes, layouts, inpu
 were, outputs that alias nothing, argument errors). Run: /usr/bin/python3 python/tests/test_ops.py [NAME]"""
 import sys
 
-from common import Checks, rel, run_tests, torch, vil  # noqa: F401
+from common import run_tests, torch, vil
 
 ops = vil.ops
 TOL = 1e-5  # vil's float32 CPU scan against the float64 reference

@@ -11,12 +11,14 @@ functions, all through libvil's C API with ctypes (nothing is compiled against t
 
 libvil.so is found through $VIL_LIB, the build folders of the vil checkout this package sits in,
 or the install prefix (vil.library_path() says which); README.md has the details."""
-from . import ops, reference  # noqa: F401
-from ._clib import LibraryNotFound, VilError, library_path  # noqa: F401
-from .files import load, metadata, read_image, save  # noqa: F401
-from .model import Classifier, make_config  # noqa: F401
+from . import ops, reference
+from ._clib import LibraryNotFound, VilError, library_path
+from .files import load, metadata, read_image, save
+from .model import Classifier, make_config
 
 __version__ = "0.9.0"
+__all__ = ["Classifier", "LibraryNotFound", "VilError", "library_path", "library_version", "load", "make_config",
+           "metadata", "ops", "read_image", "reference", "save"]
 
 
 def library_version():
