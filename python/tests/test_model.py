@@ -262,6 +262,19 @@ def test_autocast_cpu(T):
     T.close("in_proj's gradient near float32's", g, g32, 5e-2)
 
 
+def test_dtypes(T):
+    """the whole module in float64 (vil's ops convert to float32 and back) and in bfloat16"""
+    m = vil.load(trained("vim")).eval()
+    x = batch(m, sample_images(3))
+    with torch.no_grad():
+        want = m(x)
+        T.close("float64 module", m.double()(x.double()), want, 1e-5)
+        T.equal("float64 logits", m(x.double()).dtype, torch.float64)
+        got = m.bfloat16()(x.bfloat16())
+    T.equal("bfloat16 logits", got.dtype, torch.bfloat16)
+    T.close("bfloat16 module", got, want, 5e-2)
+
+
 def test_errors(T):
     T.raises("a file that is no model: vil's message", vil.VilError,
              lambda: vil.load(os.path.join(trained("vil"), "config.cfg")), "config.cfg")

@@ -256,8 +256,7 @@ class Classifier(nn.Module):
             raise ValueError(f"vil: a {tuple(img.shape[-2:])} image makes {x.shape[1]} patches; the model runs at "
                              f"{self.config['img_size']} px ({self.pos_embed.shape[1] - 1} patches): "
                              f"set_img_size() to change it")
-        if x.dtype in (torch.float16, torch.bfloat16):  # the residual stream is float32 (autocast)
-            x = x.float()
+        x = x.to(self.pos_embed.dtype)  # the residual stream in the parameters' dtype: float32 under autocast
         cls = self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype)
         return torch.cat([x[:, :t], cls, x[:, t:]], 1) + self.pos_embed
 

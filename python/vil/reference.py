@@ -10,11 +10,13 @@ import torch.nn.functional as F
 
 
 def rmsnorm(x, w, eps=1e-5):
-    """x * w / sqrt(mean(x^2) + eps) over the last dimension, no bias, no mean subtraction; in
-    float32 at least (vil's residual stream is float32)"""
+    """x * w / sqrt(mean(x^2) + eps) over the last dimension, no bias, no mean subtraction;
+    computed in float32 at least, answered in the promoted dtype of x and w"""
+    dt = torch.promote_types(x.dtype, w.dtype)
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+    return y if y.dtype == dt else y.to(dt)
 
 
 def longhorn_scan(u, delta, k, q, D):
