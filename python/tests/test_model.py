@@ -219,6 +219,14 @@ def test_vim_pth(T):
                 T.close(f"{name}{' ema' if ema else ''} ({m.family}, stride {m.config['stride']})", m(x), want, TOL)
     m = vil.load(os.path.join(d, "vim_p4s4_state_dict.pth"))
     T.equal("a bare state dict: inferred as vim", m.family, "vim")
+    # a bare safetensors state dict (no metadata: the architecture from the shapes)
+    bare = os.path.join(TMP, "bare.safetensors")
+    with open(bare, "wb") as f:
+        f.write(vil.files.safetensors_bytes(vil.files._tensors(m), {}))
+    back = vil.load(bare)
+    T.ok("a bare safetensors state dict: the same tensors",
+         all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), back.state_dict().values())))
+    T.equal("a bare safetensors state dict: its size from the grid", back.config["img_size"], 16)
 
 
 def test_train_mode_and_drop_path(T):

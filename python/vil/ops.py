@@ -72,35 +72,34 @@ _cuda = {}
 _cuda_lock = threading.Lock()
 
 
-def _context(device, key):
-    if device.type == "cpu":
-        return _clib.cpu_context(torch.get_num_threads())
-    if device.type != "cuda":
-        raise ValueError(f"vil.ops: tensors on {device}; vil runs on the CPU and on CUDA GPUs")
-    index = device.index if device.index is not None else torch.cuda.current_device()
+def _cuda_contexts(index):
     with _cuda_lock:
         d = _cuda.get(index)
         if d is None:
             d = _cuda[index] = _CudaContexts(index)
-    return d.get(key, torch.cuda.is_current_stream_capturing())
+        return d
 
 
-def _call(fn, ctx, arg, device):
-    """fn(ctx, &arg, stream) under the context's lock, with torch's current device and stream"""
-    lib = _clib.lib()
-    f = getattr(lib, fn)
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            stream = torch.cuda.current_stream(device).cuda_stream
-            with ctx.lock:
-                rc = f(ctx.h, ctypes.byref(arg), ctypes.c_void_p(stream))
-                if rc != _clib.VIL_OK:
-                    _clib.check(rc, fn)
-    else:
+def _call(fn, arg, device, key):
+    """fn(ctx, &arg, stream): on the CPU context of torch's thread count, or on a context of the
+    tensors' GPU with torch's current device set to it and its current stream (the capture
+    state read there), under the context's lock"""
+    f = getattr(_clib.lib(), fn)
+    if device.type == "cpu":
+        ctx, stream = _clib.cpu_context(torch.get_num_threads()), None
         with ctx.lock:
             rc = f(ctx.h, ctypes.byref(arg), None)
-            if rc != _clib.VIL_OK:
-                _clib.check(rc, fn)
+    elif device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        with torch.cuda.device(index):
+            ctx = _cuda_contexts(index).get(key, torch.cuda.is_current_stream_capturing())
+            stream = ctypes.c_void_p(torch.cuda.current_stream(index).cuda_stream)
+            with ctx.lock:
+                rc = f(ctx.h, ctypes.byref(arg), stream)
+    else:
+        raise ValueError(f"vil.ops: tensors on {device}; vil runs on the CPU and on CUDA GPUs")
+    if rc != _clib.VIL_OK:
+        _clib.check(rc, fn)  # vil_last_error is this thread's, read right after the call
 
 
 # ---- layouts ----
@@ -188,8 +187,7 @@ class _ScanBidir(torch.autograd.Function):
         if A0c is not None:
             a.A_log[0], a.A_log[1] = _fptr(A0c), _fptr(A1c)
         a.out = _ptr(out)
-        key = ("fwd", rec, B, L, E, N, dt_ld, ld0, ldz)
-        _call("vil_scan_forward", _context(dev, key), a, dev)
+        _call("vil_scan_forward", a, dev, ("fwd", rec, B, L, E, N, dt_ld, ld0, ldz))
 
         ctx.save_for_backward(u0c, u1c, d0c, d1c, x0c, x1c, zc, D0c, D1c, A0c, A1c)
         dtypes = [None if t is None else t.dtype for t in (u0, u1, d0, d1, x0, x1, z, D0, D1, A0, A1)]
@@ -228,8 +226,7 @@ class _ScanBidir(torch.autograd.Function):
         a.du[0], a.du[1], a.ddelta[0], a.ddelta[1] = _ptr(du0), _ptr(du1), _ptr(dd0), _ptr(dd1)
         a.dxdbl[0], a.dxdbl[1], a.dz = _ptr(dx0), _ptr(dx1), _ptr(dz)
         a.dD[0], a.dD[1] = _fptr(dD0), _fptr(dD1)
-        key = ("bwd", rec, B, L, E, N, dt_ld, ld, ldz)
-        _call("vil_scan_backward", _context(dev, key), a, dev)
+        _call("vil_scan_backward", a, dev, ("bwd", rec, B, L, E, N, dt_ld, ld, ldz))
 
         grads = [du0, du1, dd0, dd1, dx0[..., :w0], dx1[..., :w1], dz[..., :E], dD0, dD1, dA0, dA1]
         out = []
