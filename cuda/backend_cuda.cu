@@ -82,8 +82,6 @@ void cu_ensure_init(void) {
     c->debug_sync = s && s[0] && s[0] != '0';
     cu_scan_open(c, prop.major, prop.minor);
     CUDA_CHECK(cudaStreamCreate(&c->stream));
-    CUDA_CHECK(cudaEventCreateWithFlags(&c->join_in, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&c->join_out, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasLtCreate(&c->lt));
     CUDNN_CHECK(cudnnCreate(&c->dnn));
     CUDNN_CHECK(cudnnSetStream(c->dnn, c->stream));
@@ -138,8 +136,6 @@ static void ctx_cleanup(CuCtx *c) {
     }
     cublasLtDestroy(c->lt);
     cudnnDestroy(c->dnn);
-    cudaEventDestroy(c->join_in);
-    cudaEventDestroy(c->join_out);
     cudaStreamDestroy(c->stream);
     free(c->allocs);
     c->allocs = NULL;
@@ -331,26 +327,6 @@ static void b_to_host(const VilBackend *be, void *dst, const void *src, size_t b
     CuCtx *c = cu_bind(be);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
-}
-/* backend memory to backend memory on our stream (libvil's device forward copies its logits out) */
-static void b_copy(const VilBackend *be, void *dst, const void *src, size_t bytes) {
-    CuCtx *c = cu_bind(be);
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
-}
-/* A caller's stream (NULL: the legacy default stream) joined to ours by an event each way, with no
- * synchronisation of the host or the device; under a CUDA graph capture of the caller's stream
- * the event makes our stream join the capture, and stream_signal joins it back. */
-static void b_stream_wait(const VilBackend *be, void *stream) {
-    CuCtx *c = cu_bind(be);
-    if ((cudaStream_t)stream == c->stream) return;
-    CUDA_CHECK(cudaEventRecord(c->join_in, (cudaStream_t)stream));
-    CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->join_in, 0));
-}
-static void b_stream_signal(const VilBackend *be, void *stream) {
-    CuCtx *c = cu_bind(be);
-    if ((cudaStream_t)stream == c->stream) return;
-    CUDA_CHECK(cudaEventRecord(c->join_out, c->stream));
-    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, c->join_out, 0));
 }
 static void b_sync(const VilBackend *be) {
     CuCtx *c = cu_bind(be);
@@ -620,7 +596,6 @@ VIL_OPS(VIL_CUDA_ENTRY)
         .feed_wait = b_feed_wait, .device_name = b_device_name, .dist_join = b_dist_join,     \
         .graph_begin = b_graph_begin, .graph_end = b_graph_end, .graph_launch = b_graph_launch, \
         .graph_free = b_graph_free, .scan_states_bytes = b_scan_states_bytes,                 \
-        .copy = b_copy, .stream_wait = b_stream_wait, .stream_signal = b_stream_signal,       \
         VIL_OPS(VIL_CUDA_SLOT)                                                                \
     }
 #define VIL_CUDA_SLOT(op, Args, label) .op = b_##op,

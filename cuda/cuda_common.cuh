@@ -101,9 +101,6 @@ typedef struct CuCtx {
     size_t n_allocs, cap_allocs, cur_bytes, peak_bytes;
     void *scratch[SCR_COUNT];
     size_t scratch_bytes[SCR_COUNT];
-    /* a caller's stream joined to ours (libvil's device entry points: backend stream_wait and
-     * stream_signal): "the caller's work so far" and "ours so far", made with the stream */
-    cudaEvent_t join_in, join_out;
     /* the input feed (data/feed.h): a copy stream and, per slot, "uploaded" / "released" */
     cudaStream_t feed_stream;
     cudaEvent_t feed_loaded[2], feed_freed[2];
