@@ -337,10 +337,10 @@ test:
 	@$(MAKE) --no-print-directory test-run
 
 test-run: bin/vil $(CUDA_MODULE) $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump $(LIBVIL_SO)
-	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_pth_reference.sh
+	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_python.sh tests/test_pth_reference.sh
 
-test-gpu: bin/vil $(CUDA_MODULE) $(GPU_TEST_BIN)
-	@sh tests/run_all.sh $(GPU_TEST_BIN)
+test-gpu: bin/vil $(CUDA_MODULE) $(GPU_TEST_BIN) $(LIBVIL_SO)
+	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(GPU_TEST_BIN) tests/gpu_python.sh
 
 # Slurm and munge first, then the README's sbatch script on a one-node cluster that the test
 # starts and stops (tools/slurm_local.sh, tests/slurm_train.c)

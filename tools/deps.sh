@@ -6,8 +6,9 @@ set -u
 
 BUILD_PKGS="gcc make pkg-config libjpeg62-turbo-dev libstb-dev libcjson-dev libzip-dev libarchive-dev libopenblas-dev zlib1g-dev libopenmpi-dev openmpi-bin"
 DEMO_PKGS="dataset-fashion-mnist"
-# the test suite checks the whole network against an independent PyTorch implementation
-TEST_PKGS="python3-torch"
+# the test suite checks the whole network against an independent PyTorch implementation, and the
+# vil package (python/) with that torch, installed with pip into a venv (tests/test_python.sh)
+TEST_PKGS="python3-torch python3-venv python3-setuptools python3-wheel"
 # make test-slurm: a one-node Slurm cluster on this machine (tools/slurm_local.sh)
 SLURM_PKGS="slurm-wlm munge"
 

@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
-"""An independent PyTorch implementation of ViL / ViM, written the way the official ViM code
-computes it (middle class token, flipped sequence for the backward direction, conv1d with
-padding 3 cut to L, SiLU(z) gate per direction, (y_f + y_b.flip) / 2, fused add + RMSNorm with
-an fp32 residual), run in float64 with autograd, against what vil's CPU path computed
-(tools/ref_dump.c). Run on the GPU machine, where torch is installed:
+"""vil's CPU path against PyTorch in float64 with autograd: the whole network (logits, loss, the
+input gradient and every parameter gradient that tools/ref_dump.c computed) against the vil
+package's module (python/vil/model.py on its plain PyTorch scan: middle class token, the
+backward direction's conv over the reversed tokens, SiLU(z) gate, (y_f + y_b) / 2, add + RMSNorm
+with the residual kept apart), written from doc/models.md and doc/scans.md, never from vil's C:
     build/tools/ref_dump DIR vil && python3 tools/torch_reference.py DIR
 With --scan, vil's CPU bidirectional scan alone (tools/scan_dump.c, one recurrence per file)
-against the same recurrences (SCANS: one function per recurrence of vil/rec/list.h, written
-from doc/scans.md), forward and every gradient:
+against the package's reference (python/vil/reference.py: SCANS, one function per recurrence of
+vil/rec/list.h, and scan_bidir_reference), forward and every gradient:
     build/tools/scan_dump --rec mamba FILE && python3 tools/torch_reference.py --scan FILE
-Exits 1 when any relative error exceeds the tolerance."""
-import sys
-
+The math has one copy, in the package; this script reads the files and compares. Exits 1 when
+any relative error exceeds the tolerance."""
 import json
+import os
 import struct
+import sys
 
 import torch
 import torch.nn.functional as F
+
+# the math lives in the vil package (python/vil/reference.py, python/vil/model.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import vil  # noqa: E402
+from vil.reference import SCANS, scan_bidir_reference  # noqa: E402,F401
 
 try:  # the official reader where it is installed (the GPU machine); a minimal one otherwise
     from safetensors import safe_open
@@ -48,91 +54,29 @@ except ImportError:
 TOL = 1e-4  # vil computes in float32; the reference in float64
 
 
-def rmsnorm(x, w, eps=1e-5):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def longhorn_scan(u, delta, k, q, D):  # u, delta (B, L, E); k, q (B, L, N)
-    Bsz, L, E = u.shape
-    N = k.shape[-1]
-    beta = torch.sigmoid(delta)
-    kappa = (k * k).sum(-1, keepdim=True)  # (B, L, 1)
-    eps = beta / (1 + beta * kappa)  # (B, L, E)
-    h = u.new_zeros(Bsz, E, N)
-    ys = []
-    for t in range(L):
-        a = 1 - eps[:, t, :, None] * (k[:, t, None, :] ** 2)
-        h = a * h + (eps[:, t] * u[:, t])[:, :, None] * k[:, t, None, :]
-        ys.append((h * q[:, t, None, :]).sum(-1))
-    return torch.stack(ys, 1) + D * u
-
-
-def mamba_scan(u, delta, Bm, Cm, A_log, D):
-    Bsz, L, E = u.shape
-    N = Bm.shape[-1]
-    dt = F.softplus(delta)
-    A = -torch.exp(A_log)  # (E, N)
-    h = u.new_zeros(Bsz, E, N)
-    ys = []
-    for t in range(L):
-        a = torch.exp(dt[:, t, :, None] * A)
-        h = a * h + (dt[:, t] * u[:, t])[:, :, None] * Bm[:, t, None, :]
-        ys.append((h * Cm[:, t, None, :]).sum(-1))
-    return torch.stack(ys, 1) + D * u
-
-
-# One direction of each recurrence, by its id in vil/rec/list.h (tools/scan_dump --list):
-# u, delta (B, L, E); k, q (B, L, N); D (E); A_log (E, N) or None -> y (B, L, E)
-SCANS = {
-    "longhorn": lambda u, delta, k, q, D, A_log: longhorn_scan(u, delta, k, q, D),
-    "mamba": lambda u, delta, k, q, D, A_log: mamba_scan(u, delta, k, q, A_log, D),
-}
-
-
-def direction(P, pre, sfx, x, z, vim):
-    # x, z: (B, L, E) in this direction's token order
-    L = x.shape[1]
-    w = P[pre + "conv1d" + sfx + ".weight"]
-    b = P[pre + "conv1d" + sfx + ".bias"]
-    u = F.silu(F.conv1d(x.transpose(1, 2), w, b, padding=w.shape[-1] - 1, groups=w.shape[0])[..., :L]).transpose(1, 2)
-    xd = u @ P[pre + "x_proj" + sfx + ".weight"].T
-    R = P[pre + "dt_proj" + sfx + ".weight"].shape[1]
-    N = (xd.shape[-1] - R) // 2
-    dt_low, k, q = xd[..., :R], xd[..., R:R + N], xd[..., R + N:]
-    delta = dt_low @ P[pre + "dt_proj" + sfx + ".weight"].T + P[pre + "dt_proj" + sfx + ".bias"]
-    Dk = P[pre + "D" + sfx]
-    if vim:
-        y = mamba_scan(u, delta, k, q, P[pre + ("A_log" if sfx == "" else "A_b_log")], Dk)
-    else:
-        y = longhorn_scan(u, delta, k, q, Dk)
-    return y * F.silu(z)
-
-
-def forward(P, img, depth, vim):
+def config_of(P, img_size):
+    """the model config a state dict P implies at img_size (doc/models.md "Architecture from a
+    checkpoint alone", for the files these checks make)"""
     w = P["patch_embed.proj.weight"]
-    D = w.shape[0]
-    pos = P["pos_embed"]
-    G = int(round((pos.shape[1] - 1) ** 0.5))
-    S = (img.shape[-1] - w.shape[-1]) // (G - 1) if G > 1 else w.shape[-1]
-    x = F.conv2d(img, w, P["patch_embed.proj.bias"], stride=S).flatten(2).transpose(1, 2)
-    M = x.shape[1]
-    t = M // 2
-    cls = P["cls_token"].expand(x.shape[0], -1, -1)
-    x = torch.cat([x[:, :t], cls, x[:, t:]], 1) + pos
-    residual, h = None, x
-    for i in range(depth):
-        pre = f"layers.{i}.mixer."
-        residual = h if residual is None else residual + h
-        hn = rmsnorm(residual, P[f"layers.{i}.norm.weight"])
-        xz = hn @ P[pre + "in_proj.weight"].T
-        E = xz.shape[-1] // 2
-        xx, z = xz[..., :E], xz[..., E:]
-        yf = direction(P, pre, "", xx, z, vim)
-        yb = direction(P, pre, "_b", xx.flip(1), z.flip(1), vim).flip(1)
-        h = ((yf + yb) / 2) @ P[pre + "out_proj.weight"].T
-    residual = residual + h
-    hf = rmsnorm(residual, P["norm_f.weight"])
-    return hf[:, t] @ P["head.weight"].T + P["head.bias"]
+    R = P["layers.0.mixer.dt_proj.weight"].shape[1]
+    G = int(round((P["pos_embed"].shape[1] - 1) ** 0.5))
+    patch = w.shape[-1]
+    return {"arch": "vim" if "layers.0.mixer.A_log" in P else "vil", "img_size": img_size, "patch_size": patch,
+            "stride": (img_size - patch) // (G - 1) if G > 1 else patch, "in_chans": w.shape[1],
+            "embed_dim": w.shape[0], "depth": 1 + max(int(k.split(".")[1]) for k in P if k.startswith("layers.")),
+            "d_state": (P["layers.0.mixer.x_proj.weight"].shape[0] - R) // 2, "dt_rank": R,
+            "expand": P["layers.0.mixer.in_proj.weight"].shape[0] // 2 // w.shape[0],
+            "d_conv": P["layers.0.mixer.conv1d.weight"].shape[-1], "num_classes": P["head.weight"].shape[0]}
+
+
+def forward(P, img, depth=None, vim=None):
+    """logits of images img under the parameters P (name -> tensor, autograd flows into them):
+    the package's module (python/vil/model.py) on the plain PyTorch scan, in P's dtype.
+    depth and vim are implied by P (kept for the callers that pass them)."""
+    with torch.random.fork_rng(devices=[]):  # the module's init draws nothing from the caller's generator
+        model = vil.Classifier(config_of(P, img.shape[-1]), use_vil_ops=False).eval()
+    call = getattr(getattr(torch, "func", None), "functional_call", None) or torch.nn.utils.stateless.functional_call
+    return call(model, dict(P), (img,))
 
 
 def rel(a, b):
@@ -140,16 +84,17 @@ def rel(a, b):
 
 
 def bidir_scan(rec, inp):
-    """vil's scan_bidir_forward / backward for recurrence rec: out = 0.5 SiLU(z) (y_0 + y_1),
-    direction 1 on the reversed tokens; the gradients of out against inp["dout"]"""
+    """vil's scan_bidir_forward / backward for recurrence rec (the package's
+    vil.reference.scan_bidir_reference: out = 0.5 SiLU(z) (y_0 + y_1), direction 1 on the reversed
+    tokens); the gradients of out against inp["dout"]"""
     own = "A_log0" in inp
     names = ["u0", "u1", "delta0", "delta1", "k0", "k1", "q0", "q1", "D0", "D1", "z"]
     names += ["A_log0", "A_log1"] if own else []
     x = {n: inp[n].double().detach().clone().requires_grad_(True) for n in names}
-    step = SCANS[rec]
-    y0 = step(x["u0"], x["delta0"], x["k0"], x["q0"], x["D0"], x.get("A_log0"))
-    y1 = step(*(x[n].flip(1) for n in ("u1", "delta1", "k1", "q1")), x["D1"], x.get("A_log1")).flip(1)
-    out = 0.5 * F.silu(x["z"]) * (y0 + y1)
+    N = x["k0"].shape[-1]
+    xdbl = [torch.cat([x[f"k{j}"], x[f"q{j}"]], -1) for j in (0, 1)]  # k | q, dt_ld = 0
+    out = scan_bidir_reference([x["u0"], x["u1"]], [x["delta0"], x["delta1"]], xdbl, x["z"], [x["D0"], x["D1"]],
+                               [x["A_log0"], x["A_log1"]] if own else None, recurrence=rec, dt_ld=0, N=N)
     out.backward(inp["dout"].double())
     r = {"out": out.detach(), "dz": x["z"].grad}
     for j in (0, 1):
@@ -168,7 +113,7 @@ def check_scan(path):
     rec = metadata(path).get("recurrence", "longhorn")
     vil = load_file(path)
     if rec not in SCANS:
-        print(f"FAIL {rec}: no reference of this recurrence in tools/torch_reference.py's SCANS")
+        print(f"FAIL {rec}: no reference of this recurrence in python/vil/reference.py's SCANS")
         print("0 passed, 1 failed")
         return 1
     ref = bidir_scan(rec, vil)
