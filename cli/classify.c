@@ -256,7 +256,11 @@ static int classify_files(VilModel *m, const VilCheckpointMeta *meta, const VilE
     float *batch = vil_malloc(CHUNK * per * sizeof(float));
     float *logits = vil_malloc((size_t)CHUNK * NC * sizeof(float));
     Item items[CHUNK];
-    vil_model_alloc_acts(m, CHUNK, 0);
+    if (vil_model_alloc_acts(m, CHUNK, 0) != 0) {
+        free(batch);
+        free(logits);
+        return files->n; /* reported: none could be classified */
+    }
     for (int start = 0; start < files->n; start += CHUNK) {
         int n = files->n - start < CHUNK ? files->n - start : CHUNK;
         int good = load_chunk(files, start, n, S, C, ev, batch, items, &failed);
