@@ -92,7 +92,8 @@ void vil_error_capture(VilErrCapture *cap) {
 }
 
 void vil_error_release(VilErrCapture *cap) {
-    /* releasing out of order would leave a capture on the chain that its owner has freed */
+    /* releasing out of order would leave a capture on the chain that its owner has freed.
+     * invariant: captures are released in the order taken by code, never by an input */
     if (g_capture != cap) VIL_FATAL("vil_error_release: not the innermost capture of this thread");
     g_capture = cap->prev;
 }
