@@ -130,7 +130,7 @@ int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *p
             !(logits = vil_try_malloc((size_t)b->batch * C * sizeof(float))) ||
             !(rows_idx = vil_try_malloc((size_t)b->batch * 2 * sizeof(int))) ||
             (vil_model_input_buffers(m, dev0), vil_feed_init(&feed, be, 1, dev0, bytes)) != 0) {
-            vil_error("evaluation: no memory for a batch of %d", b->batch);
+            vil_error("evaluation: a batch of %d cannot be set up", b->batch);
             vil_loader_release_batch(l, b);
             goto out;
         }

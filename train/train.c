@@ -463,9 +463,10 @@ out:
  * loader's epoch, the batches a resumed run has done skipped, the feed and its first batch. */
 static RunNext start_epoch(Trainer *T) {
     /* together: a rank without its activations would leave the others waiting in the sums */
-    if (vil_dist_any(T->dist, vil_model_alloc_acts(&T->m, T->tc->batch, 1) != 0)) {
-        vil_error("rank %d: the run cannot go on without the training activations (a rank's message is above)",
-                  T->rank);
+    int no_acts = vil_model_alloc_acts(&T->m, T->tc->batch, 1) != 0;
+    if (vil_dist_any(T->dist, no_acts)) {
+        if (!no_acts) vil_error("rank %d: another rank cannot allocate its training activations (its message is above)",
+                                T->rank);
         return run_end(T, VIL_TRAIN_FAILED);
     }
     vil_loader_start_epoch(T->loader, T->epoch);
