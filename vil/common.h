@@ -62,7 +62,8 @@ const char *vil_errno_str(void);
  *   a string in it), an image, a caller's batch, shape or config, the model's parameters or
  *   activations. On failure they report "out of memory allocating N bytes" (vil_error) and
  *   return NULL, and the caller turns NULL into its own error return (freeing what it took).
- *   Every path a library caller reaches with such a size uses them.
+ *   Paths a library caller reaches with such a size use them (the few that do not yet:
+ *   DEVELOPERS.md, "What still aborts").
  * - vil_malloc, vil_calloc, vil_realloc, vil_strdup, vil_path_join, vil_malloc_aligned: small,
  *   fixed-size bookkeeping (a struct, a handful of pointers, a short name), whose failure means
  *   the machine has no memory left at all. They print the size and exit(1) (vil_fatal): never
