@@ -361,7 +361,11 @@ endif
 # against them (the tests run $VIL_BIN where they say bin/vil). A report also fails the target
 # when it came from a vil run whose stderr a test discards: ASan and LeakSanitizer (and UBSan
 # under clang; gcc's prints to stderr only) log to build/asan/reports/, and every sanitizer
-# exits 99, a status no test expects.
+# exits 99, a status no test expects. allocator_may_return_null: an allocation the sanitizer's
+# allocator cannot make returns NULL, as malloc does, so the try allocators' failures (vil/common.h)
+# are tested as they run (it would stop the process instead); a size past its 1 TiB maximum then
+# logs "WARNING: AddressSanitizer failed to allocate", which the tests ask for on purpose: a
+# report of nothing else is no finding.
 ASAN_OPT := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow
 .PHONY: test-asan
 ifneq ($(ASAN_BUILD),1)
@@ -371,11 +375,13 @@ else
 test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump
 	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
 	@VIL_BIN=$(BUILD)/bin/vil VIL_BUILD=$(BUILD) \
-	    ASAN_OPTIONS=detect_leaks=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/asan \
+	    ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/asan \
 	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/ubsan \
 	    sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_pth_reference.sh; \
-	rc=$$?; if [ -n "$$(ls $(BUILD)/reports)" ]; then cat $(BUILD)/reports/*; \
+	rc=$$?; for f in $(BUILD)/reports/*; do \
+	    [ -f "$$f" ] && ! grep -qv 'WARNING: AddressSanitizer failed to allocate' "$$f" && rm -f "$$f"; done; \
+	if [ -n "$$(ls $(BUILD)/reports)" ]; then cat $(BUILD)/reports/*; \
 	    echo "test-asan: sanitizer reports above (in $(BUILD)/reports)"; exit 1; fi; exit $$rc
 endif
 

@@ -303,8 +303,7 @@ static int ensure_acts(vil_classifier *m, int B, int training) {
     m->states_ready = 0;
     if (training) return vil_states_prepare(&m->m, B);
     if (vil_model_check_acts(&m->m, B, 0) != 0) return -1;
-    vil_model_alloc_acts(&m->m, B, 0); /* MERGE: returns int after the no-exit branch */
-    return 0;
+    return vil_model_alloc_acts(&m->m, B, 0);
 }
 
 static int check_batch(const vil_classifier *m, const void *images, int B, const void *logits, const char *fn) {

@@ -50,6 +50,14 @@ static float mean_loss(VilModel *m) {
     return (float)(s / B);
 }
 
+/* n training steps: 0, or -1 (reported) at the first that fails (none does once
+ * vil_model_init_training and vil_train_init_state have run: train.h) */
+static int train_steps(VilModel *m, const VilStepParams *sp, int n) {
+    for (int i = 0; i < n; i++)
+        if (vil_train_step(m, sp) != 0) return -1;
+    return 0;
+}
+
 /* forward and backward only: the step's part before the optimizer */
 static void forward_backward(VilModel *m) {
     vil_model_zero_grad(m);
@@ -59,19 +67,22 @@ static void forward_backward(VilModel *m) {
 
 /* Training steps as `vil train` runs them: each step's images and targets come from host memory
  * (host_alloc'd) through the input feed, uploaded one step ahead. Returns the seconds of `steps`
- * steps after `warmup`. */
+ * steps after `warmup`, or -1 (reported) when the memory for it cannot be had. */
 static double feed_steps(VilModel *m, const VilStepParams *sp, int warmup, int steps) {
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     int B = vil_model_batch(m);
     size_t bytes[2] = {(size_t)B * c->in_chans * c->img_size * c->img_size * sizeof(float),
                        (size_t)B * c->num_classes * sizeof(float)};
-    float *h[2][2];
+    float *h[2][2] = {{NULL}};
+    double t = -1;
+    VilFeed f = {0};
     for (int s = 0; s < 2; s++)
-        for (int i = 0; i < 2; i++) {
-            h[s][i] = be->host_alloc(be, bytes[i]);
-            if (!h[s][i]) VIL_FATAL("host_alloc of %zu bytes failed", bytes[i]);
-        }
+        for (int i = 0; i < 2; i++)
+            if (!(h[s][i] = be->host_alloc(be, bytes[i]))) {
+                vil_error("bench: %zu bytes of host memory for the feed's batches cannot be had", bytes[i]);
+                goto out;
+            }
     /* the images and targets already on the device, as the two host batches */
     void *dev0[3], *in[2];
     vil_model_input_buffers(m, dev0);
@@ -79,43 +90,47 @@ static double feed_steps(VilModel *m, const VilStepParams *sp, int warmup, int s
         be->to_host(be, h[s][0], dev0[0], bytes[0]);
         be->to_host(be, h[s][1], dev0[1], bytes[1]);
     }
-    VilFeed f;
-    vil_feed_init(&f, be, 2, dev0, bytes);
+    if (vil_feed_init(&f, be, 2, dev0, bytes) != 0) goto out;
     VilBatch dummy[2];
     double t0 = 0;
+    int rc = 0;
     vil_feed_put(&f, &dummy[0], (const void *const *)h[0]);
-    for (int k = 0; k < warmup + steps; k++) {
+    for (int k = 0; k < warmup + steps && rc == 0; k++) {
         if (k == warmup) {
             be->sync(be);
             t0 = vil_now();
         }
         vil_feed_take(&f, in);
         vil_model_set_inputs(m, in[0], in[1], NULL);
-        vil_train_step(m, sp);
+        rc = vil_train_step(m, sp);
         vil_feed_done(&f);
-        if (k + 1 < warmup + steps) vil_feed_put(&f, &dummy[(k + 1) % 2], (const void *const *)h[(k + 1) % 2]);
+        if (rc == 0 && k + 1 < warmup + steps)
+            vil_feed_put(&f, &dummy[(k + 1) % 2], (const void *const *)h[(k + 1) % 2]);
     }
     be->sync(be);
-    double t = vil_now() - t0;
+    if (rc == 0) t = vil_now() - t0;
     vil_feed_drain(&f, NULL);
     vil_model_set_inputs(m, NULL, NULL, NULL);
     vil_feed_free(&f);
+out:
     for (int s = 0; s < 2; s++)
-        for (int i = 0; i < 2; i++) be->host_free(be, h[s][i]);
+        for (int i = 0; i < 2; i++)
+            if (h[s][i]) be->host_free(be, h[s][i]);
     return t;
 }
 
 /* ---------------- several ranks, and the real loader ---------------- */
 
-/* this rank's seconds for `steps` steps after `warmup`, the ranks of d starting together */
+/* this rank's seconds for `steps` steps after `warmup`, the ranks of d starting together; -1
+ * (reported) when a step failed (train_steps) */
 static double timed_steps(VilModel *m, const VilStepParams *sp, int warmup, int steps, const VilDist *d) {
-    for (int i = 0; i < warmup; i++) vil_train_step(m, sp);
+    int rc = train_steps(m, sp, warmup);
     m->be->sync(m->be);
     vil_dist_barrier(d);
     double t0 = vil_now();
-    for (int i = 0; i < steps; i++) vil_train_step(m, sp);
+    if (rc == 0) rc = train_steps(m, sp, steps);
     m->be->sync(m->be);
-    return vil_now() - t0;
+    return rc == 0 ? vil_now() - t0 : -1;
 }
 
 /* One row of the scaling table from every rank's seconds per step t: the slowest and fastest
@@ -141,8 +156,8 @@ static double scaling_row(const char *what, double t, int batch, const VilDist *
 /* The step over the ranks (random images, no loader): rank 0 alone, then all ranks without an
  * all-reduce (the compute's own scaling), with one after the backward, and overlapped. The
  * exposed communication is a step's time over the no-all-reduce one. */
-static void bench_ranks(VilModel *m, const VilStepParams *sp0, int batch, int warmup, int steps,
-                        const VilDist *d) {
+static int bench_ranks(VilModel *m, const VilStepParams *sp0, int batch, int warmup, int steps,
+                       const VilDist *d) {
     VilStepParams none = *sp0, end = *sp0, ovl = *sp0;
     none.dist = NULL;
     end.dist = ovl.dist = d;
@@ -158,21 +173,26 @@ static void bench_ranks(VilModel *m, const VilStepParams *sp0, int batch, int wa
     if (d->rank == 0) alone = timed_steps(m, &none, warmup, steps, NULL) / steps;
     vil_dist_barrier(d);
     vil_dist_bcast(d, &alone, sizeof alone, 0);
+    if (alone < 0) return -1; /* every rank has rank 0's time */
     if (d->rank == 0)
         printf("  %-40s %9.1f %-11s %11.1f   %8.2f\n", "rank 0 alone, no all-reduce", batch / alone, "",
                batch / alone, 1e3 * alone);
-    double base = scaling_row("all ranks, no all-reduce", timed_steps(m, &none, warmup, steps, d) / steps,
-                              batch, d, 0);
-    scaling_row("all ranks, all-reduce after the backward", timed_steps(m, &end, warmup, steps, d) / steps,
-                batch, d, base);
+    /* a failed step (none fails after the setup: train_steps) ends the table on every rank */
+    double t = timed_steps(m, &none, warmup, steps, d);
+    if (vil_dist_any(d, t < 0)) return -1;
+    double base = scaling_row("all ranks, no all-reduce", t / steps, batch, d, 0);
+    if (vil_dist_any(d, (t = timed_steps(m, &end, warmup, steps, d)) < 0)) return -1;
+    scaling_row("all ranks, all-reduce after the backward", t / steps, batch, d, base);
     char what[64];
     snprintf(what, sizeof what, "all ranks, overlapped (%.3g MiB buckets)", sp0->bucket_bytes / 1048576.0);
-    double t = scaling_row(what, timed_steps(m, &ovl, warmup, steps, d) / steps, batch, d, base);
+    if (vil_dist_any(d, (t = timed_steps(m, &ovl, warmup, steps, d)) < 0)) return -1;
+    t = scaling_row(what, t / steps, batch, d, base);
     if (d->rank == 0) {
         printf("scaling efficiency (overlapped, against %d x rank 0 alone): %.1f%%\n", d->world,
                100.0 * alone / t);
         fflush(stdout);
     }
+    return 0;
 }
 
 /* vil train's loop on the dataset: the progress callbacks after the first interval (warm-up)
@@ -276,11 +296,11 @@ static int bench_loop(const VilConfig *mc, const VilTrainConfig *tc, const char 
 static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps, int profile) {
     const VilBackend *be = m->be;
     int batch = vil_model_batch(m);
-    for (int i = 0; i < warmup; i++) vil_train_step(m, sp);
+    if (train_steps(m, sp, warmup) != 0) return 1;
     be->sync(be);
     float loss0 = mean_loss(m);
     double t0 = vil_now();
-    for (int i = 0; i < steps; i++) vil_train_step(m, sp);
+    if (train_steps(m, sp, steps) != 0) return 1;
     be->sync(be);
     double t_train = vil_now() - t0;
     float loss1 = mean_loss(m);
@@ -298,11 +318,12 @@ static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps
     printf("forward+backward:           %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_fb,
            1e3 * t_fb / steps);
     double t_feed = feed_steps(m, sp, warmup, steps);
+    if (t_feed < 0) return 1;
     printf("train step + upload (feed): %10.1f images/s  (%.2f ms/step; each batch from host memory, as vil train)\n",
            batch * steps / t_feed, 1e3 * t_feed / steps);
     fflush(stdout);
 
-    vil_model_alloc_acts(m, batch, 0);
+    if (vil_model_alloc_acts(m, batch, 0) != 0) return 1;
     upload_batch(m, 2);
     double t_inf = steps * vil_time_forward(m, warmup, steps);
     printf("inference (forward):        %10.1f images/s  (%.2f ms/step)\n", batch * steps / t_inf,
@@ -313,17 +334,24 @@ static int bench_one(VilModel *m, const VilStepParams *sp, int warmup, int steps
 
     if (profile) {
         int iters = steps < 5 ? steps : 5;
-        vil_model_alloc_acts(m, batch, 1);
+        if (vil_model_alloc_acts(m, batch, 1) != 0) return 1;
         upload_batch(m, 3);
         m->be = vil_backend_profiled(be);
-        vil_train_step(m, sp); /* warm */
+        int rc = train_steps(m, sp, 1); /* warm */
         vil_prof_reset();
-        for (int i = 0; i < iters; i++) vil_train_step(m, sp);
+        if (rc == 0) rc = train_steps(m, sp, iters);
+        if (rc != 0) {
+            m->be = be;
+            return 1;
+        }
         const char *how = be->mark_record ? "device time between events around every op" : "synchronized after every op";
         printf("\nper-op breakdown of a training step (%s, %d steps):\n", how, iters);
         vil_prof_report(stdout, iters);
         /* and of the inference forward (not replayed from a graph: every op is timed alone) */
-        vil_model_alloc_acts(m, batch, 0);
+        if (vil_model_alloc_acts(m, batch, 0) != 0) {
+            m->be = be;
+            return 1;
+        }
         upload_batch(m, 3);
         vil_model_forward(m, 0); /* warm */
         vil_prof_reset();
@@ -355,6 +383,14 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
         VilErrCapture cap;
         vil_error_capture(&cap);
         int ok = vil_config_finalize(&c) == 0 && vil_model_init(&m, &c, be) == 0;
+        VilStepParams sp = vil_step_params(tc, (float)vil_peak_lr(tc->base_lr, batches[0]));
+        if (ok) {
+            m.use_graph = use_graph;
+            m.recompute = tc->recompute;
+            ok = vil_model_init_weights(&m, 0) == 0 && vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f) == 0 &&
+                 vil_train_init_state(&m, tc) == 0;
+            if (!ok) vil_model_free(&m);
+        }
         if (!ok) {
             nl += (size_t)snprintf(notes + nl, nl < sizeof notes ? sizeof notes - nl : 0, "  %d px: %s\n", res[i], cap.msg);
             if (nl >= sizeof notes) nl = sizeof notes - 1;
@@ -363,17 +399,10 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
             continue;
         }
         vil_error_release(&cap);
-        m.use_graph = use_graph;
-        m.recompute = tc->recompute;
-        vil_model_init_weights(&m, 0);
-        VilStepParams sp = vil_step_params(tc, (float)vil_peak_lr(tc->base_lr, batches[0]));
-        vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
-        vil_train_init_state(&m, tc);
         /* the latency of one image: the forward at batch 1 */
         double lat = -1;
         vil_error_capture(&cap);
-        if (vil_model_check_acts(&m, 1, 0) == 0) {
-            vil_model_alloc_acts(&m, 1, 0);
+        if (vil_model_check_acts(&m, 1, 0) == 0 && vil_model_alloc_acts(&m, 1, 0) == 0) {
             upload_batch(&m, 1);
             lat = 1e3 * vil_time_forward(&m, warmup, steps);
         }
@@ -385,6 +414,12 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
             for (int training = 1; training >= 0; training--) {
                 vil_error_capture(&cap);
                 int fits = vil_model_check_acts(&m, B, training) == 0;
+                if (fits) {
+                    /* the peak of this measurement alone: the last one's activations given back first */
+                    vil_model_free_acts(&m);
+                    if (be->peak_reset) be->peak_reset(be);
+                    fits = vil_model_alloc_acts(&m, B, training) == 0;
+                }
                 if (!fits)
                     nl += (size_t)snprintf(notes + nl, nl < sizeof notes ? sizeof notes - nl : 0,
                                            "  %d px, batch %d, %s: %s\n", res[i], B,
@@ -392,13 +427,14 @@ static int bench_table(const VilConfig *base, const VilTrainConfig *tc, const Vi
                 if (nl >= sizeof notes) nl = sizeof notes - 1;
                 vil_error_release(&cap);
                 if (!fits) continue;
-                /* the peak of this measurement alone: the last one's activations given back first */
-                vil_model_free_acts(&m);
-                if (be->peak_reset) be->peak_reset(be);
-                vil_model_alloc_acts(&m, B, training);
                 upload_batch(&m, 1);
                 if (training) {
-                    tr = (double)B * steps / timed_steps(&m, &sp, warmup, steps, NULL);
+                    double t = timed_steps(&m, &sp, warmup, steps, NULL);
+                    if (t < 0) {
+                        vil_model_free(&m);
+                        return 1;
+                    }
+                    tr = (double)B * steps / t;
                     if (!isfinite(mean_loss(&m))) {
                         vil_error("%d px, batch %d: the loss is not finite: the backend is broken", res[i], B);
                         vil_model_free(&m);
@@ -542,12 +578,12 @@ int vil_cmd_bench(int argc, char **argv) {
     if (vil_dist_any(&dist, vil_model_init(&m, &cfg, be) != 0)) goto out;
     m.use_graph = !o.no_graph;
     m.recompute = tc.recompute;
-    vil_train_init_state(&m, &tc); /* before the check: its initial states count */
-    if (vil_dist_any(&dist, vil_model_check_acts(&m, batch, 1) != 0)) {
+    /* the initial states before the check (they count) */
+    if (vil_dist_any(&dist, vil_train_init_state(&m, &tc) != 0 || vil_model_check_acts(&m, batch, 1) != 0 ||
+                                vil_model_init_weights(&m, 0) != 0)) {
         vil_model_free(&m);
         goto out;
     }
-    vil_model_init_weights(&m, 0);
     if (lead) {
         printf("bench: %s (%s) on %s, %zu parameters, %dx%d, batch %d, %d tokens\n", cfg.name,
                cfg.arch, be->name, m.param_count, cfg.img_size, cfg.img_size, batch, cfg.seq_len);
@@ -564,12 +600,14 @@ int vil_cmd_bench(int argc, char **argv) {
     }
     /* --data's loop runs the loader beside the step: bound ranks slow it several-fold */
     if (o.data) vil_train_check_affinity(&dist, tc.workers);
-    vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f);
-    vil_model_alloc_acts(&m, batch, 1);
+    if (vil_dist_any(&dist, vil_model_init_training(&m, sp.optim, sp.ema_decay > 0.0f) != 0 ||
+                                vil_model_alloc_acts(&m, batch, 1) != 0)) {
+        vil_model_free(&m);
+        goto out;
+    }
     upload_batch(&m, 1);
     if (dist.mpi) {
-        bench_ranks(&m, &sp, batch, warmup, steps, &dist);
-        code = 0;
+        code = bench_ranks(&m, &sp, batch, warmup, steps, &dist) == 0 ? 0 : 1;
     } else {
         code = bench_one(&m, &sp, warmup, steps, !o.no_profile);
     }

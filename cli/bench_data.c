@@ -95,8 +95,12 @@ static int bench_stages(const VilDataset *ds, const VilTrainTransform *t, int li
                     continue;
                 double b = thread_cpu_seconds();
                 size_t st = (size_t)cr.reg.w * c;
-                vil_resize_bicubic_box(img, cr.reg.px + (size_t)cr.vy * st + (size_t)cr.vx * c, cr.vw, cr.vh, st, c,
-                                       res, res, cr.has_box ? cr.box : NULL);
+                int rrc = vil_resize_bicubic_box(img, cr.reg.px + (size_t)cr.vy * st + (size_t)cr.vx * c, cr.vw, cr.vh,
+                                                 st, c, res, res, cr.has_box ? cr.box : NULL);
+                if (rrc != 0) { /* reported: no memory; the image is left out, as a failed decode */
+                    vil_image_free(&cr.reg);
+                    continue;
+                }
                 t_rs += thread_cpu_seconds() - b;
                 t_dec += b - a;
                 m_sum += cr.scale_num;
@@ -111,8 +115,11 @@ static int bench_stages(const VilDataset *ds, const VilTrainTransform *t, int li
                 continue;
             double b = thread_cpu_seconds();
             size_t st = (size_t)reg.w * c;
-            vil_resize_bicubic(img, res, res, 0, 0, reg.px + (size_t)(tp - ry) * st + (size_t)(l - rx) * c, cw, ch, st,
-                               c, res, res);
+            if (vil_resize_bicubic(img, res, res, 0, 0, reg.px + (size_t)(tp - ry) * st + (size_t)(l - rx) * c, cw, ch,
+                                   st, c, res, res) != 0) {
+                vil_image_free(&reg); /* reported: no memory; left out, as a failed decode */
+                continue;
+            }
             t_rs += thread_cpu_seconds() - b;
             t_dec += b - a;
             cnt++;

@@ -121,13 +121,14 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int
         snprintf(r->why, sizeof r->why, "no images were evaluated");
     } else if (er.bad && !skip_bad) {
         snprintf(r->why, sizeof r->why, "%ld images could not be read (named above; --skip-bad leaves them out)", er.bad);
+    } else if (vil_model_alloc_acts(&m, batch, 0) != 0) {
+        snprintf(r->why, sizeof r->why, "no memory to time a batch of %d (see above)", batch);
     } else {
         r->bad = er.bad;
         r->top1 = 100.0 * er.top1 / er.images;
         r->top5 = 100.0 * er.top5 / er.images;
         r->images = er.images;
         /* the model's own speed at this batch: the loader and the host are out of it */
-        vil_model_alloc_acts(&m, batch, 0);
         void *in[3];
         vil_model_input_buffers(&m, in);
         be->zero(be, in[0], (size_t)batch * c->in_chans * c->img_size * c->img_size * sizeof(float));

@@ -7,18 +7,28 @@
 
 enum { FREE = 0, QUEUED = 1, TAKEN = 2 };
 
-void vil_feed_init(VilFeed *f, const VilBackend *be, int n, void *const dev0[],
+int vil_feed_init(VilFeed *f, const VilBackend *be, int n, void *const dev0[],
                   const size_t bytes[]) {
     memset(f, 0, sizeof *f);
-    if (n < 1 || n > VIL_FEED_INPUTS) VIL_FATAL("feed: %d inputs (1..%d)", n, VIL_FEED_INPUTS);
+    if (n < 1 || n > VIL_FEED_INPUTS) {
+        vil_error("feed: %d inputs (1..%d)", n, VIL_FEED_INPUTS);
+        return VIL_EUSAGE;
+    }
     f->be = be;
     f->n = n;
     f->cur = -1;
     for (int i = 0; i < n; i++) {
         f->bytes[i] = bytes[i];
         f->dev[0][i] = dev0[i];
-        f->dev[1][i] = be->alloc(be, bytes[i]);
+        if (!(f->dev[1][i] = be->alloc(be, bytes[i]))) {
+            vil_error("feed: the second slot's input %d (%zu bytes) cannot be allocated on the %s device", i,
+                      bytes[i], be->name);
+            f->n = i; /* what vil_feed_free gives back */
+            vil_feed_free(f);
+            return -1;
+        }
     }
+    return 0;
 }
 
 static int state_of(const VilFeed *f, int s) {
@@ -30,6 +40,8 @@ static int state_of(const VilFeed *f, int s) {
 
 void vil_feed_put(VilFeed *f, const VilBatch *b, const void *const src[]) {
     int s = f->next;
+    /* invariant: feed.h's contract (two batches at most in flight); the trainer and eval keep it
+     * whatever their inputs, and a caller that breaks it has a bug (test_feed checks it is fatal) */
     if (state_of(f, s) != FREE)
         VIL_FATAL("feed: put into slot %d, which is still %s", s,
                   state_of(f, s) == QUEUED ? "queued" : "read by the step in flight");
@@ -44,7 +56,7 @@ int vil_feed_next_slot(const VilFeed *f) { return f->next; }
 
 const VilBatch *vil_feed_take(VilFeed *f, void *dev[]) {
     if (f->nq == 0) return NULL;
-    if (f->cur >= 0) VIL_FATAL("feed: take before the previous batch was done");
+    if (f->cur >= 0) VIL_FATAL("feed: take before the previous batch was done"); /* invariant: as put's */
     int s = f->queue[0];
     f->queue[0] = f->queue[1];
     f->nq--;

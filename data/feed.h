@@ -35,8 +35,9 @@ typedef struct {
 } VilFeed;
 
 /* Two slots of n inputs of bytes[i]: slot 0 uses dev0[i] (the caller's device buffers), slot 1
- * gets its own (the backend's alloc reports and exits when it cannot). */
-void vil_feed_init(VilFeed *f, const VilBackend *be, int n, void *const dev0[],
+ * gets its own. 0; VIL_EUSAGE (reported) for n outside 1..VIL_FEED_INPUTS; -1 (reported) when
+ * the backend cannot allocate slot 1 (the feed then holds nothing). */
+int vil_feed_init(VilFeed *f, const VilBackend *be, int n, void *const dev0[],
                   const size_t bytes[]);
 /* Queue batch b with the host memory of its inputs, src[i] (bytes[i] each); the upload starts
  * once the device is done with the slot's previous batch. At most two batches are queued or

@@ -69,7 +69,7 @@ int vil_image_alloc(VilImage *im, int w, int h, int c) {
     im->px = NULL;
     if (w <= 0 || h <= 0 || (c != 1 && c != 3)) return -1;
     if ((long long)w * h > VIL_IMAGE_MAX_PIXELS) return -1;
-    im->px = vil_malloc((size_t)w * h * c);
+    if (!(im->px = vil_try_malloc((size_t)w * h * c))) return -1;
     return 0;
 }
 
@@ -273,8 +273,10 @@ static __attribute__((noinline)) int jpeg_decode_body(JpegDec *d, JpegJob *j) {
     j->img.w = ow;
     j->img.h = oh;
     j->img.c = j->channels;
-    j->img.px = vil_malloc(out_row * oh + JPEG_ROW_SLACK);
-    if (!direct) j->row = vil_malloc((size_t)ci->output_width * ncomp + JPEG_ROW_SLACK);
+    /* sizes the file's header sets (within VIL_IMAGE_MAX_PIXELS) */
+    j->img.px = vil_try_malloc(out_row * oh + JPEG_ROW_SLACK);
+    if (!j->img.px) return -1;
+    if (!direct && !(j->row = vil_try_malloc((size_t)ci->output_width * ncomp + JPEG_ROW_SLACK))) return -1;
     if (sy0 > 0 && (int)jpeg_skip_scanlines(ci, (JDIMENSION)sy0) != sy0) {
         vil_error("JPEG: could not skip %d scanlines", sy0);
         return -1;
@@ -460,9 +462,9 @@ static int stb_decode(const unsigned char *buf, size_t n, int channels, VilImage
         vil_error("image size changed between header and decode");
         return -1;
     }
-    if (vil_image_alloc(out, w, h, channels) != 0) {
+    if (vil_image_alloc(out, w, h, channels) != 0) { /* the size is checked: no memory */
         stbi_image_free(px);
-        vil_error("bad image size %dx%d", w, h);
+        vil_error("no memory for a %dx%d image", w, h);
         return -1;
     }
     if (want == channels) memcpy(out->px, px, (size_t)w * h * channels);
@@ -526,8 +528,14 @@ int vil_read_regular(const char *path, unsigned char **data, size_t *cap, size_t
     size_t n = (size_t)st.st_size, got = 0;
     if (*cap < n + 1) {
         size_t c = *cap ? *cap : 4096;
-        while (c < n + 1) c *= 2;
-        *data = vil_realloc(*data, c);
+        while (c < n + 1 && c <= SIZE_MAX / 2) c *= 2;
+        unsigned char *d = c >= n + 1 ? vil_try_realloc(*data, c) : NULL; /* the file's size */
+        if (!d) {
+            vil_error("no memory to read the file's %zu bytes", n);
+            close(fd);
+            return -1;
+        }
+        *data = d;
         *cap = c;
     }
     while (got < n) {

@@ -43,7 +43,8 @@ typedef struct {
 typedef enum { VIL_FORMAT_UNKNOWN = 0, VIL_FORMAT_JPEG, VIL_FORMAT_PNG, VIL_FORMAT_OTHER } VilFormat;
 
 void vil_image_free(VilImage *im);
-/* Allocate an uninitialised w x h x c image; 0 on success. */
+/* Allocate an uninitialised w x h x c image; 0 on success, -1 for a size out of range (not
+ * reported: the caller names it) or without the memory (reported as out of memory). */
 int vil_image_alloc(VilImage *im, int w, int h, int c);
 
 /* Which decoder the bytes call for (magic numbers only, never the file name). */

@@ -146,7 +146,8 @@ static int make_sample(Worker *w, int idx, VilRng *rng, float *out) {
             size_t px = (size_t)view.w * view.h;
             if (w->rgb_cap < px * 3) {
                 free(w->rgb.px);
-                w->rgb.px = vil_malloc(px * 3);
+                w->rgb_cap = 0;
+                if (!(w->rgb.px = vil_try_malloc(px * 3))) return -1; /* the image's size */
                 w->rgb_cap = px * 3;
             }
             for (size_t k = 0; k < px; k++)
@@ -514,6 +515,7 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg) {
         s->b.num_classes = K;
         s->pair_done = vil_calloc((size_t)B / 2 + 1, sizeof(int));
     }
+    /* invariant: with default attributes glibc's mutex and condition initializers cannot fail */
     CHECK_LIBC(pthread_mutex_init(&l->mu, NULL), "loader mutex");
     CHECK_LIBC(pthread_cond_init(&l->work_cv, NULL), "loader condition variable");
     CHECK_LIBC(pthread_cond_init(&l->ready_cv, NULL), "loader condition variable");

@@ -40,8 +40,8 @@ typedef struct {
  * 0.0, which leaves the sum unchanged and rounds to coefficient 0, as the loop's zero fill.
  * (Checked against the per-output loop on 300,000 random sizes and boxes, gcc and clang,
  * -march=native, x86-64-v3, x86-64: identical.) */
-VIL_NO_FMA static void coeffs_init(ResampleCoeffs *rc, int in_size, double in0, double in1,
-                                   int out_size, int o0, int n) {
+VIL_NO_FMA static int coeffs_init(ResampleCoeffs *rc, int in_size, double in0, double in1,
+                                  int out_size, int o0, int n) {
     /* Pillow's box is floats; our boxes are either integers (exact) or the DCT-scaled
      * training crop, where bit-exactness with PIL is moot */
     double scale = (in1 - in0) / out_size;
@@ -49,12 +49,20 @@ VIL_NO_FMA static void coeffs_init(ResampleCoeffs *rc, int in_size, double in0, 
     double support = 2.0 * filterscale;
     int ksize = (int)ceil(support) * 2 + 1;
     rc->ksize = ksize;
-    rc->bounds = vil_malloc(sizeof(int) * 2 * (size_t)n);
-    rc->k = vil_malloc(sizeof(int32_t) * (size_t)ksize * n);
-    double *center = vil_malloc(sizeof(double) * 2 * (size_t)n), *ww = center + n;
-    double *w = vil_malloc(sizeof(double) * (size_t)ksize * n); /* (ksize, n) */
-    int *xmin = vil_malloc(sizeof(int) * 2 * (size_t)n), *xmax = xmin + n;
-    int32_t *kt = vil_malloc(sizeof(int32_t) * (size_t)ksize * n); /* (ksize, n) */
+    /* sizes the image and the output set: NULL (reported) gives everything back */
+    rc->bounds = vil_try_malloc(sizeof(int) * 2 * (size_t)n);
+    rc->k = vil_try_malloc(sizeof(int32_t) * (size_t)ksize * n);
+    double *center = vil_try_malloc(sizeof(double) * 2 * (size_t)n);
+    double *w = vil_try_malloc(sizeof(double) * (size_t)ksize * n); /* (ksize, n) */
+    int *xmin = vil_try_malloc(sizeof(int) * 2 * (size_t)n);
+    int32_t *kt = vil_try_malloc(sizeof(int32_t) * (size_t)ksize * n); /* (ksize, n) */
+    if (!rc->bounds || !rc->k || !center || !w || !xmin || !kt) {
+        free(kt), free(xmin), free(w), free(center), free(rc->k), free(rc->bounds);
+        rc->bounds = NULL, rc->k = NULL;
+        return -1;
+    }
+    double *ww = center + n;
+    int *xmax = xmin + n;
     const double ss = 1.0 / filterscale;
     for (int i = 0; i < n; i++) {
         int xx = o0 + i;
@@ -102,11 +110,13 @@ VIL_NO_FMA static void coeffs_init(ResampleCoeffs *rc, int in_size, double in0, 
     free(xmin);
     free(w);
     free(center);
+    return 0;
 }
 
 /* Reverse the order of the n output samples' coefficients. */
-static void coeffs_reverse(ResampleCoeffs *rc, int n) {
-    int32_t *tk = vil_malloc(sizeof(int32_t) * (size_t)rc->ksize);
+static int coeffs_reverse(ResampleCoeffs *rc, int n) {
+    int32_t *tk = vil_try_malloc(sizeof(int32_t) * (size_t)rc->ksize);
+    if (!tk) return -1;
     for (int a = 0, b = n - 1; a < b; a++, b--) {
         int32_t *ka = rc->k + (size_t)a * rc->ksize, *kb = rc->k + (size_t)b * rc->ksize;
         memcpy(tk, ka, sizeof(int32_t) * (size_t)rc->ksize);
@@ -119,6 +129,7 @@ static void coeffs_reverse(ResampleCoeffs *rc, int n) {
         }
     }
     free(tk);
+    return 0;
 }
 
 static void coeffs_free(ResampleCoeffs *rc) {
@@ -300,8 +311,8 @@ static void resample_h_rgb(unsigned char *dst, const unsigned char *src, size_t 
 }
 #endif
 
-static void resample_h(unsigned char *dst, const unsigned char *src, size_t stride, int rows, int c,
-                       const ResampleCoeffs *rc, int n) {
+static int resample_h(unsigned char *dst, const unsigned char *src, size_t stride, int rows, int c,
+                      const ResampleCoeffs *rc, int n) {
     int x_lo = rc->bounds[0], x_hi = 0;
     for (int xx = 0; xx < n; xx++) {
         if (rc->bounds[2 * xx] < x_lo) x_lo = rc->bounds[2 * xx];
@@ -311,16 +322,19 @@ static void resample_h(unsigned char *dst, const unsigned char *src, size_t stri
     if (wn <= 0) wn = 1;
 #if defined(__AVX2__)
     if (c == 3) {
-        unsigned char *T = vil_malloc_aligned((size_t)wn * 32);
+        unsigned char *T = vil_try_malloc_aligned((size_t)wn * 32);
+        if (!T) return -1;
         resample_h_rgb(dst, src, stride, rows, rc, n, x_lo, wn, T);
         free(T);
-        return;
+        return 0;
     }
 #endif
-    unsigned char *T = vil_malloc((size_t)wn * HB * c);
+    unsigned char *T = vil_try_malloc((size_t)wn * HB * c);
+    if (!T) return -1;
     if (c == 3) resample_h_block(dst, src, stride, rows, 3, rc, n, T, x_lo, wn);
     else resample_h_block(dst, src, stride, rows, 1, rc, n, T, x_lo, wn);
     free(T);
+    return 0;
 }
 
 /* Vertical pass: dst (n, width) bytes; src rows (row r = input row r + row0) with a stride.
@@ -395,18 +409,22 @@ static void hflip_inplace(unsigned char *px, int w, int h, int c) {
 /* The box resize behind vil_resize_bicubic: box = {x0, y0, x1, y1} in source pixels. With
  * flip (full windows only: ox = 0, cw = dw), the result is mirrored left-right: the
  * horizontal pass computes its output columns in reverse order, each with its own
- * coefficients, so the bytes are those of resize-then-flip. */
-static void resize_box(unsigned char *dst, int cw, int ch, int ox, int oy, const unsigned char *src,
-                       int w, int h, size_t stride, int c, int dw, int dh, const double box[4], int flip) {
-    if (cw <= 0 || ch <= 0) return;
+ * coefficients, so the bytes are those of resize-then-flip. 0, or -1 (reported) when its
+ * buffers, which the image's and the output's sizes set, cannot be allocated. */
+static int resize_box(unsigned char *dst, int cw, int ch, int ox, int oy, const unsigned char *src,
+                      int w, int h, size_t stride, int c, int dw, int dh, const double box[4], int flip) {
+    if (cw <= 0 || ch <= 0) return 0;
     /* Pillow skips a pass whose size and box are the identity */
     int need_h = dw != w || box[0] != 0.0 || box[2] != (double)w;
     int need_v = dh != h || box[1] != 0.0 || box[3] != (double)h;
     ResampleCoeffs rv = {0}, rh = {0};
+    unsigned char *tmp = NULL;
+    int32_t *acc = NULL;
+    int rc = -1;
     /* input rows the vertical pass will read */
     int r0 = oy, r1 = oy + ch;
     if (need_v) {
-        coeffs_init(&rv, h, box[1], box[3], dh, oy, ch);
+        if (coeffs_init(&rv, h, box[1], box[3], dh, oy, ch) != 0) goto out;
         r0 = rv.bounds[0];
         r1 = 0;
         for (int i = 0; i < ch; i++) {
@@ -416,12 +434,11 @@ static void resize_box(unsigned char *dst, int cw, int ch, int ox, int oy, const
     }
     const unsigned char *mid;
     size_t mid_stride;
-    unsigned char *tmp = NULL;
     if (need_h) {
-        coeffs_init(&rh, w, box[0], box[2], dw, ox, cw);
-        if (flip) coeffs_reverse(&rh, cw);
-        tmp = vil_malloc((size_t)(r1 - r0) * cw * c + 1);
-        resample_h(tmp, src + (size_t)r0 * stride, stride, r1 - r0, c, &rh, cw);
+        if (coeffs_init(&rh, w, box[0], box[2], dw, ox, cw) != 0) goto out;
+        if (flip && coeffs_reverse(&rh, cw) != 0) goto out;
+        if (!(tmp = vil_try_malloc((size_t)(r1 - r0) * cw * c + 1))) goto out;
+        if (resample_h(tmp, src + (size_t)r0 * stride, stride, r1 - r0, c, &rh, cw) != 0) goto out;
         mid = tmp;
         mid_stride = (size_t)cw * c;
     } else {
@@ -429,32 +446,36 @@ static void resize_box(unsigned char *dst, int cw, int ch, int ox, int oy, const
         mid_stride = stride;
     }
     if (need_v) {
-        int32_t *acc = vil_malloc(sizeof(int32_t) * (size_t)cw * c);
+        if (!(acc = vil_try_malloc(sizeof(int32_t) * (size_t)cw * c))) goto out;
         resample_v(dst, mid, mid_stride, r0, cw * c, &rv, ch, acc);
-        free(acc);
     } else {
         for (int y = 0; y < ch; y++)
             memcpy(dst + (size_t)y * cw * c, mid + (size_t)y * mid_stride, (size_t)cw * c);
     }
     if (flip && !need_h) hflip_inplace(dst, cw, ch, c);
+    rc = 0;
+out:
+    if (rc != 0) vil_error("bicubic resize of %dx%d to %dx%d: no memory for its buffers", w, h, dw, dh);
+    free(acc);
     free(tmp);
     coeffs_free(&rh);
     coeffs_free(&rv);
+    return rc;
 }
 
-void vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
-                        const unsigned char *src, int w, int h, size_t stride, int c, int dw, int dh) {
+int vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
+                       const unsigned char *src, int w, int h, size_t stride, int c, int dw, int dh) {
     const double box[4] = {0.0, 0.0, (double)w, (double)h};
-    resize_box(dst, cw, ch, ox, oy, src, w, h, stride, c, dw, dh, box, 0);
+    return resize_box(dst, cw, ch, ox, oy, src, w, h, stride, c, dw, dh, box, 0);
 }
 
-void vil_resize_bicubic_box(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
-                            int dw, int dh, const double box[4]) {
-    vil_resize_bicubic_box_flip(dst, src, w, h, stride, c, dw, dh, box, 0);
+int vil_resize_bicubic_box(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
+                           int dw, int dh, const double box[4]) {
+    return vil_resize_bicubic_box_flip(dst, src, w, h, stride, c, dw, dh, box, 0);
 }
 
-void vil_resize_bicubic_box_flip(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
-                                 int dw, int dh, const double box[4], int flip) {
+int vil_resize_bicubic_box_flip(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
+                                int dw, int dh, const double box[4], int flip) {
     const double full[4] = {0.0, 0.0, (double)w, (double)h};
-    resize_box(dst, dw, dh, 0, 0, src, w, h, stride, c, dw, dh, box ? box : full, flip);
+    return resize_box(dst, dw, dh, 0, 0, src, w, h, stride, c, dw, dh, box ? box : full, flip);
 }

@@ -938,7 +938,11 @@ static int index_shard(Indexer *x, int keep_open) {
         return -1;
     }
     struct archive *a = archive_read_new();
-    if (!a) VIL_FATAL("archive_read_new: out of memory");
+    if (!a) {
+        vil_error("shard '%s': no memory for libarchive's reader", x->path);
+        close(fd);
+        return -1;
+    }
     archive_read_support_format_tar(a);
     /* zero blocks inside the file (an end marker, then more members: `cat a.tar b.tar`) are
      * skipped and the reading goes on, as GNU tar -i does; the header positions stay those of

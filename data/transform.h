@@ -24,20 +24,22 @@ extern const float VIL_IMAGENET_STD[3];
  * [ox, ox + cw) x [oy, oy + ch) is computed and written to dst (ch, cw, c). Bit-identical to
  * Pillow 9-11 (a = -0.5 cubic, antialiased support, 22-bit fixed-point coefficients,
  * horizontal pass then vertical, uint8 rounding and clamping between passes); a window is
- * bit-identical to the same window of the full resize. The window must lie inside dw x dh. */
-void vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
-                        const unsigned char *src, int w, int h, size_t stride, int c, int dw, int dh);
+ * bit-identical to the same window of the full resize. The window must lie inside dw x dh.
+ * 0, or -1 (reported, dst not written) when its buffers (the coefficients, the horizontal pass)
+ * cannot be allocated; so for the two below. */
+int vil_resize_bicubic(unsigned char *dst, int cw, int ch, int ox, int oy,
+                       const unsigned char *src, int w, int h, size_t stride, int c, int dw, int dh);
 
 /* The same resize of the source box {x0, y0, x1, y1} (fractional, inside w x h; NULL: the
  * whole view), as Pillow's resize(size, BICUBIC, box): the whole dw x dh output. */
-void vil_resize_bicubic_box(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
-                            int dw, int dh, const double box[4]);
+int vil_resize_bicubic_box(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
+                           int dw, int dh, const double box[4]);
 
 /* vil_resize_bicubic_box, mirrored left-right when flip: the horizontal pass computes its output
  * columns in reverse order, each with its own coefficients, so the bytes are those of the resize
  * then a flip (the training transform's resize and flip in one). */
-void vil_resize_bicubic_box_flip(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
-                                 int dw, int dh, const double box[4], int flip);
+int vil_resize_bicubic_box_flip(unsigned char *dst, const unsigned char *src, int w, int h, size_t stride, int c,
+                                int dw, int dh, const double box[4], int flip);
 
 /* torchvision.transforms.Resize(int) output size: the shorter side becomes `size`, the
  * longer int(size * long / short). */
@@ -50,7 +52,8 @@ int vil_eval_scale_size(int size, float crop_pct);
  * floor(size / crop_pct) (bicubic), center crop size x size (top = round-half-even of
  * (h - size) / 2; zero padding where the image is smaller, as CenterCrop pads), then
  * (x / 255 - mean) / std in float32 as ToTensor + Normalize compute it.
- * out: (img->c, size, size). mean/std: img->c values. 0 on success, -1 on bad arguments. */
+ * out: (img->c, size, size). mean/std: img->c values. 0 on success, -1 on bad arguments (not
+ * reported: the caller words it) or without the memory for it (reported). */
 int vil_transform_eval(const VilImage *img, int size, float crop_pct, const float *mean,
                        const float *std, float *out);
 

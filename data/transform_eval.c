@@ -80,11 +80,14 @@ void vil_normalize_chw(float *out, const unsigned char *px, int w, int h, int c,
     }
 }
 
+static int eval_args_ok(const VilImage *img, int size, float crop_pct) {
+    return img && img->px && img->w > 0 && img->h > 0 && (img->c == 1 || img->c == 3) && size > 0 &&
+           crop_pct > 0.0f;
+}
+
 int vil_transform_eval(const VilImage *img, int size, float crop_pct, const float *mean,
                        const float *std, float *out) {
-    if (!img || !img->px || img->w <= 0 || img->h <= 0 || (img->c != 1 && img->c != 3) ||
-        size <= 0 || !(crop_pct > 0.0f))
-        return -1;
+    if (!eval_args_ok(img, size, crop_pct)) return -1;
     int c = img->c;
     int scale = vil_eval_scale_size(size, crop_pct);
     if (scale <= 0) return -1;
@@ -99,27 +102,32 @@ int vil_transform_eval(const VilImage *img, int size, float crop_pct, const floa
     int top = round_half_even_div2(ph - size) - pad_t;
     int x0 = left < 0 ? 0 : left, y0 = top < 0 ? 0 : top;
     int x1 = left + size > nw ? nw : left + size, y1 = top + size > nh ? nh : top + size;
-    unsigned char *crop = vil_calloc((size_t)size * size, c);
-    if (x1 > x0 && y1 > y0) {
-        unsigned char *win = vil_malloc((size_t)(x1 - x0) * (y1 - y0) * c);
-        vil_resize_bicubic(win, x1 - x0, y1 - y0, x0, y0, img->px, img->w, img->h,
-                           (size_t)img->w * c, c, nw, nh);
-        for (int y = y0; y < y1; y++)
+    /* sizes the caller's size and the image set */
+    unsigned char *crop = vil_try_calloc((size_t)size * size, c), *win = NULL;
+    int rc = crop ? 0 : -1;
+    if (rc == 0 && x1 > x0 && y1 > y0) {
+        win = vil_try_malloc((size_t)(x1 - x0) * (y1 - y0) * c);
+        rc = win ? vil_resize_bicubic(win, x1 - x0, y1 - y0, x0, y0, img->px, img->w, img->h, (size_t)img->w * c, c,
+                                      nw, nh)
+                 : -1;
+        for (int y = y0; rc == 0 && y < y1; y++)
             memcpy(crop + ((size_t)(y - top) * size + (x0 - left)) * c,
                    win + (size_t)(y - y0) * (x1 - x0) * c, (size_t)(x1 - x0) * c);
-        free(win);
     }
-    vil_normalize_chw(out, crop, size, size, c, mean, std);
+    if (rc == 0) vil_normalize_chw(out, crop, size, size, c, mean, std);
+    else vil_error("evaluation transform of a %dx%d image to %d px: no memory for it", img->w, img->h, size);
+    free(win);
     free(crop);
-    return 0;
+    return rc;
 }
 
 int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float crop_pct, int channels,
                             const float *mean, const float *std, float *out) {
     VilImage im;
     if (vil_image_decode(buf, n, channels, &im) != 0) return -1;
-    int rc = vil_transform_eval(&im, size, crop_pct, mean, std, out);
+    int ok = eval_args_ok(&im, size, crop_pct);
+    int rc = ok ? vil_transform_eval(&im, size, crop_pct, mean, std, out) : -1; /* reported: no memory */
     vil_image_free(&im);
-    if (rc) vil_error("evaluation transform: bad arguments");
+    if (!ok) vil_error("evaluation transform: bad arguments");
     return rc;
 }

@@ -234,16 +234,21 @@ void vil_random_erase(float *x, int c, int h, int w, float p, VilRng *rng) {
 }
 
 /* Everything after the crop was chosen: resize the crop view (with a sub-pixel box when it
- * comes DCT-scaled), flip, RandAugment, normalize, erase. */
-static void train_from_view(const unsigned char *view, int vw, int vh, size_t stride, const double *box,
-                            const VilTrainTransform *t, VilRng *rng, float *out) {
+ * comes DCT-scaled), flip, RandAugment, normalize, erase. 0, or -1 (reported) without the
+ * memory for it. */
+static int train_from_view(const unsigned char *view, int vw, int vh, size_t stride, const double *box,
+                           const VilTrainTransform *t, VilRng *rng, float *out) {
     const int res = t->res, c = t->channels;
     const size_t npx = (size_t)res * res * c;
-    unsigned char *buf = vil_malloc(2 * npx); /* the image and RandAugment's scratch */
+    unsigned char *buf = vil_try_malloc(2 * npx); /* the image and RandAugment's scratch */
+    if (!buf) return -1;
     /* the flip is drawn after the crop as before (the resize draws nothing) and done by
      * the resize itself */
     const int flip = rng_double(rng) < t->hflip;
-    vil_resize_bicubic_box_flip(buf, view, vw, vh, stride, c, res, res, box, flip);
+    if (vil_resize_bicubic_box_flip(buf, view, vw, vh, stride, c, res, res, box, flip) != 0) {
+        free(buf);
+        return -1;
+    }
     if (t->randaug_n > 0) {
         VilRandAugment ra;
         vil_randaugment_default(&ra, t->mean);
@@ -258,6 +263,7 @@ static void train_from_view(const unsigned char *view, int vw, int vh, size_t st
     vil_normalize_chw(out, buf, res, res, c, t->mean, t->std);
     if (t->reprob > 0) vil_random_erase(out, c, res, res, t->reprob, rng);
     free(buf);
+    return 0;
 }
 
 static int train_args_ok(const VilTrainTransform *t) {
@@ -265,15 +271,17 @@ static int train_args_ok(const VilTrainTransform *t) {
            t->scale_max >= t->scale_min && t->ratio_min > 0 && t->ratio_max > 0;
 }
 
-/* Convert an image to c channels as PIL's convert('RGB') / convert('L') would. */
-static void convert_channels(VilImage *dst, const VilImage *src, int c) {
-    vil_image_alloc(dst, src->w, src->h, c);
+/* Convert an image to c channels as PIL's convert('RGB') / convert('L') would. 0, or -1
+ * (reported) without the memory for it. */
+static int convert_channels(VilImage *dst, const VilImage *src, int c) {
+    if (vil_image_alloc(dst, src->w, src->h, c) != 0) return -1;
     size_t n = (size_t)src->w * src->h;
     if (c == 1) {
         vil_rgb_to_gray(dst->px, src->px, n);
     } else {
         for (size_t i = 0; i < n; i++) dst->px[3 * i] = dst->px[3 * i + 1] = dst->px[3 * i + 2] = src->px[i];
     }
+    return 0;
 }
 
 int vil_transform_train(const VilImage *img, const VilTrainTransform *t, VilRng *rng, float *out) {
@@ -282,16 +290,16 @@ int vil_transform_train(const VilImage *img, const VilTrainTransform *t, VilRng 
     VilImage conv = {0};
     const VilImage *im = img;
     if (img->c != t->channels) {
-        convert_channels(&conv, img, t->channels);
+        if (convert_channels(&conv, img, t->channels) != 0) return -1;
         im = &conv;
     }
     int left, top, cw, ch;
     vil_rrc_params(im->w, im->h, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, rng, &left, &top, &cw, &ch);
     const int c = im->c;
     const size_t stride = (size_t)im->w * c;
-    train_from_view(im->px + (size_t)top * stride + (size_t)left * c, cw, ch, stride, NULL, t, rng, out);
+    int rc = train_from_view(im->px + (size_t)top * stride + (size_t)left * c, cw, ch, stride, NULL, t, rng, out);
     vil_image_free(&conv);
-    return 0;
+    return rc;
 }
 
 int vil_jpeg_dct_denom(int cw, int ch, int res) {
@@ -383,9 +391,9 @@ int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTran
     return 0;
 }
 
-static void train_from_crop(const VilTrainCrop *cr, const VilTrainTransform *t, VilRng *rng, float *out) {
+static int train_from_crop(const VilTrainCrop *cr, const VilTrainTransform *t, VilRng *rng, float *out) {
     const size_t stride = (size_t)cr->reg.w * cr->reg.c;
-    train_from_view(cr->reg.px + (size_t)cr->vy * stride + (size_t)cr->vx * cr->reg.c, cr->vw, cr->vh, stride,
+    return train_from_view(cr->reg.px + (size_t)cr->vy * stride + (size_t)cr->vx * cr->reg.c, cr->vw, cr->vh, stride,
                     cr->has_box ? cr->box : NULL, t, rng, out);
 }
 
@@ -445,7 +453,10 @@ static int train_file_group(const unsigned char *buf, size_t n, const VilTrainTr
             for (int k = i; k < cnt; k++)
                 if (!done[k] && scale[k] == scale[i] && flags[k] == flags[i]) {
                     crop_view(&cr.reg, rx, ry, scale[k], box[k][0], box[k][1], box[k][2], box[k][3], &cr);
-                    train_from_crop(&cr, t, &rngs[g0 + k], outs[g0 + k]);
+                    if (train_from_crop(&cr, t, &rngs[g0 + k], outs[g0 + k]) != 0) {
+                        vil_image_free(&cr.reg);
+                        return -1;
+                    }
                     done[k] = 1;
                 }
             vil_image_free(&cr.reg);

@@ -124,13 +124,17 @@ int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *p
             vil_loader_release_batch(l, b);
             return -1;
         }
-        vil_model_alloc_acts(m, b->batch, 0);
-        logits = vil_malloc((size_t)b->batch * C * sizeof(float));
-        rows_idx = vil_malloc((size_t)b->batch * 2 * sizeof(int)), rows_lab = rows_idx + b->batch;
         void *dev0[3];
-        vil_model_input_buffers(m, dev0);
         size_t bytes[1] = {(size_t)b->batch * b->channels * b->res * b->res * sizeof(float)};
-        vil_feed_init(&feed, be, 1, dev0, bytes);
+        if (vil_model_alloc_acts(m, b->batch, 0) != 0 ||
+            !(logits = vil_try_malloc((size_t)b->batch * C * sizeof(float))) ||
+            !(rows_idx = vil_try_malloc((size_t)b->batch * 2 * sizeof(int))) ||
+            (vil_model_input_buffers(m, dev0), vil_feed_init(&feed, be, 1, dev0, bytes)) != 0) {
+            vil_error("evaluation: a batch of %d cannot be set up", b->batch);
+            vil_loader_release_batch(l, b);
+            goto out;
+        }
+        rows_lab = rows_idx + b->batch;
         if (put_batch(&feed, l, m, b) != 0) goto out;
     }
     for (int k = 0;; k++) {

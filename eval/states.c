@@ -11,14 +11,17 @@
 #include "eval/eval.h"
 #include "vil/common.h"
 
-void vil_states_init(VilStates *s, int depth, int L) {
+int vil_states_init(VilStates *s, int depth, int L) {
     memset(s, 0, sizeof *s);
     s->depth = depth, s->L = L;
     size_t n = (size_t)depth * 2 * L;
-    s->mean = vil_calloc(n, sizeof(double));
-    s->m2 = vil_calloc(n, sizeof(double));
-    s->fmean = vil_calloc((size_t)depth * 2, sizeof(double));
-    s->fm2 = vil_calloc((size_t)depth * 2, sizeof(double));
+    s->mean = vil_try_calloc(n, sizeof(double));
+    s->m2 = vil_try_calloc(n, sizeof(double));
+    s->fmean = vil_try_calloc((size_t)depth * 2, sizeof(double));
+    s->fm2 = vil_try_calloc((size_t)depth * 2, sizeof(double));
+    if (s->mean && s->m2 && s->fmean && s->fm2) return 0;
+    vil_states_free(s);
+    return -1;
 }
 
 void vil_states_free(VilStates *s) {
@@ -47,8 +50,7 @@ int vil_states_prepare(VilModel *m, int B) {
     m->cfg.drop_path = 0.0f; /* the forward's adds read no drop-path scales (model.c dp_row) */
     m->recompute = 0;        /* every layer keeps its own u and delta */
     if (vil_model_check_acts(m, B, 1) != 0) return -1;
-    vil_model_alloc_acts(m, B, 1);
-    return 0;
+    return vil_model_alloc_acts(m, B, 1);
 }
 
 int vil_states_add_batch(VilStates *s, VilModel *m, const unsigned char *keep) {
@@ -58,10 +60,11 @@ int vil_states_add_batch(VilStates *s, VilModel *m, const unsigned char *keep) {
                   streams, L, s->depth, s->L);
         return -1;
     }
-    float *hsq = vil_malloc((size_t)B * L * sizeof(float)), *hT = vil_malloc((size_t)B * S * sizeof(float));
+    float *hsq = vil_try_malloc((size_t)B * L * sizeof(float)), *hT = vil_try_malloc((size_t)B * S * sizeof(float));
     long n0 = s->images, n = n0;
     for (int b = 0; b < B; b++) n += !keep || keep[b];
     int rc = -1;
+    if (!hsq || !hT) goto out;
     for (int k = 0; k < streams; k++) {
         if (vil_model_seq_states(m, k, hsq, hT) != 0) goto out;
         long cnt = n0;
@@ -91,19 +94,19 @@ int vil_states_tokens_at(const VilConfig *cfg, int img_size) {
 
 int vil_states_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
                        FILE *log, VilStates *s, long *bad) {
-    vil_states_init(s, m->cfg.depth, m->cfg.seq_len);
     *bad = 0;
+    if (vil_states_init(s, m->cfg.depth, m->cfg.seq_len) != 0) return -1;
     batch = vil_eval_batch(ds, batch, 0);
     if (vil_states_prepare(m, batch) != 0) return -1;
     VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers);
     if (!l) return -1;
     vil_loader_start_epoch(l, 0);
     long total = vil_dataset_size(ds), step = total / 10 > 0 ? total / 10 : 1, next_log = step;
-    unsigned char *keep = vil_malloc((size_t)batch);
+    unsigned char *keep = vil_try_malloc((size_t)batch);
     double t0 = vil_now();
     int rc = -1;
     const VilBatch *b;
-    while ((b = vil_loader_next_batch(l))) {
+    while (keep && (b = vil_loader_next_batch(l))) {
         for (int i = 0; i < b->batch; i++) {
             keep[i] = i < b->n && b->labels[i] >= 0; /* an unreadable file has no label */
             *bad += i < b->n && !keep[i];
@@ -119,7 +122,7 @@ int vil_states_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int b
             while (next_log <= seen) next_log += step;
         }
     }
-    const char *err = vil_loader_error(l);
+    const char *err = keep ? vil_loader_error(l) : "no memory for the batch's flags";
     if (err) {
         vil_error("states: %s", err);
         goto out;

@@ -21,7 +21,7 @@ typedef struct {
 } VilStates;
 
 /* Zeroed moments for a model of `depth` layers and L tokens. */
-void vil_states_init(VilStates *s, int depth, int L);
+int vil_states_init(VilStates *s, int depth, int L); /* 0, or -1 (reported: out of memory) */
 void vil_states_free(VilStates *s);
 
 /* The token that scan step s (1..L: the tokens the direction has read) of direction dir (0

@@ -125,10 +125,15 @@ static int make_meta(const VilModel *m, long step, char *const *class_names, int
 
 static int save(const VilModel *m, const char *path, VilCkptFormat fmt, long step,
                 char *const *class_names, int n_classes, const VilEvalSpec *ev, const char *source) {
-    float *host = vil_malloc(m->buf_len * sizeof(float));
+    float *host = vil_try_malloc(m->buf_len * sizeof(float));
+    VilStTensor *ts = host ? vil_try_calloc((size_t)m->n_tensors, sizeof *ts) : NULL;
+    if (!ts) {
+        vil_error("'%s': no host memory for a copy of the %zu parameters to save", path, m->param_count);
+        free(host);
+        return -1;
+    }
     vil_model_get_params(m, host);
     vil_model_pack(m, host, host); /* the tensors without the buffer's padding */
-    VilStTensor *ts = vil_calloc((size_t)m->n_tensors, sizeof *ts);
     size_t at = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const VilParamInfo *p = &m->info[i];
@@ -193,13 +198,17 @@ static void cubic_weights(int in, int out, float *wt, int *i0) {
     }
 }
 
-void vil_pos_embed_resize(float *dst, const float *src, int G, int G2, int D) {
+int vil_pos_embed_resize(float *dst, const float *src, int G, int G2, int D) {
     int t = G * G / 2, t2 = G2 * G2 / 2;
-    float *wt = vil_malloc((size_t)4 * G2 * sizeof(float));
-    int *i0 = vil_malloc((size_t)G2 * sizeof(int));
-    cubic_weights(G, G2, wt, i0);
+    float *wt = vil_try_malloc((size_t)4 * G2 * sizeof(float));
+    int *i0 = vil_try_malloc((size_t)G2 * sizeof(int));
     /* the patch rows of the source, without the class-token row */
-    float *tmp = vil_malloc((size_t)G * G2 * D * sizeof(float)); /* (G rows, G2 cols, D) */
+    float *tmp = vil_try_malloc((size_t)G * G2 * D * sizeof(float)); /* (G rows, G2 cols, D) */
+    if (!wt || !i0 || !tmp) {
+        free(tmp), free(i0), free(wt);
+        return -1;
+    }
+    cubic_weights(G, G2, wt, i0);
 #define SRC(y, x) (src + (size_t)(((y) * G + (x)) < t ? ((y) * G + (x)) : ((y) * G + (x)) + 1) * D)
     for (int y = 0; y < G; y++)
         for (int x = 0; x < G2; x++) {
@@ -229,6 +238,7 @@ void vil_pos_embed_resize(float *dst, const float *src, int G, int G2, int D) {
     free(tmp);
     free(i0);
     free(wt);
+    return 0;
 }
 
 void vil_checkpoint_meta_free(VilCheckpointMeta *meta) {
@@ -251,13 +261,22 @@ static int read_class_names(const char *json, const char *path, int n, VilCheckp
         cJSON_Delete(a);
         return -1;
     }
-    meta->class_names = vil_calloc((size_t)n, sizeof(char *));
+    meta->class_names = vil_try_calloc((size_t)n, sizeof(char *));
     meta->n_classes = n;
-    for (int i = 0; i < n; i++) {
-        cJSON *s = cJSON_GetArrayItem(a, i);
-        meta->class_names[i] = vil_strdup(cJSON_IsString(s) ? s->valuestring : "");
-    }
+    int ok = meta->class_names != NULL;
+    /* the array's items in order, without cJSON_GetArrayItem's walk from the start for each */
+    const cJSON *s = a->child;
+    for (int i = 0; ok && i < n; i++, s = s->next)
+        ok = (meta->class_names[i] = vil_try_strdup(cJSON_IsString(s) ? s->valuestring : "")) != NULL;
     cJSON_Delete(a);
+    if (!ok) {
+        vil_error("'%s': no memory for its %d class names", path, n);
+        for (int i = 0; meta->class_names && i < n; i++) free(meta->class_names[i]);
+        free(meta->class_names);
+        meta->class_names = NULL;
+        meta->n_classes = 0;
+        return -1;
+    }
     return 0;
 }
 
@@ -533,7 +552,11 @@ static int check_tensors(const Source *s, const char *path, const VilConfig *cfg
 /* The data of the tensors fill_params takes (all but head.* with keep_head), read once
  * check_tensors has passed them. */
 static int load_data(Source *s, const char *path, int keep_head) {
-    unsigned char *want = vil_malloc((size_t)(s->st.n_tensors ? s->st.n_tensors : 1));
+    unsigned char *want = vil_try_malloc((size_t)(s->st.n_tensors ? s->st.n_tensors : 1));
+    if (!want) {
+        vil_error("'%s': no memory to list its %d tensors", path, s->st.n_tensors);
+        return -1;
+    }
     for (int i = 0; i < s->st.n_tensors; i++) want[i] = !(keep_head && is_head(s->st.tensors[i].name));
     VilErrCapture cap;
     vil_error_capture(&cap);
@@ -545,7 +568,8 @@ static int load_data(Source *s, const char *path, int keep_head) {
 }
 
 /* m's parameters (host, in the parameter buffers' layout) from the file's tensors, which
- * check_tensors has passed for m's config. -1 when a value is not finite. */
+ * check_tensors has passed for m's config. -1 (reported) when a value is not finite, or without
+ * the memory to interpolate pos_embed. */
 static int fill_params(const Source *s, const char *path, const VilModel *m, int src_grid,
                        int keep_head, float *host) {
     const VilConfig *cfg = &m->cfg;
@@ -555,10 +579,15 @@ static int fill_params(const Source *s, const char *path, const VilModel *m, int
         const VilStTensor *t = vil_st_find(&s->st, p->name);
         if (src_grid && strcmp(p->name, "pos_embed") == 0) {
             int G = src_grid, D = cfg->embed_dim;
-            float *src = vil_malloc(((size_t)G * G + 1) * D * sizeof(float));
-            vil_st_to_f32(t, src);
-            vil_pos_embed_resize(host + p->offset, src, G, cfg->grid, D);
+            float *src = vil_try_malloc(((size_t)G * G + 1) * D * sizeof(float));
+            int rc = src ? vil_st_to_f32(t, src) : -1;
+            if (rc == 0) rc = vil_pos_embed_resize(host + p->offset, src, G, cfg->grid, D);
             free(src);
+            if (rc != 0) {
+                vil_error("'%s': no memory to interpolate pos_embed from %dx%d onto %dx%d", path, G, G,
+                          cfg->grid, cfg->grid);
+                return -1;
+            }
             continue;
         }
         vil_st_to_f32(t, host + p->offset);
@@ -614,13 +643,21 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
         goto out;
     }
     if (check_tensors(&s, path, &cfg, train_grid, 0) != 0) goto out;
-    if (vil_model_init(m, &cfg, be) != 0) goto out;
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int init = vil_model_init(m, &cfg, be);
+    vil_error_release(&cap);
+    if (init != 0) { /* too large for the device, or no memory: said with the file's name */
+        vil_error("'%s': %s", path, cap.msg);
+        goto out;
+    }
     if (load_data(&s, path, 0) != 0) {
         vil_model_free(m);
         goto out;
     }
-    float *host = vil_calloc(m->buf_len, sizeof(float));
-    if (fill_params(&s, path, m, train_grid, 0, host) != 0 ||
+    float *host = vil_try_calloc(m->buf_len, sizeof(float));
+    if (!host) vil_error("'%s': no host memory for its %zu parameters", path, m->param_count);
+    if (!host || fill_params(&s, path, m, train_grid, 0, host) != 0 ||
         set_class_names(&s, path, cfg.num_classes, meta) != 0) {
         free(host);
         vil_model_free(m);
@@ -637,8 +674,12 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
         meta->eval.crop_pct = s.pth_crop;
         snprintf(meta->eval_from, sizeof meta->eval_from, "the .pth's args");
     }
-    vil_model_set_params(m, host);
+    int up = vil_model_set_params(m, host);
     free(host);
+    if (up != 0) {
+        vil_model_free(m);
+        goto out;
+    }
     meta->img_size = cfg.img_size;
     meta->pos_interpolated_from = train_grid;
     const char *st = vil_st_meta(&s.st, META_STEP);
@@ -685,14 +726,16 @@ int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMet
     if (check_tensors(&s, path, c, fc.grid != c->grid ? fc.grid : 0, keep_head) != 0 ||
         load_data(&s, path, keep_head) != 0)
         goto out;
-    float *host = vil_malloc(m->buf_len * sizeof(float));
-    vil_model_get_params(m, host); /* the head keeps its fresh weights when the classes differ */
-    if (fill_params(&s, path, m, fc.grid != c->grid ? fc.grid : 0, keep_head, host) != 0) {
-        free(host);
+    float *host = vil_try_malloc(m->buf_len * sizeof(float));
+    if (!host) {
+        vil_error("'%s': no host memory for %zu parameters", path, m->param_count);
         goto out;
     }
-    vil_model_set_params(m, host);
+    vil_model_get_params(m, host); /* the head keeps its fresh weights when the classes differ */
+    int up = fill_params(&s, path, m, fc.grid != c->grid ? fc.grid : 0, keep_head, host);
+    if (up == 0) up = vil_model_set_params(m, host);
     free(host);
+    if (up != 0) goto out;
     meta->img_size = fc.img_size;
     meta->n_classes = fc.num_classes;
     meta->pos_interpolated_from = fc.grid != c->grid ? fc.grid : 0;

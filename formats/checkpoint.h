@@ -76,7 +76,8 @@ int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMet
 void vil_checkpoint_meta_free(VilCheckpointMeta *meta);
 
 /* pos_embed (G*G + 1, D) with the class token at row G*G/2 -> (G2*G2 + 1, D), bicubic on the
- * patch grid as torch.nn.functional.interpolate(mode='bicubic', align_corners=False). */
-void vil_pos_embed_resize(float *dst, const float *src, int G, int G2, int D);
+ * patch grid as torch.nn.functional.interpolate(mode='bicubic', align_corners=False). 0, or -1
+ * (reported) without the memory for its G x G2 x D intermediate. */
+int vil_pos_embed_resize(float *dst, const float *src, int G, int G2, int D);
 
 #endif

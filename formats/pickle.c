@@ -135,8 +135,14 @@ static VilPkObj *new_obj(Rd *r, VilPkKind kind) {
         return NULL;
     }
     if (pk->n_objects % BLOCK == 0) {
-        pk->blocks = vil_realloc(pk->blocks, (size_t)(pk->n_blocks + 1) * sizeof *pk->blocks);
-        pk->blocks[pk->n_blocks++] = vil_calloc(BLOCK, sizeof(VilPkObj));
+        VilPkObj **blocks = vil_try_realloc(pk->blocks, (size_t)(pk->n_blocks + 1) * sizeof *pk->blocks);
+        if (blocks) pk->blocks = blocks;
+        VilPkObj *b = blocks ? vil_try_calloc(BLOCK, sizeof(VilPkObj)) : NULL;
+        if (!b) {
+            fail(r, "no memory for %ld objects", pk->n_objects + 1);
+            return NULL;
+        }
+        pk->blocks[pk->n_blocks++] = b;
     }
     VilPkObj *o = &pk->blocks[pk->n_blocks - 1][pk->n_objects++ % BLOCK];
     o->kind = kind;
@@ -147,8 +153,10 @@ static int push(Rd *r, VilPkObj *o) {
     if (!o) return -1;
     if (r->sp == VIL_PK_MAX_STACK) return fail(r, "more than %d objects on the stack", VIL_PK_MAX_STACK);
     if (r->sp == r->scap) {
-        r->scap = r->scap ? 2 * r->scap : 256;
-        r->stack = vil_realloc(r->stack, r->scap * sizeof *r->stack);
+        size_t cap = r->scap ? 2 * r->scap : 256;
+        VilPkObj **stack = vil_try_realloc(r->stack, cap * sizeof *r->stack);
+        if (!stack) return fail(r, "no memory for a stack of %zu objects", cap);
+        r->stack = stack, r->scap = cap;
     }
     r->stack[r->sp++] = o;
     return 0;
@@ -179,8 +187,10 @@ static long pop_mark(Rd *r) {
 static int add_item(Rd *r, VilPkObj *c, VilPkObj *o) {
     if (++r->items > MAX_ITEMS) return fail(r, "more than %d container items", MAX_ITEMS);
     if (c->n == c->cap) {
-        c->cap = c->cap ? 2 * c->cap : 4;
-        c->items = vil_realloc(c->items, (size_t)c->cap * sizeof *c->items);
+        int cap = c->cap ? 2 * c->cap : 4;
+        VilPkObj **items = vil_try_realloc(c->items, (size_t)cap * sizeof *c->items);
+        if (!items) return fail(r, "no memory for a container of %d items", cap);
+        c->items = items, c->cap = cap;
     }
     c->items[c->n++] = o;
     return 0;
@@ -211,7 +221,9 @@ static int memo_put(Rd *r, uint64_t idx) {
     if (idx >= r->memo_cap) {
         size_t cap = r->memo_cap ? r->memo_cap : 256;
         while (cap <= idx) cap *= 2;
-        r->memo = vil_realloc(r->memo, cap * sizeof *r->memo);
+        VilPkObj **memo = vil_try_realloc(r->memo, cap * sizeof *r->memo);
+        if (!memo) return fail(r, "no memory for a memo of %zu entries", cap);
+        r->memo = memo;
         memset(r->memo + r->memo_cap, 0, (cap - r->memo_cap) * sizeof *r->memo);
         r->memo_cap = cap;
     }
@@ -354,7 +366,7 @@ static VilPkObj *rebuild_tensor(Rd *r, const VilPkObj *a) {
     t.numel = numel;
     VilPkObj *o = new_obj(r, VIL_PK_TENSOR);
     if (!o) return NULL;
-    o->tensor = vil_malloc(sizeof t);
+    if (!(o->tensor = vil_try_malloc(sizeof t))) return NULL;
     *o->tensor = t;
     o->dtype = st->dtype;
     return o;
@@ -441,7 +453,7 @@ static int op_str(Rd *r) {
     if (bad != n) return fail(r, "BINUNICODE string is not valid UTF-8 (byte %zu)", bad);
     VilPkObj *o = new_obj(r, VIL_PK_STR);
     if (!o) return -1;
-    o->s = vil_malloc((size_t)n + 1);
+    if (!(o->s = vil_try_malloc((size_t)n + 1))) return -1; /* n of the pickle's bytes */
     memcpy(o->s, r->p, (size_t)n);
     o->s[n] = 0;
     o->len = (size_t)n;

@@ -131,7 +131,8 @@ static int read_entry(zip_t *za, uint64_t arch, const char *name, size_t max, un
     zip_int64_t idx;
     zip_stat_t zs;
     if (stat_entry(za, arch, name, (size_t)-1, max, &idx, &zs) != 0) return -1;
-    unsigned char *buf = vil_malloc(zs.size ? (size_t)zs.size : 1);
+    unsigned char *buf = vil_try_malloc(zs.size ? (size_t)zs.size : 1);
+    if (!buf) return -1;
     if (read_span(za, idx, name, zs.size, 0, zs.size, buf) != 0) {
         free(buf);
         return -1;
@@ -300,8 +301,10 @@ static int cmp_storage(const void *a, const void *b, void *ctx) {
     int c = strcmp(x->s, y->s);
     return c ? c : *(const int *)a - *(const int *)b;
 }
+/* NULL (reported) without the memory */
 static int *by_storage(PthSource *ps, const int *idx, int n) {
-    int *o = vil_malloc((size_t)(n ? n : 1) * sizeof(int));
+    int *o = vil_try_malloc((size_t)(n ? n : 1) * sizeof(int));
+    if (!o) return NULL;
     memcpy(o, idx, (size_t)n * sizeof(int));
     qsort_r(o, (size_t)n, sizeof(int), cmp_storage, ps);
     return o;
@@ -313,11 +316,13 @@ static int *by_storage(PthSource *ps, const int *idx, int n) {
 static int pth_load(void *ctx, VilSafetensors *st, const unsigned char *want) {
     PthSource *ps = ctx;
     int n = 0;
-    int *idx = vil_malloc((size_t)(st->n_tensors ? st->n_tensors : 1) * sizeof(int));
+    int *idx = vil_try_malloc((size_t)(st->n_tensors ? st->n_tensors : 1) * sizeof(int));
+    if (!idx) return -1;
     for (int i = 0; i < st->n_tensors; i++)
         if ((!want || want[i]) && ps->views[i]->tensor->numel > 0) idx[n++] = i;
     int *ord = by_storage(ps, idx, n);
     free(idx);
+    if (!ord) return -1;
     int rc = 0;
     for (int a = 0; a < n && rc == 0;) {
         const VilPkObj *s = ps->views[ord[a]]->tensor->storage;
@@ -338,8 +343,9 @@ static int pth_load(void *ctx, VilSafetensors *st, const unsigned char *want) {
         VilErrCapture cap;
         vil_error_capture(&cap);
         rc = stat_entry(ps->za, ps->arch, name, (size_t)s->i * es, VIL_PTH_MAX_ENTRY, &zi, &zs);
+        /* a deflated entry may claim up to MAX_DEFLATE_RATIO times its bytes: sized by the file */
+        if (rc == 0 && !(span = vil_try_malloc((size_t)(hi - lo + 1) * es))) rc = -1;
         if (rc == 0) {
-            span = vil_malloc((size_t)(hi - lo + 1) * es);
             rc = read_span(ps->za, zi, name, zs.size, (uint64_t)lo * es, (uint64_t)(hi + 1) * es,
                            span);
         }
@@ -365,8 +371,12 @@ static int pth_load(void *ctx, VilSafetensors *st, const unsigned char *want) {
  * before anything sized by the file is allocated. */
 static int describe_tensors(PthSource *ps, const VilPkObj *d, VilSafetensors *st) {
     int n = d->n / 2;
-    VilStTensor *ts = vil_calloc((size_t)(n ? n : 1), sizeof *ts);
-    ps->views = vil_calloc((size_t)(n ? n : 1), sizeof *ps->views);
+    VilStTensor *ts = vil_try_calloc((size_t)(n ? n : 1), sizeof *ts);
+    ps->views = vil_try_calloc((size_t)(n ? n : 1), sizeof *ps->views);
+    if (!ts || !ps->views) {
+        free(ts); /* views: pth_close's */
+        return -1;
+    }
     int strip = n > 0, rc = 0;
     size_t total = 0;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -420,10 +430,13 @@ static int describe_tensors(PthSource *ps, const VilPkObj *d, VilSafetensors *st
         rc = 0;
     }
     /* views may repeat a storage's bytes (tied weights), but not without bound */
+    int *idx = NULL, *ord = NULL;
+    if (rc == 0 && !(idx = vil_try_malloc((size_t)(n ? n : 1) * sizeof(int)))) rc = -1;
     if (rc == 0) {
-        int *idx = vil_malloc((size_t)(n ? n : 1) * sizeof(int));
         for (int i = 0; i < n; i++) idx[i] = i;
-        int *ord = by_storage(ps, idx, n);
+        if (!(ord = by_storage(ps, idx, n))) rc = -1;
+    }
+    if (rc == 0) {
         uint64_t distinct = 0;
         for (int i = 0; i < n; i++) {
             const VilPkObj *s = ps->views[ord[i]]->tensor->storage;
@@ -436,9 +449,9 @@ static int describe_tensors(PthSource *ps, const VilPkObj *d, VilSafetensors *st
                       distinct);
             rc = -1;
         }
-        free(ord);
-        free(idx);
     }
+    free(ord);
+    free(idx);
     if (rc == 0) {
         for (int i = 0; strip && i < n; i++) ts[i].name += 7;
         rc = vil_st_from_memory(st, NULL, total, ts, n);
@@ -461,8 +474,9 @@ static int take_metadata(const VilPkObj *m, VilSafetensors *st) {
         return -1;
     }
     int n = m->n / 2;
-    st->meta_keys = vil_calloc((size_t)(n ? n : 1), sizeof(char *));
-    st->meta_vals = vil_calloc((size_t)(n ? n : 1), sizeof(char *));
+    st->meta_keys = vil_try_calloc((size_t)(n ? n : 1), sizeof(char *));
+    st->meta_vals = vil_try_calloc((size_t)(n ? n : 1), sizeof(char *));
+    if (!st->meta_keys || !st->meta_vals) return -1;
     char shown[160];
     for (int i = 0; i < n; i++) {
         const VilPkObj *k = m->items[2 * i], *v = m->items[2 * i + 1];
@@ -476,10 +490,17 @@ static int take_metadata(const VilPkObj *m, VilSafetensors *st) {
                       VIL_PTH_META_KEY, vil_printable(shown, sizeof shown, k->s), vil_pk_kind_name(v));
             return -1;
         }
-        st->meta_keys[st->n_meta] = vil_strdup(k->s);
-        st->meta_vals[st->n_meta++] = vil_strdup(v->s);
+        /* counted once both are copied: vil_st_free frees n_meta pairs */
+        if (!(st->meta_keys[st->n_meta] = vil_try_strdup(k->s))) return -1;
+        if (!(st->meta_vals[st->n_meta] = vil_try_strdup(v->s))) {
+            free(st->meta_keys[st->n_meta]);
+            st->meta_keys[st->n_meta] = NULL;
+            return -1;
+        }
+        st->n_meta++;
     }
-    char **keys = vil_malloc((size_t)(n ? n : 1) * sizeof(char *));
+    char **keys = vil_try_malloc((size_t)(n ? n : 1) * sizeof(char *));
+    if (!keys) return -1;
     memcpy(keys, st->meta_keys, (size_t)n * sizeof(char *));
     qsort(keys, (size_t)n, sizeof(char *), cmp_str_ptr);
     int rc = 0;

@@ -105,7 +105,8 @@ static int index_names(VilSafetensors *st, VilStTensor **p) {
     for (int i = 0; i < nt; i++)
         p[i] = &st->tensors[i];
     qsort(p, (size_t)nt, sizeof(*p), cmp_by_name);
-    st->by_name = vil_malloc((size_t)(nt ? nt : 1) * sizeof(int));
+    st->by_name = vil_try_malloc((size_t)(nt ? nt : 1) * sizeof(int));
+    if (!st->by_name) return -1;
     for (int i = 0; i < nt; i++) {
         st->by_name[i] = (int)(p[i] - st->tensors);
         if (i > 0 && strcmp(p[i - 1]->name, p[i]->name) == 0) {
@@ -218,19 +219,28 @@ static int parse_meta(const cJSON *meta, VilSafetensors *st) {
         return -1;
     }
     int n = cJSON_GetArraySize(meta);
-    st->meta_keys = vil_calloc((size_t)n, sizeof(char *));
-    st->meta_vals = vil_calloc((size_t)n, sizeof(char *));
+    st->meta_keys = vil_try_calloc((size_t)n, sizeof(char *));
+    st->meta_vals = vil_try_calloc((size_t)n, sizeof(char *));
+    if (!st->meta_keys || !st->meta_vals) return -1;
     for (const cJSON *c = meta->child; c; c = c->next) {
         if (!cJSON_IsString(c)) {
             vil_error("__metadata__ key '%.*s' is %s; metadata values must be strings",
                       SHOWN(c->string), json_kind(c));
             return -1;
         }
-        st->meta_keys[st->n_meta] = vil_strdup(c->string);
-        st->meta_vals[st->n_meta] = vil_strdup(c->valuestring);
+        /* counted once both are copied: vil_st_free frees n_meta pairs */
+        st->meta_keys[st->n_meta] = vil_try_strdup(c->string);
+        if (!st->meta_keys[st->n_meta]) return -1;
+        st->meta_vals[st->n_meta] = vil_try_strdup(c->valuestring);
+        if (!st->meta_vals[st->n_meta]) {
+            free(st->meta_keys[st->n_meta]);
+            st->meta_keys[st->n_meta] = NULL;
+            return -1;
+        }
         st->n_meta++;
     }
-    char **keys = vil_malloc((size_t)n * sizeof(char *));
+    char **keys = vil_try_malloc((size_t)(n ? n : 1) * sizeof(char *));
+    if (!keys) return -1;
     memcpy(keys, st->meta_keys, (size_t)n * sizeof(char *));
     qsort(keys, (size_t)n, sizeof(char *), cmp_str_ptr);
     for (int i = 1; i < n; i++) {
@@ -251,7 +261,8 @@ static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st) {
         return -1;
     }
     int n = cJSON_GetArraySize(root);
-    st->tensors = vil_calloc((size_t)n, sizeof(VilStTensor));
+    st->tensors = vil_try_calloc((size_t)n, sizeof(VilStTensor));
+    if (!st->tensors) return -1;
     const cJSON *meta = NULL;
     for (const cJSON *c = root->child; c; c = c->next) {
         if (strcmp(c->string, "__metadata__") == 0) {
@@ -263,12 +274,14 @@ static int parse_root(const cJSON *root, size_t buf_size, VilSafetensors *st) {
             if (parse_meta(c, st) != 0) return -1;
             continue;
         }
-        VilStTensor *t = &st->tensors[st->n_tensors++];
-        t->name = vil_strdup(c->string);
+        VilStTensor *t = &st->tensors[st->n_tensors];
+        if (!(t->name = vil_try_strdup(c->string))) return -1;
+        st->n_tensors++;
         if (parse_tensor(c, buf_size, t) != 0) return -1;
     }
     int nt = st->n_tensors;
-    VilStTensor **p = vil_malloc((size_t)(nt ? nt : 1) * sizeof(*p));
+    VilStTensor **p = vil_try_malloc((size_t)(nt ? nt : 1) * sizeof(*p));
+    if (!p) return -1;
     int rc = index_names(st, p);
     if (rc != 0) goto done;
     /* The tensors, in offset order, must tile the buffer: an overlap would let two tensors
@@ -394,14 +407,15 @@ int vil_st_parse(const unsigned char *buf, size_t n, VilSafetensors *st) {
     if (check_length(hlen, n - 8) != 0) return -1;
     const unsigned char *hdr = buf + 8;
     /* cJSON gets its own NUL-terminated copy so that no parser path can read past it */
-    char *text = vil_malloc((size_t)hlen + 1);
+    char *text = vil_try_malloc((size_t)hlen + 1);
+    if (!text) return -1;
     memcpy(text, hdr, (size_t)hlen);
     text[hlen] = 0;
     size_t buf_size = n - 8 - (size_t)hlen;
     int rc = parse_header(text, hlen, buf_size, st);
     free(text);
+    if (rc == 0 && !(st->buf = vil_try_malloc_aligned(buf_size))) rc = -1;
     if (rc == 0) {
-        st->buf = vil_malloc_aligned(buf_size);
         if (buf_size) memcpy(st->buf, hdr + hlen, buf_size);
         st->buf_size = buf_size;
         for (int i = 0; i < st->n_tensors; i++)
@@ -416,11 +430,19 @@ int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
     memset(st, 0, sizeof *st);
     st->buf = buf;
     st->buf_size = buf_size;
-    st->tensors = vil_calloc((size_t)(n ? n : 1), sizeof(VilStTensor));
+    st->tensors = vil_try_calloc((size_t)(n ? n : 1), sizeof(VilStTensor));
+    if (!st->tensors) {
+        vil_st_free(st); /* buf is st's, even now */
+        return -1;
+    }
     for (int i = 0; i < n; i++) {
-        VilStTensor *d = &st->tensors[st->n_tensors++];
+        VilStTensor *d = &st->tensors[st->n_tensors];
         *d = t[i];
-        d->name = vil_strdup(t[i].name);
+        if (!(d->name = vil_try_strdup(t[i].name))) {
+            vil_st_free(st);
+            return -1;
+        }
+        st->n_tensors++;
         int64_t numel = 1;
         for (int k = 0; k < d->ndim; k++) numel *= d->shape[k];
         if ((unsigned)d->dtype >= VIL_ST_NUM_DTYPES || d->ndim < 0 || d->ndim > VIL_ST_MAX_DIMS ||
@@ -433,8 +455,8 @@ int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
         }
         d->data = buf ? buf + d->offset : NULL;
     }
-    VilStTensor **p = vil_malloc((size_t)(n ? n : 1) * sizeof(*p));
-    int rc = index_names(st, p);
+    VilStTensor **p = vil_try_malloc((size_t)(n ? n : 1) * sizeof(*p));
+    int rc = p ? index_names(st, p) : -1;
     free(p);
     if (rc != 0) vil_st_free(st);
     return rc;
@@ -514,7 +536,11 @@ static int open_file(const char *path, VilSafetensors *st) {
         close(fd);
         return -1;
     }
-    char *text = vil_malloc((size_t)hlen + 1);
+    char *text = vil_try_malloc((size_t)hlen + 1);
+    if (!text) {
+        close(fd);
+        return -1;
+    }
     if (read_at(fd, text, (size_t)hlen, 8) != 0) {
         vil_error("cannot read the %" PRIu64 "-byte header: %s", hlen, vil_errno_str());
         free(text);
@@ -568,8 +594,13 @@ int vil_st_load(VilSafetensors *st, const unsigned char *want) {
         total = (total + 63) & ~(size_t)63;
         total += st->tensors[i].nbytes;
     }
-    /* the sizes were checked against the file (or the archive's entries) by the open */
-    st->buf = vil_malloc_aligned(total ? total : 1);
+    /* the sizes were checked against the file (or the archive's entries) by the open, but a file
+     * may be sparse, or claim more than this machine has: the source stays open for vil_st_free */
+    st->buf = vil_try_malloc_aligned(total ? total : 1);
+    if (!st->buf) {
+        vil_error("the %s tensors' %zu bytes cannot be allocated", want ? "wanted" : "file's", total);
+        return -1;
+    }
     st->buf_size = total;
     size_t at = 0;
     for (int i = 0; i < st->n_tensors; i++) {
@@ -766,10 +797,18 @@ void vil_st_writer_add(VilStWriter *w, const char *name, VilStDtype dtype, int n
     }
     e.nbytes = (size_t)nbytes;
     if (w->n == w->cap) {
-        w->cap = w->cap ? 2 * w->cap : 64;
-        w->t = vil_realloc(w->t, (size_t)w->cap * sizeof(WEntry));
+        int cap = w->cap ? 2 * w->cap : 64;
+        WEntry *t = vil_try_realloc(w->t, (size_t)cap * sizeof(WEntry));
+        if (!t) {
+            misuse(w, "tensor '%s': out of memory for the writer's table", name);
+            return;
+        }
+        w->t = t, w->cap = cap;
     }
-    e.name = vil_strdup(name);
+    if (!(e.name = vil_try_strdup(name))) {
+        misuse(w, "tensor %d: out of memory for its name", w->n);
+        return;
+    }
     w->t[w->n++] = e;
 }
 
@@ -778,20 +817,36 @@ void vil_st_writer_meta(VilStWriter *w, const char *key, const char *value) {
         misuse(w, "metadata key or value is NULL");
         return;
     }
+    char *v = vil_try_strdup(value);
+    if (!v) {
+        misuse(w, "metadata '%.64s': out of memory for its value", key);
+        return;
+    }
     for (int i = 0; i < w->nm; i++) {
         if (strcmp(w->mk[i], key) == 0) {
             free(w->mv[i]);
-            w->mv[i] = vil_strdup(value);
+            w->mv[i] = v;
             return;
         }
     }
     if (w->nm == w->mcap) {
-        w->mcap = w->mcap ? 2 * w->mcap : 16;
-        w->mk = vil_realloc(w->mk, (size_t)w->mcap * sizeof(char *));
-        w->mv = vil_realloc(w->mv, (size_t)w->mcap * sizeof(char *));
+        int cap = w->mcap ? 2 * w->mcap : 16;
+        char **mk = vil_try_realloc(w->mk, (size_t)cap * sizeof(char *));
+        if (mk) w->mk = mk;
+        char **mv = mk ? vil_try_realloc(w->mv, (size_t)cap * sizeof(char *)) : NULL;
+        if (mv) w->mv = mv, w->mcap = cap;
+        if (!mv) {
+            free(v);
+            misuse(w, "metadata '%.64s': out of memory for the writer's table", key);
+            return;
+        }
     }
-    w->mk[w->nm] = vil_strdup(key);
-    w->mv[w->nm] = vil_strdup(value);
+    if (!(w->mk[w->nm] = vil_try_strdup(key))) {
+        free(v);
+        misuse(w, "metadata: out of memory for a key");
+        return;
+    }
+    w->mv[w->nm] = v;
     w->nm++;
 }
 
@@ -882,7 +937,8 @@ int vil_st_writer_serialize(VilStWriter *w, unsigned char **out, size_t *out_siz
         }
     }
     if (w->n > 1) {
-        const WEntry **p = vil_malloc((size_t)w->n * sizeof(*p));
+        const WEntry **p = vil_try_malloc((size_t)w->n * sizeof(*p));
+        if (!p) return -1;
         for (int i = 0; i < w->n; i++)
             p[i] = &w->t[i];
         qsort(p, (size_t)w->n, sizeof(*p), cmp_wentry_name);
@@ -919,7 +975,12 @@ int vil_st_writer_serialize(VilStWriter *w, unsigned char **out, size_t *out_siz
     }
     size_t jlen = strlen(json), hlen = (jlen + 7) / 8 * 8;
     size_t n = 8 + hlen + total;
-    unsigned char *b = vil_malloc(n);
+    unsigned char *b = vil_try_malloc(n);
+    if (!b) {
+        vil_error("safetensors writer: no memory for the file's %zu bytes", n);
+        cJSON_free(json);
+        return -1;
+    }
     for (int i = 0; i < 8; i++)
         b[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     memcpy(b + 8, json, jlen);

@@ -137,7 +137,7 @@ static void check_eval_feed(const VilBackend *be, const char *dir) {
         const VilBatch *b;
         float logits[8 * 4];
         while ((b = vil_loader_next_batch(l)) != NULL) {
-            vil_model_alloc_acts(&m, b->batch, 0);
+            T_CHECK(vil_model_alloc_acts(&m, b->batch, 0) == 0, "vil_model_alloc_acts(&m, b->batch, 0)");
             be->to_device(be, m.acts.img, b->images, (size_t)b->batch * 16 * 16 * sizeof(float));
             vil_model_forward(&m, 0);
             be->to_host(be, logits, m.acts.logits, sizeof logits);

@@ -28,8 +28,8 @@ static float *img, *tg;
 static void make_model(VilModel *m, const VilBackend *be) {
     T_CHECK(vil_model_init(m, &cfg, be) == 0, "model on %s", be->name);
     vil_model_set_params(m, p0);
-    vil_model_init_training(m, &vil_optim_adamw, 1);
-    vil_model_alloc_acts(m, B, 1);
+    T_CHECK(vil_model_init_training(m, &vil_optim_adamw, 1) == 0, "vil_model_init_training(m, &vil_optim_adamw, 1)");
+    T_CHECK(vil_model_alloc_acts(m, B, 1) == 0, "vil_model_alloc_acts(m, B, 1)");
     size_t ni = (size_t)B * cfg.in_chans * cfg.img_size * cfg.img_size;
     be->to_device(be, m->acts.img, img, ni * sizeof(float));
     be->to_device(be, m->acts.targets, tg, (size_t)B * cfg.num_classes * sizeof(float));

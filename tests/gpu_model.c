@@ -84,8 +84,8 @@ static void test_model_stride(const char *arch, float drop_path, int B, int stri
     vil_model_set_params(&mg, p);
     memcpy(p0, p, mc.buf_len * sizeof(float));
     mc.input_grad = mg.input_grad = 1;
-    vil_model_alloc_acts(&mc, B, 1);
-    vil_model_alloc_acts(&mg, B, 1);
+    T_CHECK(vil_model_alloc_acts(&mc, B, 1) == 0, "vil_model_alloc_acts(&mc, B, 1)");
+    T_CHECK(vil_model_alloc_acts(&mg, B, 1) == 0, "vil_model_alloc_acts(&mg, B, 1)");
     VilActView sv;
     if (stride == 1)
         T_CHECK(vil_model_act(&mg, "layers.0.mixer.scan_states", &sv) == 0, "%s L=%d B=%d: the GPU model keeps no "
@@ -205,11 +205,11 @@ static void test_inference_matches_training(void) {
     float *img = vil_malloc(ni * sizeof(float));
     for (size_t i = 0; i < ni; i++) img[i] = vil_rng_normal(&rng);
     float a[16], b[16];
-    vil_model_alloc_acts(&m, B, 1);
+    T_CHECK(vil_model_alloc_acts(&m, B, 1) == 0, "vil_model_alloc_acts(&m, B, 1)");
     m.be->to_device(m.be, m.acts.img, img, ni * sizeof(float));
     vil_model_forward(&m, 0);
     m.be->to_host(m.be, a, m.acts.logits, sizeof(float) * B * c.num_classes);
-    vil_model_alloc_acts(&m, B, 0);
+    T_CHECK(vil_model_alloc_acts(&m, B, 0) == 0, "vil_model_alloc_acts(&m, B, 0)");
     m.be->to_device(m.be, m.acts.img, img, ni * sizeof(float));
     vil_model_forward(&m, 0);
     m.be->to_host(m.be, b, m.acts.logits, sizeof(float) * B * c.num_classes);
@@ -234,8 +234,8 @@ static void test_recompute_modes(void) {
         vil_model_init(&mg, &c, gpu);
         vil_model_init_weights(&mg, 5);
         mg.recompute = modes[k];
-        vil_model_alloc_acts(&mc, 2, 1);
-        vil_model_alloc_acts(&mg, 2, 1);
+        T_CHECK(vil_model_alloc_acts(&mc, 2, 1) == 0, "vil_model_alloc_acts(&mc, 2, 1)");
+        T_CHECK(vil_model_alloc_acts(&mg, 2, 1) == 0, "vil_model_alloc_acts(&mg, 2, 1)");
         VilRng save = rng;
         fill_batch(&mc, &mg); /* the same batch for every mode */
         rng = save;
@@ -271,7 +271,7 @@ static void test_graph_forward(void) {
     VilConfig c;
     VilModel m;
     small_vil_cuda(&m, &c, 5);
-    vil_model_init_training(&m, &vil_optim_adamw, 1);
+    T_CHECK(vil_model_init_training(&m, &vil_optim_adamw, 1) == 0, "vil_model_init_training(&m, &vil_optim_adamw, 1)");
     int B = 3, nc = c.num_classes;
     size_t ni = (size_t)B * c.in_chans * c.img_size * c.img_size, nl = (size_t)B * nc;
     float *img[2], ref[64], got[64];
@@ -280,7 +280,7 @@ static void test_graph_forward(void) {
         for (size_t i = 0; i < ni; i++) img[k][i] = vil_rng_normal(&rng);
     }
     T_CHECK(nl <= 64, "graph test: logits buffer");
-    vil_model_alloc_acts(&m, B, 0);
+    T_CHECK(vil_model_alloc_acts(&m, B, 0) == 0, "vil_model_alloc_acts(&m, B, 0)");
     for (int round = 0; round < 3; round++) {
         if (round == 1) vil_model_use_ema(&m, 1);
         if (round == 2) { /* another model's training step at 4x the batch, on the same
@@ -288,7 +288,7 @@ static void test_graph_forward(void) {
             vil_model_use_ema(&m, 0);
             VilModel m2;
             small_vil_cuda(&m2, &c, 6);
-            vil_model_alloc_acts(&m2, 4 * B, 1);
+            T_CHECK(vil_model_alloc_acts(&m2, 4 * B, 1) == 0, "vil_model_alloc_acts(&m2, 4 * B, 1)");
             vil_model_zero_grad(&m2);
             vil_model_forward(&m2, 1);
             vil_model_backward(&m2);

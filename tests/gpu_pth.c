@@ -25,7 +25,7 @@ static float *logits(const char *file, const VilBackend *be, int ema, const floa
     if (vil_checkpoint_load(file, be, &(VilCheckpointOpts){.ema = ema}, &m, &meta) != 0) return NULL;
     const VilConfig *c = &m.cfg;
     size_t per = (size_t)c->in_chans * c->img_size * c->img_size;
-    vil_model_alloc_acts(&m, NI, 0);
+    T_CHECK(vil_model_alloc_acts(&m, NI, 0) == 0, "vil_model_alloc_acts(&m, NI, 0)");
     be->to_device(be, m.acts.img, in, NI * per * sizeof(float));
     vil_model_forward(&m, 0);
     *classes = c->num_classes;

@@ -523,7 +523,7 @@ static void test_cli(void) {
     char *line = strtok(out, "\n");
     VilTrainTransform tt;
     vil_train_transform_default(&tt, 16, 3);
-    vil_model_alloc_acts(&m, 1, 0);
+    T_CHECK(vil_model_alloc_acts(&m, 1, 0) == 0, "vil_model_alloc_acts(&m, 1, 0)");
     for (int i = 0; i < 3; i++) {
         T_CHECK(line != NULL, "missing JSON line %d", i);
         if (!line) break;

@@ -1,9 +1,11 @@
-/* test_common.c: the capture of vil_error messages (vil/common.h): a captured message is not
+/* test_common.c: the try allocators (NULL and a message for a size no machine has); the capture
+ * of vil_error messages (vil/common.h): a captured message is not
  * printed, several are joined, captures nest, a long text is cut with "...", a capture belongs
  * to its thread, and releasing one that is not the innermost is fatal; vil_open_regular refuses
  * FIFOs, folders and devices at once. */
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,7 +262,55 @@ static void test_path_join(void) {
     }
 }
 
+/* The try allocators: a size no machine has gives NULL and one "out of memory" message naming
+ * the size, never an exit; vil_try_realloc leaves the old block as it was. (Under ASan, make
+ * test-asan's allocator_may_return_null=1 makes its allocator return NULL too.) */
+static void test_try_alloc(void) {
+    const size_t huge = SIZE_MAX / 2;
+    char want[64];
+    snprintf(want, sizeof want, "%zu", huge);
+    struct {
+        const char *name;
+        int which;
+    } cases[] = {{"vil_try_malloc", 0}, {"vil_try_calloc", 1}, {"vil_try_realloc", 2},
+                 {"vil_try_malloc_aligned", 3}};
+    for (int i = 0; i < 4; i++) {
+        char *old = vil_try_malloc(16);
+        memcpy(old, "still here", 11);
+        VilErrCapture cap;
+        vil_error_capture(&cap);
+        void *p = cases[i].which == 0   ? vil_try_malloc(huge)
+                  : cases[i].which == 1 ? vil_try_calloc(huge, 1)
+                  : cases[i].which == 2 ? vil_try_realloc(old, huge)
+                                        : vil_try_malloc_aligned(huge);
+        vil_error_release(&cap);
+        T_CHECK(!p && cap.count == 1 && strstr(cap.msg, "out of memory") && strstr(cap.msg, want),
+                "%s(SIZE_MAX / 2): NULL with a message naming the size: '%s'", cases[i].name, cap.msg);
+        T_CHECK(strcmp(old, "still here") == 0, "%s: the old block is as it was", cases[i].name);
+        free(p);
+        free(old);
+    }
+    /* n x size past SIZE_MAX, and a size that rounding to 64 bytes would wrap to 0 */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    void *a = vil_try_calloc(huge, 4), *b = vil_try_malloc_aligned(SIZE_MAX - 10);
+    vil_error_release(&cap);
+    T_CHECK(!a && !b && cap.count == 2, "calloc's overflowing product and an aligned size that would "
+            "wrap: NULL, two messages: '%s'", cap.msg);
+    /* what fits is memory as the aborting ones give it */
+    vil_error_capture(&cap);
+    unsigned char *z = vil_try_calloc(100, 3), *al = vil_try_malloc_aligned(1), *e = vil_try_malloc(0);
+    char *d = vil_try_strdup("abc");
+    vil_error_release(&cap);
+    int zero = 1;
+    for (int i = 0; z && i < 300; i++) zero &= z[i] == 0;
+    T_CHECK(z && zero && al && ((uintptr_t)al % 64) == 0 && e && d && strcmp(d, "abc") == 0 && cap.count == 0,
+            "small sizes: zeroed, aligned, 0 bytes a valid pointer, a copy; no message");
+    free(z), free(al), free(e), free(d);
+}
+
 int main(void) {
+    test_try_alloc();
     test_path_join();
     test_open_regular();
     test_capture_basics();

@@ -103,7 +103,7 @@ static void test_gradients(const char *arch, float drop_path) {
     vil_model_set_params(&m, p);
     free(p);
     m.input_grad = 1;
-    vil_model_alloc_acts(&m, 3, 1);
+    T_CHECK(vil_model_alloc_acts(&m, 3, 1) == 0, "vil_model_alloc_acts(&m, 3, 1)");
     fill_batch(&m);
     vil_model_sample_drop_path(&m, 99); /* fixed masks: the same in every evaluation */
     vil_model_zero_grad(&m);
@@ -171,7 +171,7 @@ static void test_inference_matches_training(void) {
     VilModel m;
     vil_model_init(&m, &c, &vil_backend_cpu);
     vil_model_init_weights(&m, 3);
-    vil_model_alloc_acts(&m, 2, 1);
+    T_CHECK(vil_model_alloc_acts(&m, 2, 1) == 0, "vil_model_alloc_acts(&m, 2, 1)");
     fill_batch(&m);
     size_t ni = (size_t)2 * c.in_chans * c.img_size * c.img_size;
     float *img = vil_malloc(ni * sizeof(float));
@@ -179,7 +179,7 @@ static void test_inference_matches_training(void) {
     vil_model_forward(&m, 0);
     float a[10], b[10];
     memcpy(a, m.acts.logits, sizeof(float) * 2 * c.num_classes);
-    vil_model_alloc_acts(&m, 2, 0); /* one shared layer set */
+    T_CHECK(vil_model_alloc_acts(&m, 2, 0) == 0, "vil_model_alloc_acts(&m, 2, 0)"); /* one shared layer set */
     memcpy(m.acts.img, img, ni * sizeof(float));
     vil_model_forward(&m, 0);
     memcpy(b, m.acts.logits, sizeof(float) * 2 * c.num_classes);
@@ -197,7 +197,7 @@ static void test_adamw_lowers_loss(void) {
     VilModel m;
     vil_model_init(&m, &c, &vil_backend_cpu);
     vil_model_init_weights(&m, 5);
-    vil_model_alloc_acts(&m, 4, 1);
+    T_CHECK(vil_model_alloc_acts(&m, 4, 1) == 0, "vil_model_alloc_acts(&m, 4, 1)");
     fill_batch(&m);
     Ctx ctx = {&m};
     double first = 0, last = 0;
@@ -301,7 +301,7 @@ static void test_thread_determinism(void) {
         VilModel m;
         vil_model_init(&m, &c, &vil_backend_cpu);
         vil_model_init_weights(&m, 9);
-        vil_model_alloc_acts(&m, 3, 1);
+        T_CHECK(vil_model_alloc_acts(&m, 3, 1) == 0, "vil_model_alloc_acts(&m, 3, 1)");
         VilRng save = rng;
         fill_batch(&m);
         rng = save;
@@ -368,7 +368,7 @@ static void test_recompute(const char *arch) {
         vil_model_init_weights(&m, 11);
         m.recompute = modes[k];
         bytes[k] = vil_model_acts_bytes(&m, 3, 1);
-        vil_model_alloc_acts(&m, 3, 1);
+        T_CHECK(vil_model_alloc_acts(&m, 3, 1) == 0, "vil_model_alloc_acts(&m, 3, 1)");
         T_CHECK(m.acts.bytes == bytes[k], "acts bytes: allocated %zu, reported %zu", m.acts.bytes, bytes[k]);
         VilRng save = rng;
         fill_batch(&m);

@@ -55,7 +55,7 @@ static void test_table(void) {
 static void test_adamw_step(void) {
     VilModel m;
     t_tiny_model(&m);
-    vil_model_init_training(&m, &vil_optim_adamw, 0);
+    T_CHECK(vil_model_init_training(&m, &vil_optim_adamw, 0) == 0, "vil_model_init_training(&m, &vil_optim_adamw, 0)");
     size_t n = m.buf_len;
     float *p0 = vil_malloc(n * sizeof(float)), *g[2], *p = vil_malloc(n * sizeof(float));
     vil_model_get_params(&m, p0);
@@ -109,7 +109,7 @@ static void test_adamw_step(void) {
 static void test_state_roundtrip(void) {
     VilModel a, b;
     t_tiny_model(&a);
-    vil_model_init_training(&a, &vil_optim_adamw, 1);
+    T_CHECK(vil_model_init_training(&a, &vil_optim_adamw, 1) == 0, "vil_model_init_training(&a, &vil_optim_adamw, 1)");
     for (int s = 0; s < 3; s++) {
         random_grads(&a);
         vil_model_optim_step(&a, &H);
@@ -132,7 +132,7 @@ static void test_state_roundtrip(void) {
     }
     t_tiny_model(&b);
     vil_model_set_params(&b, p);
-    vil_model_init_training(&b, &vil_optim_adamw, 1);
+    T_CHECK(vil_model_init_training(&b, &vil_optim_adamw, 1) == 0, "vil_model_init_training(&b, &vil_optim_adamw, 1)");
     for (int i = 0; i < 3; i++) vil_model_train_state_set(&b, i, st[i]);
     vil_model_optim_set_steps(&b, vil_model_optim_steps(&a));
     /* the EMA read while it is in use is the same tensor */
@@ -174,7 +174,7 @@ static void test_state_roundtrip(void) {
     vil_model_free(&b);
     /* without an EMA: the optimizer's tensors only */
     t_tiny_model(&a);
-    vil_model_init_training(&a, &vil_optim_adamw, 0);
+    T_CHECK(vil_model_init_training(&a, &vil_optim_adamw, 0) == 0, "vil_model_init_training(&a, &vil_optim_adamw, 0)");
     T_CHECK(vil_model_train_state_count(&a) == 2, "AdamW without an EMA: 2 state tensors");
     vil_model_free(&a);
 }
@@ -220,7 +220,7 @@ static void run_case(VilModel *m, const OptCase *c, OptRun *r) {
     vil_model_get_params(m, host);
     for (size_t i = 0; i < n; i++) host[i] *= c->scale;
     vil_model_set_params(m, host);
-    vil_model_init_training(m, c->opt, 0);
+    T_CHECK(vil_model_init_training(m, c->opt, 0) == 0, "vil_model_init_training(m, c->opt, 0)");
     r->n = m->param_count;
     r->p0 = packed(m, host);
     for (int s = 0; s < NSTEPS; s++) {
@@ -338,7 +338,7 @@ static void test_optim_formulas(void) {
 static void test_roundtrip_of(const VilOptim *o, const VilOptimHyper *h) {
     VilModel a, b;
     t_tiny_model(&a);
-    vil_model_init_training(&a, o, 0);
+    T_CHECK(vil_model_init_training(&a, o, 0) == 0, "vil_model_init_training(&a, o, 0)");
     for (int s = 0; s < 3; s++) {
         random_grads(&a);
         vil_model_optim_step(&a, h);
@@ -348,7 +348,7 @@ static void test_roundtrip_of(const VilOptim *o, const VilOptimHyper *h) {
     vil_model_get_params(&a, p);
     t_tiny_model(&b);
     vil_model_set_params(&b, p);
-    vil_model_init_training(&b, o, 0);
+    T_CHECK(vil_model_init_training(&b, o, 0) == 0, "vil_model_init_training(&b, o, 0)");
     T_CHECK(vil_model_train_state_count(&b) == o->n_state, "%s: %d state tensors", o->name, o->n_state);
     for (int i = 0; i < o->n_state; i++) {
         st[i] = vil_malloc(n * sizeof(float));
@@ -442,8 +442,8 @@ static void test_variants(void) {
         for (size_t i = 0; i < a.buf_len; i++) w[i] *= 50.0f;
         vil_model_set_params(&a, w), vil_model_set_params(&b, w);
         free(w);
-        vil_model_init_training(&a, o[k], 0);
-        vil_model_init_training(&b, o[k], 0);
+        T_CHECK(vil_model_init_training(&a, o[k], 0) == 0, "vil_model_init_training(&a, o[k], 0)");
+        T_CHECK(vil_model_init_training(&b, o[k], 0) == 0, "vil_model_init_training(&b, o[k], 0)");
         VilOptimHyper other = H;
         other.l2 = 1, other.trust_clip = 1;
         for (int s = 0; s < 2; s++) {
@@ -469,7 +469,7 @@ static void test_variants(void) {
 static void test_grad_norm(void) {
     VilModel m;
     t_tiny_model(&m);
-    vil_model_init_training(&m, &vil_optim_adamw, 0);
+    T_CHECK(vil_model_init_training(&m, &vil_optim_adamw, 0) == 0, "vil_model_init_training(&m, &vil_optim_adamw, 0)");
     random_grads(&m);
     double s = 0;
     for (size_t i = 0; i < m.buf_len; i++) s += (double)m.grads[i] * m.grads[i];
@@ -483,7 +483,7 @@ static void test_inputs(void) {
     t_tiny_model(&m);
     const VilConfig *c = &m.cfg;
     int B = 2;
-    vil_model_alloc_acts(&m, B, 1);
+    T_CHECK(vil_model_alloc_acts(&m, B, 1) == 0, "vil_model_alloc_acts(&m, B, 1)");
     T_CHECK(vil_model_batch(&m) == B, "vil_model_batch");
     size_t ni = (size_t)B * c->in_chans * c->img_size * c->img_size, nt = (size_t)B * c->num_classes;
     float *img = vil_malloc(ni * sizeof(float)), *tg = vil_calloc(nt, sizeof(float));

@@ -151,7 +151,7 @@ static void test_step_ema_warmup(void) {
     VilModel m;
     t_tiny_model(&m);
     VilStepParams sp = vil_step_params(&t, 1e-2f);
-    vil_model_init_training(&m, sp.optim, 1);
+    T_CHECK(vil_model_init_training(&m, sp.optim, 1) == 0, "vil_model_init_training(&m, sp.optim, 1)");
     size_t n = m.buf_len;
     float *p = malloc(n * sizeof(float)), *e = malloc(n * sizeof(float)), *e1 = malloc(n * sizeof(float));
     VilRng r;

@@ -251,8 +251,9 @@ static int write_sample(Encoder *e, const VilDataset *ds, int i, const char *spl
         vil_error("sample %d of '%s' has no pixels", i, vil_dataset_source(ds));
         return -1;
     }
-    vil_resize_bicubic_box(e->gray, src.px, src.w, src.h, (size_t)src.w * src.c, src.c, o->size, o->size, NULL);
-    if (encode_gray_as_rgb(e, o->size, o->quality) != 0) return -1;
+    if (vil_resize_bicubic_box(e->gray, src.px, src.w, src.h, (size_t)src.w * src.c, src.c, o->size, o->size, NULL) != 0 ||
+        encode_gray_as_rgb(e, o->size, o->quality) != 0)
+        return -1;
     char dir[PATH_LEN], name[64];
     snprintf(dir, sizeof dir, "%s/%s", splitdir, classes[vil_dataset_label(ds, i)]);
     snprintf(name, sizeof name, "%0*d.JPEG", name_width, i);

@@ -27,18 +27,16 @@ int main(int argc, char **argv) {
     c.num_classes = 7;
     if (vil_config_finalize(&c) != 0) return 1;
     VilModel m;
-    vil_model_init(&m, &c, &vil_backend_cpu);
-    vil_model_init_weights(&m, 17);
+    if (vil_model_init(&m, &c, &vil_backend_cpu) != 0 || vil_model_init_weights(&m, 17) != 0) return 1;
     /* move every parameter off its init value so that every path is exercised */
     VilRng r;
     vil_rng_seed(&r, 23);
     float *p = vil_malloc(m.buf_len * sizeof(float));
     vil_model_get_params(&m, p);
     for (size_t i = 0; i < m.buf_len; i++) p[i] += 0.05f * vil_rng_normal(&r);
-    vil_model_set_params(&m, p);
     int B = 3;
     m.input_grad = 1;
-    vil_model_alloc_acts(&m, B, 1);
+    if (vil_model_set_params(&m, p) != 0 || vil_model_alloc_acts(&m, B, 1) != 0) return 1;
     size_t ni = (size_t)B * c.in_chans * c.img_size * c.img_size;
     for (size_t i = 0; i < ni; i++) m.acts.img[i] = vil_rng_normal(&r);
     for (int b = 0; b < B; b++) {

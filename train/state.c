@@ -284,14 +284,15 @@ static int restore_train_state(Trainer *T, const VilSafetensors *st, const char 
         room = r > room ? r : room;
         if (ts[i] && si[i].count_key && meta_long(st, path, si[i].count_key, 0, LONG_MAX, &counts[i])) return -1;
     }
-    float *host = vil_malloc((room ? room : 1) * sizeof(float));
+    float *host = vil_try_malloc((room ? room : 1) * sizeof(float));
+    if (!host) return -1;
     for (int i = 0; i < ns; i++) /* every tensor checked before any is taken (every rank's too) */
         if (ts[i] && state_values(path, ts[i], si[i].nonneg, host, (size_t)vil_st_numel(ts[i]))) goto out;
     for (int i = 0; i < ns; i++) {
         const float *v = ts[i] ? (const float *)ts[i]->data : NULL;
         if (v && si[i].per_rank) v += si[i].numel * (size_t)T->rank; /* this rank's */
         if (v) memcpy(host, v, si[i].numel * sizeof(float));
-        vil_model_train_state_set(m, i, v ? host : NULL);
+        if (vil_model_train_state_set(m, i, v ? host : NULL) != 0) goto out;
         if (v && si[i].count_key) vil_model_train_state_set_counter(m, i, counts[i]);
     }
     rc = 0;
@@ -338,8 +339,9 @@ int state_restore(Trainer *T, const char *path) {
     if (state_open(path, &st) != 0) return -1;
     VilModel *m = &T->m;
     int rc = -1;
-    float *host = vil_malloc(m->buf_len * sizeof(float));
+    float *host = vil_try_malloc(m->buf_len * sizeof(float));
     char *mine = vil_config_to_json(T->mc), *tmine = vil_train_config_to_json(T->tc);
+    if (!host) goto done;
     const char *mj = vil_st_meta(&st, "vil.config"), *tj = vil_st_meta(&st, "vil.train_config");
     VilConfig saved;
     vil_config_default(&saved);
@@ -474,8 +476,7 @@ int state_restore(Trainer *T, const char *path) {
     if (!tp || state_values(path, tp, 0, host, n)) goto done;
     memcpy(host, tp->data, n * sizeof(float));
     vil_model_unpack(m, host, host);
-    vil_model_set_params(m, host);
-    if (restore_train_state(T, &st, path, saved_world) != 0) goto done;
+    if (vil_model_set_params(m, host) != 0 || restore_train_state(T, &st, path, saved_world) != 0) goto done;
     vil_model_optim_set_steps(m, (int)adam_step);
     T->step = step;
     T->epoch = (int)epoch;
@@ -523,8 +524,9 @@ static int save_checkpoint(Trainer *T, const char *path, int ema) {
 static int save_all_here(Trainer *T, const float *new_best);
 /* The per-rank training state (VilTrainStateInfo.per_rank: passing's final states): every
  * rank's into T->gathered[i] on rank 0, (world, shape...) with rank r's at r, by a sum over the
- * ranks of a buffer that holds each rank's own at its place; NULL for the others. */
-static void gather_per_rank(Trainer *T) {
+ * ranks of a buffer that holds each rank's own at its place; NULL for the others. Collective:
+ * 0, or -1 on every rank when any rank lacked the memory for it (reported there). */
+static int gather_per_rank(Trainer *T) {
     VilModel *m = &T->m;
     const VilBackend *be = m->be;
     int ns = vil_model_train_state_count(m);
@@ -536,10 +538,18 @@ static void gather_per_rank(Trainer *T) {
         VilTrainStateInfo t = vil_model_train_state_info(m, i);
         if (!t.per_rank) continue;
         size_t all = t.numel * (size_t)T->world;
-        float *host = vil_calloc(all + t.room, sizeof(float));
+        float *host = vil_try_calloc(all + t.room, sizeof(float));
+        float *dev = host && T->world > 1 ? be->alloc(be, all * sizeof(float)) : NULL;
+        /* together: a rank that could not would leave the others waiting in the sum */
+        if (vil_dist_any(T->dist, !host || (T->world > 1 && !dev))) {
+            vil_error("rank %d: the training state '%s' of every rank cannot be gathered for the save "
+                      "(no memory on a rank)", T->rank, t.name);
+            if (dev) be->free(be, dev);
+            free(host);
+            return -1;
+        }
         vil_model_train_state_get(m, i, host + t.numel * (size_t)T->rank);
         if (T->world > 1) {
-            float *dev = be->alloc(be, all * sizeof(float));
             be->to_device(be, dev, host, all * sizeof(float));
             be->grad_allreduce(be, &(VilAllReduce){.buf = dev, .n = all, .dist = T->dist});
             be->to_host(be, host, dev, all * sizeof(float));
@@ -547,12 +557,13 @@ static void gather_per_rank(Trainer *T) {
         }
         T->gathered[i] = host;
     }
+    return 0;
 }
 /* Saves on rank 0 (every rank holds the same weights); every rank gets its result and the new
  * best, so all take the same path afterwards. */
 static int save_all(Trainer *T, const float *new_best) {
     int rc = 0;
-    gather_per_rank(T);
+    if (gather_per_rank(T) != 0) return -1; /* on every rank */
     if (T->rank == 0) {
         rc = save_all_here(T, new_best);
     } else if (new_best) {
@@ -567,9 +578,14 @@ static int save_all_here(Trainer *T, const float *new_best) {
     VilModel *m = &T->m;
     size_t n = m->buf_len, bytes = n * sizeof(float);
     int ns = vil_model_train_state_count(m);
-    float *p = vil_malloc(bytes), *ts[VIL_TRAIN_STATE_MAX] = {0};
-    for (int i = 0; i < ns; i++) ts[i] = vil_malloc((vil_model_train_state_info(m, i).room + 1) * sizeof(float));
-    int rc = -1;
+    float *p = vil_try_malloc(bytes), *ts[VIL_TRAIN_STATE_MAX] = {0};
+    int rc = -1, ok = p != NULL;
+    for (int i = 0; ok && i < ns; i++)
+        ok = (ts[i] = vil_try_malloc((vil_model_train_state_info(m, i).room + 1) * sizeof(float))) != NULL;
+    if (!ok) {
+        vil_error("no host memory to save the run at step %ld", T->step);
+        goto done;
+    }
     vil_model_get_params(m, p);
     if (!all_finite(p, n)) {
         vil_error("the weights are not finite at step %ld: not saving over the last good "

@@ -418,7 +418,7 @@ static RunNext trainer_setup(Trainer *T) {
     if (vil_model_init(m, T->mc, T->be) != 0) goto out;
     T->model_ready = 1;
     m->recompute = t->recompute;
-    vil_model_init_weights(m, (uint64_t)t->seed);
+    if (vil_model_init_weights(m, (uint64_t)t->seed) != 0) goto out;
     char init_note[1024] = "";
     if (run->init && !state_in) {
         VilCheckpointMeta im;
@@ -431,8 +431,8 @@ static RunNext trainer_setup(Trainer *T) {
     }
     /* the moments (and the EMA, from the weights) exist from the start so that a save before
      * the first update is complete */
-    vil_model_init_training(m, vil_train_optim(t), t->ema_decay > 0.0f);
-    vil_train_init_state(m, t);
+    if (vil_model_init_training(m, vil_train_optim(t), t->ema_decay > 0.0f) != 0) goto out;
+    if (vil_train_init_state(m, t) != 0) goto out;
     /* the loss of a micro-batch is its share of the global batch's mean (0: the batch's own) */
     m->loss_denom = T->global_batch == t->batch ? 0 : T->global_batch;
     if (state_in && state_restore(T, state_in) != 0) goto out;
@@ -462,7 +462,13 @@ out:
 /* The start of an epoch (or of the rest of one, on resume): training activations, the
  * loader's epoch, the batches a resumed run has done skipped, the feed and its first batch. */
 static RunNext start_epoch(Trainer *T) {
-    vil_model_alloc_acts(&T->m, T->tc->batch, 1);
+    /* together: a rank without its activations would leave the others waiting in the sums */
+    int no_acts = vil_model_alloc_acts(&T->m, T->tc->batch, 1) != 0;
+    if (vil_dist_any(T->dist, no_acts)) {
+        if (!no_acts) vil_error("rank %d: another rank cannot allocate its training activations (its message is above)",
+                                T->rank);
+        return run_end(T, VIL_TRAIN_FAILED);
+    }
     vil_loader_start_epoch(T->loader, T->epoch);
     if (T->epoch_batch > 0) {
         /* the loader has no seek: decode and drop the batches done before the save, which keeps
@@ -488,13 +494,14 @@ static RunNext start_epoch(Trainer *T) {
                        B * c->num_classes * sizeof(float), vil_model_drop_path_bytes(m)};
     void *dev0[3];
     vil_model_input_buffers(m, dev0);
-    int n = bytes[2] ? 3 : 2;
-    for (int i = 0; i < 2 && n == 3; i++)
+    int n = bytes[2] ? 3 : 2, bad = 0;
+    for (int i = 0; i < 2 && n == 3 && !bad; i++)
         if (!T->dp_host[i] && !(T->dp_host[i] = T->be->host_alloc(T->be, bytes[2]))) {
             vil_error("cannot allocate %zu bytes of host memory for the drop-path scales", bytes[2]);
-            return run_end(T, VIL_TRAIN_FAILED);
+            bad = 1;
         }
-    vil_feed_init(&T->feed, T->be, n, dev0, bytes);
+    bad = bad || vil_feed_init(&T->feed, T->be, n, dev0, bytes) != 0;
+    if (vil_dist_any(T->dist, bad)) return run_end(T, VIL_TRAIN_FAILED);
     feed_next(T, T->step, 0); /* a failure shows as no batch at the first take */
     return RUN_GO_ON;
 }
@@ -536,7 +543,12 @@ static RunNext step(Trainer *T) {
         /* the initial states keyed as drop path is: (seed, step) and the global sample index */
         sp.init_seed = vil_hash_seed((uint64_t)t->seed, TAG_INIT_STATE, (uint64_t)T->step, 0);
         sp.init_first = ((long)a * T->world + T->rank) * t->batch;
-        vil_train_micro(&T->m, &sp, a == 0, a + 1 == T->accum);
+        /* nothing in it allocates after the setup (train.h), so this never fails on one rank
+         * alone: it needs no collective */
+        if (vil_train_micro(&T->m, &sp, a == 0, a + 1 == T->accum) != 0) {
+            vil_loader_release_batch(T->loader, b);
+            return run_end(T, VIL_TRAIN_FAILED);
+        }
         vil_feed_done(&T->feed);
         /* the next micro-batch (this step's, or the next step's first while this epoch has
          * one): its upload runs while the device works on this one */
@@ -546,7 +558,7 @@ static RunNext step(Trainer *T) {
         vil_loader_release_batch(T->loader, b);
         if (logs && a + 1 < T->accum) T->loss_sum += batch_loss_sum(T);
     }
-    vil_train_update(&T->m, &sp);
+    if (vil_train_update(&T->m, &sp) != 0) return run_end(T, VIL_TRAIN_FAILED); /* as above */
     T->step++;
     T->epoch_batch++;
     T->steps_here++;

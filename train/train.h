@@ -39,8 +39,9 @@ const char *vil_optim_describe(const VilTrainConfig *t, char *buf, size_t n);
 double vil_ema_decay_at(double decay, int warmup, long update);
 
 /* The model's initial-state intervention from t's init_state keys (t finalized), after
- * vil_model_init_training. */
-void vil_train_init_state(VilModel *m, const VilTrainConfig *t);
+ * vil_model_init_training; its states for a micro-batch of t->batch are allocated here. 0, or -1
+ * (reported). */
+int vil_train_init_state(VilModel *m, const VilTrainConfig *t);
 
 /* The hyperparameters of one training step. */
 typedef struct {
@@ -67,10 +68,12 @@ VilStepParams vil_step_params(const VilTrainConfig *t, float lr);
  * without a host read. With several micro-batches per step (accum_steps): vil_train_micro for
  * each (first = 1 zeroes the gradients, last = 1 on the last one; the loss is the mean over
  * m->loss_denom samples, so the sums make the global batch's mean), then vil_train_update.
- * vil_train_step is the two for one micro-batch. */
-void vil_train_step(VilModel *m, const VilStepParams *s);
-void vil_train_micro(VilModel *m, const VilStepParams *s, int first, int last);
-void vil_train_update(VilModel *m, const VilStepParams *s);
+ * vil_train_step is the two for one micro-batch. Each returns 0, or -1 / VIL_EUSAGE (reported)
+ * from the model's calls: after vil_model_init_training, and vil_train_init_state for the
+ * activations' batch, nothing they do allocates, and they return 0. */
+int vil_train_step(VilModel *m, const VilStepParams *s);
+int vil_train_micro(VilModel *m, const VilStepParams *s, int first, int last);
+int vil_train_update(VilModel *m, const VilStepParams *s);
 
 /* Progress at a log step (the only per-step host read: the batch's losses). */
 typedef struct {

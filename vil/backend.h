@@ -364,6 +364,9 @@ struct VilBackend {
     void *ctx;         /* the device's state (CUDA: cuda_common.cuh's CuCtx); NULL on the CPU */
     int device;        /* the device index this backend runs on */
 
+    /* Device memory of bytes (0: a valid pointer to free). NULL, after a vil_error that says the
+     * size (and on CUDA the device's free memory), when the device cannot give it: every caller
+     * checks and turns NULL into its own error return; nothing exits. */
     void *(*alloc)(const VilBackend *be, size_t bytes);
     void (*free)(const VilBackend *be, void *p);
     void (*zero)(const VilBackend *be, void *p, size_t bytes);
@@ -388,7 +391,8 @@ struct VilBackend {
     /* working parameter copy from the float32 master (NULL: the ops read the master) */
     void (*params_to_work)(const VilBackend *be, void *work, const float *master, size_t n);
     /* Host memory the device copies from without the host waiting (CUDA: pinned; CPU: 64-byte
-     * aligned malloc). NULL when it cannot be had. */
+     * aligned malloc). NULL when it cannot be had (the CPU says so with a vil_error; the caller
+     * reports what it was for). */
     void *(*host_alloc)(const VilBackend *be, size_t bytes);
     void (*host_free)(const VilBackend *be, void *p);
     /* The input feed's copies (data/feed.h): two slots of input buffers, filled on a copy stream

@@ -11,7 +11,8 @@
 #include "common.h"
 #include "ops_cpu.h"
 
-static void *cpu_alloc(const VilBackend *be, size_t bytes) { return vil_malloc_aligned(bytes); }
+/* NULL after an "out of memory" message: the sizes are the model's and the caller's batch */
+static void *cpu_alloc(const VilBackend *be, size_t bytes) { return vil_try_malloc_aligned(bytes); }
 static void cpu_free(const VilBackend *be, void *p) { free(p); }
 static void cpu_zero(const VilBackend *be, void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(const VilBackend *be, void *dst, const void *src, size_t bytes) {
@@ -49,11 +50,7 @@ static void cpu_peak_reset(const VilBackend *be) {
 static void cpu_act_to_host(const VilBackend *be, float *dst, const void *src, size_t n) {
     memcpy(dst, src, n * sizeof(float));
 }
-static void *cpu_host_alloc(const VilBackend *be, size_t bytes) {
-    void *p = NULL;
-    size_t rounded = (bytes + 63) / 64 * 64;
-    return posix_memalign(&p, 64, rounded ? rounded : 64) == 0 ? p : NULL;
-}
+static void *cpu_host_alloc(const VilBackend *be, size_t bytes) { return vil_try_malloc_aligned(bytes); }
 static void cpu_host_free(const VilBackend *be, void *p) { free(p); }
 /* the feed's slots live in host memory: an upload is a copy, and there is nothing to wait for */
 static void cpu_feed_upload(const VilBackend *be, int slot, void *dst, const void *src,

@@ -259,6 +259,8 @@ char *vil_keys_to_json(const VilKeyTable *t, const void *base) {
     }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
+    /* invariant: only out of memory fails here, for a config's few dozen keys: fixed bookkeeping
+     * (vil/common.h), as vil_strdup's */
     if (!s) VIL_FATAL("cJSON_PrintUnformatted failed");
     char *r = vil_strdup(s);
     cJSON_free(s);

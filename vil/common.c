@@ -1,4 +1,5 @@
-/* common.c: error reporting, checked allocation, atomic file writes, RNG, clock and strict
+/* common.c: error reporting, allocation (the try family that reports and returns NULL, the
+ * aborting one for fixed bookkeeping), atomic file writes, RNG, clock and strict
  * number parsing shared by every part of vil. */
 #define _GNU_SOURCE
 #include "common.h"
@@ -91,7 +92,8 @@ void vil_error_capture(VilErrCapture *cap) {
 }
 
 void vil_error_release(VilErrCapture *cap) {
-    /* releasing out of order would leave a capture on the chain that its owner has freed */
+    /* releasing out of order would leave a capture on the chain that its owner has freed.
+     * invariant: captures are released in the order taken by code, never by an input */
     if (g_capture != cap) VIL_FATAL("vil_error_release: not the innermost capture of this thread");
     g_capture = cap->prev;
 }
@@ -137,6 +139,41 @@ void vil_fatal(const char *file, int line, const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
     exit(1);
+}
+
+void *vil_try_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) vil_error("out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *vil_try_calloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) vil_error("out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *vil_try_realloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) vil_error("out of memory allocating %zu bytes (growing a buffer)", bytes);
+    return q;
+}
+
+char *vil_try_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = vil_try_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+void *vil_try_malloc_aligned(size_t bytes) {
+    void *p = NULL;
+    /* rounded up to whole 64-byte lines; a size within 63 of SIZE_MAX would wrap to 0 */
+    if (bytes > SIZE_MAX - 63 || posix_memalign(&p, 64, bytes ? (bytes + 63) / 64 * 64 : 64) != 0) {
+        vil_error("out of memory allocating %zu bytes (64-byte aligned)", bytes);
+        return NULL;
+    }
+    return p;
 }
 
 void *vil_malloc(size_t bytes) {
@@ -194,8 +231,7 @@ char *vil_path_join(const char *dir, const char *name) {
 
 void *vil_malloc_aligned(size_t bytes) {
     void *p = NULL;
-    size_t rounded = (bytes + 63) / 64 * 64;
-    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0)
+    if (bytes > SIZE_MAX - 63 || posix_memalign(&p, 64, bytes ? (bytes + 63) / 64 * 64 : 64) != 0)
         VIL_FATAL("out of memory allocating %zu aligned bytes", bytes);
     return p;
 }

@@ -39,8 +39,9 @@ typedef struct VilErrCapture {
 void vil_error_capture(VilErrCapture *cap);   /* starts: msg = "", count = 0 */
 void vil_error_release(VilErrCapture *cap);   /* must be the innermost capture of this thread */
 void vil_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Print the message and exit(1): for failures the program cannot continue from
- * (out of memory, a broken invariant). */
+/* Print the message and exit(1): for a broken invariant (a bug, never an input) and for
+ * running out of memory in fixed-size bookkeeping (vil_malloc & co.). No size or value a caller
+ * passes may reach it: those failures return an error (DEVELOPERS.md, "What still aborts"). */
 void vil_fatal(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 #define VIL_FATAL(...) vil_fatal(__FILE__, __LINE__, __VA_ARGS__)
@@ -55,7 +56,26 @@ void vil_fatal(const char *file, int line, const char *fmt, ...)
     } while (0)
 const char *vil_errno_str(void);
 
-/* ---- allocation: abort with the size on failure ---- */
+/* ---- allocation ----
+ * Two families; which one a call uses depends on where its size comes from.
+ * - vil_try_*: a size that comes from outside the program: a file (a header's claim, a tensor,
+ *   a string in it), an image, a caller's batch, shape or config, the model's parameters or
+ *   activations. On failure they report "out of memory allocating N bytes" (vil_error) and
+ *   return NULL, and the caller turns NULL into its own error return (freeing what it took).
+ *   Paths a library caller reaches with such a size use them (the few that do not yet:
+ *   DEVELOPERS.md, "What still aborts").
+ * - vil_malloc, vil_calloc, vil_realloc, vil_strdup, vil_path_join, vil_malloc_aligned: small,
+ *   fixed-size bookkeeping (a struct, a handful of pointers, a short name), whose failure means
+ *   the machine has no memory left at all. They print the size and exit(1) (vil_fatal): never
+ *   use them for a size an input sets.
+ * A size of 0 is taken as 1 (a valid pointer to free); vil_try_realloc leaves p as it was (still
+ * the caller's to free) when it fails. */
+void *vil_try_malloc(size_t bytes);
+void *vil_try_calloc(size_t n, size_t size);
+void *vil_try_realloc(void *p, size_t bytes);
+char *vil_try_strdup(const char *s);
+/* 64-byte aligned, for SIMD; free with free(). */
+void *vil_try_malloc_aligned(size_t bytes);
 void *vil_malloc(size_t bytes);
 void *vil_calloc(size_t n, size_t size);
 void *vil_realloc(void *p, size_t bytes);
@@ -68,7 +88,7 @@ char *vil_path_join(const char *dir, const char *name);
 void vil_fmt_float(char *buf, size_t n, float v);
 /* v as the double of that shortest decimal (for JSON writers that print doubles) */
 double vil_float_clean(float v);
-/* 64-byte aligned, for SIMD; free with free(). */
+/* 64-byte aligned, for SIMD; free with free(). Aborting: fixed sizes only (vil_try_malloc_aligned). */
 void *vil_malloc_aligned(size_t bytes);
 
 /* ---- files: opening what vil reads, writing what it writes (vil/files.h) ---- */

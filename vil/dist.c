@@ -86,6 +86,8 @@ static void watchdog_fire(const char *why, int timed_out) {
     fflush(NULL);
     alarm(15);
     MPI_Abort(MPI_COMM_WORLD, 1);
+    /* not a return path: a rank that hangs in a collective cannot be returned from. The
+     * watchdog is armed only by a run of several ranks (vil_dist_set_timeout, dist_timeout) */
     _exit(1);
 }
 

@@ -98,7 +98,12 @@ unsigned char *vil_read_file(const char *path, size_t *size_out) {
         return NULL;
     }
     size_t n = (size_t)st.st_size, got = 0;
-    unsigned char *buf = vil_malloc(n + 1);
+    unsigned char *buf = vil_try_malloc(n + 1); /* the file's size */
+    if (!buf) {
+        vil_error("cannot read '%s': no memory for its %zu bytes", path, n);
+        close(fd);
+        return NULL;
+    }
     while (got < n) {
         ssize_t k = read(fd, buf + got, n - got);
         if (k < 0 && errno == EINTR) continue;

@@ -135,9 +135,16 @@ int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be) {
     m->buf_len = t.total;
     m->param_count = t.count;
     m->params = be->alloc(be, m->buf_len * sizeof(float));
-    m->grads = be->alloc(be, m->buf_len * sizeof(float));
+    m->grads = m->params ? be->alloc(be, m->buf_len * sizeof(float)) : NULL;
+    m->work = !m->grads ? NULL : be->work_bytes ? be->alloc(be, m->buf_len * be->work_bytes) : m->params;
+    if (!m->work) {
+        vil_error("%s: its %zu parameters (%.2f GiB with their gradients%s) cannot be allocated on "
+                  "the %s device: a smaller model, or another device", cfg->name, count,
+                  bytes / 1073741824.0, be->work_bytes ? " and working copy" : "", be->name);
+        vil_model_free(m); /* what was taken, and the family's record */
+        return -1;
+    }
     be->zero(be, m->grads, m->buf_len * sizeof(float));
-    m->work = be->work_bytes ? be->alloc(be, m->buf_len * be->work_bytes) : m->params;
     return 0;
 }
 
@@ -160,8 +167,8 @@ void vil_model_free(VilModel *m) {
     if (!m->be) return;
     vil_model_free_acts(m);
     if (m->work && m->work != m->params) m->be->free(m->be, m->work);
-    m->be->free(m->be, m->params);
-    m->be->free(m->be, m->grads);
+    if (m->params) m->be->free(m->be, m->params);
+    if (m->grads) m->be->free(m->be, m->grads);
     for (int i = 0; i < VIL_OPTIM_MAX_STATE; i++)
         if (m->optim_state[i]) m->be->free(m->be, m->optim_state[i]);
     if (m->ema) m->be->free(m->be, m->ema);
@@ -212,19 +219,24 @@ void vil_model_get_params(const VilModel *m, float *host) {
     m->be->to_host(m->be, host, m->params, m->buf_len * sizeof(float));
 }
 
-void vil_model_set_params(VilModel *m, const float *host) {
+int vil_model_set_params(VilModel *m, const float *host) {
     /* the padding (inside tensors, and the gaps between them) is zeroed whatever the host buffer
      * held there: packing drops it and unpacking writes zeros there */
-    float *tmp = vil_malloc(m->buf_len * sizeof(float));
+    float *tmp = vil_try_malloc(m->buf_len * sizeof(float));
+    if (!tmp) {
+        vil_error("%s: no host memory to upload its parameters", m->cfg.name);
+        return -1;
+    }
     memcpy(tmp, host, m->buf_len * sizeof(float));
     vil_model_pack(m, tmp, tmp);
     vil_model_unpack(m, tmp, tmp);
     m->be->to_device(m->be, m->params, tmp, m->buf_len * sizeof(float));
     free(tmp);
     if (m->be->params_to_work) m->be->params_to_work(m->be, m->work, m->params, m->buf_len);
+    return 0;
 }
 
-void vil_model_init_weights(VilModel *m, uint64_t seed) { m->net->init_weights(m, seed); }
+int vil_model_init_weights(VilModel *m, uint64_t seed) { return m->net->init_weights(m, seed); }
 
 /* ---------------- activations ---------------- */
 
@@ -253,20 +265,34 @@ int vil_model_check_acts(const VilModel *m, int B, int training) {
     return fits(m->be, vil_model_acts_bytes(m, B, training), what, m->net->memory_hint(m, training));
 }
 
-void vil_model_alloc_acts(VilModel *m, int B, int training) {
+int vil_model_alloc_acts(VilModel *m, int B, int training) {
     if (m->acts.base && m->acts.B == B && m->acts.training == training &&
         m->acts.recompute == (training ? m->recompute : VIL_RECOMPUTE_NONE) &&
         (m->acts.dimg != NULL) == (training && m->input_grad))
-        return;
-    vil_model_free_acts(m);
+        return 0;
+    char what[160];
+    snprintf(what, sizeof what, "%s activations of a batch of %d at %d px", training ? "The training" : "The",
+             B, m->cfg.img_size);
+    if (B < 1) {
+        vil_error("%s: a batch holds at least one image", what);
+        return VIL_EUSAGE;
+    }
+    if (m->net->check_batch(m, B, what) != 0) return VIL_EUSAGE;
+    vil_model_free_acts(m); /* before the new ones: the device never holds both */
     size_t bytes = m->net->layout(m, NULL, B, training);
     void *base = m->be->alloc(m->be, bytes);
+    if (!base) {
+        vil_error("%s (%.2f GiB) cannot be allocated on the %s device: %s", what, bytes / 1073741824.0,
+                  m->be->name, m->net->memory_hint(m, training));
+        return -1;
+    }
     m->acts.B = B;
     m->acts.training = training;
     m->acts.recompute = training ? m->recompute : VIL_RECOMPUTE_NONE;
     m->net->layout(m, base, B, training);
     m->acts.base = base;
     m->acts.bytes = bytes;
+    return 0;
 }
 
 int vil_model_act(const VilModel *m, const char *name, VilActView *v) {
@@ -284,7 +310,7 @@ float *vil_net_grad(const VilModel *m, size_t off) { return m->grads + off; }
 void *vil_net_act_at(const VilModel *m, void *p, size_t elems) { return (char *)p + elems * m->be->act_bytes; }
 float *vil_net_zeros(const VilModel *m, size_t n) {
     float *p = m->be->alloc(m->be, n * sizeof(float));
-    m->be->zero(m->be, p, n * sizeof(float));
+    if (p) m->be->zero(m->be, p, n * sizeof(float));
     return p;
 }
 
@@ -294,13 +320,15 @@ void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, long first, floa
     m->net->drop_path_rows(m, seed, first, h);
 }
 
-void vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
+int vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
     size_t bytes = vil_model_drop_path_bytes(m);
-    if (!bytes) return;
-    float *h = vil_malloc(bytes);
+    if (!bytes) return 0;
+    float *h = vil_try_malloc(bytes);
+    if (!h) return -1;
     vil_model_drop_path_rows(m, seed, 0, h);
     m->be->to_device(m->be, m->acts.dp_scale, h, bytes);
     free(h);
+    return 0;
 }
 
 void vil_model_forward(VilModel *m, int with_loss) {
@@ -349,6 +377,9 @@ void vil_net_grads_ready(VilModel *m, size_t lo, int last) {
 }
 
 void vil_model_backward(VilModel *m) {
+    /* invariant: model.h's contract (a forward with the loss on training activations first); a
+     * caller that breaks it has a bug no input causes, and the backward would read memory that
+     * is not there */
     if (!m->acts.training) VIL_FATAL("vil_model_backward needs activations allocated for training");
     m->sync.hi = m->buf_len;
     m->net->backward(m);
@@ -363,42 +394,67 @@ int vil_model_syncing(const VilModel *m) { return m->sync.dist != NULL; }
 
 void vil_model_zero_grad(VilModel *m) { m->be->zero(m->be, m->grads, m->buf_len * sizeof(float)); }
 
-void vil_model_init_training(VilModel *m, const VilOptim *opt, int ema) {
+int vil_model_init_training(VilModel *m, const VilOptim *opt, int ema) {
     const VilBackend *be = m->be;
-    size_t bytes = m->buf_len * sizeof(float);
+    size_t bytes = m->buf_len * sizeof(float), nt = (size_t)m->n_tensors;
+    if (m->optim && opt != m->optim) {
+        vil_error("vil_model_init_training: optimizer %s after %s (a model keeps its first one)", opt->name,
+                  m->optim->name);
+        return VIL_EUSAGE;
+    }
+    /* what this call adds, taken together: given back together when any of it cannot be had */
+    float *st[VIL_OPTIM_MAX_STATE] = {0}, *e = NULL, *gn = NULL, *host = NULL;
+    unsigned char *dm = NULL, *hm = NULL;
+    VilSpan *sp = NULL, *hs = NULL;
+    int ok = 1;
+    for (int i = 0; !m->optim && ok && i < opt->n_state; i++) ok = (st[i] = be->alloc(be, bytes)) != NULL;
+    if (ok && ema && !m->ema) ok = (e = be->alloc(be, bytes)) && (host = vil_try_malloc(bytes));
+    if (ok && !m->grad_norm) ok = (gn = be->alloc(be, sizeof(float))) != NULL;
+    if (ok && !m->decay_mask) ok = (dm = be->alloc(be, m->buf_len)) && (hm = vil_try_calloc(m->buf_len, 1));
+    if (ok && !m->spans) ok = (sp = be->alloc(be, nt * sizeof *sp)) && (hs = vil_try_malloc(nt * sizeof *hs));
+    if (!ok) {
+        for (int i = 0; i < VIL_OPTIM_MAX_STATE; i++)
+            if (st[i]) be->free(be, st[i]);
+        void *dev[] = {e, gn, dm, sp};
+        for (int i = 0; i < 4; i++)
+            if (dev[i]) be->free(be, dev[i]);
+        free(host), free(hm), free(hs);
+        vil_error("%s: its training state (%s's buffers%s, %.2f GiB) cannot be allocated on the %s device",
+                  m->cfg.name, opt->name, ema && !m->ema ? " and the EMA" : "",
+                  (double)bytes * (opt->n_state + (ema && !m->ema)) / 1073741824.0, be->name);
+        return -1;
+    }
     if (!m->optim) {
         m->optim = opt;
-        for (int i = 0; i < opt->n_state; i++) m->optim_state[i] = be->alloc(be, bytes);
-        for (int i = 0; i < opt->n_state; i++) be->zero(be, m->optim_state[i], bytes);
-    } else if (opt != m->optim) {
-        VIL_FATAL("vil_model_init_training with optimizer %s after %s", opt->name, m->optim->name);
+        for (int i = 0; i < opt->n_state; i++) {
+            m->optim_state[i] = st[i];
+            be->zero(be, st[i], bytes);
+        }
     }
-    if (ema && !m->ema) {
-        float *host = vil_malloc(bytes);
+    if (e) {
         vil_model_get_params(m, host);
-        m->ema = be->alloc(be, bytes);
-        be->to_device(be, m->ema, host, bytes);
+        be->to_device(be, e, host, bytes);
         free(host);
+        m->ema = e;
     }
-    if (!m->grad_norm) m->grad_norm = be->alloc(be, sizeof(float));
-    if (!m->decay_mask) {
+    if (gn) m->grad_norm = gn;
+    if (dm) {
         /* the tensors are contiguous in the parameter buffer: one update over all of them, with
          * a byte per element saying whether weight decay applies */
-        unsigned char *h = vil_calloc(m->buf_len, 1);
         for (int i = 0; i < m->n_tensors; i++)
-            memset(h + m->info[i].offset, m->info[i].decay ? 1 : 0, vil_param_extent(&m->info[i]));
-        m->decay_mask = be->alloc(be, m->buf_len);
-        be->to_device(be, m->decay_mask, h, m->buf_len);
-        free(h);
+            memset(hm + m->info[i].offset, m->info[i].decay ? 1 : 0, vil_param_extent(&m->info[i]));
+        be->to_device(be, dm, hm, m->buf_len);
+        free(hm);
+        m->decay_mask = dm;
     }
-    if (!m->spans) {
+    if (sp) {
         /* per-tensor optimizers (Lamb) find the tensors here */
-        VilSpan *h = vil_malloc((size_t)m->n_tensors * sizeof *h);
-        for (int i = 0; i < m->n_tensors; i++) h[i] = (VilSpan){m->info[i].offset, vil_param_extent(&m->info[i])};
-        m->spans = be->alloc(be, (size_t)m->n_tensors * sizeof *h);
-        be->to_device(be, m->spans, h, (size_t)m->n_tensors * sizeof *h);
-        free(h);
+        for (int i = 0; i < m->n_tensors; i++) hs[i] = (VilSpan){m->info[i].offset, vil_param_extent(&m->info[i])};
+        be->to_device(be, sp, hs, nt * sizeof *hs);
+        free(hs);
+        m->spans = sp;
     }
+    return 0;
 }
 
 /* ---------------- the training state ---------------- */
@@ -412,6 +468,7 @@ int vil_model_train_state_count(const VilModel *m) {
 
 VilTrainStateInfo vil_model_train_state_info(const VilModel *m, int i) {
     int n = vil_model_train_state_count(m), own = own_states(m);
+    /* invariant: i below vil_model_train_state_count is the contract, as an array's bound is */
     if (i < 0 || i >= n) VIL_FATAL("training state tensor %d of %d", i, n);
     if (i >= own) return m->net->state_info(m, i - own);
     VilTrainStateInfo t = {.params_shaped = 1, .ndim = 1, .shape = {(int64_t)m->param_count},
@@ -438,14 +495,12 @@ void vil_model_train_state_get(const VilModel *m, int i, float *host) {
     vil_model_pack(m, host, host);
 }
 
-void vil_model_train_state_set(VilModel *m, int i, const float *packed) {
+int vil_model_train_state_set(VilModel *m, int i, const float *packed) {
     int own = own_states(m);
     vil_model_train_state_info(m, i); /* range check */
-    if (i >= own) {
-        m->net->state_set(m, i - own, packed);
-        return;
-    }
-    float *dst = train_state_buf(m, i), *host = vil_malloc(m->buf_len * sizeof(float));
+    if (i >= own) return m->net->state_set(m, i - own, packed);
+    float *dst = train_state_buf(m, i), *host = vil_try_malloc(m->buf_len * sizeof(float));
+    if (!host) return -1;
     if (packed) {
         memcpy(host, packed, m->param_count * sizeof(float));
         vil_model_unpack(m, host, host);
@@ -456,6 +511,7 @@ void vil_model_train_state_set(VilModel *m, int i, const float *packed) {
     }
     m->be->to_device(m->be, dst, host, m->buf_len * sizeof(float));
     free(host);
+    return 0;
 }
 
 long vil_model_train_state_counter(const VilModel *m, int i) {
@@ -474,10 +530,11 @@ int vil_model_optim_steps(const VilModel *m) { return m->step; }
 
 void vil_model_optim_set_steps(VilModel *m, int steps) { m->step = steps; }
 
-void vil_model_clip_grad(VilModel *m, float max_norm) {
-    if (!m->grad_norm) m->grad_norm = m->be->alloc(m->be, sizeof(float));
+int vil_model_clip_grad(VilModel *m, float max_norm) {
+    if (!m->grad_norm && !(m->grad_norm = m->be->alloc(m->be, sizeof(float)))) return -1;
     m->be->grad_clip(m->be, &(VilGradClip){.g = m->grads, .n = m->buf_len, .max_norm = max_norm,
                                            .norm = m->grad_norm});
+    return 0;
 }
 
 float vil_model_grad_norm(const VilModel *m) {
@@ -486,16 +543,21 @@ float vil_model_grad_norm(const VilModel *m) {
     return norm;
 }
 
-void vil_model_optim_step(VilModel *m, const VilOptimHyper *h) {
+int vil_model_optim_step(VilModel *m, const VilOptimHyper *h) {
     const VilBackend *be = m->be;
-    if (m->ema_active) VIL_FATAL("an optimizer step with the EMA weights in use (vil_model_use_ema)");
-    vil_model_init_training(m, m->optim ? m->optim : &vil_optim_adamw, 0);
+    if (m->ema_active) {
+        vil_error("an optimizer step with the EMA weights in use (vil_model_use_ema(m, 0) first)");
+        return VIL_EUSAGE;
+    }
+    int rc = vil_model_init_training(m, m->optim ? m->optim : &vil_optim_adamw, 0);
+    if (rc != 0) return rc;
     m->step++;
     VilOptimBufs b = {.p = m->params, .work = be->work_bytes ? m->work : NULL, .g = m->grads,
                       .decay = m->decay_mask, .spans = m->spans, .n_spans = m->n_tensors,
                       .n = m->buf_len, .step = m->step};
     for (int i = 0; i < m->optim->n_state; i++) b.state[i] = m->optim_state[i];
     m->optim->update(be, &b, h);
+    return 0;
 }
 
 void vil_model_allreduce_grads(VilModel *m, const struct VilDist *dist) {
@@ -507,11 +569,14 @@ void vil_model_allreduce_wait(VilModel *m) {
 }
 
 void vil_model_ema_update(VilModel *m, float decay) {
+    /* invariant: model.h's contract (vil_model_init_training with ema, the EMA not in use); no
+     * input reaches it, a caller that breaks it has a bug */
     if (!m->ema || m->ema_active) VIL_FATAL("vil_model_ema_update without an EMA, or with it in use");
     m->be->ema_update(m->be, &(VilEma){.ema = m->ema, .p = m->params, .n = m->buf_len, .decay = decay});
 }
 
 void vil_model_use_ema(VilModel *m, int on) {
+    /* invariant: model.h's contract (vil_model_init_training with ema first), as above */
     if (!m->ema) VIL_FATAL("vil_model_use_ema without an EMA (vil_model_init_training)");
     if (!!on == m->ema_active) return;
     float *p = m->params;
@@ -570,8 +635,8 @@ int vil_model_set_init_state(VilModel *m, VilInitMode mode, float sigma, float d
     return m->net->set_init_state(m, mode, sigma, drop, B);
 }
 
-void vil_model_sample_init_state(VilModel *m, uint64_t seed, long first) {
-    if (m->net->sample_init_state) m->net->sample_init_state(m, seed, first);
+int vil_model_sample_init_state(VilModel *m, uint64_t seed, long first) {
+    return m->net->sample_init_state ? m->net->sample_init_state(m, seed, first) : 0;
 }
 
 void vil_model_fit_init_state(VilModel *m, const VilDist *dist) {

@@ -169,7 +169,8 @@ typedef struct {
 
 /* Lay out and allocate the parameters for cfg (finalized) on backend be. Contents undefined
  * until vil_model_init_weights or vil_model_set_params. Returns 0, or -1 (reported) when the
- * model is past VIL_MAX_PARAMS or its parameters would not fit the device's free memory. */
+ * model is past VIL_MAX_PARAMS, its parameters would not fit the device's free memory, or the
+ * backend cannot allocate them; after -1, m holds nothing (vil_model_free is a no-op on it). */
 int vil_model_init(VilModel *m, const VilConfig *cfg, const VilBackend *be);
 void vil_model_free(VilModel *m);
 /* Parameter count of a configuration (the tensors' elements) without allocating anything. 0
@@ -183,15 +184,16 @@ VilParamInfo *vil_model_param_table(const VilConfig *cfg, int *n);
 size_t vil_model_acts_bytes(const VilModel *m, int B, int training);
 /* 0 when a batch of B fits: within the ops' 32-bit indexing and the device's free memory;
  * else -1 with a message giving the numbers and what to lower. Commands call it before
- * vil_model_alloc_acts, which cannot fail gracefully. */
+ * vil_model_alloc_acts, to say so before anything is allocated. */
 int vil_model_check_acts(const VilModel *m, int B, int training);
 /* Multiply-adds of one image's forward pass (cfg finalized), counted as fvcore counts the
  * "FLOPs" of the ViM, DeiT and Longhorn tables: the products, the patch embedding, the
  * convolutions and the scans (3 per state element and token). Norms and element-wise ops are
  * left out, as there. ViM-Tiny at 224: 1.467e9. */
 double vil_model_macs(const VilConfig *cfg);
-/* Initialization of doc/models.md from a seed (computed on the host, then uploaded). */
-void vil_model_init_weights(VilModel *m, uint64_t seed);
+/* Initialization of doc/models.md from a seed (computed on the host, then uploaded). 0, or -1
+ * (reported) without the host memory for it (the weights are then as they were). */
+int vil_model_init_weights(VilModel *m, uint64_t seed);
 /* A parameter-buffer-shaped host array (buf_len floats) to and from its packed form
  * (param_count floats, the tensors in table order without their padding: what files hold).
  * Both work in place (buf == packed); unpacking zeroes the padding. */
@@ -199,7 +201,8 @@ void vil_model_pack(const VilModel *m, float *packed, const float *buf);
 void vil_model_unpack(const VilModel *m, float *buf, const float *packed);
 /* Host float32 copies of all parameters, in table order (buf_len floats). */
 void vil_model_get_params(const VilModel *m, float *host);
-void vil_model_set_params(VilModel *m, const float *host);
+/* 0, or -1 (reported) without the host memory for a copy (the weights are then as they were) */
+int vil_model_set_params(VilModel *m, const float *host);
 const VilParamInfo *vil_model_find_param(const VilModel *m, const char *name);
 /* The named activation of the last forward (VilActView): 0, or -1 when the family has none of
  * that name (or the activations are not allocated). */
@@ -207,8 +210,12 @@ int vil_model_act(const VilModel *m, const char *name, VilActView *v);
 
 /* (Re)allocate activations for batch B; training = 1 keeps every layer's activations for the
  * backward pass. The inputs are then the allocation's own buffers (acts.img, acts.targets,
- * acts.dp_scale), which callers may fill. */
-void vil_model_alloc_acts(VilModel *m, int B, int training);
+ * acts.dp_scale), which callers may fill. 0; VIL_EUSAGE (reported) for a batch the ops cannot
+ * index (B < 1, or past their 32-bit sizes: vil_model_check_acts), with the model as it was;
+ * -1 (reported, with what to lower) when the backend cannot allocate them: the old activations
+ * are given back first (the device never holds both), so the model then has none, as after
+ * vil_model_free_acts, and a smaller batch may be asked for. */
+int vil_model_alloc_acts(VilModel *m, int B, int training);
 /* The batch the activations hold (0: none allocated). */
 int vil_model_batch(const VilModel *m);
 /* 1 when the model keeps an EMA of its weights (vil_model_init_training), else 0. */
@@ -239,8 +246,9 @@ void vil_model_forward(VilModel *m, int with_loss);
  * accumulate into m->grads: call vil_model_zero_grad first. */
 void vil_model_backward(VilModel *m);
 void vil_model_zero_grad(VilModel *m);
-/* Draw the drop-path scales of this step (training only; no-op when drop_path is 0). */
-void vil_model_sample_drop_path(VilModel *m, uint64_t seed);
+/* Draw the drop-path scales of this step (training only; no-op when drop_path is 0). 0, or -1
+ * (reported) without the host memory for them. */
+int vil_model_sample_drop_path(VilModel *m, uint64_t seed);
 /* The same in two parts, for callers that upload the scales themselves (the trainer's feed):
  * the bytes of acts.dp_scale that a step draws (0: drop path is off), and the host rows. */
 size_t vil_model_drop_path_bytes(const VilModel *m);
@@ -249,9 +257,12 @@ size_t vil_model_drop_path_bytes(const VilModel *m);
  * global batch is cut into ranks and micro-batches. */
 void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, long first, float *h);
 /* The training state the model owns: the buffers of optimizer opt (zero) and, with ema, the EMA
- * of the weights (starting as a copy of them). Allocated once; a second call adds only what is
- * new (its opt must be the first call's). */
-void vil_model_init_training(VilModel *m, const VilOptim *opt, int ema);
+ * of the weights (starting as a copy of them), and what the step needs besides (the gradient
+ * norm, the weight-decay mask, the tensors' spans): after it, the optimizer step and clipping
+ * allocate nothing. Allocated once; a second call adds only what is new. 0; VIL_EUSAGE
+ * (reported) when opt is not the first call's; -1 (reported) when the backend cannot allocate
+ * it, with the model as it was (nothing of this call kept). */
+int vil_model_init_training(VilModel *m, const VilOptim *opt, int ema);
 /* The training state (VilTrainStateInfo): how many tensors there are now, and tensor i's. */
 int vil_model_train_state_count(const VilModel *m);
 VilTrainStateInfo vil_model_train_state_info(const VilModel *m, int i);
@@ -259,8 +270,9 @@ VilTrainStateInfo vil_model_train_state_info(const VilModel *m, int i);
  * (vil_model_pack: its first param_count floats). */
 void vil_model_train_state_get(const VilModel *m, int i, float *host);
 /* Tensor i from host values (info.numel floats, any alignment); NULL: its start (optimizer
- * buffers zero, the EMA a copy of the weights in use, the family's as it starts). */
-void vil_model_train_state_set(VilModel *m, int i, const float *packed);
+ * buffers zero, the EMA a copy of the weights in use, the family's as it starts). 0, or -1
+ * (reported) when the memory it takes (a host copy; passing's states) cannot be had. */
+int vil_model_train_state_set(VilModel *m, int i, const float *packed);
 /* The count saved beside tensor i as metadata (info.count_key; 0 without one), and set. */
 long vil_model_train_state_counter(const VilModel *m, int i);
 void vil_model_train_state_set_counter(VilModel *m, int i, long count);
@@ -273,12 +285,14 @@ void vil_model_optim_set_steps(VilModel *m, int steps);
  * passing starts each sample from the final state of the sample at its place in the previous
  * micro-batch (this rank's), or from zero with probability drop (and at the first). Once, before
  * the training forwards, with the training micro-batch B; the fit and the passed states join the
- * training state (vil_model_train_state_*). 0, or -1 (reported) for a network without
- * recurrent states (a mode other than zero). */
+ * training state (vil_model_train_state_*); the states of a batch of B are allocated here. 0,
+ * or -1 (reported) for a network without recurrent states (a mode other than zero) or when the
+ * states cannot be allocated (the intervention is then off). */
 int vil_model_set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop, int B);
 /* Before a training forward: this micro-batch's initial states, drawn from the streams
- * (seed, first + b) of init_state.h (first: the global index of its sample 0). */
-void vil_model_sample_init_state(VilModel *m, uint64_t seed, long first);
+ * (seed, first + b) of init_state.h (first: the global index of its sample 0). 0, or -1
+ * (reported) when the states of a new batch size cannot be allocated. */
+int vil_model_sample_init_state(VilModel *m, uint64_t seed, long first);
 /* After a training forward: fitted updates its fit from the batch's final states (their moments
  * summed over the ranks of dist, NULL: this process's alone); passing keeps them for the next
  * micro-batch. Nothing for zero and noise. */
@@ -302,8 +316,9 @@ void vil_model_sync_grads(VilModel *m, const struct VilDist *dist, size_t bucket
 int vil_model_syncing(const VilModel *m);
 
 /* clip_grad_norm_: the gradients scaled to max_norm when their global norm is above it; the
- * norm stays on the device (vil_model_grad_norm reads it). */
-void vil_model_clip_grad(VilModel *m, float max_norm);
+ * norm stays on the device (vil_model_grad_norm reads it). 0, or -1 (reported) when the norm's
+ * buffer cannot be allocated (never after vil_model_init_training). */
+int vil_model_clip_grad(VilModel *m, float max_norm);
 /* The global gradient norm the last vil_model_clip_grad found (-1 before the norm has a
  * buffer: no clip and no vil_model_init_training yet). A host read: it waits for the queued
  * ops. */
@@ -316,8 +331,10 @@ void vil_model_allreduce_grads(VilModel *m, const struct VilDist *dist);
  * after it see the summed gradients. */
 void vil_model_allreduce_wait(VilModel *m);
 /* One step of the model's optimizer over all parameters (weight decay on the tensors with
- * decay = 1); without vil_model_init_training before, AdamW's buffers are made. */
-void vil_model_optim_step(VilModel *m, const VilOptimHyper *h);
+ * decay = 1); without vil_model_init_training before, AdamW's buffers are made. 0; VIL_EUSAGE
+ * (reported) with the EMA weights in use; -1 (reported) when the buffers it had to make cannot
+ * be allocated (never after vil_model_init_training). */
+int vil_model_optim_step(VilModel *m, const VilOptimHyper *h);
 /* ema = decay * ema + (1 - decay) * params (needs vil_model_init_training with ema). */
 void vil_model_ema_update(VilModel *m, float decay);
 /* on = 1: the model runs (and vil_model_get_params, checkpoint saves read) the EMA weights; 0:

@@ -42,7 +42,7 @@ struct VilNet {
     void (*build)(const VilConfig *cfg, VilParamTable *t, void **fam);
     /* Everything the family allocated (fam and its device buffers), at vil_model_free. */
     void (*release)(VilModel *m);
-    void (*init_weights)(VilModel *m, uint64_t seed);
+    int (*init_weights)(VilModel *m, uint64_t seed); /* 0, or -1 (reported) */
     double (*macs)(const VilConfig *cfg);
     /* The activations of a batch of B: their bytes. With base (an allocation of that many), also
      * laid out over it: the core's inputs and outputs in m->acts (img, targets, dp_scale, logits,
@@ -51,7 +51,8 @@ struct VilNet {
     size_t (*layout)(VilModel *m, void *base, int B, int training);
     /* the family's hold on the activations given back (vil_model_free_acts) */
     void (*drop_acts)(VilModel *m);
-    /* Bytes a training batch of B needs beyond its activations (the initial states' h0, hT). */
+    /* Bytes a training batch of B needs beyond its activations (the initial states' h0, hT) and
+     * the family does not hold yet. */
     size_t (*extra_bytes)(const VilModel *m, int B);
     /* 0 when a batch of B is within the ops' indexing; else -1 after a message starting with what. */
     int (*check_batch)(const VilModel *m, int B, const char *what);
@@ -66,7 +67,7 @@ struct VilNet {
     /* The initial states of the recurrent layers (doc/recipe.md "Initial states"); NULL: the
      * family has none. set registers its training state (train_state_*). */
     int (*set_init_state)(VilModel *m, VilInitMode mode, float sigma, float drop, int B);
-    void (*sample_init_state)(VilModel *m, uint64_t seed, long first);
+    int (*sample_init_state)(VilModel *m, uint64_t seed, long first); /* 0, or -1 (reported) */
     void (*fit_init_state)(VilModel *m, const struct VilDist *dist);
     /* The family's training-state tensors (after the optimizer's and the EMA's): their count,
      * description, and host copies in and out (get: room for info.room floats; set NULL: its
@@ -74,7 +75,7 @@ struct VilNet {
     int (*state_count)(const VilModel *m);
     VilTrainStateInfo (*state_info)(const VilModel *m, int i);
     void (*state_get)(const VilModel *m, int i, float *host);
-    void (*state_set)(VilModel *m, int i, const float *host);
+    int (*state_set)(VilModel *m, int i, const float *host); /* 0, or -1 (reported) */
     long (*state_counter)(const VilModel *m, int i);
     void (*state_set_counter)(VilModel *m, int i, long count);
     /* A named activation of the last forward (vil_model_act). 0, or -1 when there is none. */
@@ -96,7 +97,7 @@ const float *vil_net_param(const VilModel *m, size_t off);
 float *vil_net_grad(const VilModel *m, size_t off);
 void *vil_net_act_at(const VilModel *m, void *p, size_t elems);
 void vil_net_grads_ready(VilModel *m, size_t lo, int last);
-/* A backend buffer of n floats, zeroed. */
+/* A backend buffer of n floats, zeroed; NULL (reported by the backend) when it cannot be had. */
 float *vil_net_zeros(const VilModel *m, size_t n);
 
 #endif

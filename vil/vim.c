@@ -176,6 +176,7 @@ static double macs(const VilConfig *c) {
 static const VilParamInfo *param_at(const VilModel *m, size_t offset) {
     for (int i = 0; i < m->n_tensors; i++)
         if (m->info[i].offset == offset) return &m->info[i];
+    /* invariant: offset is one build() recorded for this table; no input chooses it */
     VIL_FATAL("no parameter at offset %zu", offset);
 }
 
@@ -191,9 +192,13 @@ static void fill_uniform(float *p, size_t n, float bound, VilRng *r) {
     for (size_t i = 0; i < n; i++) p[i] = (2.0f * vil_rng_uniform(r) - 1.0f) * bound;
 }
 
-static void init_weights(VilModel *m, uint64_t seed) {
+static int init_weights(VilModel *m, uint64_t seed) {
     const VilConfig *c = &m->cfg;
-    float *h = vil_calloc(m->buf_len, sizeof(float));
+    float *h = vil_try_calloc(m->buf_len, sizeof(float));
+    if (!h) {
+        vil_error("%s: no host memory to draw its initial weights", c->name);
+        return -1;
+    }
     VilRng r;
     vil_rng_seed(&r, seed);
     const Offsets *o = &V(m)->off;
@@ -247,8 +252,9 @@ static void init_weights(VilModel *m, uint64_t seed) {
         for (int d = 0; d < D; d++) h[lo->norm + d] = 1.0f;
     }
     for (int d = 0; d < D; d++) h[o->norm_f + d] = 1.0f;
-    vil_model_set_params(m, h);
+    int rc = vil_model_set_params(m, h);
     free(h);
+    return rc;
 }
 
 /* ---------------- activations ---------------- */
@@ -348,7 +354,8 @@ static void drop_acts(VilModel *m) {
 
 static size_t extra_bytes(const VilModel *m, int B) {
     const InitState *s = &V(m)->init;
-    return s->mode != VIL_INIT_ZERO ? 2 * (size_t)m->cfg.depth * B * s->S * sizeof(float) : 0;
+    /* held already (set_init_state makes them for its batch): the device's free memory says so */
+    return s->mode != VIL_INIT_ZERO && s->B != B ? 2 * (size_t)m->cfg.depth * B * s->S * sizeof(float) : 0;
 }
 
 static int check_batch(const VilModel *m, int B, const char *what) {
@@ -612,14 +619,22 @@ static void backward(VilModel *m) {
 
 /* ---------------- the initial-state interventions ---------------- */
 
-/* h0 and hT for a batch of B (a new batch forgets the passed states) */
-static void init_batch(VilModel *m, int B) {
+/* h0 and hT for a batch of B (a new batch forgets the passed states); 0, or -1 (reported)
+ * with none held */
+static int init_batch(VilModel *m, int B) {
     InitState *s = &V(m)->init;
-    if (s->mode == VIL_INIT_ZERO || s->B == B) return;
+    if (s->mode == VIL_INIT_ZERO || s->B == B) return 0;
     if (s->h0) m->be->free(m->be, s->h0), m->be->free(m->be, s->hT);
     size_t n = (size_t)m->cfg.depth * B * s->S;
-    s->h0 = vil_net_zeros(m, n), s->hT = vil_net_zeros(m, n);
+    s->h0 = vil_net_zeros(m, n);
+    s->hT = s->h0 ? vil_net_zeros(m, n) : NULL;
     s->B = B, s->has_prev = 0, s->h0_set = 0;
+    if (s->hT) return 0;
+    if (s->h0) m->be->free(m->be, s->h0);
+    s->h0 = NULL, s->B = 0;
+    vil_error("the initial states of a batch of %d (%.2f GiB) cannot be allocated on the %s device", B,
+              2.0 * n * sizeof(float) / 1073741824.0, m->be->name);
+    return -1;
 }
 
 /* floats of the fit (depth x 2 N E) */
@@ -627,24 +642,39 @@ static size_t fit_floats(const VilModel *m) { return (size_t)m->cfg.depth * 2 * 
 
 static int set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop, int B) {
     InitState *s = &V(m)->init;
+    if (mode == VIL_INIT_FITTED && !s->mean) { /* first, so that a failure leaves s as it was */
+        size_t n = fit_floats(m);
+        float *mean = vil_net_zeros(m, n), *var = mean ? vil_net_zeros(m, n) : NULL;
+        float *mom = var ? vil_net_zeros(m, 2 * n) : NULL;
+        if (!mom) {
+            if (mean) m->be->free(m->be, mean);
+            if (var) m->be->free(m->be, var);
+            vil_error("init_state = fitted: its running fit (%.2f GiB) cannot be allocated on the %s device",
+                      4.0 * n * sizeof(float) / 1073741824.0, m->be->name);
+            return -1;
+        }
+        s->mean = mean, s->var = var, s->mom = mom;
+        s->fits = 0;
+    }
     s->mode = mode, s->sigma = sigma, s->drop = drop, s->batch = B;
     s->S = 2 * m->cfg.d_state * m->cfg.d_inner;
-    if (mode == VIL_INIT_FITTED && !s->mean) {
-        size_t n = fit_floats(m);
-        s->mean = vil_net_zeros(m, n), s->var = vil_net_zeros(m, n), s->mom = vil_net_zeros(m, 2 * n);
-        s->fits = 0;
+    /* the states of the training batch now, where a failure is the setup's: the training
+     * forwards of that batch then allocate nothing */
+    if (init_batch(m, B) != 0) {
+        s->mode = VIL_INIT_ZERO;
+        return -1;
     }
     return 0;
 }
 
-static void sample_init_state(VilModel *m, uint64_t seed, long first) {
+static int sample_init_state(VilModel *m, uint64_t seed, long first) {
     InitState *s = &V(m)->init;
     s->h0_set = 0;
-    if (s->mode == VIL_INIT_ZERO || !m->acts.training) return;
-    init_batch(m, m->acts.B);
+    if (s->mode == VIL_INIT_ZERO || !m->acts.training) return 0;
+    if (init_batch(m, m->acts.B) != 0) return -1;
     int passing = s->mode == VIL_INIT_PASSING, fitted = s->mode == VIL_INIT_FITTED;
     /* nothing passed yet, nothing fitted yet: a zero start */
-    if ((passing && !s->has_prev) || (fitted && s->fits == 0)) return;
+    if ((passing && !s->has_prev) || (fitted && s->fits == 0)) return 0;
     size_t ls = (size_t)s->B * s->S;
     for (int i = 0; i < m->cfg.depth; i++)
         m->be->state_init(m->be, &(VilStateInit){
@@ -653,6 +683,7 @@ static void sample_init_state(VilModel *m, uint64_t seed, long first) {
             .sigma = s->sigma, .drop = s->drop, .seed = vil_hash_seed(seed, (uint64_t)i, 0, 0),
             .first = first, .B = s->B, .S = s->S});
     s->h0_set = 1;
+    return 0;
 }
 
 static void fit_init_state(VilModel *m, const VilDist *dist) {
@@ -732,22 +763,23 @@ static void state_get(const VilModel *m, int i, float *host) {
     else memset(host, 0, n * s->batch);
 }
 
-static void state_set(VilModel *m, int i, const float *host) {
+static int state_set(VilModel *m, int i, const float *host) {
     InitState *s = &V(m)->init;
     size_t n = fit_floats(m) * sizeof(float);
     int k = state_kind(m, i);
     if (k == ST_PREV) {
         if (host) {
-            init_batch(m, s->batch);
+            if (init_batch(m, s->batch) != 0) return -1;
             m->be->to_device(m->be, s->hT, host, n * (size_t)s->batch);
         }
         s->has_prev = host != NULL;
-        return;
+        return 0;
     }
     float *dst = k == ST_MEAN ? s->mean : s->var;
     if (host) m->be->to_device(m->be, dst, host, n);
     else m->be->zero(m->be, dst, n);
     if (k == ST_MEAN && !host) s->fits = 0; /* no fit yet */
+    return 0;
 }
 
 /* the fit's updates, saved beside its mean */
@@ -777,7 +809,13 @@ static int seq_states(VilModel *m, int stream, float *hsq, float *hT) {
     const LayerOffsets *o = &V(m)->off.layer[i];
     int has_A = vil_recurrences[c->rec].param.key != NULL;
     size_t nsq = (size_t)B * L * sizeof(float), nT = (size_t)B * N * E * sizeof(float);
-    float *dsq = be->alloc(be, nsq), *dT = be->alloc(be, nT);
+    float *dsq = be->alloc(be, nsq), *dT = dsq ? be->alloc(be, nT) : NULL;
+    if (!dT) {
+        if (dsq) be->free(be, dsq);
+        vil_error("the states along stream %d of a batch of %d cannot be allocated on the %s device", stream, B,
+                  be->name);
+        return -1;
+    }
     be->scan_dir_states(be, &(VilScanStates){
         .rec = c->rec, .hsq = dsq, .hT = dT, .u = a->layer[i].u[j], .delta = a->layer[i].delta[j],
         .xdbl = a->layer[i].xdbl[j], .D = Pm(m, o->D[j]), .A_log = has_A ? Pm(m, o->A_log[j]) : NULL,

@@ -86,6 +86,7 @@ static inline float *h_host(Harness *h, size_t n) {
 }
 static inline void *h_alloc(Harness *h, size_t bytes) {
     void *p = h->be->alloc(h->be, bytes ? bytes : 1);
+    if (!p) VIL_FATAL("harness: %zu bytes of device memory (the size asked of the harness)", bytes);
     h_track(&h->dev, &h->n_dev, &h->cap_dev, p);
     return p;
 }
