@@ -13,11 +13,14 @@
  * environment: a file that cannot be read or is not a model, a device that is absent, memory that
  * cannot be had), and leaves a message for the calling thread that vil_last_error() returns
  * until that thread's next failing call. Functions returning a pointer return NULL on failure,
- * with the same message. No input a caller can pass ends the process. What still aborts is a
- * broken internal invariant (vil has a bug) or a CUDA error inside an op that already started on
+ * with the same message. No input a caller can pass ends the process. What still aborts: a
+ * broken internal invariant (vil has a bug); a CUDA error inside an op that already started on
  * the device (an illegal address, a lost device: the CUDA context is unusable afterwards and
- * cannot be recovered); host allocations of small fixed bookkeeping structs abort on exhaustion
- * (DEVELOPERS.md "What still aborts" lists them). vil never writes to stdout; on stderr it prints
+ * cannot be recovered); host memory exhausted by small fixed-size bookkeeping (structs, names,
+ * tables); and on a CPU context, a few ops' per-call scratch (the patch embedding's im2col, the
+ * scan's, conv1d's and the norm's), sized by the batch inside ops that cannot return an error,
+ * when the machine runs out of memory mid-forward although the batch's activations were had.
+ * DEVELOPERS.md "What still aborts" lists each site. vil never writes to stdout; on stderr it prints
  * only warnings, as "vil: warning: ..." lines (a checkpoint that lacks something it should hold).
  *
  * Threads. Handles are not locked: a context and the models on it are used by one thread at a

@@ -278,6 +278,16 @@ static void test_forward(vil_ctx *ctx, const char *path, const char *what) {
                 VIL_ERR_ARG && vil_classifier_forward(NULL, x, 1, got) == VIL_ERR_ARG &&
                 vil_classifier_forward(m, x, 5000, got) == VIL_ERR_ARG,
             "%s: forward misuse", what);
+    /* a batch past the machine's memory is an error, and the model still runs */
+    vil_classifier *big = NULL;
+    vil_load_opts bo = {.img_size = 2048};
+    float *bx = calloc((size_t)3 * 2048 * 2048, sizeof(float)), bl[3];
+    T_CHECK(vil_classifier_load(ctx, path, &bo, &big) == VIL_OK, "%s at 2048 px: %s", what, vil_last_error());
+    T_CHECK(big && vil_classifier_forward(big, bx, 4096, bl) == VIL_ERR && strlen(vil_last_error()) > 20,
+            "%s: 4096 images of 2048 px: %s", what, vil_last_error());
+    vil_classifier_free(big);
+    free(bx);
+    T_CHECK(vil_classifier_forward(m, x, B, got) == VIL_OK && same(got, want, 9), "%s: the other model unharmed", what);
     /* states: the API's against the model's own for the same images */
     int L, S, ns = vil_classifier_stream_count(m, &L, &S);
     T_CHECK(ns == 4 && L == 50 && S == 4 * 16, "%s: %d streams of %d steps, state %d", what, ns, L, S);
