@@ -120,7 +120,11 @@ static int ctx_init(CuCtx *c) {
     cu_cur = NULL;
     cudaError_t e = cudaSetDevice(c->device);
     if (e == cudaSuccess) what = "cudaGetDeviceProperties", e = cudaGetDeviceProperties(&prop, c->device);
-    if (e == cudaSuccess) what = "cudaStreamCreate", e = cudaStreamCreate(&c->stream);
+    /* non-blocking: no implicit order with the legacy default stream, which vil never uses, so
+     * a caller's CUDA graph capture that joins this stream (stream_wait) is not broken by work
+     * others queue on the legacy stream meanwhile (torch's autograd did) */
+    if (e == cudaSuccess)
+        what = "cudaStreamCreateWithFlags", e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         cudaGetLastError();
         vil_error("GPU %d: %s failed: %s (%s)", c->device, what, cudaGetErrorString(e), cu_hint_cuda(e));
