@@ -47,18 +47,7 @@ static void make_model(const char *arch, const char *path) {
     snprintf(c.arch, sizeof c.arch, "%s", arch);
     c.img_size = 32, c.patch_size = 4, c.stride = 4, c.in_chans = 3, c.embed_dim = 32, c.depth = 2,
     c.d_state = 16, c.num_classes = 10;
-    vil_config_finalize(&c);
-    VilModel m;
-    vil_model_init(&m, &c, &vil_backend_cpu);
-    vil_model_init_weights(&m, 1);
-    VilRng rng;
-    vil_rng_seed(&rng, 5);
-    float *p = vil_malloc(m.buf_len * sizeof(float));
-    t_perturbed_params(&m, &rng, p);
-    vil_model_set_params(&m, p);
-    free(p);
-    T_CHECK(vil_checkpoint_save(&m, path, 0, NULL, 0, NULL) == 0, "%s written", arch);
-    vil_model_free(&m);
+    T_CHECK(t_write_model(&c, 5, path, 0, NULL) == 0, "%s written", arch);
 }
 
 static double rel(const float *a, const float *ref, size_t n) {

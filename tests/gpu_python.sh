@@ -22,26 +22,12 @@ if [ -z "$py" ]; then
     echo "0 passed, 0 failed"
     exit 0
 fi
-passed=0
-failed=0
+. tests/tally.sh
 for t in python/tests/gpu_*.py; do
     out=$("$py" "$t" 2>&1)
     rc=$?
     printf '%s\n' "$out" | grep -v -E '^(ok  |[0-9]+ passed)'
-    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
-    if [ -z "$line" ]; then
-        echo "FAIL $t did not run (rc=$rc)"
-        failed=$((failed + 1))
-        continue
-    fi
-    p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
-    passed=$((passed + p))
-    failed=$((failed + f))
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-        echo "FAIL $t exited $rc"
-        failed=$((failed + 1))
-    fi
+    tally "$t" "$out" $rc
 done
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "vil/backend.h"
 #include "vil/common.h"
@@ -87,6 +88,40 @@ static inline double t_state_diff(const char *dir, const char *a, const char *b,
     vil_st_free(&sa);
     vil_st_free(&sb);
     return d;
+}
+
+/* The model of config c (set, not yet finalized) saved as a checkpoint at path with step and
+ * names (NULL, or c->num_classes of them): weights from seed 1 moved off their init by
+ * t_perturbed_params with seed, so that every path carries signal. 0, or -1. */
+static inline int t_write_model(VilConfig *c, uint64_t seed, const char *path, long step, char *const *names) {
+    VilModel m;
+    if (vil_config_finalize(c) != 0 || vil_model_init(&m, c, &vil_backend_cpu) != 0) return -1;
+    VilRng rng;
+    vil_rng_seed(&rng, seed);
+    float *p = vil_malloc(m.buf_len * sizeof(float));
+    int rc = vil_model_init_weights(&m, 1);
+    if (rc == 0) {
+        t_perturbed_params(&m, &rng, p);
+        rc = vil_model_set_params(&m, p);
+    }
+    if (rc == 0) rc = vil_checkpoint_save(&m, path, step, names, names ? c->num_classes : 0, NULL);
+    free(p);
+    vil_model_free(&m);
+    return rc == 0 ? 0 : -1;
+}
+
+/* A tiny model of arch ("vil" or "vim") for the tests that read files: 16 px, patch 4 stride 2,
+ * dim 8, depth 2, d_state 4, 3 classes, chans input channels; weights from seed 1 moved off
+ * their init by t_perturbed_params with seed, saved as a checkpoint at path with step and names
+ * (NULL: none). 0, or -1. */
+static inline int t_write_tiny(const char *arch, int chans, uint64_t seed, const char *path, long step,
+                               char *const *names) {
+    VilConfig c;
+    vil_config_default(&c);
+    snprintf(c.arch, sizeof c.arch, "%s", arch);
+    c.img_size = 16, c.patch_size = 4, c.stride = 2, c.in_chans = chans, c.embed_dim = 8, c.depth = 2,
+    c.d_state = 4, c.num_classes = 3;
+    return t_write_model(&c, seed, path, step, names);
 }
 
 #endif

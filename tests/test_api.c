@@ -26,23 +26,7 @@ static char *names3[] = {"cat", "dog", "bird"};
 
 /* a tiny model (RGB 16 px or gray), moved off its init, saved with class names */
 static void make_model(const char *arch, int chans, const char *path) {
-    VilConfig c;
-    vil_config_default(&c);
-    snprintf(c.arch, sizeof c.arch, "%s", arch);
-    c.img_size = 16, c.patch_size = 4, c.stride = 2, c.in_chans = chans, c.embed_dim = 8, c.depth = 2,
-    c.d_state = 4, c.num_classes = 3;
-    vil_config_finalize(&c);
-    VilModel m;
-    vil_model_init(&m, &c, &vil_backend_cpu);
-    vil_model_init_weights(&m, 1);
-    VilRng rng;
-    vil_rng_seed(&rng, 11);
-    float *p = vil_malloc(m.buf_len * sizeof(float));
-    t_perturbed_params(&m, &rng, p);
-    vil_model_set_params(&m, p);
-    free(p);
-    T_CHECK(vil_checkpoint_save(&m, path, 5, names3, 3, NULL) == 0, "%s checkpoint written", arch);
-    vil_model_free(&m);
+    T_CHECK(t_write_tiny(arch, chans, 11, path, 5, names3) == 0, "%s checkpoint written", arch);
 }
 
 /* deterministic images (B, C, S, S) */

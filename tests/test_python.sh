@@ -18,25 +18,8 @@ build=${VIL_BUILD:-build}
 VIL_LIB=$(cd "$build/lib" 2>/dev/null && pwd)/libvil.so
 VIL_BIN=${VIL_BIN:-bin/vil}
 export VIL_LIB VIL_BIN
-passed=0
-failed=0
-# tally WHAT OUT RC: adds the "N passed, N failed" line of OUT; none, or rc != 0 with none failed, fails
-tally() {
-    line=$(printf '%s\n' "$2" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
-    if [ -z "$line" ]; then
-        echo "FAIL $1 did not run (rc=$3): is python3-torch installed, and $VIL_LIB built?"
-        failed=$((failed + 1))
-        return
-    fi
-    p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
-    passed=$((passed + p))
-    failed=$((failed + f))
-    if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then
-        echo "FAIL $1 exited $3"
-        failed=$((failed + 1))
-    fi
-}
+tally_hint="is python3-torch installed, and $VIL_LIB built?"
+. tests/tally.sh
 check() { # check NAME COMMAND...: one ok / FAIL line
     if "$@" > "$dir/check.log" 2>&1; then
         echo "ok   $name"

@@ -60,23 +60,7 @@ static Row *read_csv(const char *path, int *n) {
 /* a tiny model as cfg files describe one: 16 px gray, patch 4 stride 2, depth 2, moved off its
  * init so the states change along the sequence; saved with its config */
 static void make_model(const char *arch, const char *path) {
-    VilConfig c;
-    vil_config_default(&c);
-    snprintf(c.arch, sizeof c.arch, "%s", arch);
-    c.img_size = 16, c.patch_size = 4, c.stride = 2, c.in_chans = 1, c.embed_dim = 8, c.depth = 2,
-    c.d_state = 4, c.num_classes = 3;
-    vil_config_finalize(&c);
-    VilModel m;
-    vil_model_init(&m, &c, &vil_backend_cpu);
-    vil_model_init_weights(&m, 1);
-    VilRng rng;
-    vil_rng_seed(&rng, 7);
-    float *p = vil_malloc(m.buf_len * sizeof(float));
-    t_perturbed_params(&m, &rng, p);
-    vil_model_set_params(&m, p);
-    free(p);
-    T_CHECK(vil_checkpoint_save(&m, path, 0, NULL, 0, NULL) == 0, "%s checkpoint written", arch);
-    vil_model_free(&m);
+    T_CHECK(t_write_tiny(arch, 1, 7, path, 0, NULL) == 0, "%s checkpoint written", arch);
 }
 
 /* ||h_t|| of every layer, direction and token (depth, 2, L) for the first image of the split at
