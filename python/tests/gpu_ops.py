@@ -170,7 +170,7 @@ def _graph_step(L):
         t.grad = None
     out = ops.scan_bidir(L["u"], L["d"], L["x"], L["z"], L["D"], L["A"], recurrence=L["rec"], dt_ld=L["dt_ld"],
                          N=L["N"])
-    out.backward(L["gout"])
+    out.backward(L["gout"] * 1)  # the gradient made on the step's stream (the capture's, in capture)
     return out
 
 

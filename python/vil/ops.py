@@ -260,5 +260,12 @@ def scan_bidir(u, delta, xdbl, z, D, A_log=None, *, recurrence, dt_ld, N):
         raise ValueError(f"vil.ops.scan_bidir: the {recurrence} recurrence needs A_log for both directions")
     if not OWN_PARAM[recurrence]:
         A = (None, None)
-    return _ScanBidir.apply(recurrence, int(dt_ld), int(N), u[0], u[1], delta[0], delta[1], xdbl[0], xdbl[1], z,
-                            D[0], D[1], A[0], A[1])
+    return _apply(recurrence, int(dt_ld), int(N), u[0], u[1], delta[0], delta[1], xdbl[0], xdbl[1], z,
+                  D[0], D[1], A[0], A[1])
+
+
+# torch.compile's tracer cannot follow the ctypes call: the scan is a graph break for it (torch 2.x;
+# torch 1.13 has no compiler)
+_apply = _ScanBidir.apply
+if hasattr(torch, "compiler") and hasattr(torch.compiler, "disable"):
+    _apply = torch.compiler.disable(_ScanBidir.apply)
