@@ -411,6 +411,14 @@ static const VilBackend *cuda_instance(const VilBackendModule *m, int index) {
     return be;
 }
 
+/* the CUDA module, loaded on first use; NULL after a message saying why it cannot be had */
+static const VilBackendModule *cuda_module(void) {
+    char why[2048];
+    const VilBackendModule *m = load_module(NULL, why, sizeof why);
+    if (!m) vil_error("--device cuda: %s", why);
+    return m;
+}
+
 const VilBackend *vil_backend_get(const char *name) {
     if (strcmp(name, "cpu") == 0) return &vil_backend_cpu;
     if (strcmp(name, "auto") == 0) return backend_auto(-1);
@@ -418,12 +426,9 @@ const VilBackend *vil_backend_get(const char *name) {
         vil_error("unknown device '%s' (expected cpu, cuda or auto)", name);
         return NULL;
     }
+    const VilBackendModule *m = cuda_module();
+    if (!m) return NULL;
     char why[2048];
-    const VilBackendModule *m = load_module(NULL, why, sizeof why);
-    if (!m) {
-        vil_error("--device cuda: %s", why);
-        return NULL;
-    }
     if (!m->available(why, sizeof why)) {
         cuda_error(why);
         return NULL;
@@ -439,13 +444,8 @@ const VilBackend *vil_backend_open(const char *name, int index) {
         vil_error("--device cuda: no GPU %d", index);
         return NULL;
     }
-    char why[2048];
-    const VilBackendModule *m = load_module(NULL, why, sizeof why);
-    if (!m) {
-        vil_error("--device cuda: %s", why);
-        return NULL;
-    }
-    return cuda_instance(m, index);
+    const VilBackendModule *m = cuda_module();
+    return m ? cuda_instance(m, index) : NULL;
 }
 
 void vil_backend_close(const VilBackend *be) {
