@@ -336,7 +336,7 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-run
 
-test-run: bin/vil $(CUDA_MODULE) $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump $(LIBVIL_SO)
+test-run: bin/vil $(CUDA_MODULE) $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/length_sets $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump $(LIBVIL_SO)
 	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_python.sh tests/test_pth_reference.sh
 
 test-gpu: bin/vil $(CUDA_MODULE) $(GPU_TEST_BIN) $(LIBVIL_SO)
@@ -372,7 +372,7 @@ ifneq ($(ASAN_BUILD),1)
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan CUDA=0 OPT="$(ASAN_OPT)" ASAN_BUILD=1 test-asan
 else
-test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump
+test-asan: $(BUILD)/bin/vil $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/length_sets $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump
 	@rm -rf $(BUILD)/reports && mkdir -p $(BUILD)/reports
 	@VIL_BIN=$(BUILD)/bin/vil VIL_BUILD=$(BUILD) \
 	    ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:exitcode=99:log_path=$(CURDIR)/$(BUILD)/reports/asan \
