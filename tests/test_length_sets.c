@@ -159,6 +159,52 @@ static int same_files(const char *a, const char *b, const char *set) {
     return same;
 }
 
+/* A class-folder set of gray JPEGs: read through the same API (the pixels vil decodes, labels by
+ * sorted folder name); then one item of another size, which the tool refuses by name. */
+static void test_folder(const char *tmp) {
+    char root[4096], out[4096], p[8192], log[16384];
+    snprintf(root, sizeof root, "%s/folders", tmp);
+    snprintf(out, sizeof out, "%s/folders_out", tmp);
+    corpus_mkdir("%s%s", root, "");
+    corpus_mkdir("%s%s", root, "/val");
+    const char *classes[2] = {"a_shirt", "b_shoe"};
+    for (int c = 0; c < 2; c++) {
+        snprintf(p, sizeof p, "%s/val/%s", root, classes[c]);
+        corpus_mkdir("%s%s", p, "");
+        for (int k = 0; k < 2; k++) {
+            snprintf(p, sizeof p, "%s/val/%s/%d.JPEG", root, classes[c], k);
+            corpus_write_jpeg(p, S0, S0, 1, c, 2 * c + k, 0);
+        }
+    }
+    int rc = run_tool(log, sizeof log, "--data %s --split val --out %s", root, out);
+    T_CHECK(rc == 0, "folders: length_sets failed (%d): %s", rc, log);
+    VilDataset *src = vil_dataset_open(root, "val", NULL), *t2 = NULL;
+    snprintf(p, sizeof p, "%s/tile2", out);
+    if (rc == 0) t2 = vil_dataset_open(p, "val", NULL);
+    T_CHECK(src && t2 && vil_dataset_size(t2) == 4, "folders: tile2 reads back with 4 images");
+    int ok = src && t2 && vil_dataset_size(t2) == 4;
+    for (int i = 0; ok && i < 4; i++) {
+        VilImage it = {0}, im;
+        if (vil_dataset_read_image(src, i, 1, &it, NULL) != 0 || vil_dataset_raw_image(t2, i, &im) != 0 ||
+            im.w != 2 * S0 || vil_dataset_label(t2, i) != vil_dataset_label(src, i)) {
+            ok = 0;
+        } else {
+            for (int ty = 0; ty < 2; ty++)
+                for (int tx = 0; tx < 2; tx++)
+                    if (!item_at(im.px, 2 * S0, it.px, S0, tx * S0, ty * S0)) ok = 0;
+        }
+        vil_image_free(&it);
+    }
+    T_CHECK(ok, "folders: tile2 holds each decoded gray item 2x2 with its folder's label");
+    vil_dataset_free(t2);
+    vil_dataset_free(src);
+    snprintf(p, sizeof p, "%s/val/b_shoe/9.JPEG", root);
+    corpus_write_jpeg(p, S0 + 4, S0, 1, 1, 9, 0);
+    snprintf(out, sizeof out, "%s/folders_out2", tmp);
+    rc = run_tool(log, sizeof log, "--data %s --split val --out %s", root, out);
+    T_CHECK(rc == 1 && strstr(log, "9.JPEG") && strstr(log, "32x28"), "folders: an item of another size is refused by name (%d): %s", rc, log);
+}
+
 int main(void) {
     const char *build = getenv("VIL_BUILD");
     snprintf(g_tool, sizeof g_tool, "%s/tools/length_sets", build && *build ? build : "build");
@@ -245,6 +291,7 @@ int main(void) {
     rc = run_tool(log, sizeof log, "--data %s/none --out %s/x", tmp, tmp);
     T_CHECK(rc == 1 && strstr(log, "does not exist"), "missing data: exit 1 (%d): %s", rc, log);
     vil_dataset_free(src);
+    test_folder(tmp);
 done:
     corpus_rmtree(tmp);
     free(tmp);
