@@ -19,15 +19,7 @@
 static char g_tool[4096];
 
 /* the tool with arguments (printf-style), stderr joined to stdout into out: the exit status */
-static int run_tool(char *out, size_t n, const char *fmt, ...) {
-    char args[8192], cmd[16384];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", g_tool, args);
-    return t_run(cmd, out, n);
-}
+#define run_tool(out, n, ...) t_run_tool(g_tool, out, n, __VA_ARGS__)
 
 static const struct {
     const char *name;

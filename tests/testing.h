@@ -4,6 +4,7 @@
 #define VIL_TESTING_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,18 @@ static inline const char *t_path(const char *dir, const char *name) {
     k = (k + 1) % 8;
     snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
     return buf[k];
+}
+
+/* A tool of the build run with arguments (printf-style), stderr joined to stdout into out: t_run's
+ * exit status. */
+static inline int t_run_tool(const char *tool, char *out, size_t n, const char *fmt, ...) {
+    char args[8192], cmd[16384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", tool, args);
+    return t_run(cmd, out, n);
 }
 
 static inline int t_finish(void) {
