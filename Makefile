@@ -279,6 +279,12 @@ $(LIBVIL_SO): $(LIB_OBJ) $(VERSION_OBJ) $(OPTIONS_FILE)
 	    -o $@.$(VIL_VERSION) $(LIB_OBJ) $(VERSION_OBJ) $(LDLIBS)
 	ln -sf libvil.so.$(VIL_VERSION) $@.$(VIL_SOMAJOR)
 	ln -sf libvil.so.$(VIL_SOMAJOR) $@
+# the static library a user links: libvil.a and version.o (the build's own libvil.a leaves it out,
+# so that a new commit relinks bin/vil alone, not every test)
+$(BUILD)/lib/libvil.a: $(LIB_OBJ) $(VERSION_OBJ)
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
 
 # ---- make install PREFIX=/usr/local DESTDIR=: the header, both libraries (and the CUDA module
 # when built), vil.pc (written for PREFIX as it installs) and bin/vil; make uninstall removes
@@ -291,13 +297,13 @@ PC_PRIVATE := $(filter-out -fopenmp,$(LDLIBS))
 INSTALL_FILES := $(INCLUDEDIR)/vil.h $(LIBDIR)/libvil.so.$(VIL_VERSION) $(LIBDIR)/libvil.so.$(VIL_SOMAJOR) \
                  $(LIBDIR)/libvil.so $(LIBDIR)/libvil.a $(LIBDIR)/pkgconfig/vil.pc $(BINDIR)/vil
 .PHONY: install uninstall
-install: bin/vil $(LIBVIL_SO) $(BUILD)/libvil.a vil.pc.in $(CUDA_MODULE)
+install: bin/vil $(LIBVIL_SO) $(BUILD)/lib/libvil.a vil.pc.in $(CUDA_MODULE)
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
 	install -m 644 include/vil.h $(DESTDIR)$(INCLUDEDIR)/vil.h
 	install -m 755 $(LIBVIL_SO).$(VIL_VERSION) $(DESTDIR)$(LIBDIR)/
 	ln -sf libvil.so.$(VIL_VERSION) $(DESTDIR)$(LIBDIR)/libvil.so.$(VIL_SOMAJOR)
 	ln -sf libvil.so.$(VIL_SOMAJOR) $(DESTDIR)$(LIBDIR)/libvil.so
-	install -m 644 $(BUILD)/libvil.a $(DESTDIR)$(LIBDIR)/libvil.a
+	install -m 644 $(BUILD)/lib/libvil.a $(DESTDIR)$(LIBDIR)/libvil.a
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	    -e 's|@VERSION@|$(VIL_VERSION)|' -e 's|@LIBS_PRIVATE@|-fopenmp $(PC_PRIVATE)|' vil.pc.in \
 	    > $(DESTDIR)$(LIBDIR)/pkgconfig/vil.pc
@@ -336,7 +342,7 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-run
 
-test-run: bin/vil $(CUDA_MODULE) $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/length_sets $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump $(LIBVIL_SO)
+test-run: bin/vil $(CUDA_MODULE) $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/length_sets $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump $(LIBVIL_SO) $(BUILD)/lib/libvil.a
 	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_python.sh tests/test_pth_reference.sh
 
 test-gpu: bin/vil $(CUDA_MODULE) $(GPU_TEST_BIN) $(LIBVIL_SO)

@@ -107,6 +107,19 @@ static void test_install(const char *build) {
              dir, dir, dir);
     rc = t_run(cmd, out, sizeof out);
     T_CHECK(rc == 0, "examples/classify.c built with pkg-config: %s", out);
+    /* and linked statically against the installed libvil.a (pkg-config --static's libraries) */
+    snprintf(cmd, sizeof cmd,
+             "P=%s/prefix/lib/pkgconfig; cc -o %s/classify_static examples/classify.c "
+             "$(PKG_CONFIG_PATH=$P pkg-config --cflags vil) %s/prefix/lib/libvil.a "
+             "$(PKG_CONFIG_PATH=$P pkg-config --static --libs vil | sed 's/-lvil //') 2>&1 && "
+             "%s/classify_static --model %s --device cpu %s | cmp - %s/shared.json 2>&1",
+             dir, dir, dir, dir, model, imgs, dir);
+    char shared[16384];
+    snprintf(shared, sizeof shared, "LD_LIBRARY_PATH=%s/prefix/lib %s/classify --model %s --device cpu%s > %s/shared.json",
+             dir, dir, model, imgs, dir);
+    t_run(shared, NULL, 0);
+    rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0, "the example linked with the installed libvil.a prints what the shared one does: %s", out);
     snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH=%s/prefix/lib ldd %s/classify | grep -c '%s/prefix/lib/libvil.so.0'", dir,
              dir, dir);
     T_CHECK(t_run(cmd, out, sizeof out) == 0 && atoi(out) == 1, "the example runs against the installed libvil.so");
