@@ -460,10 +460,6 @@ static int describe_tensors(PthSource *ps, const VilPkObj *d, VilSafetensors *st
     return rc;
 }
 
-static int cmp_str_ptr(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* The checkpoint's vil_metadata (optional; the files vil writes) as st's metadata, held to what
  * the safetensors reader asks of __metadata__: an object of strings (here a dict, or an
  * OrderedDict, of str to str), no key twice; and no NUL inside a string, which the metadata's
@@ -490,28 +486,15 @@ static int take_metadata(const VilPkObj *m, VilSafetensors *st) {
                       VIL_PTH_META_KEY, vil_printable(shown, sizeof shown, k->s), vil_pk_kind_name(v));
             return -1;
         }
-        /* counted once both are copied: vil_st_free frees n_meta pairs */
-        if (!(st->meta_keys[st->n_meta] = vil_try_strdup(k->s))) return -1;
-        if (!(st->meta_vals[st->n_meta] = vil_try_strdup(v->s))) {
-            free(st->meta_keys[st->n_meta]);
-            st->meta_keys[st->n_meta] = NULL;
-            return -1;
-        }
-        st->n_meta++;
+        if (vil_st_meta_add(st, k->s, v->s) != 0) return -1;
     }
-    char **keys = vil_try_malloc((size_t)(n ? n : 1) * sizeof(char *));
-    if (!keys) return -1;
-    memcpy(keys, st->meta_keys, (size_t)n * sizeof(char *));
-    qsort(keys, (size_t)n, sizeof(char *), cmp_str_ptr);
-    int rc = 0;
-    for (int i = 1; i < n && rc == 0; i++)
-        if (strcmp(keys[i - 1], keys[i]) == 0) {
-            vil_error("'%s' key '%s' appears twice", VIL_PTH_META_KEY,
-                      vil_printable(shown, sizeof shown, keys[i]));
-            rc = -1;
-        }
-    free(keys);
-    return rc;
+    const char *twice = NULL;
+    if (vil_st_meta_repeated(st, &twice) != 0) return -1;
+    if (twice) {
+        vil_error("'%s' key '%s' appears twice", VIL_PTH_META_KEY, vil_printable(shown, sizeof shown, twice));
+        return -1;
+    }
+    return 0;
 }
 
 /* data.pkl of the archive and the descriptors of the state dict asked for; on success ps

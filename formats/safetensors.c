@@ -228,28 +228,40 @@ static int parse_meta(const cJSON *meta, VilSafetensors *st) {
                       SHOWN(c->string), json_kind(c));
             return -1;
         }
-        /* counted once both are copied: vil_st_free frees n_meta pairs */
-        st->meta_keys[st->n_meta] = vil_try_strdup(c->string);
-        if (!st->meta_keys[st->n_meta]) return -1;
-        st->meta_vals[st->n_meta] = vil_try_strdup(c->valuestring);
-        if (!st->meta_vals[st->n_meta]) {
-            free(st->meta_keys[st->n_meta]);
-            st->meta_keys[st->n_meta] = NULL;
-            return -1;
-        }
-        st->n_meta++;
+        if (vil_st_meta_add(st, c->string, c->valuestring) != 0) return -1;
     }
+    const char *twice = NULL;
+    if (vil_st_meta_repeated(st, &twice) != 0) return -1;
+    if (twice) {
+        vil_error("__metadata__ key '%.*s' appears twice", SHOWN(twice));
+        return -1;
+    }
+    return 0;
+}
+
+int vil_st_meta_add(VilSafetensors *st, const char *key, const char *val) {
+    /* counted once both are copied: vil_st_free frees n_meta pairs */
+    st->meta_keys[st->n_meta] = vil_try_strdup(key);
+    if (!st->meta_keys[st->n_meta]) return -1;
+    st->meta_vals[st->n_meta] = vil_try_strdup(val);
+    if (!st->meta_vals[st->n_meta]) {
+        free(st->meta_keys[st->n_meta]);
+        st->meta_keys[st->n_meta] = NULL;
+        return -1;
+    }
+    st->n_meta++;
+    return 0;
+}
+
+int vil_st_meta_repeated(const VilSafetensors *st, const char **twice) {
+    int n = st->n_meta;
+    *twice = NULL;
     char **keys = vil_try_malloc((size_t)(n ? n : 1) * sizeof(char *));
     if (!keys) return -1;
     memcpy(keys, st->meta_keys, (size_t)n * sizeof(char *));
     qsort(keys, (size_t)n, sizeof(char *), cmp_str_ptr);
-    for (int i = 1; i < n; i++) {
-        if (strcmp(keys[i - 1], keys[i]) == 0) {
-            vil_error("__metadata__ key '%.*s' appears twice", SHOWN(keys[i]));
-            free(keys);
-            return -1;
-        }
-    }
+    for (int i = 1; i < n && !*twice; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) *twice = keys[i];
     free(keys);
     return 0;
 }

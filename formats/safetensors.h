@@ -113,6 +113,11 @@ int vil_st_from_memory(VilSafetensors *st, unsigned char *buf, size_t buf_size,
                        const VilStTensor *t, int n);
 const VilStTensor *vil_st_find(const VilSafetensors *st, const char *name); /* NULL if absent */
 const char *vil_st_meta(const VilSafetensors *st, const char *key);         /* NULL if absent */
+/* Reading a file's metadata: a copy of the pair (key, val) appended (meta_keys / meta_vals have
+ * room); 0, or -1 (out of memory, reported). And *twice: a key that appears twice (one of the
+ * stored strings), or NULL; 0, or -1 (out of memory, reported). */
+int vil_st_meta_add(VilSafetensors *st, const char *key, const char *val);
+int vil_st_meta_repeated(const VilSafetensors *st, const char **twice);
 void vil_st_free(VilSafetensors *st);
 
 int64_t vil_st_numel(const VilStTensor *t);
