@@ -15,13 +15,8 @@
 #endif
 
 /* Pillow's coefficient arithmetic must run as plain double operations: a fused multiply-add
- * rounds differently and can move a fixed-point coefficient by one. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#define VIL_NO_FMA
-#else
-#define VIL_NO_FMA __attribute__((optimize("fp-contract=off")))
-#endif
+ * rounds differently and can move a fixed-point coefficient by one. (VIL_NO_FMA: vil/nofma.h) */
+#include "vil/nofma.h"
 
 #define RS_PRECISION_BITS 22 /* Pillow: 32 - 8 bits of result - 2 bits of headroom */
 

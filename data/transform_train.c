@@ -19,13 +19,8 @@
 
 /* The erasing noise must run as plain float operations, the same on every instruction set: a
  * fused multiply-add rounds differently (the other functions here keep the compiler's default,
- * which the training results were measured with). */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#define VIL_NO_FMA
-#else
-#define VIL_NO_FMA __attribute__((optimize("fp-contract=off")))
-#endif
+ * which the training results were measured with). (VIL_NO_FMA: vil/nofma.h) */
+#include "vil/nofma.h"
 
 void vil_train_transform_default(VilTrainTransform *t, int res, int channels) {
     memset(t, 0, sizeof *t);
