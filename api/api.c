@@ -337,11 +337,14 @@ VIL_API int vil_classifier_forward_device(vil_classifier *m, const float *images
     rc = ensure_acts(m, B, 0);
     if (rc == 0) {
         const VilBackend *be = m->ctx->be;
+        /* the images into the model's own input buffer (device to device, on vil's stream): the
+         * forward's recorded CUDA graph then replays whatever buffer a caller passes, where reading
+         * the caller's would record a graph anew for each new buffer */
         be->stream_wait(be, stream);
-        vil_model_set_inputs(&m->m, (float *)images, NULL, NULL);
+        vil_model_set_inputs(&m->m, NULL, NULL, NULL);
+        be->copy(be, m->m.acts.img, images, (size_t)B * vil_classifier_input_size(m) * sizeof(float));
         vil_model_forward(&m->m, 0);
         be->copy(be, logits, m->m.acts.logits, (size_t)B * m->m.cfg.num_classes * sizeof(float));
-        vil_model_set_inputs(&m->m, NULL, NULL, NULL);
         be->stream_signal(be, stream);
     }
     return vil_api_end(&c, rc);
