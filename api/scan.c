@@ -1,6 +1,7 @@
-/* scan.c: vil_scan_forward / vil_scan_backward (include/vil.h): the backend's bidirectional scan
- * ops (vil/backend.h VilScanFwd, VilScanBwd) on a caller's tensors, after the checks that keep a
- * caller's shapes away from the kernels' invariants. */
+/* scan.c: vil_scan_forward / vil_scan_backward and vil_conv_forward / vil_conv_backward
+ * (include/vil.h): the backend's bidirectional scan and conv1d ops (vil/backend.h VilScanFwd,
+ * VilScanBwd, VilConvBidirFwd, VilConvBidirBwd) on a caller's tensors, after the checks that keep
+ * a caller's shapes away from the kernels' invariants. */
 #include "api/api.h"
 
 #include <limits.h>
@@ -100,6 +101,59 @@ VIL_API int vil_scan_backward(vil_ctx *ctx, const vil_scan_bwd *a, void *stream)
     const VilBackend *be = ctx->be;
     be->stream_wait(be, stream);
     be->scan_bidir_backward(be, &b);
+    be->stream_signal(be, stream);
+    return vil_api_end(&c, 0);
+}
+
+/* the conv's shape checks: 0, or VIL_ERR_ARG with the message */
+static int check_conv(const vil_ctx *ctx, int B, int L, int E, int K, int ldx, const char *fn) {
+    if (!ctx) return vil_api_fail(VIL_ERR_ARG, "%s: ctx is NULL", fn);
+    if (B < 1 || L < 1 || E < 1 || K < 1 || ldx < E)
+        return vil_api_fail(VIL_ERR_ARG, "%s: B %d, L %d, E %d, K %d must be positive and ldx %d >= E", fn, B, L, E,
+                            K, ldx);
+    if (!ctx->cpu && K > 6) return vil_api_fail(VIL_ERR_ARG, "%s: K = %d; the CUDA conv1d takes 1..6", fn, K);
+    if ((long long)B * L * ldx > INT_MAX)
+        return vil_api_fail(VIL_ERR_ARG, "%s: B L = %lld rows of %d elements pass the kernels' 32-bit indexing", fn,
+                            (long long)B * L, ldx);
+    return VIL_OK;
+}
+
+VIL_API int vil_conv_forward(vil_ctx *ctx, const vil_conv_fwd *a, void *stream) {
+    static const char fn[] = "vil_conv_forward";
+    if (!a) return missing(fn, "a");
+    int rc = check_conv(ctx, a->B, a->L, a->E, a->K, a->ldx, fn);
+    if (rc != VIL_OK) return rc;
+    if (!a->x || !a->u[0] || !a->u[1] || !a->w[0] || !a->w[1] || !a->b[0] || !a->b[1])
+        return missing(fn, "one of x, u, w, b");
+    VilApiCall c;
+    vil_api_begin(&c, ctx);
+    const VilBackend *be = ctx->be;
+    be->stream_wait(be, stream);
+    be->conv1d_silu_bidir_forward(be, &(VilConvBidirFwd){.u = {a->u[0], a->u[1]}, .x = a->x,
+                                                         .w = {a->w[0], a->w[1]}, .b = {a->b[0], a->b[1]},
+                                                         .B = a->B, .L = a->L, .E = a->E, .K = a->K,
+                                                         .ldx = a->ldx});
+    be->stream_signal(be, stream);
+    return vil_api_end(&c, 0);
+}
+
+VIL_API int vil_conv_backward(vil_ctx *ctx, const vil_conv_bwd *a, void *stream) {
+    static const char fn[] = "vil_conv_backward";
+    if (!a) return missing(fn, "a");
+    int rc = check_conv(ctx, a->B, a->L, a->E, a->K, a->ldx, fn);
+    if (rc != VIL_OK) return rc;
+    if (!a->x || !a->du[0] || !a->du[1] || !a->dx || !a->w[0] || !a->w[1] || !a->b[0] || !a->b[1] || !a->dw[0] ||
+        !a->dw[1] || !a->db[0] || !a->db[1])
+        return missing(fn, "one of x, du, dx, w, b, dw, db");
+    VilApiCall c;
+    vil_api_begin(&c, ctx);
+    const VilBackend *be = ctx->be;
+    be->stream_wait(be, stream);
+    be->conv1d_silu_bidir_backward(be, &(VilConvBidirBwd){.dx = a->dx, .dw = {a->dw[0], a->dw[1]},
+                                                          .db = {a->db[0], a->db[1]}, .du = {a->du[0], a->du[1]},
+                                                          .x = a->x, .w = {a->w[0], a->w[1]},
+                                                          .b = {a->b[0], a->b[1]}, .B = a->B, .L = a->L,
+                                                          .E = a->E, .K = a->K, .ldx = a->ldx});
     be->stream_signal(be, stream);
     return vil_api_end(&c, 0);
 }

@@ -285,6 +285,37 @@ typedef struct {
 VIL_API int vil_scan_forward(vil_ctx *ctx, const vil_scan_fwd *a, void *stream);
 VIL_API int vil_scan_backward(vil_ctx *ctx, const vil_scan_bwd *a, void *stream);
 
+/* ---- the convolution before the scans ----
+ * The mixer's causal depthwise conv1d of width K and SiLU for both directions (doc/models.md "The
+ * mixer"): u[j][b, t, e] = SiLU(b_j[e] + sum_k w_j[e, k] x[b, t - K + 1 + k, e]) for direction 0
+ * and the same filter over the reversed tokens for direction 1, u[1][b, t, e] = SiLU(b_1[e] +
+ * sum_k w_1[e, k] x[b, t + K - 1 - k, e]); tokens outside 0..L-1 are zero.
+ * Layouts: x (B, L, ldx) with its first E columns read (the model's x | z in_proj output passes
+ * as it is, ldx = 2 E); u[j]: (B, L, E); w[j]: (E, K); b[j]: (E).
+ * dtypes: as the scans: float32 on a CPU context; on a CUDA context x, u and their gradients are
+ * bfloat16, w, b, dw, db float32, and K is 1..6.
+ * The backward overwrites dx (B, L, ldx: its first E columns, the sum of both directions' input
+ * gradients) and ACCUMULATES (+=) into dw and db. */
+typedef struct {
+    int B, L, E, K, ldx;
+    const void *x;
+    const float *w[2], *b[2];
+    void *u[2];
+} vil_conv_fwd;
+
+typedef struct {
+    int B, L, E, K, ldx;
+    const void *x;
+    const float *w[2], *b[2];
+    const void *du[2];
+    void *dx;
+    float *dw[2], *db[2]; /* accumulate */
+} vil_conv_bwd;
+
+/* Pointers and streams as the scans'. VIL_ERR_ARG for shapes the convolution does not take. */
+VIL_API int vil_conv_forward(vil_ctx *ctx, const vil_conv_fwd *a, void *stream);
+VIL_API int vil_conv_backward(vil_ctx *ctx, const vil_conv_bwd *a, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
  * the eval transform of a decoded image, the parameter table, the backend's scan op, the model's
  * states) and hand-computed softmax for top-k: the API must add nothing and lose nothing. Then
  * two contexts in two threads against the single-thread results, and vil_last_error per thread. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -536,6 +537,103 @@ static void *err_thread(void *arg) {
     return NULL;
 }
 
+/* vil_conv_forward / vil_conv_backward on the CPU against the definition in include/vil.h,
+ * written out here as a loop over the taps (float64), x inside a wider row (ldx = 2 E); the
+ * backward's dx against central differences of that loop's sum(du * u), dw and db accumulated */
+static double conv_ref(const float *x, const float *w, const float *b, int B, int L, int E, int K, int ldx, int j,
+                       int bi, int t, int e) {
+    double pre = b[e];
+    for (int k = 0; k < K; k++) {
+        int s = j ? t + K - 1 - k : t - K + 1 + k;
+        if (s >= 0 && s < L) pre += (double)w[e * K + k] * x[((size_t)bi * L + s) * ldx + e];
+    }
+    (void)B;
+    return pre / (1.0 + exp(-pre));
+}
+
+static double conv_loss(const float *x, float *const *w, float *const *b, float *const *du, int B, int L, int E,
+                        int K, int ldx) {
+    double acc = 0;
+    for (int j = 0; j < 2; j++)
+        for (int bi = 0; bi < B; bi++)
+            for (int t = 0; t < L; t++)
+                for (int e = 0; e < E; e++)
+                    acc += du[j][((size_t)bi * L + t) * E + e] * conv_ref(x, w[j], b[j], B, L, E, K, ldx, j, bi, t, e);
+    return acc;
+}
+
+static void test_conv(vil_ctx *ctx) {
+    enum { B = 2, L = 6, E = 5, K = 4, LDX = 2 * E };
+    VilRng r;
+    vil_rng_seed(&r, 11);
+    float *x = rnd((size_t)B * L * LDX, &r, 2, -1), *dx = calloc((size_t)B * L * LDX, 4);
+    float *w[2], *b[2], *u[2], *du[2], *dw[2], *db[2];
+    for (int j = 0; j < 2; j++) {
+        w[j] = rnd(E * K, &r, 1, -0.5f), b[j] = rnd(E, &r, 1, -0.5f), du[j] = rnd((size_t)B * L * E, &r, 2, -1);
+        u[j] = calloc((size_t)B * L * E, 4), dw[j] = calloc(E * K, 4), db[j] = calloc(E, 4);
+        dw[j][1] = 1.0f, db[j][2] = 2.0f; /* accumulated into */
+    }
+    vil_conv_fwd f = {.B = B, .L = L, .E = E, .K = K, .ldx = LDX, .x = x, .w = {w[0], w[1]}, .b = {b[0], b[1]},
+                      .u = {u[0], u[1]}};
+    T_CHECK(vil_conv_forward(ctx, &f, NULL) == VIL_OK, "conv forward: %s", vil_last_error());
+    double worst = 0;
+    for (int j = 0; j < 2; j++)
+        for (int bi = 0; bi < B; bi++)
+            for (int t = 0; t < L; t++)
+                for (int e = 0; e < E; e++) {
+                    double d = fabs(u[j][((size_t)bi * L + t) * E + e] - conv_ref(x, w[j], b[j], B, L, E, K, LDX, j, bi, t, e));
+                    if (d > worst) worst = d;
+                }
+    T_CHECK(worst < 1e-5, "conv forward against the loop: worst %.2e", worst);
+    vil_conv_bwd g = {.B = B, .L = L, .E = E, .K = K, .ldx = LDX, .x = x, .w = {w[0], w[1]}, .b = {b[0], b[1]},
+                      .du = {du[0], du[1]}, .dx = dx, .dw = {dw[0], dw[1]}, .db = {db[0], db[1]}};
+    T_CHECK(vil_conv_backward(ctx, &g, NULL) == VIL_OK, "conv backward: %s", vil_last_error());
+    double wx = 0, ww = 0, wb = 0;
+    const double h = 1e-3;
+    for (size_t i = 0; i < (size_t)B * L * LDX; i++) {
+        if ((int)(i % LDX) >= E) continue;
+        float x0 = x[i];
+        x[i] = x0 + (float)h;
+        double lp = conv_loss(x, w, b, du, B, L, E, K, LDX);
+        x[i] = x0 - (float)h;
+        double lm = conv_loss(x, w, b, du, B, L, E, K, LDX);
+        x[i] = x0;
+        double d = fabs(dx[i] - (lp - lm) / (2 * h));
+        if (d > wx) wx = d;
+    }
+    for (int j = 0; j < 2; j++) {
+        for (int i = 0; i < E * K + E; i++) {
+            float *p = i < E * K ? &w[j][i] : &b[j][i - E * K];
+            float p0 = *p;
+            *p = p0 + (float)h;
+            double lp = conv_loss(x, w, b, du, B, L, E, K, LDX);
+            *p = p0 - (float)h;
+            double lm = conv_loss(x, w, b, du, B, L, E, K, LDX);
+            *p = p0;
+            double fd = (lp - lm) / (2 * h);
+            if (i < E * K) fd += i == 1 ? 1.0 : 0.0, ww = fmax(ww, fabs(dw[j][i] - fd));
+            else fd += i - E * K == 2 ? 2.0 : 0.0, wb = fmax(wb, fabs(db[j][i - E * K] - fd));
+        }
+    }
+    T_CHECK(wx < 2e-3 && ww < 2e-3 && wb < 2e-3, "conv backward against central differences (dw, db accumulated): "
+            "dx %.2e, dw %.2e, db %.2e", wx, ww, wb);
+    vil_conv_fwd bad = f;
+    bad.K = 0;
+    T_CHECK(vil_conv_forward(ctx, &bad, NULL) == VIL_ERR_ARG && strstr(vil_last_error(), "K 0"), "conv K 0: %s",
+            vil_last_error());
+    bad = f, bad.ldx = E - 1;
+    T_CHECK(vil_conv_forward(ctx, &bad, NULL) == VIL_ERR_ARG, "conv ldx < E");
+    bad = f, bad.u[1] = NULL;
+    T_CHECK(vil_conv_forward(ctx, &bad, NULL) == VIL_ERR_ARG && strstr(vil_last_error(), "NULL"), "conv u NULL");
+    vil_conv_bwd badb = g;
+    badb.dw[0] = NULL;
+    T_CHECK(vil_conv_backward(ctx, &badb, NULL) == VIL_ERR_ARG, "conv dw NULL");
+    T_CHECK(vil_conv_forward(NULL, &f, NULL) == VIL_ERR_ARG && vil_conv_backward(ctx, NULL, NULL) == VIL_ERR_ARG,
+            "conv NULL ctx or args");
+    for (int j = 0; j < 2; j++) free(w[j]), free(b[j]), free(u[j]), free(du[j]), free(dw[j]), free(db[j]);
+    free(x), free(dx);
+}
+
 static void test_threads(void) {
     float *x = images(3, 3, 16, 21), want[2][9];
     const char *paths[2] = {vil_path, vim_path};
@@ -583,6 +681,7 @@ int main(void) {
     test_params_save(ctx);
     test_topk();
     test_scans(ctx);
+    test_conv(ctx);
     test_threads();
     T_CHECK(vil_ctx_free(ctx) == VIL_OK, "the context freed after its models");
     corpus_rmtree(dir);

@@ -243,5 +243,104 @@ def test_argument_errors(T):
              "N = 65")
 
 
+# ---- the conv1d + SiLU of both directions ----
+def conv_inputs(B, L, E, K, x_view=False, conv_shape=False, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=g).to(dtype).requires_grad_(True)  # noqa: E731
+    xl = rnd(B, L, 2 * E) if x_view else rnd(B, L, E)
+    w = [rnd(E, 1, K) if conv_shape else rnd(E, K) for _ in range(2)]
+    b = [rnd(E) for _ in range(2)]
+    du = [torch.randn(B, L, E, generator=g).to(dtype) for _ in range(2)]
+    return dict(x=xl[..., :E] if x_view else xl, leaves=[xl, *w, *b], w=w, b=b, du=du)
+
+
+def conv_run(fn, inp):
+    for t in inp["leaves"]:
+        t.grad = None
+    u = fn(inp["x"], inp["w"], inp["b"])
+    torch.autograd.backward(u, [d.to(u[0].dtype) for d in inp["du"]])
+    return [t.detach() for t in u], [t.grad for t in inp["leaves"]]
+
+
+def conv_double(inp):
+    leaves = [t.detach().double().requires_grad_(True) for t in inp["leaves"]]
+    E = inp["x"].shape[-1]
+    return dict(x=leaves[0][..., :E], leaves=leaves, w=leaves[1:3], b=leaves[3:5], du=[d.double() for d in inp["du"]])
+
+
+def conv_loop(x, w, b):
+    """the definition in include/vil.h, a loop over the taps (independent of F.conv1d)"""
+    B, L, E = x.shape
+    K = w[0].shape[-1]
+    out = []
+    for j in (0, 1):
+        wj = w[j].reshape(E, K)
+        pre = b[j].expand(B, L, E).clone()
+        for t in range(L):
+            for k in range(K):
+                s = t - K + 1 + k if j == 0 else t + K - 1 - k
+                if 0 <= s < L:
+                    pre[:, t] += wj[:, k] * x[:, s]
+        out.append(torch.nn.functional.silu(pre))
+    return out
+
+
+CONV_CASES = {  # name: (B, L, E, K, options)
+    "ViL-like": (2, 9, 6, 4, {}),
+    "x a view of xz (rows of 2E)": (2, 7, 5, 4, {"x_view": True}),
+    "L shorter than K": (3, 2, 4, 4, {}),
+    "K 1": (1, 5, 3, 1, {}),
+    "Conv1d-shaped weights, K 3": (2, 6, 4, 3, {"conv_shape": True}),
+    "float64 inputs": (2, 5, 4, 4, {"dtype": torch.float64}),
+    "bf16 inputs": (2, 5, 8, 4, {"dtype": torch.bfloat16}),
+}
+
+
+def test_conv_against_reference(T):
+    for name, (B, L, E, K, o) in CONV_CASES.items():
+        inp = conv_inputs(B, L, E, K, **o)
+        dt = o.get("dtype", torch.float32)
+        before = [t.detach().clone() for t in inp["leaves"]]
+        u, grads = conv_run(ops.conv1d_silu_bidir, inp)
+        ru, rgrads = conv_run(ops.conv1d_silu_bidir_reference, conv_double(inp))
+        tol = 1e-2 if dt == torch.bfloat16 else TOL
+        for j in (0, 1):
+            T.close(f"conv {name} u[{j}]", u[j], ru[j], tol)
+            T.equal(f"conv {name} u[{j}] dtype", u[j].dtype, dt)
+        for lname, gr, rg in zip(("x", "w[0]", "w[1]", "b[0]", "b[1]"), grads, rgrads):
+            T.close(f"conv {name} d{lname}", gr, rg, tol)
+        if o.get("x_view"):
+            T.ok(f"conv {name}: z's half of xz gets no gradient", float(grads[0][..., E:].abs().max()) == 0)
+        T.ok(f"conv {name} inputs unchanged", all(torch.equal(a, b.detach()) for a, b in zip(before, inp["leaves"])))
+
+
+def test_conv_reference_is_the_definition(T):
+    """the reference (F.conv1d, the flipped filter for direction 1) against a loop over the taps"""
+    for K in (1, 3, 4):
+        inp = conv_double(conv_inputs(2, 6, 3, K, seed=K))
+        ref = ops.conv1d_silu_bidir_reference(inp["x"], inp["w"], inp["b"])
+        loop = conv_loop(inp["x"], inp["w"], inp["b"])
+        for j in (0, 1):
+            T.close(f"K {K} u[{j}]", ref[j], loop[j], 1e-12)
+
+
+def test_conv_gradcheck(T):
+    inp = conv_double(conv_inputs(2, 5, 3, 3, seed=7))
+    f = lambda x, w0, w1, b0, b1: ops.conv1d_silu_bidir_reference(x, (w0, w1), (b0, b1))  # noqa: E731
+    T.ok("the reference's gradcheck (float64)", torch.autograd.gradcheck(f, inp["leaves"], eps=1e-6, atol=1e-7))
+    g = lambda x, w0, w1, b0, b1: ops.conv1d_silu_bidir(x, (w0, w1), (b0, b1))  # noqa: E731
+    T.ok("vil's op against central differences at float32's precision",
+         torch.autograd.gradcheck(g, inp["leaves"], eps=1e-2, atol=5e-3, rtol=5e-3))
+
+
+def test_conv_errors(T):
+    inp = conv_inputs(2, 5, 4, 4)
+    f = ops.conv1d_silu_bidir
+    T.raises("x not (B, L, E)", ValueError, lambda: f(inp["x"][0], inp["w"], inp["b"]), "(B, L, E)")
+    T.raises("w of another E", ValueError, lambda: f(inp["x"], [inp["w"][0][:3], inp["w"][1]], inp["b"]), "w[0]")
+    T.raises("b of another E", ValueError, lambda: f(inp["x"], inp["w"], [inp["b"][0], inp["b"][1][:2]]), "b[1]")
+    T.raises("integer x", ValueError, lambda: f(inp["x"].detach().long(), inp["w"], inp["b"]), "floating point")
+
+
 if __name__ == "__main__":
     sys.exit(run_tests(globals(), sys.argv[1:]))

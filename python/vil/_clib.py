@@ -76,8 +76,21 @@ class ScanBwd(ctypes.Structure):
                                    ("dA_log", P_float * 2), ("ddelta_sum", P_float * 2)]
 
 
+_CONV = [("B", c_int), ("L", c_int), ("E", c_int), ("K", c_int), ("ldx", c_int), ("x", c_void_p),
+         ("w", P_float * 2), ("b", P_float * 2)]
+
+
+class ConvFwd(ctypes.Structure):
+    _fields_ = _CONV + [("u", c_void_p * 2)]
+
+
+class ConvBwd(ctypes.Structure):
+    _fields_ = _CONV + [("du", c_void_p * 2), ("dx", c_void_p), ("dw", P_float * 2), ("db", P_float * 2)]
+
+
 STRUCTS = {"vil_load_opts": LoadOpts, "vil_classifier_info": ClassifierInfo, "vil_transform": Transform,
-           "vil_param_info": ParamInfo, "vil_scan_fwd": ScanFwd, "vil_scan_bwd": ScanBwd}
+           "vil_param_info": ParamInfo, "vil_scan_fwd": ScanFwd, "vil_scan_bwd": ScanBwd, "vil_conv_fwd": ConvFwd,
+           "vil_conv_bwd": ConvBwd}
 
 # name: (restype, argtypes); an int restype is a status checked by check()
 _H = c_void_p  # vil_ctx *, vil_classifier *
@@ -107,6 +120,8 @@ _SIGS = {
     "vil_classifier_save": (c_int, [_H, c_char_p]),
     "vil_scan_forward": (c_int, [_H, ctypes.POINTER(ScanFwd), c_void_p]),
     "vil_scan_backward": (c_int, [_H, ctypes.POINTER(ScanBwd), c_void_p]),
+    "vil_conv_forward": (c_int, [_H, ctypes.POINTER(ConvFwd), c_void_p]),
+    "vil_conv_backward": (c_int, [_H, ctypes.POINTER(ConvBwd), c_void_p]),
 }
 
 _lock = threading.Lock()

@@ -112,15 +112,18 @@ class Mixer(nn.Module):
         self.out_proj = nn.Linear(E, D, bias=False)
 
     def forward(self, x, use_vil_ops=True):  # (B, L, D) -> (B, L, D)
-        L, E, R, K = x.shape[1], self.E, self.R, self.K
-        xz = self.in_proj(x)
-        xt, z = xz[..., :E].transpose(1, 2), xz[..., E:]  # (B, E, L), (B, L, E)
-        # forward: pre_t = b + sum_k w[k] x_{t-K+1+k}; backward: the same filter over the reversed
-        # tokens, pre_t = b + sum_k w[k] x_{t+K-1-k}: the flipped filter, the last L outputs
-        u0 = F.silu(self.conv1d(xt)[..., :L]).transpose(1, 2).contiguous()
-        w1 = self.conv1d_b.weight.flip(-1)
-        u1 = F.silu(F.conv1d(xt, w1, self.conv1d_b.bias, padding=K - 1, groups=E)[..., K - 1:])
-        u1 = u1.transpose(1, 2).contiguous()
+        E, R = self.E, self.R
+        conv_w, conv_b = (self.conv1d.weight, self.conv1d_b.weight), (self.conv1d.bias, self.conv1d_b.bias)
+        if use_vil_ops:
+            # in_proj as its two halves: x and z come out as tensors of their own, so that their
+            # gradients are not scattered into a (B, L, 2E) buffer and added (the same products)
+            w = self.in_proj.weight
+            xs, z = F.linear(x, w[:E]), F.linear(x, w[E:])
+            u0, u1 = ops.conv1d_silu_bidir(xs, conv_w, conv_b)
+        else:
+            xz = self.in_proj(x)
+            xs, z = xz[..., :E], xz[..., E:]
+            u0, u1 = reference.conv1d_silu_bidir_reference(xs, conv_w, conv_b)
         xd0, xd1 = self.x_proj(u0), self.x_proj_b(u1)  # [dt_low (R) | k (N) | q (N)]
         d0, d1 = self.dt_proj(xd0[..., :R]), self.dt_proj_b(xd1[..., :R])
         A = (self.A_log, self.A_b_log) if reference.OWN_PARAM[self.recurrence] else None

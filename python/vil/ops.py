@@ -27,9 +27,11 @@ import threading
 import torch
 
 from . import _clib
-from .reference import OWN_PARAM, SCANS, longhorn_scan, mamba_scan, scan_bidir_reference  # noqa: F401
+from .reference import (OWN_PARAM, SCANS, conv1d_silu_bidir_reference, longhorn_scan, mamba_scan,  # noqa: F401
+                        scan_bidir_reference)
 
-__all__ = ["scan_bidir", "scan_bidir_reference", "longhorn_scan", "mamba_scan", "SCANS", "RECURRENCES"]
+__all__ = ["scan_bidir", "scan_bidir_reference", "conv1d_silu_bidir", "conv1d_silu_bidir_reference", "longhorn_scan",
+           "mamba_scan", "SCANS", "RECURRENCES"]
 
 RECURRENCES = tuple(_clib.RECURRENCES)
 
@@ -205,15 +207,14 @@ class _ScanBidir(torch.autograd.Function):
         g = _dense(dout, act)
         new = lambda *s: torch.empty(s, dtype=act, device=dev)  # noqa: E731
         du0, du1, dd0, dd1 = new(B, L, E), new(B, L, E), new(B, L, E), new(B, L, E)
-        # the backward writes only the k and q columns of dxdbl: the others are the zeros here
-        dx0 = torch.zeros((B, L, ld), dtype=act, device=dev)
-        dx1 = torch.zeros((B, L, ld), dtype=act, device=dev)
+        # the backward writes only the k and q columns of dxdbl (the others are the zeros here)
+        # and accumulates into dD and dA_log: two zeroed buffers (one fill each) hold them all
+        dx0, dx1 = torch.zeros((2, B, L, ld), dtype=act, device=dev).unbind(0)
         dz = new(B, L, ldz)  # rows as z's; its first E columns written
-        dD0 = torch.zeros(E, dtype=torch.float32, device=dev)
-        dD1 = torch.zeros(E, dtype=torch.float32, device=dev)
         own = OWN_PARAM[rec]
-        dA0 = torch.zeros((E, N), dtype=torch.float32, device=dev) if own else None
-        dA1 = torch.zeros((E, N), dtype=torch.float32, device=dev) if own else None
+        acc = torch.zeros((2 + 2 * N * own) * E, dtype=torch.float32, device=dev)
+        dD0, dD1 = acc[:E], acc[E:2 * E]
+        dA0, dA1 = (acc[2 * E:].view(2, E, N).unbind(0)) if own else (None, None)
 
         a = _clib.ScanBwd(rec=_clib.RECURRENCES[rec], B=B, L=L, E=E, N=N, dt_ld=dt_ld, xdbl_ld=ld, ldz=ldz)
         a.u[0], a.u[1], a.delta[0], a.delta[1] = _ptr(u0), _ptr(u1), _ptr(d0), _ptr(d1)
@@ -264,8 +265,77 @@ def scan_bidir(u, delta, xdbl, z, D, A_log=None, *, recurrence, dt_ld, N):
                   D[0], D[1], A[0], A[1])
 
 
+class _ConvBidir(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w0, w1, b0, b1):
+        dev = x.device
+        act = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        if x.dim() != 3:
+            raise ValueError(f"vil.ops.conv1d_silu_bidir: x is {tuple(x.shape)}; (B, L, E) expected")
+        B, L, E = x.shape
+        for t in (w0, w1, b0, b1):
+            if t.device != dev:
+                raise ValueError(f"vil.ops.conv1d_silu_bidir: tensors on {t.device} and {dev}")
+        K = w0.shape[-1]
+        for j, (wj, bj) in enumerate(((w0, b0), (w1, b1))):
+            if wj.numel() != E * K or wj.shape[0] != E or wj.shape[-1] != K or tuple(bj.shape) != (E,):
+                raise ValueError(f"vil.ops.conv1d_silu_bidir: w[{j}] {tuple(wj.shape)}, b[{j}] {tuple(bj.shape)}; "
+                                 f"(E, K) or (E, 1, K) and (E,) with E = {E} expected")
+        if not x.dtype.is_floating_point:
+            raise ValueError(f"vil.ops.conv1d_silu_bidir: {x.dtype} x; floating point expected")
+        xc, ldx = _rows(x, act)
+        wc = [_dense(t, torch.float32).view(E, K) for t in (w0, w1)]
+        bc = [_dense(t, torch.float32) for t in (b0, b1)]
+        u0, u1 = torch.empty((2, B, L, E), dtype=act, device=dev).unbind(0)
+        a = _clib.ConvFwd(B=B, L=L, E=E, K=K, ldx=ldx)
+        a.x, a.u[0], a.u[1] = _ptr(xc), _ptr(u0), _ptr(u1)
+        a.w[0], a.w[1], a.b[0], a.b[1] = _fptr(wc[0]), _fptr(wc[1]), _fptr(bc[0]), _fptr(bc[1])
+        _call("vil_conv_forward", a, dev, ("conv_fwd", B, L, E, K, ldx))
+        ctx.save_for_backward(xc, *wc, *bc)
+        ctx.meta = (ldx, x.dtype, x.shape, [t.dtype for t in (w0, w1, b0, b1)], [t.shape for t in (w0, w1)])
+        return (u0, u1) if x.dtype == act else (u0.to(x.dtype), u1.to(x.dtype))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, du0, du1):
+        ldx, x_dtype, x_shape, pdtypes, wshapes = ctx.meta
+        xc, w0, w1, b0, b1 = ctx.saved_tensors
+        dev, act = xc.device, xc.dtype
+        B, L, E = x_shape
+        K = w0.shape[1]
+        g0, g1 = _dense(du0, act), _dense(du1, act)  # autograd gives zeros for an output left unused
+        dx = torch.empty((B, L, ldx), dtype=act, device=dev)  # its first E columns written
+        acc = torch.zeros(2 * E * (K + 1), dtype=torch.float32, device=dev)  # dw of both, then db of both
+        dw0, dw1 = acc[:2 * E * K].view(2, E, K).unbind(0)
+        db0, db1 = acc[2 * E * K:].view(2, E).unbind(0)
+        a = _clib.ConvBwd(B=B, L=L, E=E, K=K, ldx=ldx)
+        a.x, a.du[0], a.du[1], a.dx = _ptr(xc), _ptr(g0), _ptr(g1), _ptr(dx)
+        a.w[0], a.w[1], a.b[0], a.b[1] = _fptr(w0), _fptr(w1), _fptr(b0), _fptr(b1)
+        a.dw[0], a.dw[1], a.db[0], a.db[1] = _fptr(dw0), _fptr(dw1), _fptr(db0), _fptr(db1)
+        _call("vil_conv_backward", a, dev, ("conv_bwd", B, L, E, K, ldx))
+        dx = dx[..., :E]
+        out = [dx if dx.dtype == x_dtype else dx.to(x_dtype)]
+        for g, dt, shp in ((dw0, pdtypes[0], wshapes[0]), (dw1, pdtypes[1], wshapes[1]), (db0, pdtypes[2], None),
+                           (db1, pdtypes[3], None)):
+            g = g.view(shp) if shp is not None else g
+            out.append(g if g.dtype == dt else g.to(dt))
+        return tuple(o if need else None for o, need in zip(out, ctx.needs_input_grad))
+
+
+def conv1d_silu_bidir(x, w, b):
+    """vil's causal depthwise conv1d + SiLU of both directions (include/vil.h vil_conv_forward) as
+    an autograd function, on vil's CUDA kernel for CUDA tensors and vil's CPU loop for CPU ones:
+    u[0] = SiLU(causal conv of x with w[0] + b[0]); u[1] the same with w[1], b[1] over the
+    reversed tokens (vil.ops.conv1d_silu_bidir_reference says it in PyTorch).
+      x: (B, L, E) (a view with rows of a stride, such as xz[..., :E], is read in place)
+      w[j]: (E, K) or a Conv1d's (E, 1, K) weight; b[j]: (E)  (K 1..6 on CUDA)
+    Returns (u_0, u_1), each a contiguous (B, L, E) tensor in x's dtype (computed in bf16 on
+    CUDA, float32 on the CPU, as the scans). Gradients flow to x, w and b."""
+    return _apply_conv(x, w[0], w[1], b[0], b[1])
+
+
 # torch.compile's tracer cannot follow the ctypes call: the scan is a graph break for it (torch 2.x;
 # torch 1.13 has no compiler)
-_apply = _ScanBidir.apply
+_apply, _apply_conv = _ScanBidir.apply, _ConvBidir.apply
 if hasattr(torch, "compiler") and hasattr(torch.compiler, "disable"):
-    _apply = torch.compiler.disable(_ScanBidir.apply)
+    _apply, _apply_conv = torch.compiler.disable(_ScanBidir.apply), torch.compiler.disable(_ConvBidir.apply)

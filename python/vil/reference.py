@@ -63,6 +63,23 @@ SCANS = {
 OWN_PARAM = {"longhorn": False, "mamba": True}
 
 
+def conv1d_silu_bidir_reference(x, w, b):
+    """the mixer's causal depthwise conv1d and SiLU of both directions (include/vil.h
+    vil_conv_forward): x (B, L, E); w[j] (E, K) (a Conv1d's (E, 1, K) weight also goes); b[j] (E).
+    u[0][t] = SiLU(b_0 + sum_k w_0[k] x[t - K + 1 + k]); u[1][t] = SiLU(b_1 + sum_k w_1[k]
+    x[t + K - 1 - k]): the same filter over the reversed tokens. Zero outside the tokens; float32
+    inside (float64 when given float64); returns (u_0, u_1), each (B, L, E) in x's promoted dtype."""
+    dt = torch.promote_types(x.dtype, w[0].dtype)
+    work = dt if dt == torch.float64 else torch.float32
+    E, L = x.shape[2], x.shape[1]
+    xt = x.to(work).transpose(1, 2)  # (B, E, L)
+    w0, w1 = (wj.to(work).reshape(E, 1, -1) for wj in w)
+    K = w0.shape[-1]
+    u0 = F.silu(F.conv1d(xt, w0, b[0].to(work), padding=K - 1, groups=E)[..., :L])
+    u1 = F.silu(F.conv1d(xt, w1.flip(-1), b[1].to(work), padding=K - 1, groups=E)[..., K - 1:])
+    return tuple(u.transpose(1, 2).to(dt) for u in (u0, u1))
+
+
 def scan_bidir_reference(u, delta, xdbl, z, D, A_log=None, *, recurrence, dt_ld, N):
     """vil's bidirectional scan (include/vil.h vil_scan_forward, doc/scans.md "Bidirectional"):
     out = 0.5 * SiLU(z) * (y_0 + y_1), y_j the recurrence over direction j's tokens (direction 1
