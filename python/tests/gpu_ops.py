@@ -168,7 +168,12 @@ def test_streams_and_devices(T):
 def _graph_step(L):
     for t in L["leaves"]:
         t.grad = None
-    out = ops.scan_bidir(L["u"], L["d"], L["x"], L["z"], L["D"], L["A"], recurrence=L["rec"], dt_ld=L["dt_ld"],
+    # z = xz[..., E:] made inside the step, as a model's forward makes it: a view made before the
+    # capture has its autograd node on the legacy stream, whose backward the global capture mode
+    # refuses (torch alone, no vil op: "operation would make the legacy stream depend on a
+    # capturing blocking stream")
+    z = L["leaves"][6][..., L["u"][0].shape[-1]:]
+    out = ops.scan_bidir(L["u"], L["d"], L["x"], z, L["D"], L["A"], recurrence=L["rec"], dt_ld=L["dt_ld"],
                          N=L["N"])
     out.backward(L["gout"] * 1)  # the gradient made on the step's stream (the capture's, in capture)
     return out
@@ -280,6 +285,134 @@ def test_autocast_training_step(T):
             gpu = m(x).float().cpu()
             cpu = m.cpu()(x.cpu())
         T.close(f"{arch} float32 logits on the GPU against the CPU's", gpu, cpu, 3e-2)
+
+
+def test_conv_cuda(T):
+    """vil.ops.conv1d_silu_bidir on vil's CUDA kernel against the float64 reference: bf16 inputs
+    (as the kernel takes them) and float32 ones (converted), ViL-Tiny's shape, x inside xz (rows of
+    2E), an odd channel count (one channel a thread), K 4 and 6; then the same bf16-exact inputs
+    through vil's CPU conv"""
+    from test_ops import conv_double, conv_inputs, conv_run
+    cases = {"ViL-Tiny": (2, 197, 384, 4, {}), "x inside xz": (2, 197, 384, 4, {"x_view": True}),
+             "odd E, K 6": (3, 50, 37, 6, {}), "float32 inputs": (2, 64, 96, 4, {"dtype": torch.float32})}
+    for name, (B, L, E, K, o) in cases.items():
+        dt = o.pop("dtype", torch.bfloat16)
+        cpu = conv_inputs(B, L, E, K, dtype=torch.bfloat16, seed=B + L, **o)  # bf16-exact values
+        for t in cpu["leaves"][1:]:  # the parameters float32, as the model keeps them
+            t.data = t.data.float()
+        gpu = conv_double(cpu)
+        gpu = dict(x=None, leaves=[t.detach().to(DEV, dt if i == 0 else torch.float32).requires_grad_(True)
+                                   for i, t in enumerate(gpu["leaves"])], du=[d.to(DEV, dt) for d in gpu["du"]])
+        gpu["x"], gpu["w"], gpu["b"] = gpu["leaves"][0][..., :E], gpu["leaves"][1:3], gpu["leaves"][3:5]
+        u, grads = conv_run(ops.conv1d_silu_bidir, gpu)
+        ru, rgrads = conv_run(ops.conv1d_silu_bidir_reference, conv_double(cpu))
+        for j in (0, 1):
+            T.close(f"conv {name} u[{j}]", u[j].double().cpu(), ru[j], TOL_BF16)
+            T.equal(f"conv {name} u[{j}] dtype", u[j].dtype, dt)
+        for lname, gr, rg in zip(("x", "w[0]", "w[1]", "b[0]", "b[1]"), grads, rgrads):
+            T.close(f"conv {name} d{lname}", gr.double().cpu(), rg, TOL_BF16)
+        if dt == torch.bfloat16:
+            c = conv_double(cpu)
+            c = dict(leaves=[t.detach().float().requires_grad_(True) for t in c["leaves"]], du=[d.float() for d in c["du"]])
+            c["x"], c["w"], c["b"] = c["leaves"][0][..., :E], c["leaves"][1:3], c["leaves"][3:5]
+            cu, cg = conv_run(ops.conv1d_silu_bidir, c)
+            T.close(f"conv {name}: CUDA against vil's CPU conv, u[0]", u[0].float().cpu(), cu[0], TOL_BF16)
+            T.close(f"conv {name}: CUDA against vil's CPU conv, dw[1]", grads[2].cpu(), cg[2], TOL_BF16)
+
+
+def test_conv_cuda_graph(T):
+    """the conv's forward and backward captured in a CUDA graph (torch's default, global capture
+    mode; the backward runs on autograd's thread) and replayed: the eager results"""
+    from test_ops import conv_inputs
+    inp = conv_inputs(4, 197, 384, 4, dtype=torch.bfloat16, seed=3)
+    leaves = [t.detach().to(DEV, torch.bfloat16 if i == 0 else torch.float32).requires_grad_(True)
+              for i, t in enumerate(inp["leaves"])]
+    du = [d.to(DEV) for d in inp["du"]]
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        u = ops.conv1d_silu_bidir(leaves[0], leaves[1:3], leaves[3:5])
+        torch.autograd.backward(u, [d * 1 for d in du])
+        return u
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_u = step()
+    static_g = [t.grad for t in leaves]
+    want_u = [t.clone() for t in step()]
+    want_g = [t.grad.clone() for t in leaves]
+    g.replay()
+    torch.cuda.synchronize()
+    T.ok("conv: replay = eager", all(torch.equal(a, b) for a, b in zip(static_u, want_u)) and
+         all(torch.equal(a, b) for a, b in zip(static_g, want_g)))
+
+
+def graphed_train_step(model, opt, x, y, warmup=3):
+    """a whole bf16-autocast training step (forward, backward, optimizer) of the module captured
+    in one CUDA graph, torch's recipe: warm-up steps on a side stream, gradients set to None before
+    the capture (they are then allocated from the graph's pool), autocast without its weight cache.
+    Returns (replay, static_loss); the warm-up steps are real steps."""
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    opt.zero_grad(set_to_none=True)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_loss = step()
+    return g.replay, static_loss
+
+
+def test_graphed_training_step(T):
+    """the module's whole training step in one CUDA graph (torch's default capture mode): its
+    replays give the eager steps' losses and parameters"""
+    import copy
+    for arch in ("vil", "vim"):
+        torch.manual_seed(1)
+        m = vil.Classifier(arch=arch, img_size=64, patch_size=8, stride=8, embed_dim=64, depth=2, d_state=16,
+                           num_classes=10).to(DEV).train()
+        m2 = copy.deepcopy(m)
+        x = torch.randn(8, 3, 64, 64, device=DEV)
+        y = torch.arange(8, device=DEV) % 10
+        mk = lambda mod: torch.optim.AdamW(mod.parameters(), lr=1e-3, capturable=True)  # noqa: E731
+        opt, opt2 = mk(m), mk(m2)
+        eager = []
+        for _ in range(5):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+                loss = torch.nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            eager.append(loss.item())
+        try:
+            replay, static_loss = graphed_train_step(m2, opt2, x, y, warmup=3)
+        except Exception as e:  # noqa: BLE001
+            T.ok(f"{arch}: the step captures", False, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            continue
+        graphed = []
+        for _ in range(2):
+            replay()
+            graphed.append(static_loss.item())
+        torch.cuda.synchronize()
+        T.close(f"{arch}: steps 4 and 5 replayed = eager (loss)", torch.tensor(graphed), torch.tensor(eager[3:]), 1e-3)
+        pe = torch.cat([p.detach().flatten() for p in m.parameters()])
+        pg = torch.cat([p.detach().flatten() for p in m2.parameters()])
+        T.close(f"{arch}: parameters after 5 steps, replayed = eager", pg, pe, 1e-3)
 
 
 if __name__ == "__main__":
