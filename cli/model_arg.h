@@ -23,7 +23,7 @@ int vil_cli_crop_pct_ok(const char *cmd, float crop_pct);
 /* --pos's word as a VilPosMode, or -1 after a usage message on stderr (the caller exits 2) */
 int vil_cli_pos_mode(const char *cmd, const char *word);
 #define VIL_POS_HELP                                                                                \
-    "how pos_embed reaches another --img-size's patch grid: interp (bicubic, the default), keep "   \
+    "how pos_embed reaches another --img-size's patch grid: interp (bicubic), keep "                \
     "(each patch keeps its trained row and column: the trained grid at the top-left, its edges "     \
     "extended, cut when smaller) or center (the same with the trained grid in the middle)"
 /* What happened to the position embedding of a model loaded onto another grid than its file's,
