@@ -157,7 +157,7 @@ VIL_API int vil_classifier_get_info(const vil_classifier *m, vil_classifier_info
     if (!m || !info) return vil_api_fail(VIL_ERR_ARG, "vil_classifier_get_info: m or info is NULL");
     const VilConfig *c = &m->m.cfg;
     const VilRecurrenceInfo *r = &vil_recurrences[c->rec];
-    int g = m->meta.pos_interpolated_from; /* the file's grid when it was another */
+    int g = m->meta.trained_grid; /* the file's grid when it was another */
     int trained = g > 0 ? (g - 1) * c->stride + c->patch_size : c->img_size;
     *info = (vil_classifier_info){
         .family = c->arch, .recurrence = r->id, .name = c->name, .n_params = (long long)m->m.param_count,

@@ -2,8 +2,8 @@
  * a run against the published files) on the same data, device and kernels. Per model and
  * resolution: family, parameters, GFLOPs per image, top-1 / top-5, inference images/s and peak
  * memory; printed as a table and written as CSV, JSON and an SVG chart (accuracy and throughput
- * against resolution, one line per model). Other resolutions than a checkpoint's own interpolate
- * its pos_embed, as `vil eval --img-size` does. */
+ * against resolution, one line per model). Other resolutions than a checkpoint's own move its
+ * pos_embed as --pos says, as `vil eval --img-size` does. */
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -91,10 +91,10 @@ static int is_pth(const char *path) {
 }
 
 static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int workers,
-                    float crop_pct, int skip_bad, int steps) {
+                    float crop_pct, int skip_bad, int steps, VilPosMode pos) {
     VilModel m;
     VilCheckpointMeta meta;
-    VilCheckpointOpts o = {.img_size = r->res, .ema = r->ema};
+    VilCheckpointOpts o = {.img_size = r->res, .ema = r->ema, .pos = pos};
     be->sync(be);
     if (be->peak_reset) be->peak_reset(be);
     if (vil_checkpoint_load(r->path, be, &o, &m, &meta) != 0) {
@@ -192,12 +192,13 @@ static int write_csv(const char *path, const Row *rows, int n, const char *devic
 }
 
 static int write_json(const char *path, const Row *rows, int n, const char *device,
-                      const char *data, const char *split, int batch) {
+                      const char *data, const char *split, int batch, const char *pos) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "device", device);
     cJSON_AddStringToObject(o, "data", data);
     cJSON_AddStringToObject(o, "split", split);
     cJSON_AddNumberToObject(o, "batch", batch);
+    cJSON_AddStringToObject(o, "pos", pos);
     cJSON_AddStringToObject(o, "gflops", "multiply-adds per image / 1e9");
     cJSON *a = cJSON_AddArrayToObject(o, "rows");
     for (int i = 0; i < n; i++) {
@@ -255,7 +256,7 @@ static int write_chart(const char *path, const Row *rows, int nm, int nr, int fi
 
 /* the flags' values: their defaults set by vil_cmd_compare, then filled by vil_args_parse */
 typedef struct {
-    const char *data, *split, *labels, *device, *sizes, *out;
+    const char *data, *split, *labels, *device, *sizes, *out, *pos;
     int batch, ema, workers, limit, steps, skip_bad, threads;
     float crop_pct;
     VilArgList models, names;
@@ -269,6 +270,7 @@ static const VilArg ARGS[] = {
     {"--split", VIL_ARG_STR, &o.split, "split to evaluate: val (test for IDX), train"},
     {"--labels", VIL_ARG_STR, &o.labels, "labels file for a flat folder (\"filename label\" lines)", .meta = "FILE"},
     {"--img-size", VIL_ARG_STR, &o.sizes, "resolutions, e.g. 224,384,512 (default: each model's own)", .meta = "S,S,..."},
+    {"--pos", VIL_ARG_STR, &o.pos, VIL_POS_HELP, .meta = "interp|keep|center", .needs = "--img-size"},
     {"--batch", VIL_ARG_INT, &o.batch, "batch size of the evaluation and of the timed forward passes", 1, VIL_MAX_BATCH},
     {"--ema", VIL_ARG_FLAG, &o.ema, "the model_ema of every .pth training checkpoint, the ema.safetensors of every run folder (safetensors files are taken as they are)"},
     {"--crop-pct", VIL_ARG_FLOAT, &o.crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: each checkpoint's, else 0.875)", .meta = "F"},
@@ -282,12 +284,13 @@ static const VilArg ARGS[] = {
 };
 
 const VilArgSpec vil_cmd_compare_spec = {
-    "compare", "--models A.pth B.safetensors RUN ... --data DIR [--label A,B,...] [--img-size 224,384,512] [--batch B] [--ema] [--out DIR]",
+    "compare", "--models A.pth B.safetensors RUN ... --data DIR [--label A,B,...] [--img-size 224,384,512 [--pos keep]] [--batch B] [--ema] [--out DIR]",
     "Evaluates each model at each resolution on the same data and device and\n"
     "prints one table: family (ViL / ViM), parameters, GFLOPs per image, top-1,\n"
     "top-5, inference images/s and peak memory. Writes it as OUT/compare.csv and\n"
     "OUT/compare.json, and OUT/compare.svg charts accuracy and throughput against\n"
-    "resolution. Resolutions other than a model's own interpolate its pos_embed.",
+    "resolution. Resolutions other than a model's own interpolate its pos_embed\n"
+    "(--pos keep or center: keep its trained grid).",
     ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 0, -1, .positional_of = "--models"};
 
 /* --label A,B or --label A --label B into name_buf (malloc'd): one name per model of nm. Their
@@ -328,7 +331,8 @@ static int measure_all(Row *rows, int nm, const int *res, int nr, const char *co
             Row *r = &rows[i * nr + j];
             *r = first[i];
             r->res = res[j];
-            measure(r, be, ds, o.batch, o.workers, o.crop_pct, o.skip_bad, o.steps);
+            measure(r, be, ds, o.batch, o.workers, o.crop_pct, o.skip_bad, o.steps,
+                    (VilPosMode)vil_pos_mode_parse(o.pos));
             if (!r->ok) failed++;
         }
     free(first);
@@ -343,7 +347,7 @@ static int write_outputs(const Row *rows, int nm, int nr, const VilDataset *ds, 
     snprintf(p[1], sizeof p[1], "%s/compare.json", o.out);
     snprintf(p[2], sizeof p[2], "%s/compare.svg", o.out);
     snprintf(title, sizeof title, "vil compare: %s (%ld images) on %s", vil_dataset_source(ds), n_img, device);
-    int w = write_csv(p[0], rows, nm * nr, device) | write_json(p[1], rows, nm * nr, device, o.data, o.split, o.batch) |
+    int w = write_csv(p[0], rows, nm * nr, device) | write_json(p[1], rows, nm * nr, device, o.data, o.split, o.batch, o.pos) |
             write_chart(p[2], rows, nm, nr, o.sizes != NULL, title);
     if (w) return -1;
     printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);
@@ -372,9 +376,10 @@ static int compare(const char *const *files, int nm, const int *res, int nr, con
     long n_img = vil_dataset_size(ds);
     char crop[64] = "each checkpoint's crop_pct";
     if (o.crop_pct > 0) snprintf(crop, sizeof crop, "crop_pct %g", o.crop_pct);
-    printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, %s\n", nm,
+    printf("compare: %d model%s x %d resolution%s on %s; %s: %ld images, batch %d, %s%s%s\n", nm,
            nm == 1 ? "" : "s", nr, nr == 1 ? "" : "s", be->name, vil_dataset_source(ds), n_img,
-           o.batch, crop);
+           o.batch, crop, strcmp(o.pos, "interp") ? "; pos_embed at other sizes: " : "",
+           strcmp(o.pos, "interp") ? o.pos : "");
     if (took[0]) printf("%s\n", took);
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, o.workers);
     fflush(stdout);
@@ -392,7 +397,7 @@ done:
 }
 
 int vil_cmd_compare(int argc, char **argv) {
-    o = (Flags){.split = "val", .device = "auto", .out = "out/compare", .batch = 64, .workers = 4};
+    o = (Flags){.split = "val", .device = "auto", .out = "out/compare", .pos = "interp", .batch = 64, .workers = 4};
     char **pos;
     int npos;
     int rc = vil_args_parse_all(&vil_cmd_compare_spec, argc, argv, &pos, &npos);
@@ -416,7 +421,7 @@ int vil_cmd_compare(int argc, char **argv) {
         return 2;
     }
     /* the numbers' ranges are checked as they are parsed */
-    if (!vil_cli_crop_pct_ok("compare", o.crop_pct)) return 2;
+    if (!vil_cli_crop_pct_ok("compare", o.crop_pct) || vil_cli_pos_mode("compare", o.pos) < 0) return 2;
     char *name_buf[MAX_MODELS];
     int nn = split_labels(name_buf, nm);
     if (nn < 0) return 2;

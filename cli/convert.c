@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "data/dataset.h"
 #include "cli/args.h"
+#include "cli/model_arg.h"
 #include "formats/checkpoint.h"
 #include "vil/common.h"
 
@@ -111,9 +112,8 @@ static int convert(const char *in, const char *out, const VilModel *m, const Vil
            vil_recurrences[c->rec].name, m->param_count, c->img_size,
            c->img_size, c->patch_size, c->stride, c->num_classes,
            class_names ? (own ? ", names from --names" : ", with class names") : ", no class names");
-    if (meta->pos_interpolated_from)
-        printf("  pos_embed interpolated from the %d x %d grid it was trained on\n",
-               meta->pos_interpolated_from, meta->pos_interpolated_from);
+    char note[128];
+    if (meta->trained_grid) printf("  %s\n", vil_cli_pos_note(c, meta, note, sizeof note));
     return 0;
 }
 

@@ -41,7 +41,7 @@ static int same_file(const char *a, const char *b) {
 
 /* the flags' values: their defaults set by vil_cmd_eval, then filled by vil_args_parse */
 typedef struct {
-    const char *model, *data, *split, *labels, *device, *results, *predictions, *progress;
+    const char *model, *data, *split, *labels, *device, *results, *predictions, *progress, *pos;
     int batch, img_size, workers, limit, ema, skip_bad, threads, topk, max_pixels;
     float crop_pct;
 } Flags;
@@ -55,7 +55,8 @@ static const VilArg ARGS[] = {
     {"--batch", VIL_ARG_INT, &o.batch, "batch size", 1, VIL_MAX_BATCH},
     {"--device", VIL_ARG_STR, &o.device, "cpu, cuda or auto"},
     {"--crop-pct", VIL_ARG_FLOAT, &o.crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)", .meta = "F"},
-    {"--img-size", VIL_ARG_INT, &o.img_size, "evaluation resolution (0: the checkpoint's); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
+    {"--img-size", VIL_ARG_INT, &o.img_size, "evaluation resolution (0: the checkpoint's); another size moves pos_embed (--pos)", 0, VIL_MAX_IMG_SIZE},
+    {"--pos", VIL_ARG_STR, &o.pos, VIL_POS_HELP, .meta = "interp|keep|center", .needs = "--img-size"},
     {"--workers", VIL_ARG_INT, &o.workers, "data loader threads", 1, 256},
     {"--threads", VIL_ARG_INT, &o.threads, VIL_THREADS_HELP},
     {"--limit", VIL_ARG_INT, &o.limit, "evaluate N images spread over the classes: round robin in class order, each class's first ones (0: all)", 0, 2147483647},
@@ -111,6 +112,8 @@ static void print_header(const VilModel *m, const VilCheckpointMeta *meta, const
     printf("eval: %s%s%s (%s, %zu parameters, %d x %d) on %s\n", model, meta->weights[0] ? ":" : "",
            meta->weights, vil_printable(name, sizeof name, c->name), m->param_count, c->img_size,
            c->img_size, be->name);
+    char moved[128];
+    if (meta->trained_grid) printf("note: %s\n", vil_cli_pos_note(c, meta, moved, sizeof moved));
     printf("data: %s: %d images, %d classes; resize %d, center crop %d (%s)\n",
            vil_dataset_source(*ds), vil_dataset_size(*ds), vil_dataset_num_classes(*ds),
            vil_eval_scale_size(c->img_size, ev->crop_pct), c->img_size, note);
@@ -174,12 +177,13 @@ static int report(const VilEvalResult *r, Rows *rows, const VilModel *m, const V
 }
 
 int vil_cmd_eval(int argc, char **argv) {
-    o = (Flags){.split = "val", .device = "auto", .progress = "auto", .batch = 64, .workers = 4, .topk = 5,
+    o = (Flags){.split = "val", .device = "auto", .progress = "auto", .pos = "interp", .batch = 64, .workers = 4, .topk = 5,
                 .max_pixels = (int)vil_image_max_pixels()};
     int rc = vil_args_parse_flags(&vil_cmd_eval_spec, argc, argv);
     if (rc >= 0) return rc;
     /* the numbers' ranges are checked as they are parsed */
-    if (!vil_cli_crop_pct_ok("eval", o.crop_pct) || check_outputs() != 0) return 2;
+    int pos = vil_cli_pos_mode("eval", o.pos);
+    if (pos < 0 || !vil_cli_crop_pct_ok("eval", o.crop_pct) || check_outputs() != 0) return 2;
     VilDataset *ds;
     const VilBackend *be;
     VilModel m;
@@ -187,7 +191,7 @@ int vil_cmd_eval(int argc, char **argv) {
     char *model_file;
     const char *model = vil_cli_model_path("eval", o.model, &o.ema, &model_file);
     if (!model) return 1;
-    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema};
+    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema, .pos = (VilPosMode)pos};
     if ((rc = vil_cli_open_eval("eval", model, o.data, o.split, o.labels, o.device, o.max_pixels, o.threads, &lo, &ds,
                                 &be, &m, &meta)) != 0) {
         free(model_file);

@@ -13,27 +13,30 @@
 
 /* the flags' values: their defaults set by vil_cmd_info, then filled by vil_args_parse */
 typedef struct {
-    const char *model, *device;
+    const char *model, *device, *pos;
     int img_size, ema;
 } Flags;
 static Flags o;
 
 static const VilArg ARGS[] = {
     VIL_ARG_MODEL_ROWS(o),
-    {"--img-size", VIL_ARG_INT, &o.img_size, "image size (0: the file's, or 224 without a config); another size interpolates pos_embed", 0, VIL_MAX_IMG_SIZE},
+    {"--img-size", VIL_ARG_INT, &o.img_size, "image size (0: the file's, or 224 without a config); another size moves pos_embed (--pos)", 0, VIL_MAX_IMG_SIZE},
+    {"--pos", VIL_ARG_STR, &o.pos, VIL_POS_HELP, .meta = "interp|keep|center", .needs = "--img-size"},
     {"--device", VIL_ARG_STR, &o.device, "cpu or cuda: where to load it"},
 };
 
-const VilArgSpec vil_cmd_info_spec = {"info", "--model CKPT [--ema] [--img-size N]",
+const VilArgSpec vil_cmd_info_spec = {"info", "--model CKPT [--ema] [--img-size N [--pos interp|keep|center]]",
                                       "Prints a checkpoint's architecture, parameter count, image size and classes.",
                                       ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 0, 0};
 
 int vil_cmd_info(int argc, char **argv) {
-    o = (Flags){.device = "cpu"};
+    o = (Flags){.device = "cpu", .pos = "interp"};
     int rc = vil_args_parse_flags(&vil_cmd_info_spec, argc, argv);
     if (rc >= 0) return rc;
     /* --img-size is range-checked as it is parsed */
     if (!vil_device_name_ok(o.device)) return vil_cli_bad_choice("info", "--device", "cpu, cuda or auto", o.device);
+    int pos = vil_cli_pos_mode("info", o.pos);
+    if (pos < 0) return 2;
     const VilBackend *be = vil_backend_get(o.device);
     if (!be) return 1;
     VilModel m;
@@ -41,7 +44,7 @@ int vil_cmd_info(int argc, char **argv) {
     char *model_file;
     const char *model = vil_cli_model_path("info", o.model, &o.ema, &model_file);
     if (!model) return 1;
-    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema};
+    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema, .pos = (VilPosMode)pos};
     rc = vil_checkpoint_load(model, be, &lo, &m, &meta);
     if (rc != 0) {
         free(model_file);
@@ -68,9 +71,8 @@ int vil_cmd_info(int argc, char **argv) {
            c->in_chans == 1 ? "" : "s");
     printf("patches:     %d x %d of %d px, stride %d; %d tokens, class token at %d\n", c->grid,
            c->grid, c->patch_size, c->stride, c->seq_len, c->cls_pos);
-    if (meta.pos_interpolated_from)
-        printf("             (pos_embed interpolated from the trained %d x %d grid)\n",
-               meta.pos_interpolated_from, meta.pos_interpolated_from);
+    if (c->pos_embed_kind == VIL_POS_EMBED_NONE) printf("             (no pos_embed: position from the scan order alone)\n");
+    if (meta.trained_grid) printf("             (%s)\n", vil_cli_pos_note(c, &meta, shown, sizeof shown));
     printf("blocks:      %d, embed dim %d, inner dim %d, state %d, dt rank %d, conv %d\n",
            c->depth, c->embed_dim, c->d_inner, c->d_state, c->dt_rank, c->d_conv);
     printf("classes:     %d", c->num_classes);

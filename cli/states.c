@@ -242,7 +242,7 @@ static void print_header(Report *r, const VilModel *m, const VilCheckpointMeta *
     const VilConfig *c = &m->cfg;
     char name[96];
     /* the training length: the tokens of the file's own pos_embed grid */
-    int g = meta->pos_interpolated_from;
+    int g = meta->trained_grid;
     r->train_img = g > 0 ? c->patch_size + (g - 1) * c->stride : c->img_size;
     r->train_tokens = g > 0 ? g * g + 1 : c->seq_len;
     printf("states: %s%s%s (%s, %s, depth %d, d_state %d) at %d px: %d tokens (trained at %d px: "

@@ -329,7 +329,7 @@ __global__ void tokens_fwd_kernel(float *x, const bf16 *patches, const float *cl
         size_t r = i / D;
         int l = (int)(r % L), b = (int)(r / L);
         float v = l == t ? cls[d] : bf2f(patches[((size_t)b * M + (l < t ? l : l - 1)) * D + d]);
-        x[i] = v + pos[(size_t)l * D + d];
+        x[i] = pos ? v + pos[(size_t)l * D + d] : v;
     }
 }
 
@@ -345,14 +345,15 @@ __global__ void tokens_gather_kernel(bf16 *dpatches, const float *dx, int B, int
     }
 }
 
-/* dpos[l, d] += sum_b dx[b, l, d] (and dcls at l == t), summed in sample order */
+/* dpos[l, d] += sum_b dx[b, l, d] (and dcls at l == t), summed in sample order, over the rows
+ * from l0 on (dpos NULL: l0 = t, the class token's row alone) */
 __global__ void tokens_pos_grad_kernel(float *dcls, float *dpos, const float *dx, int B, int L,
-                                       int D, int t) {
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i >= (size_t)L * D) return;
+                                       int D, int t, int l0, int rows) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x + (size_t)l0 * D;
+    if (i >= (size_t)(l0 + rows) * D) return;
     float s = 0.0f;
     for (int b = 0; b < B; b++) s += dx[(size_t)b * L * D + i];
-    dpos[i] += s;
+    if (dpos) dpos[i] += s;
     if ((int)(i / D) == t) dcls[i % D] += s;
 }
 
@@ -371,7 +372,8 @@ extern "C" void tokens_backward_cuda(const VilTokensBwd *a) {
     size_t n = (size_t)B * M * D;
     tokens_gather_kernel<<<cu_blocks(n, 256), 256, 0, cu()->stream>>>((bf16 *)dpatches, dx, B, M, D, t);
     CU_LAUNCH_CHECK();
-    size_t np = (size_t)(M + 1) * D;
-    tokens_pos_grad_kernel<<<cu_blocks(np, 128), 128, 0, cu()->stream>>>(dcls, dpos, dx, B, M + 1, D, t);
+    int l0 = dpos ? 0 : t, rows = dpos ? M + 1 : 1;
+    size_t np = (size_t)rows * D;
+    tokens_pos_grad_kernel<<<cu_blocks(np, 128), 128, 0, cu()->stream>>>(dcls, dpos, dx, B, M + 1, D, t, l0, rows);
     CU_LAUNCH_CHECK();
 }

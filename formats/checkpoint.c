@@ -241,6 +241,40 @@ int vil_pos_embed_resize(float *dst, const float *src, int G, int G2, int D) {
     return 0;
 }
 
+void vil_pos_embed_keep(float *dst, const float *src, int G, int G2, int D, VilPosMode mode) {
+    int t = G * G / 2, t2 = G2 * G2 / 2, o = mode == VIL_POS_CENTER ? (G2 - G) / 2 : 0;
+    for (int i = 0; i < G2; i++)
+        for (int j = 0; j < G2; j++) {
+            int si = i - o < 0 ? 0 : i - o >= G ? G - 1 : i - o;
+            int sj = j - o < 0 ? 0 : j - o >= G ? G - 1 : j - o;
+            int p = i * G2 + j, q = si * G + sj; /* grid positions; the class row sits at t, t2 */
+            memcpy(dst + (size_t)(p < t2 ? p : p + 1) * D, src + (size_t)(q < t ? q : q + 1) * D,
+                   (size_t)D * sizeof(float));
+        }
+    memcpy(dst + (size_t)t2 * D, src + (size_t)t * D, (size_t)D * sizeof(float));
+}
+
+static const char *const POS_MODES[VIL_POS_MODE_COUNT] = {[VIL_POS_INTERP] = "interp", [VIL_POS_KEEP] = "keep",
+                                                           [VIL_POS_CENTER] = "center"};
+
+const char *vil_pos_mode_name(int mode) {
+    return mode >= 0 && mode < VIL_POS_MODE_COUNT ? POS_MODES[mode] : NULL;
+}
+
+int vil_pos_mode_parse(const char *name) {
+    for (int i = 0; i < VIL_POS_MODE_COUNT; i++)
+        if (strcmp(name, POS_MODES[i]) == 0) return i;
+    return -1;
+}
+
+/* pos_embed from a G x G grid onto G2 x G2 as mode says; 0, or -1 (reported by the caller)
+ * without the memory to interpolate */
+static int pos_embed_move(float *dst, const float *src, int G, int G2, int D, VilPosMode mode) {
+    if (mode == VIL_POS_INTERP) return vil_pos_embed_resize(dst, src, G, G2, D);
+    vil_pos_embed_keep(dst, src, G, G2, D, mode);
+    return 0;
+}
+
 void vil_checkpoint_meta_free(VilCheckpointMeta *meta) {
     if (meta->class_names)
         for (int i = 0; i < meta->n_classes; i++) free(meta->class_names[i]);
@@ -320,6 +354,23 @@ static void name_config(VilConfig *c) {
     snprintf(c->name, sizeof c->name, "%s_%s%s", c->arch, size ? size : d, s);
 }
 
+/* The grid of a file without pos_embed: nothing in it says the stride, so the patches are taken
+ * as not overlapping (S = P), at img, which the model then simply runs at (it has no position
+ * embedding to move). 0, or -1 (reported) when img does not fit. */
+static int infer_grid_none(const char *path, int img, VilConfig *c) {
+    strcpy(c->pos_embed, "none");
+    c->img_size = img;
+    c->stride = c->patch_size;
+    if (img < c->patch_size || img % c->patch_size != 0) {
+        vil_error("'%s' has no pos_embed, so its patches are taken as not overlapping (stride = patch "
+                  "%d), which image size %d does not fit: give a multiple of %d with --img-size",
+                  path, c->patch_size, img, c->patch_size);
+        return -1;
+    }
+    name_config(c);
+    return 0;
+}
+
 /* doc/models.md, "Architecture from a checkpoint alone". img: the image size the file says it
  * was trained at, or (asked) only a size asked for: where that size does not fit the pos_embed
  * grid with a stride of at most the patch, the training size is taken as grid x patch (stride =
@@ -327,13 +378,15 @@ static void name_config(VilConfig *c) {
 static int infer_config(const VilSafetensors *st, const char *path, int img, int asked, VilConfig *c) {
     vil_config_default(c);
     const VilStTensor *pw = need(st, path, "patch_embed.proj.weight", 4);
-    const VilStTensor *pos = need(st, path, "pos_embed", 3);
     const VilStTensor *head = need(st, path, "head.weight", 2);
     const VilStTensor *inp = need(st, path, "layers.0.mixer.in_proj.weight", 2);
     const VilStTensor *dtw = need(st, path, "layers.0.mixer.dt_proj.weight", 2);
     const VilStTensor *xp = need(st, path, "layers.0.mixer.x_proj.weight", 2);
     const VilStTensor *cw = need(st, path, "layers.0.mixer.conv1d.weight", 3);
-    if (!pw || !pos || !head || !inp || !dtw || !xp || !cw) return -1;
+    if (!pw || !head || !inp || !dtw || !xp || !cw) return -1;
+    /* none: a model trained without one (pos_embed = none), whose grid the file cannot tell */
+    const VilStTensor *pos = NULL;
+    if (vil_st_find(st, "pos_embed") && !(pos = need(st, path, "pos_embed", 3))) return -1;
     int depth = 0;
     for (int i = 0; i < st->n_tensors; i++) {
         int l;
@@ -373,6 +426,7 @@ static int infer_config(const VilSafetensors *st, const char *path, int img, int
         return -1;
     }
     strcpy(c->arch, vil_recurrences[rec < 0 ? bare : rec].arch);
+    if (!pos) return infer_grid_none(path, img, c);
     long rows = (long)pos->shape[1] - 1;
     int G = (int)lround(sqrt((double)rows));
     if (rows < 1 || (long)G * G != rows) {
@@ -568,9 +622,9 @@ static int load_data(Source *s, const char *path, int keep_head) {
 }
 
 /* m's parameters (host, in the parameter buffers' layout) from the file's tensors, which
- * check_tensors has passed for m's config. -1 (reported) when a value is not finite, or without
- * the memory to interpolate pos_embed. */
-static int fill_params(const Source *s, const char *path, const VilModel *m, int src_grid,
+ * check_tensors has passed for m's config; pos_embed moved from src_grid as pos says. -1
+ * (reported) when a value is not finite, or without the memory to interpolate pos_embed. */
+static int fill_params(const Source *s, const char *path, const VilModel *m, int src_grid, VilPosMode pos,
                        int keep_head, float *host) {
     const VilConfig *cfg = &m->cfg;
     for (int i = 0; i < m->n_tensors; i++) {
@@ -581,10 +635,10 @@ static int fill_params(const Source *s, const char *path, const VilModel *m, int
             int G = src_grid, D = cfg->embed_dim;
             float *src = vil_try_malloc(((size_t)G * G + 1) * D * sizeof(float));
             int rc = src ? vil_st_to_f32(t, src) : -1;
-            if (rc == 0) rc = vil_pos_embed_resize(host + p->offset, src, G, cfg->grid, D);
+            if (rc == 0) rc = pos_embed_move(host + p->offset, src, G, cfg->grid, D, pos);
             free(src);
             if (rc != 0) {
-                vil_error("'%s': no memory to interpolate pos_embed from %dx%d onto %dx%d", path, G, G,
+                vil_error("'%s': no memory to move pos_embed from %dx%d onto %dx%d", path, G, G,
                           cfg->grid, cfg->grid);
                 return -1;
             }
@@ -618,13 +672,17 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
     const VilCheckpointOpts *o = opt ? opt : &none;
     memset(meta, 0, sizeof *meta);
     memset(m, 0, sizeof *m);
+    if (!vil_pos_mode_name((int)o->pos)) {
+        vil_error("vil_checkpoint_load: pos mode %d is none of interp, keep, center", (int)o->pos);
+        return VIL_EUSAGE;
+    }
     Source s;
     if (source_open(path, o, &s, meta) != 0) return -1;
     VilConfig cfg = s.cfg;
     int rc = -1, train_grid = 0;
     if (o->img_size > 0 && o->img_size != cfg.img_size) {
-        /* evaluate at another resolution: same patches and stride, a larger grid, and the
-         * position embedding interpolated onto it (doc/recipe.md) */
+        /* evaluate at another resolution: same patches and stride, another grid, and the
+         * position embedding moved onto it (doc/models.md) */
         if (cfg.stride < 1 || cfg.img_size < cfg.patch_size) {
             vil_error("'%s': the file's patch %d, stride %d and image size %d do not fit", path,
                       cfg.patch_size, cfg.stride, cfg.img_size);
@@ -657,7 +715,7 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
     }
     float *host = vil_try_calloc(m->buf_len, sizeof(float));
     if (!host) vil_error("'%s': no host memory for its %zu parameters", path, m->param_count);
-    if (!host || fill_params(&s, path, m, train_grid, 0, host) != 0 ||
+    if (!host || fill_params(&s, path, m, train_grid, o->pos, 0, host) != 0 ||
         set_class_names(&s, path, cfg.num_classes, meta) != 0) {
         free(host);
         vil_model_free(m);
@@ -681,7 +739,8 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
         goto out;
     }
     meta->img_size = cfg.img_size;
-    meta->pos_interpolated_from = train_grid;
+    meta->trained_grid = train_grid;
+    meta->pos_mode = o->pos;
     const char *st = vil_st_meta(&s.st, META_STEP);
     long v;
     meta->step = st && vil_parse_int(st, &v) == 0 ? v : 0;
@@ -722,6 +781,11 @@ int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMet
     SAME(embed_dim) SAME(depth) SAME(d_state) SAME(dt_rank) SAME(expand) SAME(d_conv)
     SAME(patch_size) SAME(in_chans)
 #undef SAME
+    if (fc.pos_embed_kind != c->pos_embed_kind) {
+        vil_error("--init '%s': the checkpoint's pos_embed is %s, the config's %s: it is not the same "
+                  "network", path, fc.pos_embed, c->pos_embed);
+        goto out;
+    }
     int keep_head = fc.num_classes != c->num_classes;
     if (check_tensors(&s, path, c, fc.grid != c->grid ? fc.grid : 0, keep_head) != 0 ||
         load_data(&s, path, keep_head) != 0)
@@ -732,13 +796,14 @@ int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMet
         goto out;
     }
     vil_model_get_params(m, host); /* the head keeps its fresh weights when the classes differ */
-    int up = fill_params(&s, path, m, fc.grid != c->grid ? fc.grid : 0, keep_head, host);
+    int up = fill_params(&s, path, m, fc.grid != c->grid ? fc.grid : 0, VIL_POS_INTERP, keep_head, host);
     if (up == 0) up = vil_model_set_params(m, host);
     free(host);
     if (up != 0) goto out;
     meta->img_size = fc.img_size;
     meta->n_classes = fc.num_classes;
-    meta->pos_interpolated_from = fc.grid != c->grid ? fc.grid : 0;
+    meta->trained_grid = fc.grid != c->grid ? fc.grid : 0;
+    meta->pos_mode = VIL_POS_INTERP;
     meta->head_kept = keep_head;
     rc = 0;
 out:

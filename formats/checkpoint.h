@@ -18,9 +18,21 @@ typedef struct {
     float mean[3], std[3];
 } VilEvalSpec;
 
+/* How a position embedding trained on one patch grid reaches another (doc/models.md, "Another
+ * resolution, another grid"): resampled bicubically, or kept, every patch keeping its trained
+ * (row, col) with the trained grid at the top-left or in the centre of the new one, the grid's
+ * edges extended past it and cut where the new grid is smaller. */
+typedef enum { VIL_POS_INTERP, VIL_POS_KEEP, VIL_POS_CENTER } VilPosMode;
+#define VIL_POS_MODE_COUNT 3
+/* "interp", "keep", "center"; NULL for a value that is none of them */
+const char *vil_pos_mode_name(int mode);
+/* the mode a name is, or -1 */
+int vil_pos_mode_parse(const char *name);
+
 typedef struct {
     int img_size; /* evaluate at this resolution (0: the file's own, 224 when it does not say) */
     int ema;      /* 1: a .pth training checkpoint's model_ema instead of its model */
+    VilPosMode pos; /* how pos_embed reaches another img_size's grid (0: interpolated) */
 } VilCheckpointOpts;
 
 typedef struct {
@@ -29,7 +41,10 @@ typedef struct {
     int n_classes;
     char **class_names; /* (n_classes) or NULL when the file has none */
     int config_inferred;/* 1: no config in the metadata, the architecture came from shapes */
-    int pos_interpolated_from; /* > 0: pos_embed was resized from this grid side */
+    int trained_grid;   /* > 0: the model runs on another patch grid than the file's, whose side
+                         * this is; its pos_embed was moved as pos_mode says (a model without
+                         * one, pos_embed = none, needed nothing) */
+    VilPosMode pos_mode;
     char format[16];    /* "safetensors" or "pth" */
     /* .pth files only */
     char weights[16];   /* the state dict read: "model", "model_ema", "state_dict", "" (the file is one) */
@@ -62,10 +77,11 @@ int vil_checkpoint_save_from(const VilModel *m, const char *path, char *const *c
 /* Read a checkpoint's config (from its metadata, or inferred from the tensor shapes with the
  * image size the file states, else opt->img_size, else 224) and validate every tensor. A file
  * that states its image size, loaded at another opt->img_size, keeps its patches and stride and
- * gets its position embedding interpolated bicubically onto the new grid (the class-token row
+ * gets its position embedding moved onto the new grid as opt->pos says (the class-token row
  * unchanged). On success *m is initialized on backend be with the file's parameters and *meta
  * is filled. Errors name the file and what is wrong; returns -1 then and leaves nothing
- * allocated. opt may be NULL (the file's own size, its model weights). */
+ * allocated (VIL_EUSAGE for an opt->pos that is no VilPosMode). opt may be NULL (the file's own
+ * size, its model weights). */
 int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpointOpts *opt,
                         VilModel *m, VilCheckpointMeta *meta);
 /* Initialize the parameters of m (allocated, weights drawn) from a checkpoint of the same
@@ -79,5 +95,11 @@ void vil_checkpoint_meta_free(VilCheckpointMeta *meta);
  * patch grid as torch.nn.functional.interpolate(mode='bicubic', align_corners=False). 0, or -1
  * (reported) without the memory for its G x G2 x D intermediate. */
 int vil_pos_embed_resize(float *dst, const float *src, int G, int G2, int D);
+/* The same move, keeping the trained grid (mode VIL_POS_KEEP or VIL_POS_CENTER): the patch at
+ * (i, j) of the G2 x G2 grid takes the trained row of (clamp(i - o, 0, G-1), clamp(j - o, 0, G-1)),
+ * o = 0 (keep: the trained grid at the top-left) or (G2 - G) / 2 rounded toward zero (center: as
+ * many new rows above as below, one more below when they differ by an odd count; a smaller grid
+ * cut from the middle). The class-token row is copied as it is. */
+void vil_pos_embed_keep(float *dst, const float *src, int G, int G2, int D, VilPosMode mode);
 
 #endif

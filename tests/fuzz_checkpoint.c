@@ -98,7 +98,7 @@ static void check_model(const VilModel *m, const VilCheckpointMeta *meta,
         if (!st) abort();
         size_t in_file = 0;
         for (int i = 0; i < st->n_tensors; i++) in_file += (size_t)vil_st_numel(&st->tensors[i]);
-        if (!meta->pos_interpolated_from && in_file != m->param_count) abort();
+        if (!meta->trained_grid && in_file != m->param_count) abort();
     }
 }
 

@@ -36,6 +36,7 @@ typedef struct {
     int accumulate;           /* linear: dinp += */
     int sweep;                /* linear: N = 1 .. sweep in turn, a bias on odd N */
     int add, scale;           /* add_rmsnorm: res_in + h (else the stream as it is); a drop-path scale */
+    int no_pos;               /* tokens: pos and dpos NULL (a model with pos_embed = none) */
     VilRecurrence rec;        /* scan */
     int each_rec;             /* scan: once for every recurrence of the table (vil/rec/list.h), rec aside */
     int dt_ld, xdbl_ld;       /* scan: k's column in x_dbl, x_dbl's row length (>= dt_ld + 2N) */
@@ -883,25 +884,28 @@ static void test_tokens(const OpCase *c) {
     size_t np = (size_t)B * M * D, nx = (size_t)B * L * D;
     float *pt = rnd_bf(np, 1.0f), *cls = rnd(D, 1.0f), *pos = rnd((size_t)L * D, 1.0f);
     float *x_c = vil_malloc(nx * sizeof(float));
-    tokens_forward(&(VilTokensFwd){.x = x_c, .patches = pt, .cls = cls, .pos = pos, .B = B, .M = M, .D = D, .t = t});
+    tokens_forward(&(VilTokensFwd){.x = x_c, .patches = pt, .cls = cls, .pos = c->no_pos ? NULL : pos, .B = B, .M = M,
+                                   .D = D, .t = t});
     void *d_pt = dev_act(pt, np);
     float *d_cls = dev_f32(cls, D), *d_pos = dev_f32(pos, (size_t)L * D), *d_x = dev_poison(nx * 4);
-    G->tokens_forward(G, &(VilTokensFwd){.x = d_x, .patches = d_pt, .cls = d_cls, .pos = d_pos, .B = B, .M = M, .D = D, .t = t});
+    G->tokens_forward(G, &(VilTokensFwd){.x = d_x, .patches = d_pt, .cls = d_cls, .pos = c->no_pos ? NULL : d_pos, .B = B,
+                                         .M = M, .D = D, .t = t});
     float *x_g = get_f32(d_x, nx);
-    snprintf(nm, sizeof nm, "tokens fwd B=%d M=%d D=%d t=%d", B, M, D, t);
+    snprintf(nm, sizeof nm, "tokens fwd B=%d M=%d D=%d t=%d%s", B, M, D, t, c->no_pos ? " no pos" : "");
     T_CLOSE(nm, rel(x_g, x_c, nx), 1e-7); /* one add per element */
     float *dx = rnd(nx, 1.0f), *dp_c = vil_malloc(np * sizeof(float));
     float *dcls_c = rnd(D, 1.0f), *dpos_c = rnd((size_t)L * D, 1.0f);
     float *dcls0 = copy_f(dcls_c, D), *dpos0 = copy_f(dpos_c, (size_t)L * D);
-    tokens_backward(&(VilTokensBwd){.dpatches = dp_c, .dcls = dcls_c, .dpos = dpos_c, .dx = dx, .B = B, .M = M, .D = D, .t = t});
+    tokens_backward(&(VilTokensBwd){.dpatches = dp_c, .dcls = dcls_c, .dpos = c->no_pos ? NULL : dpos_c, .dx = dx, .B = B,
+                                    .M = M, .D = D, .t = t});
     float *d_dx = dev_f32(dx, nx), *d_dcls = dev_f32(dcls0, D), *d_dpos = dev_f32(dpos0, (size_t)L * D);
     void *d_dp = dev_poison(np * 2);
-    G->tokens_backward(G, &(VilTokensBwd){.dpatches = d_dp, .dcls = d_dcls, .dpos = d_dpos, .dx = d_dx, .B = B, .M = M,
-                                          .D = D, .t = t});
+    G->tokens_backward(G, &(VilTokensBwd){.dpatches = d_dp, .dcls = d_dcls, .dpos = c->no_pos ? NULL : d_dpos, .dx = d_dx,
+                                          .B = B, .M = M, .D = D, .t = t});
     float *dp_g = get_act(d_dp, np), *dcls_g = get_f32(d_dcls, D), *dpos_g = get_f32(d_dpos, (size_t)L * D);
-    snprintf(nm, sizeof nm, "tokens bwd dpatches B=%d M=%d D=%d", B, M, D);
+    snprintf(nm, sizeof nm, "tokens bwd dpatches B=%d M=%d D=%d%s", B, M, D, c->no_pos ? " no pos" : "");
     T_CLOSE(nm, rel(dp_g, dp_c, np), c->tol);
-    snprintf(nm, sizeof nm, "tokens bwd dcls, dpos B=%d M=%d D=%d", B, M, D);
+    snprintf(nm, sizeof nm, "tokens bwd dcls, dpos B=%d M=%d D=%d%s", B, M, D, c->no_pos ? " no pos (dpos untouched)" : "");
     T_CLOSE(nm, fmax(rel(dcls_g, dcls_c, D), rel(dpos_g, dpos_c, (size_t)L * D)), c->tol_f32);
     G->free(G, d_pt), G->free(G, d_cls), G->free(G, d_pos), G->free(G, d_x), G->free(G, d_dx), G->free(G, d_dcls);
     G->free(G, d_dpos), G->free(G, d_dp);
@@ -1350,6 +1354,8 @@ static const OpCase CASES[] = {
      .B = 2, .M = 25, .D = 20, .t = 12},
     {.op = "tokens", .name = "one patch, class token first", .tol = TOL_BF16, .tol_f32 = 1e-6,
      .B = 3, .M = 1, .D = 8, .t = 0},
+    {.op = "tokens", .name = "no position embedding (pos, dpos NULL)", .tol = TOL_BF16, .tol_f32 = 1e-6,
+     .B = 2, .M = 49, .D = 24, .t = 24, .no_pos = 1},
 
 };
 #define N_CASES (int)(sizeof CASES / sizeof CASES[0])

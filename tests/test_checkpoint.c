@@ -120,9 +120,9 @@ static void test_roundtrip(const char *arch) {
         if (!ok) continue;
         T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = img}, &ref, &rm) == 0, "reference at %d", img);
         T_CHECK(r.cfg.img_size == (img ? img : 16) && r.cfg.stride == 4 && r.cfg.grid == ref.cfg.grid &&
-                    meta.pos_interpolated_from == rm.pos_interpolated_from && same_params(&r, &ref),
+                    meta.trained_grid == rm.trained_grid && same_params(&r, &ref),
                 "%s: bare file at %d px: img %d stride %d grid %d, pos from %d grid, as the file with metadata",
-                arch, img, r.cfg.img_size, r.cfg.stride, r.cfg.grid, meta.pos_interpolated_from);
+                arch, img, r.cfg.img_size, r.cfg.stride, r.cfg.grid, meta.trained_grid);
         vil_checkpoint_meta_free(&rm);
         vil_model_free(&ref);
         vil_checkpoint_meta_free(&meta);
@@ -488,10 +488,210 @@ static void test_pos_resize(void) {
     vil_checkpoint_save(&m, f, 0, NULL, 0, NULL);
     VilCheckpointMeta meta;
     T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 28}, &r2, &meta) == 0, "load at 28");
-    T_CHECK(r2.cfg.img_size == 28 && r2.cfg.grid == 7 && r2.cfg.seq_len == 50 && meta.pos_interpolated_from == 4,
+    T_CHECK(r2.cfg.img_size == 28 && r2.cfg.grid == 7 && r2.cfg.seq_len == 50 && meta.trained_grid == 4,
             "evaluating at 28: grid %d, L %d", r2.cfg.grid, r2.cfg.seq_len);
     vil_checkpoint_meta_free(&meta);
     vil_model_free(&r2);
+    vil_model_free(&m);
+}
+
+/* pos_embed's patch rows as a G x G grid of D-vectors, the class row (G*G/2) left out: the
+ * expectation below is built on this, not on the library's row arithmetic */
+static float *grid_of_rows(const float *pe, int G, int D) {
+    float *g = vil_malloc((size_t)G * G * D * 4), *w = g;
+    for (int row = 0; row <= G * G; row++) {
+        if (row == G * G / 2) continue; /* the class token */
+        memcpy(w, pe + (size_t)row * D, (size_t)D * 4);
+        w += D;
+    }
+    return g;
+}
+
+/* vil_pos_embed_keep against a hand-built expectation: the new grid's patch (i, j) holds the
+ * trained patch (ti, tj) of want_src; 0 when every patch and the class row are as expected */
+static int keep_matches(const float *dst, const float *src, int G, int G2, int D, void (*want_src)(int, int, int, int, int *, int *)) {
+    float *got = grid_of_rows(dst, G2, D), *old = grid_of_rows(src, G, D);
+    int bad = 0;
+    for (int i = 0; i < G2; i++)
+        for (int j = 0; j < G2; j++) {
+            int ti, tj;
+            want_src(G, G2, i, j, &ti, &tj);
+            bad += memcmp(got + ((size_t)i * G2 + j) * D, old + ((size_t)ti * G + tj) * D, (size_t)D * 4) != 0;
+        }
+    bad += memcmp(dst + (size_t)(G2 * G2 / 2) * D, src + (size_t)(G * G / 2) * D, (size_t)D * 4) != 0;
+    free(got), free(old);
+    return bad;
+}
+static int clampi(int v, int hi) { return v < 0 ? 0 : v > hi ? hi : v; }
+/* keep: the trained grid at the top-left, its last row and column repeated past it */
+static void src_keep(int G, int G2, int i, int j, int *ti, int *tj) {
+    *ti = i < G ? i : G - 1, *tj = j < G ? j : G - 1;
+}
+/* center: as many new rows above the trained grid as below (the odd one below); a smaller grid
+ * is the middle of the trained one (the odd row cut below) */
+static void src_center(int G, int G2, int i, int j, int *ti, int *tj) {
+    int above = G2 >= G ? (G2 - G) / 2 : -((G - G2) / 2);
+    *ti = clampi(i - above, G - 1), *tj = clampi(j - above, G - 1);
+}
+
+static void test_pos_keep(void) {
+    int D = 3;
+    VilRng r;
+    vil_rng_seed(&r, 5);
+    const struct {
+        int G, G2;
+    } sizes[] = {{4, 7}, {4, 8}, {7, 4}, {7, 3}, {5, 5}, {3, 14}, {1, 3}};
+    for (int k = 0; k < (int)(sizeof sizes / sizeof sizes[0]); k++) {
+        int G = sizes[k].G, G2 = sizes[k].G2;
+        float *src = vil_malloc(((size_t)G * G + 1) * D * 4), *dst = vil_malloc(((size_t)G2 * G2 + 1) * D * 4);
+        for (int i = 0; i < (G * G + 1) * D; i++) src[i] = vil_rng_normal(&r);
+        vil_pos_embed_keep(dst, src, G, G2, D, VIL_POS_KEEP);
+        T_CHECK(keep_matches(dst, src, G, G2, D, src_keep) == 0, "pos keep %dx%d -> %dx%d: %s, the class row kept", G, G,
+                G2, G2, G2 > G ? "top-left, edges extended" : G2 < G ? "the top-left crop" : "the identity");
+        vil_pos_embed_keep(dst, src, G, G2, D, VIL_POS_CENTER);
+        T_CHECK(keep_matches(dst, src, G, G2, D, src_center) == 0, "pos center %dx%d -> %dx%d: %s, the class row kept", G,
+                G, G2, G2, G2 > G ? "centred, edges extended" : G2 < G ? "the centre crop" : "the identity");
+        if (G2 == G) {
+            T_CHECK(memcmp(dst, src, ((size_t)G * G + 1) * D * 4) == 0, "pos keep onto the same grid: the same bytes");
+        }
+        free(src), free(dst);
+    }
+    /* a few entries by hand, 2 x 2 -> 3 x 3 with D = 1: src rows [a b | cls | c d] (class row 2)
+     * keep:   a b b / c d d / c d d, class row 9/2 = 4 -> [a b b c | cls | d d c d d]
+     * center (o = 0 for 3 - 2 = 1): the same as keep */
+    float s[5] = {1, 2, 99, 3, 4}, d[10], want[10] = {1, 2, 2, 3, 99, 4, 4, 3, 4, 4};
+    vil_pos_embed_keep(d, s, 2, 3, 1, VIL_POS_KEEP);
+    T_CHECK(memcmp(d, want, sizeof d) == 0, "pos keep 2x2 -> 3x3 by hand: %g %g %g %g %g %g %g %g %g %g", d[0], d[1], d[2],
+            d[3], d[4], d[5], d[6], d[7], d[8], d[9]);
+    /* 2 x 2 -> 4 x 4 centred (o = 1): every patch of the outer ring takes its nearest corner;
+     * row 0 = a a b b, row 1 = a a b b, row 2 = c c d d, row 3 = c c d d; class row 8 */
+    float d4[17], want4[17] = {1, 1, 2, 2, 1, 1, 2, 2, 99, 3, 3, 4, 4, 3, 3, 4, 4};
+    vil_pos_embed_keep(d4, s, 2, 4, 1, VIL_POS_CENTER);
+    T_CHECK(memcmp(d4, want4, sizeof d4) == 0, "pos center 2x2 -> 4x4 by hand");
+
+    /* the load: a checkpoint trained at 16 (grid 4) evaluated at 28 (grid 7) with keep */
+    VilConfig c;
+    small(&c, "vim", 3);
+    VilModel m, k2, i2;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 4);
+    const char *f = path("keep.safetensors");
+    vil_checkpoint_save(&m, f, 0, NULL, 0, NULL);
+    VilCheckpointMeta mk, mi;
+    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 28, .pos = VIL_POS_KEEP}, &k2, &mk) == 0 &&
+                vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 28}, &i2, &mi) == 0,
+            "load at 28 with keep and with interp");
+    T_CHECK(mk.trained_grid == 4 && mk.pos_mode == VIL_POS_KEEP && mi.pos_mode == VIL_POS_INTERP && k2.cfg.grid == 7,
+            "meta says the mode and the trained grid (%d, mode %d)", mk.trained_grid, (int)mk.pos_mode);
+    float *pm = vil_malloc(m.buf_len * 4), *pk = vil_malloc(k2.buf_len * 4), *pi = vil_malloc(i2.buf_len * 4);
+    vil_model_get_params(&m, pm), vil_model_get_params(&k2, pk), vil_model_get_params(&i2, pi);
+    const float *src = pm + vil_model_find_param(&m, "pos_embed")->offset;
+    float *want_k = vil_malloc((size_t)50 * c.embed_dim * 4);
+    vil_pos_embed_keep(want_k, src, 4, 7, c.embed_dim, VIL_POS_KEEP);
+    size_t pos_k = vil_model_find_param(&k2, "pos_embed")->offset, pos_i = vil_model_find_param(&i2, "pos_embed")->offset;
+    T_CHECK(memcmp(pk + pos_k, want_k, (size_t)50 * c.embed_dim * 4) == 0, "the loaded pos_embed is the kept grid");
+    T_CHECK(keep_matches(pk + pos_k, src, 4, 7, c.embed_dim, src_keep) == 0, "... as built by hand");
+    T_CHECK(memcmp(pk + pos_k, pi + pos_i, (size_t)50 * c.embed_dim * 4) != 0, "... and not the interpolated one");
+    /* every other tensor as the interpolating load has it */
+    int others = 1;
+    for (int i = 0; i < k2.n_tensors; i++)
+        if (strcmp(k2.info[i].name, "pos_embed") != 0)
+            others &= memcmp(pk + k2.info[i].offset, pi + i2.info[i].offset, vil_param_extent(&k2.info[i]) * 4) == 0;
+    T_CHECK(others, "every other tensor as the interpolating load's");
+    free(pm), free(pk), free(pi), free(want_k);
+    vil_checkpoint_meta_free(&mk), vil_checkpoint_meta_free(&mi);
+    vil_model_free(&k2), vil_model_free(&i2);
+    /* a mode that is none */
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 28, .pos = (VilPosMode)7}, &k2, &mk);
+    vil_error_release(&cap);
+    T_CHECK(rc == VIL_EUSAGE && strstr(cap.msg, "pos mode 7"), "pos mode 7 refused (%d): %s", rc, cap.msg);
+    T_CHECK(vil_pos_mode_parse("keep") == VIL_POS_KEEP && vil_pos_mode_parse("center") == VIL_POS_CENTER &&
+                vil_pos_mode_parse("interp") == VIL_POS_INTERP && vil_pos_mode_parse("Keep") == -1 &&
+                strcmp(vil_pos_mode_name(VIL_POS_CENTER), "center") == 0 && !vil_pos_mode_name(3),
+            "pos mode names");
+    vil_model_free(&m);
+}
+
+/* A model trained without a position embedding (pos_embed = none): no pos_embed tensor, the
+ * config says so, and another image size needs nothing moved */
+static void test_no_pos_embed(void) {
+    VilConfig c, with;
+    small(&with, "vil", 3);
+    c = with;
+    T_CHECK(vil_config_set(&c, "pos_embed", "none") == 0 && vil_config_finalize(&c) == 0 &&
+                c.pos_embed_kind == VIL_POS_EMBED_NONE, "pos_embed = none");
+    size_t n0 = vil_model_count_params(&with), n1 = vil_model_count_params(&c);
+    T_CHECK(n0 - n1 == (size_t)with.seq_len * with.embed_dim, "no pos_embed: %zu parameters fewer, want L*D = %d",
+            n0 - n1, with.seq_len * with.embed_dim);
+    VilModel m, r;
+    vil_model_init(&m, &c, &vil_backend_cpu);
+    vil_model_init_weights(&m, 8);
+    T_CHECK(vil_model_find_param(&m, "pos_embed") == NULL && m.param_count == n1, "no pos_embed in the table");
+    const char *f = path("nopos.safetensors");
+    T_CHECK(vil_checkpoint_save(&m, f, 3, NULL, 0, NULL) == 0, "save");
+    VilSafetensors st;
+    T_CHECK(vil_st_read(f, &st) == 0, "raw read");
+    const char *cj = vil_st_meta(&st, "vil.config");
+    T_CHECK(!vil_st_find(&st, "pos_embed") && cj && strstr(cj, "\"pos_embed\":\"none\""),
+            "the file holds no pos_embed and its vil.config says none: %s", cj ? cj : "(none)");
+    vil_st_free(&st);
+    VilCheckpointMeta meta;
+    T_CHECK(vil_checkpoint_load(f, &vil_backend_cpu, NULL, &r, &meta) == 0 && r.cfg.pos_embed_kind == VIL_POS_EMBED_NONE &&
+                same_params(&m, &r) && meta.trained_grid == 0,
+            "load back: no pos_embed, the same parameters");
+    vil_checkpoint_meta_free(&meta);
+    vil_model_free(&r);
+    /* another size: nothing to move, every tensor the same; the trained grid still said */
+    for (int mode = 0; mode < VIL_POS_MODE_COUNT; mode++) {
+        int ok = vil_checkpoint_load(f, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 28, .pos = (VilPosMode)mode},
+                                     &r, &meta) == 0;
+        T_CHECK(ok && r.cfg.grid == 7 && meta.trained_grid == 4 && r.param_count == m.param_count &&
+                    same_params(&m, &r), "no pos_embed at 28 px (--pos %s): grid 7, every tensor as trained",
+                vil_pos_mode_name(mode));
+        if (!ok) continue;
+        vil_checkpoint_meta_free(&meta);
+        vil_model_free(&r);
+    }
+    /* a bare state dict without pos_embed: none inferred, patches taken as not overlapping */
+    const char *g = path("nopos_bare.safetensors");
+    T_CHECK(t_save_bare(&m, g) == 0, "save bare");
+    int ok = vil_checkpoint_load(g, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 16}, &r, &meta) == 0;
+    T_CHECK(ok && meta.config_inferred && r.cfg.pos_embed_kind == VIL_POS_EMBED_NONE && r.cfg.stride == 4 &&
+                r.cfg.img_size == 16 && same_params(&m, &r),
+            "bare file without pos_embed: none inferred, stride = patch, the same parameters");
+    if (ok) {
+        vil_checkpoint_meta_free(&meta);
+        vil_model_free(&r);
+    }
+    VilErrCapture cap;
+    vil_error_capture(&cap);
+    int rc = vil_checkpoint_load(g, &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 18}, &r, &meta);
+    vil_error_release(&cap);
+    T_CHECK(rc != 0 && strstr(cap.msg, "no pos_embed") && strstr(cap.msg, "multiple of 4"),
+            "bare file without pos_embed at 18 px: %s", cap.msg);
+    /* fine-tuning a model with a pos_embed from one without, and back: refused by name */
+    for (int k = 0; k < 2; k++) {
+        VilModel into;
+        vil_model_init(&into, k ? &c : &with, &vil_backend_cpu);
+        vil_model_init_weights(&into, 1);
+        const char *from = f;
+        if (k) { /* a file of the model with one */
+            VilModel w;
+            vil_model_init(&w, &with, &vil_backend_cpu);
+            vil_model_init_weights(&w, 2);
+            from = path("withpos.safetensors");
+            vil_checkpoint_save(&w, from, 0, NULL, 0, NULL);
+            vil_model_free(&w);
+        }
+        vil_error_capture(&cap);
+        rc = vil_checkpoint_init(&into, from, 0, &meta);
+        vil_error_release(&cap);
+        T_CHECK(rc != 0 && strstr(cap.msg, "pos_embed is"), "--init across pos_embed %s: %s", k ? "learned -> none" : "none -> learned",
+                cap.msg);
+        vil_model_free(&into);
+    }
     vil_model_free(&m);
 }
 
@@ -610,6 +810,8 @@ int main(void) {
     test_eval_spec();
     test_bad_metadata();
     test_pos_resize();
+    test_pos_keep();
+    test_no_pos_embed();
     test_cli();
     corpus_rmtree(dir);
     return t_finish();

@@ -221,6 +221,24 @@ static void test_command(void) {
             t0, t1, rc, rc2, out);
     cJSON_Delete(o);
     free(js);
+    /* --pos keep: the other sizes keep the trained grid, the model's own is as it was; the JSON
+     * says which */
+    snprintf(cmd, sizeof cmd, "bin/vil compare --device cpu --models " DATA "vil_p4s4.pth --ema --data %s --crop-pct 1 "
+             "--img-size 16,24 --pos keep --batch 4 --steps 1 --workers 1 --out %s/cmp_keep 2>&1", dir, dir);
+    rc = t_run(cmd, out, sizeof out);
+    snprintf(p, sizeof p, "%s/cmp_keep/compare.json", dir);
+    js = (char *)vil_read_file(p, &n);
+    o = js ? cJSON_ParseWithLength(js, n) : NULL;
+    rows = cJSON_GetObjectItem(o, "rows");
+    const char *posw = cJSON_GetStringValue(cJSON_GetObjectItem(o, "pos"));
+    t0 = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "top1"));
+    T_CHECK(rc == 0 && strstr(out, "pos_embed at other sizes: keep") && posw && strcmp(posw, "keep") == 0 &&
+                cJSON_GetArraySize(rows) == 2 && t0 == ref_top1("vil_p4s4"),
+            "--pos keep: exit %d, said in the header and the JSON, the own size as before (%.1f%%): %s", rc, t0, out);
+    cJSON_Delete(o);
+    free(js);
+    snprintf(cmd, sizeof cmd, "bin/vil compare --models " DATA "vil_p4s4.pth --data %s --pos keep 2>&1", dir);
+    T_CHECK(t_run(cmd, out, sizeof out) == 2 && strstr(out, "--pos goes with --img-size"), "--pos without --img-size: exit 2");
     /* usage errors */
     snprintf(cmd, sizeof cmd, "bin/vil compare --data %s 2>/dev/null", dir);
     T_CHECK(t_run(cmd, NULL, 0) == 2, "no models: exit 2");

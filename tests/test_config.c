@@ -498,6 +498,7 @@ static void test_tiny_floats(void) {
  * address); LONG_MIN for a key this test does not know */
 static long choice_field(const char *key, const VilConfig *c, const VilTrainConfig *t) {
     if (strcmp(key, "dt_init") == 0) return (long)(int)c->dt_init_kind;
+    if (strcmp(key, "pos_embed") == 0) return (long)(int)c->pos_embed_kind;
     if (strcmp(key, "optimizer") == 0) return (long)(intptr_t)t->optim;
     if (strcmp(key, "sched") == 0) return (long)(int)t->sched_kind;
     if (strcmp(key, "decode") == 0) return (long)(int)t->decode_kind;
@@ -527,6 +528,8 @@ static void test_choices(void) {
     } R[] = {
         {"dt_init", "zero", VIL_DT_INIT_ZERO},
         {"dt_init", "vim", VIL_DT_INIT_VIM},
+        {"pos_embed", "learned", VIL_POS_EMBED_LEARNED},
+        {"pos_embed", "none", VIL_POS_EMBED_NONE},
         {"optimizer", "adamw", (long)(intptr_t)&vil_optim_adamw},
         {"optimizer", "adam", (long)(intptr_t)&vil_optim_adam},
         {"optimizer", "sgd", (long)(intptr_t)&vil_optim_sgd},
@@ -561,7 +564,7 @@ static void test_choices(void) {
                 T_CHECK(found, "choice key %s's value '%s' has a row in test_choices", k->name, name);
             }
         }
-    T_CHECK(nkeys == 6, "the tables hold the six choice keys (%d)", nkeys);
+    T_CHECK(nkeys == 7, "the tables hold the seven choice keys (%d)", nkeys);
     for (int r = 0; r < nr; r++) {
         const VilKey *k = vil_keys_find(&vil_model_keys, R[r].key);
         if (!k) k = vil_keys_find(&vil_train_keys, R[r].key);
@@ -604,8 +607,8 @@ static void test_choices(void) {
     }
     /* a value that names no choice: set (a later --set may replace it), said unresolved, refused by
      * finalize */
-    const char *keys[] = {"dt_init", "optimizer", "sched", "decode", "allreduce", "init_state"};
-    for (int i = 0; i < 6; i++) {
+    const char *keys[] = {"dt_init", "pos_embed", "optimizer", "sched", "decode", "allreduce", "init_state"};
+    for (int i = 0; i < 7; i++) {
         VilConfig c;
         VilTrainConfig t;
         vil_config_default(&c);

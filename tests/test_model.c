@@ -48,6 +48,12 @@ static void test_counts(void) {
         int ok = vil_config_load(&c, files[i]) == 0 && vil_config_finalize(&c) == 0;
         T_CHECK(ok && vil_model_count_params(&c) == want[i], "%s: parameter count", files[i]);
     }
+    /* without a position embedding: L * D = 197 * 192 = 37,824 fewer */
+    VilConfig c;
+    vil_config_default(&c);
+    int ok = vil_config_set(&c, "pos_embed", "none") == 0 && vil_config_finalize(&c) == 0;
+    T_CHECK(ok && vil_model_count_params(&c) == 6853096 - 37824, "vil_tiny, pos_embed none: %zu parameters, want 6815272",
+            vil_model_count_params(&c));
 }
 
 typedef struct {
@@ -88,14 +94,18 @@ static void fill_batch(VilModel *m) {
     }
 }
 
-static void test_gradients(const char *arch, float drop_path) {
+/* set: a model key=value beside the small config (NULL: none) */
+static void test_gradients(const char *arch, float drop_path, const char *set) {
     VilConfig c;
     small_config(&c, arch);
     c.drop_path = drop_path;
+    if (set) T_CHECK(vil_config_set_kv(&c, set) == 0, "%s", set);
     T_CHECK(vil_config_finalize(&c) == 0, "finalize small config");
     VilModel m;
     vil_model_init(&m, &c, &vil_backend_cpu);
     vil_model_init_weights(&m, 7);
+    T_CHECK((vil_model_find_param(&m, "pos_embed") != NULL) == (c.pos_embed_kind == VIL_POS_EMBED_LEARNED),
+            "%s: a pos_embed tensor exactly when pos_embed = learned", set ? set : arch);
     /* move the parameters off their init values (norms 1, D 1, biases 0) so that every path
      * carries gradient */
     float *p = vil_malloc(m.buf_len * sizeof(float));
@@ -147,7 +157,7 @@ static void test_gradients(const char *arch, float drop_path) {
     char name[160];
     for (int i = 0; i < m.n_tensors; i++) {
         const VilParamInfo *pi = &m.info[i];
-        snprintf(name, sizeof name, "%s[%s%s] %s", arch, drop_path > 0 ? "dp " : "", "", pi->name);
+        snprintf(name, sizeof name, "%s[%s%s] %s", arch, drop_path > 0 ? "dp " : "", set ? set : "", pi->name);
         double e = gc_check_dir(name, model_loss, &ctx, m.params + pi->offset, g + pi->offset,
                                 vil_param_extent(pi), 3, 3e-3f, 1e-1, &rng);
         worst = fmax(worst, e);
@@ -155,10 +165,10 @@ static void test_gradients(const char *arch, float drop_path) {
     size_t ni = (size_t)m.acts.B * c.in_chans * c.img_size * c.img_size;
     float *dimg = vil_malloc(ni * sizeof(float));
     memcpy(dimg, m.acts.dimg, ni * sizeof(float));
-    snprintf(name, sizeof name, "%s%s input image", arch, drop_path > 0 ? " dp" : "");
+    snprintf(name, sizeof name, "%s%s%s%s input image", arch, drop_path > 0 ? " dp" : "", set ? " " : "", set ? set : "");
     gc_check_dir(name, model_loss, &ctx, m.acts.img, dimg, ni, 3, 3e-3f, 1e-1, &rng);
-    printf("     %s%s: worst parameter-gradient error %.2e over %d tensors\n", arch,
-           drop_path > 0 ? " (drop path)" : "", worst, m.n_tensors);
+    printf("     %s%s%s%s: worst parameter-gradient error %.2e over %d tensors\n", arch,
+           drop_path > 0 ? " (drop path)" : "", set ? " " : "", set ? set : "", worst, m.n_tensors);
     free(dimg);
     free(g);
     vil_model_free(&m);
@@ -400,9 +410,10 @@ int main(void) {
     test_fits();
     test_counts();
     test_init();
-    test_gradients("vil", 0.0f);
-    test_gradients("vil", 0.3f);
-    test_gradients("vim", 0.0f);
+    test_gradients("vil", 0.0f, NULL);
+    test_gradients("vil", 0.3f, NULL);
+    test_gradients("vim", 0.0f, NULL);
+    test_gradients("vil", 0.0f, "pos_embed=none");
     test_inference_matches_training();
     test_adamw_lowers_loss();
     test_thread_determinism();

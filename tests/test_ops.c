@@ -168,7 +168,24 @@ static void test_tokens(void) {
     gc_check("tokens patches", tok_loss, &c, c.patches, dp, (size_t)c.B * c.M * c.D, COORDS, 1e-2f, TOL, &rng);
     gc_check("tokens cls", tok_loss, &c, c.cls, dc, c.D, COORDS, 1e-2f, TOL, &rng);
     gc_check("tokens pos", tok_loss, &c, c.pos, dpos, (size_t)L * c.D, COORDS, 1e-2f, TOL, &rng);
-    free(dp), free(dc), free(dpos), free(c.patches), free(c.cls), free(c.pos), free(c.x), free(c.R);
+    free(dp), free(dc), free(dpos), free(c.pos);
+    /* no position embedding (pos_embed = none): pos and dpos NULL, x the patches and the class
+     * token as they are; the class token's gradient alone is summed */
+    c.pos = NULL;
+    tok_loss(&c);
+    double en = 0;
+    for (int b = 0; b < c.B; b++)
+        for (int l = 0; l < L; l++)
+            for (int d = 0; d < c.D; d++) {
+                float want = l == c.t ? c.cls[d] : c.patches[((size_t)b * c.M + (l < c.t ? l : l - 1)) * c.D + d];
+                en = fmax(en, fabs(c.x[((size_t)b * L + l) * c.D + d] - want));
+            }
+    T_CLOSE("tokens forward without pos_embed", en, 0);
+    dp = zeros((size_t)c.B * c.M * c.D), dc = zeros(c.D);
+    tokens_backward(&(VilTokensBwd){.dpatches = dp, .dcls = dc, .dx = c.R, .B = c.B, .M = c.M, .D = c.D, .t = c.t});
+    gc_check("tokens patches (no pos)", tok_loss, &c, c.patches, dp, (size_t)c.B * c.M * c.D, COORDS, 1e-2f, TOL, &rng);
+    gc_check("tokens cls (no pos)", tok_loss, &c, c.cls, dc, c.D, COORDS, 1e-2f, TOL, &rng);
+    free(dp), free(dc), free(c.patches), free(c.cls), free(c.x), free(c.R);
 }
 
 /* ---------------- add + rmsnorm ---------------- */

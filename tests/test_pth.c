@@ -576,7 +576,7 @@ static void test_files(void) {
     VilModel a, b;
     VilCheckpointMeta ma, mb;
     int r0 = vil_checkpoint_load(DATA "vim_p4s4_state_dict.pth", &vil_backend_cpu, NULL, &a, &ma);
-    T_CHECK(r0 == 0 && a.cfg.img_size == 16 && a.cfg.stride == 4 && ma.pos_interpolated_from == 0,
+    T_CHECK(r0 == 0 && a.cfg.img_size == 16 && a.cfg.stride == 4 && ma.trained_grid == 0,
             "a state dict without args and no --img-size loads at its grid x patch, 16 px (rc %d, %d px)",
             r0, r0 == 0 ? a.cfg.img_size : 0);
     if (r0 == 0) {
@@ -599,7 +599,7 @@ static void test_files(void) {
         VilModel r;
         VilCheckpointMeta mr;
         T_CHECK(vil_checkpoint_load(DATA "vim_p4s4.pth", &vil_backend_cpu, &(VilCheckpointOpts){.img_size = 24}, &r, &mr) == 0 &&
-                    r.cfg.grid == 6 && mr.pos_interpolated_from == 4,
+                    r.cfg.grid == 6 && mr.trained_grid == 4,
                 "a checkpoint that states 16 px, loaded at 24: grid 6 from 4");
         vil_checkpoint_meta_free(&mr);
         vil_model_free(&r);
@@ -1089,7 +1089,7 @@ static void test_init(void) {
     vil_model_get_params(&src, s);
     VilCheckpointMeta mi;
     int rc = vil_checkpoint_init(&m, DATA "vim_p4s4.pth", 1, &mi);
-    T_CHECK(rc == 0 && mi.head_kept && mi.pos_interpolated_from == 4, "init from a 16-px 5-class EMA into 24 px / 7 classes");
+    T_CHECK(rc == 0 && mi.head_kept && mi.trained_grid == 4, "init from a 16-px 5-class EMA into 24 px / 7 classes");
     vil_model_get_params(&m, got);
     const VilParamInfo *pi = vil_model_find_param(&m, "layers.1.mixer.x_proj_b.weight");
     const VilParamInfo *ps = vil_model_find_param(&src, "layers.1.mixer.x_proj_b.weight");

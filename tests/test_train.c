@@ -504,6 +504,66 @@ static void test_train_resume(void) {
             "vil eval on the IDX test split agrees with the training run's pass (%s): %s", want, out);
 }
 
+/* the loss on eval's result line ("top-1 ...  loss 1.2345  (..."), or NAN */
+static double eval_loss(const char *out) {
+    const char *p = strstr(out, "  loss ");
+    return p ? atof(p + 7) : NAN;
+}
+
+/* Position embedding at another length: `vil eval --img-size --pos` on run A's model (grid 4 at
+ * 16 px); then a model trained without one (pos_embed = none), saved and read back */
+static void test_pos_embed_modes(void) {
+    char cmd[8400], out[1 << 16];
+    const char *base = "bin/vil eval --model %s/runA/last.safetensors --data %s --crop-pct 1 --device cpu --batch 16 %s 2>&1";
+    double loss[4];
+    const char *modes[4] = {"--img-size 24", "--img-size 24 --pos keep", "--img-size 24 --pos center",
+                            "--img-size 16 --pos keep"};
+    const char *says[4] = {"pos_embed interpolated from the trained 4 x 4 grid",
+                           "pos_embed kept (top-left, edges extended) from the trained 4 x 4 grid",
+                           "pos_embed kept (centred, edges extended) from the trained 4 x 4 grid", "top-1"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, base, dir, dir, modes[i]);
+        int rc = t_run(cmd, out, sizeof out);
+        loss[i] = eval_loss(out);
+        T_CHECK(rc == 0 && strstr(out, says[i]) && isfinite(loss[i]), "vil eval %s: exit %d, says '%s': %s", modes[i], rc,
+                says[i], out);
+    }
+    T_CHECK(loss[1] != loss[0] && loss[2] != loss[0] && loss[1] != loss[2],
+            "at 24 px the kept grids give other losses than the interpolated one (%.4f, %.4f against %.4f)", loss[1],
+            loss[2], loss[0]);
+    snprintf(cmd, sizeof cmd, base, dir, dir, "");
+    t_run(cmd, out, sizeof out);
+    T_CHECK(loss[3] == eval_loss(out), "--pos keep at the trained size changes nothing (%.4f, %.4f)", loss[3], eval_loss(out));
+    snprintf(cmd, sizeof cmd, base, dir, dir, "--img-size 24 --pos nearest");
+    T_CHECK(t_run(cmd, out, sizeof out) == 2 && strstr(out, "--pos takes interp, keep or center"), "--pos nearest: exit 2: %s", out);
+    snprintf(cmd, sizeof cmd, base, dir, dir, "--pos keep");
+    T_CHECK(t_run(cmd, out, sizeof out) == 2 && strstr(out, "--pos goes with --img-size"), "--pos without --img-size: exit 2: %s", out);
+
+    /* trained without a position embedding: one epoch, saved, read back by eval at its size and
+     * another (nothing to move) */
+    snprintf(cmd, sizeof cmd, "bin/vil train --config %s --data %s --out %s/runNoPos --device cpu --quiet "
+             "--set epochs=1 --set pos_embed=none 2>&1", path("tiny.cfg"), dir, dir);
+    int rc = t_run(cmd, out, sizeof out);
+    T_CHECK(rc == 0, "vil train --set pos_embed=none: exit %d: %s", rc, out);
+    char f[4200];
+    snprintf(f, sizeof f, "%s/runNoPos/last.safetensors", dir);
+    VilSafetensors st;
+    int ok = st_read_quiet(f, &st) == 0;
+    const char *cj = ok ? vil_st_meta(&st, "vil.config") : NULL;
+    T_CHECK(ok && !vil_st_find(&st, "pos_embed") && cj && strstr(cj, "\"pos_embed\":\"none\""),
+            "its checkpoint holds no pos_embed and says pos_embed none");
+    if (ok) vil_st_free(&st);
+    snprintf(cmd, sizeof cmd, "bin/vil info --model %s 2>&1", f);
+    T_CHECK(t_run(cmd, out, sizeof out) == 0 && strstr(out, "no pos_embed: position from the scan order alone"),
+            "vil info says it has no pos_embed: %s", out);
+    snprintf(cmd, sizeof cmd, "bin/vil eval --model %s --data %s --crop-pct 1 --device cpu --batch 16 2>&1", f, dir);
+    T_CHECK(t_run(cmd, out, sizeof out) == 0 && isfinite(eval_loss(out)) && strstr(out, "(64 images"),
+            "vil eval reads it: %s", out);
+    snprintf(cmd, sizeof cmd, "bin/vil eval --model %s --data %s --crop-pct 1 --device cpu --batch 16 --img-size 24 2>&1", f, dir);
+    T_CHECK(t_run(cmd, out, sizeof out) == 0 && isfinite(eval_loss(out)) && strstr(out, "no pos_embed to move from the trained 4 x 4 grid"),
+            "vil eval at 24 px: %s", out);
+}
+
 static void test_diverge_and_errors(void) {
     /* one good epoch, then a resume with an absurd lr: stops on the non-finite loss and keeps
      * the last good checkpoint */
@@ -1684,6 +1744,7 @@ int main(void) {
     test_topk();
     test_config();
     test_train_resume();
+    test_pos_embed_modes();
     test_resume_optims();
     test_run_files();
     test_resume_auto();

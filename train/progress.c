@@ -94,8 +94,9 @@ void print_header(Trainer *T, const char *init_note, const char *state_in) {
     const VilConfig *c = T->mc;
     const VilTrainConfig *t = T->tc;
     FILE *f = T->log;
-    fprintf(f, "train: %s (%s, %zu parameters, %d x %d x %d) on %s\n", c->name, c->arch,
-            T->m.param_count, c->in_chans, c->img_size, c->img_size, T->be->name);
+    fprintf(f, "train: %s (%s, %zu parameters%s, %d x %d x %d) on %s\n", c->name, c->arch, T->m.param_count,
+            c->pos_embed_kind == VIL_POS_EMBED_NONE ? ", no pos_embed" : "", c->in_chans, c->img_size, c->img_size,
+            T->be->name);
     fprintf(f, "data:  %s: %d images, %d classes", vil_dataset_source(T->ds),
             vil_dataset_size(T->ds), T->n_classes);
     if (T->val_ds && t->holdout > 0)

@@ -425,7 +425,8 @@ static RunNext trainer_setup(Trainer *T) {
         if (vil_checkpoint_init(m, run->init, run->init_ema, &im) != 0) goto out;
         snprintf(init_note, sizeof init_note, "init:  %s%s%s%s%s\n", run->init,
                  im.weights[0] ? ":" : "", im.weights,
-                 im.pos_interpolated_from ? "; pos_embed interpolated onto the run's grid" : "",
+                 im.trained_grid && m->cfg.pos_embed_kind == VIL_POS_EMBED_LEARNED
+                     ? "; pos_embed interpolated onto the run's grid" : "",
                  im.head_kept ? "; its head (other classes) not taken: the head starts fresh" : "");
         vil_checkpoint_meta_free(&im);
     }

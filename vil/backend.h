@@ -44,16 +44,17 @@ typedef struct {
     const float *img;  /* (B, C, H, W) f32 */
     int B, C, H, W, P, S, D;
 } VilPatchEmbedBwd;
-/* the token assembly: the class token inserted at position t, plus the position embedding */
+/* the token assembly: the class token inserted at position t, plus the position embedding (pos
+ * NULL: none, a model with pos_embed = none; its backward then takes dpos NULL) */
 typedef struct {
     float *x;              /* (B, L, D) f32 */
     const void *patches;   /* (B, M, D) act */
-    const float *cls, *pos;/* (D), (L, D) */
+    const float *cls, *pos;/* (D), (L, D) or NULL */
     int B, M, D, t;
 } VilTokensFwd;
 typedef struct {
     void *dpatches;        /* (B, M, D) act */
-    float *dcls, *dpos;    /* (D), (L, D): accumulate */
+    float *dcls, *dpos;    /* (D), (L, D) or NULL: accumulate */
     const float *dx;       /* (B, L, D) f32 */
     int B, M, D, t;
 } VilTokensBwd;

@@ -10,8 +10,9 @@
  *
  * Both sides are built from one tree by one `make`: the tables and VilBackend must match. Each
  * side checks the other's abi number and struct sizes and refuses a mismatch (the loader says
- * which); a change to either table, to VilBackend's members or to an op's argument struct bumps
- * VIL_BACKEND_MODULE_ABI. New members go at the end of a table. */
+ * which); a change to either table, to VilBackend's members or to an op's argument struct (its
+ * fields, or what they may hold: 2 made tokens' pos and dpos NULL for a model without a position
+ * embedding) bumps VIL_BACKEND_MODULE_ABI. New members go at the end of a table. */
 #ifndef VIL_BACKEND_MODULE_H
 #define VIL_BACKEND_MODULE_H
 
@@ -25,7 +26,7 @@
 extern "C" {
 #endif
 
-#define VIL_BACKEND_MODULE_ABI 1
+#define VIL_BACKEND_MODULE_ABI 2
 /* the file of the CUDA module, and the symbol every module exports */
 #define VIL_CUDA_MODULE_FILE "libvil-cuda.so"
 #define VIL_BACKEND_MODULE_ENTRY "vil_backend_module_open"

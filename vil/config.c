@@ -19,6 +19,13 @@ static const char *dt_init_name(int i) {
 static const VilChoice DT_INIT = {dt_init_name, vil_choice_store_enum};
 _Static_assert(sizeof(VilDtInit) == sizeof(int), "vil_choice_store_enum writes an int");
 
+static const char *pos_embed_name(int i) {
+    static const char *const NAMES[] = {[VIL_POS_EMBED_LEARNED] = "learned", [VIL_POS_EMBED_NONE] = "none"};
+    return i >= 0 && i < (int)(sizeof NAMES / sizeof NAMES[0]) ? NAMES[i] : NULL;
+}
+static const VilChoice POS_EMBED = {pos_embed_name, vil_choice_store_enum};
+_Static_assert(sizeof(VilPosEmbed) == sizeof(int), "vil_choice_store_enum writes an int");
+
 static const VilKey KEYS[] = {
     KS(name, "model name"),
     KS(arch, "the recurrence, by its arch string in vil/recurrence.c (e.g. vil: Longhorn, vim: Mamba)"),
@@ -35,6 +42,7 @@ static const VilKey KEYS[] = {
     KI(num_classes, 1, VIL_MAX_CLASSES, "number of classes"),
     KF(drop_path, 0, 0.999, "stochastic depth rate"),
     KC(dt_init, dt_init_kind, DT_INIT, "ViL dt_proj bias init: zero or vim"),
+    KC(pos_embed, pos_embed_kind, POS_EMBED, "position embedding: learned, or none (position only from the scan order)"),
 };
 #undef KI
 #undef KF
@@ -60,6 +68,7 @@ void vil_config_default(VilConfig *c) {
     c->num_classes = 1000;
     c->drop_path = 0.0f;
     strcpy(c->dt_init, "zero");
+    strcpy(c->pos_embed, "learned");
     vil_keys_resolve(&vil_model_keys, c);
 }
 

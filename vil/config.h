@@ -12,6 +12,9 @@
 
 /* dt_init: ViL's dt_proj bias init ("zero": the official Longhorn's; "vim": Mamba's draw) */
 typedef enum { VIL_DT_INIT_ZERO, VIL_DT_INIT_VIM } VilDtInit;
+/* pos_embed: a learned position embedding added to the tokens (the official models), or none, so
+ * that the scan's order is the model's only notion of position (doc/models.md) */
+typedef enum { VIL_POS_EMBED_LEARNED, VIL_POS_EMBED_NONE } VilPosEmbed;
 
 typedef struct {
     /* from the file */
@@ -31,6 +34,8 @@ typedef struct {
     float drop_path;   /* stochastic depth rate (training only) */
     char dt_init[8];   /* ViL dt_proj bias init: "zero" (official Longhorn) or "vim" */
     VilDtInit dt_init_kind; /* the choice dt_init names (cfgfile.h VilChoice): read this, not the text */
+    char pos_embed[8]; /* "learned" or "none" (no pos_embed tensor) */
+    VilPosEmbed pos_embed_kind; /* the choice pos_embed names */
     /* derived by vil_config_finalize */
     VilRecurrence rec; /* named by arch */
     int d_inner;       /* E */

@@ -76,6 +76,10 @@ void tokens_forward(const VilTokensFwd *args) {
                                : l == t ? cls
                                         : patches + ((size_t)b * M + l - 1) * D;
             float *dst = x + ((size_t)b * L + l) * D;
+            if (!pos) {
+                memcpy(dst, src, (size_t)D * sizeof(float));
+                continue;
+            }
             const float *pe = pos + (size_t)l * D;
             for (int d = 0; d < D; d++) dst[d] = src[d] + pe[d];
         }
@@ -92,13 +96,14 @@ void tokens_backward(const VilTokensBwd *args) {
             float *dst = dpatches + ((size_t)b * M + (l < t ? l : l - 1)) * D;
             memcpy(dst, dx + ((size_t)b * L + l) * D, (size_t)D * sizeof(float));
         }
-    /* sums over the batch: parallel over the columns, so no two threads share an output */
+    /* sums over the batch: parallel over the columns, so no two threads share an output; without
+     * dpos only the class token's row */
 #pragma omp parallel for
     for (int d = 0; d < D; d++) {
-        for (int l = 0; l < L; l++) {
+        for (int l = dpos ? 0 : t; l < (dpos ? L : t + 1); l++) {
             float acc = 0.0f;
             for (int b = 0; b < B; b++) acc += dx[((size_t)b * L + l) * D + d];
-            dpos[(size_t)l * D + d] += acc;
+            if (dpos) dpos[(size_t)l * D + d] += acc;
             if (l == t) dcls[d] += acc;
         }
     }

@@ -21,7 +21,7 @@ typedef struct {
     size_t begin; /* the layer's tensors are [begin, the next layer's begin) */
 } LayerOffsets;
 typedef struct {
-    size_t cls, pos, patch_w, patch_b, head_w, head_b, norm_f;
+    size_t cls, pos, patch_w, patch_b, head_w, head_b, norm_f; /* pos: only with has_pos */
     LayerOffsets *layer; /* (depth) */
 } Offsets;
 
@@ -80,6 +80,9 @@ typedef struct {
 
 static Vim *V(const VilModel *m) { return (Vim *)m->fam; }
 
+/* the model has a pos_embed tensor (config key pos_embed = learned) */
+static int has_pos(const VilConfig *c) { return c->pos_embed_kind == VIL_POS_EMBED_LEARNED; }
+
 /* momentum of fitted noise's running mean and variance (per update: one training forward) */
 #define VIL_INIT_FIT_MOMENTUM 0.99f
 
@@ -116,7 +119,7 @@ static void build(const VilConfig *c, VilParamTable *tab, void **fam) {
     Offsets o = {0};
     /* no weight decay: 1-D tensors, pos_embed, cls_token */
     o.cls = ADD(0, (1, 1, D), "cls_token");
-    o.pos = ADD(0, (1, c->seq_len, D), "pos_embed");
+    if (has_pos(c)) o.pos = ADD(0, (1, c->seq_len, D), "pos_embed");
     o.patch_w = ADD(1, (D, c->in_chans, c->patch_size, c->patch_size), "patch_embed.proj.weight");
     o.patch_b = ADD(0, (D), "patch_embed.proj.bias");
     o.head_w = ADD(1, (c->num_classes, D), "head.weight");
@@ -205,8 +208,9 @@ static int init_weights(VilModel *m, uint64_t seed) {
     int D = c->embed_dim, E = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv;
     /* cls_token, pos_embed: trunc normal std .02 (timm's bounds are +-2 absolute: no effect) */
     for (int i = 0; i < D; i++) h[o->cls + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
-    for (size_t i = 0; i < (size_t)c->seq_len * D; i++)
-        h[o->pos + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
+    if (has_pos(c))
+        for (size_t i = 0; i < (size_t)c->seq_len * D; i++)
+            h[o->pos + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
     /* patch_embed: lecun normal as timm: N(0,1) truncated to +-2, scaled so std = 1/sqrt(fan_in) */
     int fan = c->in_chans * c->patch_size * c->patch_size;
     float std = sqrtf(1.0f / fan) / 0.87962566103423978f;
@@ -498,8 +502,8 @@ static void forward(VilModel *m, int with_loss) {
         .out = a->patches, .img = io->img, .w = Wt(m, o->patch_w), .b = Pm(m, o->patch_b), .B = B,
         .C = c->in_chans, .H = c->img_size, .W = c->img_size, .P = c->patch_size, .S = c->stride, .D = D});
     be->tokens_forward(be, &(VilTokensFwd){.x = a->layer[0].res, .patches = a->patches, .cls = Pm(m, o->cls),
-                                           .pos = Pm(m, o->pos), .B = B, .M = c->n_patches, .D = D,
-                                           .t = c->cls_pos});
+                                           .pos = has_pos(c) ? Pm(m, o->pos) : NULL, .B = B,
+                                           .M = c->n_patches, .D = D, .t = c->cls_pos});
     for (int i = 0; i < c->depth; i++) {
         LayerActs *l = &a->layer[i];
         VilNormFwd nf = {.res_out = l->res, .normed = l->normed, .rstd = l->rstd,
@@ -608,8 +612,9 @@ static void backward(VilModel *m) {
                                                    .scale = i > 0 ? dp_row(m, i) : NULL, .B = B, .L = L, .D = D});
         vil_net_grads_ready(m, o->layer[i].begin, i == 0);
     }
-    be->tokens_backward(be, &(VilTokensBwd){.dpatches = a->dpatches, .dcls = Gr(m, o->cls), .dpos = Gr(m, o->pos),
-                                            .dx = a->dres, .B = B, .M = c->n_patches, .D = D, .t = c->cls_pos});
+    be->tokens_backward(be, &(VilTokensBwd){.dpatches = a->dpatches, .dcls = Gr(m, o->cls),
+                                            .dpos = has_pos(c) ? Gr(m, o->pos) : NULL, .dx = a->dres, .B = B,
+                                            .M = c->n_patches, .D = D, .t = c->cls_pos});
     be->patch_embed_backward(be, &(VilPatchEmbedBwd){
         .dimg = io->dimg, .dw = Gr(m, o->patch_w), .db = Gr(m, o->patch_b), .dout = a->dpatches,
         .w = Wt(m, o->patch_w), .img = io->img, .B = B, .C = c->in_chans, .H = c->img_size,

@@ -162,16 +162,16 @@ def sample_images(n=6):
     return _cache["pgm"][:n]
 
 
-def trained(arch):
+def trained(arch, *sets):
     """a `vil train` run folder: a small ViL or ViM (D 32, depth 2, 16 px, patches 4, 4 classes)
-    trained 8 steps on the IDX set"""
-    key = "run_" + arch
+    trained 8 steps on the IDX set; sets: more model keys (key=value)"""
+    key = "_".join(("run", arch) + sets).replace("=", "_")
     if key not in _cache:
         out = os.path.join(TMP, key)
         vil_cmd("train", "--config", os.path.join(REPO, "configs", "vil_fashion.cfg"), "--data", idx_set(),
                 "--out", out, "--device", "cpu", "--threads", "2", "--progress", "plain", "--set", f"arch={arch}",
                 "--set", "embed_dim=32", "--set", "depth=2", "--set", f"img_size={SIZE}", "--set",
                 f"num_classes={CLASSES}", "--set", "batch=16", "--set", "epochs=2", "--set", "warmup_epochs=0",
-                "--set", "reprob=0", "--set", "hflip=0")
+                "--set", "reprob=0", "--set", "hflip=0", *(x for kv in sets for x in ("--set", kv)))
         _cache[key] = out
     return _cache[key]

@@ -45,6 +45,31 @@ def test_logits_equal_vil_classify(T):
         T.close(f"{arch} EMA against vil classify --ema", got, classify_logits(run, imgs, "--ema"), TOL)
 
 
+def test_no_pos_embed(T):
+    """a model `vil train` trained without a position embedding (pos_embed = none): vil.load
+    reads it, its logits are vil classify's at its size and another, and it saves back"""
+    imgs = sample_images(6)
+    run = trained("vil", "pos_embed=none")
+    m = vil.load(run).eval()
+    T.equal("no pos_embed in the module", (m.pos_embed, "pos_embed" in m.state_dict()), (None, False))
+    T.equal("config pos_embed", m.config["pos_embed"], "none")
+    with_pos = vil.load(trained("vil"))
+    n = sum(p.numel() for p in m.parameters())
+    n_with = sum(p.numel() for p in with_pos.parameters())
+    T.equal("L * D fewer parameters than with one", n_with - n, ((SIZE // 4) ** 2 + 1) * 32)
+    with torch.no_grad():
+        T.close("logits against vil classify", m(batch(m, imgs)), classify_logits(run, imgs), TOL)
+        m20 = vil.load(run, img_size=20).eval()
+        T.close("at 20 px against vil classify --img-size 20", m20(batch(m20, imgs)),
+                classify_logits(run, imgs, "--img-size", "20"), TOL)
+        m.set_img_size(20)
+        T.close("set_img_size(20) in PyTorch: the same module at 20 px", m(batch(m, imgs)),
+                classify_logits(run, imgs, "--img-size", "20"), TOL)
+    p = os.path.join(TMP, "nopos.safetensors")
+    vil.save(vil.load(run), p)
+    T.ok("saved back: vil info reads it without a pos_embed", "no pos_embed" in vil_cmd("info", "--model", p).stdout)
+
+
 def test_reference_scan_in_the_model(T):
     """the module on its plain PyTorch scan against the module on vil's ops"""
     imgs = sample_images(4)

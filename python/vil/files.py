@@ -68,7 +68,7 @@ def load(path, img_size=None, device="cpu", *, ema=False, use_vil_ops=True, drop
            "embed_dim": info.embed_dim, "depth": info.depth, "d_state": info.d_state,
            "dt_rank": params["layers.0.mixer.dt_proj.weight"].shape[1], "expand": info.d_inner // info.embed_dim,
            "d_conv": params["layers.0.mixer.conv1d.weight"].shape[-1], "num_classes": info.n_classes,
-           "drop_path": drop_path, "dt_init": "zero"}
+           "drop_path": drop_path, "dt_init": "zero", "pos_embed": "learned" if "pos_embed" in params else "none"}
     with torch.random.fork_rng(devices=[]):  # the module's own init draws nothing from the caller's generator
         model = Classifier(cfg, use_vil_ops=use_vil_ops)
     if list(model.state_dict()) != list(params):

@@ -15,7 +15,7 @@ from . import ops, reference
 # vil/config.c's vil_config_default; the keys of a checkpoint's vil.config, in its order
 DEFAULTS = {"name": "vil_tiny", "arch": "vil", "img_size": 224, "patch_size": 16, "stride": 16, "in_chans": 3,
             "embed_dim": 192, "depth": 24, "d_state": 16, "dt_rank": 0, "expand": 2, "d_conv": 4,
-            "num_classes": 1000, "drop_path": 0.0, "dt_init": "zero"}
+            "num_classes": 1000, "drop_path": 0.0, "dt_init": "zero", "pos_embed": "learned"}
 ARCH_RECURRENCE = {"vil": "longhorn", "vim": "mamba"}
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 GRAY_MEAN, GRAY_STD = 0.449, 0.226  # data/recipe.h
@@ -45,6 +45,8 @@ def make_config(config=None, **kw):
     if c["img_size"] < c["patch_size"] or (c["img_size"] - c["patch_size"]) % c["stride"]:
         raise ValueError(f"vil: img_size {c['img_size']} does not fit patch_size {c['patch_size']} at stride "
                          f"{c['stride']}: (img_size - patch_size) must be a multiple of the stride")
+    if c["pos_embed"] not in ("learned", "none"):
+        raise ValueError(f"vil: pos_embed {c['pos_embed']!r}; learned or none")
     if not 0 <= c["drop_path"] < 1:
         raise ValueError(f"vil: drop_path {c['drop_path']} outside [0, 1)")
     for k in ("embed_dim", "depth", "d_state", "expand", "d_conv", "num_classes", "patch_size", "stride"):
@@ -163,7 +165,8 @@ class Classifier(nn.Module):
         D, E, N, R, K = c["embed_dim"], c["expand"] * c["embed_dim"], c["d_state"], c["dt_rank"], c["d_conv"]
         G = grid_of(c)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
-        self.pos_embed = nn.Parameter(torch.zeros(1, G * G + 1, D))
+        # pos_embed none: no such parameter, the scan's order the only position (doc/models.md)
+        self.pos_embed = nn.Parameter(torch.zeros(1, G * G + 1, D)) if c["pos_embed"] == "learned" else None
         self.patch_embed = PatchEmbed(c["in_chans"], D, c["patch_size"], c["stride"])
         self.head = nn.Linear(D, c["num_classes"])
         self.layers = nn.ModuleList(Block(D, E, N, R, K, self.recurrence) for _ in range(c["depth"]))
@@ -195,7 +198,8 @@ class Classifier(nn.Module):
     def init_weights(self):
         c = self.config
         nn.init.normal_(self.cls_token, std=0.02)
-        nn.init.normal_(self.pos_embed, std=0.02)
+        if self.pos_embed is not None:
+            nn.init.normal_(self.pos_embed, std=0.02)
         w = self.patch_embed.proj.weight
         fan_in = w[0].numel()
         nn.init.trunc_normal_(w, std=1.0, a=-2.0, b=2.0)
@@ -255,13 +259,14 @@ class Classifier(nn.Module):
         pos_embed (B, L, D)"""
         x = self.patch_embed(img)
         t = x.shape[1] // 2
-        if x.shape[1] + 1 != self.pos_embed.shape[1]:
+        if x.shape[1] != self.grid * self.grid:
             raise ValueError(f"vil: a {tuple(img.shape[-2:])} image makes {x.shape[1]} patches; the model runs at "
-                             f"{self.config['img_size']} px ({self.pos_embed.shape[1] - 1} patches): "
+                             f"{self.config['img_size']} px ({self.grid * self.grid} patches): "
                              f"set_img_size() to change it")
-        x = x.to(self.pos_embed.dtype)  # the residual stream in the parameters' dtype: float32 under autocast
+        x = x.to(self.cls_token.dtype)  # the residual stream in the parameters' dtype: float32 under autocast
         cls = self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype)
-        return torch.cat([x[:, :t], cls, x[:, t:]], 1) + self.pos_embed
+        x = torch.cat([x[:, :t], cls, x[:, t:]], 1)
+        return x + self.pos_embed if self.pos_embed is not None else x
 
     def forward_features(self, img):
         """(B, C, H, W) images -> (B, L, D): every token after the final RMSNorm"""
@@ -299,8 +304,9 @@ class Classifier(nn.Module):
         size with it"""
         c = make_config(self.config, img_size=img_size)
         G, G2 = self.grid, grid_of(c)
-        pos = reference.resize_pos_embed(self.pos_embed.data, G, G2)
-        self.pos_embed = nn.Parameter(pos, requires_grad=self.pos_embed.requires_grad)
+        if self.pos_embed is not None:  # a model without one has nothing to move
+            pos = reference.resize_pos_embed(self.pos_embed.data, G, G2)
+            self.pos_embed = nn.Parameter(pos, requires_grad=self.pos_embed.requires_grad)
         self.config = c
         self.vil_transform = dict(self.vil_transform, img_size=c["img_size"])
 
