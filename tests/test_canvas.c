@@ -523,9 +523,6 @@ static void test_config(void) {
     const char *pct[] = {"canvas=56", "scale_min=1"};
     m = finalize_msg(pct, 2);
     T_CHECK(strstr(m, "canvas = 56 needs crop_pct = 1 (got 0.875)"), "the canvas with crop_pct 0.875: %s", m);
-    const char *nocanvas[] = {"canvas_bg=noise"};
-    m = finalize_msg(nocanvas, 1);
-    T_CHECK(strstr(m, "canvas_bg = noise has no canvas to fill"), "a background without a canvas: %s", m);
     const char *blue[] = {"canvas=56", "scale_min=1", "crop_pct=1", "canvas_bg=blue"};
     m = finalize_msg(blue, 4);
     T_CHECK(strstr(m, "canvas_bg") && strstr(m, "zero") && strstr(m, "noise"), "canvas_bg = blue: %s", m);

@@ -503,6 +503,7 @@ static long choice_field(const char *key, const VilConfig *c, const VilTrainConf
     if (strcmp(key, "decode") == 0) return (long)(int)t->decode_kind;
     if (strcmp(key, "allreduce") == 0) return (long)(int)t->allreduce_kind;
     if (strcmp(key, "init_state") == 0) return (long)(int)t->init_state_kind;
+    if (strcmp(key, "canvas_bg") == 0) return (long)(int)t->canvas_bg_kind;
     return LONG_MIN;
 }
 
@@ -544,6 +545,8 @@ static void test_choices(void) {
         {"init_state", "noise", VIL_INIT_NOISE},
         {"init_state", "fitted", VIL_INIT_FITTED},
         {"init_state", "passing", VIL_INIT_PASSING},
+        {"canvas_bg", "zero", VIL_CANVAS_ZERO},
+        {"canvas_bg", "noise", VIL_CANVAS_NOISE},
     };
     const int nr = (int)(sizeof R / sizeof R[0]);
     /* the tables' choice keys and their names, each a row here */
@@ -561,7 +564,7 @@ static void test_choices(void) {
                 T_CHECK(found, "choice key %s's value '%s' has a row in test_choices", k->name, name);
             }
         }
-    T_CHECK(nkeys == 6, "the tables hold the six choice keys (%d)", nkeys);
+    T_CHECK(nkeys == 7, "the tables hold the seven choice keys (%d)", nkeys);
     for (int r = 0; r < nr; r++) {
         const VilKey *k = vil_keys_find(&vil_model_keys, R[r].key);
         if (!k) k = vil_keys_find(&vil_train_keys, R[r].key);
@@ -604,8 +607,8 @@ static void test_choices(void) {
     }
     /* a value that names no choice: set (a later --set may replace it), said unresolved, refused by
      * finalize */
-    const char *keys[] = {"dt_init", "optimizer", "sched", "decode", "allreduce", "init_state"};
-    for (int i = 0; i < 6; i++) {
+    const char *keys[] = {"dt_init", "optimizer", "sched", "decode", "allreduce", "init_state", "canvas_bg"};
+    for (int i = 0; i < 7; i++) {
         VilConfig c;
         VilTrainConfig t;
         vil_config_default(&c);

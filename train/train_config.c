@@ -585,9 +585,6 @@ int vil_train_config_finalize(VilTrainConfig *t) {
          "canvas = %d needs crop_pct = 1 (got %g): the evaluation of a canvas model must feed canvases as "
          "they are, without the resize to img_size / crop_pct that would change the item's scale",
          t->canvas, t->crop_pct);
-    NEED(t->canvas > 0 || t->canvas_bg_kind == VIL_CANVAS_ZERO,
-         "canvas_bg = %s has no canvas to fill: set canvas to the model's img_size, or leave canvas_bg out",
-         t->canvas_bg);
     NEED((int)t->allreduce_kind >= 0, "allreduce must be 'overlap' or 'end' (got '%s')", t->allreduce);
     NEED(t->workers >= 1 && t->workers <= 256, "workers must be in 1..256");
     NEED(t->log_every >= 1, "log_every must be >= 1");
