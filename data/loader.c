@@ -157,8 +157,10 @@ static int make_sample(Worker *w, int idx, VilRng *rng, float *out) {
             w->rgb.c = 3;
             view = w->rgb;
         }
-        int rc = train ? vil_transform_train(&view, &c->train, rng, out)
-                       : vil_transform_eval(&view, c->res, c->crop_pct, c->mean, c->std, out);
+        int rc = train       ? vil_transform_train(&view, &c->train, rng, out)
+                 : c->canvas ? vil_transform_canvas_eval(&view, c->res, (VilCanvasBg)c->canvas_bg, c->mean, c->std,
+                                                         rng, out)
+                             : vil_transform_eval(&view, c->res, c->crop_pct, c->mean, c->std, out);
         if (rc != 0) vil_error("the %s transform failed", train ? "train" : "eval");
         return rc;
     }
@@ -166,6 +168,13 @@ static int make_sample(Worker *w, int idx, VilRng *rng, float *out) {
     __atomic_add_fetch(&l->decodes, 1, __ATOMIC_RELAXED);
     if (train)
         return vil_transform_train_file(w->bytes.data, w->bytes.size, &c->train, rng, out);
+    if (c->canvas) {
+        VilImage im;
+        if (vil_image_decode(w->bytes.data, w->bytes.size, c->channels, &im) != 0) return -1;
+        int rc = vil_transform_canvas_eval(&im, c->res, (VilCanvasBg)c->canvas_bg, c->mean, c->std, rng, out);
+        vil_image_free(&im);
+        return rc;
+    }
     return vil_transform_eval_file(w->bytes.data, w->bytes.size, c->res, c->crop_pct, c->channels,
                                    c->mean, c->std, out);
 }
@@ -440,6 +449,8 @@ static void *slot_carve(void *mem, size_t *off, size_t bytes) {
 VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg) {
     const VilLoaderConfig *c = cfg;
     int K = vil_dataset_num_classes(ds);
+    const int train = c->mode == VIL_LOADER_TRAIN;
+    const int canvas = train ? c->train.canvas : c->canvas, canvas_bg = train ? c->train.canvas_bg : c->canvas_bg;
     const char *bad = NULL;
     if (c->batch < 1) bad = "batch must be >= 1";
     else if (c->res < 1) bad = "res must be >= 1";
@@ -455,6 +466,9 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg) {
         bad = "train transform res/channels differ from the loader's";
     else if (c->mode == VIL_LOADER_EVAL && !(c->crop_pct > 0.0f && c->crop_pct <= 1.0f))
         bad = "crop_pct must be in (0, 1]";
+    else if (canvas != 0 && canvas != c->res) bad = "canvas must be 0 (off) or res";
+    else if (canvas_bg != VIL_CANVAS_ZERO && canvas_bg != VIL_CANVAS_NOISE)
+        bad = "canvas_bg must be VIL_CANVAS_ZERO or VIL_CANVAS_NOISE";
     if (bad) {
         vil_error("loader: %s", bad);
         return NULL;

@@ -44,6 +44,10 @@ typedef struct {
     int drop_last;        /* drop the last partial batch (train default 1, eval 0) */
     VilTrainTransform train; /* train: per-sample transform (RandAugment, erasing, ...) */
     float crop_pct;       /* eval: resize to res / crop_pct, center crop res */
+    int canvas, canvas_bg;/* eval: canvas = res places each item unscaled on a res x res canvas
+                             (vil_transform_canvas_eval, background VilCanvasBg canvas_bg) at a
+                             position drawn from its stream (seed, 0, index: the same in every
+                             pass) in place of the resize and crop; 0: off. Train: train.canvas */
     float mean[3], std[3];/* eval normalisation (train uses train.mean / train.std) */
     VilMixupConfig mixup; /* soft targets: train = Mixup/CutMix + smoothing, eval = one-hot */
     VilAllocator alloc;

@@ -1,8 +1,9 @@
 /* transform.h: the image transforms between a decoded file and the network's input tensor:
  * PIL-exact bicubic resampling (data/resample.c), the timm/torchvision evaluation transform
- * (resize, center crop, normalize: data/transform_eval.c) and the training transform
+ * (resize, center crop, normalize: data/transform_eval.c), the training transform
  * (RandomResizedCrop, flip, RandAugment, normalize, random erasing: data/transform_train.c),
- * each also straight from file bytes. */
+ * each also straight from file bytes, and the canvas placement that replaces the crop where
+ * length must change without scale (data/canvas.c). */
 #ifndef VIL_TRANSFORM_H
 #define VIL_TRANSFORM_H
 
@@ -89,6 +90,10 @@ typedef struct {
     int randaug_interp;           /* VilInterp of the geometric RandAugment ops: bicubic, as
                                      timm passes DeiT's train_interpolation to RandAugment */
     int decode;                   /* VilDecodeMode of JPEGs in vil_transform_train_file */
+    int canvas;                   /* 0: RandomResizedCrop; > 0 (must equal res): the item
+                                     unscaled at a random place on a canvas of this side
+                                     (vil_canvas_place), in place of the crop and its resize */
+    int canvas_bg;                /* VilCanvasBg of the canvas */
 } VilTrainTransform;
 
 /* ImageNet defaults of the recipe. channels = 1 uses mean 0.449 and std 0.226 (the means
@@ -105,7 +110,10 @@ void vil_rrc_params(int W, int H, float scale_min, float scale_max, float ratio_
  * RandAugment, normalize, random erasing. The output is a pure function of (img, t, rng
  * state). An image whose channel count differs from t->channels is converted first (gray is
  * replicated, RGB -> L with PIL's weights). out: (t->channels, t->res, t->res).
- * 0 on success, -1 on bad arguments. */
+ * With t->canvas > 0 the crop and its resize are replaced: the flip is drawn first, then
+ * vil_canvas_place puts the item (mirrored when flipped) unscaled on the res x res canvas;
+ * RandAugment, normalize and erasing follow on the canvas as on a crop.
+ * 0 on success, -1 on bad arguments (an item larger than the canvas: reported). */
 int vil_transform_train(const VilImage *img, const VilTrainTransform *t, VilRng *rng, float *out);
 
 /* Decode + training transform from file bytes. For JPEGs the crop is drawn from the header's
@@ -157,6 +165,29 @@ typedef struct {
 } VilTrainCrop;
 int vil_train_decode_crop(const unsigned char *buf, size_t n, const VilTrainTransform *t, int left, int top,
                           int cw, int ch, int scale_bias, VilTrainCrop *cr);
+
+/* ---- canvas placement ----
+ * Length without scale (issue 49): the item at its own scale at a random place on a larger
+ * canvas, so the sequence grows and every patch still sees what it saw in training. One function
+ * places it for the training transform (t->canvas), the loader's validation (VilLoaderConfig
+ * canvas) and tools/length_sets.c's canvas sets, so the three cannot drift. */
+typedef enum { VIL_CANVAS_ZERO = 0, VIL_CANVAS_NOISE = 1 } VilCanvasBg;
+
+/* dst (side, side, c): the w x h item (h, w, c), unscaled, mirrored left-right when flip, at
+ * (x0, y0) on a background. Draws from rng, in this order: x0 = vil_rng_below(side - w + 1),
+ * y0 = vil_rng_below(side - h + 1), then for VIL_CANVAS_NOISE one vil_rng_below(256) per byte
+ * of dst in memory order (rows, then pixels, then channels); VIL_CANVAS_ZERO draws nothing
+ * more and fills with 0. x0, y0 (may be NULL): where the item's top-left corner went.
+ * 0, or -1 (reported, rng and dst untouched) when the item does not fit the canvas or an
+ * argument is bad. */
+int vil_canvas_place(unsigned char *dst, int side, const unsigned char *item, int w, int h, int c, VilCanvasBg bg,
+                     int flip, VilRng *rng, int *x0, int *y0);
+
+/* The evaluation counterpart: vil_canvas_place (no flip) of img onto a side x side canvas,
+ * then the normalization of training. No resize, no crop: the item keeps its scale.
+ * out: (img->c, side, side). 0, or -1 (reported). */
+int vil_transform_canvas_eval(const VilImage *img, int side, VilCanvasBg bg, const float *mean, const float *std,
+                              VilRng *rng, float *out);
 
 /* Decode + vil_transform_eval, exact (no DCT scaling). out: (channels, size, size). */
 int vil_transform_eval_file(const unsigned char *buf, size_t n, int size, float crop_pct, int channels,

@@ -1,7 +1,7 @@
-/* transform_train.c: the training transform of one sample (RandomResizedCrop, flip,
- * RandAugment, normalize, random erasing and its N(0, 1) noise), from a decoded image or straight
- * from file bytes, where a JPEG's crop is decoded alone (DCT-scaled in the fast mode) and the
- * copies of repeated augmentation share one decode. */
+/* transform_train.c: the training transform of one sample (RandomResizedCrop or the canvas,
+ * flip, RandAugment, normalize, random erasing and its N(0, 1) noise), from a decoded image or
+ * straight from file bytes, where a JPEG's crop is decoded alone (DCT-scaled in the fast mode)
+ * and the copies of repeated augmentation share one decode. */
 #include "data/transform.h"
 
 #include "data/randaugment.h"
@@ -228,22 +228,11 @@ void vil_random_erase(float *x, int c, int h, int w, float p, VilRng *rng) {
     }
 }
 
-/* Everything after the crop was chosen: resize the crop view (with a sub-pixel box when it
- * comes DCT-scaled), flip, RandAugment, normalize, erase. 0, or -1 (reported) without the
- * memory for it. */
-static int train_from_view(const unsigned char *view, int vw, int vh, size_t stride, const double *box,
-                           const VilTrainTransform *t, VilRng *rng, float *out) {
+/* What follows the crop or the canvas on the res x res picture in buf: RandAugment (buf + npx
+ * is its scratch), normalize, erase. */
+static void train_finish(unsigned char *buf, const VilTrainTransform *t, VilRng *rng, float *out) {
     const int res = t->res, c = t->channels;
     const size_t npx = (size_t)res * res * c;
-    unsigned char *buf = vil_try_malloc(2 * npx); /* the image and RandAugment's scratch */
-    if (!buf) return -1;
-    /* the flip is drawn after the crop as before (the resize draws nothing) and done by
-     * the resize itself */
-    const int flip = rng_double(rng) < t->hflip;
-    if (vil_resize_bicubic_box_flip(buf, view, vw, vh, stride, c, res, res, box, flip) != 0) {
-        free(buf);
-        return -1;
-    }
     if (t->randaug_n > 0) {
         VilRandAugment ra;
         vil_randaugment_default(&ra, t->mean);
@@ -257,13 +246,51 @@ static int train_from_view(const unsigned char *view, int vw, int vh, size_t str
     }
     vil_normalize_chw(out, buf, res, res, c, t->mean, t->std);
     if (t->reprob > 0) vil_random_erase(out, c, res, res, t->reprob, rng);
+}
+
+/* Everything after the crop was chosen: resize the crop view (with a sub-pixel box when it
+ * comes DCT-scaled), flip, then train_finish. 0, or -1 (reported) without the memory for it. */
+static int train_from_view(const unsigned char *view, int vw, int vh, size_t stride, const double *box,
+                           const VilTrainTransform *t, VilRng *rng, float *out) {
+    const int res = t->res, c = t->channels;
+    const size_t npx = (size_t)res * res * c;
+    unsigned char *buf = vil_try_malloc(2 * npx); /* the image and RandAugment's scratch */
+    if (!buf) return -1;
+    /* the flip is drawn after the crop as before (the resize draws nothing) and done by
+     * the resize itself */
+    const int flip = rng_double(rng) < t->hflip;
+    if (vil_resize_bicubic_box_flip(buf, view, vw, vh, stride, c, res, res, box, flip) != 0) {
+        free(buf);
+        return -1;
+    }
+    train_finish(buf, t, rng, out);
+    free(buf);
+    return 0;
+}
+
+/* The canvas in place of the crop: the flip drawn first (as the crop path draws it before any
+ * pixel is made), then the unscaled item placed, mirrored when flipped, then train_finish.
+ * 0, or -1 (reported): no memory, or an item larger than the canvas. */
+static int train_from_canvas(const VilImage *im, const VilTrainTransform *t, VilRng *rng, float *out) {
+    const size_t npx = (size_t)t->res * t->res * t->channels;
+    unsigned char *buf = vil_try_malloc(2 * npx); /* the canvas and RandAugment's scratch */
+    if (!buf) return -1;
+    const int flip = rng_double(rng) < t->hflip;
+    if (vil_canvas_place(buf, t->res, im->px, im->w, im->h, im->c, (VilCanvasBg)t->canvas_bg, flip, rng, NULL,
+                         NULL) != 0) {
+        free(buf);
+        return -1;
+    }
+    train_finish(buf, t, rng, out);
     free(buf);
     return 0;
 }
 
 static int train_args_ok(const VilTrainTransform *t) {
     return t && t->res > 0 && (t->channels == 1 || t->channels == 3) && t->scale_min > 0 &&
-           t->scale_max >= t->scale_min && t->ratio_min > 0 && t->ratio_max > 0;
+           t->scale_max >= t->scale_min && t->ratio_min > 0 && t->ratio_max > 0 &&
+           (t->canvas == 0 || t->canvas == t->res) &&
+           (t->canvas_bg == VIL_CANVAS_ZERO || t->canvas_bg == VIL_CANVAS_NOISE);
 }
 
 /* Convert an image to c channels as PIL's convert('RGB') / convert('L') would. 0, or -1
@@ -288,11 +315,17 @@ int vil_transform_train(const VilImage *img, const VilTrainTransform *t, VilRng 
         if (convert_channels(&conv, img, t->channels) != 0) return -1;
         im = &conv;
     }
-    int left, top, cw, ch;
-    vil_rrc_params(im->w, im->h, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, rng, &left, &top, &cw, &ch);
-    const int c = im->c;
-    const size_t stride = (size_t)im->w * c;
-    int rc = train_from_view(im->px + (size_t)top * stride + (size_t)left * c, cw, ch, stride, NULL, t, rng, out);
+    int rc;
+    if (t->canvas > 0) {
+        rc = train_from_canvas(im, t, rng, out);
+    } else {
+        int left, top, cw, ch;
+        vil_rrc_params(im->w, im->h, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, rng, &left, &top, &cw,
+                       &ch);
+        const int c = im->c;
+        const size_t stride = (size_t)im->w * c;
+        rc = train_from_view(im->px + (size_t)top * stride + (size_t)left * c, cw, ch, stride, NULL, t, rng, out);
+    }
     vil_image_free(&conv);
     return rc;
 }
@@ -404,7 +437,8 @@ static int train_file_group(const unsigned char *buf, size_t n, const VilTrainTr
         vil_error("bad training transform configuration");
         return -1;
     }
-    if (vil_image_format(buf, n) != VIL_FORMAT_JPEG) {
+    /* a canvas takes the whole item: nothing to gain from a region decode */
+    if (t->canvas > 0 || vil_image_format(buf, n) != VIL_FORMAT_JPEG) {
         VilImage im;
         if (vil_image_decode(buf, n, t->channels, &im) != 0) return -1;
         if (decodes) *decodes = 1;

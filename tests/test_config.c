@@ -504,6 +504,7 @@ static long choice_field(const char *key, const VilConfig *c, const VilTrainConf
     if (strcmp(key, "decode") == 0) return (long)(int)t->decode_kind;
     if (strcmp(key, "allreduce") == 0) return (long)(int)t->allreduce_kind;
     if (strcmp(key, "init_state") == 0) return (long)(int)t->init_state_kind;
+    if (strcmp(key, "canvas_bg") == 0) return (long)(int)t->canvas_bg_kind;
     return LONG_MIN;
 }
 
@@ -547,6 +548,8 @@ static void test_choices(void) {
         {"init_state", "noise", VIL_INIT_NOISE},
         {"init_state", "fitted", VIL_INIT_FITTED},
         {"init_state", "passing", VIL_INIT_PASSING},
+        {"canvas_bg", "zero", VIL_CANVAS_ZERO},
+        {"canvas_bg", "noise", VIL_CANVAS_NOISE},
     };
     const int nr = (int)(sizeof R / sizeof R[0]);
     /* the tables' choice keys and their names, each a row here */
@@ -607,8 +610,9 @@ static void test_choices(void) {
     }
     /* a value that names no choice: set (a later --set may replace it), said unresolved, refused by
      * finalize */
-    const char *keys[] = {"dt_init", "pos_embed", "optimizer", "sched", "decode", "allreduce", "init_state"};
-    for (int i = 0; i < 7; i++) {
+    const char *keys[] = {"dt_init", "pos_embed", "optimizer", "sched", "decode", "allreduce", "init_state",
+                          "canvas_bg"};
+    for (int i = 0; i < (int)(sizeof keys / sizeof *keys); i++) {
         VilConfig c;
         VilTrainConfig t;
         vil_config_default(&c);

@@ -168,21 +168,16 @@ static void paste(unsigned char *canvas, int side, const unsigned char *item, in
     for (int y = 0; y < s; y++) memcpy(canvas + (size_t)(y0 + y) * side + x0, item + (size_t)y * s, (size_t)s);
 }
 
-/* dst (side, side): item i of set d. Draw order per image: x, y, then the noise row by row. */
+/* dst (side, side): item i of set d. Draw order per image: x, y, then the noise row by row
+ * (vil_canvas_place's; shrink draws x, y the same way). */
 static int make_image(unsigned char *dst, int side, const SetDef *d, int set, int i, const unsigned char *item,
                       int s0, uint64_t seed) {
     VilRng r;
     vil_rng_seed(&r, vil_hash_seed(seed, (uint64_t)set, (uint64_t)i, 0));
     switch (d->kind) {
-    case SET_CANVAS: {
-        int x0 = (int)vil_rng_below(&r, (uint32_t)(side - s0 + 1));
-        int y0 = (int)vil_rng_below(&r, (uint32_t)(side - s0 + 1));
-        if (d->noise)
-            for (size_t k = 0; k < (size_t)side * side; k++) dst[k] = (unsigned char)vil_rng_below(&r, 256);
-        else memset(dst, 0, (size_t)side * side);
-        paste(dst, side, item, s0, x0, y0);
-        return 0;
-    }
+    case SET_CANVAS: /* the training transform's canvas places items with the same function */
+        return vil_canvas_place(dst, side, item, s0, s0, 1, d->noise ? VIL_CANVAS_NOISE : VIL_CANVAS_ZERO, 0, &r,
+                                NULL, NULL);
     case SET_TILE:
         for (int ty = 0; ty < d->mult; ty++)
             for (int tx = 0; tx < d->mult; tx++) paste(dst, side, item, s0, tx * s0, ty * s0);

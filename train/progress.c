@@ -139,7 +139,10 @@ void print_header(Trainer *T, const char *init_note, const char *state_in) {
         fprintf(f, ", stopping at max_steps %ld", T->total_steps - T->sched_offset);
     fprintf(f, "; %s; drop path %g; EMA %g%s; clip %s\n", vil_optim_describe(t, opt, sizeof opt), c->drop_path,
             t->ema_decay, t->model_ema_warmup ? " (warmup)" : "", t->clip_grad > 0 ? "on (global norm, on the device)" : "off");
-    fprintf(f, "aug:   %s JPEG decode, crop scale (%g, 1), flip %g, ", t->decode, t->scale_min, t->hflip);
+    if (t->canvas > 0)
+        fprintf(f, "aug:   canvas %d (the item unscaled at a random place, %s background; validation alike), "
+                   "flip %g, ", t->canvas, t->canvas_bg, t->hflip);
+    else fprintf(f, "aug:   %s JPEG decode, crop scale (%g, 1), flip %g, ", t->decode, t->scale_min, t->hflip);
     if (t->randaug_n > 0) fprintf(f, "RandAugment n%d m%g mstd%g, ", t->randaug_n, t->randaug_m, t->randaug_mstd);
     else fprintf(f, "no RandAugment, ");
     fprintf(f, "erasing %g, ", t->reprob);

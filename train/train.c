@@ -260,6 +260,35 @@ static int open_data(Trainer *T) {
     return check_class_names(T);
 }
 
+/* canvas > 0: the model reads the canvas as it is, so img_size must be its side, and an item
+ * must fit on it unscaled. Item 0 of each split is checked here, before any work; an item found
+ * larger later is a bad file (replaced in training, left out of the validation, with the
+ * placement's message). */
+static int check_canvas(const Trainer *T) {
+    const int canvas = T->tc->canvas;
+    if (canvas <= 0) return 0;
+    if (canvas != T->mc->img_size) {
+        vil_error("canvas = %d but the model's img_size = %d: the model reads the canvas as it is; set "
+                  "img_size = %d", canvas, T->mc->img_size, canvas);
+        return -1;
+    }
+    const VilDataset *sets[2] = {T->ds, T->val_ds};
+    for (int k = 0; k < 2; k++) {
+        if (!sets[k] || vil_dataset_size(sets[k]) < 1) continue;
+        VilImage im;
+        if (vil_dataset_read_image(sets[k], 0, T->mc->in_chans, &im, NULL) != 0) return -1;
+        int w = im.w, h = im.h;
+        vil_image_free(&im);
+        if (w > canvas || h > canvas) {
+            vil_error("the %s data's item 0 (%s) is %dx%d, larger than the canvas of %d px: the canvas keeps "
+                      "the item's scale, so it must be at least the items' side (set canvas and img_size "
+                      "together)", k ? "validation" : "training", vil_dataset_source(sets[k]), w, h, canvas);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* mpirun binds each rank to one core when it starts two or fewer, a trap on a 2-GPU machine;
  * srun binds a task to its --cpus-per-task where Slurm's task/affinity plugin runs. Once per
  * process: vil bench warns above its numbers and then runs vil_train. */
@@ -300,6 +329,8 @@ static int make_loaders(Trainer *T) {
     lc.train.randaug_mstd = t->randaug_mstd;
     lc.train.reprob = t->reprob;
     lc.train.decode = t->decode_kind;
+    lc.train.canvas = t->canvas;
+    lc.train.canvas_bg = t->canvas_bg_kind;
     lc.mixup.mixup_alpha = t->mixup;
     lc.mixup.cutmix_alpha = t->cutmix;
     lc.mixup.prob = t->mixup_prob;
@@ -316,6 +347,8 @@ static int make_loaders(Trainer *T) {
         ec.threads = t->workers;
         ec.prefetch = t->workers + 1;
         ec.crop_pct = t->crop_pct;
+        ec.canvas = t->canvas; /* a canvas model validates on canvases of its own side */
+        ec.canvas_bg = t->canvas_bg_kind;
         ec.world = T->world; /* a shard each, every image exactly once: the counts are summed */
         ec.rank = T->rank;
         ec.quiet = T->quiet;
@@ -389,7 +422,7 @@ static RunNext trainer_setup(Trainer *T) {
     RunNext next = run_end(T, VIL_TRAIN_FAILED);
 
     /* everything that can be wrong with the inputs is found before any work */
-    if (open_data(T) != 0) goto out;
+    if (open_data(T) != 0 || check_canvas(T) != 0) goto out;
     if (state_in) {
         struct stat st;
         if (stat(state_in, &st) != 0) {

@@ -33,9 +33,11 @@ static const char *const SCHEDS[] = {[VIL_SCHED_COSINE] = "cosine", [VIL_SCHED_S
                                      [VIL_SCHED_MULTISTEP] = "multistep", [VIL_SCHED_CONST_COSINE] = "const_cosine"};
 static const char *const DECODES[] = {[VIL_DECODE_EXACT] = "exact", [VIL_DECODE_FAST] = "fast"};
 static const char *const ALLREDUCES[] = {[VIL_ALLREDUCE_OVERLAP] = "overlap", [VIL_ALLREDUCE_END] = "end"};
+static const char *const CANVAS_BGS[] = {[VIL_CANVAS_ZERO] = "zero", [VIL_CANVAS_NOISE] = "noise"};
 NAME_AT(SCHEDS)
 NAME_AT(DECODES)
 NAME_AT(ALLREDUCES)
+NAME_AT(CANVAS_BGS)
 #undef NAME_AT
 static const char *init_state_name(int i) { return i >= 0 && i < VIL_INIT_COUNT ? vil_init_mode_names[i] : NULL; }
 /* the optimizer: its entry of the table (NULL: none) */
@@ -45,12 +47,14 @@ static const char *optim_name(int i) {
 }
 static void optim_store(void *field, int i) { *(const VilOptim **)field = vil_optim_at(i); }
 _Static_assert(sizeof(VilSched) == sizeof(int) && sizeof(VilDecodeMode) == sizeof(int) &&
-                   sizeof(VilAllreduce) == sizeof(int) && sizeof(VilInitMode) == sizeof(int),
+                   sizeof(VilAllreduce) == sizeof(int) && sizeof(VilInitMode) == sizeof(int) &&
+                   sizeof(VilCanvasBg) == sizeof(int),
                "vil_choice_store_enum writes an int");
 static const VilChoice OPTIMIZER = {optim_name, optim_store};
 static const VilChoice SCHED = {SCHEDS_name, vil_choice_store_enum};
 static const VilChoice DECODE = {DECODES_name, vil_choice_store_enum};
 static const VilChoice ALLREDUCE = {ALLREDUCES_name, vil_choice_store_enum};
+static const VilChoice CANVAS_BG = {CANVAS_BGS_name, vil_choice_store_enum};
 static const VilChoice INIT_STATE = {init_state_name, vil_choice_store_enum};
 
 static const VilKey TKEYS[] = {
@@ -102,6 +106,11 @@ static const VilKey TKEYS[] = {
     TC(decode, decode_kind, DECODE,
        "training JPEG decode: exact (PIL's pixels, the default) or fast (DCT-scaled crop, "
        "merged chroma upsampling: ~4% faster); evaluation always decodes exactly"),
+    TI(canvas, 0, VIL_MAX_IMG_SIZE, "> 0: each training item unscaled at a uniform random position on a canvas of "
+                                    "this side (= img_size) in place of RandomResizedCrop (needs scale_min = 1 "
+                                    "and crop_pct = 1); validation places its items alike (0: off)"),
+    TC(canvas_bg, canvas_bg_kind, CANVAS_BG, "canvas > 0: the background around the item, zero or noise "
+                                             "(uniform 0..255 per pixel and channel)"),
     TF(crop_pct, VIL_MIN_CROP_PCT, 1, "evaluation: resize to img_size / crop_pct, center crop"),
     TI(seed, 0, 2147483647, "seed of the initialization, data order, augmentation and drop path"),
     TI(workers, 1, 256, "data loader threads"),
@@ -495,6 +504,8 @@ void vil_train_config_default(VilTrainConfig *t) {
     t->scale_min = VIL_RECIPE_SCALE_MIN;
     t->hflip = VIL_RECIPE_HFLIP;
     strcpy(t->decode, "exact");
+    t->canvas = 0;
+    strcpy(t->canvas_bg, "zero");
     t->crop_pct = VIL_RECIPE_CROP_PCT;
     t->seed = 0;
     t->workers = VIL_RECIPE_WORKERS;
@@ -564,6 +575,16 @@ int vil_train_config_finalize(VilTrainConfig *t) {
     NEED(t->scale_min > 0.0f && t->scale_min <= 1.0f, "scale_min must be in (0, 1]");
     NEED(t->crop_pct > 0.0f && t->crop_pct <= 1.0f, "crop_pct must be in (0, 1]");
     NEED((int)t->decode_kind >= 0, "decode must be 'fast' or 'exact' (got '%s')", t->decode);
+    NEED((int)t->canvas_bg_kind >= 0, "canvas_bg must be 'zero' or 'noise' (got '%s')", t->canvas_bg);
+    /* the canvas keeps the item's scale: a crop before it, or an evaluation resize after it,
+     * would change the scale the run is meant to hold fixed */
+    NEED(t->canvas == 0 || t->scale_min == 1.0f,
+         "canvas = %d places the whole item in place of RandomResizedCrop: set scale_min = 1 (got %g)",
+         t->canvas, t->scale_min);
+    NEED(t->canvas == 0 || t->crop_pct == 1.0f,
+         "canvas = %d needs crop_pct = 1 (got %g): the evaluation of a canvas model must feed canvases as "
+         "they are, without the resize to img_size / crop_pct that would change the item's scale",
+         t->canvas, t->crop_pct);
     NEED((int)t->allreduce_kind >= 0, "allreduce must be 'overlap' or 'end' (got '%s')", t->allreduce);
     NEED(t->workers >= 1 && t->workers <= 256, "workers must be in 1..256");
     NEED(t->log_every >= 1, "log_every must be >= 1");

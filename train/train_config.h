@@ -47,6 +47,9 @@ typedef struct {
     float scale_min;         /* RandomResizedCrop area range (scale_min, 1) */
     float hflip;             /* horizontal flip probability */
     char decode[8];          /* JPEG decode of the train transform: "fast" or "exact" */
+    int canvas;              /* > 0: items unscaled at random on a canvas of this side (= img_size),
+                              * in place of RandomResizedCrop; 0: off */
+    char canvas_bg[8];       /* the canvas background: "zero" or "noise" */
     float crop_pct;          /* evaluation: resize to img_size / crop_pct, center crop */
     int seed;
     int workers;             /* data loader threads */
@@ -72,6 +75,7 @@ typedef struct {
     const VilOptim *optim;       /* optimizer's entry of vil/optim.c */
     VilSched sched_kind;         /* sched */
     VilDecodeMode decode_kind;   /* decode */
+    VilCanvasBg canvas_bg_kind;  /* canvas_bg */
     VilAllreduce allreduce_kind; /* allreduce */
     VilInitMode init_state_kind; /* init_state */
 } VilTrainConfig;
