@@ -567,7 +567,7 @@ static void test_choices(void) {
                 T_CHECK(found, "choice key %s's value '%s' has a row in test_choices", k->name, name);
             }
         }
-    T_CHECK(nkeys == 7, "the tables hold the seven choice keys (%d)", nkeys);
+    T_CHECK(nkeys == 8, "the tables hold the eight choice keys (%d)", nkeys);
     for (int r = 0; r < nr; r++) {
         const VilKey *k = vil_keys_find(&vil_model_keys, R[r].key);
         if (!k) k = vil_keys_find(&vil_train_keys, R[r].key);
