@@ -1,12 +1,12 @@
 /* conv1d.cu: the depthwise causal conv1d of width K (1 to 6) along the tokens fused with SiLU,
  * both directions in one pass over x (direction 1 runs the causal filter over the reversed token
  * order, by indexing), or (causal) direction 0 alone, reading a carried context before token 0:
- * the kernels are compiled for D = 2 directions and for D = 1. One thread per (two channels where E is even, sample, run of tokens) in
- * the forward, per (two channels, sample, runs of tokens) in the backward, all of a run's loads
- * issued before its arithmetic (the width K is a template argument, so the windows are
- * registers). The
- * backward recomputes the pre-activation; dx is overwritten; dw, db accumulate through
- * per-(sample, block) partial sums reduced in a fixed order (deterministic). */
+ * the kernels are compiled for D = 2 directions and for D = 1. One thread per (two channels
+ * where E is even, sample, run of tokens) in the forward, per (two channels, sample, runs of
+ * tokens) in the backward, all of a run's loads issued before its arithmetic (the width K is a
+ * template argument, so the windows are registers). The backward recomputes the pre-activation;
+ * dx is overwritten; dw, db accumulate through per-(sample, block) partial sums reduced in a
+ * fixed order (deterministic). */
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.h"
 

@@ -426,8 +426,8 @@ void scan_kq_launch(ScanArgs *a, float *kqt, bool compact) {
     else a->kqt = kqt;
 }
 
-/* the passes (pass 1: direction 1, pass 0: direction 0; D = 1 runs pass 0 alone): in one launch
- * sequentially, one launch a pass in the token-parallel form */
+/* the passes (pass 0: direction 1; pass 1: direction 0, which gates; D = 1 runs pass 1 alone):
+ * in one launch sequentially, one launch a pass in the token-parallel form */
 template <int N, class R, bool BWD, bool ST, int D>
 static void pair_passes(ScanArgs a) {
     const bool quad = !BWD && a.split == QUAD_Q;

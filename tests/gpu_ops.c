@@ -692,7 +692,8 @@ static void test_scan_causal(const OpCase *c) {
                                       .dout = dout, .u = {u}, .delta = {dl}, .xdbl = {xd}, .z = xz + E, .D = {Dk},
                                       .A_log = {own ? Al : NULL}, .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld,
                                       .xdbl_ld = xdbl_ld, .ldz = ldz, .h0 = h0, .causal = 1});
-    void *d_dout = dev_act(dout, ne), *g[4] = {dev_poison(ne * 2), dev_poison(ne * 2), dev_poison(nw * 2), dev_poison(nz * 2)};
+    void *d_dout = dev_act(dout, ne);
+    void *g[4] = {dev_poison(ne * 2), dev_poison(ne * 2), dev_poison(nw * 2), dev_poison(nz * 2)};
     float *g_dD = dev_f32(dD0, E), *g_dA = dev_f32(dA0, (size_t)E * N), *g_db = dev_f32(db0, E);
     VilScanBwd gb = causal_bwd(c, &d, L, g, g_dD, g_dA, d_dout, d_h0);
     gb.ddelta_sum[0] = g_db, gb.states = gf.states, gb.out = g[3];
@@ -705,7 +706,8 @@ static void test_scan_causal(const OpCase *c) {
     T_CLOSE(nm, rel(ddl_g, ddl_c, ne), c->tol);
     snprintf(nm, sizeof nm, "causal scan %s bwd d%s, d%s %s", kind, kq[0], kq[1], sfx);
     T_CLOSE(nm, rel_l2(dxd_g + dt_ld, dxd_c + dt_ld, (size_t)B * L, 2 * N, xdbl_ld), c->tol);
-    T_CHECK(untouched(g[2], (size_t)B * L, xdbl_ld, dt_ld, dt_ld + 2 * N) == 0, "causal scan bwd wrote into the dt_low or padding columns");
+    T_CHECK(untouched(g[2], (size_t)B * L, xdbl_ld, dt_ld, dt_ld + 2 * N) == 0,
+            "causal scan bwd wrote into the dt_low or padding columns");
     snprintf(nm, sizeof nm, "causal scan %s bwd dz %s", kind, sfx);
     T_CLOSE(nm, rel_l2(dxz_g + E, dz_c + E, (size_t)B * L, E, ldz), c->tol);
     for (size_t r = 0; r < (size_t)B * L; r++) /* the x half's rows packed to E apart */
@@ -756,8 +758,10 @@ static void test_scan_causal(const OpCase *c) {
         void *d_dm = dev_act(doutm, ne), *d_dk = dev_act(doutk, me);
         void *g1[4] = {dev_poison(ne * 2), dev_poison(ne * 2), dev_poison(nw * 2), dev_poison(nz * 2)};
         void *gk[4] = {dev_poison(me * 2), dev_poison(me * 2), dev_poison(mw * 2), dev_poison(mz * 2)};
-        float *sD[2] = {dev_f32(dD0, E), dev_f32(dD0, E)}, *sA[2] = {dev_f32(dA0, (size_t)E * N), dev_f32(dA0, (size_t)E * N)};
-        VilScanBwd b1 = causal_bwd(c, &d, L, g1, sD[0], sA[0], d_dm, d_h0), bk = causal_bwd(c, &dk, m, gk, sD[1], sA[1], d_dk, h_in);
+        float *sD[2] = {dev_f32(dD0, E), dev_f32(dD0, E)};
+        float *sA[2] = {dev_f32(dA0, (size_t)E * N), dev_f32(dA0, (size_t)E * N)};
+        VilScanBwd b1 = causal_bwd(c, &d, L, g1, sD[0], sA[0], d_dm, d_h0);
+        VilScanBwd bk = causal_bwd(c, &dk, m, gk, sD[1], sA[1], d_dk, h_in);
         G->scan_bidir_backward(G, &b1);
         G->scan_bidir_backward(G, &bk);
         const size_t cols[4] = {E, E, xdbl_ld, ldz}, rows1[4] = {ne, ne, nw, nz};

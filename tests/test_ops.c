@@ -357,7 +357,8 @@ static void test_conv_causal(void) {
     int fwd_same = 1, out_ok = 1, bwd_same = 1;
     for (int k = 0, t0 = 0; k < 3; t0 += cl[k], k++) {
         int n = cl[k];
-        float *xk = take_rows(c.x, B, L, ldx, t0, n), *uk = zeros((size_t)B * n * E), *ctx_k = take_rows(carry, B, C, E, 0, C);
+        float *xk = take_rows(c.x, B, L, ldx, t0, n), *uk = zeros((size_t)B * n * E);
+        float *ctx_k = take_rows(carry, B, C, E, 0, C); /* this chunk's context, for its backward */
         conv1d_silu_bidir_forward(&(VilConvBidirFwd){.u = {uk}, .x = xk, .w = {c.w}, .b = {c.b}, .B = B, .L = n,
                                                      .E = E, .K = K, .ldx = ldx, .causal = 1, .ctx = carry,
                                                      .ctx_out = carry});
@@ -382,7 +383,8 @@ static void test_conv_causal(void) {
                                                       .ldx = ldx, .causal = 1, .ctx = ctx_k});
         bwd_same &= same_rows(dxw, dxk, B, L, ldx, t0, n, 0, E) && !memcmp(dww, dwk, (size_t)E * K * sizeof(float)) &&
                     !memcmp(dbw, dbk, (size_t)E * sizeof(float));
-        free(xk), free(uk), free(ctx_k), free(dum), free(dxw), free(dww), free(dbw), free(duk), free(dxk), free(dwk), free(dbk);
+        free(xk), free(uk), free(ctx_k), free(dum), free(dxw), free(dww), free(dbw);
+        free(duk), free(dxk), free(dwk), free(dbk);
     }
     T_CHECK(fwd_same, "conv1d causal: chunks of 4, 2, 3 tokens with the context carried give one call's outputs");
     T_CHECK(out_ok, "conv1d causal: ctx_out holds each chunk's last K-1 inputs (from its ctx where it is short)");

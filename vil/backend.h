@@ -299,7 +299,8 @@ typedef struct {
 } VilEma;
 
 /* init_state.c: the initial states of one layer's scan for the interventions of doc/recipe.md
- * ("Initial states"), h0 (B, S) f32 with S = 2 N E (VilScanFwd.h0's (B, 2, N, E) per sample):
+ * ("Initial states"), h0 (B, S) f32 with S = 2 N E (VilScanFwd.h0's (B, 2, N, E) per sample;
+ * N E for the causal op's (B, N, E)):
  *   prev != NULL (state passing): h0[b] = prev[b], or 0 where sample b's draw u < drop;
  *   else (noise): h0[b][i] = mean[i] + sd(i) g, sd(i) = sqrt(var[i]) (var NULL: sigma), mean NULL
  *   is 0; g a standard normal.
