@@ -1,11 +1,12 @@
 /* conv1d.cu: the depthwise causal conv1d of width K (1 to 6) along the tokens fused with SiLU,
  * both directions in one pass over x (direction 1 runs the causal filter over the reversed token
- * order, by indexing). One thread per (two channels where E is even, sample, run of tokens) in
- * the forward, per (two channels, sample, runs of tokens) in the backward, all of a run's loads
- * issued before its arithmetic (the width K is a template argument, so the windows are
- * registers). The
- * backward recomputes the pre-activation; dx is overwritten; dw, db accumulate through
- * per-(sample, block) partial sums reduced in a fixed order (deterministic). */
+ * order, by indexing), or (causal) direction 0 alone, reading a carried context before token 0:
+ * the kernels are compiled for D = 2 directions and for D = 1. One thread per (two channels
+ * where E is even, sample, run of tokens) in the forward, per (two channels, sample, runs of
+ * tokens) in the backward, all of a run's loads issued before its arithmetic (the width K is a
+ * template argument, so the windows are registers). The backward recomputes the pre-activation;
+ * dx is overwritten; dw, db accumulate through per-(sample, block) partial sums reduced in a
+ * fixed order (deterministic). */
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.h"
 
@@ -27,11 +28,12 @@ template <> struct ConvRow<1> {
     __device__ __forceinline__ void zero() { v = __float2bfloat16_rn(0.0f); }
     __device__ __forceinline__ float get(int) const { return __bfloat162float(v); }
 };
-/* NR token rows of CPT channels from p (row t_first + k at p + k ld), zeros outside [0, L);
- * inner: every row lies inside (no tests) */
+/* NR token rows of CPT channels from p (row t_first + k at p + k ld), zeros outside [0, L), or
+ * before token 0 the carried context's rows where cz is given (row t < 0 at cz + t E: cz is
+ * where the context's row 0 would be); inner: every row lies inside (no tests) */
 template <int CPT, int NR>
 __device__ __forceinline__ void load_rows(ConvRow<CPT> (&r)[NR], const bf16 *p, ptrdiff_t ld, int t_first, int L,
-                                          bool inner) {
+                                          bool inner, const bf16 *cz, int E) {
     if (inner) {
 #pragma unroll
         for (int k = 0; k < NR; k++) r[k].load(p + k * ld);
@@ -40,40 +42,48 @@ __device__ __forceinline__ void load_rows(ConvRow<CPT> (&r)[NR], const bf16 *p, 
         for (int k = 0; k < NR; k++) {
             int t = t_first + k;
             if (t >= 0 && t < L) r[k].load(p + k * ld);
+            else if (cz && t < 0) r[k].load(cz + (ptrdiff_t)t * E);
             else r[k].zero();
         }
     }
+}
+/* sample b's context pointer for load_rows (ctx (B, K-1, E), channel e0), or nullptr: a constant
+ * one for D = 2, which reads none */
+template <int K, int D>
+__device__ __forceinline__ const bf16 *ctx_zero_row(const bf16 *ctx, int b, int E, int e0) {
+    return D == 1 && ctx ? ctx + ((size_t)b * (K - 1) + (K - 1)) * E + e0 : nullptr;
 }
 
 #ifndef CONV_T
 #define CONV_T 64 /* threads per block of the forward (CPT channels each) */
 #endif
 /* Both directions in one pass over x (token order): u0[t] = SiLU(b0 + sum_i w0[i] x[t-(K-1)+i]),
- * u1[t] = SiLU(b1 + sum_i w1[i] x[t+(K-1)-i]) (the reversed filter, stored by token). A thread
- * holds CPT adjacent channels (2 where E is even: 4-byte loads and stores) and CONV_TC tokens,
- * its whole x window loaded before any arithmetic. Version 1 (a channel a thread, 2-byte
- * accesses) ran 50.6 us a ViL-Tiny layer at batch 256; cuda/PERF_NOTES.md. */
-template <int K, int CPT>
-__global__ void __launch_bounds__(CONV_T) conv1d_silu_bidir_fwd_kernel(
-    bf16 *__restrict__ u0, bf16 *__restrict__ u1, const bf16 *__restrict__ x, const float *__restrict__ w0,
-    const float *__restrict__ w1, const float *__restrict__ b0, const float *__restrict__ b1, int L, int E,
-    int ldx) {
-    constexpr int TC = CONV_TC, NX = TC + 2 * (K - 1);
+ * u1[t] = SiLU(b1 + sum_i w1[i] x[t+(K-1)-i]) (the reversed filter, stored by token); D = 1:
+ * u0 alone, x before token 0 from ctx where given. A thread holds CPT adjacent channels (2 where
+ * E is even: 4-byte loads and stores) and CONV_TC tokens, its whole x window loaded before any
+ * arithmetic. Version 1 (a channel a thread, 2-byte accesses) ran 50.6 us a ViL-Tiny layer at
+ * batch 256; cuda/PERF_NOTES.md. */
+template <int K, int CPT, int D>
+__global__ void __launch_bounds__(CONV_T) conv1d_silu_fwd_kernel(
+    bf16 *__restrict__ u0, bf16 *__restrict__ u1, const bf16 *__restrict__ x, const bf16 *__restrict__ ctx,
+    const float *__restrict__ w0, const float *__restrict__ w1, const float *__restrict__ b0,
+    const float *__restrict__ b1, int L, int E, int ldx) {
+    constexpr int TC = CONV_TC, NX = TC + D * (K - 1);
     const int e0 = (blockIdx.x * CONV_T + threadIdx.x) * CPT;
     if (e0 >= E) return;
     const int b = blockIdx.z, t0 = blockIdx.y * TC;
     const size_t r0 = (size_t)b * L;
     ConvRow<CPT> xr[NX]; /* xr[k]: token t0 - (K-1) + k */
-    const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
-    load_rows(xr, x + (r0 + t0 - (K - 1)) * ldx + e0, ldx, t0 - (K - 1), L, inner);
+    const bool inner = t0 - (K - 1) >= 0 && t0 + TC + (D - 1) * (K - 1) <= L;
+    load_rows(xr, x + (r0 + t0 - (K - 1)) * ldx + e0, ldx, t0 - (K - 1), L, inner, ctx_zero_row<K, D>(ctx, b, E, e0), E);
     float wa[CPT][K], wb[CPT][K], ba[CPT], bb[CPT];
 #pragma unroll
     for (int c = 0; c < CPT; c++) {
 #pragma unroll
-        for (int i = 0; i < K; i++) wa[c][i] = w0[(size_t)(e0 + c) * K + i], wb[c][i] = w1[(size_t)(e0 + c) * K + i];
-        ba[c] = b0[e0 + c], bb[c] = b1[e0 + c];
+        for (int i = 0; i < K; i++) wa[c][i] = w0[(size_t)(e0 + c) * K + i], wb[c][i] = D == 2 ? w1[(size_t)(e0 + c) * K + i] : 0.0f;
+        ba[c] = b0[e0 + c], bb[c] = D == 2 ? b1[e0 + c] : 0.0f;
     }
-    bf16 *pa = u0 + (r0 + t0) * E + e0, *pb = u1 + (r0 + t0) * E + e0;
+    bf16 *pa = u0 + (r0 + t0) * E + e0, *pb = D == 2 ? u1 + (r0 + t0) * E + e0 : nullptr;
 #pragma unroll
     for (int k = 0; k < TC; k++) {
         if (!inner && t0 + k >= L) break;
@@ -84,15 +94,16 @@ __global__ void __launch_bounds__(CONV_T) conv1d_silu_bidir_fwd_kernel(
 #pragma unroll
             for (int i = 0; i < K; i++) {
                 fa[c] = fmaf(wa[c][i], xr[k + i].get(c), fa[c]);
-                fb[c] = fmaf(wb[c][i], xr[k + 2 * (K - 1) - i].get(c), fb[c]);
+                if constexpr (D == 2) fb[c] = fmaf(wb[c][i], xr[k + 2 * (K - 1) - i].get(c), fb[c]);
             }
         }
         if constexpr (CPT == 2) {
             *reinterpret_cast<__nv_bfloat162 *>(pa + (ptrdiff_t)k * E) = __floats2bfloat162_rn(siluf(fa[0]), siluf(fa[1]));
-            *reinterpret_cast<__nv_bfloat162 *>(pb + (ptrdiff_t)k * E) = __floats2bfloat162_rn(siluf(fb[0]), siluf(fb[1]));
+            if constexpr (D == 2)
+                *reinterpret_cast<__nv_bfloat162 *>(pb + (ptrdiff_t)k * E) = __floats2bfloat162_rn(siluf(fb[0]), siluf(fb[1]));
         } else {
             pa[(ptrdiff_t)k * E] = f2bf(siluf(fa[0]));
-            pb[(ptrdiff_t)k * E] = f2bf(siluf(fb[0]));
+            if constexpr (D == 2) pb[(ptrdiff_t)k * E] = f2bf(siluf(fb[0]));
         }
     }
 }
@@ -118,36 +129,38 @@ __global__ void __launch_bounds__(CONV_T) conv1d_silu_bidir_fwd_kernel(
  * adjacent channels (2 where E is even: 4-byte loads and stores) and walks CONV_BI_RPB runs of
  * CONV_BI_TC tokens; it issues every load of a run (the x window of its tokens plus K-1 on each
  * side, and both directions' du over the tokens their filters reach) before the previous run's
- * arithmetic, which runs one direction after the other. part: (2, B * ngrp, K + 1, E) per-direction partial sums
- * over a block's runs of dpre x[tap], dpre.
+ * arithmetic, which runs one direction after the other. part: (D, B * ngrp, K + 1, E)
+ * per-direction partial sums over a block's runs of dpre x[tap], dpre. D = 1: direction 0 alone,
+ * x before token 0 from ctx where given (its dpre x products go to dw; nothing flows into ctx).
  * Version 1 (a thread per channel, 16-token runs, 2-byte loads, x loaded before du) ran 144 us a
  * ViL-Tiny layer at batch 256, this one 103 us (TC 8 / RPB 32; 112 without the next run's loads
  * in flight; 4, 8, 16 runs per block or 4, 16 tokens per run: 120-130 us); cuda/PERF_NOTES.md. */
-template <int K, int CPT> /* widths 5 and 6 take 4 blocks an SM's registers (5 spill) */
-__global__ void __launch_bounds__(CONV_BI_T, K >= 5 ? 4 : CONV_BI_MINB) conv1d_silu_bidir_bwd_kernel(
+template <int K, int CPT, int D> /* widths 5 and 6 take 4 blocks an SM's registers (5 spill) */
+__global__ void __launch_bounds__(CONV_BI_T, K >= 5 ? 4 : CONV_BI_MINB) conv1d_silu_bwd_kernel(
     bf16 *__restrict__ dx, float *__restrict__ part, const bf16 *__restrict__ du0,
-    const bf16 *__restrict__ du1, const bf16 *__restrict__ x, const float *__restrict__ w0,
-    const float *__restrict__ w1, const float *__restrict__ b0, const float *__restrict__ b1,
-    int L, int E, int ldx) {
+    const bf16 *__restrict__ du1, const bf16 *__restrict__ x, const bf16 *__restrict__ ctx,
+    const float *__restrict__ w0, const float *__restrict__ w1, const float *__restrict__ b0,
+    const float *__restrict__ b1, int L, int E, int ldx) {
     constexpr int TC = CONV_BI_TC, NP = TC + K - 1, NX = TC + 2 * (K - 1);
     const int e0 = (blockIdx.x * CONV_BI_T + threadIdx.x) * CPT;
     if (e0 >= E) return;
     const int b = blockIdx.z, nrun = (L + TC - 1) / TC;
     const size_t r0 = (size_t)b * L;
+    const bf16 *cz = ctx_zero_row<K, D>(ctx, b, E, e0);
     /* wr[j][c][i]: direction j's taps of channel e0 + c; bias */
-    float wr[2][CPT][K], bb[2][CPT];
+    float wr[D][CPT][K], bb[D][CPT];
 #pragma unroll
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < D; j++)
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
 #pragma unroll
             for (int i = 0; i < K; i++) wr[j][c][i] = (j ? w1 : w0)[(size_t)(e0 + c) * K + i];
             bb[j][c] = (j ? b1 : b0)[e0 + c];
         }
-    /* the dw / db sums of both directions over the block's runs */
-    float acc[2][CPT][K + 1];
+    /* the dw / db sums of the directions over the block's runs */
+    float acc[D][CPT][K + 1];
 #pragma unroll
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < D; j++)
 #pragma unroll
         for (int c = 0; c < CPT; c++)
 #pragma unroll
@@ -155,18 +168,19 @@ __global__ void __launch_bounds__(CONV_BI_T, K >= 5 ? 4 : CONV_BI_MINB) conv1d_s
     /* the run's rows: xr[k] token t0 - (K-1) + k; g[0][k] du0 at token t0 + k (the forward
      * filter's dpre reaches t0 .. t0 + TC + K - 2); g[1][k] du1 at token t0 - (K-1) + k */
     struct Rows {
-        ConvRow<CPT> xr[NX], g[2][NP];
+        ConvRow<CPT> xr[NX], g[D][NP];
     };
     auto load = [&](Rows &rw, int t0) {
         const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
-        load_rows(rw.xr, x + (r0 + t0 - (K - 1)) * ldx + e0, ldx, t0 - (K - 1), L, inner);
-        load_rows(rw.g[0], du0 + (r0 + t0) * E + e0, E, t0, L, inner);
-        load_rows(rw.g[1], du1 + (r0 + t0 - (K - 1)) * E + e0, E, t0 - (K - 1), L, inner);
+        load_rows(rw.xr, x + (r0 + t0 - (K - 1)) * ldx + e0, ldx, t0 - (K - 1), L, inner, cz, E);
+        load_rows(rw.g[0], du0 + (r0 + t0) * E + e0, E, t0, L, inner, nullptr, E);
+        if constexpr (D == 2)
+            load_rows(rw.g[D - 1], du1 + (r0 + t0 - (K - 1)) * E + e0, E, t0 - (K - 1), L, inner, nullptr, E);
     };
     auto run_one = [&](const Rows &rw, int t0) {
         const bool inner = t0 - (K - 1) >= 0 && t0 + TC + K - 1 <= L;
         const ConvRow<CPT>(&xr)[NX] = rw.xr;
-        const ConvRow<CPT>(&g)[2][NP] = rw.g;
+        const ConvRow<CPT>(&g)[D][NP] = rw.g;
         float ov[CPT][TC];
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
@@ -176,7 +190,7 @@ __global__ void __launch_bounds__(CONV_BI_T, K >= 5 ? 4 : CONV_BI_MINB) conv1d_s
 #pragma unroll
             for (int k = 0; k < TC; k++) ov[c][k] = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < D; j++) {
                 float dp[NP];
 #pragma unroll
                 for (int k = 0; k < NP; k++) {
@@ -227,7 +241,7 @@ __global__ void __launch_bounds__(CONV_BI_T, K >= 5 ? 4 : CONV_BI_MINB) conv1d_s
     }
     const size_t nrows = (size_t)gridDim.z * gridDim.y;
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < D; j++) {
         size_t prow = ((size_t)j * nrows + (size_t)b * gridDim.y + blockIdx.y) * (K + 1);
 #pragma unroll
         for (int i = 0; i <= K; i++) {
@@ -286,7 +300,8 @@ __global__ void conv1d_dw_final_kernel(float *__restrict__ dw, float *__restrict
     else db[e] += t;
 }
 
-/* two channels a thread where every row starts 4-byte aligned (E even: ldx = 2E is too) */
+/* two channels a thread where every row starts 4-byte aligned (E even: ldx = 2E is too; c: the
+ * other direction's tensor, or the carried context) */
 static int conv_pairs(int E, int ldx, const void *a, const void *b, const void *c) {
     return E % 2 == 0 && ldx % 2 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 4 == 0;
 }
@@ -304,28 +319,50 @@ static int conv_pairs(int E, int ldx, const void *a, const void *b, const void *
         }                                                                                 \
     } while (0)
 
+/* ctx_out (B, K-1, E) = inputs L-(K-1) .. L-1 of each sample (ctx's, or zeros, before token 0):
+ * one thread per (sample, channel), its rows in order, so that ctx_out may be ctx (row i reads
+ * ctx's row i + L >= i before it is written) */
+__global__ void conv1d_ctx_out_kernel(bf16 *ctx_out, const bf16 *x, const bf16 *ctx, int B, int L, int E, int K,
+                                      int ldx) {
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * E) return;
+    const int b = idx / E, e = idx - b * E, C = K - 1;
+    for (int i = 0; i < C; i++) {
+        const int s = L - C + i;
+        const bf16 v = s >= 0 ? x[((size_t)b * L + s) * ldx + e]
+                     : ctx ? ctx[((size_t)b * C + C + s) * E + e] : __float2bfloat16_rn(0.0f);
+        ctx_out[((size_t)b * C + i) * E + e] = v;
+    }
+}
+
+template <int K, int CPT, int D>
+static void conv_backward(const VilConvBidirBwd *a, float *part, dim3 grid) {
+    const bf16 *du1 = D == 2 ? (const bf16 *)a->du[1] : nullptr, *ctx = D == 1 ? (const bf16 *)a->ctx : nullptr;
+    conv1d_silu_bwd_kernel<K, CPT, D><<<grid, CONV_BI_T, 0, cu()->stream>>>(
+        (bf16 *)a->dx, part, (const bf16 *)a->du[0], du1, (const bf16 *)a->x, ctx, a->w[0], a->w[D - 1], a->b[0],
+        a->b[D - 1], a->L, a->E, a->ldx);
+}
+
 extern "C" void conv1d_silu_bidir_backward_cuda(const VilConvBidirBwd *a) {
     void *dx = a->dx;
     float *const *dw = a->dw, *const *db = a->db;
     const void *const *du = a->du;
     const void *x = a->x;
-    const float *const *w = a->w, *const *b = a->b;
-    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx;
+    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx, dirs = a->causal ? 1 : 2;
     int nrun = (L + CONV_BI_TC - 1) / CONV_BI_TC, ngrp = (nrun + CONV_BI_RPB - 1) / CONV_BI_RPB;
     size_t np = (size_t)B * ngrp * (K + 1) * E;
-    float *part = (float *)cu_scratch(SCR_OP, (2 * np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
-    float *part2 = part + 2 * np;
-    const int pair = conv_pairs(E, ldx, x, du[0], du[1]) && (uintptr_t)dx % 4 == 0, cpt = pair ? 2 : 1;
+    float *part = (float *)cu_scratch(SCR_OP, (dirs * np + (size_t)CONV_SPLITS * (K + 1) * E) * sizeof(float));
+    float *part2 = part + dirs * np;
+    const int pair = conv_pairs(E, ldx, x, du[0], dirs == 2 ? du[1] : a->ctx) && (uintptr_t)dx % 4 == 0, cpt = pair ? 2 : 1;
     dim3 grid((E + CONV_BI_T * cpt - 1) / (CONV_BI_T * cpt), ngrp, B);
-#define CONV_BWD(CPT)                                                                                       \
-    CONV_DISPATCH(K, (conv1d_silu_bidir_bwd_kernel<KK, CPT><<<grid, CONV_BI_T, 0, cu()->stream>>>(           \
-                         (bf16 *)dx, part, (const bf16 *)du[0], (const bf16 *)du[1], (const bf16 *)x, w[0], \
-                         w[1], b[0], b[1], L, E, ldx)))
-    if (pair) CONV_BWD(2);
-    else CONV_BWD(1);
+#define CONV_BWD(CPT, D) CONV_DISPATCH(K, (conv_backward<KK, CPT, D>(a, part, grid)))
+    if (pair && dirs == 2) CONV_BWD(2, 2);
+    else if (dirs == 2) CONV_BWD(1, 2);
+    else if (pair) CONV_BWD(2, 1);
+    else CONV_BWD(1, 1);
 #undef CONV_BWD
     CU_LAUNCH_CHECK();
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < dirs; j++) {
         conv1d_dw_split_kernel<<<dim3((E + 31) / 32, K + 1, CONV_SPLITS), dim3(32, 8), 0, cu()->stream>>>(
             part2, part + j * np, B * ngrp, E, K);
         CU_LAUNCH_CHECK();
@@ -334,18 +371,31 @@ extern "C" void conv1d_silu_bidir_backward_cuda(const VilConvBidirBwd *a) {
     }
 }
 
+template <int K, int CPT, int D>
+static void conv_forward(const VilConvBidirFwd *a, dim3 grid) {
+    bf16 *u1 = D == 2 ? (bf16 *)a->u[1] : nullptr;
+    const bf16 *ctx = D == 1 ? (const bf16 *)a->ctx : nullptr;
+    conv1d_silu_fwd_kernel<K, CPT, D><<<grid, CONV_T, 0, cu()->stream>>>(
+        (bf16 *)a->u[0], u1, (const bf16 *)a->x, ctx, a->w[0], a->w[D - 1], a->b[0], a->b[D - 1], a->L, a->E, a->ldx);
+}
+
 extern "C" void conv1d_silu_bidir_forward_cuda(const VilConvBidirFwd *a) {
     void *const *u = a->u;
     const void *x = a->x;
-    const float *const *w = a->w, *const *b = a->b;
-    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx;
-    const int pair = conv_pairs(E, ldx, x, u[0], u[1]), cpt = pair ? 2 : 1;
+    int B = a->B, L = a->L, E = a->E, K = a->K, ldx = a->ldx, dirs = a->causal ? 1 : 2;
+    const int pair = conv_pairs(E, ldx, x, u[0], dirs == 2 ? u[1] : a->ctx), cpt = pair ? 2 : 1;
     dim3 grid((E + CONV_T * cpt - 1) / (CONV_T * cpt), (L + CONV_TC - 1) / CONV_TC, B);
-#define CONV_FWD(CPT)                                                                                  \
-    CONV_DISPATCH(K, (conv1d_silu_bidir_fwd_kernel<KK, CPT><<<grid, CONV_T, 0, cu()->stream>>>(          \
-                         (bf16 *)u[0], (bf16 *)u[1], (const bf16 *)x, w[0], w[1], b[0], b[1], L, E, ldx)))
-    if (pair) CONV_FWD(2);
-    else CONV_FWD(1);
+#define CONV_FWD(CPT, D) CONV_DISPATCH(K, (conv_forward<KK, CPT, D>(a, grid)))
+    if (pair && dirs == 2) CONV_FWD(2, 2);
+    else if (dirs == 2) CONV_FWD(1, 2);
+    else if (pair) CONV_FWD(2, 1);
+    else CONV_FWD(1, 1);
 #undef CONV_FWD
     CU_LAUNCH_CHECK();
+    /* the next chunk's context, after the conv has read ctx (the same stream) */
+    if (a->causal && a->ctx_out && K > 1) {
+        conv1d_ctx_out_kernel<<<cu_blocks((size_t)B * E, 128), 128, 0, cu()->stream>>>(
+            (bf16 *)a->ctx_out, (const bf16 *)x, (const bf16 *)a->ctx, B, L, E, K, ldx);
+        CU_LAUNCH_CHECK();
+    }
 }

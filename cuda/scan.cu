@@ -23,9 +23,10 @@ static int vec_bytes(const void *const *ptrs, int np, const size_t *strides_byte
 static void fill_common(ScanArgs *a, const void *const u[2], const void *const delta[2],
                         const void *const xdbl[2], const void *z, const void *dout,
                         const float *const D[2], const float *const A_log[2], const float *h0, int B,
-                        int L, int E, int N, int dt_ld, int xdbl_ld, int ldz) {
+                        int L, int E, int N, int dt_ld, int xdbl_ld, int ldz, int causal) {
     memset(a, 0, sizeof *a);
-    for (int j = 0; j < 2; j++) {
+    a->dirs = causal ? 1 : 2;
+    for (int j = 0; j < a->dirs; j++) {
         a->u[j] = (const bf16 *)u[j];
         a->delta[j] = (const bf16 *)delta[j];
         a->xdbl[j] = (const bf16 *)xdbl[j];
@@ -38,7 +39,7 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
     a->B = B, a->L = L, a->E = E, a->dt_ld = dt_ld, a->xdbl_ld = xdbl_ld, a->ldz = ldz;
     a->nck = (L + CK - 1) / CK;
     /* act rows start at (row * ld + block * tpb) elements */
-    const void *pa[6] = {u[0], u[1], delta[0], delta[1], z, dout ? dout : z};
+    const void *pa[6] = {u[0], u[a->dirs - 1], delta[0], delta[a->dirs - 1], z, dout ? dout : z};
     size_t sa[3] = {(size_t)E * 2, (size_t)ldz * 2, (size_t)32 * 2};
     a->vec_act = vec_bytes(pa, 6, sa, 3);
     /* checkpoint rows (and h0's, staged as CK-chunk 0's) start at (row * E + block * 32) floats */
@@ -47,10 +48,10 @@ static void fill_common(ScanArgs *a, const void *const u[2], const void *const d
     a->vec_ck = vec_bytes(pc, 1, sc, 1) >= 16 ? 16 : 4;
 }
 
-/* bytes of the k|q table of both directions */
+/* bytes of the k|q table of the directions */
 template <int N>
 static size_t kq_bytes(const ScanArgs *a) {
-    return (size_t)2 * a->B * a->L * KQ<N>::W * sizeof(float);
+    return (size_t)a->dirs * a->B * a->L * KQ<N>::W * sizeof(float);
 }
 
 /* The context's scan settings, when it opens: the tuning row of its GPU's architecture
@@ -101,7 +102,7 @@ static void choose_chunks(ScanArgs *a, int req, long seq) {
 /* bytes of one chunk-summary array */
 template <int N>
 static size_t ch_bytes(const ScanArgs *a) {
-    return (size_t)a->B * 2 * a->nch * N * a->E * sizeof(float);
+    return (size_t)a->B * a->dirs * a->nch * N * a->E * sizeof(float);
 }
 
 /* carve sizes[i] bytes from one SCR_OP scratch region in 4 KB aligned pieces */
@@ -118,7 +119,7 @@ static void forward_impl(ScanArgs a) {
      * quad kernel */
     const bool quad = a.split == QUAD_Q, flt = !quad || a.nch > 1;
     size_t chb = a.nch > 1 ? ch_bytes<N>(&a) : 0;
-    size_t sz[4] = {flt ? kq_bytes<N>(&a) : 0, quad ? (size_t)2 * a.B * a.L * KQH<N>::BYTES : 0, a.keep ? 0 : chb, chb};
+    size_t sz[4] = {flt ? kq_bytes<N>(&a) : 0, quad ? (size_t)a.dirs * a.B * a.L * KQH<N>::BYTES : 0, a.keep ? 0 : chb, chb};
     void *p[4];
     carve(p, sz, 4);
     if (flt) scan_kq_launch<N>(&a, (float *)p[0], false);
@@ -133,22 +134,23 @@ static void backward_impl(ScanArgs a) {
     a.nblk1 = (a.E + PAIR_T - 1) / PAIR_T;
     a.nblk2 = (a.E + ADJ_T - 1) / ADJ_T;
     size_t B = a.B, L = a.L, E = a.E, Bc = B * a.nch; /* Bc: the (sample, chunk) rows of pd, pa */
+    size_t J = a.dirs;
     /* one scratch region, carved in 4 KB aligned pieces (checkpoint rows are copied in 16-byte
      * pieces from (row * E + block * 32) floats) */
     size_t chb = a.nch > 1 ? ch_bytes<N>(&a) : 0;
-    size_t sz[8] = {B * 2 * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float), /* ckpt */
-                    B * a.nblk1 * 2 * L * N * sizeof(float),                      /* pq */
-                    B * 2 * a.nblk2 * L * (N + 1) * sizeof(float),                /* pk, pkap */
-                    Bc * 2 * E * (R::HAS_A ? N + 2 : 2) * sizeof(float),             /* pd, pb, pa */
+    size_t sz[8] = {B * J * (a.nck > 1 ? a.nck - 1 : 1) * N * E * sizeof(float), /* ckpt */
+                    B * a.nblk1 * J * L * N * sizeof(float),                      /* pq */
+                    B * J * a.nblk2 * L * (N + 1) * sizeof(float),                /* pk, pkap */
+                    Bc * J * E * (R::HAS_A ? N + 2 : 2) * sizeof(float),          /* pd, pb, pa */
                     kq_bytes<N>(&a), a.kept ? 0 : chb, chb, chb};                 /* chs chp chg */
     void *p[8];
     carve(p, sz, 8);
     a.ckpt = (float *)p[0];
     a.pq = (float *)p[1];
     a.pk = (float *)p[2];
-    a.pkap = a.pk + B * 2 * a.nblk2 * L * N;
+    a.pkap = a.pk + B * J * a.nblk2 * L * N;
     a.pd = (float *)p[3];
-    a.pa = a.pd + 2 * Bc * 2 * E;
+    a.pa = a.pd + 2 * Bc * J * E;
     scan_kq_launch<N>(&a, (float *)p[4], false);
     if (!a.kept) a.chs = (float *)p[5];
     a.chp = (float *)p[6], a.chg = (float *)p[7];
@@ -156,12 +158,12 @@ static void backward_impl(ScanArgs a) {
     scan_pair_launch<N, R, true>(a);
     scan_adjoint_launch<N, R>(a);
     /* dD[j] (+ dA_log[j]) += the per-(sample, chunk) partials, summed in a fixed order */
-    for (int j = 0; j < 2; j++) {
-        colsum_rows_accumulate_cuda(a.dD[j], a.pd + (size_t)j * E, (int)Bc, (int)E, (int)(2 * E));
+    for (int j = 0; j < a.dirs; j++) {
+        colsum_rows_accumulate_cuda(a.dD[j], a.pd + (size_t)j * E, (int)Bc, (int)E, (int)(J * E));
         if (a.dbs[j])
-            colsum_rows_accumulate_cuda(a.dbs[j], a.pd + (Bc * 2 + j) * E, (int)Bc, (int)E, (int)(2 * E));
+            colsum_rows_accumulate_cuda(a.dbs[j], a.pd + (Bc * J + j) * E, (int)Bc, (int)E, (int)(J * E));
         if (R::HAS_A)
-            colsum_rows_accumulate_cuda(a.dA[j], a.pa + (size_t)j * E * N, (int)Bc, (int)(E * N), (int)(2 * E * N));
+            colsum_rows_accumulate_cuda(a.dA[j], a.pa + (size_t)j * E * N, (int)Bc, (int)(E * N), (int)(J * E * N));
     }
 }
 
@@ -213,8 +215,8 @@ extern "C" size_t scan_states_bytes_cuda(const VilScanFwd *p) {
         using R = decltype(r);
         ScanArgs a;
         memset(&a, 0, sizeof a);
-        a.B = p->B, a.L = p->L, a.E = p->E;
-        if (states_shared<R>(&a, p->chunk)) bytes = (size_t)a.B * 2 * a.nch * p->N * a.E * sizeof(float);
+        a.B = p->B, a.L = p->L, a.E = p->E, a.dirs = p->causal ? 1 : 2;
+        if (states_shared<R>(&a, p->chunk)) bytes = (size_t)a.B * a.dirs * a.nch * p->N * a.E * sizeof(float);
     });
     return bytes;
 }
@@ -223,7 +225,7 @@ template <class R>
 static void scan_forward(const VilScanFwd *p) {
     ScanArgs a;
     fill_common(&a, p->u, p->delta, p->xdbl, p->z, NULL, p->D, R::HAS_A ? p->A_log : NULL, p->h0,
-                p->B, p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz);
+                p->B, p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz, p->causal);
     a.out = (bf16 *)p->out;
     a.hT = p->hT;
     /* the chunks are the pair kernel's (the chunk summaries run a thread per channel whichever
@@ -244,11 +246,11 @@ template <class R>
 static void scan_backward(const VilScanBwd *p) {
     ScanArgs a;
     fill_common(&a, p->u, p->delta, p->xdbl, p->z, p->dout, p->D, R::HAS_A ? p->A_log : NULL, p->h0,
-                p->B, p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz);
+                p->B, p->L, p->E, p->N, p->dt_ld, p->xdbl_ld, p->ldz, p->causal);
     a.dz = (bf16 *)p->dz;
     /* out: rows as dz's, at a fixed distance from dz's element (in elements) */
     a.out = (bf16 *)p->out, a.odz = p->out ? ((intptr_t)p->out - (intptr_t)p->dz) / (intptr_t)sizeof(bf16) : 0;
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < a.dirs; j++) {
         a.du[j] = (bf16 *)p->du[j];
         a.ddelta[j] = (bf16 *)p->ddelta[j];
         a.dxdbl[j] = (bf16 *)p->dxdbl[j];

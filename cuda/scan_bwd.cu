@@ -26,14 +26,14 @@
 /* The adjoint's checkpoint staging when rows start 16-byte aligned (vec_ck 16): N rows of T
  * floats, each thread's pieces fixed, as in queue_rows16. CK-chunk 0's start state is h0's
  * (same rows). */
-template <int N, bool ST>
+template <int N, bool ST, int D>
 __device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, int c, int j, int b,
                                                int c0, int tid) {
     constexpr int T = ADJ_T, PC = T / 4, RC = T / PC;
     static_assert(T % 32 == 0 && N % RC == 0, "adjoint checkpoint staging shape");
     const int E = a.E, pc = tid % PC, chc = c0 + pc * 4;
-    const float *cb = !ST || c > 0 ? a.ckpt + (((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N * E
-                                   : a.h0 + ((size_t)b * 2 + j) * N * E;
+    const float *cb = !ST || c > 0 ? a.ckpt + (((size_t)b * D + j) * (a.nck - 1) + (c - 1)) * N * E
+                                   : a.h0 + ((size_t)b * D + j) * N * E;
 #pragma unroll
     for (int k = 0; k < N / RC; k++) {
         int n = tid / PC + k * RC;
@@ -41,8 +41,9 @@ __device__ __forceinline__ void adj_stage_ck16(const ScanArgs &a, float *ckdst, 
     }
 }
 
-/* One sub-chunk of the adjoint: kq and st point at its first step (st at the thread's column) */
-template <int N, class R, int NF> /* NF > 0: n == NF known at compile time (a whole sub-chunk) */
+/* One sub-chunk of the adjoint: kq and st point at its first step (st at the thread's column);
+ * D the directions (the gate's weight, dir_weight) */
+template <int N, class R, int NF, int D> /* NF > 0: n == NF known at compile time (a whole sub-chunk) */
 __device__ __forceinline__ void adjoint_sub(float (&m)[N], float (&dAacc)[N], float &dDacc, float &dbacc,
                                             const float (&hs)[N], const float *kq, const bf16 *st, int n,
                                             bf16 *du_b, bf16 *dd_b, ptrdiff_t &off, ptrdiff_t tstr, bool act,
@@ -68,7 +69,7 @@ __device__ __forceinline__ void adjoint_sub(float (&m)[N], float (&dAacc)[N], fl
     for (int i = SUB - 1; i >= 0; i--) {
         if (i >= n) continue;
         float u = in(0, i), dl = in(1, i), zv = in(2, i);
-        float gy = 0.5f * in(3, i) * zv * sigmoidf_fast(zv);
+        float gy = dir_weight<D>() * in(3, i) * zv * sigmoidf_fast(zv);
         float du, ddl, dkap2;
         __syncwarp(); /* the tile's previous reads are done */
         R::template adj<N>(m, dAacc, du, ddl, dkap2, H[i], kq + i * KQW, u, dl, gy, Dsk, A,
@@ -92,8 +93,9 @@ __device__ __forceinline__ void adjoint_sub(float (&m)[N], float (&dAacc)[N], fl
 
 /* ST: CK-chunk 0 starts from a.h0 (compiled apart: it costs spills) */
 /* WARPS: the warps per SM for the register allocation (the tuning row's, or the A/B's); FULLSUB:
- * whole sub-chunks compiled apart from the partial one (no per-step bounds tests) */
-template <int N, class R, bool ST, int WARPS, bool FULLSUB>
+ * whole sub-chunks compiled apart from the partial one (no per-step bounds tests); D: the
+ * directions (blockIdx.y is the direction) */
+template <int N, class R, bool ST, int WARPS, bool FULLSUB, int D>
 __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, T = ADJ_T, NWB = ADJ_T / 32, P = 32 / N;
     constexpr int act_elems = 4 * CK * T;
@@ -115,7 +117,7 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
     for (int n = 0; n < N; n++) {
         A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         /* m = a_{s+1} lam_{s+1}: what the carry holds */
-        m[n] = (carried && act) ? a.chg[ch_idx(a, N, b, j, k + 1, n, d)] : 0.0f;
+        m[n] = (carried && act) ? a.chg[ch_idx<D>(a, N, b, j, k + 1, n, d)] : 0.0f;
         dAacc[n] = 0.0f;
     }
     float *tpw = tp + warp * N * TP_LD + lane;
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
         queue_kq<N>(kqs + slot * CK * KQW, kqb, s0, cs, CK, j, L, tid, T);
         if (fast) {
             queue_rows16<T, CK, 4>(dst, 4, cs, c0, E, [&](int q, int i) { return row_of(q, min(i, cs - 1)); }, tid);
-            if (c > 0 || (ST && a.h0)) adj_stage_ck16<N, ST>(a, ckb + slot * N * T, c, j, b, c0, tid);
+            if (c > 0 || (ST && a.h0)) adj_stage_ck16<N, ST, D>(a, ckb + slot * N * T, c, j, b, c0, tid);
             return;
         }
         queue_rows(dst, 4 * cs, T, 2, c0, E, a.vec_act, [&](int r) -> const void * {
@@ -138,8 +140,8 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
         }, tid, T, cs, CK);
         if (c > 0 || (ST && a.h0))
             queue_rows(ckb + slot * N * T, N, T, 4, c0, E, a.vec_ck, [&](int n) -> const void * {
-                return !ST || c > 0 ? a.ckpt + ((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0
-                                    : a.h0 + (((size_t)b * 2 + j) * N + n) * E + c0;
+                return !ST || c > 0 ? a.ckpt + ((((size_t)b * D + j) * (a.nck - 1) + (c - 1)) * N + n) * E + c0
+                                    : a.h0 + (((size_t)b * D + j) * N + n) * E + c0;
             }, tid, T, N);
     };
     /* du and ddelta for this thread's channel (a valid address when inactive too), at the running
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
     bf16 *du_b = a.du[j] + (size_t)b * L * E + (act ? d : 0), *dd_b = a.ddelta[j] + (size_t)b * L * E + (act ? d : 0);
     const ptrdiff_t tstr = j ? -(ptrdiff_t)E : (ptrdiff_t)E;
     ptrdiff_t off = (ptrdiff_t)(j ? L - 1 - s_hi : s_hi) * E;
-    size_t pbase = ((size_t)b * 2 + j) * a.nblk2 + blockIdx.x;
+    size_t pbase = ((size_t)b * D + j) * a.nblk2 + blockIdx.x;
     float *pk = a.pk + pbase * L * N, *pkap = a.pkap + pbase * L;
     int par = 0;
     issue(c_hi, 0);
@@ -184,10 +186,10 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
                 }
             }
             if (FULLSUB && nsub == SUB)
-                adjoint_sub<N, R, SUB>(m, dAacc, dDacc, dbacc, hs, kq + sub * SUB * KQW, st + sub * SUB * T, nsub, du_b,
+                adjoint_sub<N, R, SUB, D>(m, dAacc, dDacc, dbacc, hs, kq + sub * SUB * KQW, st + sub * SUB * T, nsub, du_b,
                                        dd_b, off, tstr, act, lane, Dsk, A, red[par] + warp * SUB * (N + 1), tpw, tprow);
             else
-                adjoint_sub<N, R, 0>(m, dAacc, dDacc, dbacc, hs, kq + sub * SUB * KQW, st + sub * SUB * T, nsub, du_b,
+                adjoint_sub<N, R, 0, D>(m, dAacc, dDacc, dbacc, hs, kq + sub * SUB * KQW, st + sub * SUB * T, nsub, du_b,
                                      dd_b, off, tstr, act, lane, Dsk, A, red[par] + warp * SUB * (N + 1), tpw, tprow);
             /* the block's sums over its warps in warp order; red[par] is written again two
              * sub-chunks later, after the next barrier */
@@ -205,11 +207,11 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
         __syncthreads(); /* this buffer is free for the next chunk */
     }
     if (act) { /* per (sample, chunk) row bz */
-        a.pd[((size_t)bz * 2 + j) * E + d] = dDacc;
-        a.pd[((size_t)a.B * a.nch * 2 + bz * 2 + j) * E + d] = dbacc;
+        a.pd[((size_t)bz * D + j) * E + d] = dDacc;
+        a.pd[((size_t)a.B * a.nch * D + bz * D + j) * E + d] = dbacc;
         if (R::HAS_A)
 #pragma unroll
-            for (int n = 0; n < N; n++) a.pa[(((size_t)bz * 2 + j) * E + d) * N + n] = dAacc[n] * A[n];
+            for (int n = 0; n < N; n++) a.pa[(((size_t)bz * D + j) * E + d) * N + n] = dAacc[n] * A[n];
     }
 }
 
@@ -218,19 +220,19 @@ __global__ void __launch_bounds__(ADJ_T, WARPS * 32 / ADJ_T) scan_adjoint_kernel
  * partial rows walked by a fixed stride (the first form divided a 64-bit index four times per
  * thread: 35 us a Tiny layer, IMAD a quarter of its instructions) */
 #define DKQ_T 256
-template <int N, class R>
+template <int N, class R, int D>
 __global__ void __launch_bounds__(DKQ_T) scan_dkdq_kernel(ScanArgs a) {
     constexpr int RPB = DKQ_T / N; /* rows per block */
-    const int L = a.L, rows = a.B * 2 * L;
+    const int L = a.L, rows = a.B * D * L;
     const int row = blockIdx.x * RPB + threadIdx.x / N, n = threadIdx.x % N;
     if (row >= rows) return;
-    const int t = row % L, bj = row / L, j = bj & 1, b = bj >> 1;
+    const int t = row % L, bj = row / L, j = D == 2 ? bj & 1 : 0, b = D == 2 ? bj >> 1 : bj;
     const size_t LN = (size_t)L * N;
-    const float *pq = a.pq + (((size_t)b * a.nblk1 * 2 + j) * L + t) * N + n; /* block k: + 2 k L N */
+    const float *pq = a.pq + (((size_t)b * a.nblk1 * D + j) * L + t) * N + n; /* block k: + D k L N */
     const float *pk = a.pk + ((size_t)bj * a.nblk2 * L + t) * N + n;          /* block k: + k L N */
     float dq = 0.0f, dk = 0.0f;
 #pragma unroll 4
-    for (int k = 0; k < a.nblk1; k++) dq += pq[2 * k * LN];
+    for (int k = 0; k < a.nblk1; k++) dq += pq[D * k * LN];
 #pragma unroll 4
     for (int k = 0; k < a.nblk2; k++) dk += pk[k * LN];
     if (R::KAPPA) { /* dk += 2 k dkappa */
@@ -246,17 +248,22 @@ __global__ void __launch_bounds__(DKQ_T) scan_dkdq_kernel(ScanArgs a) {
 }
 
 /* ---------------- launcher ---------------- */
-template <int N, class R>
-void scan_adjoint_launch(const ScanArgs &a) {
-    const dim3 grid(a.nblk2, 2, (unsigned)a.B * a.nch);
+template <int N, class R, int D>
+static void adjoint_launch(const ScanArgs &a) {
+    const dim3 grid(a.nblk2, D, (unsigned)a.B * a.nch);
     constexpr int W = R::tune().adj_warps;
     constexpr bool FS = R::tune().adj_fullsub;
-    if (a.h0) scan_adjoint_kernel<N, R, true, W, false><<<grid, ADJ_T, 0, cu()->stream>>>(a);
-    else scan_adjoint_kernel<N, R, false, W, FS><<<grid, ADJ_T, 0, cu()->stream>>>(a);
+    if (a.h0) scan_adjoint_kernel<N, R, true, W, false, D><<<grid, ADJ_T, 0, cu()->stream>>>(a);
+    else scan_adjoint_kernel<N, R, false, W, FS, D><<<grid, ADJ_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
-    const size_t rows = (size_t)a.B * 2 * a.L;
-    scan_dkdq_kernel<N, R><<<(unsigned)((rows + DKQ_T / N - 1) / (DKQ_T / N)), DKQ_T, 0, cu()->stream>>>(a);
+    const size_t rows = (size_t)a.B * D * a.L;
+    scan_dkdq_kernel<N, R, D><<<(unsigned)((rows + DKQ_T / N - 1) / (DKQ_T / N)), DKQ_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
+}
+template <int N, class R>
+void scan_adjoint_launch(const ScanArgs &a) {
+    if (a.dirs == 1) adjoint_launch<N, R, 1>(a);
+    else adjoint_launch<N, R, 2>(a);
 }
 
 #define SCAN_BWD_INST(N, R) template void scan_adjoint_launch<N, R>(const ScanArgs &);

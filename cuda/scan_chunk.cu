@@ -16,8 +16,8 @@
  * twice the pair kernel's time for the same steps). */
 #define LOC_STAGES 3
 /* MODE: LOC_FWD, LOC_BWD or LOC_KEPT (scan_common.cuh); ST: chunk 0 from a.h0 (compiled apart:
- * the registers it takes cost occupancy) */
-template <int N, class R, int MODE, bool ST>
+ * the registers it takes cost occupancy); D: the directions (blockIdx.y is the direction) */
+template <int N, class R, int MODE, bool ST, int D>
 __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
     constexpr bool ADJ = MODE != LOC_FWD;
     constexpr int KQW = KQ<N>::W, T = LOC_T, NQ = ADJ ? 4 : 2;
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
         /* chunk 0 from h0: its S is the state after it (the chain's h_0 = S_0) */
         if constexpr (ST) {
 #pragma unroll
-            for (int n = 0; n < N; n++) h[n] = (k == 0 && act && a.h0) ? a.h0[st_idx(a, N, b, j, n, d)] : 0.0f, P[n] = 1.0f;
+            for (int n = 0; n < N; n++) h[n] = (k == 0 && act && a.h0) ? a.h0[st_idx<D>(a, N, b, j, n, d)] : 0.0f, P[n] = 1.0f;
         } else {
 #pragma unroll
             for (int n = 0; n < N; n++) h[n] = 0.0f, P[n] = 1.0f;
@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
         if (act)
 #pragma unroll
             for (int n = 0; n < N; n++) {
-                a.chs[ch_idx(a, N, b, j, k, n, d)] = h[n];
-                a.chp[ch_idx(a, N, b, j, k, n, d)] = R::prod_end(P[n], A[n], sdt);
+                a.chs[ch_idx<D>(a, N, b, j, k, n, d)] = h[n];
+                a.chp[ch_idx<D>(a, N, b, j, k, n, d)] = R::prod_end(P[n], A[n], sdt);
             }
     }
     if (!ADJ || k == 0) return; /* G: nothing comes before chunk 0 */
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
         for (int i = CKS - 1; i >= 0; i--) {
             if (i >= cs) continue;
             const float *row = kq + i * KQW;
-            float p0, p1, zz = in(2, i), gy = 0.5f * in(3, i) * zz * sigmoidf_fast(zz);
+            float p0, p1, zz = in(2, i), gy = dir_weight<D>() * in(3, i) * zz * sigmoidf_fast(zz);
             step_pre<N, R>(p0, p1, row, in(0, i), in(1, i));
             const float4 *r4 = reinterpret_cast<const float4 *>(row);
 #pragma unroll
@@ -136,9 +136,9 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
     if (act)
 #pragma unroll
         for (int n = 0; n < N; n++) {
-            a.chg[ch_idx(a, N, b, j, k, n, d)] = an[n] * lam[n];
+            a.chg[ch_idx<D>(a, N, b, j, k, n, d)] = an[n] * lam[n];
             if (MODE == LOC_KEPT && k + 1 < a.nch) /* the chain reads P of chunks 1 .. nch - 2 */
-                a.chp[ch_idx(a, N, b, j, k, n, d)] = R::prod_end(P[n], A[n], sdt);
+                a.chp[ch_idx<D>(a, N, b, j, k, n, d)] = R::prod_end(P[n], A[n], sdt);
         }
 }
 
@@ -149,9 +149,9 @@ __global__ void __launch_bounds__(LOC_T) scan_local_kernel(ScanArgs a) {
  * their results is stored (one chunk at a time behind the previous store costs a global-memory
  * latency per chunk: 29 us for the 65 chunks of 1024 px b1). */
 #define CAR_U 8
-template <int N>
+template <int N, int D>
 __global__ void scan_carry_kernel(ScanArgs a, int adj) { /* adj: also G; a.kept: only G */
-    const size_t tot = (size_t)a.B * 2 * N * a.E, st = (size_t)N * a.E;
+    const size_t tot = (size_t)a.B * D * N * a.E, st = (size_t)N * a.E;
     const int nch = a.nch;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < tot; idx += (size_t)gridDim.x * blockDim.x) {
         size_t d = idx % a.E, r = idx / a.E, n = r % N, bj = r / N;
@@ -193,20 +193,25 @@ __global__ void scan_carry_kernel(ScanArgs a, int adj) { /* adj: also G; a.kept:
 }
 
 /* ---------------- launcher ---------------- */
-template <int N, class R>
-void scan_chunk_chain(const ScanArgs &a, bool adj) {
-    dim3 grid((a.E + LOC_T - 1) / LOC_T, 2, a.B * a.nch);
+template <int N, class R, int D>
+static void chunk_chain(const ScanArgs &a, bool adj) {
+    dim3 grid((a.E + LOC_T - 1) / LOC_T, D, a.B * a.nch);
     const bool st = a.h0 != NULL; /* LOC_KEPT: the kept states hold h0's part already */
-    if (adj && a.kept) scan_local_kernel<N, R, LOC_KEPT, false><<<grid, LOC_T, 0, cu()->stream>>>(a);
-    else if (adj && st) scan_local_kernel<N, R, LOC_BWD, true><<<grid, LOC_T, 0, cu()->stream>>>(a);
-    else if (adj) scan_local_kernel<N, R, LOC_BWD, false><<<grid, LOC_T, 0, cu()->stream>>>(a);
-    else if (st) scan_local_kernel<N, R, LOC_FWD, true><<<grid, LOC_T, 0, cu()->stream>>>(a);
-    else scan_local_kernel<N, R, LOC_FWD, false><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    if (adj && a.kept) scan_local_kernel<N, R, LOC_KEPT, false, D><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else if (adj && st) scan_local_kernel<N, R, LOC_BWD, true, D><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else if (adj) scan_local_kernel<N, R, LOC_BWD, false, D><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else if (st) scan_local_kernel<N, R, LOC_FWD, true, D><<<grid, LOC_T, 0, cu()->stream>>>(a);
+    else scan_local_kernel<N, R, LOC_FWD, false, D><<<grid, LOC_T, 0, cu()->stream>>>(a);
     CU_LAUNCH_CHECK();
     if (a.nch > 2) {
-        scan_carry_kernel<N><<<cu_blocks_capped((size_t)a.B * 2 * N * a.E, 256, 16), 256, 0, cu()->stream>>>(a, adj);
+        scan_carry_kernel<N, D><<<cu_blocks_capped((size_t)a.B * D * N * a.E, 256, 16), 256, 0, cu()->stream>>>(a, adj);
         CU_LAUNCH_CHECK();
     }
+}
+template <int N, class R>
+void scan_chunk_chain(const ScanArgs &a, bool adj) {
+    if (a.dirs == 1) chunk_chain<N, R, 1>(a, adj);
+    else chunk_chain<N, R, 2>(a, adj);
 }
 
 

@@ -5,8 +5,10 @@
  * The scan: the fused bidirectional Longhorn (ViL) / Mamba (ViM) scan, forward and backward, per
  * doc/scans.md, with the sigmoid (softplus), the eps normalization, the D skip, the
  * SiLU(z) gate and the direction average fused in; the backward direction runs by reverse
- * indexing, never on flipped copies. State in fp32 registers; nothing of size (L, E, N) is ever
- * stored. Kernels (scan_fwd.cu: kq, pair, quad; scan_bwd.cu: adjoint, finalize; scan_chunk.cu:
+ * indexing, never on flipped copies. The causal op runs direction 0 alone, gated without the
+ * average: every kernel below is compiled for D = 2 directions and for D = 1 (template D; the
+ * launchers pick it from ScanArgs.dirs), each direction's work as in the two. State in fp32
+ * registers; nothing of size (L, E, N) is ever stored. Kernels (scan_fwd.cu: kq, pair, quad; scan_bwd.cu: adjoint, finalize; scan_chunk.cu:
  * local, carry):
  *   scan_kq_kernel       the k|q rows of every token and direction as float, with k^2, -2k and
  *                        kappa = sum k^2 precomputed, so the scan kernels stage them as they are.
@@ -90,16 +92,26 @@ typedef struct {
                       * NULL: zero */
     float *hT;       /* the forward: (B, 2, N, E) each direction's state after its last step, or
                       * NULL */
+    int dirs;        /* the directions: 2, or 1 (causal: direction 0 alone, out = SiLU(z) y_0);
+                      * the direction axis (the 2 of every shape above) has this length */
 } ScanArgs;
 
-/* element (b, j, n, d) of h0 and hT */
-__device__ __forceinline__ size_t st_idx(const ScanArgs &a, int N, int b, int j, int n, int d) {
-    return (((size_t)b * 2 + j) * N + n) * a.E + d;
+/* a direction's weight in the gated output: the average of two, or the one alone */
+template <int D>
+constexpr float dir_weight() {
+    return D == 2 ? 0.5f : 1.0f;
 }
 
-/* element (b, j, chunk k, n, d) of the chunk summaries */
+/* element (b, j, n, d) of h0 and hT, of D directions */
+template <int D>
+__device__ __forceinline__ size_t st_idx(const ScanArgs &a, int N, int b, int j, int n, int d) {
+    return (((size_t)b * D + j) * N + n) * a.E + d;
+}
+
+/* element (b, j, chunk k, n, d) of the chunk summaries, of D directions */
+template <int D>
 __device__ __forceinline__ size_t ch_idx(const ScanArgs &a, int N, int b, int j, int k, int n, int d) {
-    return ((((size_t)b * 2 + j) * a.nch + k) * N + n) * a.E + d;
+    return ((((size_t)b * D + j) * a.nch + k) * N + n) * a.E + d;
 }
 
 /* k/q row (written once per layer by scan_kq_kernel, staged into shared memory as is):

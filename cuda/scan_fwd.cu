@@ -9,9 +9,9 @@
  * COMPACT the quad kernel's rows (KQH) instead. One thread per (row, n); the N threads of a row
  * are consecutive lanes (N divides 32). */
 template <int N, bool COMPACT>
-__global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int BL, int xdbl_ld, int dt_ld) {
+__global__ void scan_kq_kernel(float *kqt, const bf16 *x0, const bf16 *x1, int BL, int xdbl_ld, int dt_ld, int dirs) {
     constexpr int KQW = KQ<N>::W;
-    size_t tot = (size_t)2 * BL * N;
+    size_t tot = (size_t)dirs * BL * N;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx - threadIdx.x < tot;
          idx += (size_t)gridDim.x * blockDim.x) {
         bool on = idx < tot;
@@ -58,8 +58,8 @@ static constexpr int pair_seq_unroll = SCAN_KT.pair_seq_unroll; /* #pragma unrol
 /* CH: the token-parallel form (blockIdx.z is the chunk); without it the kernel is compiled
  * without the chunk bounds and carried states (which cost spills). ST: compiled with the given
  * initial state (a.h0) and the final one out (a.hT); without it, without them (which cost
- * spills too) */
-template <int N, class R, bool BWD, bool CH, bool ST>
+ * spills too). D: the directions; one (causal) runs pass 1 alone, gated without the stash */
+template <int N, class R, bool BWD, bool CH, bool ST, int D>
 __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : SCAN_KT.pair_minb) scan_pair_kernel(ScanArgs a) {
     constexpr int KQW = KQ<N>::W, NW = PAIR_T / 32, T = PAIR_T;
     constexpr int NQ = BWD ? PAIR_NQ : PAIR_NQ - 1, NSTG = BWD ? 2 : SCAN_KT.pair_stages; /* rows, slots */
@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
      * -0.8% Mamba); the forward in one group (in two it spills 16 / 28 bytes where it spills
      * 4 / 4) */
     constexpr int PH = BWD ? 4 : CKS;
+    constexpr float DW = dir_weight<D>();
     static_assert(CKS % PH == 0, "the pair kernel's phase groups");
     __shared__ __align__(16) bf16 stage[NSTG * buf_elems];
     __shared__ __align__(16) float kqs[NSTG * CKS * KQW];
@@ -88,17 +89,18 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
      * (each compiled with its own j); the sequential one keeps them rolled (pair_seq_unroll:
      * unrolled, it spills 16 bytes rather than 4) */
 #pragma unroll(CH ? 2 : pair_seq_unroll)
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 2 - D; pass < 2; pass++) {
         if (CH && (pass < a.pass_lo || pass >= a.pass_hi)) continue;
         const int j = 1 - pass; /* the backward direction first */
-        /* which staged rows this pass reads: u, dl always; z, go when the gate is needed */
-        const bool need_z = BWD || j == 0, need_go = BWD, need_ys = j == 0;
+        /* which staged rows this pass reads: u, dl always; z, go when the gate is needed; the
+         * stash of the other direction's output */
+        const bool need_z = BWD || j == 0, need_go = BWD, need_ys = j == 0 && D == 2;
         float h[N], A[N];
         float Dsk = act ? a.Dsk[j][d] : 0.0f;
 #pragma unroll
         for (int n = 0; n < N; n++) {
-            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, n, d)]
-                 : (ST && act && a.h0) ? a.h0[st_idx(a, N, b, j, n, d)] : 0.0f;
+            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx<D>(a, N, b, j, k - 1, n, d)]
+                 : (ST && act && a.h0) ? a.h0[st_idx<D>(a, N, b, j, n, d)] : 0.0f;
             A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + n]) : 0.0f;
         }
         auto issue = [&](int s0, int cs, bf16 *dst) {
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
                     if (BWD) {
                         /* dq_t[n] = sum_d gy_t[d] h_t[d, n] over the warp's channels: each gy h put
                          * into the warp's transpose tile as the state is made */
-                        float zz = i < cs ? in(rz, i) : 0.0f, go = i < cs ? 0.5f * in(rg, i) : 0.0f;
+                        float zz = i < cs ? in(rz, i) : 0.0f, go = i < cs ? DW * in(rg, i) : 0.0f;
                         float gy = go * zz * sigmoidf_fast(zz);
                         float *tpw = tp + warp * N * TP_LD + lane;
                         __syncwarp(); /* the tile's previous reads are done */
@@ -192,15 +194,15 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
                     if (j == 1) {
                         ys[r * ldy + d] = f2bf(y[i]);
                     } else {
-                        float tot = y[i] + in(ry, i), zz = in(rz, i), sg = sigmoidf_fast(zz);
+                        float tot = D == 2 ? y[i] + in(ry, i) : y[i], zz = in(rz, i), sg = sigmoidf_fast(zz);
                         if (!BWD) {
-                            a.out[r * E + d] = f2bf(0.5f * zz * sg * tot);
+                            a.out[r * E + d] = f2bf(DW * zz * sg * tot);
                         } else {
                             /* the forward's out again (the forward's expression), then dz: without
                              * out, odz is 0 and dz lands over it */
                             bf16 *dzp = a.dz + r * a.ldz + d;
-                            dzp[a.odz] = f2bf(0.5f * zz * sg * tot);
-                            *dzp = f2bf(0.5f * in(rg, i) * sg * (1.0f + zz * (1.0f - sg)) * tot);
+                            dzp[a.odz] = f2bf(DW * zz * sg * tot);
+                            *dzp = f2bf(DW * in(rg, i) * sg * (1.0f + zz * (1.0f - sg)) * tot);
                         }
                     }
                 }
@@ -211,7 +213,7 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
                     int c = e / CK;
 #pragma unroll
                     for (int n = 0; n < N; n++)
-                        a.ckpt[((((size_t)b * 2 + j) * (a.nck - 1) + (c - 1)) * N + n) * E + d] = h[n];
+                        a.ckpt[((((size_t)b * D + j) * (a.nck - 1) + (c - 1)) * N + n) * E + d] = h[n];
                 }
                 __syncthreads();
                 for (int idx = tid; idx < cs * N; idx += T) {
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
 #pragma unroll
                     for (int w = 0; w < NW; w++) sum += red[(w * CKS + i) * N + n];
                     int t = j ? L - 1 - (s0 + i) : s0 + i;
-                    a.pq[((((size_t)b * a.nblk1 + blockIdx.x) * 2 + j) * L + t) * N + n] = sum;
+                    a.pq[((((size_t)b * a.nblk1 + blockIdx.x) * D + j) * L + t) * N + n] = sum;
                 }
             }
             __syncthreads(); /* this buffer, kq and red are free for the next chunk */
@@ -228,7 +230,7 @@ __global__ void __launch_bounds__(PAIR_T, CH && !BWD ? SCAN_KT.pair_minb_chf : S
         cp_wait<0>(); /* the empty groups */
         if (ST && !BWD && a.hT && act && (!CH || k == a.nch - 1)) /* the direction's last step was here */
 #pragma unroll
-            for (int n = 0; n < N; n++) a.hT[st_idx(a, N, b, j, n, d)] = h[n];
+            for (int n = 0; n < N; n++) a.hT[st_idx<D>(a, N, b, j, n, d)] = h[n];
         /* the stash written by pass 1 is read (through L2) by pass 0: __syncthreads above
          * orders the block's global writes before the next pass's copies */
         __threadfence_block();
@@ -268,7 +270,7 @@ __device__ __forceinline__ void load_group(float (&k)[NS], float (&q)[NS], const
     }
 }
 
-template <int N, class R, bool CH, bool ST> /* CH, ST: as the pair kernel's */
+template <int N, class R, bool CH, bool ST, int D> /* CH, ST, D: as the pair kernel's */
 __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
     constexpr int T = QUAD_T, NS = N / QUAD_Q, TC = T / QUAD_Q, NQ = 4;
     constexpr int RB = KQH<N>::BYTES, PK = RB / 16; /* compact row bytes, 16-byte pieces */
@@ -289,17 +291,17 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
     const int acv = min(max(E - (c0 + ap * 8), 0), 8) * 2; /* valid bytes of the piece */
     const int kr = tid / PK, kp = tid % PK;
 #pragma unroll 1
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 2 - D; pass < 2; pass++) {
         if (CH && (pass < a.pass_lo || pass >= a.pass_hi)) continue;
         const int j = 1 - pass; /* the backward direction first */
-        const int nq = j ? 2 : 4; /* staged rows: u, dl [, z, the stash] */
+        const int nq = j ? 2 : D == 2 ? 4 : 3; /* staged rows: u, dl [, z [, the stash]] */
         float h[NS], A[NS];
         const float Dsk = act ? a.Dsk[j][d] : 0.0f;
 #pragma unroll
         for (int n = 0; n < NS; n++) {
             int nn = s * NS + n;
-            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx(a, N, b, j, k - 1, nn, d)]
-                 : (ST && act && a.h0) ? a.h0[st_idx(a, N, b, j, nn, d)] : 0.0f;
+            h[n] = (CH && k > 0 && act) ? a.chs[ch_idx<D>(a, N, b, j, k - 1, nn, d)]
+                 : (ST && act && a.h0) ? a.h0[st_idx<D>(a, N, b, j, nn, d)] : 0.0f;
             A[n] = (R::HAS_A && act) ? -expf(a.A_log[j][(size_t)d * N + nn]) : 0.0f;
         }
         const char *kqb = a.kqh + ((size_t)j * a.B + b) * L * RB;
@@ -396,7 +398,7 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
                     a.out[r * E + d] = f2bf(yt);
                 } else {
                     float zz = in(2, i), sg = sigmoidf_fast(zz);
-                    a.out[r * E + d] = f2bf(0.5f * zz * sg * (yt + in(3, i)));
+                    a.out[r * E + d] = f2bf(dir_weight<D>() * zz * sg * (D == 2 ? yt + in(3, i) : yt));
                 }
             }
             __syncthreads(); /* this slot and pre are free for the next rounds */
@@ -404,7 +406,7 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
         cp_wait<0>(); /* the empty groups */
         if (ST && a.hT && act && (!CH || k == a.nch - 1)) /* the direction's last step was here */
 #pragma unroll
-            for (int n = 0; n < NS; n++) a.hT[st_idx(a, N, b, j, s * NS + n, d)] = h[n];
+            for (int n = 0; n < NS; n++) a.hT[st_idx<D>(a, N, b, j, s * NS + n, d)] = h[n];
         /* the stash written by pass 1 is read (through L2) by pass 0 */
         __threadfence_block();
         __syncthreads();
@@ -412,37 +414,44 @@ __global__ void __launch_bounds__(QUAD_T) scan_quad_kernel(ScanArgs a) {
 }
 
 /* ---------------- launchers ---------------- */
-/* the k|q table of both directions into kqt; compact: the quad kernel's rows into kqh */
+/* the k|q table of the directions into kqt; compact: the quad kernel's rows into kqh */
 template <int N>
 void scan_kq_launch(ScanArgs *a, float *kqt, bool compact) {
     size_t BL = (size_t)a->B * a->L;
-    int blocks = cu_blocks_capped(2 * BL * N, 256, 16);
-    if (compact) scan_kq_kernel<N, true><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->xdbl_ld, a->dt_ld);
-    else scan_kq_kernel<N, false><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->xdbl_ld, a->dt_ld);
+    int blocks = cu_blocks_capped(a->dirs * BL * N, 256, 16);
+    if (compact) scan_kq_kernel<N, true><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->xdbl_ld, a->dt_ld, a->dirs);
+    else scan_kq_kernel<N, false><<<blocks, 256, 0, cu()->stream>>>(kqt, a->xdbl[0], a->xdbl[1], (int)BL, a->xdbl_ld, a->dt_ld, a->dirs);
     CU_LAUNCH_CHECK();
     if (compact) a->kqh = (const char *)kqt;
     else a->kqt = kqt;
 }
 
-template <int N, class R, bool BWD, bool ST>
+/* the passes (pass 0: direction 1; pass 1: direction 0, which gates; D = 1 runs pass 1 alone):
+ * in one launch sequentially, one launch a pass in the token-parallel form */
+template <int N, class R, bool BWD, bool ST, int D>
 static void pair_passes(ScanArgs a) {
     const bool quad = !BWD && a.split == QUAD_Q;
     const int tc = quad ? QUAD_T / QUAD_Q : PAIR_T; /* channels per block */
     dim3 grid((a.E + tc - 1) / tc, a.B, a.nch);
-    for (int p = 0; p < 2; p++) {
+    for (int p = 2 - D; p < 2; p++) {
         a.pass_lo = a.nch > 1 ? p : 0, a.pass_hi = a.nch > 1 ? p + 1 : 2;
-        if (quad && a.nch > 1) scan_quad_kernel<N, R, true, ST><<<grid, QUAD_T, 0, cu()->stream>>>(a);
-        else if (quad) scan_quad_kernel<N, R, false, ST><<<grid, QUAD_T, 0, cu()->stream>>>(a);
-        else if (a.nch > 1) scan_pair_kernel<N, R, BWD, true, ST><<<grid, PAIR_T, 0, cu()->stream>>>(a);
-        else scan_pair_kernel<N, R, BWD, false, ST><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        if (quad && a.nch > 1) scan_quad_kernel<N, R, true, ST, D><<<grid, QUAD_T, 0, cu()->stream>>>(a);
+        else if (quad) scan_quad_kernel<N, R, false, ST, D><<<grid, QUAD_T, 0, cu()->stream>>>(a);
+        else if (a.nch > 1) scan_pair_kernel<N, R, BWD, true, ST, D><<<grid, PAIR_T, 0, cu()->stream>>>(a);
+        else scan_pair_kernel<N, R, BWD, false, ST, D><<<grid, PAIR_T, 0, cu()->stream>>>(a);
         CU_LAUNCH_CHECK();
         if (a.nch == 1) break;
     }
 }
+template <int N, class R, bool BWD, int D>
+static void pair_launch(const ScanArgs &a) {
+    if (a.h0 || (!BWD && a.hT)) pair_passes<N, R, BWD, true, D>(a);
+    else pair_passes<N, R, BWD, false, D>(a);
+}
 template <int N, class R, bool BWD>
 void scan_pair_launch(ScanArgs a) {
-    if (a.h0 || (!BWD && a.hT)) pair_passes<N, R, BWD, true>(a);
-    else pair_passes<N, R, BWD, false>(a);
+    if (a.dirs == 1) pair_launch<N, R, BWD, 1>(a);
+    else pair_launch<N, R, BWD, 2>(a);
 }
 
 template void scan_kq_launch<4>(ScanArgs *, float *, bool);

@@ -43,6 +43,9 @@ typedef struct {
     int chunk, split;         /* scan: as VilScanFwd's (chunk -1: the sequential kernels) */
     int keep;                 /* scan: the forward keeps its chunk-boundary states for the backward */
     int h0;                   /* scan: the initial state, H0_RANDOM or H0_ZERO, or HT_ONLY (0: none) */
+    int causal;               /* conv1d, scan: direction 0 alone (the causal ops), in one call and in
+                               * chunks of `chunks` tokens carrying their state (conv: its context) */
+    int chunks;
     int init;                 /* state_init: INIT_SIGMA, INIT_FITTED or INIT_PASSING */
     float sigma, drop, keep_f; /* state_init's sigma, drop; state_fit's keep */
     size_t n;                 /* adamw, ema, grad_clip, sgd, lamb: elements */
@@ -329,6 +332,86 @@ static void test_conv_bidir(const OpCase *c) {
     free(x), free(dx_c), free(dx_g);
 }
 
+/* ---------------- conv1d + SiLU, one direction (causal) ---------------- */
+/* rows [t0, t0 + n) of each sample of a (B, L, ld) host tensor, as a (B, n, ld) copy */
+static float *take_rows(const float *a, int B, int L, size_t ld, int t0, int n) {
+    float *p = vil_malloc((size_t)B * n * ld * sizeof(float) + 4);
+    for (int b = 0; b < B; b++) memcpy(p + (size_t)b * n * ld, a + ((size_t)b * L + t0) * ld, (size_t)n * ld * sizeof(float));
+    return p;
+}
+/* The causal conv of a chunk with a carried context (B, K-1, E) against the CPU op: u, ctx_out
+ * (bit for bit: a copy of bf16 inputs), dx (x's columns alone), dw, db; then the stream in chunks
+ * of c->chunks tokens (the last one shorter), each from the context the chunk before handed out
+ * (in place: ctx_out = ctx), gives the one call's u bit for bit (the same bf16 inputs, the same
+ * arithmetic). */
+static void test_conv_causal(const OpCase *c) {
+    int B = c->B, L = c->L, E = c->E, K = c->K, C = K - 1, ldx = 2 * E;
+    char nm[160];
+    /* the context's device buffers hold a row even at K = 1, where none is read */
+    size_t nx = (size_t)B * L * ldx, nu = (size_t)B * L * E, nc = (size_t)B * C * E, ncb = nc ? nc : (size_t)E;
+    float *x = rnd_bf(nx, 1.0f), *ctx = rnd_bf(ncb, 1.0f), *w = rnd((size_t)E * K, 0.5f), *b = rnd(E, 0.5f);
+    float *du = rnd_bf(nu, 1.0f), *dw_c = rnd((size_t)E * K, 1.0f), *db_c = rnd(E, 1.0f);
+    float *dw0 = copy_f(dw_c, (size_t)E * K), *db0 = copy_f(db_c, E);
+    float *u_c = vil_malloc(nu * sizeof(float)), *co_c = vil_malloc(nc * sizeof(float) + 4);
+    conv1d_silu_bidir_forward(&(VilConvBidirFwd){.u = {u_c}, .x = x, .w = {w}, .b = {b}, .B = B, .L = L, .E = E,
+                                                 .K = K, .ldx = ldx, .causal = 1, .ctx = ctx, .ctx_out = co_c});
+    void *d_x = dev_act(x, nx), *d_ctx = dev_act(ctx, ncb), *d_u = dev_poison(nu * 2), *d_co = dev_poison(ncb * 2);
+    float *d_w = dev_f32(w, (size_t)E * K), *d_b = dev_f32(b, E);
+    G->conv1d_silu_bidir_forward(G, &(VilConvBidirFwd){.u = {d_u}, .x = d_x, .w = {d_w}, .b = {d_b}, .B = B, .L = L,
+                                                       .E = E, .K = K, .ldx = ldx, .causal = 1, .ctx = d_ctx,
+                                                       .ctx_out = d_co});
+    float *u_g = get_act(d_u, nu), *co_g = get_act(d_co, nc);
+    snprintf(nm, sizeof nm, "conv1d+silu causal fwd u (ctx) B=%d L=%d E=%d K=%d", B, L, E, K);
+    T_CLOSE(nm, rel(u_g, u_c, nu), c->tol);
+    T_CHECK(!memcmp(co_g, co_c, nc * sizeof(float)), "conv1d causal L=%d K=%d: ctx_out is not the last K-1 inputs", L, K);
+    /* backward */
+    float *dx_c = vil_calloc(nx, sizeof(float));
+    conv1d_silu_bidir_backward(&(VilConvBidirBwd){.dx = dx_c, .dw = {dw_c}, .db = {db_c}, .du = {du}, .x = x,
+                                                  .w = {w}, .b = {b}, .B = B, .L = L, .E = E, .K = K, .ldx = ldx,
+                                                  .causal = 1, .ctx = ctx});
+    void *d_du = dev_act(du, nu), *d_dx = dev_poison(nx * 2);
+    float *d_dw = dev_f32(dw0, (size_t)E * K), *d_db = dev_f32(db0, E);
+    G->conv1d_silu_bidir_backward(G, &(VilConvBidirBwd){.dx = d_dx, .dw = {d_dw}, .db = {d_db}, .du = {d_du},
+                                                        .x = d_x, .w = {d_w}, .b = {d_b}, .B = B, .L = L, .E = E,
+                                                        .K = K, .ldx = ldx, .causal = 1, .ctx = d_ctx});
+    float *dx_g = get_act(d_dx, nx), *dw_g = get_f32(d_dw, (size_t)E * K), *db_g = get_f32(d_db, E);
+    snprintf(nm, sizeof nm, "conv1d+silu causal bwd dx B=%d L=%d E=%d K=%d", B, L, E, K);
+    T_CLOSE(nm, rel_l2(dx_g, dx_c, (size_t)B * L, E, ldx), c->tol);
+    T_CHECK(untouched(d_dx, (size_t)B * L, ldx, 0, E) == 0, "conv1d causal bwd wrote outside x's columns");
+    for (int i = 0; i < E * K; i++) dw_g[i] -= dw0[i], dw_c[i] -= dw0[i];
+    for (int i = 0; i < E; i++) db_g[i] -= db0[i], db_c[i] -= db0[i];
+    snprintf(nm, sizeof nm, "conv1d+silu causal bwd dw (ctx) B=%d L=%d E=%d K=%d", B, L, E, K);
+    T_CLOSE(nm, rel(dw_g, dw_c, (size_t)E * K), c->tol_f32);
+    snprintf(nm, sizeof nm, "conv1d+silu causal bwd db B=%d L=%d E=%d K=%d", B, L, E, K);
+    T_CLOSE(nm, rel(db_g, db_c, E), c->tol_f32);
+    /* the stream in chunks, the context carried in place on the device */
+    int same = 1;
+    void *d_carry = dev_act(ctx, ncb);
+    for (int t0 = 0; t0 < L; t0 += c->chunks) {
+        int n = L - t0 < c->chunks ? L - t0 : c->chunks;
+        float *xk = take_rows(x, B, L, ldx, t0, n);
+        void *d_xk = dev_act(xk, (size_t)B * n * ldx), *d_uk = dev_poison((size_t)B * n * E * 2);
+        G->conv1d_silu_bidir_forward(G, &(VilConvBidirFwd){.u = {d_uk}, .x = d_xk, .w = {d_w}, .b = {d_b}, .B = B,
+                                                           .L = n, .E = E, .K = K, .ldx = ldx, .causal = 1,
+                                                           .ctx = d_carry, .ctx_out = d_carry});
+        float *uk = get_act(d_uk, (size_t)B * n * E);
+        for (int bb = 0; bb < B; bb++)
+            same &= !memcmp(uk + (size_t)bb * n * E, u_g + ((size_t)bb * L + t0) * E, (size_t)n * E * sizeof(float));
+        G->free(G, d_xk), G->free(G, d_uk);
+        free(xk), free(uk);
+    }
+    T_CHECK(same, "conv1d causal L=%d K=%d: chunks of %d tokens, the context carried, differ from one call", L, K,
+            c->chunks);
+    G->free(G, d_carry), G->free(G, d_x), G->free(G, d_ctx), G->free(G, d_u), G->free(G, d_co), G->free(G, d_w);
+    G->free(G, d_b), G->free(G, d_du), G->free(G, d_dx), G->free(G, d_dw), G->free(G, d_db);
+    free(x), free(ctx), free(w), free(b), free(du), free(dw_c), free(db_c), free(dw0), free(db0), free(u_c), free(co_c);
+    free(u_g), free(co_g), free(dx_c), free(dx_g), free(dw_g), free(db_g);
+}
+static void test_conv_cases(const OpCase *c) {
+    if (c->causal) test_conv_causal(c);
+    else test_conv_bidir(c);
+}
+
 /* ---------------- the bidirectional scan ---------------- */
 /* x_dbl rows are xdbl_ld >= dt_ld + 2N apart (k at column dt_ld) (the model pads them to 8); chunk:
  * the GPU scan's chunks of tokens (-1 the sequential kernels, 0 chosen by shape); split: the
@@ -522,18 +605,215 @@ static void test_scan(const OpCase *c) {
     free(xz), free(out_c), free(out_g), free(dout), free(dz_c), free(dz_g), free(h0), free(hT_c);
 }
 
+/* ---------------- the scan, one direction (causal) ---------------- */
+/* One call of the causal scan on the device (direction 0's tensors; the [1] members NULL) */
+typedef struct {
+    void *u, *dl, *xd, *xz;  /* (B, L, E), (B, L, E), (B, L, xdbl_ld), (B, L, 2E) act */
+    float *D, *A;            /* (E), (E, N) or NULL */
+} DevDir;
+static VilScanFwd causal_fwd(const OpCase *c, const DevDir *d, int L, void *out, const float *h0, float *hT) {
+    int E = c->E, own = vil_recurrences[c->rec].param.key != NULL;
+    return (VilScanFwd){.rec = c->rec, .out = out, .u = {d->u}, .delta = {d->dl}, .xdbl = {d->xd},
+                        .z = (char *)d->xz + (size_t)E * 2, .D = {d->D}, .A_log = {own ? d->A : NULL}, .B = c->B,
+                        .L = L, .E = E, .N = c->N, .dt_ld = c->dt_ld, .xdbl_ld = c->xdbl_ld, .ldz = 2 * E,
+                        .chunk = c->chunk, .split = c->split, .h0 = h0, .hT = hT, .causal = 1};
+}
+/* its backward into g[0..3] (du, ddelta, dx_dbl, dxz: dz in its z half) and dD, dA */
+static VilScanBwd causal_bwd(const OpCase *c, const DevDir *d, int L, void *const g[4], float *dD, float *dA,
+                             const void *dout, const float *h0) {
+    int E = c->E, own = vil_recurrences[c->rec].param.key != NULL;
+    return (VilScanBwd){.rec = c->rec, .du = {g[0]}, .ddelta = {g[1]}, .dxdbl = {g[2]},
+                        .dz = (char *)g[3] + (size_t)E * 2, .dD = {dD}, .dA_log = {own ? dA : NULL}, .dout = dout,
+                        .u = {d->u}, .delta = {d->dl}, .xdbl = {d->xd}, .z = (char *)d->xz + (size_t)E * 2,
+                        .D = {d->D}, .A_log = {own ? d->A : NULL}, .B = c->B, .L = L, .E = E, .N = c->N,
+                        .dt_ld = c->dt_ld, .xdbl_ld = c->xdbl_ld, .ldz = 2 * E, .chunk = c->chunk, .h0 = h0,
+                        .causal = 1};
+}
+static void free_dir(DevDir *d) {
+    G->free(G, d->u), G->free(G, d->dl), G->free(G, d->xd), G->free(G, d->xz);
+}
+
+/* The causal scan (direction 0 alone: out = SiLU(z) y_0, h0 and hT (B, N, E)) against the CPU op
+ * on test_scan's paths (chunk, split, keep, h0); then the stream in chunks of c->chunks tokens,
+ * each from the state the chunk before handed out (its hT the next one's h0): the chunks'
+ * outputs and the last final state are the one call's, bit for bit where both run sequentially
+ * (chunk -1: the same steps in the same order), else within 1e-3 (out: the states' float
+ * rounding differs by path, and an output can land on the other side of a bf16 rounding) and
+ * tol_f32 (hT); and each chunk's backward from its h0 is the one-call backward of a loss that
+ * reads that chunk's outputs alone (dout zero elsewhere), on the chunk's tokens, within the
+ * bf16 tolerance. */
+static void test_scan_causal(const OpCase *c) {
+    int B = c->B, L = c->L, E = c->E, N = c->N, dt_ld = c->dt_ld, xdbl_ld = c->xdbl_ld, ldz = 2 * E;
+    VilRecurrence rec = c->rec;
+    int own = vil_recurrences[rec].param.key != NULL;
+    const char *kind = vil_recurrences[rec].id, *const *kq = vil_recurrences[rec].kq;
+    char nm[200], sfx[96];
+    snprintf(sfx, sizeof sfx, "B=%d L=%d E=%d N=%d chunk %d split %d%s%s", B, L, E, N, c->chunk, c->split,
+             c->keep ? " kept" : "", c->h0 == H0_RANDOM ? " h0" : c->h0 == H0_ZERO ? " h0 = 0" : "");
+    size_t ne = (size_t)B * L * E, nw = (size_t)B * L * xdbl_ld, nz = (size_t)B * L * ldz, nst = (size_t)B * N * E;
+    float *u = rnd_bf(ne, 1.0f), *dl = rnd_bf(ne, 1.0f), *xd = rnd_bf(nw, 0.5f), *xz = rnd_bf(nz, 1.0f);
+    float *Dk = rnd(E, 1.0f), *Al = vil_malloc((size_t)E * N * sizeof(float)), *dout = rnd_bf(ne, 1.0f);
+    for (int e = 0; e < E; e++)
+        for (int n = 0; n < N; n++) Al[(size_t)e * N + n] = logf((float)(n + 1)) + 0.1f * vil_rng_normal(&rng);
+    float *h0 = c->h0 == H0_RANDOM ? rnd(nst, 1.0f) : c->h0 == H0_ZERO ? vil_calloc(nst, sizeof(float)) : NULL;
+    DevDir d = {.u = dev_act(u, ne), .dl = dev_act(dl, ne), .xd = dev_act(xd, nw), .xz = dev_act(xz, nz),
+                .D = dev_f32(Dk, E), .A = dev_f32(Al, (size_t)E * N)};
+    float *d_h0 = h0 ? dev_f32(h0, nst) : NULL, *d_hT = dev_poison(nst * sizeof(float));
+    /* forward */
+    float *out_c = vil_malloc(ne * sizeof(float)), *hT_c = vil_malloc(nst * sizeof(float));
+    scan_bidir_forward(&(VilScanFwd){.rec = rec, .out = out_c, .u = {u}, .delta = {dl}, .xdbl = {xd}, .z = xz + E,
+                                     .D = {Dk}, .A_log = {own ? Al : NULL}, .B = B, .L = L, .E = E, .N = N,
+                                     .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz, .h0 = h0, .hT = hT_c, .causal = 1});
+    void *d_out = dev_poison(ne * 2);
+    VilScanFwd gf = causal_fwd(c, &d, L, d_out, d_h0, d_hT);
+    size_t sbytes = c->keep && G->scan_states_bytes ? G->scan_states_bytes(G, &gf) : 0;
+    if (c->keep) T_CHECK(sbytes > 0, "causal scan %s %s: the backend keeps no states here", kind, sfx);
+    gf.states = sbytes ? dev_poison(sbytes) : NULL;
+    G->scan_bidir_forward(G, &gf);
+    float *out_g = get_act(d_out, ne), *hT_g = get_f32(d_hT, nst);
+    snprintf(nm, sizeof nm, "causal scan %s fwd %s", kind, sfx);
+    T_CLOSE(nm, rel(out_g, out_c, ne), c->tol);
+    snprintf(nm, sizeof nm, "causal scan %s fwd final states (B, N, E) %s", kind, sfx);
+    T_CLOSE(nm, rel(hT_g, hT_c, nst), c->tol_f32);
+    if (c->h0 == H0_ZERO) { /* h0 = 0 given: bitwise the zero start */
+        void *d_o2 = dev_poison(ne * 2);
+        VilScanFwd f0 = causal_fwd(c, &d, L, d_o2, NULL, NULL);
+        G->scan_bidir_forward(G, &f0);
+        float *o2 = get_act(d_o2, ne);
+        T_CHECK(!memcmp(o2, out_g, ne * sizeof(float)), "causal scan %s %s: h0 = 0 differs from h0 = NULL", kind, sfx);
+        G->free(G, d_o2), free(o2);
+    }
+    /* backward, into dxz's z half; its x half gets the forward's out again */
+    float *du_c = vil_malloc(ne * sizeof(float)), *ddl_c = vil_malloc(ne * sizeof(float));
+    float *dxd_c = vil_calloc(nw, sizeof(float)), *dz_c = vil_calloc(nz, sizeof(float));
+    float *dD_c = rnd(E, 1.0f), *dA_c = rnd((size_t)E * N, 1.0f), *db_c = rnd(E, 1.0f);
+    float *dD0 = copy_f(dD_c, E), *dA0 = copy_f(dA_c, (size_t)E * N), *db0 = copy_f(db_c, E);
+    scan_bidir_backward(&(VilScanBwd){.rec = rec, .du = {du_c}, .ddelta = {ddl_c}, .dxdbl = {dxd_c}, .dz = dz_c + E,
+                                      .dD = {dD_c}, .dA_log = {own ? dA_c : NULL}, .ddelta_sum = {db_c},
+                                      .dout = dout, .u = {u}, .delta = {dl}, .xdbl = {xd}, .z = xz + E, .D = {Dk},
+                                      .A_log = {own ? Al : NULL}, .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld,
+                                      .xdbl_ld = xdbl_ld, .ldz = ldz, .h0 = h0, .causal = 1});
+    void *d_dout = dev_act(dout, ne);
+    void *g[4] = {dev_poison(ne * 2), dev_poison(ne * 2), dev_poison(nw * 2), dev_poison(nz * 2)};
+    float *g_dD = dev_f32(dD0, E), *g_dA = dev_f32(dA0, (size_t)E * N), *g_db = dev_f32(db0, E);
+    VilScanBwd gb = causal_bwd(c, &d, L, g, g_dD, g_dA, d_dout, d_h0);
+    gb.ddelta_sum[0] = g_db, gb.states = gf.states, gb.out = g[3];
+    G->scan_bidir_backward(G, &gb);
+    float *du_g = get_act(g[0], ne), *ddl_g = get_act(g[1], ne), *dxd_g = get_act(g[2], nw), *dxz_g = get_act(g[3], nz);
+    float *dD_g = get_f32(g_dD, E), *dA_g = get_f32(g_dA, (size_t)E * N), *db_g = get_f32(g_db, E);
+    snprintf(nm, sizeof nm, "causal scan %s bwd du %s", kind, sfx);
+    T_CLOSE(nm, rel(du_g, du_c, ne), c->tol);
+    snprintf(nm, sizeof nm, "causal scan %s bwd ddelta %s", kind, sfx);
+    T_CLOSE(nm, rel(ddl_g, ddl_c, ne), c->tol);
+    snprintf(nm, sizeof nm, "causal scan %s bwd d%s, d%s %s", kind, kq[0], kq[1], sfx);
+    T_CLOSE(nm, rel_l2(dxd_g + dt_ld, dxd_c + dt_ld, (size_t)B * L, 2 * N, xdbl_ld), c->tol);
+    T_CHECK(untouched(g[2], (size_t)B * L, xdbl_ld, dt_ld, dt_ld + 2 * N) == 0,
+            "causal scan bwd wrote into the dt_low or padding columns");
+    snprintf(nm, sizeof nm, "causal scan %s bwd dz %s", kind, sfx);
+    T_CLOSE(nm, rel_l2(dxz_g + E, dz_c + E, (size_t)B * L, E, ldz), c->tol);
+    for (size_t r = 0; r < (size_t)B * L; r++) /* the x half's rows packed to E apart */
+        memmove(dxz_g + r * E, dxz_g + r * ldz, (size_t)E * sizeof(float));
+    snprintf(nm, sizeof nm, "causal scan %s bwd: the forward's out again %s", kind, sfx);
+    T_CLOSE(nm, rel(dxz_g, out_c, ne), c->tol);
+    for (int e = 0; e < E; e++) dD_g[e] -= dD0[e], dD_c[e] -= dD0[e], db_g[e] -= db0[e], db_c[e] -= db0[e];
+    snprintf(nm, sizeof nm, "causal scan %s bwd dD %s", kind, sfx);
+    T_CLOSE(nm, rel(dD_g, dD_c, E), c->tol_f32);
+    snprintf(nm, sizeof nm, "causal scan %s bwd sum ddelta %s", kind, sfx);
+    T_CLOSE(nm, rel(db_g, db_c, E), c->tol);
+    if (own) {
+        for (size_t i = 0; i < (size_t)E * N; i++) dA_g[i] -= dA0[i], dA_c[i] -= dA0[i];
+        snprintf(nm, sizeof nm, "causal scan %s bwd dA_log %s", kind, sfx);
+        T_CLOSE(nm, rel(dA_g, dA_c, (size_t)E * N), 1e-3);
+    }
+    free(du_g), free(ddl_g), free(dxd_g), free(dxz_g), free(dD_g), free(dA_g), free(db_g);
+    for (int i = 0; i < 4; i++) G->free(G, g[i]);
+    G->free(G, g_dD), G->free(G, g_dA), G->free(G, g_db);
+    free(du_c), free(ddl_c), free(dxd_c), free(dz_c), free(dD_c), free(dA_c), free(db_c), free(db0);
+
+    /* the stream in chunks: h0 -> chunk -> hT, ping-pong (hT must not overlap h0) */
+    float *st[2] = {dev_poison(nst * sizeof(float)), dev_poison(nst * sizeof(float))};
+    const float *h_in = d_h0;
+    int fwd_same = 1, k = 0;
+    double out_err = 0, bwd_err = 0;
+    for (int t0 = 0; t0 < L; t0 += c->chunks, k++) {
+        int m = L - t0 < c->chunks ? L - t0 : c->chunks;
+        size_t me = (size_t)B * m * E, mw = (size_t)B * m * xdbl_ld, mz = (size_t)B * m * ldz;
+        float *uk = take_rows(u, B, L, E, t0, m), *dlk = take_rows(dl, B, L, E, t0, m);
+        float *xdk = take_rows(xd, B, L, xdbl_ld, t0, m), *xzk = take_rows(xz, B, L, ldz, t0, m);
+        DevDir dk = {.u = dev_act(uk, me), .dl = dev_act(dlk, me), .xd = dev_act(xdk, mw), .xz = dev_act(xzk, mz),
+                     .D = d.D, .A = d.A};
+        void *d_ok = dev_poison(me * 2);
+        float *h_out = st[k & 1];
+        VilScanFwd fk = causal_fwd(c, &dk, m, d_ok, h_in, h_out);
+        G->scan_bidir_forward(G, &fk);
+        float *ok = get_act(d_ok, me), *ref = take_rows(out_g, B, L, E, t0, m);
+        fwd_same &= !memcmp(ok, ref, me * sizeof(float));
+        double e = rel(ok, ref, me);
+        out_err = e > out_err ? e : out_err;
+        /* this chunk's loss: the one call with dout zero outside the chunk, and the chunk alone
+         * from its h0 (no kept states: each call makes its own) */
+        float *doutm = vil_calloc(ne, sizeof(float));
+        for (int bb = 0; bb < B; bb++)
+            memcpy(doutm + ((size_t)bb * L + t0) * E, dout + ((size_t)bb * L + t0) * E, (size_t)m * E * sizeof(float));
+        float *doutk = take_rows(doutm, B, L, E, t0, m);
+        void *d_dm = dev_act(doutm, ne), *d_dk = dev_act(doutk, me);
+        void *g1[4] = {dev_poison(ne * 2), dev_poison(ne * 2), dev_poison(nw * 2), dev_poison(nz * 2)};
+        void *gk[4] = {dev_poison(me * 2), dev_poison(me * 2), dev_poison(mw * 2), dev_poison(mz * 2)};
+        float *sD[2] = {dev_f32(dD0, E), dev_f32(dD0, E)};
+        float *sA[2] = {dev_f32(dA0, (size_t)E * N), dev_f32(dA0, (size_t)E * N)};
+        VilScanBwd b1 = causal_bwd(c, &d, L, g1, sD[0], sA[0], d_dm, d_h0);
+        VilScanBwd bk = causal_bwd(c, &dk, m, gk, sD[1], sA[1], d_dk, h_in);
+        G->scan_bidir_backward(G, &b1);
+        G->scan_bidir_backward(G, &bk);
+        const size_t cols[4] = {E, E, xdbl_ld, ldz}, rows1[4] = {ne, ne, nw, nz};
+        for (int i = 0; i < 4; i++) {
+            float *w1 = get_act(g1[i], rows1[i]), *wk = get_act(gk[i], (size_t)B * m * cols[i]);
+            float *w1k = take_rows(w1, B, L, cols[i], t0, m);
+            /* du, ddelta; the k, q columns of dx_dbl; dz, the z half of dxz */
+            size_t c0 = i == 2 ? (size_t)dt_ld : i == 3 ? (size_t)E : 0, w = i == 2 ? (size_t)2 * N : (size_t)E;
+            double be = rel_l2(wk + c0, w1k + c0, (size_t)B * m, w, cols[i]);
+            bwd_err = be > bwd_err ? be : bwd_err;
+            free(w1), free(wk), free(w1k);
+        }
+        for (int i = 0; i < 4; i++) G->free(G, g1[i]), G->free(G, gk[i]);
+        for (int i = 0; i < 2; i++) G->free(G, sD[i]), G->free(G, sA[i]);
+        G->free(G, d_dm), G->free(G, d_dk), G->free(G, d_ok);
+        free_dir(&dk);
+        free(uk), free(dlk), free(xdk), free(xzk), free(ok), free(ref), free(doutm), free(doutk);
+        h_in = h_out;
+    }
+    snprintf(nm, sizeof nm, "causal scan %s, chunks of %d carrying the state: out %s", kind, c->chunks, sfx);
+    if (c->chunk < 0) T_CHECK(fwd_same, "%s: not the one call's bit for bit (rel %.3g)", nm, out_err);
+    else T_CLOSE(nm, out_err, 1e-3);
+    float *hc = get_f32(h_in, nst);
+    snprintf(nm, sizeof nm, "causal scan %s, chunks of %d: the last final state %s", kind, c->chunks, sfx);
+    if (c->chunk < 0) T_CHECK(!memcmp(hc, hT_g, nst * sizeof(float)), "%s: not the one call's bit for bit", nm);
+    else T_CLOSE(nm, rel(hc, hT_g, nst), c->tol_f32);
+    snprintf(nm, sizeof nm, "causal scan %s, a chunk's backward from its h0 %s", kind, sfx);
+    T_CLOSE(nm, bwd_err, c->tol);
+    free(hc);
+    G->free(G, st[0]), G->free(G, st[1]);
+
+    free_dir(&d);
+    G->free(G, d.D), G->free(G, d.A), G->free(G, d_out), G->free(G, d_hT), G->free(G, d_dout);
+    if (d_h0) G->free(G, d_h0);
+    if (gf.states) G->free(G, gf.states);
+    free(u), free(dl), free(xd), free(xz), free(Dk), free(Al), free(dout), free(h0), free(out_c), free(hT_c);
+    free(out_g), free(hT_g), free(dD0), free(dA0);
+}
 /* A case of every recurrence (each_rec) runs once per recurrence of the table: each kernel
  * family checks a new recurrence without case rows of its own. */
 static void test_scan_cases(const OpCase *c) {
+    void (*run)(const OpCase *) = c->causal ? test_scan_causal : test_scan;
     if (!c->each_rec) {
-        test_scan(c);
+        run(c);
         return;
     }
     for (int r = 0; r < VIL_REC_COUNT; r++) {
         OpCase one = *c;
         one.rec = (VilRecurrence)r;
         printf("-- scan: %s: %s\n", c->name, vil_recurrences[r].name);
-        test_scan(&one);
+        run(&one);
     }
 }
 /* ---------------- loss ---------------- */
@@ -966,7 +1246,7 @@ typedef struct {
 static const OpFamily FAMILIES[] = {
     {"linear", test_linear, {"linear_forward", "linear_backward"}},
     {"add_rmsnorm", test_norm, {"add_rmsnorm_forward", "add_rmsnorm_backward"}},
-    {"conv1d", test_conv_bidir, {"conv1d_silu_bidir_forward", "conv1d_silu_bidir_backward"}},
+    {"conv1d", test_conv_cases, {"conv1d_silu_bidir_forward", "conv1d_silu_bidir_backward"}},
     {"scan", test_scan_cases, {"scan_bidir_forward", "scan_bidir_backward"}},
     {"scan_states", test_scan_states, {"scan_dir_states"}},
     {"softmax_xent", test_loss, {"softmax_xent_forward", "softmax_xent_backward"}},
@@ -1067,6 +1347,23 @@ static const OpCase CASES[] = {
      .B = 2, .L = 20, .E = 5, .K = 1},
     {.op = "conv1d", .name = "K = 6, E = 100", .tol = TOL_BF16, .tol_f32 = TOL_F32,
      .B = 1, .L = 31, .E = 100, .K = 6},
+    /* the causal conv (direction 0 alone) with a carried context, in one call and in chunks
+     * carrying it: chunks shorter than K-1 (their context reaches into the one before), E odd
+     * (one channel a thread), K = 1 (no context) */
+    {.op = "conv1d", .name = "causal, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 1, .E = 40, .K = 4, .causal = 1, .chunks = 1},
+    {.op = "conv1d", .name = "causal, L = 7, chunks of 2", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 7, .E = 40, .K = 4, .causal = 1, .chunks = 2},
+    {.op = "conv1d", .name = "causal, L = 197, chunks of 64", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 40, .K = 4, .causal = 1, .chunks = 64},
+    {.op = "conv1d", .name = "causal, L = 730, chunks of 224", .tol = TOL_BF16, .tol_f32 = TOL_F32, .only = FULL,
+     .B = 2, .L = 730, .E = 40, .K = 4, .causal = 1, .chunks = 224},
+    {.op = "conv1d", .name = "causal, K = 3", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 3, .L = 33, .E = 72, .K = 3, .causal = 1, .chunks = 5},
+    {.op = "conv1d", .name = "causal, K = 1, E = 5", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 20, .E = 5, .K = 1, .causal = 1, .chunks = 7},
+    {.op = "conv1d", .name = "causal, K = 6, E = 101", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 1, .L = 31, .E = 101, .K = 6, .causal = 1, .chunks = 3},
     /* the sequential kernels (one thread walks all tokens) */
     {.op = "scan", .name = "sequential, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32,
      .B = 2, .L = 1, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1},
@@ -1289,6 +1586,43 @@ static const OpCase CASES[] = {
     {.op = "scan", .name = "every recurrence, chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32,
      .each_rec = 1, .only = FULL,
      .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35},
+    /* the causal scan (direction 0 alone) on each kernel family: the pair and quad kernels
+     * sequential and chunked, chunks by shape, kept states, N = 16, 8 and 4, partial channel
+     * blocks, plain loads (E = 37), h0, h0 = 0 and none; each in one call and in chunks of
+     * `chunks` tokens carrying the state */
+    {.op = "scan", .name = "causal, pair kernel, sequential, h0", .tol = TOL_BF16, .tol_f32 = TOL_F32, .each_rec = 1,
+     .B = 2, .L = 197, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1, .split = 1, .h0 = H0_RANDOM,
+     .causal = 1, .chunks = 64},
+    {.op = "scan", .name = "causal, quad kernel, sequential, partial last block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .each_rec = 1, .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = -1, .split = 4,
+     .h0 = H0_RANDOM, .causal = 1, .chunks = 50},
+    {.op = "scan", .name = "causal, chunks by shape, L = 730", .tol = TOL_BF16, .tol_f32 = TOL_F32, .each_rec = 1,
+     .B = 2, .L = 730, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .h0 = H0_RANDOM, .causal = 1, .chunks = 224},
+    {.op = "scan", .name = "causal, pair kernel, chunk 24, partial channel block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 24, .split = 1, .rec = VIL_REC_MAMBA,
+     .causal = 1, .chunks = 100},
+    {.op = "scan", .name = "causal, quad kernel, chunk 40, partial last block", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = 40, .split = 4, .h0 = H0_RANDOM,
+     .causal = 1, .chunks = 80},
+    {.op = "scan", .name = "causal, kept states, chunk 24, plain loads (E = 37)", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .each_rec = 1, .B = 2, .L = 197, .E = 37, .N = 16, .dt_ld = 4, .xdbl_ld = 40, .chunk = 24, .keep = 1,
+     .h0 = H0_RANDOM, .causal = 1, .chunks = 64},
+    {.op = "scan", .name = "causal, quad kernel, sequential, N = 8", .tol = TOL_BF16, .tol_f32 = TOL_F32, .each_rec = 1,
+     .B = 2, .L = 33, .E = 72, .N = 8, .dt_ld = 5, .xdbl_ld = 21, .chunk = -1, .split = 4, .causal = 1, .chunks = 8},
+    {.op = "scan", .name = "causal, pair kernel, chunk 16, N = 4", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 26, .E = 48, .N = 4, .dt_ld = 2, .xdbl_ld = 10, .chunk = 16, .split = 1, .rec = VIL_REC_MAMBA,
+     .h0 = H0_RANDOM, .causal = 1, .chunks = 13},
+    {.op = "scan", .name = "causal, h0 = 0, pair kernel, chunk 64", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 72, .N = 16, .dt_ld = 5, .xdbl_ld = 37, .chunk = 64, .split = 1, .h0 = H0_ZERO,
+     .causal = 1, .chunks = 100},
+    {.op = "scan", .name = "causal, h0 = 0, quad kernel, sequential", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .B = 2, .L = 197, .E = 264, .N = 16, .dt_ld = 9, .xdbl_ld = 48, .chunk = -1, .split = 4, .rec = VIL_REC_MAMBA,
+     .h0 = H0_ZERO, .causal = 1, .chunks = 100},
+    {.op = "scan", .name = "causal, L = 1", .tol = TOL_BF16, .tol_f32 = TOL_F32, .each_rec = 1,
+     .B = 2, .L = 1, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .chunk = -1, .h0 = H0_RANDOM, .causal = 1, .chunks = 1},
+    {.op = "scan", .name = "causal, kept states, chunks by shape, L = 4097", .tol = TOL_BF16, .tol_f32 = TOL_F32,
+     .each_rec = 1, .only = FULL, .B = 1, .L = 4097, .E = 40, .N = 16, .dt_ld = 3, .xdbl_ld = 35, .keep = 1,
+     .h0 = H0_RANDOM, .causal = 1, .chunks = 1000},
     {.op = "softmax_xent", .name = "B = 3, C = 5", .tol_f32 = 1e-6,
      .B = 3, .C = 5},
     {.op = "softmax_xent", .name = "C = 1000", .tol_f32 = 1e-6,

@@ -293,6 +293,123 @@ static void test_conv(int rev) {
     free(c.x), free(c.w), free(c.b), free(c.u), free(c.R), free(c.wo), free(c.bo), free(c.uo);
 }
 
+/* rows [t0, t0 + n) of each sample of a (B, L, ld) tensor, as a (B, n, ld) copy: a chunk of a
+ * stream */
+static float *take_rows(const float *a, int B, int L, size_t ld, int t0, int n) {
+    float *p = vil_malloc((size_t)B * n * ld * sizeof(float) + sizeof(float));
+    for (int b = 0; b < B; b++) memcpy(p + (size_t)b * n * ld, a + ((size_t)b * L + t0) * ld, (size_t)n * ld * sizeof(float));
+    return p;
+}
+/* columns [c0, c0 + w) of the chunk's rows (B, n, ld) are those of rows [t0, t0 + n) of the
+ * whole (B, L, ld), bit for bit */
+static int same_rows(const float *whole, const float *chunk, int B, int L, size_t ld, int t0, int n, int c0, int w) {
+    int same = 1;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < n; t++)
+            same &= !memcmp(whole + ((size_t)b * L + t0 + t) * ld + c0, chunk + ((size_t)b * n + t) * ld + c0,
+                            (size_t)w * sizeof(float));
+    return same;
+}
+
+/* ---------------- conv1d + SiLU, one direction (causal) with a carried context ---------------- */
+typedef struct {
+    int B, L, E, K, ldx;
+    float *x, *ctx, *w, *b, *u, *R; /* ctx (B, K-1, E) or NULL */
+} CausalConvCtx;
+static double causal_conv_loss(void *p) {
+    CausalConvCtx *c = p;
+    conv1d_silu_bidir_forward(&(VilConvBidirFwd){.u = {c->u}, .x = c->x, .w = {c->w}, .b = {c->b}, .B = c->B,
+                                                 .L = c->L, .E = c->E, .K = c->K, .ldx = c->ldx, .causal = 1,
+                                                 .ctx = c->ctx});
+    return gc_dot(c->u, c->R, (size_t)c->B * c->L * c->E);
+}
+/* The causal conv of a chunk of a stream: the forward against a direct double loop that reads
+ * the context before token 0 (and, without one, the bidirectional op's direction 0 bit for bit),
+ * the gradients of x, w and b against finite differences (ctx a constant), ctx_out the chunk's
+ * last K-1 inputs; then truncated BPTT's identities over chunks of 4, 2 (shorter than K-1: its
+ * ctx_out reaches into its ctx) and 3 tokens: the chunks' outputs, each from the ctx_out of the
+ * one before (in place: ctx_out = ctx), are those of one call over all 9 tokens, and a chunk's
+ * backward is the one-call backward of a loss that reads that chunk's outputs alone, on the
+ * chunk's tokens (dx) and in dw, db; bit for bit. */
+static void test_conv_causal(void) {
+    CausalConvCtx c = {.B = 2, .L = 9, .E = 5, .K = 4, .ldx = 11};
+    int B = c.B, L = c.L, E = c.E, K = c.K, ldx = c.ldx, C = K - 1;
+    size_t nx = (size_t)B * L * ldx, nu = (size_t)B * L * E, nc = (size_t)B * C * E;
+    c.x = rnd(nx, 1), c.ctx = rnd(nc, 1), c.w = rnd((size_t)E * K, 1), c.b = rnd(E, 1), c.u = zeros(nu);
+    c.R = rnd(nu, 1);
+    causal_conv_loss(&c);
+    double *ref = vil_malloc(nu * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < L; t++)
+            for (int e = 0; e < E; e++) {
+                double s = c.b[e];
+                for (int j = 0; j < K; j++) {
+                    int src = t - (K - 1) + j;
+                    double xv = src >= 0 ? c.x[((size_t)b * L + src) * ldx + e] : c.ctx[((size_t)b * C + C + src) * E + e];
+                    s += (double)c.w[e * K + j] * xv;
+                }
+                ref[((size_t)b * L + t) * E + e] = s / (1.0 + exp(-s));
+            }
+    T_CLOSE("conv1d_silu causal forward (a carried context)", rel_err(c.u, ref, nu), 1e-6);
+    /* without a context: zeros before token 0, the bidirectional op's direction 0 */
+    float *u0 = zeros(nu), *u1 = zeros(nu), *uz = zeros(nu);
+    conv1d_silu_bidir_forward(&(VilConvBidirFwd){.u = {u0, u1}, .x = c.x, .w = {c.w, c.w}, .b = {c.b, c.b},
+                                                 .B = B, .L = L, .E = E, .K = K, .ldx = ldx});
+    conv1d_silu_bidir_forward(&(VilConvBidirFwd){.u = {uz}, .x = c.x, .w = {c.w}, .b = {c.b}, .B = B, .L = L,
+                                                 .E = E, .K = K, .ldx = ldx, .causal = 1});
+    T_CHECK(!memcmp(uz, u0, nu * sizeof(float)), "conv1d causal without ctx is the bidirectional op's direction 0");
+    free(u0), free(u1), free(uz);
+    float *dx = zeros(nx), *dw = zeros((size_t)E * K), *db = zeros(E);
+    conv1d_silu_bidir_backward(&(VilConvBidirBwd){.dx = dx, .dw = {dw}, .db = {db}, .du = {c.R}, .x = c.x,
+                                                  .w = {c.w}, .b = {c.b}, .B = B, .L = L, .E = E, .K = K,
+                                                  .ldx = ldx, .causal = 1, .ctx = c.ctx});
+    gc_check("conv1d causal x (ctx)", causal_conv_loss, &c, c.x, dx, nx, COORDS * 2, 1e-2f, TOL, &rng);
+    gc_check("conv1d causal w (ctx)", causal_conv_loss, &c, c.w, dw, (size_t)E * K, COORDS, 1e-2f, TOL, &rng);
+    gc_check("conv1d causal b (ctx)", causal_conv_loss, &c, c.b, db, E, COORDS, 1e-2f, TOL, &rng);
+    /* the chunks: each from the context the one before handed out, written over it */
+    const int cl[3] = {4, 2, 3};
+    float *u = zeros(nu), *carry = take_rows(c.ctx, B, C, E, 0, C); /* the stream's start: c.ctx */
+    conv1d_silu_bidir_forward(&(VilConvBidirFwd){.u = {u}, .x = c.x, .w = {c.w}, .b = {c.b}, .B = B, .L = L,
+                                                 .E = E, .K = K, .ldx = ldx, .causal = 1, .ctx = carry});
+    int fwd_same = 1, out_ok = 1, bwd_same = 1;
+    for (int k = 0, t0 = 0; k < 3; t0 += cl[k], k++) {
+        int n = cl[k];
+        float *xk = take_rows(c.x, B, L, ldx, t0, n), *uk = zeros((size_t)B * n * E);
+        float *ctx_k = take_rows(carry, B, C, E, 0, C); /* this chunk's context, for its backward */
+        conv1d_silu_bidir_forward(&(VilConvBidirFwd){.u = {uk}, .x = xk, .w = {c.w}, .b = {c.b}, .B = B, .L = n,
+                                                     .E = E, .K = K, .ldx = ldx, .causal = 1, .ctx = carry,
+                                                     .ctx_out = carry});
+        fwd_same &= same_rows(u, uk, B, L, E, t0, n, 0, E);
+        for (int b = 0; b < B; b++) /* the inputs before token t0 + n */
+            for (int i = 0; i < C; i++) {
+                int s = t0 + n - C + i;
+                const float *want = s >= 0 ? c.x + ((size_t)b * L + s) * ldx : c.ctx + ((size_t)b * C + C + s) * E;
+                out_ok &= !memcmp(carry + ((size_t)b * C + i) * E, want, (size_t)E * sizeof(float));
+            }
+        /* the backward of the chunk's loss: one call over all tokens, du zero outside the chunk */
+        float *dum = zeros(nu), *dxw = zeros(nx), *dww = zeros((size_t)E * K), *dbw = zeros(E);
+        for (int b = 0; b < B; b++)
+            memcpy(dum + ((size_t)b * L + t0) * E, c.R + ((size_t)b * L + t0) * E, (size_t)n * E * sizeof(float));
+        conv1d_silu_bidir_backward(&(VilConvBidirBwd){.dx = dxw, .dw = {dww}, .db = {dbw}, .du = {dum}, .x = c.x,
+                                                      .w = {c.w}, .b = {c.b}, .B = B, .L = L, .E = E, .K = K,
+                                                      .ldx = ldx, .causal = 1, .ctx = c.ctx});
+        float *duk = take_rows(dum, B, L, E, t0, n), *dxk = zeros((size_t)B * n * ldx);
+        float *dwk = zeros((size_t)E * K), *dbk = zeros(E);
+        conv1d_silu_bidir_backward(&(VilConvBidirBwd){.dx = dxk, .dw = {dwk}, .db = {dbk}, .du = {duk}, .x = xk,
+                                                      .w = {c.w}, .b = {c.b}, .B = B, .L = n, .E = E, .K = K,
+                                                      .ldx = ldx, .causal = 1, .ctx = ctx_k});
+        bwd_same &= same_rows(dxw, dxk, B, L, ldx, t0, n, 0, E) && !memcmp(dww, dwk, (size_t)E * K * sizeof(float)) &&
+                    !memcmp(dbw, dbk, (size_t)E * sizeof(float));
+        free(xk), free(uk), free(ctx_k), free(dum), free(dxw), free(dww), free(dbw);
+        free(duk), free(dxk), free(dwk), free(dbk);
+    }
+    T_CHECK(fwd_same, "conv1d causal: chunks of 4, 2, 3 tokens with the context carried give one call's outputs");
+    T_CHECK(out_ok, "conv1d causal: ctx_out holds each chunk's last K-1 inputs (from its ctx where it is short)");
+    T_CHECK(bwd_same, "conv1d causal: a chunk's backward is the one-call backward of the chunk's loss (dx, dw, db)");
+    free(u), free(carry), free(ref), free(dx), free(dw), free(db);
+    free(c.x), free(c.ctx), free(c.w), free(c.b), free(c.u), free(c.R);
+}
+
 /* ---------------- scans ---------------- */
 /* The recurrences' table (vil/recurrence.h, made from vil/rec/list.h): a complete row for every
  * recurrence, the ids distinct and found again, the archs found again; the models' recurrences
@@ -472,7 +589,8 @@ typedef struct {
     int B, L, E, N, R, xdbl_ld, ldz;
     VilRecurrence rec;
     float *u[2], *delta[2], *xdbl[2], *z, *D[2], *A[2], *out, *Rw;
-    float *h0, *hT; /* (B, 2, N, E) or NULL */
+    float *h0, *hT; /* (B, 2, N, E), causal (B, N, E); or NULL */
+    int causal;     /* direction 0 alone: the [1] members NULL */
 } BiCtx;
 static double bi_loss(void *p) {
     BiCtx *c = p;
@@ -481,7 +599,7 @@ static double bi_loss(void *p) {
                                      .xdbl = {c->xdbl[0], c->xdbl[1]}, .z = c->z, .D = {c->D[0], c->D[1]},
                                      .A_log = {c->A[0], c->A[1]}, .B = c->B, .L = c->L, .E = c->E,
                                      .N = c->N, .dt_ld = c->R, .xdbl_ld = c->xdbl_ld, .ldz = c->ldz,
-                                     .h0 = c->h0, .hT = c->hT});
+                                     .h0 = c->h0, .hT = c->hT, .causal = c->causal});
     return gc_dot(c->out, c->Rw, (size_t)c->B * c->L * c->E);
 }
 /* with_h0: both directions from non-zero initial states (B, 2, N, E), their final states out */
@@ -601,6 +719,154 @@ static void test_bidir(VilRecurrence rec, int with_h0) {
     free(dz), free(y0), free(y1), free(ref), free(c.z), free(c.out), free(c.Rw), free(c.h0), free(c.hT);
 }
 
+/* ---------------- one direction (causal): gate, no average ---------------- */
+/* Direction 0 alone (the [1] members NULL: never read) from h0 (B, N, E) or zero: out against
+ * scan_reference's double recurrence gated by SiLU(z) in double, hT against its final state,
+ * every gradient (u, delta, k, q, D, A_log, z) against finite differences, ddelta_sum, and the
+ * backward's out again bit for bit the forward's. E = 70: a partial channel block of the CPU
+ * scan (64). */
+static void test_scan_causal(VilRecurrence rec, int with_h0) {
+    BiCtx c = {.B = 2, .L = 9, .E = 70, .N = 4, .R = 2, .ldz = 73, .rec = rec, .causal = 1};
+    const char *id = vil_recurrences[rec].id;
+    int own = rec_own(rec), B = c.B, L = c.L, E = c.E, N = c.N;
+    char name[96], nm[48];
+    snprintf(nm, sizeof nm, "causal(%s)%s", id, with_h0 ? " h0" : "");
+    size_t ns = (size_t)B * N * E;
+    if (with_h0) c.h0 = rnd(ns, 2);
+    c.hT = zeros(ns);
+    c.xdbl_ld = c.R + 2 * N + 3;
+    size_t n = (size_t)B * L * E, nx = (size_t)B * L * c.xdbl_ld, nz = (size_t)B * L * c.ldz;
+    c.u[0] = rnd(n, 1), c.delta[0] = rnd(n, 1), c.xdbl[0] = rnd(nx, 0.7f), c.D[0] = rnd(E, 1);
+    c.A[0] = own ? rnd((size_t)E * N, 0.5f) : NULL;
+    c.z = rnd(nz, 1), c.out = zeros(n), c.Rw = rnd(n, 1);
+    bi_loss(&c);
+    /* scan_reference reads k at column 1 of its rows: x_dbl from column R - 1 */
+    ScanCtx sc = {.B = B, .L = L, .E = E, .N = N, .xdbl_ld = c.xdbl_ld, .rec = rec, .u = c.u[0],
+                  .delta = c.delta[0], .kq = c.xdbl[0] + c.R - 1, .D = c.D[0], .A = c.A[0], .h0 = c.h0};
+    double *y = vil_malloc(n * sizeof(double)), *rT = vil_malloc(ns * sizeof(double));
+    scan_reference(&sc, y, rT, NULL);
+    for (size_t r = 0; r < (size_t)B * L; r++)
+        for (int e = 0; e < E; e++) {
+            double z = c.z[r * c.ldz + e];
+            y[r * E + e] *= z / (1 + exp(-z));
+        }
+    snprintf(name, sizeof name, "%s forward (gate, no average)", nm);
+    T_CLOSE(name, rel_err(c.out, y, n), 1e-5);
+    snprintf(name, sizeof name, "%s final state (B, N, E)", nm);
+    T_CLOSE(name, rel_err(c.hT, rT, ns), 1e-5);
+    free(y), free(rT), free(c.hT);
+    c.hT = NULL;
+    float *du = zeros(n), *ddl = zeros(n), *dxd = zeros(nx), *dD = zeros(E), *dA = zeros((size_t)E * N);
+    float *dz = zeros(nz), *dbs = zeros(E), *oagain = vil_malloc(nz * sizeof(float));
+    for (size_t i = 0; i < nz; i++) oagain[i] = 7.0f;
+    scan_bidir_backward(&(VilScanBwd){.rec = rec, .out = oagain, .du = {du}, .ddelta = {ddl}, .dxdbl = {dxd},
+                                      .dz = dz, .dD = {dD}, .dA_log = {own ? dA : NULL}, .ddelta_sum = {dbs},
+                                      .dout = c.Rw, .u = {c.u[0]}, .delta = {c.delta[0]}, .xdbl = {c.xdbl[0]},
+                                      .z = c.z, .D = {c.D[0]}, .A_log = {c.A[0]}, .B = B, .L = L, .E = E, .N = N,
+                                      .dt_ld = c.R, .xdbl_ld = c.xdbl_ld, .ldz = c.ldz, .h0 = c.h0, .causal = 1});
+    int again_ok = 1;
+    for (size_t r = 0; r < (size_t)B * L; r++)
+        for (int e = 0; e < c.ldz; e++)
+            again_ok &= e < E ? oagain[r * c.ldz + e] == c.out[r * E + e] : oagain[r * c.ldz + e] == 7.0f;
+    T_CHECK(again_ok, "%s backward: its out is the forward's, bit for bit, the row padding untouched", nm);
+    double dbs_err = 0;
+    for (int e = 0; e < E; e++) {
+        double sum = 0;
+        for (size_t r = 0; r < (size_t)B * L; r++) sum += ddl[r * E + e];
+        dbs_err = fmax(dbs_err, fabs(dbs[e] - sum));
+    }
+    snprintf(name, sizeof name, "%s ddelta_sum", nm);
+    T_CLOSE(name, dbs_err, 1e-5);
+    for (size_t r = 0; r < (size_t)B * L; r++) {
+        for (int k = 0; k < c.xdbl_ld; k++)
+            if (k < c.R || k >= c.R + 2 * N) dxd[r * c.xdbl_ld + k] = 0; /* dt_proj's columns and padding */
+        for (int k = E; k < c.ldz; k++) dz[r * c.ldz + k] = 0;
+    }
+    snprintf(name, sizeof name, "%s u", nm);
+    gc_check(name, bi_loss, &c, c.u[0], du, n, COORDS, 1e-2f, TOL, &rng);
+    snprintf(name, sizeof name, "%s delta", nm);
+    gc_check(name, bi_loss, &c, c.delta[0], ddl, n, COORDS, 1e-2f, TOL, &rng);
+    snprintf(name, sizeof name, "%s x_dbl (k, q)", nm);
+    gc_check(name, bi_loss, &c, c.xdbl[0], dxd, nx, COORDS * 2, 1e-2f, TOL, &rng);
+    snprintf(name, sizeof name, "%s D", nm);
+    gc_check(name, bi_loss, &c, c.D[0], dD, E, COORDS, 1e-2f, TOL, &rng);
+    if (own) {
+        snprintf(name, sizeof name, "%s A_log", nm);
+        gc_check(name, bi_loss, &c, c.A[0], dA, (size_t)E * N, COORDS, 1e-2f, TOL, &rng);
+    }
+    snprintf(name, sizeof name, "%s z", nm);
+    gc_check(name, bi_loss, &c, c.z, dz, nz, COORDS * 2, 1e-2f, TOL, &rng);
+    free(du), free(ddl), free(dxd), free(dD), free(dA), free(dz), free(dbs), free(oagain);
+    free(c.u[0]), free(c.delta[0]), free(c.xdbl[0]), free(c.D[0]), free(c.A[0]), free(c.z), free(c.out), free(c.Rw);
+    free(c.h0);
+}
+
+/* Truncated BPTT's identities, causal: L = 20 tokens in one call (from h0), and the same tokens
+ * in chunks of 7, 1 and 12, each from the state the chunk before handed out (its hT as the next
+ * h0): the chunks' outputs and the last final state are the one call's, bit for bit; and a
+ * chunk's backward from its h0 is the one-call backward of a loss that reads that chunk's
+ * outputs alone (dout zero elsewhere), on the chunk's tokens (du, ddelta, dk, dq, dz) and in dD,
+ * bit for bit (dA_log and the ddelta sum of the one call also hold the earlier chunks' part,
+ * through the state, which truncation drops). */
+static void test_scan_tbtt(VilRecurrence rec) {
+    int B = 2, L = 20, E = 70, N = 4, R = 2, ldz = 2 * E, xld = R + 2 * N + 1;
+    const char *id = vil_recurrences[rec].id;
+    int own = rec_own(rec);
+    size_t n = (size_t)B * L * E, nx = (size_t)B * L * xld, nz = (size_t)B * L * ldz, ns = (size_t)B * N * E;
+    float *u = rnd(n, 1), *dl = rnd(n, 1), *xd = rnd(nx, 0.7f), *xz = rnd(nz, 1), *D = rnd(E, 1);
+    float *A = own ? rnd((size_t)E * N, 0.5f) : NULL, *h0 = rnd(ns, 1), *dout = rnd(n, 1);
+    float *out = zeros(n), *hT = zeros(ns), *state = vil_malloc(ns * sizeof(float));
+    VilScanFwd one = {.rec = rec, .out = out, .u = {u}, .delta = {dl}, .xdbl = {xd}, .z = xz + E, .D = {D},
+                      .A_log = {A}, .B = B, .L = L, .E = E, .N = N, .dt_ld = R, .xdbl_ld = xld, .ldz = ldz,
+                      .h0 = h0, .hT = hT, .causal = 1};
+    scan_bidir_forward(&one);
+    memcpy(state, h0, ns * sizeof(float));
+    const int cl[3] = {7, 1, 12};
+    int fwd_same = 1, bwd_same = 1;
+    for (int k = 0, t0 = 0; k < 3; t0 += cl[k], k++) {
+        int m = cl[k];
+        size_t mn = (size_t)B * m * E, mx = (size_t)B * m * xld, mz = (size_t)B * m * ldz;
+        float *uk = take_rows(u, B, L, E, t0, m), *dlk = take_rows(dl, B, L, E, t0, m);
+        float *xdk = take_rows(xd, B, L, xld, t0, m), *xzk = take_rows(xz, B, L, ldz, t0, m);
+        float *outk = zeros(mn), *h0k = vil_malloc(ns * sizeof(float));
+        memcpy(h0k, state, ns * sizeof(float));
+        VilScanFwd f = one;
+        f.out = outk, f.u[0] = uk, f.delta[0] = dlk, f.xdbl[0] = xdk, f.z = xzk + E, f.L = m, f.h0 = h0k, f.hT = state;
+        scan_bidir_forward(&f);
+        fwd_same &= same_rows(out, outk, B, L, E, t0, m, 0, E);
+        /* the chunk's loss: the one call with dout zero outside the chunk, and the chunk alone */
+        float *doutm = zeros(n);
+        for (int b = 0; b < B; b++)
+            memcpy(doutm + ((size_t)b * L + t0) * E, dout + ((size_t)b * L + t0) * E, (size_t)m * E * sizeof(float));
+        float *g[2][6]; /* du, ddelta, dxdbl, dz, dD, dA of the one call [0] and of the chunk [1] */
+        for (int w = 0; w < 2; w++) {
+            size_t sz = w ? mn : n;
+            g[w][0] = zeros(sz), g[w][1] = zeros(sz), g[w][2] = zeros(w ? mx : nx), g[w][3] = zeros(w ? mz : nz);
+            g[w][4] = zeros(E), g[w][5] = zeros((size_t)E * N);
+        }
+        float *doutk = take_rows(doutm, B, L, E, t0, m);
+        VilScanBwd bw = {.rec = rec, .du = {g[0][0]}, .ddelta = {g[0][1]}, .dxdbl = {g[0][2]}, .dz = g[0][3] + E,
+                         .dD = {g[0][4]}, .dA_log = {own ? g[0][5] : NULL}, .dout = doutm, .u = {u}, .delta = {dl},
+                         .xdbl = {xd}, .z = xz + E, .D = {D}, .A_log = {A}, .B = B, .L = L, .E = E, .N = N,
+                         .dt_ld = R, .xdbl_ld = xld, .ldz = ldz, .h0 = h0, .causal = 1};
+        scan_bidir_backward(&bw);
+        bw.du[0] = g[1][0], bw.ddelta[0] = g[1][1], bw.dxdbl[0] = g[1][2], bw.dz = g[1][3] + E, bw.dD[0] = g[1][4];
+        bw.dA_log[0] = own ? g[1][5] : NULL, bw.dout = doutk, bw.u[0] = uk, bw.delta[0] = dlk, bw.xdbl[0] = xdk;
+        bw.z = xzk + E, bw.L = m, bw.h0 = h0k;
+        scan_bidir_backward(&bw);
+        bwd_same &= same_rows(g[0][0], g[1][0], B, L, E, t0, m, 0, E) && same_rows(g[0][1], g[1][1], B, L, E, t0, m, 0, E) &&
+                    same_rows(g[0][2], g[1][2], B, L, xld, t0, m, R, 2 * N) &&
+                    same_rows(g[0][3], g[1][3], B, L, ldz, t0, m, E, E) && !memcmp(g[0][4], g[1][4], E * sizeof(float));
+        for (int w = 0; w < 2; w++)
+            for (int i = 0; i < 6; i++) free(g[w][i]);
+        free(uk), free(dlk), free(xdk), free(xzk), free(outk), free(h0k), free(doutm), free(doutk);
+    }
+    T_CHECK(fwd_same, "causal %s: chunks of 7, 1, 12 tokens from the carried state give one call's outputs", id);
+    T_CHECK(!memcmp(hT, state, ns * sizeof(float)), "causal %s: the last chunk's final state is one call's", id);
+    T_CHECK(bwd_same, "causal %s: a chunk's backward from its h0 is the one-call backward of the chunk's loss", id);
+    free(u), free(dl), free(xd), free(xz), free(D), free(A), free(h0), free(dout), free(out), free(hT), free(state);
+}
+
 /* ---------------- loss ---------------- */
 typedef struct {
     int B, C;
@@ -699,6 +965,7 @@ int main(void) {
     test_norm(1);
     test_conv(0);
     test_conv(1);
+    test_conv_causal();
     test_recurrence_table();
     int Ls[] = {1, 7, 20};
     for (int i = 0; i < 3; i++)
@@ -716,6 +983,10 @@ int main(void) {
     test_scan_small_gate();
     for (int h0 = 0; h0 < 2; h0++)
         for (int r = 0; r < VIL_REC_COUNT; r++) test_bidir((VilRecurrence)r, h0);
+    for (int r = 0; r < VIL_REC_COUNT; r++) {
+        for (int h0 = 0; h0 < 2; h0++) test_scan_causal((VilRecurrence)r, h0);
+        test_scan_tbtt((VilRecurrence)r);
+    }
     test_xent();
     test_adamw();
     test_grad_clip();

@@ -2,8 +2,9 @@
 # The whole network against an independent PyTorch implementation (tools/torch_reference.py,
 # float64 autograd, written the way the official ViM code computes): logits, loss, the input
 # gradient and every parameter gradient of small ViL and ViM models, from vil's CPU path
-# (build/tools/ref_dump); every recurrence's bidirectional scan alone, forward and gradients
-# (build/tools/scan_dump --rec ID against torch_reference.py --scan); and the optimizers' steps (tests/test_optim --dump against
+# (build/tools/ref_dump); every recurrence's bidirectional scan alone and its causal one
+# (direction 0), forward and gradients (build/tools/scan_dump [--causal] --rec ID against
+# torch_reference.py --scan); and the optimizers' steps (tests/test_optim --dump against
 # tools/optim_reference.py: torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, timm's Lamb).
 # Needs python3 with torch (Debian: python3-torch).
 set -u
@@ -46,15 +47,18 @@ dump=${VIL_BUILD:-build}/tools/scan_dump
 recs=$("$dump" --list) || { echo "FAIL scan_dump --list"; failed=$((failed + 1)); recs=; }
 [ -n "$recs" ] || { echo "FAIL scan_dump --list names no recurrence ($dump)"; failed=$((failed + 1)); }
 for rec in $recs; do
-    if ! "$dump" --rec "$rec" "$dir/scan_$rec.safetensors" 2 60 70 16; then
-        echo "FAIL scan_dump --rec $rec"
-        failed=$((failed + 1))
-        continue
-    fi
-    out=$("$py" tools/torch_reference.py --scan "$dir/scan_$rec.safetensors" 2>&1)
-    rc=$?
-    printf '%s\n' "$out" | grep -v '^ok  '
-    tally "the $rec scan reference" "$out" $rc
+    for op in "" --causal; do # the bidirectional op, and the causal one (direction 0 alone)
+        f="$dir/scan$op-$rec.safetensors"
+        if ! "$dump" $op --rec "$rec" "$f" 2 60 70 16; then
+            echo "FAIL scan_dump $op --rec $rec"
+            failed=$((failed + 1))
+            continue
+        fi
+        out=$("$py" tools/torch_reference.py --scan "$f" 2>&1)
+        rc=$?
+        printf '%s\n' "$out" | grep -v '^ok  '
+        tally "the $rec scan$op reference" "$out" $rc
+    done
 done
 # the optimizers (AdamW, Adam, SGD, Lamb) against torch.optim and timm's Lamb step
 mkdir -p "$dir/optim"

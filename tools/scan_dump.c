@@ -2,8 +2,10 @@
  * scan_bidir_backward) of one recurrence (Longhorn unless --rec names another) on random inputs,
  * the inputs and every result written to one safetensors file (metadata "recurrence": the id)
  * for tools/torch_reference.py --scan and dev/peers/bench_longhorn.py, which check them against
- * their float64 references. --list prints the ids of the recurrences, one a line.
- *   build/tools/scan_dump [--rec ID] FILE [B L E N]
+ * their float64 references. --causal: the causal op (direction 0 alone, out = SiLU(z) y_0), its
+ * direction-0 tensors alone (metadata "causal": "1"). --list prints the ids of the recurrences,
+ * one a line.
+ *   build/tools/scan_dump [--causal] [--rec ID] FILE [B L E N]
  *   build/tools/scan_dump --list */
 #include <math.h>
 #include <stdio.h>
@@ -38,12 +40,13 @@ static int whole(const char *s, int lo, int hi, int *out) {
 }
 
 int main(int argc, char **argv) {
-    int B = 2, L = 197, E = 64, N = 16;
+    int B = 2, L = 197, E = 64, N = 16, causal = 0;
     VilRecurrence rec = VIL_REC_LONGHORN;
     if (argc == 2 && strcmp(argv[1], "--list") == 0) {
         for (int r = 0; r < VIL_REC_COUNT; r++) printf("%s\n", vil_recurrences[r].id);
         return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], "--causal") == 0) causal = 1, argc--, argv++;
     if (argc >= 3 && strcmp(argv[1], "--rec") == 0) {
         if (vil_recurrence_from_id(argv[2], &rec) != 0) {
             fprintf(stderr, "scan_dump: no recurrence '%s' (scan_dump --list names them)\n", argv[2]);
@@ -52,7 +55,7 @@ int main(int argc, char **argv) {
         argc -= 2, argv += 2;
     }
     if (argc != 2 && argc != 6) {
-        fprintf(stderr, "usage: scan_dump [--rec ID] FILE [B L E N]\n       scan_dump --list\n");
+        fprintf(stderr, "usage: scan_dump [--causal] [--rec ID] FILE [B L E N]\n       scan_dump --list\n");
         return 2;
     }
     int own = vil_recurrences[rec].param.key != NULL; /* A_log (E, N) per direction */
@@ -84,11 +87,11 @@ int main(int argc, char **argv) {
     scan_bidir_forward(&(VilScanFwd){.rec = rec, .out = out, .u = {u[0], u[1]},
                                      .delta = {dl[0], dl[1]}, .xdbl = {xd[0], xd[1]}, .z = xz + E,
                                      .D = {Dk[0], Dk[1]}, .A_log = {Al[0], Al[1]}, .B = B, .L = L, .E = E,
-                                     .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz});
+                                     .N = N, .dt_ld = dt_ld, .xdbl_ld = xdbl_ld, .ldz = ldz, .causal = causal});
     VilScanBwd g = {.rec = rec, .dz = dxz + E, .dout = dout, .u = {u[0], u[1]},
                     .delta = {dl[0], dl[1]}, .xdbl = {xd[0], xd[1]}, .z = xz + E, .D = {Dk[0], Dk[1]},
                     .A_log = {Al[0], Al[1]}, .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld,
-                    .xdbl_ld = xdbl_ld, .ldz = ldz};
+                    .xdbl_ld = xdbl_ld, .ldz = ldz, .causal = causal};
     for (int j = 0; j < 2; j++) {
         g.du[j] = vil_malloc(ne * sizeof(float)), g.ddelta[j] = vil_malloc(ne * sizeof(float));
         g.dxdbl[j] = vil_calloc(BL * xdbl_ld, sizeof(float));
@@ -99,12 +102,13 @@ int main(int argc, char **argv) {
 
     VilStWriter *w = vil_st_writer_new();
     vil_st_writer_meta(w, "recurrence", vil_recurrences[rec].id);
+    if (causal) vil_st_writer_meta(w, "causal", "1");
     int64_t sE[3] = {B, L, E}, sN[3] = {B, L, N}, s1[1] = {E}, sA[2] = {E, N};
     char nm[32];
     float *keep[16];
     int nk = 0;
 #define ADD(name, shape, nd, data) vil_st_writer_add(w, name, VIL_ST_F32, nd, shape, data)
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < (causal ? 1 : 2); j++) {
         float *k = keep[nk++] = cols(xd[j], BL, xdbl_ld, dt_ld, N);
         float *q = keep[nk++] = cols(xd[j], BL, xdbl_ld, dt_ld + N, N);
         float *dk = keep[nk++] = cols(g.dxdbl[j], BL, xdbl_ld, dt_ld, N);

@@ -9,6 +9,8 @@ With --scan, vil's CPU bidirectional scan alone (tools/scan_dump.c, one recurren
 against the package's reference (python/vil/reference.py: SCANS, one function per recurrence of
 vil/rec/list.h, and scan_bidir_reference), forward and every gradient:
     build/tools/scan_dump --rec mamba FILE && python3 tools/torch_reference.py --scan FILE
+A file of the causal op (scan_dump --causal: direction 0 alone, out = SiLU(z) y_0, doc/scans.md
+"One direction") is checked against SCANS' direction gated the same way.
 The math has one copy, in the package; this script reads the files and compares. Exits 1 when
 any relative error exceeds the tolerance."""
 import json
@@ -106,38 +108,57 @@ def bidir_scan(rec, inp):
     return r
 
 
+def causal_scan(rec, inp):
+    """vil's causal scan (scan_bidir_forward / backward with causal = 1) for recurrence rec:
+    out = SiLU(z) y_0, y_0 the package's SCANS[rec] over the tokens in order; the gradients of
+    out against inp["dout"]"""
+    own = "A_log0" in inp
+    names = ["u0", "delta0", "k0", "q0", "D0", "z"] + (["A_log0"] if own else [])
+    x = {n: inp[n].double().detach().clone().requires_grad_(True) for n in names}
+    y = SCANS[rec](x["u0"], x["delta0"], x["k0"], x["q0"], x["D0"], x["A_log0"] if own else None)
+    out = F.silu(x["z"]) * y
+    out.backward(inp["dout"].double())
+    r = {"out": out.detach(), "dz": x["z"].grad, "du0": x["u0"].grad, "ddelta0": x["delta0"].grad,
+         "dk0": x["k0"].grad, "dq0": x["q0"].grad, "dD0": x["D0"].grad, "ddelta_sum0": x["delta0"].grad.sum((0, 1))}
+    if own:
+        r["dA_log0"] = x["A_log0"].grad
+    return r
+
+
 def check_scan(path):
     """vil's CPU scan in path (tools/scan_dump.c) against its recurrence's reference; and the
     comparison sees the recurrence: every other recurrence's reference of the same inputs
     differs from vil's output beyond the tolerance"""
     rec = metadata(path).get("recurrence", "longhorn")
+    causal = metadata(path).get("causal") == "1"
+    op, dirs, what = (causal_scan, (0,), "causal scan") if causal else (bidir_scan, (0, 1), "scan")
     vil = load_file(path)
     if rec not in SCANS:
         print(f"FAIL {rec}: no reference of this recurrence in python/vil/reference.py's SCANS")
         print("0 passed, 1 failed")
         return 1
-    ref = bidir_scan(rec, vil)
+    ref = op(rec, vil)
     bad, n = [], 0
     for name, want in ref.items():
         e = rel(vil[name].double(), want)
         n += 1
         if e > TOL:
             bad.append(name)
-        print(f"{'ok  ' if e <= TOL else 'FAIL'} {rec} scan {name:14s} rel err {e:.3e}")
+        print(f"{'ok  ' if e <= TOL else 'FAIL'} {rec} {what} {name:14s} rel err {e:.3e}")
     E, N = vil["u0"].shape[2], vil["k0"].shape[2]
     others = dict(vil)
-    for j in (0, 1):  # S4D-real's A_log for a recurrence that reads one, where these have none
+    for j in dirs:  # S4D-real's A_log for a recurrence that reads one, where these have none
         others.setdefault(f"A_log{j}", torch.log(torch.arange(1, N + 1, dtype=torch.float64)).expand(E, N))
     for other in SCANS:
         if other == rec:
             continue
-        e = rel(vil["out"].double(), bidir_scan(other, others)["out"])
+        e = rel(vil["out"].double(), op(other, others)["out"])
         n += 1
         if e <= TOL:
             bad.append(f"{other} reference")
-        print(f"{'ok  ' if e > TOL else 'FAIL'} {rec} scan out against {other}'s reference: rel err {e:.3e} "
+        print(f"{'ok  ' if e > TOL else 'FAIL'} {rec} {what} out against {other}'s reference: rel err {e:.3e} "
               f"(must exceed {TOL})")
-    print(f"{rec} scan: B {vil['u0'].shape[0]}, L {vil['u0'].shape[1]}, E {E}, N {N}, {n} checks (tolerance {TOL})")
+    print(f"{rec} {what}: B {vil['u0'].shape[0]}, L {vil['u0'].shape[1]}, E {E}, N {N}, {n} checks (tolerance {TOL})")
     print(f"{n - len(bad)} passed, {len(bad)} failed")
     return 1 if bad else 0
 

@@ -104,12 +104,23 @@ typedef struct {
 
 /* conv1d.c: u[j] = SiLU(causal depthwise conv1d(x)) along L, width K, with the filter w[j], b[j]
  * of direction j; direction 1 runs its filter on the reversed sequence (by indexing). Both
- * directions at once; the backward sums both directions' input gradients into dx (overwritten) */
+ * directions at once; the backward sums both directions' input gradients into dx (overwritten).
+ * With `causal`, direction 0 alone (the [1] members are not read): token t sees tokens <= t, and
+ * a stream cut into chunks carries the conv's context from one chunk to the next (doc/scans.md
+ * "One direction"): ctx holds the K-1 inputs before the chunk's token 0, where the bidirectional
+ * op (and a stream's first chunk) pads with zeros; the forward hands the chunk's own last K-1
+ * inputs out in ctx_out, the next chunk's ctx. The backward takes the forward's ctx: dw sees the
+ * products with it, and no gradient flows into it (truncated backpropagation through time). */
 typedef struct {
     void *u[2];            /* (B, L, E) act each */
     const void *x;         /* (B, L, ldx) act */
     const float *w[2], *b[2]; /* (E, K), (E) each */
     int B, L, E, K, ldx;
+    int causal;            /* 1: direction 0 alone, with ctx and ctx_out; 0: both directions */
+    const void *ctx;       /* causal: (B, K-1, E) act, inputs -(K-1) .. -1, or NULL: zeros */
+    void *ctx_out;         /* causal: (B, K-1, E) act, inputs L-(K-1) .. L-1 (those before token 0
+                            * from ctx where L < K-1), or NULL: not wanted. Written after ctx is
+                            * read, so it may be ctx itself when no backward needs ctx again */
 } VilConvBidirFwd;
 typedef struct {
     void *dx;              /* (B, L, ldx) act */
@@ -118,6 +129,8 @@ typedef struct {
     const void *x;         /* (B, L, ldx) act */
     const float *w[2], *b[2]; /* (E, K), (E) each */
     int B, L, E, K, ldx;
+    int causal;            /* as the forward's */
+    const void *ctx;       /* causal: the forward's ctx (a constant), or NULL: zeros */
 } VilConvBidirBwd;
 
 /* scan.c: the bidirectional core of a mixer (doc/scans.md): per direction j (0 forward, 1
@@ -125,7 +138,11 @@ typedef struct {
  * the same token, then out = (y_0 + y_1) / 2. x_dbl rows are xdbl_ld apart with k at column dt_ld
  * (dt_low's padded width) and q at dt_ld + N; z rows are ldz apart. The backward overwrites du,
  * ddelta, the k and q columns of dx_dbl and dz, and accumulates dD, dA_log (Mamba) and, unless
- * NULL, ddelta_sum[j][e] += sum over (B, L) of ddelta[j] (dt_proj's bias gradient). */
+ * NULL, ddelta_sum[j][e] += sum over (B, L) of ddelta[j] (dt_proj's bias gradient).
+ * With `causal`, direction 0 alone (the [1] members are not read; doc/scans.md "One
+ * direction"): out = SiLU(z) y_0, no average, so token t sees tokens <= t; h0 and hT are then
+ * (B, N, E) (the direction axis of length 1), and a stream cut into chunks runs each chunk from
+ * the state the one before it handed out in hT. */
 typedef struct {
     VilRecurrence rec;
     void *out;                     /* (B, L, E) act */
@@ -146,7 +163,9 @@ typedef struct {
     const float *h0;               /* (B, 2, N, E) f32: the state each direction starts from
                                     * (doc/scans.md "Initial state"), or NULL: zero */
     float *hT;                     /* (B, 2, N, E) f32: each direction's state after its last
-                                    * step, or NULL: not wanted */
+                                    * step, or NULL: not wanted. Not overlapping h0 (CUDA reads
+                                    * h0 and writes hT from different blocks) */
+    int causal;                    /* 1: direction 0 alone, h0 and hT (B, N, E); 0: both */
 } VilScanFwd;
 /* scan.c: one direction's states along the sequence for `vil states`, off the training and
  * inference paths: the recurrence of VilScanFwd's direction `reverse` from a zero state, each
@@ -182,6 +201,7 @@ typedef struct {
     void *out;                     /* (B, L, ldz) act (rows as dz's), or NULL: the forward's out
                                     * made again from the states the backward recomputes anyway,
                                     * so that the caller need not keep it */
+    int causal;                    /* as the forward's */
 } VilScanBwd;
 
 /* loss.c: softmax cross-entropy against soft targets; dlogits = (probs - targets) / denom, where
@@ -280,7 +300,8 @@ typedef struct {
 } VilEma;
 
 /* init_state.c: the initial states of one layer's scan for the interventions of doc/recipe.md
- * ("Initial states"), h0 (B, S) f32 with S = 2 N E (VilScanFwd.h0's (B, 2, N, E) per sample):
+ * ("Initial states"), h0 (B, S) f32 with S = 2 N E (VilScanFwd.h0's (B, 2, N, E) per sample;
+ * N E for the causal op's (B, N, E)):
  *   prev != NULL (state passing): h0[b] = prev[b], or 0 where sample b's draw u < drop;
  *   else (noise): h0[b][i] = mean[i] + sd(i) g, sd(i) = sqrt(var[i]) (var NULL: sigma), mean NULL
  *   is 0; g a standard normal.

@@ -1,10 +1,10 @@
 /* scan.c: the state-space recurrences of one direction (vil/rec/list.h: Longhorn (ViL), Mamba
- * (ViM)), and the bidirectional mixer core built from them (gate by SiLU(z), average of the
- * directions). Math per doc/scans.md. Each recurrence supplies its step pieces (the per-step
- * scalar, the decay, the output, the adjoint terms) as inline functions in its header
- * (vil/rec/<id>.h, called by VilRecurrence through vil/rec/all.h); the loops (forward, backward,
- * the channel blocks, the reductions) are written once over them and instantiated per
- * recurrence by VIL_REC_DISPATCH, which args->rec selects. Each (sample, channel) pair is an
+ * (ViM)), and the mixer core built from them: both directions gated by SiLU(z) and averaged, or
+ * (causal) direction 0 alone, gated. Math per doc/scans.md. Each recurrence supplies its step
+ * pieces (the per-step scalar, the decay, the output, the adjoint terms) as inline functions in
+ * its header (vil/rec/<id>.h, called by VilRecurrence through vil/rec/all.h); the loops
+ * (forward, backward, the channel blocks, the reductions) are written once over them and
+ * instantiated per recurrence by VIL_REC_DISPATCH, which args->rec selects. Each (sample, channel) pair is an
  * independent recurrence over L tokens with an N-wide state; the backward recomputes the forward
  * states of one channel block (in a per-thread buffer) and never divides by the decay.
  * k/q gradients sum over channels and dD/dA_log over samples in a fixed order, so results do not
@@ -314,35 +314,45 @@ void scan_dir_backward(VilRecurrence rec, float *du, float *ddelta, float *dk, f
     free(p.dD_part);
 }
 
-/* ---------------- the bidirectional core ---------------- */
+/* ---------------- the mixer core: both directions, or direction 0 alone ---------------- */
 
-/* out (rows ldo apart) = (first ? 0 : out) + 0.5 y SiLU(z): direction j's gated half of the
- * output, for the forward and for the backward that makes it again (the same code: the same
- * bits, vectorized alike) */
-static void gate_add(float *out, size_t ldo, const float *y, const float *z, int ldz, size_t BL, int E, int first) {
+/* out (rows ldo apart) = (first ? 0 : out) + wgt y SiLU(z): direction j's gated part of the
+ * output (wgt 0.5: half of the average of two; 1: the one direction), for the forward and for
+ * the backward that makes it again (the same code: the same bits, vectorized alike) */
+static void gate_add(float *out, size_t ldo, const float *y, const float *z, int ldz, size_t BL, int E,
+                     float wgt, int first) {
 #pragma omp parallel for
     for (long r = 0; r < (long)BL; r++)
         for (int e = 0; e < E; e++) {
             float zz = z[(size_t)r * ldz + e];
-            float g = 0.5f * y[(size_t)r * E + e] * zz / (1.0f + expf(-zz));
+            float g = wgt * y[(size_t)r * E + e] * zz / (1.0f + expf(-zz));
             out[(size_t)r * ldo + e] = first ? g : out[(size_t)r * ldo + e] + g;
         }
+}
+
+/* the directions an op runs and the weight of each in the output */
+static int op_dirs(int causal) { return causal ? 1 : 2; }
+static float dir_weight(int causal) { return causal ? 1.0f : 0.5f; }
+
+/* direction j's part of the op's h0 or hT ((B, dirs, N, E)), rows dirs N E apart */
+static VilScanState dir_state(const float *h0, float *hT, int j, int dirs, int N, int E) {
+    size_t off = (size_t)j * N * E;
+    return (VilScanState){.h0 = h0 ? h0 + off : NULL, .hT = hT ? hT + off : NULL, .ld = (size_t)dirs * N * E};
 }
 
 void scan_bidir_forward(const VilScanFwd *args) {
     float *out = args->out;
     const float *z = args->z;
     int B = args->B, L = args->L, E = args->E, N = args->N, dt_ld = args->dt_ld,
-        xdbl_ld = args->xdbl_ld, ldz = args->ldz;
+        xdbl_ld = args->xdbl_ld, ldz = args->ldz, dirs = op_dirs(args->causal);
     size_t BL = (size_t)B * L;
     float *y = vil_malloc(BL * E * sizeof(float));
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < dirs; j++) {
         const float *xdbl = args->xdbl[j];
-        VilScanState st = {.h0 = args->h0 ? args->h0 + (size_t)j * N * E : NULL,
-                           .hT = args->hT ? args->hT + (size_t)j * N * E : NULL, .ld = (size_t)2 * N * E};
+        VilScanState st = dir_state(args->h0, args->hT, j, dirs, N, E);
         scan_dir_forward(args->rec, y, args->u[j], args->delta[j], xdbl + dt_ld, xdbl + dt_ld + N,
                          args->D[j], args->A_log[j], B, L, E, N, xdbl_ld, j, &st);
-        gate_add(out, E, y, z, ldz, BL, E, j == 0);
+        gate_add(out, E, y, z, ldz, BL, E, dir_weight(args->causal), j == 0);
     }
     free(y);
 }
@@ -356,25 +366,26 @@ void scan_bidir_backward(const VilScanBwd *args) {
     const float *const *xdbl = (const float *const *)args->xdbl;
     const float *const *Dskip = args->D, *dout = args->dout, *z = args->z;
     int B = args->B, L = args->L, E = args->E, N = args->N, dt_ld = args->dt_ld,
-        xdbl_ld = args->xdbl_ld, ldz = args->ldz;
+        xdbl_ld = args->xdbl_ld, ldz = args->ldz, dirs = op_dirs(args->causal);
+    float wgt = dir_weight(args->causal);
     size_t BL = (size_t)B * L;
     float *y = vil_malloc(BL * E * sizeof(float));
     float *gy = vil_malloc(BL * E * sizeof(float));
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < dirs; j++) {
         const float *k = xdbl[j] + dt_ld, *q = k + N;
-        VilScanState st = {.h0 = args->h0 ? args->h0 + (size_t)j * N * E : NULL, .ld = (size_t)2 * N * E};
+        VilScanState st = dir_state(args->h0, NULL, j, dirs, N, E);
         scan_dir_forward(args->rec, y, u[j], delta[j], k, q, Dskip[j], args->A_log[j], B, L, E, N, xdbl_ld, j, &st);
 #pragma omp parallel for
         for (long r = 0; r < (long)BL; r++)
             for (int e = 0; e < E; e++) {
                 size_t i = (size_t)r * E + e;
                 float zz = z[(size_t)r * ldz + e], sg = 1.0f / (1.0f + expf(-zz));
-                float g = 0.5f * dout[i];
+                float g = wgt * dout[i];
                 float dzv = g * y[i] * sg * (1.0f + zz * (1.0f - sg));
                 dz[(size_t)r * ldz + e] = j == 0 ? dzv : dz[(size_t)r * ldz + e] + dzv;
                 gy[i] = g * zz * sg;
             }
-        if (out) gate_add(out, ldz, y, z, ldz, BL, E, j == 0); /* the forward's gated output again */
+        if (out) gate_add(out, ldz, y, z, ldz, BL, E, wgt, j == 0); /* the forward's gated output again */
         scan_dir_backward(args->rec, du[j], ddelta[j], dxdbl[j] + dt_ld, dxdbl[j] + dt_ld + N, dD[j],
                           dA_log[j], gy, u[j], delta[j], k, q, Dskip[j], args->A_log[j], B, L, E, N,
                           xdbl_ld, j, &st);
