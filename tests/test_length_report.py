@@ -61,7 +61,7 @@ def test_coverage():
         cover += lo <= delta <= hi
         zero_out += lo > 0
     rate = cover / 300
-    print("  coverage of a known difference: %.3f (300 experiments); 0 excluded in %d" % (rate, zero_out))
+    print("  coverage of a known difference: %.3f (300 experiments); 0 outside the interval in %d" % (rate, zero_out))
     check(0.90 <= rate <= 0.99, "95%% intervals cover the true difference in 90..99%% of experiments (%.3f)" % rate)
     check(zero_out > 150, "a difference of 5 points is told from 0 in most experiments (%d of 300)" % zero_out)
 
