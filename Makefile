@@ -343,7 +343,8 @@ test:
 	@$(MAKE) --no-print-directory test-run
 
 test-run: bin/vil $(CUDA_MODULE) $(TEST_BIN) $(BUILD)/tools/ref_dump $(BUILD)/tools/idx_to_folder $(BUILD)/tools/length_sets $(BUILD)/tools/folder_to_shards $(BUILD)/tools/scan_dump $(LIBVIL_SO) $(BUILD)/lib/libvil.a
-	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_python.sh tests/test_pth_reference.sh
+	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN) tests/test_torch_reference.sh tests/test_python.sh tests/test_pth_reference.sh \
+	    tests/test_length_report.py
 
 test-gpu: bin/vil $(CUDA_MODULE) $(GPU_TEST_BIN) $(LIBVIL_SO)
 	@VIL_BUILD=$(BUILD) sh tests/run_all.sh $(GPU_TEST_BIN) tests/gpu_python.sh

@@ -184,5 +184,17 @@ __device__ __forceinline__ float warp_sum(float v) {
     for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
     return v;
 }
+/* s summed over the block (blockDim.x a power of two, sh that many doubles) in a fixed tree
+ * order: the same bits on every run; every thread gets the sum */
+__device__ __forceinline__ double block_sum_d(double s, double *sh) {
+    int t = threadIdx.x;
+    sh[t] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (t < k) sh[t] += sh[t + k];
+        __syncthreads();
+    }
+    return sh[0];
+}
 
 #endif

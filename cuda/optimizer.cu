@@ -39,16 +39,6 @@ static int grid_for(size_t n) { return cu_blocks_capped(n, 256, 8); }
  * run. The norm goes to *norm; the scaling kernel reads it there. */
 #define GN_BLOCKS 1024
 #define GN_T 256
-__device__ __forceinline__ double block_sum_d(double s, double *sh) {
-    int t = threadIdx.x;
-    sh[t] = s;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if (t < k) sh[t] += sh[t + k];
-        __syncthreads();
-    }
-    return sh[0];
-}
 __global__ void sumsq_kernel(double *part, const float *g, size_t n) {
     __shared__ double sh[GN_T];
     double s = 0.0;

@@ -47,6 +47,7 @@ typedef struct {
                                * chunks of `chunks` tokens carrying their state (conv: its context) */
     int chunks;
     int init;                 /* state_init: INIT_SIGMA, INIT_FITTED or INIT_PASSING */
+    int group, mean_only;     /* state_init (fitted), state_fit: elements per statistic; the mean alone */
     float sigma, drop, keep_f; /* state_init's sigma, drop; state_fit's keep */
     size_t n;                 /* adamw, ema, grad_clip, sgd, lamb: elements */
     float momentum;           /* sgd */
@@ -1010,12 +1011,14 @@ static void test_state_init(const OpCase *c) {
     char nm[128];
     float *mean = NULL, *var = NULL, *prev = NULL, *d_mean = NULL, *d_var = NULL, *d_prev = NULL;
     if (c->init == INIT_FITTED) {
-        mean = rnd(S, 1.0f), var = rnd(S, 1.0f);
-        for (int i = 0; i < S; i++) var[i] *= var[i];
-        d_mean = dev_f32(mean, S), d_var = dev_f32(var, S);
+        int K = S / (c->group > 1 ? c->group : 1);
+        mean = rnd(K, 1.0f), var = rnd(K, 1.0f);
+        for (int i = 0; i < K; i++) var[i] *= var[i];
+        d_mean = dev_f32(mean, K), d_var = dev_f32(var, K);
     }
     if (c->init == INIT_PASSING) prev = rnd(n, 1.0f), d_prev = dev_f32(prev, n);
     VilStateInit a = {.prev = prev, .mean = mean, .var = var, .sigma = c->sigma, .drop = c->drop,
+                      .group = c->group, .mean_only = c->mean_only,
                       .seed = 0x5eed0000u + (uint64_t)c->B, .first = 1000, .B = B, .S = S};
     float *h_c = vil_malloc(n * sizeof(float));
     a.h0 = h_c;
@@ -1024,15 +1027,15 @@ static void test_state_init(const OpCase *c) {
     a.h0 = d_h, a.prev = d_prev, a.mean = d_mean, a.var = d_var;
     G->state_init(G, &a);
     float *h_g = get_f32(d_h, n);
-    if (c->init == INIT_PASSING) {
+    if (c->init == INIT_PASSING || c->mean_only) { /* copies and zeros: no arithmetic */
         int kept = 0, dropped = 0;
         for (int b = 0; b < B; b++) {
             int zero = 1;
             for (int i = 0; i < S; i++) zero &= h_c[(size_t)b * S + i] == 0.0f;
             dropped += zero, kept += !zero;
         }
-        snprintf(nm, sizeof nm, "state_init passing B=%d S=%d drop %g: bitwise the CPU's (%d kept, %d dropped)", B, S,
-                 c->drop, kept, dropped);
+        snprintf(nm, sizeof nm, "state_init %s B=%d S=%d drop %g: bitwise the CPU's (%d kept, %d dropped)",
+                 c->mean_only ? "fitted mean alone" : "passing", B, S, c->drop, kept, dropped);
         T_CHECK(memcmp(h_g, h_c, n * sizeof(float)) == 0 && kept > 0 && dropped > 0, "%s", nm);
         printf("  %s\n", nm);
     } else if (c->init == INIT_SIGMA && c->sigma == 0.0f) { /* zeros, as the zero start's */
@@ -1042,7 +1045,8 @@ static void test_state_init(const OpCase *c) {
         T_CHECK(zero && memcmp(h_g, h_c, n * sizeof(float)) == 0, "%s", nm);
         printf("  %s\n", nm);
     } else {
-        snprintf(nm, sizeof nm, "state_init %s B=%d S=%d", c->init == INIT_FITTED ? "fitted noise" : "noise", B, S);
+        snprintf(nm, sizeof nm, "state_init %s B=%d S=%d group %d drop %g",
+                 c->init == INIT_FITTED ? "fitted noise" : "noise", B, S, c->group, c->drop);
         T_CLOSE(nm, rel(h_g, h_c, n), c->tol_f32);
     }
     G->free(G, d_h);
@@ -1069,29 +1073,31 @@ static void test_state_moments(const OpCase *c) {
     free(hT), free(sum_c), free(sq_c), free(sum_g), free(sq_g);
 }
 
-/* state_fit: three running updates of mean and var from a batch's moments */
+/* state_fit: three running updates of mean and var from a batch's moments (group > 1: one pair
+ * per group of elements, the CUDA sums in another order) */
 static void test_state_fit(const OpCase *c) {
-    size_t n = c->n;
+    size_t n = c->n, g = c->group > 1 ? (size_t)c->group : 1, k = n / g;
     int B = c->B;
     char nm[96];
-    float *mean = rnd(n, 1.0f), *var = rnd(n, 1.0f);
-    for (size_t i = 0; i < n; i++) var[i] *= var[i];
-    float *d_mean = dev_f32(mean, n), *d_var = dev_f32(var, n);
+    float *mean = rnd(k, 1.0f), *var = rnd(k, 1.0f);
+    for (size_t i = 0; i < k; i++) var[i] *= var[i];
+    float *d_mean = dev_f32(mean, k), *d_var = dev_f32(var, k);
     for (int it = 0; it < 3; it++) {
         float *hT = rnd((size_t)B * n, 1.5f), *sum = vil_malloc(n * sizeof(float)), *sq = vil_malloc(n * sizeof(float));
         state_moments(&(VilStateMoments){.sum = sum, .sq = sq, .hT = hT, .B = B, .S = (int)n});
         float *d_sum = dev_f32(sum, n), *d_sq = dev_f32(sq, n);
-        state_fit(&(VilStateFit){.mean = mean, .var = var, .sum = sum, .sq = sq, .n = n, .count = (float)B, .keep = c->keep_f});
-        G->state_fit(G, &(VilStateFit){.mean = d_mean, .var = d_var, .sum = d_sum, .sq = d_sq, .n = n,
+        state_fit(&(VilStateFit){.mean = mean, .var = var, .sum = sum, .sq = sq, .n = n, .group = g,
+                                 .count = (float)B, .keep = c->keep_f});
+        G->state_fit(G, &(VilStateFit){.mean = d_mean, .var = d_var, .sum = d_sum, .sq = d_sq, .n = n, .group = g,
                                        .count = (float)B, .keep = c->keep_f});
         G->free(G, d_sum), G->free(G, d_sq);
         free(hT), free(sum), free(sq);
     }
-    float *mean_g = get_f32(d_mean, n), *var_g = get_f32(d_var, n);
-    snprintf(nm, sizeof nm, "state_fit mean n=%zu keep %g", n, c->keep_f);
-    T_CLOSE(nm, rel(mean_g, mean, n), c->tol_f32);
-    snprintf(nm, sizeof nm, "state_fit var n=%zu keep %g", n, c->keep_f);
-    T_CLOSE(nm, rel(var_g, var, n), c->tol_f32);
+    float *mean_g = get_f32(d_mean, k), *var_g = get_f32(d_var, k);
+    snprintf(nm, sizeof nm, "state_fit mean n=%zu group %zu keep %g", n, g, c->keep_f);
+    T_CLOSE(nm, rel(mean_g, mean, k), c->tol_f32);
+    snprintf(nm, sizeof nm, "state_fit var n=%zu group %zu keep %g", n, g, c->keep_f);
+    T_CLOSE(nm, rel(var_g, var, k), c->tol_f32);
     G->free(G, d_mean), G->free(G, d_var);
     free(mean), free(var), free(mean_g), free(var_g);
 }
@@ -1656,6 +1662,10 @@ static const OpCase CASES[] = {
      .B = 2, .S = 1000, .init = INIT_SIGMA, .sigma = 0.0f},
     {.op = "state_init", .name = "passing, drop 0.3", .tol_f32 = 0,
      .B = 64, .S = 520, .init = INIT_PASSING, .drop = 0.3f},
+    {.op = "state_init", .name = "fitted noise: one mean and var per direction (group N E), drop 0.1", .tol_f32 = 1e-5,
+     .B = 64, .S = 6144, .init = INIT_FITTED, .group = 3072, .drop = 0.1f},
+    {.op = "state_init", .name = "fitted mean alone, drop 0.3", .tol_f32 = 0,
+     .B = 64, .S = 520, .init = INIT_FITTED, .mean_only = 1, .drop = 0.3f},
     {.op = "state_moments", .name = "B = 32, S = 6144", .tol_f32 = 1e-6,
      .B = 32, .S = 6144},
     {.op = "state_moments", .name = "B = 1, S = 7", .tol_f32 = 1e-6,
@@ -1664,6 +1674,8 @@ static const OpCase CASES[] = {
      .n = 6144, .B = 32, .keep_f = 0.9f},
     {.op = "state_fit", .name = "keep 0: the batch's moments", .tol_f32 = 1e-6,
      .n = 1001, .B = 3, .keep_f = 0.0f},
+    {.op = "state_fit", .name = "scalar: one pair per group of N E = 3072, keep 0.9", .tol_f32 = 1e-6,
+     .n = 4 * 6144, .B = 16, .keep_f = 0.9f, .group = 3072},
     {.op = "grad_clip", .name = "n = 7", .tol_f32 = 1e-6,
      .n = 7, .max_norm = 0.5f},
     {.op = "grad_clip", .name = "n = 1000003", .tol_f32 = 1e-6,

@@ -505,7 +505,13 @@ static long choice_field(const char *key, const VilConfig *c, const VilTrainConf
     if (strcmp(key, "allreduce") == 0) return (long)(int)t->allreduce_kind;
     if (strcmp(key, "init_state") == 0) return (long)(int)t->init_state_kind;
     if (strcmp(key, "canvas_bg") == 0) return (long)(int)t->canvas_bg_kind;
+    if (strcmp(key, "init_state_fit") == 0) return (long)(int)t->init_state_fit_kind;
     return LONG_MIN;
+}
+
+/* what a choice key needs beside it to pass finalize: init_state_fit, init_state = fitted */
+static void choice_needs(const char *key, VilConfig *c, VilTrainConfig *t) {
+    if (strcmp(key, "init_state_fit") == 0) vil_train_config_set(c, t, "init_state", "fitted");
 }
 
 static int finalize_quiet(VilConfig *c, VilTrainConfig *t) {
@@ -550,6 +556,8 @@ static void test_choices(void) {
         {"init_state", "passing", VIL_INIT_PASSING},
         {"canvas_bg", "zero", VIL_CANVAS_ZERO},
         {"canvas_bg", "noise", VIL_CANVAS_NOISE},
+        {"init_state_fit", "element", VIL_INIT_FIT_ELEMENT},
+        {"init_state_fit", "scalar", VIL_INIT_FIT_SCALAR},
     };
     const int nr = (int)(sizeof R / sizeof R[0]);
     /* the tables' choice keys and their names, each a row here */
@@ -567,7 +575,7 @@ static void test_choices(void) {
                 T_CHECK(found, "choice key %s's value '%s' has a row in test_choices", k->name, name);
             }
         }
-    T_CHECK(nkeys == 8, "the tables hold the eight choice keys (%d)", nkeys);
+    T_CHECK(nkeys == 9, "the tables hold the nine choice keys (%d)", nkeys);
     for (int r = 0; r < nr; r++) {
         const VilKey *k = vil_keys_find(&vil_model_keys, R[r].key);
         if (!k) k = vil_keys_find(&vil_train_keys, R[r].key);
@@ -581,6 +589,7 @@ static void test_choices(void) {
         VilTrainConfig t;
         vil_config_default(&c);
         vil_train_config_default(&t);
+        choice_needs(key, &c, &t);
         int rc = vil_train_config_set(&c, &t, key, value);
         T_CHECK(rc == 0 && choice_field(key, &c, &t) == R[r].want, "--set %s=%s: resolved when set", key, value);
         rc = finalize_quiet(&c, &t);
@@ -591,6 +600,7 @@ static void test_choices(void) {
         VilTrainConfig t2;
         vil_config_default(&c2);
         vil_train_config_default(&t2);
+        choice_needs(key, &c2, &t2);
         const VilKey *k = vil_keys_find(model ? &vil_model_keys : &vil_train_keys, key);
         char *field = (char *)(model ? (void *)&c2 : (void *)&t2) + k->offset;
         snprintf(field, k->size, "%s", value);
@@ -611,7 +621,7 @@ static void test_choices(void) {
     /* a value that names no choice: set (a later --set may replace it), said unresolved, refused by
      * finalize */
     const char *keys[] = {"dt_init", "pos_embed", "optimizer", "sched", "decode", "allreduce", "init_state",
-                          "canvas_bg"};
+                          "canvas_bg", "init_state_fit"};
     for (int i = 0; i < (int)(sizeof keys / sizeof *keys); i++) {
         VilConfig c;
         VilTrainConfig t;

@@ -206,31 +206,36 @@ static void test_training(void) {
     vil_model_free(&m);
 }
 
+/* an intervention for a batch of B (sigma 0.5, no drop) */
+static int set_init(VilModel *m, VilInitMode mode, VilInitFit fit, int B) {
+    return vil_model_set_init_state(m, &(VilInitSpec){.mode = mode, .sigma = 0.5f, .fit = fit, .fit_momentum = 0.99f}, B);
+}
+
 /* the initial states of a batch, the states along the sequence */
 static void test_states(void) {
     VilModel m;
     if (tiny_model(&m) != 0) return;
-    const VilInitMode modes[2] = {VIL_INIT_PASSING, VIL_INIT_FITTED};
-    for (int k = 0; k < 2; k++) {
+    const VilInitMode modes[3] = {VIL_INIT_PASSING, VIL_INIT_FITTED, VIL_INIT_FITTED};
+    const VilInitFit fits[3] = {VIL_INIT_FIT_ELEMENT, VIL_INIT_FIT_ELEMENT, VIL_INIT_FIT_SCALAR};
+    for (int k = 0; k < 3; k++) {
         int bad = 0;
         for (long at = 0; at < 5; at++) {
             set_failing(at, SIZE_MAX);
             VilErrCapture cap;
             vil_error_capture(&cap);
-            int rc = vil_model_set_init_state(&m, modes[k], 0.5f, 0.0f, 2);
+            int rc = set_init(&m, modes[k], fits[k], 2);
             vil_error_release(&cap);
             if (rc == 0) break;
             bad += !(rc == -1 && vil_model_train_state_count(&m) == 0 && strstr(cap.msg, "cannot be allocated"));
         }
         set_failing(-1, SIZE_MAX);
-        T_CHECK(bad == 0 && vil_model_set_init_state(&m, modes[k], 0.5f, 0.0f, 2) == 0 &&
-                    vil_model_train_state_count(&m) > 0,
-                "init_state %s: the states that cannot be allocated: -1, the intervention off (%d bad); then it "
-                "is set", vil_init_mode_names[modes[k]], bad);
-        vil_model_set_init_state(&m, VIL_INIT_ZERO, 0, 0, 2);
+        T_CHECK(bad == 0 && set_init(&m, modes[k], fits[k], 2) == 0 && vil_model_train_state_count(&m) > 0,
+                "init_state %s (fit %s): the states that cannot be allocated: -1, the intervention off (%d bad); "
+                "then it is set", vil_init_mode_names[modes[k]], vil_init_fit_names[fits[k]], bad);
+        set_init(&m, VIL_INIT_ZERO, VIL_INIT_FIT_ELEMENT, 2);
     }
     /* passing's states of another batch than the one set: made at the forward, and refused there */
-    T_CHECK(vil_model_set_init_state(&m, VIL_INIT_PASSING, 0, 0.0f, 2) == 0 && vil_model_alloc_acts(&m, 1, 1) == 0,
+    T_CHECK(set_init(&m, VIL_INIT_PASSING, VIL_INIT_FIT_ELEMENT, 2) == 0 && vil_model_alloc_acts(&m, 1, 1) == 0,
             "passing set for a batch of 2, activations of 1");
     set_failing(0, SIZE_MAX);
     VilErrCapture cap;
@@ -242,7 +247,7 @@ static void test_states(void) {
     set_failing(-1, SIZE_MAX);
     T_CHECK(vil_model_sample_init_state(&m, 1, 0) == 0 && forward_ok(&m), "then they are made and the forward runs");
     /* the states along the sequence need two buffers of their own */
-    vil_model_set_init_state(&m, VIL_INIT_ZERO, 0, 0, 1);
+    set_init(&m, VIL_INIT_ZERO, VIL_INIT_FIT_ELEMENT, 1);
     int L, S;
     vil_model_seq_streams(&m, &L, &S);
     float *hsq = vil_malloc((size_t)L * sizeof(float)), *hT = vil_malloc((size_t)S * sizeof(float));

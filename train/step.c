@@ -12,7 +12,10 @@ VilStepParams vil_step_params(const VilTrainConfig *t, float lr) {
 }
 
 int vil_train_init_state(VilModel *m, const VilTrainConfig *t) {
-    return vil_model_set_init_state(m, t->init_state_kind, t->init_state_sigma, t->init_state_drop, t->batch);
+    VilInitSpec spec = {.mode = t->init_state_kind, .sigma = t->init_state_sigma, .drop = t->init_state_drop,
+                        .fit = t->init_state_fit_kind, .fit_mean_only = !t->init_state_fit_noise,
+                        .fit_momentum = t->init_state_fit_momentum, .fit_drop = t->init_state_fit_drop};
+    return vil_model_set_init_state(m, &spec, t->batch);
 }
 
 static int reduces(const VilStepParams *s) { return s->dist && s->dist->mpi; }

@@ -40,6 +40,7 @@ NAME_AT(ALLREDUCES)
 NAME_AT(CANVAS_BGS)
 #undef NAME_AT
 static const char *init_state_name(int i) { return i >= 0 && i < VIL_INIT_COUNT ? vil_init_mode_names[i] : NULL; }
+static const char *init_fit_name(int i) { return i >= 0 && i < VIL_INIT_FIT_COUNT ? vil_init_fit_names[i] : NULL; }
 /* the optimizer: its entry of the table (NULL: none) */
 static const char *optim_name(int i) {
     const VilOptim *o = vil_optim_at(i);
@@ -48,7 +49,7 @@ static const char *optim_name(int i) {
 static void optim_store(void *field, int i) { *(const VilOptim **)field = vil_optim_at(i); }
 _Static_assert(sizeof(VilSched) == sizeof(int) && sizeof(VilDecodeMode) == sizeof(int) &&
                    sizeof(VilAllreduce) == sizeof(int) && sizeof(VilInitMode) == sizeof(int) &&
-                   sizeof(VilCanvasBg) == sizeof(int),
+                   sizeof(VilCanvasBg) == sizeof(int) && sizeof(VilInitFit) == sizeof(int),
                "vil_choice_store_enum writes an int");
 static const VilChoice OPTIMIZER = {optim_name, optim_store};
 static const VilChoice SCHED = {SCHEDS_name, vil_choice_store_enum};
@@ -56,6 +57,7 @@ static const VilChoice DECODE = {DECODES_name, vil_choice_store_enum};
 static const VilChoice ALLREDUCE = {ALLREDUCES_name, vil_choice_store_enum};
 static const VilChoice CANVAS_BG = {CANVAS_BGS_name, vil_choice_store_enum};
 static const VilChoice INIT_STATE = {init_state_name, vil_choice_store_enum};
+static const VilChoice INIT_FIT = {init_fit_name, vil_choice_store_enum};
 
 static const VilKey TKEYS[] = {
     TI(epochs, 1, 1000000, "training epochs"),
@@ -142,6 +144,14 @@ static const VilKey TKEYS[] = {
        "starts from zero"),
     TF(init_state_sigma, 0, 1e6, "init_state = noise: the standard deviation of the initial states"),
     TF(init_state_drop, 0, 1, "init_state = passing: the probability that a sample starts from zero"),
+    TC(init_state_fit, init_state_fit_kind, INIT_FIT,
+       "init_state = fitted: element (a mean and variance per layer, direction, state and channel, "
+       "the default) or scalar (one mean and variance per layer and direction)"),
+    TI(init_state_fit_noise, 0, 1, "init_state = fitted: 1 draws from N(mean, var); 0 starts every "
+                                   "sample from the fitted mean (no noise)"),
+    TF(init_state_fit_momentum, 0, 0.999999, "init_state = fitted: the running fit's weight at each "
+                                             "update (the batch's is 1 - it)"),
+    TF(init_state_fit_drop, 0, 1, "init_state = fitted: the probability that a sample starts from zero"),
 };
 #undef BIG
 #undef TI
@@ -523,6 +533,10 @@ void vil_train_config_default(VilTrainConfig *t) {
     strcpy(t->init_state, "zero");
     t->init_state_sigma = 0.1f;
     t->init_state_drop = 0.1f;
+    strcpy(t->init_state_fit, "element");
+    t->init_state_fit_noise = 1;
+    t->init_state_fit_momentum = 0.99f;
+    t->init_state_fit_drop = 0.0f;
     vil_keys_resolve(&vil_train_keys, t);
 }
 
@@ -592,6 +606,18 @@ int vil_train_config_finalize(VilTrainConfig *t) {
          t->init_state);
     NEED(t->init_state_sigma >= 0.0f, "init_state_sigma must be >= 0 (got %g)", t->init_state_sigma);
     PROB(init_state_drop);
+    NEED((int)t->init_state_fit_kind >= 0, "init_state_fit must be element or scalar (got '%s')", t->init_state_fit);
+    NEED(t->init_state_fit_noise == 0 || t->init_state_fit_noise == 1, "init_state_fit_noise must be 0 or 1 (got %d)",
+         t->init_state_fit_noise);
+    NEED(t->init_state_fit_momentum >= 0.0f && t->init_state_fit_momentum < 1.0f,
+         "init_state_fit_momentum must be in [0, 1) (got %g)", t->init_state_fit_momentum);
+    PROB(init_state_fit_drop);
+    /* the fit's keys say nothing to another intervention: set there, they are a mistake */
+    NEED(t->init_state_kind == VIL_INIT_FITTED ||
+             (t->init_state_fit_kind == VIL_INIT_FIT_ELEMENT && t->init_state_fit_noise == 1 &&
+              t->init_state_fit_momentum == 0.99f && t->init_state_fit_drop == 0.0f),
+         "init_state_fit, init_state_fit_noise, init_state_fit_momentum and init_state_fit_drop apply to "
+         "init_state = fitted (got init_state = %s): leave them at their defaults", t->init_state);
     NEED(t->batch <= VIL_MAX_BATCH && t->eval_batch <= VIL_MAX_BATCH, "batch and eval_batch must be at most %d", VIL_MAX_BATCH);
     char names[256];
     /* a choice key without its own message above */

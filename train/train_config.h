@@ -70,6 +70,10 @@ typedef struct {
                               * zero, noise, fitted or passing */
     float init_state_sigma;  /* noise: the standard deviation */
     float init_state_drop;   /* passing: the probability of a zero start */
+    char init_state_fit[16]; /* fitted: element or scalar (vil/model.h VilInitFit) */
+    int init_state_fit_noise;      /* fitted: 1 N(mean, var); 0 the mean alone */
+    float init_state_fit_momentum; /* fitted: the old fit's weight at each update */
+    float init_state_fit_drop;     /* fitted: the probability of a zero start */
     /* the choices the text keys name (cfgfile.h VilChoice: resolved where a key is set, and by
      * vil_train_config_finalize): what the code reads; the texts are for printing and JSON */
     const VilOptim *optim;       /* optimizer's entry of vil/optim.c */
@@ -78,6 +82,7 @@ typedef struct {
     VilCanvasBg canvas_bg_kind;  /* canvas_bg */
     VilAllreduce allreduce_kind; /* allreduce */
     VilInitMode init_state_kind; /* init_state */
+    VilInitFit init_state_fit_kind; /* init_state_fit */
 } VilTrainConfig;
 
 void vil_train_config_default(VilTrainConfig *t);

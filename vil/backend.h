@@ -302,16 +302,20 @@ typedef struct {
 /* init_state.c: the initial states of one layer's scan for the interventions of doc/recipe.md
  * ("Initial states"), h0 (B, S) f32 with S = 2 N E (VilScanFwd.h0's (B, 2, N, E) per sample;
  * N E for the causal op's (B, N, E)):
- *   prev != NULL (state passing): h0[b] = prev[b], or 0 where sample b's draw u < drop;
- *   else (noise): h0[b][i] = mean[i] + sd(i) g, sd(i) = sqrt(var[i]) (var NULL: sigma), mean NULL
- *   is 0; g a standard normal.
+ *   sample b all 0 where its draw u < drop; else
+ *   prev != NULL (state passing): h0[b] = prev[b];
+ *   else (noise): h0[b][i] = mean[k] + sd(k) g with k = i / group (group 0 or 1: k = i),
+ *   sd(k) = sqrt(var[k]) (var NULL: sigma; mean_only: 0, no draw), mean NULL is 0; g a standard
+ *   normal.
  * The draws are number i (u: VIL_STATE_DROP_DRAW) of the stream vil_state_key(seed, first + b)
  * (init_state.h): a sample's numbers depend on its global index, not on the batch's split. */
 typedef struct {
     float *h0;                     /* (B, S) */
     const float *prev;             /* (B, S), or NULL */
-    const float *mean, *var;       /* (S) each, or NULL */
+    const float *mean, *var;       /* (S / group) each, or NULL */
     float sigma, drop;
+    int group;                     /* consecutive elements of a sample sharing one mean and var */
+    int mean_only;                 /* with mean: h0 = mean, no noise */
     uint64_t seed;
     long first;
     int B, S;
@@ -325,11 +329,13 @@ typedef struct {
 } VilStateMoments;
 /* init_state.c: the running fit of fitted noise from moments of count samples: with bm = sum /
  * count and bv = max(sq / count - bm^2, 0), mean = keep mean + (1 - keep) bm and var = keep var
- * + (1 - keep) bv, elementwise over n (keep 0: the batch's moments replace them) */
+ * + (1 - keep) bv, elementwise over n (keep 0: the batch's moments replace them). group > 1:
+ * each mean[k] and var[k] (n / group of them) fits the group consecutive entries k group ..
+ * (k + 1) group - 1 of sum and sq as one sample of count x group values, its sums in double. */
 typedef struct {
-    float *mean, *var;             /* (n) each */
+    float *mean, *var;             /* (n / group) each */
     const float *sum, *sq;         /* (n) each */
-    size_t n;
+    size_t n, group;               /* group 0 or 1: elementwise; else a divisor of n */
     float count, keep;
 } VilStateFit;
 

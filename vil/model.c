@@ -624,15 +624,16 @@ void vil_model_set_inputs(VilModel *m, float *img, float *targets, float *dp_sca
 /* ---------------- the initial states, the states along the sequence ---------------- */
 
 const char *const vil_init_mode_names[VIL_INIT_COUNT] = {"zero", "noise", "fitted", "passing"};
+const char *const vil_init_fit_names[VIL_INIT_FIT_COUNT] = {"element", "scalar"};
 
-int vil_model_set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop, int B) {
-    if (mode == VIL_INIT_ZERO && !m->net->set_init_state) return 0;
+int vil_model_set_init_state(VilModel *m, const VilInitSpec *spec, int B) {
+    if (spec->mode == VIL_INIT_ZERO && !m->net->set_init_state) return 0;
     if (!m->net->set_init_state) {
-        vil_error("init_state = %s: the %s network has no recurrent states to start", vil_init_mode_names[mode],
-                  m->net->name);
+        vil_error("init_state = %s: the %s network has no recurrent states to start",
+                  vil_init_mode_names[spec->mode], m->net->name);
         return -1;
     }
-    return m->net->set_init_state(m, mode, sigma, drop, B);
+    return m->net->set_init_state(m, spec, B);
 }
 
 int vil_model_sample_init_state(VilModel *m, uint64_t seed, long first) {

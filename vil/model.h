@@ -79,6 +79,21 @@ typedef struct {
  * scans start from. Evaluation forwards always start from zero. */
 typedef enum { VIL_INIT_ZERO, VIL_INIT_NOISE, VIL_INIT_FITTED, VIL_INIT_PASSING, VIL_INIT_COUNT } VilInitMode;
 extern const char *const vil_init_mode_names[VIL_INIT_COUNT]; /* "zero", "noise", "fitted", "passing" */
+/* fitted's statistics: a mean and variance per element of a layer's states (layer, direction,
+ * state, channel), or one pair per layer and direction (the paper's scalars per layer and head) */
+typedef enum { VIL_INIT_FIT_ELEMENT, VIL_INIT_FIT_SCALAR, VIL_INIT_FIT_COUNT } VilInitFit;
+extern const char *const vil_init_fit_names[VIL_INIT_FIT_COUNT]; /* "element", "scalar" */
+/* The initial-state intervention of the training forwards (vil_model_set_init_state; the config
+ * keys init_state*, doc/recipe.md "Initial states") */
+typedef struct {
+    VilInitMode mode;
+    float sigma;        /* noise: the standard deviation */
+    float drop;         /* passing: the probability that a sample starts from zero */
+    VilInitFit fit;     /* fitted: what one mean and variance describe */
+    int fit_mean_only;  /* fitted: every start is the fitted mean (no noise) */
+    float fit_momentum; /* fitted: the old fit's weight at each update (the batch's: 1 - it) */
+    float fit_drop;     /* fitted: the probability that a sample starts from zero */
+} VilInitSpec;
 
 /* The training state the model owns besides its weights, as a training state file holds it
  * (train/state.c saves, gathers, restores and checks it without knowing what it is): the
@@ -281,14 +296,15 @@ int vil_model_optim_steps(const VilModel *m);
 void vil_model_optim_set_steps(VilModel *m, int steps);
 /* The initial-state intervention of the training forwards (doc/recipe.md "Initial states"):
  * noise draws every initial state value from N(0, sigma^2); fitted from N(mean, var) of a running
- * fit of the final states per layer, direction, channel and state (zero until the first fit);
- * passing starts each sample from the final state of the sample at its place in the previous
- * micro-batch (this rank's), or from zero with probability drop (and at the first). Once, before
- * the training forwards, with the training micro-batch B; the fit and the passed states join the
- * training state (vil_model_train_state_*); the states of a batch of B are allocated here. 0,
- * or -1 (reported) for a network without recurrent states (a mode other than zero) or when the
- * states cannot be allocated (the intervention is then off). */
-int vil_model_set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop, int B);
+ * fit of the final states per layer, direction, channel and state, or per layer and direction
+ * (spec->fit; zero until the first fit), or starts from the fitted mean alone, and from zero with
+ * probability fit_drop; passing starts each sample from the final state of the sample at its place
+ * in the previous micro-batch (this rank's), or from zero with probability drop (and at the
+ * first). Once, before the training forwards, with the training micro-batch B; the fit and the
+ * passed states join the training state (vil_model_train_state_*); the states of a batch of B are
+ * allocated here. 0, or -1 (reported) for a network without recurrent states (a mode other than
+ * zero) or when the states cannot be allocated (the intervention is then off). */
+int vil_model_set_init_state(VilModel *m, const VilInitSpec *spec, int B);
 /* Before a training forward: this micro-batch's initial states, drawn from the streams
  * (seed, first + b) of init_state.h (first: the global index of its sample 0). 0, or -1
  * (reported) when the states of a new batch size cannot be allocated. */

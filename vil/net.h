@@ -66,7 +66,7 @@ struct VilNet {
     void (*drop_path_rows)(const VilModel *m, uint64_t seed, long first, float *h);
     /* The initial states of the recurrent layers (doc/recipe.md "Initial states"); NULL: the
      * family has none. set registers its training state (train_state_*). */
-    int (*set_init_state)(VilModel *m, VilInitMode mode, float sigma, float drop, int B);
+    int (*set_init_state)(VilModel *m, const VilInitSpec *spec, int B);
     int (*sample_init_state)(VilModel *m, uint64_t seed, long first); /* 0, or -1 (reported) */
     void (*fit_init_state)(VilModel *m, const struct VilDist *dist);
     /* The family's training-state tensors (after the optimizer's and the EMA's): their count,

@@ -60,6 +60,10 @@ typedef struct {
 typedef struct {
     VilInitMode mode;
     float sigma, drop;   /* noise's standard deviation; passing's probability of a zero start */
+    VilInitFit fit;      /* fitted: per element, or per layer and direction */
+    int mean_only;       /* fitted: start from the mean, no noise */
+    float keep;          /* fitted: the old fit's weight at an update */
+    float fit_drop;      /* fitted: the probability of a zero start */
     int S;               /* floats of one sample's states in one layer: 2 N E */
     int batch;           /* the training micro-batch (the passed states' shape) */
     int B;               /* the batch h0 and hT are allocated for (0: none) */
@@ -67,7 +71,8 @@ typedef struct {
     float *hT;           /* (depth, B, S): the final states of the last training forward */
     int h0_set;          /* h0 holds this micro-batch's states (else the scans start from zero) */
     int has_prev;        /* passing: hT holds the previous micro-batch's final states */
-    float *mean, *var;   /* fitted: (depth, S) each, the running fit */
+    float *mean, *var;   /* fitted: (depth, S) each, the running fit; (depth, 2) when fit is scalar */
+    size_t stats;        /* floats of mean and of var as allocated (0: none) */
     float *mom;          /* fitted: (2, depth, S) the batch's sums and sums of squares */
     long fits;           /* fitted: updates of the running fit so far (0: none, no noise yet) */
 } InitState;
@@ -82,9 +87,6 @@ static Vim *V(const VilModel *m) { return (Vim *)m->fam; }
 
 /* the model has a pos_embed tensor (config key pos_embed = learned) */
 static int has_pos(const VilConfig *c) { return c->pos_embed_kind == VIL_POS_EMBED_LEARNED; }
-
-/* momentum of fitted noise's running mean and variance (per update: one training forward) */
-#define VIL_INIT_FIT_MOMENTUM 0.99f
 
 /* ---------------- parameter table ---------------- */
 
@@ -642,26 +644,42 @@ static int init_batch(VilModel *m, int B) {
     return -1;
 }
 
-/* floats of the fit (depth x 2 N E) */
+/* floats of one sample's states in every layer (depth x 2 N E): the moments, a passed batch's sample */
 static size_t fit_floats(const VilModel *m) { return (size_t)m->cfg.depth * 2 * m->cfg.d_state * m->cfg.d_inner; }
+/* state elements sharing one mean and var of fit: 1, or a direction's N E */
+static int fit_group(const VilModel *m, VilInitFit fit) {
+    return fit == VIL_INIT_FIT_SCALAR ? m->cfg.d_state * m->cfg.d_inner : 1;
+}
+/* floats of the fit's mean (and of its var) */
+static size_t stat_floats(const VilModel *m, VilInitFit fit) { return fit_floats(m) / (size_t)fit_group(m, fit); }
 
-static int set_init_state(VilModel *m, VilInitMode mode, float sigma, float drop, int B) {
+/* fitted's running fit for spec->fit (kept when it has that size already); 0, or -1 (reported)
+ * with s as it was */
+static int alloc_fit(VilModel *m, VilInitFit fit) {
     InitState *s = &V(m)->init;
-    if (mode == VIL_INIT_FITTED && !s->mean) { /* first, so that a failure leaves s as it was */
-        size_t n = fit_floats(m);
-        float *mean = vil_net_zeros(m, n), *var = mean ? vil_net_zeros(m, n) : NULL;
-        float *mom = var ? vil_net_zeros(m, 2 * n) : NULL;
-        if (!mom) {
-            if (mean) m->be->free(m->be, mean);
-            if (var) m->be->free(m->be, var);
-            vil_error("init_state = fitted: its running fit (%.2f GiB) cannot be allocated on the %s device",
-                      4.0 * n * sizeof(float) / 1073741824.0, m->be->name);
-            return -1;
-        }
-        s->mean = mean, s->var = var, s->mom = mom;
-        s->fits = 0;
+    size_t n = fit_floats(m), k = stat_floats(m, fit);
+    if (s->mean && s->stats == k) return 0;
+    float *mean = vil_net_zeros(m, k), *var = mean ? vil_net_zeros(m, k) : NULL;
+    float *mom = var && !s->mom ? vil_net_zeros(m, 2 * n) : s->mom;
+    if (!var || !mom) {
+        if (mean) m->be->free(m->be, mean);
+        if (var) m->be->free(m->be, var);
+        vil_error("init_state = fitted: its running fit (%.2f GiB) cannot be allocated on the %s device",
+                  (2.0 * k + 2.0 * n) * sizeof(float) / 1073741824.0, m->be->name);
+        return -1;
     }
-    s->mode = mode, s->sigma = sigma, s->drop = drop, s->batch = B;
+    if (s->mean) m->be->free(m->be, s->mean), m->be->free(m->be, s->var);
+    s->mean = mean, s->var = var, s->mom = mom, s->stats = k;
+    s->fits = 0;
+    return 0;
+}
+
+static int set_init_state(VilModel *m, const VilInitSpec *spec, int B) {
+    InitState *s = &V(m)->init;
+    if (spec->mode == VIL_INIT_FITTED && alloc_fit(m, spec->fit) != 0) return -1;
+    s->mode = spec->mode, s->sigma = spec->sigma, s->drop = spec->drop, s->batch = B;
+    s->fit = spec->fit, s->mean_only = spec->fit_mean_only, s->keep = spec->fit_momentum;
+    s->fit_drop = spec->fit_drop;
     s->S = 2 * m->cfg.d_state * m->cfg.d_inner;
     /* the states of the training batch now, where a failure is the setup's: the training
      * forwards of that batch then allocate nothing */
@@ -681,12 +699,15 @@ static int sample_init_state(VilModel *m, uint64_t seed, long first) {
     /* nothing passed yet, nothing fitted yet: a zero start */
     if ((passing && !s->has_prev) || (fitted && s->fits == 0)) return 0;
     size_t ls = (size_t)s->B * s->S;
+    int g = fit_group(m, s->fit);
+    size_t lk = (size_t)(s->S / g); /* a layer's means */
     for (int i = 0; i < m->cfg.depth; i++)
         m->be->state_init(m->be, &(VilStateInit){
             .h0 = s->h0 + i * ls, .prev = passing ? s->hT + i * ls : NULL,
-            .mean = fitted ? s->mean + (size_t)i * s->S : NULL, .var = fitted ? s->var + (size_t)i * s->S : NULL,
-            .sigma = s->sigma, .drop = s->drop, .seed = vil_hash_seed(seed, (uint64_t)i, 0, 0),
-            .first = first, .B = s->B, .S = s->S});
+            .mean = fitted ? s->mean + i * lk : NULL, .var = fitted ? s->var + i * lk : NULL,
+            .sigma = s->sigma, .drop = passing ? s->drop : fitted ? s->fit_drop : 0.0f,
+            .group = fitted ? g : 1, .mean_only = fitted && s->mean_only,
+            .seed = vil_hash_seed(seed, (uint64_t)i, 0, 0), .first = first, .B = s->B, .S = s->S});
     s->h0_set = 1;
     return 0;
 }
@@ -707,13 +728,15 @@ static void fit_init_state(VilModel *m, const VilDist *dist) {
         count *= (float)dist->world;
     }
     m->be->state_fit(m->be, &(VilStateFit){.mean = s->mean, .var = s->var, .sum = s->mom, .sq = s->mom + n,
-                                           .n = n, .count = count, .keep = s->fits ? VIL_INIT_FIT_MOMENTUM : 0.0f});
+                                           .n = n, .group = (size_t)fit_group(m, s->fit), .count = count,
+                                           .keep = s->fits ? s->keep : 0.0f});
     s->fits++;
 }
 
 /* The training state of the interventions, after the optimizer's and the EMA's: fitted's running
- * mean and var (depth, 2, N, E) with the count of their updates, passing's final states of the
- * last micro-batch of this rank (depth, B, 2, N, E), zero where nothing is passed yet. */
+ * mean and var (depth, 2, N, E), or (depth, 2) for the scalar fit, with the count of their
+ * updates, passing's final states of the last micro-batch of this rank (depth, B, 2, N, E), zero
+ * where nothing is passed yet. */
 enum { ST_MEAN, ST_VAR, ST_PREV };
 static int state_kind(const VilModel *m, int i) {
     const InitState *s = &V(m)->init;
@@ -748,11 +771,12 @@ static VilTrainStateInfo state_info(const VilModel *m, int i) {
         t.nonneg = k == ST_VAR;
         t.group = 1;
         t.count_key = k == ST_MEAN ? "vil.init_state_fits" : NULL;
-        t.ndim = 4;
+        int scalar = s->fit == VIL_INIT_FIT_SCALAR;
+        t.ndim = scalar ? 2 : 4;
         int64_t sh[4] = {c->depth, 2, c->d_state, c->d_inner};
         memcpy(t.shape, sh, sizeof sh);
-        t.dims = "layers, directions, d_state, d_inner";
-        t.numel = fit_floats(m);
+        t.dims = scalar ? "layers, directions" : "layers, directions, d_state, d_inner";
+        t.numel = stat_floats(m, s->fit);
     }
     t.room = t.numel;
     return t;
@@ -762,8 +786,8 @@ static void state_get(const VilModel *m, int i, float *host) {
     const InitState *s = &V(m)->init;
     size_t n = fit_floats(m) * sizeof(float);
     int k = state_kind(m, i);
-    if (k == ST_MEAN) m->be->to_host(m->be, host, s->mean, n);
-    else if (k == ST_VAR) m->be->to_host(m->be, host, s->var, n);
+    if (k == ST_MEAN) m->be->to_host(m->be, host, s->mean, s->stats * sizeof(float));
+    else if (k == ST_VAR) m->be->to_host(m->be, host, s->var, s->stats * sizeof(float));
     else if (s->B == s->batch && s->has_prev) m->be->to_host(m->be, host, s->hT, n * s->batch);
     else memset(host, 0, n * s->batch);
 }
@@ -781,8 +805,8 @@ static int state_set(VilModel *m, int i, const float *host) {
         return 0;
     }
     float *dst = k == ST_MEAN ? s->mean : s->var;
-    if (host) m->be->to_device(m->be, dst, host, n);
-    else m->be->zero(m->be, dst, n);
+    if (host) m->be->to_device(m->be, dst, host, s->stats * sizeof(float));
+    else m->be->zero(m->be, dst, s->stats * sizeof(float));
     if (k == ST_MEAN && !host) s->fits = 0; /* no fit yet */
     return 0;
 }

@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
-"""dev/length/report.py OUT: the table of dev/length/run.sh's results (OUT/{vil,vim}/compare*/
-compare.csv, every eval stage's TAG merged): test top-1 at each size as mean +- sd over the seeds, per model and variant, as
-Markdown on stdout, and OUT/length.svg: one panel per family, mean top-1 against image size, one
-line per variant. Python's standard library only (an analysis script, not part of vil)."""
+"""dev/length/report.py OUT [--reps N] [--boot-seed S]: the table of dev/length/run.sh's results
+(OUT/{vil,vim}/compare*/compare.csv, every eval stage's TAG merged): test top-1 at each size as
+mean +- sd over the seeds, per model and variant, as Markdown on stdout, and OUT/length.svg: one
+panel per family, mean top-1 against image size, one line per variant. Then, where
+dev/length/sets.sh has run (OUT/{vil,vim}/sets/, or its outcomes packed by dev/length/pack.py
+into OUT/*.pack.json.gz), the one-factor sets' tables with 95% bootstrap
+intervals (dev/length/intervals.py: accuracy, each post-training against its control, the flat
+criterion, ViL against ViM; --reps replicates, default 2000, drawn from --boot-seed, default 0),
+their numbers also in OUT/sets_report.json. Python's standard library, and numpy for the
+intervals (an analysis script, not part of vil)."""
+import argparse
 import csv
 import glob
 import json
@@ -32,7 +39,29 @@ def load(path):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "out/length"
+    ap = argparse.ArgumentParser(description="the tables and charts of dev/length/run.sh and sets.sh")
+    ap.add_argument("out", nargs="?", default="out/length")
+    ap.add_argument("--reps", type=int, default=2000, help="bootstrap replicates of the intervals")
+    ap.add_argument("--boot-seed", type=int, default=0, help="the seed of the bootstrap's draws")
+    args = ap.parse_args()
+    compare_report(args.out)
+    if any(os.path.isdir(os.path.join(args.out, f, "sets")) for f in ("vil", "vim")) or \
+            any(f.endswith(".pack.json.gz") for f in os.listdir(args.out)):
+        sets(args.out, args.reps, args.boot_seed)
+
+
+def sets(out, reps, seed):
+    """the one-factor sets' tables with intervals, and OUT/sets_report.json"""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import intervals
+    lines, res = intervals.sets_report(out, reps, seed)
+    print("\n" + "\n".join(lines))
+    with open(os.path.join(out, "sets_report.json"), "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+
+
+def compare_report(out):
     panels = []
     for fam in ("vil", "vim"):
         paths = sorted(glob.glob(os.path.join(out, fam, "compare*", "compare.csv")))
@@ -62,7 +91,8 @@ def main():
                 print("| %s | %s |" % (LABEL[v], " | ".join(cells)))
                 lines.append((v, ys))
         panels.append((fam, sizes, lines))
-    svg(os.path.join(out, "length.svg"), panels)
+    if panels:
+        svg(os.path.join(out, "length.svg"), panels)
     states_svg(out, os.path.join(out, "length_states.svg"))
 
 
