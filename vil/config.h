@@ -12,6 +12,10 @@
 
 /* dt_init: ViL's dt_proj bias init ("zero": the official Longhorn's; "vim": Mamba's draw) */
 typedef enum { VIL_DT_INIT_ZERO, VIL_DT_INIT_VIM } VilDtInit;
+/* family: the network (vil/net.h): Vision Mamba's (patches, a middle class token, both
+ * directions; vil/vim.c), or a causal model reading a stream of images a row per token with a
+ * readout at each image's last row (vil/stream.c; doc/models.md "The stream family") */
+typedef enum { VIL_FAMILY_VIM, VIL_FAMILY_STREAM } VilFamily;
 
 typedef struct {
     /* from the file */
@@ -31,13 +35,19 @@ typedef struct {
     float drop_path;   /* stochastic depth rate (training only) */
     char dt_init[8];   /* ViL dt_proj bias init: "zero" (official Longhorn) or "vim" */
     VilDtInit dt_init_kind; /* the choice dt_init names (cfgfile.h VilChoice): read this, not the text */
+    char family[8];    /* "vim" or "stream" */
+    VilFamily family_kind; /* the choice family names */
+    int stream_len;    /* stream: images per training stream (K = 8) */
+    int stream_chunk;  /* stream: images per forward, the chunk of truncated BPTT (0: stream_len) */
     /* derived by vil_config_finalize */
     VilRecurrence rec; /* named by arch */
     int d_inner;       /* E */
     int grid;          /* G = (img - P) / S + 1 */
     int n_patches;     /* M = G * G */
     int seq_len;       /* L = M + 1 */
-    int cls_pos;       /* t = M / 2 */
+    int cls_pos;       /* t = M / 2; -1: no class token (stream) */
+    int readouts;      /* outputs per sample: 1, or (stream) the chunk's images */
+    long in_floats;    /* input floats per sample: C H W, or (stream) chunk C H W */
 } VilConfig;
 
 /* Defaults: ViL-Tiny at 224, 1000 classes. */
