@@ -115,7 +115,7 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int
     r->crop_pct = ev.crop_pct;
     VilEvalResult er;
     VilProgress lines = {.f = stdout, .mode = VIL_PROGRESS_PLAIN};
-    if (vil_eval_dataset(&m, ds, &ev, batch, workers, &lines, prefix, NULL, &er) != 0) {
+    if (vil_eval_dataset(&m, ds, &ev, batch, workers, NULL, &lines, prefix, NULL, &er) != 0) {
         snprintf(r->why, sizeof r->why, "evaluation failed (see above)");
     } else if (er.images == 0) {
         snprintf(r->why, sizeof r->why, "no images were evaluated");
