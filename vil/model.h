@@ -83,9 +83,10 @@ extern const char *const vil_init_mode_names[VIL_INIT_COUNT]; /* "zero", "noise"
 /* The training state the model owns besides its weights, as a training state file holds it
  * (train/state.c saves, gathers, restores and checks it without knowing what it is): the
  * optimizer's buffers in its order under their names (AdamW: "adam_m", "adam_v"), then the EMA
- * ("ema") when the model keeps one, then the family's (the initial states' fit,
- * "init_state_mean" and "init_state_var", or passing's "init_state_prev"). */
-#define VIL_TRAIN_STATE_MAX (VIL_OPTIM_MAX_STATE + 4)
+ * ("ema") when the model keeps one, then the family's, at most 4 (the initial states' fit,
+ * "init_state_mean" and "init_state_var", or passing's "init_state_prev"; a stream's carried
+ * state and conv context, "stream_state" and "stream_context"). */
+#define VIL_TRAIN_STATE_MAX (VIL_OPTIM_MAX_STATE + 1 + 4)
 enum { VIL_STATE_F32 = 0 };
 typedef struct {
     const char *name;
