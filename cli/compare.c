@@ -131,7 +131,7 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int
         /* the model's own speed at this batch: the loader and the host are out of it */
         void *in[3];
         vil_model_input_buffers(&m, in);
-        be->zero(be, in[0], (size_t)batch * c->in_chans * c->img_size * c->img_size * sizeof(float));
+        be->zero(be, in[0], (size_t)batch * c->in_floats * sizeof(float));
         r->images_per_s = batch / vil_time_forward(&m, 2, steps);
         r->peak_bytes = be->peak_bytes ? be->peak_bytes(be) : 0;
         r->ok = 1;
