@@ -132,7 +132,7 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int
         void *in[3];
         vil_model_input_buffers(&m, in);
         be->zero(be, in[0], (size_t)batch * c->in_floats * sizeof(float));
-        r->images_per_s = batch / vil_time_forward(&m, 2, steps);
+        r->images_per_s = (double)batch * c->readouts / vil_time_forward(&m, 2, steps); /* a stream's rows: readouts images */
         r->peak_bytes = be->peak_bytes ? be->peak_bytes(be) : 0;
         r->ok = 1;
     }

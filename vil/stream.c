@@ -152,10 +152,11 @@ static void build(const VilConfig *c, VilParamTable *tab, void **fam) {
     }
 }
 
+/* one image's: its img_size rows (a forward reads readouts images) */
 static double macs(const VilConfig *c) {
-    double L = c->seq_len, D = c->embed_dim, E = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv;
+    double L = c->img_size, D = c->embed_dim, E = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv;
     double layer = L * D * 2 * E + L * E * K + L * E * (R + 2 * N) + L * R * E + 3 * L * E * N + L * E * D;
-    return L * D * c->img_size + c->depth * layer + c->readouts * D * c->num_classes;
+    return L * D * c->img_size + c->depth * layer + D * c->num_classes;
 }
 
 /* ---------------- initialization (doc/models.md) ---------------- */
