@@ -136,6 +136,16 @@ VIL_API int vil_classifier_load(vil_ctx *ctx, const char *path, const vil_load_o
         free(m);
         return vil_api_end(&c, -1);
     }
+    if (m->m.cfg.family_kind == VIL_FAMILY_STREAM) {
+        /* its input is a chunk of a stream, its output a readout per image of it */
+        vil_error("vil_classifier_load: '%s' is a stream model (family = stream), which reads streams of images, "
+                  "not an image: evaluate it with vil eval", file);
+        vil_model_free(&m->m);
+        vil_checkpoint_meta_free(&m->meta);
+        free(owned);
+        free(m);
+        return vil_api_end(&c, VIL_EUSAGE);
+    }
     m->source = owned ? owned : strdup(file);
     vil_eval_spec_resolve(&m->ev, &m->meta, 0.0f, m->m.cfg.in_chans, NULL, 0);
     m->ctx = ctx;

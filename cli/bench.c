@@ -26,12 +26,12 @@
 static void upload_batch(VilModel *m, uint64_t seed) {
     const VilConfig *c = &m->cfg;
     int B = vil_model_batch(m);
-    size_t ni = (size_t)B * c->in_chans * c->img_size * c->img_size, nt = (size_t)B * c->num_classes;
+    size_t ni = (size_t)B * c->in_floats, nt = (size_t)B * c->readouts * c->num_classes;
     float *img = vil_malloc(ni * sizeof(float)), *tg = vil_calloc(nt, sizeof(float));
     VilRng r;
     vil_rng_seed(&r, seed);
     for (size_t i = 0; i < ni; i++) img[i] = vil_rng_normal(&r);
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B * c->readouts; b++) { /* a target per readout (a stream's: per image) */
         for (int k = 0; k < c->num_classes; k++) tg[(size_t)b * c->num_classes + k] = 0.1f / c->num_classes;
         tg[(size_t)b * c->num_classes + vil_rng_below(&r, (uint32_t)c->num_classes)] += 0.9f;
     }
@@ -72,8 +72,7 @@ static double feed_steps(VilModel *m, const VilStepParams *sp, int warmup, int s
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
     int B = vil_model_batch(m);
-    size_t bytes[2] = {(size_t)B * c->in_chans * c->img_size * c->img_size * sizeof(float),
-                       (size_t)B * c->num_classes * sizeof(float)};
+    size_t bytes[2] = {(size_t)B * c->in_floats * sizeof(float), (size_t)B * c->readouts * c->num_classes * sizeof(float)};
     float *h[2][2] = {{NULL}};
     double t = -1;
     VilFeed f = {0};

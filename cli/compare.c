@@ -115,7 +115,7 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int
     r->crop_pct = ev.crop_pct;
     VilEvalResult er;
     VilProgress lines = {.f = stdout, .mode = VIL_PROGRESS_PLAIN};
-    if (vil_eval_dataset(&m, ds, &ev, batch, workers, &lines, prefix, NULL, &er) != 0) {
+    if (vil_eval_dataset(&m, ds, &ev, batch, workers, NULL, &lines, prefix, NULL, &er) != 0) {
         snprintf(r->why, sizeof r->why, "evaluation failed (see above)");
     } else if (er.images == 0) {
         snprintf(r->why, sizeof r->why, "no images were evaluated");
@@ -131,8 +131,8 @@ static void measure(Row *r, const VilBackend *be, VilDataset *ds, int batch, int
         /* the model's own speed at this batch: the loader and the host are out of it */
         void *in[3];
         vil_model_input_buffers(&m, in);
-        be->zero(be, in[0], (size_t)batch * c->in_chans * c->img_size * c->img_size * sizeof(float));
-        r->images_per_s = batch / vil_time_forward(&m, 2, steps);
+        be->zero(be, in[0], (size_t)batch * c->in_floats * sizeof(float));
+        r->images_per_s = (double)batch * c->readouts / vil_time_forward(&m, 2, steps); /* a stream's rows: readouts images */
         r->peak_bytes = be->peak_bytes ? be->peak_bytes(be) : 0;
         r->ok = 1;
     }

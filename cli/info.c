@@ -69,8 +69,12 @@ int vil_cmd_info(int argc, char **argv) {
     printf("parameters:  %zu\n", m.param_count);
     printf("image size:  %d x %d, %d channel%s\n", c->img_size, c->img_size, c->in_chans,
            c->in_chans == 1 ? "" : "s");
-    printf("patches:     %d x %d of %d px, stride %d; %d tokens, class token at %d\n", c->grid,
-           c->grid, c->patch_size, c->stride, c->seq_len, c->cls_pos);
+    if (c->family_kind == VIL_FAMILY_STREAM)
+        printf("stream:      causal, a token per image row, a readout at each image's last; trained on streams "
+               "of %d images, %d per forward (%d tokens)\n", c->stream_len, c->stream_chunk, c->seq_len);
+    else
+        printf("patches:     %d x %d of %d px, stride %d; %d tokens, class token at %d\n", c->grid,
+               c->grid, c->patch_size, c->stride, c->seq_len, c->cls_pos);
     if (c->pos_embed_kind == VIL_POS_EMBED_NONE) printf("             (no pos_embed: position from the scan order alone)\n");
     if (meta.trained_grid) printf("             (%s)\n", vil_cli_pos_note(c, &meta, shown, sizeof shown));
     printf("blocks:      %d, embed dim %d, inner dim %d, state %d, dt rank %d, conv %d\n",

@@ -304,6 +304,18 @@ int vil_cmd_states(int argc, char **argv) {
         free(model_file);
         return rc;
     }
+    int seq_L, seq_state;
+    if (vil_model_seq_streams(&m, &seq_L, &seq_state) == 0) {
+        char shown[1024];
+        vil_error("%s: the %s network has no states along its sequence that vil states reads (a stream model: "
+                  "its accuracy by position is vil eval --positions-file)", vil_printable(shown, sizeof shown, model),
+                  m.cfg.family);
+        vil_checkpoint_meta_free(&meta);
+        vil_model_free(&m);
+        vil_dataset_free(ds);
+        free(model_file);
+        return 1;
+    }
     VilEvalSpec ev;
     char note[128];
     vil_eval_spec_resolve(&ev, &meta, o.crop_pct, m.cfg.in_chans, note, sizeof note);

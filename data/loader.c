@@ -14,8 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/sampler.h"
 #include "data/recipe.h"
+#include "data/sampler.h"
+#include "data/stream.h"
 #include "vil/common.h"
 
 /* Domain tags: keep the streams of different purposes apart although keyed alike. */
@@ -48,6 +49,7 @@ typedef struct {
 } Worker;
 
 struct VilLoader {
+    VilStreamSource *stream; /* streams of images (VilStreamSpec): every call below goes there */
     const VilDataset *ds;
     VilLoaderConfig cfg;
     VilSampler sampler;
@@ -446,8 +448,18 @@ static void *slot_carve(void *mem, size_t *off, size_t bytes) {
     return p;
 }
 
+/* A loader of streams: data/stream.c makes its batches, on the caller's thread */
+static VilLoader *stream_loader(const VilDataset *ds, const VilLoaderConfig *c) {
+    VilStreamSource *s = vil_stream_open(ds, c);
+    if (!s) return NULL;
+    VilLoader *l = vil_calloc(1, sizeof *l);
+    l->stream = s;
+    return l;
+}
+
 VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg) {
     const VilLoaderConfig *c = cfg;
+    if (c->stream.len > 0) return stream_loader(ds, c);
     int K = vil_dataset_num_classes(ds);
     const int train = c->mode == VIL_LOADER_TRAIN;
     const int canvas = train ? c->train.canvas : c->canvas, canvas_bg = train ? c->train.canvas_bg : c->canvas_bg;
@@ -527,6 +539,7 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg) {
         s->b.channels = c->channels;
         s->b.res = c->res;
         s->b.num_classes = K;
+        s->b.readouts = 1;
         s->pair_done = vil_calloc((size_t)B / 2 + 1, sizeof(int));
     }
     /* invariant: with default attributes glibc's mutex and condition initializers cannot fail */
@@ -562,6 +575,11 @@ VilLoader *vil_loader_create(const VilDataset *ds, const VilLoaderConfig *cfg) {
 
 void vil_loader_free(VilLoader *l) {
     if (!l) return;
+    if (l->stream) {
+        vil_stream_free(l->stream);
+        free(l);
+        return;
+    }
     if (l->nworkers) {
         pthread_mutex_lock(&l->mu);
         l->stop = 1;
@@ -592,6 +610,7 @@ void vil_loader_free(VilLoader *l) {
 }
 
 int vil_loader_start_epoch(VilLoader *l, int epoch) {
+    if (l->stream) return vil_stream_start_epoch(l->stream, epoch);
     pthread_mutex_lock(&l->mu);
     /* abandon what is left of the previous epoch: hand out no more tasks, let the running
      * ones finish, and drop every batch not held by the caller */
@@ -618,13 +637,17 @@ int vil_loader_start_epoch(VilLoader *l, int epoch) {
 }
 
 int vil_loader_batches_per_epoch(const VilLoader *l) {
+    if (l->stream) return vil_stream_batches_per_epoch(l->stream);
     int len = vil_sampler_epoch_length(&l->sampler), B = l->cfg.batch;
     return l->cfg.drop_last ? len / B : (len + B - 1) / B;
 }
 
-int vil_loader_epoch_length(const VilLoader *l) { return vil_sampler_epoch_length(&l->sampler); }
+int vil_loader_epoch_length(const VilLoader *l) {
+    return l->stream ? vil_stream_epoch_length(l->stream) : vil_sampler_epoch_length(&l->sampler);
+}
 
 const VilBatch *vil_loader_next_batch(VilLoader *l) {
+    if (l->stream) return vil_stream_next_batch(l->stream);
     pthread_mutex_lock(&l->mu);
     if (!l->started) {
         set_error(l, "vil_loader_next_batch before vil_loader_start_epoch");
@@ -672,6 +695,10 @@ const VilBatch *vil_loader_next_batch(VilLoader *l) {
 
 void vil_loader_release_batch(VilLoader *l, const VilBatch *b) {
     if (!b) return;
+    if (l->stream) {
+        vil_stream_release_batch(l->stream, b);
+        return;
+    }
     pthread_mutex_lock(&l->mu);
     for (int i = 0; i < l->nslots; i++)
         if (&l->slots[i].b == b && l->slots[i].state == SLOT_HELD) {
@@ -681,9 +708,16 @@ void vil_loader_release_batch(VilLoader *l, const VilBatch *b) {
     pthread_mutex_unlock(&l->mu);
 }
 
-const char *vil_loader_error(const VilLoader *l) { return l->failed ? l->error : NULL; }
+const char *vil_loader_error(const VilLoader *l) {
+    if (l->stream) return vil_stream_error(l->stream);
+    return l->failed ? l->error : NULL;
+}
 
 void vil_loader_stats(const VilLoader *l, VilLoaderStats *out) {
+    if (l->stream) {
+        vil_stream_stats(l->stream, out);
+        return;
+    }
     out->epoch_bad = __atomic_load_n(&l->epoch_bad, __ATOMIC_RELAXED);
     out->total_bad = __atomic_load_n(&l->total_bad, __ATOMIC_RELAXED);
     out->distinct_bad = __atomic_load_n(&l->distinct_bad, __ATOMIC_RELAXED);

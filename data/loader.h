@@ -29,6 +29,24 @@ typedef struct {
 
 typedef enum { VIL_LOADER_TRAIN = 0, VIL_LOADER_EVAL = 1 } VilLoaderMode;
 
+/* Streams of images instead of one image per row (the stream family, data/stream.c): each row
+ * of a batch is one chunk of `chunk` consecutive images of one stream at the data's own size
+ * (res x res, gray; no resize, no augmentation), with a label per image, and a stream's chunks
+ * come in order in consecutive batches (the model carries its state from one to the next).
+ *   train: each epoch's images in an order of (seed, epoch), cut into streams of `len`; a global
+ *     group of world x accum x batch streams gives len / chunk steps, chunk 0 first; the
+ *     recipe's augmentation and Mixup are not applied (vil_loader_create refuses them).
+ *   eval: `streams` streams of `len` images (0: as many as the split has images); position p
+ *     of stream s shows image P[(s + o_p) mod n], P a permutation of the split and o_p an
+ *     offset, both of `seed`: with n streams every position shows every image once. Rank r
+ *     reads streams r, r + world, ...; a last group of fewer streams fills its batch with
+ *     empty rows (label -1). */
+typedef struct {
+    int len;      /* images per stream; 0: one image per row (not a stream) */
+    int chunk;    /* images per row (the model's stream_chunk), dividing len */
+    int streams;  /* eval: streams per pass (0: the split's size) */
+} VilStreamSpec;
+
 typedef struct {
     VilLoaderMode mode;
     int batch;            /* per-rank batch size */
@@ -55,6 +73,7 @@ typedef struct {
     int share_decode;     /* train (default 1): consecutive samples of the same file (the copies
                              of repeated augmentation: all 3 with world 1) are decoded once, to
                              the box of their crops; the outputs are bit-identical either way */
+    VilStreamSpec stream; /* streams of images (len > 0), or not (len 0, the default) */
 } VilLoaderConfig;
 
 /* The recipe's defaults for the mode: train = DeiT (RA x3, RandAugment m9, erasing 0.25,
@@ -65,13 +84,17 @@ void vil_loader_config_default(VilLoaderConfig *c, VilLoaderMode mode, int res, 
                                int batch, int num_classes);
 
 typedef struct {
-    float *images;   /* (batch, channels, res, res); rows past n are zero */
-    float *targets;  /* (batch, num_classes) soft targets; rows past n are zero */
-    int *labels;     /* (batch) hard label of the sample used; -1 past n, and in eval mode
-                      * for a file that could not be read (its row is zeros: not replaced) */
-    int *indices;    /* (batch) dataset index actually used (after a bad-file replacement) */
+    float *images;   /* (batch, readouts, channels, res, res); rows past n are zero */
+    float *targets;  /* (batch, readouts, num_classes) soft targets; rows past n are zero */
+    int *labels;     /* (batch, readouts) hard label of the sample used; -1 past n, and in eval
+                      * mode for a file that could not be read (its row is zeros: not replaced) */
+    int *indices;    /* (batch, readouts) dataset index actually used (after a bad-file
+                      * replacement) */
     int n;           /* valid samples: batch, or fewer in eval's last batch */
     int batch, channels, res, num_classes;
+    int readouts;    /* images per row: 1, or a stream's chunk (VilStreamSpec) */
+    int chunk;       /* streams: the chunk of its streams the batch holds (image p of row b is the
+                      * stream's image chunk x readouts + p); 0 for images */
     int epoch, step; /* step = position of this batch within its epoch */
     VilMixupParams mix; /* what the mixing did to this batch (lam = 1: nothing) */
 } VilBatch;

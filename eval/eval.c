@@ -30,18 +30,35 @@ void vil_topk_count(const float *logits, const int *labels, int n, int C, long *
 /* A batch the model cannot take: reported, -1. */
 static int check_batch(const VilModel *m, const VilBatch *b) {
     if (b->num_classes <= m->cfg.num_classes && b->channels == m->cfg.in_chans &&
-        b->res == m->cfg.img_size)
+        b->res == m->cfg.img_size && b->readouts == m->cfg.readouts)
         return 0;
-    vil_error("evaluation batch (%d classes, %d x %d x %d) does not fit the model (%d classes, %d "
-              "x %d x %d)", b->num_classes, b->channels, b->res, b->res, m->cfg.num_classes,
-              m->cfg.in_chans, m->cfg.img_size, m->cfg.img_size);
+    vil_error("evaluation batch (%d classes, %d x %d x %d, %d per row) does not fit the model (%d classes, %d "
+              "x %d x %d, %d per row)", b->num_classes, b->channels, b->res, b->res, b->readouts,
+              m->cfg.num_classes, m->cfg.in_chans, m->cfg.img_size, m->cfg.img_size, m->cfg.readouts);
     return -1;
+}
+
+/* the bytes of a batch's images */
+static size_t batch_bytes(const VilBatch *b) {
+    return (size_t)b->batch * b->readouts * b->channels * b->res * b->res * sizeof(float);
+}
+
+/* a stream batch's readouts by their position in the stream */
+static void count_positions(VilEvalPositions *p, const float *logits, const VilBatch *b, int rows, int C) {
+    int R = b->readouts;
+    for (int i = 0; i < rows; i++) {
+        long at = (long)b->chunk * R + i % R;
+        if (b->labels[i] < 0 || at >= p->n) continue;
+        p->count[at]++;
+        vil_topk_count(logits + (size_t)i * C, b->labels + i, 1, C, &p->top1[at], &(long){0});
+        p->loss[at] += vil_xent_sum(logits + (size_t)i * C, b->labels + i, 1, C);
+    }
 }
 
 /* Queues b's images on the feed (its upload overlaps the forward in flight); -1 if it does not
  * fit the model (then it is given back). */
 static int put_batch(VilFeed *f, VilLoader *l, const VilModel *m, const VilBatch *b) {
-    size_t bytes = (size_t)b->batch * b->channels * b->res * b->res * sizeof(float);
+    size_t bytes = batch_bytes(b);
     int bad = check_batch(m, b);
     if (!bad && bytes != f->bytes[0]) {
         vil_error("evaluation batch of %d images after batches of %zu bytes", b->batch, f->bytes[0]);
@@ -125,16 +142,16 @@ int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *p
             return -1;
         }
         void *dev0[3];
-        size_t bytes[1] = {(size_t)b->batch * b->channels * b->res * b->res * sizeof(float)};
+        size_t bytes[1] = {batch_bytes(b)}, rows = (size_t)b->batch * b->readouts;
         if (vil_model_alloc_acts(m, b->batch, 0) != 0 ||
-            !(logits = vil_try_malloc((size_t)b->batch * C * sizeof(float))) ||
-            !(rows_idx = vil_try_malloc((size_t)b->batch * 2 * sizeof(int))) ||
+            !(logits = vil_try_malloc(rows * C * sizeof(float))) ||
+            !(rows_idx = vil_try_malloc(rows * 2 * sizeof(int))) ||
             (vil_model_input_buffers(m, dev0), vil_feed_init(&feed, be, 1, dev0, bytes)) != 0) {
             vil_error("evaluation: a batch of %d cannot be set up", b->batch);
             vil_loader_release_batch(l, b);
             goto out;
         }
-        rows_lab = rows_idx + b->batch;
+        rows_lab = rows_idx + rows;
         if (put_batch(&feed, l, m, b) != 0) goto out;
     }
     for (int k = 0;; k++) {
@@ -144,6 +161,7 @@ int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *p
         vil_model_set_inputs(m, in[0], NULL, NULL);
         int n = b->n;
         if (max_images > 0 && r->images + n > max_images) n = (int)(max_images - r->images);
+        vil_model_stream_chunk(m, b->chunk); /* streams: the batch's chunk of them, in order */
         vil_model_forward(m, 0);
         vil_feed_done(&feed);
         /* the caller may end the pass after any batch (a second Ctrl-C during training's
@@ -156,13 +174,15 @@ int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *p
             vil_loader_release_batch(l, b);
             goto out;
         }
-        vil_model_logits(m, logits); /* (b->batch, C): the activations' batch */
-        vil_topk_count(logits, b->labels, n, C, &r->top1, &r->top5);
-        r->loss_sum += vil_xent_sum(logits, b->labels, n, C);
-        for (int i = 0; i < n; i++) /* a file the loader could not read has no label */
+        vil_model_logits(m, logits); /* (b->batch, readouts, C): the activations' batch */
+        int nr = n * b->readouts;   /* a stream's row has a readout per image */
+        vil_topk_count(logits, b->labels, nr, C, &r->top1, &r->top5);
+        r->loss_sum += vil_xent_sum(logits, b->labels, nr, C);
+        for (int i = 0; i < nr; i++) /* a file the loader could not read has no label */
             if (b->labels[i] >= 0) r->images++;
             else r->bad++;
-        if (sink && sink->rows) sink_rows(sink, logits, b, n, C, rows_idx, rows_lab);
+        if (sink && sink->pos) count_positions(sink->pos, logits, b, nr, C);
+        if (sink && sink->rows) sink_rows(sink, logits, b, nr, C, rows_idx, rows_lab);
         vil_loader_release_batch(l, b);
         if (prog) show_eval(prog, prefix, r, t0, last && !cancel ? nb - 1 : k, nb, every);
         if (last) break;
@@ -212,7 +232,7 @@ int vil_eval_batch(const VilDataset *ds, int batch, long max_images) {
 }
 
 VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEvalSpec *ev, int batch,
-                           int workers) {
+                           int workers, const VilStreamSpec *streams) {
     const VilConfig *c = &m->cfg;
     VilLoaderConfig lc;
     vil_loader_config_default(&lc, VIL_LOADER_EVAL, c->img_size, c->in_chans, batch,
@@ -223,13 +243,25 @@ VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEva
     lc.threads = workers;
     lc.prefetch = workers + 1;
     lc.alloc = vil_feed_allocator(m->be); /* pinned on CUDA: the feed uploads while the forward runs */
+    if (c->family_kind == VIL_FAMILY_STREAM) {
+        lc.stream = (VilStreamSpec){.len = streams && streams->len ? streams->len : c->stream_len,
+                                    .chunk = c->stream_chunk, .streams = streams ? streams->streams : 0};
+        if (lc.stream.len % lc.stream.chunk != 0) {
+            vil_error("streams of %d images are not whole chunks of the model's stream_chunk %d: a length that "
+                      "is a multiple of it", lc.stream.len, lc.stream.chunk);
+            return NULL;
+        }
+    }
     return vil_loader_create(ds, &lc);
 }
 
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                     VilProgress *prog, const char *prefix, const VilEvalSink *sink, VilEvalResult *r) {
+                     const VilStreamSpec *streams, VilProgress *prog, const char *prefix, const VilEvalSink *sink,
+                     VilEvalResult *r) {
     const VilConfig *c = &m->cfg;
     batch = vil_eval_batch(ds, batch, 0);
+    if (c->family_kind == VIL_FAMILY_STREAM && streams && streams->streams > 0 && streams->streams < batch)
+        batch = streams->streams; /* a row per stream: no more rows than streams */
     int K = vil_dataset_num_classes(ds);
     if (K != c->num_classes) {
         vil_error("the data (%s) has %d classes but the model %d: the labels would not be the "
@@ -238,7 +270,7 @@ int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int bat
         return -1;
     }
     if (vil_model_check_acts(m, batch, 0) != 0) return -1;
-    VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers);
+    VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers, streams);
     if (!l) return -1;
     int rc = vil_eval_run_sink(m, l, 0, prog, prefix, sink, r);
     vil_loader_free(l);

@@ -7,12 +7,13 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "eval/results.h"
 #include "formats/checkpoint.h"
 #include "vil/console.h"
 #include "vil/model.h"
 
 typedef struct {
-    long images;     /* images evaluated (readable ones only) */
+    long images;     /* images evaluated (readable ones only; a stream's: its readouts) */
     long top1, top5; /* correct within the first 1 / 5 classes */
     long bad;        /* images that could not be read: named on stderr, not counted */
     double loss_sum; /* the images' cross-entropy (no label smoothing), summed */
@@ -36,13 +37,16 @@ int vil_eval_run(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, 
                  VilEvalResult *r);
 
 /* Where a pass hands each batch's results, for per-image files (`vil eval --predictions-file`):
- * rows (may be NULL) gets the logits (n, C) of the batch's readable images, in the loader's
- * order, with their dataset indices and labels; cancel (may be NULL), asked after each batch,
+ * rows (may be NULL) gets the logits (n, C) of the batch's readable images (a stream's: every
+ * readout), in the loader's order, with their dataset indices and labels; cancel (may be NULL), asked after each batch,
  * ends the pass there when it returns nonzero (VilEvalResult.cancelled). */
 typedef struct {
     void (*rows)(void *ctx, const float *logits, const int *indices, const int *labels, int n, int C);
     void *ctx;
     int (*cancel)(void *ctx);
+    /* Streams (the stream family): the counts by position in the stream (the caller's arrays,
+     * zeroed; a readout past n positions is counted in the totals only), or NULL. */
+    VilEvalPositions *pos;
 } VilEvalSink;
 /* vil_eval_run, each batch's rows also handed to sink (NULL: none). */
 int vil_eval_run_sink(VilModel *m, VilLoader *l, long max_images, VilProgress *prog, const char *prefix,
@@ -61,17 +65,22 @@ int vil_eval_batch(const VilDataset *ds, int batch, long max_images);
 
 /* The evaluation loader of m on ds: batches of `batch` images at the model's size and channels,
  * made with the transform ev, in the split's order, `workers` threads, memory from m's backend
- * (pinned on CUDA). vil_loader_free it; NULL (reported) on failure. */
+ * (pinned on CUDA). A stream model (family = stream) reads streams instead: `streams`' length and
+ * count (NULL, or 0 in either: the model's stream_len; as many streams as the split has images),
+ * in chunks of its stream_chunk, rows of `batch` streams (data/loader.h VilStreamSpec).
+ * vil_loader_free it; NULL (reported) on failure. */
 VilLoader *vil_eval_loader(const VilModel *m, const VilDataset *ds, const VilEvalSpec *ev, int batch,
-                           int workers);
+                           int workers, const VilStreamSpec *streams);
 
 /* The evaluation of m on the whole of ds as `vil eval` runs it (a --limit has made ds its subset,
  * vil_eval_limit): an eval-mode loader of vil_eval_batch(ds, batch, 0) images (the transform ev;
- * pinned buffers on CUDA) with `workers` threads, then vil_eval_run_sink (sink may be NULL). The
+ * pinned buffers on CUDA) with `workers` threads (a stream model: `streams`, as vil_eval_loader),
+ * then vil_eval_run_sink (sink may be NULL). The
  * data must have the model's classes (else the labels would not mean the model's classes), and
  * the batch must fit (vil_model_check_acts). 0, or -1 (reported). */
 int vil_eval_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                     VilProgress *prog, const char *prefix, const VilEvalSink *sink, VilEvalResult *r);
+                     const VilStreamSpec *streams, VilProgress *prog, const char *prefix, const VilEvalSink *sink,
+                     VilEvalResult *r);
 
 /* `--limit N` of `vil eval`, `vil compare` and `vil states`, one rule for the three: with
  * 0 < limit < its size, *ds becomes its subset of vil_dataset_spread's N samples (spread over the

@@ -290,3 +290,63 @@ int vil_summary_write(const char *path, const VilEvalSummary *s) {
     cJSON_Delete(o);
     return rc;
 }
+
+void vil_positions_span(const VilEvalPositions *p, int lo, int hi, long *images, double *top1, double *loss) {
+    long n = 0, ok = 0;
+    double l = 0;
+    for (int i = (lo > 1 ? lo : 1) - 1; i < hi && i < p->n; i++) n += p->count[i], ok += p->top1[i], l += p->loss[i];
+    *images = n;
+    *top1 = n ? 100.0 * ok / n : 0;
+    *loss = n ? l / n : 0;
+}
+
+/* "images", "top1", "loss" of positions lo .. hi added to o; o */
+static cJSON *span_json(cJSON *o, const VilEvalPositions *p, int lo, int hi) {
+    long n;
+    double t, l;
+    vil_positions_span(p, lo, hi, &n, &t, &l);
+    cJSON_AddNumberToObject(o, "images", (double)n);
+    cJSON_AddNumberToObject(o, "top1", round_to(t, 4));
+    cJSON_AddNumberToObject(o, "loss", round_to(l, 6));
+    return o;
+}
+
+int vil_positions_write(const char *path, const char *model, const VilEvalPositions *p, int trained) {
+    int format = vil_summary_format(path), rc;
+    if (format == VIL_RESULTS_CSV) {
+        VilResults r = {0};
+        put(&r, "position,images,top1,loss,in_length\n");
+        for (int i = 0; i < p->n; i++) {
+            long n;
+            double t, l;
+            vil_positions_span(p, i + 1, i + 1, &n, &t, &l);
+            put(&r, "%d,%ld,%.12g,%.12g,%d\n", i + 1, n, round_to(t, 4), round_to(l, 6), i < trained);
+        }
+        rc = vil_write_file_atomic(path, r.buf, r.n) ? -1 : 0;
+        free(r.buf);
+        return rc;
+    }
+    if (format != VIL_RESULTS_JSON) {
+        vil_error("positions file '%s': the name must end in .csv or .json", path);
+        return VIL_EUSAGE;
+    }
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_CreateArray();
+    char *m8 = vil_utf8_lossy(model ? model : "");
+    cJSON_AddStringToObject(o, "model", m8);
+    free(m8);
+    cJSON_AddNumberToObject(o, "trained_length", trained);
+    cJSON_AddItemToObject(o, "in_length", span_json(cJSON_CreateObject(), p, 1, trained));
+    cJSON_AddItemToObject(o, "beyond", span_json(cJSON_CreateObject(), p, trained + 1, p->n));
+    for (int i = 0; i < p->n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "position", i + 1);
+        cJSON_AddItemToArray(a, span_json(e, p, i + 1, i + 1));
+    }
+    cJSON_AddItemToObject(o, "positions", a);
+    char *text = cJSON_Print(o);
+    rc = text ? (vil_write_file_atomic(path, text, strlen(text)) ? -1 : 0) : -1;
+    if (!text) vil_error("positions file: out of memory");
+    cJSON_free(text);
+    cJSON_Delete(o);
+    return rc;
+}

@@ -3,7 +3,8 @@
  * probability) and, for an evaluation, its label; as CSV (timm's inference.py columns, one column
  * per rank) or as JSON Lines, built in memory and written atomically when closed. The summary of
  * an evaluation (`vil eval --results-file`), as timm's validate.py writes it. And the CSV text
- * field every CSV vil writes goes through (vil_csv_field). */
+ * field every CSV vil writes goes through (vil_csv_field). A stream model's accuracy by position
+ * in the stream (`vil eval --positions-file`). */
 #ifndef VIL_RESULTS_H
 #define VIL_RESULTS_H
 
@@ -65,6 +66,24 @@ int vil_summary_format(const char *path);
  * .csv: a header and one row; .json: one object. 0, VIL_EUSAGE for another extension, -1
  * (reported). */
 int vil_summary_write(const char *path, const VilEvalSummary *s);
+
+/* A stream model's evaluation by position in the stream (`vil eval --positions-file`; the pass
+ * counts into it: VilEvalSink.pos). */
+typedef struct {
+    int n;           /* positions: a stream's images */
+    long *count;     /* (n) readouts at each position (labelled images) */
+    long *top1;      /* (n) of them correct */
+    double *loss;    /* (n) their cross-entropy, summed */
+} VilEvalPositions;
+/* Positions lo .. hi (1-based, inclusive, clipped to 1 .. n): their images, top-1 (%) and mean
+ * loss summed over them (0 images: top-1 and loss 0). */
+void vil_positions_span(const VilEvalPositions *p, int lo, int hi, long *images, double *top1, double *loss);
+/* p written atomically to path: .csv, a row per position (position from 1, images, top1 in %,
+ * loss, in_length: 1 up to the trained stream length `trained`); .json, one object {"model",
+ * "trained_length", "in_length" and "beyond": {"images", "top1", "loss"}, "positions": [{"position",
+ * "images", "top1", "loss"}, ...]}. top1 rounded to 4 decimals, loss to 6. 0, VIL_EUSAGE for
+ * another extension, -1 (reported). */
+int vil_positions_write(const char *path, const char *model, const VilEvalPositions *p, int trained);
 
 /* s as valid UTF-8 (malloc'd): each byte that breaks UTF-8 is replaced by U+FFFD, as Python's
  * errors="replace" does. */

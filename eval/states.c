@@ -98,7 +98,7 @@ int vil_states_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int b
     if (vil_states_init(s, m->cfg.depth, m->cfg.seq_len) != 0) return -1;
     batch = vil_eval_batch(ds, batch, 0);
     if (vil_states_prepare(m, batch) != 0) return -1;
-    VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers);
+    VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers, NULL);
     if (!l) return -1;
     vil_loader_start_epoch(l, 0);
     long total = vil_dataset_size(ds), step = total / 10 > 0 ? total / 10 : 1, next_log = step;

@@ -680,6 +680,12 @@ int vil_checkpoint_load(const char *path, const VilBackend *be, const VilCheckpo
     if (source_open(path, o, &s, meta) != 0) return -1;
     VilConfig cfg = s.cfg;
     int rc = -1, train_grid = 0;
+    if (o->img_size > 0 && o->img_size != cfg.img_size && cfg.family_kind == VIL_FAMILY_STREAM) {
+        vil_error("'%s' is a stream model: it reads its images at their own %d x %d (a token a row), not at "
+                  "another size; a longer sequence is a longer stream (vil eval --stream-len)", path, cfg.img_size,
+                  cfg.img_size);
+        goto out;
+    }
     if (o->img_size > 0 && o->img_size != cfg.img_size) {
         /* evaluate at another resolution: same patches and stride, another grid, and the
          * position embedding moved onto it (doc/models.md) */
@@ -778,7 +784,7 @@ int vil_checkpoint_init(VilModel *m, const char *path, int ema, VilCheckpointMet
         vil_error("--init '%s' holds a %s model, the config asks for %s", path, fc.arch, c->arch);
         goto out;
     }
-    SAME(embed_dim) SAME(depth) SAME(d_state) SAME(dt_rank) SAME(expand) SAME(d_conv)
+    SAME(family_kind) SAME(embed_dim) SAME(depth) SAME(d_state) SAME(dt_rank) SAME(expand) SAME(d_conv)
     SAME(patch_size) SAME(in_chans)
 #undef SAME
     if (fc.pos_embed_kind != c->pos_embed_kind) {

@@ -3,7 +3,8 @@
  * every parameter tensor and of the input image, ViL with and without drop path and without a
  * position embedding (pos_embed = none), and ViM; then
  * three AdamW steps (parameters and loss after them). Also: inference-mode logits equal
- * training-mode logits bit for bit, and two backward passes give the same gradient bits.
+ * training-mode logits bit for bit, and two backward passes give the same gradient bits. The
+ * stream family (vil/stream.c) the same way, chunk by chunk with the state carried.
  * Tolerances: the GPU computes with bf16 activations and bf16-rounded weights (2^-9 relative
  * per rounding), through 3 blocks and back, so 5e-2 on ||g_gpu - g_cpu|| / ||g_cpu|| per
  * tensor (each op alone is held to 1e-2 in gpu_ops.c); the loss to 1e-2. */
@@ -312,6 +313,141 @@ static void test_graph_forward(void) {
     vil_model_free(&m);
 }
 
+/* ---------------- the stream family (vil/stream.c) ---------------- */
+
+/* A stream model: images of `img` rows, streams of K, `chunk` images per forward */
+static void stream_config(VilConfig *c, const char *arch, int img, int K, int chunk) {
+    vil_config_default(c);
+    strcpy(c->arch, arch);
+    strcpy(c->family, "stream");
+    c->img_size = img;
+    c->in_chans = 1;
+    c->embed_dim = 24; /* E = 48 */
+    c->depth = 3;
+    c->d_state = 16;
+    c->num_classes = 5;
+    c->stream_len = K;
+    c->stream_chunk = chunk;
+}
+
+/* chunk j of B streams (images (B, K, img, img), targets (B, K, classes)) into m's inputs */
+static void stream_inputs(VilModel *m, const float *img, const float *tg, int B, int K, int j) {
+    const VilConfig *c = &m->cfg;
+    size_t px = (size_t)c->img_size * c->img_size, R = c->readouts, NC = c->num_classes;
+    for (int b = 0; b < B; b++) {
+        m->be->to_device(m->be, m->acts.img + b * R * px, img + ((size_t)b * K + j * R) * px, R * px * sizeof(float));
+        m->be->to_device(m->be, m->acts.targets + b * R * NC, tg + ((size_t)b * K + j * R) * NC, R * NC * sizeof(float));
+    }
+}
+
+/* CUDA against the CPU, chunk by chunk of B streams in training (truncated BPTT: chunk 1 starts
+ * from the state and conv context chunk 0 handed out, on each backend its own), with an
+ * intervention's initial state at chunk 0 (noise: the same keyed draws on both): the loss, the
+ * readouts' logits and every gradient after each chunk; then the whole stream in inference,
+ * chunk by chunk, against the CPU and against one forward over it on the GPU. L = img x chunk
+ * tokens a forward (84 at img 28, chunk 3: the GPU scan's chunked path). */
+static void test_stream(const char *arch, int img, int chunk, int B, VilInitMode mode) {
+    char nm[200];
+    int K = 2 * chunk;
+    VilConfig c;
+    stream_config(&c, arch, img, K, chunk);
+    T_CHECK(vil_config_finalize(&c) == 0, "finalize the stream config");
+    VilModel mc, mg;
+    vil_model_init(&mc, &c, &vil_backend_cpu);
+    vil_model_init(&mg, &c, gpu);
+    vil_model_init_weights(&mc, 13);
+    float *p = vil_malloc(mc.buf_len * sizeof(float));
+    t_perturbed_params(&mc, &rng, p);
+    vil_model_set_params(&mc, p);
+    vil_model_set_params(&mg, p);
+    size_t px = (size_t)img * img, NC = c.num_classes, nl = (size_t)B * chunk * NC;
+    float *x = vil_malloc((size_t)B * K * px * sizeof(float)), *tg = vil_calloc((size_t)B * K * NC, sizeof(float));
+    for (size_t i = 0; i < (size_t)B * K * px; i++) x[i] = vil_rng_normal(&rng);
+    for (int i = 0; i < B * K; i++) {
+        for (size_t k = 0; k < NC; k++) tg[i * NC + k] = 0.1f / NC;
+        tg[i * NC + vil_rng_below(&rng, (uint32_t)NC)] += 0.9f;
+    }
+    if (mode != VIL_INIT_ZERO) {
+        T_CHECK(vil_model_set_init_state(&mc, &(VilInitSpec){.mode = mode, .sigma = 0.5f, .fit_momentum = 0.99f}, B) == 0, "set_init_state (cpu)");
+        T_CHECK(vil_model_set_init_state(&mg, &(VilInitSpec){.mode = mode, .sigma = 0.5f, .fit_momentum = 0.99f}, B) == 0, "set_init_state (gpu)");
+    }
+    T_CHECK(vil_model_alloc_acts(&mc, B, 1) == 0 && vil_model_alloc_acts(&mg, B, 1) == 0, "training activations");
+    float *lgt = vil_malloc(nl * sizeof(float)), *gg = vil_malloc(mg.buf_len * sizeof(float));
+    const char *what = mode == VIL_INIT_NOISE ? " noise" : "";
+    for (int j = 0; j < 2; j++) {
+        VilModel *ms[2] = {&mc, &mg};
+        for (int k = 0; k < 2; k++) {
+            stream_inputs(ms[k], x, tg, B, K, j);
+            vil_model_stream_chunk(ms[k], j);
+            vil_model_sample_init_state(ms[k], 7, 0);
+            vil_model_zero_grad(ms[k]);
+            vil_model_forward(ms[k], 1);
+            vil_model_fit_init_state(ms[k], NULL);
+        }
+        double lc = 0, lg = 0;
+        float lb[64];
+        vil_model_losses(&mc, lb);
+        for (int b = 0; b < B; b++) lc += lb[b] / B;
+        vil_model_losses(&mg, lb);
+        for (int b = 0; b < B; b++) lg += lb[b] / B;
+        snprintf(nm, sizeof nm, "stream %s%s L=%d chunk %d loss (cpu %.5f gpu %.5f)", arch, what, c.seq_len, j, lc, lg);
+        T_CLOSE(nm, fabs(lg - lc) / fabs(lc), 1e-2);
+        mg.be->to_host(mg.be, lgt, mg.acts.logits, nl * sizeof(float));
+        snprintf(nm, sizeof nm, "stream %s%s L=%d chunk %d logits", arch, what, c.seq_len, j);
+        T_CLOSE(nm, rel(lgt, mc.acts.logits, nl), 2e-2);
+        vil_model_backward(&mc);
+        vil_model_backward(&mg);
+        mg.be->to_host(mg.be, gg, mg.grads, mg.buf_len * sizeof(float));
+        double worst = 0;
+        for (int i = 0; i < mc.n_tensors; i++) {
+            const VilParamInfo *pi = &mc.info[i];
+            double e = rel(gg + pi->offset, mc.grads + pi->offset, vil_param_extent(pi));
+            snprintf(nm, sizeof nm, "stream %s%s L=%d chunk %d grad %s", arch, what, c.seq_len, j, pi->name);
+            T_CLOSE(nm, e, TOL_GRAD);
+            worst = fmax(worst, e);
+        }
+        printf("     stream %s%s chunk %d: worst parameter-gradient error %.3e\n", arch, what, j, worst);
+    }
+    /* inference over the whole stream: chunk by chunk on both, and in one forward on the GPU */
+    VilConfig cw;
+    stream_config(&cw, arch, img, K, K);
+    vil_config_finalize(&cw);
+    VilModel mw;
+    vil_model_init(&mw, &cw, gpu);
+    vil_model_set_params(&mw, p);
+    T_CHECK(vil_model_alloc_acts(&mw, B, 0) == 0 && vil_model_alloc_acts(&mc, B, 0) == 0 &&
+                vil_model_alloc_acts(&mg, B, 0) == 0, "inference activations");
+    size_t nw = (size_t)B * K * NC;
+    float *whole = vil_malloc(nw * sizeof(float)), *cut = vil_malloc(nw * sizeof(float)), *ref = vil_malloc(nw * sizeof(float));
+    stream_inputs(&mw, x, tg, B, K, 0);
+    vil_model_stream_chunk(&mw, 0);
+    vil_model_forward(&mw, 0);
+    mw.be->to_host(mw.be, whole, mw.acts.logits, nw * sizeof(float));
+    for (int j = 0; j < 2; j++) {
+        stream_inputs(&mc, x, tg, B, K, j);
+        stream_inputs(&mg, x, tg, B, K, j);
+        vil_model_stream_chunk(&mc, j);
+        vil_model_stream_chunk(&mg, j);
+        vil_model_forward(&mc, 0);
+        vil_model_forward(&mg, 0);
+        mg.be->to_host(mg.be, lgt, mg.acts.logits, nl * sizeof(float));
+        for (int b = 0; b < B; b++) {
+            memcpy(cut + ((size_t)b * K + j * chunk) * NC, lgt + (size_t)b * chunk * NC, chunk * NC * sizeof(float));
+            memcpy(ref + ((size_t)b * K + j * chunk) * NC, mc.acts.logits + (size_t)b * chunk * NC, chunk * NC * sizeof(float));
+        }
+    }
+    snprintf(nm, sizeof nm, "stream %s L=%d inference in chunks, gpu against cpu", arch, c.seq_len);
+    T_CLOSE(nm, rel(cut, ref, nw), 2e-2);
+    /* the GPU's own chunk identity: bf16 activations rounded at the same places either way, the
+     * chunked scan summing in another order (doc/scans.md) */
+    snprintf(nm, sizeof nm, "stream %s L=%d inference: %d chunks = one forward on the gpu", arch, c.seq_len, 2);
+    T_CLOSE(nm, rel(cut, whole, nw), 1e-2);
+    free(whole), free(cut), free(ref), free(p), free(x), free(tg), free(lgt), free(gg);
+    vil_model_free(&mw);
+    vil_model_free(&mc);
+    vil_model_free(&mg);
+}
+
 int main(void) {
     char why[256];
     if (!vil_cuda_available(why, sizeof why)) {
@@ -333,5 +469,9 @@ int main(void) {
     test_inference_matches_training();
     test_recompute_modes();
     test_graph_forward();
+    test_stream("vil", 12, 3, 3, VIL_INIT_ZERO);
+    test_stream("vim", 12, 3, 3, VIL_INIT_ZERO);
+    test_stream("vil", 28, 3, 2, VIL_INIT_NOISE);
+    test_stream("vim", 28, 3, 2, VIL_INIT_ZERO);
     return t_finish();
 }

@@ -47,9 +47,20 @@ static inline double gc_check(const char *name, gc_loss_fn f, void *ctx, float *
  * gives a signal about sqrt(n) times larger than one coordinate's, which matters for the
  * float32 forward of a whole network, whose rounding noise in L is ~1e-7 |L|. The central
  * differences at h and h/2 are combined by Richardson extrapolation (truncation O(h^4)). */
+/* The same with the error measured against at least abs_floor (||fd - an|| / max(||an||, ||fd||,
+ * abs_floor)): for a tensor whose derivatives are below what the loss's float32 rounding resolves at
+ * the largest step (20 h), where a right gradient would measure as noise. */
+static inline double gc_check_dir_floor(const char *name, gc_loss_fn f, void *ctx, float *x,
+                                        const float *dx, size_t n, int k, float h, double tol,
+                                        double abs_floor, VilRng *rng);
 static inline double gc_check_dir(const char *name, gc_loss_fn f, void *ctx, float *x,
                                   const float *dx, size_t n, int k, float h, double tol,
                                   VilRng *rng) {
+    return gc_check_dir_floor(name, f, ctx, x, dx, n, k, h, tol, 1e-12, rng);
+}
+static inline double gc_check_dir_floor(const char *name, gc_loss_fn f, void *ctx, float *x,
+                                        const float *dx, size_t n, int k, float h, double tol,
+                                        double abs_floor, VilRng *rng) {
     float *orig = vil_malloc(n * sizeof(float)), *w = vil_malloc(n * sizeof(float));
     memcpy(orig, x, n * sizeof(float));
     double num = 0.0, den_a = 0.0, den_f = 0.0;
@@ -84,7 +95,7 @@ static inline double gc_check_dir(const char *name, gc_loss_fn f, void *ctx, flo
     free(orig);
     free(w);
     double den = sqrt(den_a > den_f ? den_a : den_f);
-    double err = sqrt(num) / (den > 1e-12 ? den : 1e-12);
+    double err = sqrt(num) / (den > abs_floor ? den : abs_floor);
     char label[256];
     snprintf(label, sizeof label, "grad %s", name);
     T_CLOSE(label, err, tol);

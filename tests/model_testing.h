@@ -60,8 +60,9 @@ static inline void t_perturbed_params(const VilModel *m, VilRng *rng, float *p) 
         for (int j = 0; j < 2; j++) {
             char name[64];
             snprintf(name, sizeof name, "layers.%d.mixer.dt_proj%s.bias", l, j ? "_b" : "");
-            size_t dt_b = vil_model_find_param(m, name)->offset;
-            for (int e = 0; e < c->d_inner; e++) p[dt_b + e] = 0.5f * vil_rng_normal(rng);
+            const VilParamInfo *dt_b = vil_model_find_param(m, name);
+            if (!dt_b) continue; /* one direction (family = stream) */
+            for (int e = 0; e < c->d_inner; e++) p[dt_b->offset + e] = 0.5f * vil_rng_normal(rng);
         }
 }
 

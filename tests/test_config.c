@@ -499,6 +499,7 @@ static void test_tiny_floats(void) {
 static long choice_field(const char *key, const VilConfig *c, const VilTrainConfig *t) {
     if (strcmp(key, "dt_init") == 0) return (long)(int)c->dt_init_kind;
     if (strcmp(key, "pos_embed") == 0) return (long)(int)c->pos_embed_kind;
+    if (strcmp(key, "family") == 0) return (long)(int)c->family_kind;
     if (strcmp(key, "optimizer") == 0) return (long)(intptr_t)t->optim;
     if (strcmp(key, "sched") == 0) return (long)(int)t->sched_kind;
     if (strcmp(key, "decode") == 0) return (long)(int)t->decode_kind;
@@ -537,6 +538,8 @@ static void test_choices(void) {
         {"dt_init", "vim", VIL_DT_INIT_VIM},
         {"pos_embed", "learned", VIL_POS_EMBED_LEARNED},
         {"pos_embed", "none", VIL_POS_EMBED_NONE},
+        {"family", "vim", VIL_FAMILY_VIM},
+        {"family", "stream", VIL_FAMILY_STREAM},
         {"optimizer", "adamw", (long)(intptr_t)&vil_optim_adamw},
         {"optimizer", "adam", (long)(intptr_t)&vil_optim_adam},
         {"optimizer", "sgd", (long)(intptr_t)&vil_optim_sgd},
@@ -575,7 +578,7 @@ static void test_choices(void) {
                 T_CHECK(found, "choice key %s's value '%s' has a row in test_choices", k->name, name);
             }
         }
-    T_CHECK(nkeys == 9, "the tables hold the nine choice keys (%d)", nkeys);
+    T_CHECK(nkeys == 10, "the tables hold the ten choice keys (%d)", nkeys);
     for (int r = 0; r < nr; r++) {
         const VilKey *k = vil_keys_find(&vil_model_keys, R[r].key);
         if (!k) k = vil_keys_find(&vil_train_keys, R[r].key);
@@ -590,6 +593,7 @@ static void test_choices(void) {
         vil_config_default(&c);
         vil_train_config_default(&t);
         choice_needs(key, &c, &t);
+        c.in_chans = 1; /* the stream family reads gray images */
         int rc = vil_train_config_set(&c, &t, key, value);
         T_CHECK(rc == 0 && choice_field(key, &c, &t) == R[r].want, "--set %s=%s: resolved when set", key, value);
         rc = finalize_quiet(&c, &t);
@@ -601,6 +605,7 @@ static void test_choices(void) {
         vil_config_default(&c2);
         vil_train_config_default(&t2);
         choice_needs(key, &c2, &t2);
+        c2.in_chans = 1;
         const VilKey *k = vil_keys_find(model ? &vil_model_keys : &vil_train_keys, key);
         char *field = (char *)(model ? (void *)&c2 : (void *)&t2) + k->offset;
         snprintf(field, k->size, "%s", value);
@@ -620,8 +625,8 @@ static void test_choices(void) {
     }
     /* a value that names no choice: set (a later --set may replace it), said unresolved, refused by
      * finalize */
-    const char *keys[] = {"dt_init", "pos_embed", "optimizer", "sched", "decode", "allreduce", "init_state",
-                          "canvas_bg", "init_state_fit"};
+    const char *keys[] = {"dt_init", "pos_embed", "family", "optimizer", "sched", "decode", "allreduce",
+                          "init_state", "canvas_bg", "init_state_fit"};
     for (int i = 0; i < (int)(sizeof keys / sizeof *keys); i++) {
         VilConfig c;
         VilTrainConfig t;

@@ -75,7 +75,7 @@ static double *reference_norms(const char *ckpt, int img_size, int *L_out) {
     vil_eval_spec_resolve(&ev, &meta, 1.0f, 1, NULL, 0);
     m.cfg.drop_path = 0;
     T_CHECK(vil_model_alloc_acts(&m, 1, 1) == 0, "vil_model_alloc_acts(&m, 1, 1)");
-    VilLoader *l = vil_eval_loader(&m, ds, &ev, 1, 1);
+    VilLoader *l = vil_eval_loader(&m, ds, &ev, 1, 1, NULL);
     vil_loader_start_epoch(l, 0);
     const VilBatch *b = vil_loader_next_batch(l);
     vil_model_upload_inputs(&m, b->images, NULL);

@@ -1,7 +1,8 @@
 /* test_train.c: the training run on the CPU backend: lr schedule values against the formula and
  * timm's (step, multistep, const_cosine), the EMA update and its warmup, top-1 / top-5 counting,
  * the config tables, a tiny synthetic IDX dataset trained for a few steps (the loss falls), resume
- * equal to an uninterrupted run bit for bit (AdamW, SGD, Lamb), the
+ * equal to an uninterrupted run bit for bit (AdamW, SGD, Lamb; a stream model stopped inside its
+ * streams, with each initial-state intervention, and its evaluation by position), the
  * checkpoint files (atomic, readable by `vil info` and `vil eval`), divergence and CLI errors,
  * and the run folder's consistency: checkpoints behind the state after a kill brought up to it
  * on resume, failed saves reported, stale temporaries removed, used or unwritable folders
@@ -562,6 +563,132 @@ static void test_pos_embed_modes(void) {
     snprintf(cmd, sizeof cmd, "bin/vil eval --model %s --data %s --crop-pct 1 --device cpu --batch 16 --img-size 24 2>&1", f, dir);
     T_CHECK(t_run(cmd, out, sizeof out) == 0 && isfinite(eval_loss(out)) && strstr(out, "no pos_embed to move from the trained 4 x 4 grid"),
             "vil eval at 24 px: %s", out);
+}
+
+/* A stream model (family = stream): streams of 4 images in chunks of 2 (truncated BPTT), trained
+ * with each initial-state intervention; a run stopped inside a stream (its carried state and
+ * context in the state file) and resumed equals the uninterrupted one bit for bit; vil eval reads
+ * it by position, past the trained length, and agrees with the run's own validation there. */
+static const char *STREAM_CFG =
+    "name = tiny_stream\nfamily = stream\narch = vil\nimg_size = 16\nin_chans = 1\nembed_dim = 16\n"
+    "depth = 2\nd_state = 4\nnum_classes = 4\nstream_len = 4\nstream_chunk = 2\n"
+    "epochs = 2\nbatch = 4\nbase_lr = 0.2\nwarmup_epochs = 0.5\nmin_lr = 1e-5\nweight_decay = 0.05\n"
+    "clip_grad = 5\nlabel_smoothing = 0.1\nmixup = 0\ncutmix = 0\nrepeats = 1\nrandaug_n = 0\nreprob = 0\n"
+    "hflip = 0\nscale_min = 1\ncrop_pct = 1\nworkers = 1\nlog_every = 1\neval_every_epochs = 1\n"
+    "init_state_sigma = 0.3\ninit_state_drop = 0.2\n";
+
+static void stream_setup(VilTrainRun *r, const char *out, Trace *trace, const char *init) {
+    memset(r, 0, sizeof *r);
+    vil_config_default(&r->model);
+    vil_train_config_default(&r->train);
+    if (vil_train_config_load(&r->model, &r->train, path("stream.cfg")) != 0 ||
+        vil_train_config_set(&r->model, &r->train, "init_state", init) != 0 ||
+        vil_config_finalize(&r->model) != 0 || vil_train_config_finalize(&r->train) != 0) {
+        printf("FAIL: the stream test config does not load\n");
+        exit(1);
+    }
+    r->data = dir;
+    r->out_dir = out;
+    r->be = &vil_backend_cpu;
+    r->quiet = 1;
+    r->on_log = on_log;
+    r->ctx = trace;
+}
+
+/* the largest |value| of tensor name in a safetensors file (float32), -1 when it is not there */
+static double max_abs(const char *file, const char *name) {
+    VilSafetensors st;
+    if (st_read_quiet(file, &st) != 0) return -1;
+    const VilStTensor *t = vil_st_find(&st, name);
+    double m = t ? 0 : -1;
+    for (size_t i = 0; t && i < t->nbytes / 4; i++) {
+        float v;
+        memcpy(&v, t->data + 4 * i, 4);
+        m = fmax(m, fabs(v));
+    }
+    vil_st_free(&st);
+    return m;
+}
+
+static void test_stream_train(void) {
+    corpus_write(path("stream.cfg"), STREAM_CFG, strlen(STREAM_CFG));
+    const char *inits[4] = {"zero", "noise", "fitted", "passing"};
+    char outa[4096], outb[4096], sa[4200], sb[4200];
+    float val_top1 = -1;
+    for (int k = 0; k < 4; k++) {
+        snprintf(outa, sizeof outa, "%s_%s", path("streamA"), inits[k]);
+        snprintf(outb, sizeof outb, "%s_%s", path("streamB"), inits[k]);
+        VilTrainRun ra, rb;
+        Trace ta = {0}, tb = {0};
+        VilTrainResult res_a, res_b;
+        stream_setup(&ra, outa, &ta, inits[k]);
+        VilTrainStatus st = vil_train(&ra, &res_a);
+        /* 192 images: 48 streams of 4, 12 groups of 4 streams, each 2 chunks: 24 steps an epoch */
+        T_CHECK(st == VIL_TRAIN_DONE && res_a.step == 48 && ta.n == 48 && res_a.top1 >= 0,
+                "stream run (%s): status %d, %ld steps, %d losses", inits[k], st, res_a.step, ta.n);
+        /* stopped after a stream's first chunk (step 5: chunk 0 of group 2), again inside epoch 2 */
+        stream_setup(&rb, outb, &tb, inits[k]);
+        rb.stop_after = 5;
+        st = vil_train(&rb, &res_b);
+        snprintf(sb, sizeof sb, "%s/last.state.safetensors", outb);
+        T_CHECK(st == VIL_TRAIN_STOPPED && max_abs(sb, "stream_state") > 0 && max_abs(sb, "stream_context") > 0,
+                "stream run (%s) stopped inside a stream: its carried state saved (|h| %g)", inits[k],
+                max_abs(sb, "stream_state"));
+        stream_setup(&rb, outb, &tb, inits[k]);
+        rb.resume = outb;
+        rb.stop_after = 31;
+        st = vil_train(&rb, &res_b);
+        stream_setup(&rb, outb, &tb, inits[k]);
+        rb.resume = outb;
+        st = vil_train(&rb, &res_b);
+        int same = st == VIL_TRAIN_DONE && tb.n == ta.n;
+        for (int i = 0; same && i < ta.n; i++) same = memcmp(&ta.loss[i], &tb.loss[i], sizeof(float)) == 0;
+        T_CHECK(same, "stream run (%s) resumed twice inside streams: the same loss at every step, bit for bit",
+                inits[k]);
+        const char *names[4] = {"params", "adam_m", "adam_v", "init_state_prev"};
+        snprintf(sa, sizeof sa, "%s/last.state.safetensors", outa);
+        T_CHECK(same_tensors(sa, sb, names, k == 3 ? 4 : 3), "stream run (%s): weights and moments bitwise equal",
+                inits[k]);
+        T_CHECK(res_a.top1 == res_b.top1, "stream run (%s): the same validation top-1", inits[k]);
+        val_top1 = res_a.top1;
+        if (k == 2) {
+            const char *fit[2] = {"init_state_mean", "init_state_var"};
+            T_CHECK(same_tensors(sa, sb, fit, 2) && max_abs(sa, "init_state_var") > 0,
+                    "stream run (fitted): the fit bitwise equal, and fitted");
+        }
+    }
+    /* vil eval by position: at the trained length the run's own validation (run A with passing:
+     * as many streams of 4 as the split has images), then 8 positions */
+    char cmd[9000], out[1 << 16], want[64];
+    snprintf(cmd, sizeof cmd, "bin/vil eval --model %s/last.safetensors --data %s --device cpu --batch 7 2>&1", outa, dir);
+    int rc = t_run(cmd, out, sizeof out);
+    snprintf(want, sizeof want, "top-1 %.2f%%", val_top1);
+    T_CHECK(rc == 0 && strstr(out, want) && strstr(out, "(256 images; 0 unreadable") &&
+                strstr(out, "in length (positions 1-4)") && !strstr(out, "beyond"),
+            "vil eval of a stream model at its trained length agrees with the run's validation (%s): %s", want, out);
+    snprintf(sa, sizeof sa, "%s", path("positions.csv"));
+    snprintf(cmd, sizeof cmd, "bin/vil eval --model %s/last.safetensors --data %s --device cpu --stream-len 8 "
+             "--positions-file %s 2>&1", outa, dir, sa);
+    rc = t_run(cmd, out, sizeof out);
+    char csv[1 << 14] = "";
+    FILE *f = fopen(sa, "r");
+    size_t got = f ? fread(csv, 1, sizeof csv - 1, f) : 0;
+    if (f) fclose(f);
+    csv[got] = 0;
+    T_CHECK(rc == 0 && strstr(out, "beyond (positions 5-8)") && strstr(out, "(512 images; 0 unreadable"),
+            "vil eval --stream-len 8: in length and beyond: %s", out);
+    T_CHECK(strncmp(csv, "position,images,top1,loss,in_length\n1,64,", 41) == 0 && t_count(csv, "\n") == 9 &&
+                strstr(csv, "\n4,64,") && strstr(csv, ",1\n5,64,") && strstr(csv, "\n8,64,") &&
+                t_count(csv, ",0\n") == 4,
+            "--positions-file: 8 positions, each every test image once, 4 in the trained length: %s", csv);
+    /* refusals: a length of half chunks, the stream flags on an image model */
+    snprintf(cmd, sizeof cmd, "bin/vil eval --model %s/last.safetensors --data %s --device cpu --stream-len 5 2>&1",
+             outa, dir);
+    T_CHECK(t_run(cmd, out, sizeof out) == 2 && strstr(out, "not whole chunks"), "--stream-len 5 refused: %s", out);
+    snprintf(cmd, sizeof cmd, "bin/vil eval --model %s/last.safetensors --data %s --device cpu --streams 9 2>&1",
+             path("runA"), dir);
+    T_CHECK(t_run(cmd, out, sizeof out) == 2 && strstr(out, "are for a stream model"),
+            "--streams on an image model refused: %s", out);
 }
 
 static void test_diverge_and_errors(void) {
@@ -1745,6 +1872,7 @@ int main(void) {
     test_config();
     test_train_resume();
     test_pos_embed_modes();
+    test_stream_train();
     test_resume_optims();
     test_run_files();
     test_resume_auto();

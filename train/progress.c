@@ -88,6 +88,28 @@ void runlog_failed(Trainer *T) {
     T->runlog = NULL;
 }
 
+/* what the data go through: a stream's images as they are, else the recipe's augmentation */
+static void print_aug(FILE *f, const VilConfig *c, const VilTrainConfig *t) {
+    if (c->family_kind == VIL_FAMILY_STREAM) {
+        fprintf(f, "data:  streams of %d images, %d per step (truncated BPTT %s); the images as they are, "
+                "smoothing %g\n", c->stream_len, c->stream_chunk, c->stream_chunk < c->stream_len ? "on" : "off",
+                t->label_smoothing);
+        return;
+    }
+    if (t->canvas > 0)
+        fprintf(f, "aug:   canvas %d (the item unscaled at a random place, %s background; validation alike), "
+                   "flip %g, ", t->canvas, t->canvas_bg, t->hflip);
+    else fprintf(f, "aug:   %s JPEG decode, crop scale (%g, 1), flip %g, ", t->decode, t->scale_min, t->hflip);
+    if (t->randaug_n > 0) fprintf(f, "RandAugment n%d m%g mstd%g, ", t->randaug_n, t->randaug_m, t->randaug_mstd);
+    else fprintf(f, "no RandAugment, ");
+    fprintf(f, "erasing %g, ", t->reprob);
+    if (t->mixup > 0 || t->cutmix > 0)
+        fprintf(f, "mixup %g / cutmix %g (p %g, switch %g), ", t->mixup, t->cutmix, t->mixup_prob,
+                t->mixup_switch_prob);
+    else fprintf(f, "no mixup, ");
+    fprintf(f, "smoothing %g, repeats %d\n", t->label_smoothing, t->repeats);
+}
+
 /* The run's opening lines: model, data, threads, batch and lr, ranks, steps, augmentation, the
  * output folder; then what --init took, the temporaries removed and where a resume starts. */
 void print_header(Trainer *T, const char *init_note, const char *state_in) {
@@ -139,18 +161,7 @@ void print_header(Trainer *T, const char *init_note, const char *state_in) {
         fprintf(f, ", stopping at max_steps %ld", T->total_steps - T->sched_offset);
     fprintf(f, "; %s; drop path %g; EMA %g%s; clip %s\n", vil_optim_describe(t, opt, sizeof opt), c->drop_path,
             t->ema_decay, t->model_ema_warmup ? " (warmup)" : "", t->clip_grad > 0 ? "on (global norm, on the device)" : "off");
-    if (t->canvas > 0)
-        fprintf(f, "aug:   canvas %d (the item unscaled at a random place, %s background; validation alike), "
-                   "flip %g, ", t->canvas, t->canvas_bg, t->hflip);
-    else fprintf(f, "aug:   %s JPEG decode, crop scale (%g, 1), flip %g, ", t->decode, t->scale_min, t->hflip);
-    if (t->randaug_n > 0) fprintf(f, "RandAugment n%d m%g mstd%g, ", t->randaug_n, t->randaug_m, t->randaug_mstd);
-    else fprintf(f, "no RandAugment, ");
-    fprintf(f, "erasing %g, ", t->reprob);
-    if (t->mixup > 0 || t->cutmix > 0)
-        fprintf(f, "mixup %g / cutmix %g (p %g, switch %g), ", t->mixup, t->cutmix, t->mixup_prob,
-                t->mixup_switch_prob);
-    else fprintf(f, "no mixup, ");
-    fprintf(f, "smoothing %g, repeats %d\n", t->label_smoothing, t->repeats);
+    print_aug(f, c, t);
     fprintf(f, "out:   %s\n", T->run->out_dir);
     fflush(f);
     fputs(init_note, f);

@@ -337,6 +337,10 @@ static int make_loaders(Trainer *T) {
     lc.mixup.switch_prob = t->mixup_switch_prob;
     lc.mixup.smoothing = t->label_smoothing;
     lc.alloc = vil_feed_allocator(T->be);
+    /* the stream family reads streams of images, their chunks in order (data/loader.h) */
+    VilStreamSpec streams = {0};
+    if (c->family_kind == VIL_FAMILY_STREAM) streams = (VilStreamSpec){.len = c->stream_len, .chunk = c->stream_chunk};
+    lc.stream = streams;
     T->loader = vil_loader_create(T->ds, &lc);
     if (!T->loader) return -1;
     if (T->val_ds) {
@@ -353,6 +357,7 @@ static int make_loaders(Trainer *T) {
         ec.rank = T->rank;
         ec.quiet = T->quiet;
         ec.alloc = vil_feed_allocator(T->be);
+        ec.stream = streams; /* as many streams of stream_len as the split has images */
         T->val_loader = vil_loader_create(T->val_ds, &ec);
         if (!T->val_loader) return -1;
     }
@@ -436,6 +441,13 @@ static RunNext trainer_setup(Trainer *T) {
     /* the loader's batches are micro-batches: accum of them make a step */
     T->spe = vil_loader_batches_per_epoch(T->loader) / T->accum;
     T->global_batch = (long)t->batch * T->world * T->accum;
+    if (T->spe < 1 && T->mc->family_kind == VIL_FAMILY_STREAM) {
+        vil_error("an epoch of %d images makes %d streams of %d, no full global batch of %ld streams (batch %d x "
+                  "%d ranks x %d accum_steps): lower batch or accum_steps", vil_dataset_size(T->ds),
+                  vil_dataset_size(T->ds) / T->mc->stream_len, T->mc->stream_len, T->global_batch, t->batch,
+                  T->world, T->accum);
+        goto out;
+    }
     if (T->spe < 1) {
         vil_error("an epoch of %d samples holds no full global batch of %ld (batch %d x %d ranks x "
                   "%d accum_steps): lower batch or accum_steps", vil_dataset_size(T->ds),
@@ -524,8 +536,8 @@ static RunNext start_epoch(Trainer *T) {
     VilModel *m = &T->m;
     const VilConfig *c = T->mc;
     size_t B = (size_t)T->tc->batch;
-    size_t bytes[3] = {B * c->in_chans * c->img_size * c->img_size * sizeof(float),
-                       B * c->num_classes * sizeof(float), vil_model_drop_path_bytes(m)};
+    size_t bytes[3] = {B * c->in_floats * sizeof(float), B * c->readouts * c->num_classes * sizeof(float),
+                       vil_model_drop_path_bytes(m)};
     void *dev0[3];
     vil_model_input_buffers(m, dev0);
     int n = bytes[2] ? 3 : 2, bad = 0;
@@ -574,6 +586,7 @@ static RunNext step(Trainer *T) {
         }
         if (a == 0) test_fault(T, FAULT_GRAD, T->step + 1);
         vil_model_set_inputs(&T->m, in[0], in[1], T->feed.n > 2 ? in[2] : NULL);
+        vil_model_stream_chunk(&T->m, b->chunk); /* a stream's chunk: 0 where it starts */
         /* the initial states keyed as drop path is: (seed, step) and the global sample index */
         sp.init_seed = vil_hash_seed((uint64_t)t->seed, TAG_INIT_STATE, (uint64_t)T->step, 0);
         sp.init_first = ((long)a * T->world + T->rank) * t->batch;
@@ -632,7 +645,8 @@ static RunNext log_progress(Trainer *T) {
     p.loss = T->last_loss;
     p.lr = T->lr;
     p.grad_norm = grad_norm;
-    p.images_per_s = dt > 0 ? (double)T->int_steps * T->global_batch / dt : 0; /* all ranks */
+    /* all ranks; a stream model's rows hold readouts images each */
+    p.images_per_s = dt > 0 ? (double)T->int_steps * T->global_batch * T->mc->readouts / dt : 0;
     p.data_wait = dt > 0 ? T->wait_int / dt : 0;
     p.eta_s = eta_seconds(T, T->train_time);
     print_progress(T, &p);

@@ -25,6 +25,12 @@ static const char *pos_embed_name(int i) {
 }
 static const VilChoice POS_EMBED = {pos_embed_name, vil_choice_store_enum};
 _Static_assert(sizeof(VilPosEmbed) == sizeof(int), "vil_choice_store_enum writes an int");
+static const char *family_name(int i) {
+    static const char *const NAMES[] = {[VIL_FAMILY_VIM] = "vim", [VIL_FAMILY_STREAM] = "stream"};
+    return i >= 0 && i < (int)(sizeof NAMES / sizeof NAMES[0]) ? NAMES[i] : NULL;
+}
+static const VilChoice FAMILY = {family_name, vil_choice_store_enum};
+_Static_assert(sizeof(VilFamily) == sizeof(int), "vil_choice_store_enum writes an int");
 
 static const VilKey KEYS[] = {
     KS(name, "model name"),
@@ -43,6 +49,9 @@ static const VilKey KEYS[] = {
     KF(drop_path, 0, 0.999, "stochastic depth rate"),
     KC(dt_init, dt_init_kind, DT_INIT, "ViL dt_proj bias init: zero or vim"),
     KC(pos_embed, pos_embed_kind, POS_EMBED, "position embedding: learned, or none (position only from the scan order)"),
+    KC(family, family_kind, FAMILY, "the network: vim (ViL/ViM on patches) or stream (causal, a stream of images, a row per token)"),
+    KI(stream_len, 1, VIL_MAX_STREAM, "stream: images per training stream"),
+    KI(stream_chunk, 0, VIL_MAX_STREAM, "stream: images per forward, the truncated-BPTT chunk (0: stream_len)"),
 };
 #undef KI
 #undef KF
@@ -69,6 +78,9 @@ void vil_config_default(VilConfig *c) {
     c->drop_path = 0.0f;
     strcpy(c->dt_init, "zero");
     strcpy(c->pos_embed, "learned");
+    strcpy(c->family, "vim");
+    c->stream_len = 8;
+    c->stream_chunk = 0;
     vil_keys_resolve(&vil_model_keys, c);
 }
 
@@ -182,29 +194,50 @@ int vil_config_finalize(VilConfig *c) {
     NEED(c->depth >= 1 && c->depth <= VIL_MAX_DEPTH, "depth must be in 1..%d (got %d)", VIL_MAX_DEPTH, c->depth);
     NEED(c->d_state >= 1 && c->d_state <= VIL_MAX_STATE, "d_state must be in 1..%d (got %d)", VIL_MAX_STATE, c->d_state);
     NEED(c->in_chans == 1 || c->in_chans == 3, "in_chans must be 1 or 3 (got %d)", c->in_chans);
-    NEED(c->patch_size >= 1 && c->patch_size <= VIL_MAX_PATCH && c->stride >= 1 && c->stride <= VIL_MAX_PATCH,
-         "patch_size and stride must be in 1..%d (got %d and %d)", VIL_MAX_PATCH, c->patch_size, c->stride);
     NEED(c->img_size >= 1 && c->img_size <= VIL_MAX_IMG_SIZE, "img_size must be in 1..%d (got %d)", VIL_MAX_IMG_SIZE, c->img_size);
-    NEED(c->img_size >= c->patch_size, "img_size %d is smaller than patch_size %d", c->img_size,
-         c->patch_size);
-    NEED((c->img_size - c->patch_size) % c->stride == 0,
-         "(img_size - patch_size) = %d is not a multiple of stride %d",
-         c->img_size - c->patch_size, c->stride);
     NEED(c->expand >= 1 && c->expand <= VIL_MAX_EXPAND, "expand must be in 1..%d (got %d)", VIL_MAX_EXPAND, c->expand);
     NEED(c->d_conv >= 1 && c->d_conv <= VIL_MAX_CONV, "d_conv must be in 1..%d (got %d)", VIL_MAX_CONV, c->d_conv);
     NEED(c->dt_rank >= 0 && c->dt_rank <= VIL_MAX_EMBED_DIM, "dt_rank must be in 0..%d (got %d)", VIL_MAX_EMBED_DIM, c->dt_rank);
     NEED(c->num_classes >= 1 && c->num_classes <= VIL_MAX_CLASSES, "num_classes must be in 1..%d (got %d)", VIL_MAX_CLASSES, c->num_classes);
     NEED(c->drop_path >= 0 && c->drop_path < 1, "drop_path must be in [0, 1)");
+    if (c->dt_rank == 0) c->dt_rank = (c->embed_dim + 15) / 16;
+    c->d_inner = c->expand * c->embed_dim;
+    if (c->family_kind == VIL_FAMILY_STREAM) {
+        /* a token is one image row of img_size pixels: the image's side is its own (no patches) */
+        NEED(c->in_chans == 1, "family = stream reads gray images (a token is a row of pixels): in_chans must be 1 (got %d)", c->in_chans);
+        NEED(c->drop_path == 0, "family = stream has no drop path: drop_path must be 0");
+        NEED(c->stream_len >= 1 && c->stream_len <= VIL_MAX_STREAM, "stream_len must be in 1..%d (got %d)", VIL_MAX_STREAM, c->stream_len);
+        int chunk = c->stream_chunk ? c->stream_chunk : c->stream_len;
+        NEED(chunk >= 1 && c->stream_len % chunk == 0, "stream_chunk %d does not divide stream_len %d: a training stream is whole chunks",
+             chunk, c->stream_len);
+        NEED((long)chunk * c->img_size <= VIL_MAX_TOKENS, "stream_chunk %d x %d rows = %ld tokens per forward, more than %d: a smaller stream_chunk",
+             chunk, c->img_size, (long)chunk * c->img_size, VIL_MAX_TOKENS);
+        c->stream_chunk = chunk;
+        c->grid = 0;
+        c->seq_len = chunk * c->img_size;
+        c->n_patches = c->seq_len; /* the tokens the input makes: its rows */
+        c->cls_pos = -1;
+        c->readouts = chunk;
+        c->in_floats = (long)chunk * c->img_size * c->img_size;
+        return 0;
+    }
+    NEED(c->patch_size >= 1 && c->patch_size <= VIL_MAX_PATCH && c->stride >= 1 && c->stride <= VIL_MAX_PATCH,
+         "patch_size and stride must be in 1..%d (got %d and %d)", VIL_MAX_PATCH, c->patch_size, c->stride);
+    NEED(c->img_size >= c->patch_size, "img_size %d is smaller than patch_size %d", c->img_size,
+         c->patch_size);
+    NEED((c->img_size - c->patch_size) % c->stride == 0,
+         "(img_size - patch_size) = %d is not a multiple of stride %d",
+         c->img_size - c->patch_size, c->stride);
     long grid = (c->img_size - c->patch_size) / c->stride + 1;
     NEED(grid * grid + 1 <= VIL_MAX_TOKENS, "%ld x %ld patches + 1 = %ld tokens, more than %d: a larger stride or a smaller img_size",
          grid, grid, grid * grid + 1, VIL_MAX_TOKENS);
 #undef NEED
-    if (c->dt_rank == 0) c->dt_rank = (c->embed_dim + 15) / 16;
-    c->d_inner = c->expand * c->embed_dim;
     c->grid = (int)grid;
     c->n_patches = c->grid * c->grid;
     c->seq_len = c->n_patches + 1;
     c->cls_pos = c->n_patches / 2;
+    c->readouts = 1;
+    c->in_floats = (long)c->in_chans * c->img_size * c->img_size;
     return 0;
 }
 

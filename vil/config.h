@@ -15,6 +15,10 @@ typedef enum { VIL_DT_INIT_ZERO, VIL_DT_INIT_VIM } VilDtInit;
 /* pos_embed: a learned position embedding added to the tokens (the official models), or none, so
  * that the scan's order is the model's only notion of position (doc/models.md) */
 typedef enum { VIL_POS_EMBED_LEARNED, VIL_POS_EMBED_NONE } VilPosEmbed;
+/* family: the network (vil/net.h): Vision Mamba's (patches, a middle class token, both
+ * directions; vil/vim.c), or a causal model reading a stream of images a row per token with a
+ * readout at each image's last row (vil/stream.c; doc/models.md "The stream family") */
+typedef enum { VIL_FAMILY_VIM, VIL_FAMILY_STREAM } VilFamily;
 
 typedef struct {
     /* from the file */
@@ -36,13 +40,19 @@ typedef struct {
     VilDtInit dt_init_kind; /* the choice dt_init names (cfgfile.h VilChoice): read this, not the text */
     char pos_embed[8]; /* "learned" or "none" (no pos_embed tensor) */
     VilPosEmbed pos_embed_kind; /* the choice pos_embed names */
+    char family[8];    /* "vim" or "stream" */
+    VilFamily family_kind; /* the choice family names */
+    int stream_len;    /* stream: images per training stream (K = 8) */
+    int stream_chunk;  /* stream: images per forward, the chunk of truncated BPTT (0: stream_len) */
     /* derived by vil_config_finalize */
     VilRecurrence rec; /* named by arch */
     int d_inner;       /* E */
     int grid;          /* G = (img - P) / S + 1 */
     int n_patches;     /* M = G * G */
     int seq_len;       /* L = M + 1 */
-    int cls_pos;       /* t = M / 2 */
+    int cls_pos;       /* t = M / 2; -1: no class token (stream) */
+    int readouts;      /* outputs per sample: 1, or (stream) the chunk's images */
+    long in_floats;    /* input floats per sample: C H W, or (stream) chunk C H W */
 } VilConfig;
 
 /* Defaults: ViL-Tiny at 224, 1000 classes. */

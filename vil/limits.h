@@ -16,6 +16,7 @@
 #define VIL_MAX_TOKENS (1 << 20)   /* L = patches + 1 */
 #define VIL_MAX_PARAMS (1LL << 32) /* parameter elements (16 GiB of float32) */
 #define VIL_MAX_BATCH 65536
+#define VIL_MAX_STREAM 65536       /* images of a stream (stream_len, stream_chunk, eval's --stream-len) */
 #define VIL_MAX_CONFIG_LINE 65536  /* bytes of one cfg-file line */
 #define VIL_MAX_THREADS 4096       /* CPU compute threads (--threads) */
 #define VIL_MIN_CROP_PCT 1e-3      /* crop_pct, --crop-pct: resize to size / crop_pct */

@@ -16,13 +16,12 @@
 
 /* ---------------- the families ---------------- */
 
-static const VilNet *const vil_nets[] = {&vil_net_vim};
+static const VilNet *const vil_nets[] = {[VIL_FAMILY_VIM] = &vil_net_vim, [VIL_FAMILY_STREAM] = &vil_net_stream};
 
 const VilNet *vil_net_of(const VilConfig *cfg) {
-    /* ViL and ViM (every recurrence) are Vision Mamba's network; a family of another network
-     * names the configs it builds here */
-    (void)cfg;
-    return vil_nets[0];
+    /* ViL and ViM (every recurrence) are Vision Mamba's network; the stream family reads a
+     * stream of images (either recurrence) */
+    return vil_nets[cfg->family_kind == VIL_FAMILY_STREAM ? VIL_FAMILY_STREAM : VIL_FAMILY_VIM];
 }
 
 /* ---------------- parameter table ---------------- */
@@ -333,7 +332,8 @@ int vil_model_sample_drop_path(VilModel *m, uint64_t seed) {
 
 void vil_model_forward(VilModel *m, int with_loss) {
     const VilBackend *be = m->be;
-    if (with_loss || m->acts.training || !m->use_graph || !be->graph_begin) {
+    /* a stream's forward reads the state the last one left, which a recording would not follow */
+    if (with_loss || m->acts.training || !m->use_graph || !be->graph_begin || m->net->stream_chunk) {
         m->net->forward(m, with_loss);
         return;
     }
@@ -599,18 +599,41 @@ void vil_model_input_buffers(const VilModel *m, void *dev[3]) {
 void vil_model_upload_inputs(VilModel *m, const float *img, const float *targets) {
     const VilConfig *c = &m->cfg;
     size_t B = (size_t)m->acts.B;
-    m->be->to_device(m->be, m->acts.img, img, B * c->in_chans * c->img_size * c->img_size * sizeof(float));
-    if (targets) m->be->to_device(m->be, m->acts.targets, targets, B * c->num_classes * sizeof(float));
+    m->be->to_device(m->be, m->acts.img, img, B * c->in_floats * sizeof(float));
+    if (targets) m->be->to_device(m->be, m->acts.targets, targets, B * c->readouts * c->num_classes * sizeof(float));
 }
 
 int vil_model_losses(const VilModel *m, float *host) {
-    m->be->to_host(m->be, host, m->acts.losses, (size_t)m->acts.B * sizeof(float));
-    return m->acts.B;
+    int B = m->acts.B, R = m->cfg.readouts;
+    if (R == 1) {
+        m->be->to_host(m->be, host, m->acts.losses, (size_t)B * sizeof(float));
+        return B;
+    }
+    /* a stream's readouts: each sample's loss is the mean of its own, summed in order through a
+     * fixed buffer (nothing to allocate, nothing to fail) */
+    enum { PART = 1024 };
+    float part[PART];
+    size_t n = (size_t)B * R;
+    double s = 0;
+    for (size_t at = 0; at < n; at += PART) {
+        size_t k = n - at < PART ? n - at : PART;
+        m->be->to_host(m->be, part, m->acts.losses + at, k * sizeof(float));
+        for (size_t i = 0; i < k; i++) {
+            s += part[i];
+            if ((at + i + 1) % R == 0) host[(at + i) / R] = (float)(s / R), s = 0;
+        }
+    }
+    return B;
 }
 
 int vil_model_logits(const VilModel *m, float *host) {
-    m->be->to_host(m->be, host, m->acts.logits, (size_t)m->acts.B * m->cfg.num_classes * sizeof(float));
+    m->be->to_host(m->be, host, m->acts.logits,
+                   (size_t)m->acts.B * m->cfg.readouts * m->cfg.num_classes * sizeof(float));
     return m->acts.B;
+}
+
+void vil_model_stream_chunk(VilModel *m, long k) {
+    if (m->net->stream_chunk) m->net->stream_chunk(m, k);
 }
 
 void vil_model_set_inputs(VilModel *m, float *img, float *targets, float *dp_scale) {

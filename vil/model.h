@@ -54,13 +54,13 @@ typedef struct {
     int B, training, recompute; /* VilModel.recompute as allocated (0 in inference) */
     /* the inputs the next pass reads: the allocation's own buffers below, or those given to
      * vil_model_set_inputs */
-    float *img;         /* (B, C, H, W) f32 */
-    float *targets;     /* (B, classes) f32 soft targets */
+    float *img;         /* (B, in_floats) f32: (B, C, H, W), a stream's (B, chunk, C, H, W) */
+    float *targets;     /* (B, readouts, classes) f32 soft targets */
     float *dp_scale;    /* drop-path scales (the family's rows; vil_model_drop_path_bytes) */
-    float *logits;      /* (B, classes) f32 */
-    float *probs;       /* (B, classes) f32 */
-    float *losses;      /* (B) f32 */
-    float *dimg;        /* (B, C, H, W) f32 input gradient, only with VilModel.input_grad */
+    float *logits;      /* (B, readouts, classes) f32 (VilConfig.readouts: 1, a stream's chunk) */
+    float *probs;       /* (B, readouts, classes) f32 */
+    float *losses;      /* (B, readouts) f32 */
+    float *dimg;        /* (B, in_floats) f32 input gradient, only with VilModel.input_grad */
     float *own_img, *own_targets, *own_dp_scale; /* the input buffers of this allocation */
     void *base;
     size_t bytes;
@@ -98,9 +98,10 @@ typedef struct {
 /* The training state the model owns besides its weights, as a training state file holds it
  * (train/state.c saves, gathers, restores and checks it without knowing what it is): the
  * optimizer's buffers in its order under their names (AdamW: "adam_m", "adam_v"), then the EMA
- * ("ema") when the model keeps one, then the family's (the initial states' fit,
- * "init_state_mean" and "init_state_var", or passing's "init_state_prev"). */
-#define VIL_TRAIN_STATE_MAX (VIL_OPTIM_MAX_STATE + 4)
+ * ("ema") when the model keeps one, then the family's, at most 4 (the initial states' fit,
+ * "init_state_mean" and "init_state_var", or passing's "init_state_prev"; a stream's carried
+ * state and conv context, "stream_state" and "stream_context"). */
+#define VIL_TRAIN_STATE_MAX (VIL_OPTIM_MAX_STATE + 1 + 4)
 enum { VIL_STATE_F32 = 0 };
 typedef struct {
     const char *name;
@@ -239,14 +240,19 @@ int vil_model_has_ema(const VilModel *m);
  * dev[1] the soft targets (B, classes) f32, dev[2] the drop-path scales (depth + 1, B) f32.
  * What an input feed's first slot copies into (data/feed.h). */
 void vil_model_input_buffers(const VilModel *m, void *dev[3]);
-/* Host images (B, C, H, W) and soft targets (B, classes; NULL: not copied) into the inputs the
- * next pass reads. */
+/* Host images (B, in_floats) and soft targets (B, readouts, classes; NULL: not copied) into the
+ * inputs the next pass reads. */
 void vil_model_upload_inputs(VilModel *m, const float *img, const float *targets);
-/* The per-sample losses (B floats) of the last forward with the loss into host memory; returns
- * B. A host read: it waits for the queued ops. */
+/* The per-sample losses (B floats: each the mean over the sample's readouts) of the last forward
+ * with the loss into host memory; returns B. A host read: it waits for the queued ops. */
 int vil_model_losses(const VilModel *m, float *host);
-/* The logits (B, classes) of the last forward into host memory; returns B. A host read. */
+/* The logits (B, readouts, classes) of the last forward into host memory; returns B. A host read. */
 int vil_model_logits(const VilModel *m, float *host);
+/* A network that reads streams in chunks (family = stream): the next forwards read chunk k of
+ * their streams, k = 0 where they start (from zero, or a training forward's intervention), k > 0
+ * going on from the recurrent state and conv context the last forward handed out (doc/models.md
+ * "The stream family"). Nothing for a network whose samples are whole. */
+void vil_model_stream_chunk(VilModel *m, long k);
 /* The activations given back (vil_model_alloc_acts makes them again). */
 void vil_model_free_acts(VilModel *m);
 /* Read the next passes' inputs from other backend buffers of the same sizes (an input feed's

@@ -83,10 +83,15 @@ struct VilNet {
     /* The recurrent state along the sequence (vil_model_seq_states): streams and their use. */
     int (*seq_streams)(const VilModel *m, int *L, int *state);
     int (*seq_states)(VilModel *m, int stream, float *hsq, float *hT);
+    /* A family that reads streams in chunks (vil_model_stream_chunk): the next forwards read chunk
+     * k of their streams. NULL: the family's samples are whole; a family with it also has no
+     * inference forward the core may record and replay, since each forward reads state the last
+     * one left. */
+    void (*stream_chunk)(VilModel *m, long k);
 };
 
 /* The families, and the one that builds cfg's network. */
-extern const VilNet vil_net_vim;
+extern const VilNet vil_net_vim, vil_net_stream;
 const VilNet *vil_net_of(const VilConfig *cfg);
 
 /* For families: the working copy of a matrix weight, the f32 master of any other parameter, its

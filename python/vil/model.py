@@ -15,7 +15,8 @@ from . import ops, reference
 # vil/config.c's vil_config_default; the keys of a checkpoint's vil.config, in its order
 DEFAULTS = {"name": "vil_tiny", "arch": "vil", "img_size": 224, "patch_size": 16, "stride": 16, "in_chans": 3,
             "embed_dim": 192, "depth": 24, "d_state": 16, "dt_rank": 0, "expand": 2, "d_conv": 4,
-            "num_classes": 1000, "drop_path": 0.0, "dt_init": "zero", "pos_embed": "learned"}
+            "num_classes": 1000, "drop_path": 0.0, "dt_init": "zero", "pos_embed": "learned", "family": "vim",
+            "stream_len": 8, "stream_chunk": 0}
 ARCH_RECURRENCE = {"vil": "longhorn", "vim": "mamba"}
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 GRAY_MEAN, GRAY_STD = 0.449, 0.226  # data/recipe.h
@@ -40,6 +41,9 @@ def make_config(config=None, **kw):
     c["drop_path"] = float(c["drop_path"])
     if c["arch"] not in ARCH_RECURRENCE:
         raise ValueError(f"vil: arch {c['arch']!r}; one of {', '.join(ARCH_RECURRENCE)}")
+    if c["family"] != "vim":  # the stream family (vil/stream.c) is vil's alone: vil eval reads it
+        raise ValueError(f"vil: family {c['family']!r}: this module is ViL/ViM's network (family vim); a stream "
+                         f"model is evaluated with `vil eval`")
     if c["in_chans"] not in (1, 3):
         raise ValueError(f"vil: in_chans {c['in_chans']} (1 or 3)")
     if c["img_size"] < c["patch_size"] or (c["img_size"] - c["patch_size"]) % c["stride"]:
