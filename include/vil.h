@@ -200,9 +200,12 @@ typedef struct {
 VIL_API int vil_classifier_param_count(const vil_classifier *m);
 VIL_API int vil_classifier_param_get_info(const vil_classifier *m, int i, vil_param_info *info);
 /* Tensor `name` (numel floats, row-major as its shape) into dst / from src. host 1: ordinary
- * memory; host 0: device memory of a CUDA context (copied through the host, synchronously). A
- * write is what the next forward reads (the GPU's bf16 working copy is made from it). VIL_ERR_ARG
- * for a name the model does not have or n != numel. */
+ * memory; host 0: device memory of a CUDA context (copied through the host, synchronously, on
+ * vil's own stream, which is ordered with no stream of the caller's: the caller's work writing
+ * src, or still reading dst, must be complete before the call, e.g. cudaStreamSynchronize; a
+ * cudaMemcpy from pageable memory returns before its data have arrived). A write is what the
+ * next forward reads (the GPU's bf16 working copy is made from it). VIL_ERR_ARG for a name the
+ * model does not have or n != numel. */
 VIL_API int vil_classifier_param_read(const vil_classifier *m, const char *name, float *dst, size_t n,
                                       int host);
 VIL_API int vil_classifier_param_write(vil_classifier *m, const char *name, const float *src, size_t n,

@@ -115,6 +115,10 @@ static void test_model(vil_ctx *gpu, vil_ctx *cpu, const char *path, const char 
     T_CHECK(memcmp(w, w2, pi.numel * sizeof(float)) == 0, "%s: the device read = the CPU's master", what);
     for (size_t i = 0; i < pi.numel; i++) w[i] *= -1.0f;
     CK(cudaMemcpy(d_w, w, pi.numel * sizeof(float), cudaMemcpyHostToDevice));
+    /* a pageable cudaMemcpy may return before its data arrive, and vil reads d_w on its own
+     * stream: the caller's copy completes first (include/vil.h; a GPU busy with other work made
+     * the write read the old values here) */
+    CK(cudaDeviceSynchronize());
     T_CHECK(vil_classifier_param_write(g, key, d_w, pi.numel, 0) == 0 && vil_classifier_param_write(c, key, w, pi.numel, 1) == 0 &&
                 vil_classifier_forward(g, x, B, host) == 0 && vil_classifier_forward(c, x, B, ref) == 0,
             "%s: written from device memory", what);
