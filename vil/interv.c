@@ -3,20 +3,14 @@
  * their named training state. Nothing here knows which family or backend runs it. */
 #include "interv.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
 #include "dist.h"
 
-void vil_interv_init(VilInterv *s, int dirs, const char *noun) {
+void vil_interv_init(VilInterv *s, int dirs, VilIntervNoun noun) {
     memset(s, 0, sizeof *s);
-    s->dirs = dirs;
-    snprintf(s->prev_absent, sizeof s->prev_absent,
-             "the state has no passed states (init_state was not passing): the first %s starts from zero", noun);
-    snprintf(s->prev_mismatch, sizeof s->prev_mismatch,
-             "the state's passed states are for another batch or number of ranks: the first %s starts from zero",
-             noun);
+    s->dirs = dirs, s->noun = noun;
 }
 
 void vil_interv_free(VilModel *m, VilInterv *s) {
@@ -180,8 +174,8 @@ VilTrainStateInfo vil_interv_state_info(const VilModel *m, const VilInterv *s, i
         state_shape(m, s, &t, (const int64_t[]){c->depth, s->batch}, 2);
         t.dims = dirs ? "layers, batch, directions, d_state, d_inner" : "layers, batch, d_state, d_inner";
         t.numel = (size_t)s->batch * fit_floats(m, s);
-        t.absent = s->prev_absent;
-        t.mismatch = s->prev_mismatch;
+        t.absent = s->noun.prev_absent;
+        t.mismatch = s->noun.prev_mismatch;
     } else {
         t.name = k == ST_MEAN ? "init_state_mean" : "init_state_var";
         t.absent = "the state has no fitted initial states (init_state was not fitted): the fit starts now";

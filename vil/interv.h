@@ -10,9 +10,20 @@
 
 #include "net.h"
 
+/* passing's messages when a state file has no passed states or others, naming what starts from
+ * them: VIL_INTERV_NOUN("batch") (ViL/ViM), VIL_INTERV_NOUN("stream") */
+typedef struct {
+    const char *prev_absent, *prev_mismatch;
+} VilIntervNoun;
+#define VIL_INTERV_NOUN(noun)                                                                                 \
+    ((VilIntervNoun){"the state has no passed states (init_state was not passing): the first " noun         \
+                     " starts from zero",                                                                     \
+                     "the state's passed states are for another batch or number of ranks: the first " noun    \
+                     " starts from zero"})
+
 typedef struct {
     int dirs;            /* directions of a layer's scan: 2 (ViL/ViM) or 1 (a stream) */
-    char prev_absent[128], prev_mismatch[128]; /* passing's state file messages, with init's noun */
+    VilIntervNoun noun;  /* passing's state file messages */
     VilInitMode mode;    /* VIL_INIT_ZERO: nothing allocated */
     float sigma, drop;   /* noise's standard deviation; passing's probability of a zero start */
     VilInitFit fit;      /* fitted: per element, or per layer and direction */
@@ -32,10 +43,9 @@ typedef struct {
     long fits;           /* fitted: updates of the running fit so far (0: none, no noise yet) */
 } VilInterv;
 
-/* A family's interventions, off (zero starts), for dirs directions per layer; noun names what
- * starts from a passed state in messages ("batch", "stream"). free releases their device buffers,
- * with the family's record. */
-void vil_interv_init(VilInterv *s, int dirs, const char *noun);
+/* A family's interventions, off (zero starts), for dirs directions per layer; free releases
+ * their device buffers, with the family's record. */
+void vil_interv_init(VilInterv *s, int dirs, VilIntervNoun noun);
 void vil_interv_free(VilModel *m, VilInterv *s);
 
 /* VilNet's set_init_state (the states of the training batch B allocated here, where a failure is

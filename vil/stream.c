@@ -134,7 +134,7 @@ static void build(const VilConfig *c, VilParamTable *tab, void **fam) {
         Stream *v = vil_calloc(1, sizeof *v);
         v->off = o;
         v->pos.fwd_in = -1;
-        vil_interv_init(&v->init, 1, "stream");
+        vil_interv_init(&v->init, 1, VIL_INTERV_NOUN("stream"));
         *fam = v;
     }
 }

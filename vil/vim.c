@@ -139,7 +139,7 @@ static void build(const VilConfig *c, VilParamTable *tab, void **fam) {
     if (fam) {
         Vim *v = vil_calloc(1, sizeof *v);
         v->off = o;
-        vil_interv_init(&v->init, 2, "batch");
+        vil_interv_init(&v->init, 2, VIL_INTERV_NOUN("batch"));
         *fam = v;
     }
 }
