@@ -359,19 +359,20 @@ static float *state_of(const VilModel *m, const char *name, VilTrainStateInfo *t
  * pooled statistics; the momentum weighs the two streams' fits; the mean alone starts where
  * passing does from that mean; the fit's zero starts with probability 1 train as the zero start. */
 static void test_fit_ablations(const char *arch) {
-    enum { B = 4, E0, E5, S0, S5, MEAN, PASS, DROP, ZERO, NM };
+    enum { B = 4 };
+    enum { E0, EK, S0, SK, MEAN, PASS, DROP, ZERO, NM }; /* the models; K: momentum 0.75 */
     const VilInitSpec specs[NM] = {
         [E0] = {.mode = VIL_INIT_FITTED, .fit_momentum = 0.0f},
-        [E5] = {.mode = VIL_INIT_FITTED, .fit_momentum = 0.75f},
+        [EK] = {.mode = VIL_INIT_FITTED, .fit_momentum = 0.75f},
         [S0] = {.mode = VIL_INIT_FITTED, .fit = VIL_INIT_FIT_SCALAR, .fit_momentum = 0.0f},
-        [S5] = {.mode = VIL_INIT_FITTED, .fit = VIL_INIT_FIT_SCALAR, .fit_momentum = 0.75f},
+        [SK] = {.mode = VIL_INIT_FITTED, .fit = VIL_INIT_FIT_SCALAR, .fit_momentum = 0.75f},
         [MEAN] = {.mode = VIL_INIT_FITTED, .fit_mean_only = 1, .fit_momentum = 0.99f},
         [PASS] = {.mode = VIL_INIT_PASSING},
         [DROP] = {.mode = VIL_INIT_FITTED, .fit_drop = 1.0f, .fit_momentum = 0.99f},
         [ZERO] = {.mode = VIL_INIT_ZERO},
     };
     VilModel m[NM];
-    for (int i = E0; i < NM; i++) {
+    for (int i = 0; i < NM; i++) {
         VilConfig c;
         stream_config(&c, arch, 4, 2);
         stream_model(&m[i], &c, 13);
@@ -383,7 +384,7 @@ static void test_fit_ablations(const char *arch) {
     size_t NE = (size_t)c->d_state * c->d_inner, nl = (size_t)B * 2 * c->readouts * c->num_classes;
     Streams s = make_streams(c, B, 8);
     float *lg[NM][2];
-    for (int i = E0; i < NM; i++) {
+    for (int i = 0; i < NM; i++) {
         lg[i][0] = vil_malloc(nl * sizeof(float)), lg[i][1] = vil_malloc(nl * sizeof(float));
         train_stream(&m[i], &s, 0, lg[i][0]);
     }
@@ -415,13 +416,13 @@ static void test_fit_ablations(const char *arch) {
     for (int l = 0; prev && l < depth; l++)
         for (int b = 0; b < B; b++) memcpy(prev + ((size_t)l * B + b) * NE, mean + l * NE, NE * sizeof(float));
     T_CHECK(prev && vil_model_train_state_set(&m[PASS], at, prev) == 0, "%s: passing's states set", arch);
-    for (int i = E0; i < NM; i++) train_stream(&m[i], &s, 1, lg[i][1]);
+    for (int i = 0; i < NM; i++) train_stream(&m[i], &s, 1, lg[i][1]);
     /* the second stream's fit: the momentum's k m1 + (1 - k) b2, b2 the momentum 0's fit (the
      * first fit is the batch's alone whatever k, so their second streams start alike) */
     float *f[4][2] = {{state_of(&m[E0], "init_state_mean", &t, &at), state_of(&m[E0], "init_state_var", &t, &at)},
-                      {state_of(&m[E5], "init_state_mean", &t, &at), state_of(&m[E5], "init_state_var", &t, &at)},
+                      {state_of(&m[EK], "init_state_mean", &t, &at), state_of(&m[EK], "init_state_var", &t, &at)},
                       {state_of(&m[S0], "init_state_mean", &t, &at), state_of(&m[S0], "init_state_var", &t, &at)},
-                      {state_of(&m[S5], "init_state_mean", &t, &at), state_of(&m[S5], "init_state_var", &t, &at)}};
+                      {state_of(&m[SK], "init_state_mean", &t, &at), state_of(&m[SK], "init_state_var", &t, &at)}};
     const float *first[2][2] = {{m1, v1}, {sm1, sv1}};
     for (int g = 0; g < 2; g++) { /* element, scalar */
         size_t n = g ? (size_t)depth : depth * NE;
@@ -443,7 +444,7 @@ static void test_fit_ablations(const char *arch) {
             "%s: init_state_fit_drop 1 trains as the zero start (bitwise)", arch);
     for (int g = 0; g < 4; g++) free(f[g][0]), free(f[g][1]);
     free(m1), free(v1), free(sm1), free(sv1), free(mean), free(prev), free(s.img), free(s.targets);
-    for (int i = E0; i < NM; i++) free(lg[i][0]), free(lg[i][1]), vil_model_free(&m[i]);
+    for (int i = 0; i < NM; i++) free(lg[i][0]), free(lg[i][1]), vil_model_free(&m[i]);
 }
 
 /* ---------------- the stream batches ---------------- */
