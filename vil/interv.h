@@ -58,8 +58,9 @@ size_t vil_interv_extra_bytes(const VilModel *m, const VilInterv *s, int B);
 int vil_interv_sample(VilModel *m, VilInterv *s, uint64_t seed, long first);
 void vil_interv_fit(VilModel *m, VilInterv *s, const struct VilDist *dist);
 
-/* Layer i's initial states for a training forward's scans (NULL: zero), and where its final
- * states go (NULL: nowhere): (B, S), directions interleaved per sample. */
+/* Layer i's initial states for a training forward's scans (NULL: zero, as every evaluation
+ * forward starts), and where its final states go (NULL: nowhere): (B, S), each sample's
+ * directions in turn. */
 const float *vil_interv_h0(const VilModel *m, const VilInterv *s, int i);
 float *vil_interv_hT(const VilModel *m, const VilInterv *s, int i);
 
