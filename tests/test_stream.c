@@ -5,8 +5,10 @@
  * token never changes an earlier readout), the chunking identity of the forward (one call over K
  * images = K / c calls of c images with the state and the context carried), and the
  * stream batches of data/stream.c (determinism by seed, each stream's chunks in order, labels
- * per image, evaluation streams per position), and state passing at a stream's start (a stream
- * then goes on where the one before it ended). */
+ * per image, evaluation streams per position), state passing at a stream's start (a stream
+ * then goes on where the one before it ended), and the fit's ablations there (the scalar fit
+ * against the element fit's pooled statistics, the momentum, the mean alone against passing from
+ * it, zero starts with probability 1 against the zero start). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +321,132 @@ static void test_passing(const char *arch) {
     vil_model_free(&whole);
 }
 
+/* ---------------- the fit's ablations at a stream's start ---------------- */
+
+/* one training stream per row, stream `which` of each row of s (its chunks 2 which and 2 which + 1
+ * as chunks 0 and 1), each forward's intervention sampled before it and fitted after it, as vil
+ * train does; its logits (B, 2 R, classes) */
+static void train_stream(VilModel *m, const Streams *s, int which, float *logits) {
+    size_t RC = (size_t)m->cfg.readouts * m->cfg.num_classes;
+    for (int k = 0; k < 2; k++) {
+        upload_chunk(m, s, 2 * which + k);
+        vil_model_stream_chunk(m, k);
+        vil_model_sample_init_state(m, 5, 0);
+        vil_model_forward(m, 1);
+        vil_model_fit_init_state(m, NULL);
+        for (int b = 0; b < s->B; b++)
+            memcpy(logits + ((size_t)b * 2 + k) * RC, m->acts.logits + b * RC, RC * sizeof(float));
+    }
+}
+
+/* the model's training-state tensor `name` (host floats), its info in *t and its index in *at;
+ * NULL when it has none */
+static float *state_of(const VilModel *m, const char *name, VilTrainStateInfo *t, int *at) {
+    for (int i = 0; i < vil_model_train_state_count(m); i++) {
+        *t = vil_model_train_state_info(m, i);
+        if (strcmp(t->name, name)) continue;
+        float *h = vil_malloc(t->room * sizeof(float));
+        vil_model_train_state_get(m, i, h);
+        *at = i;
+        return h;
+    }
+    return NULL;
+}
+
+/* The fit's ablations of the image models (doc/recipe.md "Initial states") at a stream's start,
+ * each model on the same weights and streams (two streams of 4 images a row, chunks of 2): the
+ * fit happens after a stream's last chunk alone; the scalar fit (depth, 1) is the element fit's
+ * pooled statistics; the momentum weighs the two streams' fits; the mean alone starts where
+ * passing does from that mean; the fit's zero starts with probability 1 train as the zero start. */
+static void test_fit_ablations(const char *arch) {
+    enum { B = 4 };
+    enum { E0, EK, S0, SK, MEAN, PASS, DROP, ZERO, NM }; /* the models; K: momentum 0.75 */
+    const VilInitSpec specs[NM] = {
+        [E0] = {.mode = VIL_INIT_FITTED, .fit_momentum = 0.0f},
+        [EK] = {.mode = VIL_INIT_FITTED, .fit_momentum = 0.75f},
+        [S0] = {.mode = VIL_INIT_FITTED, .fit = VIL_INIT_FIT_SCALAR, .fit_momentum = 0.0f},
+        [SK] = {.mode = VIL_INIT_FITTED, .fit = VIL_INIT_FIT_SCALAR, .fit_momentum = 0.75f},
+        [MEAN] = {.mode = VIL_INIT_FITTED, .fit_mean_only = 1, .fit_momentum = 0.99f},
+        [PASS] = {.mode = VIL_INIT_PASSING},
+        [DROP] = {.mode = VIL_INIT_FITTED, .fit_drop = 1.0f, .fit_momentum = 0.99f},
+        [ZERO] = {.mode = VIL_INIT_ZERO},
+    };
+    VilModel m[NM];
+    for (int i = 0; i < NM; i++) {
+        VilConfig c;
+        stream_config(&c, arch, 4, 2);
+        stream_model(&m[i], &c, 13);
+        T_CHECK(vil_model_set_init_state(&m[i], &specs[i], B) == 0 && vil_model_alloc_acts(&m[i], B, 1) == 0,
+                "%s: model %d's intervention", arch, i);
+    }
+    const VilConfig *c = &m[E0].cfg;
+    int depth = c->depth;
+    size_t NE = (size_t)c->d_state * c->d_inner, nl = (size_t)B * 2 * c->readouts * c->num_classes;
+    Streams s = make_streams(c, B, 8);
+    float *lg[NM][2];
+    for (int i = 0; i < NM; i++) {
+        lg[i][0] = vil_malloc(nl * sizeof(float)), lg[i][1] = vil_malloc(nl * sizeof(float));
+        train_stream(&m[i], &s, 0, lg[i][0]);
+    }
+    /* after the first stream: one fit (its first chunk fitted nothing), from zero starts */
+    VilTrainStateInfo te, ts, t;
+    int at, mean_at;
+    float *m1 = state_of(&m[E0], "init_state_mean", &te, &mean_at), *v1 = state_of(&m[E0], "init_state_var", &t, &at);
+    float *sm1 = state_of(&m[S0], "init_state_mean", &ts, &at), *sv1 = state_of(&m[S0], "init_state_var", &t, &at);
+    float *mean = state_of(&m[MEAN], "init_state_mean", &t, &at);
+    T_CHECK(m1 && v1 && sm1 && sv1 && mean && te.ndim == 3 && te.shape[0] == depth && te.shape[1] == c->d_state &&
+                te.shape[2] == c->d_inner && ts.ndim == 2 && ts.shape[0] == depth && ts.shape[1] == 1 &&
+                !strcmp(ts.dims, "layers, directions") && vil_model_train_state_counter(&m[E0], mean_at) == 1,
+            "%s: the fit after a stream's last chunk only (%ld fits after its 2 chunks); element (depth, N, E), "
+            "scalar (depth, 1)", arch, vil_model_train_state_counter(&m[E0], mean_at));
+    if (!m1 || !v1 || !sm1 || !sv1 || !mean) return;
+    double err = 0;
+    for (int l = 0; l < depth; l++) {
+        double a = 0, q = 0;
+        for (size_t x = l * NE; x < (l + 1) * NE; x++) a += m1[x], q += (double)v1[x] + (double)m1[x] * m1[x];
+        a /= NE, q /= NE;
+        double pv = q - a * a;
+        err = fmax(err, fmax(fabs(sm1[l] - a) / (fabs(a) + sqrt(pv)), fabs(sv1[l] - pv) / pv));
+    }
+    char name[128];
+    snprintf(name, sizeof name, "%s: the scalar fit = the element fit's statistics pooled over a layer's N E", arch);
+    T_CLOSE(name, err, 1e-4);
+    /* passing from the fitted mean, in every row */
+    float *prev = state_of(&m[PASS], "init_state_prev", &t, &at);
+    for (int l = 0; prev && l < depth; l++)
+        for (int b = 0; b < B; b++) memcpy(prev + ((size_t)l * B + b) * NE, mean + l * NE, NE * sizeof(float));
+    T_CHECK(prev && vil_model_train_state_set(&m[PASS], at, prev) == 0, "%s: passing's states set", arch);
+    for (int i = 0; i < NM; i++) train_stream(&m[i], &s, 1, lg[i][1]);
+    /* the second stream's fit: the momentum's k m1 + (1 - k) b2, b2 the momentum 0's fit (the
+     * first fit is the batch's alone whatever k, so their second streams start alike) */
+    float *f[4][2] = {{state_of(&m[E0], "init_state_mean", &t, &at), state_of(&m[E0], "init_state_var", &t, &at)},
+                      {state_of(&m[EK], "init_state_mean", &t, &at), state_of(&m[EK], "init_state_var", &t, &at)},
+                      {state_of(&m[S0], "init_state_mean", &t, &at), state_of(&m[S0], "init_state_var", &t, &at)},
+                      {state_of(&m[SK], "init_state_mean", &t, &at), state_of(&m[SK], "init_state_var", &t, &at)}};
+    const float *first[2][2] = {{m1, v1}, {sm1, sv1}};
+    for (int g = 0; g < 2; g++) { /* element, scalar */
+        size_t n = g ? (size_t)depth : depth * NE;
+        for (int w = 0; w < 2; w++) { /* mean, var */
+            float *want = vil_malloc(n * sizeof(float));
+            for (size_t x = 0; x < n; x++) want[x] = (float)(0.75 * first[g][w][x] + 0.25 * f[2 * g][w][x]);
+            snprintf(name, sizeof name, "%s: momentum 0.75, %s fit's %s = 0.75 m1 + 0.25 b2 after two streams", arch,
+                     g ? "scalar" : "element", w ? "var" : "mean");
+            T_CLOSE(name, rel_diff(want, f[2 * g + 1][w], n), 1e-6);
+            free(want);
+        }
+    }
+    T_CHECK(rel_diff(f[0][0], m1, depth * NE) > 1e-3, "%s: the second stream's fit moved (the test can fail)", arch);
+    T_CHECK(!memcmp(lg[MEAN][1], lg[PASS][1], nl * sizeof(float)),
+            "%s: init_state_fit_noise 0: a stream starts at the fitted mean, as passing from it does (bitwise)", arch);
+    T_CHECK(memcmp(lg[MEAN][1], lg[E0][1], nl * sizeof(float)) && memcmp(lg[S0][1], lg[E0][1], nl * sizeof(float)),
+            "%s: the noise around the mean, and the scalar fit's, change the second stream", arch);
+    T_CHECK(!memcmp(lg[DROP][0], lg[ZERO][0], nl * sizeof(float)) && !memcmp(lg[DROP][1], lg[ZERO][1], nl * sizeof(float)),
+            "%s: init_state_fit_drop 1 trains as the zero start (bitwise)", arch);
+    for (int g = 0; g < 4; g++) free(f[g][0]), free(f[g][1]);
+    free(m1), free(v1), free(sm1), free(sv1), free(mean), free(prev), free(s.img), free(s.targets);
+    for (int i = 0; i < NM; i++) free(lg[i][0]), free(lg[i][1]), vil_model_free(&m[i]);
+}
+
 /* ---------------- the stream batches ---------------- */
 
 static char *dir;
@@ -470,6 +598,8 @@ int main(void) {
     test_stream_batches();
     test_passing("vil");
     test_passing("vim");
+    test_fit_ablations("vil");
+    test_fit_ablations("vim");
     test_causality("vil");
     test_causality("vim");
     test_chunking("vil");

@@ -566,7 +566,8 @@ static void test_pos_embed_modes(void) {
 }
 
 /* A stream model (family = stream): streams of 4 images in chunks of 2 (truncated BPTT), trained
- * with each initial-state intervention; a run stopped inside a stream (its carried state and
+ * with each initial-state intervention and the fit's ablations (the scalar fit with momentum 0.9,
+ * the mean alone with zero starts); a run stopped inside a stream (its carried state and
  * context in the state file) and resumed equals the uninterrupted one bit for bit; vil eval reads
  * it by position, past the trained length, and agrees with the run's own validation there. */
 static const char *STREAM_CFG =
@@ -577,13 +578,15 @@ static const char *STREAM_CFG =
     "hflip = 0\nscale_min = 1\ncrop_pct = 1\nworkers = 1\nlog_every = 1\neval_every_epochs = 1\n"
     "init_state_sigma = 0.3\ninit_state_drop = 0.2\n";
 
-static void stream_setup(VilTrainRun *r, const char *out, Trace *trace, const char *init) {
+/* the stream config with init_state = init and the pairs of keys and values in more (NULL-ended) */
+static void stream_setup(VilTrainRun *r, const char *out, Trace *trace, const char *init, const char *const *more) {
     memset(r, 0, sizeof *r);
     vil_config_default(&r->model);
     vil_train_config_default(&r->train);
-    if (vil_train_config_load(&r->model, &r->train, path("stream.cfg")) != 0 ||
-        vil_train_config_set(&r->model, &r->train, "init_state", init) != 0 ||
-        vil_config_finalize(&r->model) != 0 || vil_train_config_finalize(&r->train) != 0) {
+    int bad = vil_train_config_load(&r->model, &r->train, path("stream.cfg")) != 0 ||
+              vil_train_config_set(&r->model, &r->train, "init_state", init) != 0;
+    for (int i = 0; !bad && more[i]; i += 2) bad = vil_train_config_set(&r->model, &r->train, more[i], more[i + 1]) != 0;
+    if (bad || vil_config_finalize(&r->model) != 0 || vil_train_config_finalize(&r->train) != 0) {
         printf("FAIL: the stream test config does not load\n");
         exit(1);
     }
@@ -612,49 +615,73 @@ static double max_abs(const char *file, const char *name) {
 
 static void test_stream_train(void) {
     corpus_write(path("stream.cfg"), STREAM_CFG, strlen(STREAM_CFG));
-    const char *inits[4] = {"zero", "noise", "fitted", "passing"};
+    /* each intervention, and the fit's ablations: the scalar fit with the paper's momentum, the
+     * mean alone with zero starts */
+    const struct {
+        const char *tag, *init, *more[5]; /* more: keys and values */
+    } runs[] = {{"zero", "zero", {NULL}}, {"noise", "noise", {NULL}}, {"fitted", "fitted", {NULL}},
+                {"fitted_scalar", "fitted", {"init_state_fit", "scalar", "init_state_fit_momentum", "0.9"}},
+                {"fitted_mean_drop", "fitted", {"init_state_fit_noise", "0", "init_state_fit_drop", "0.3"}},
+                {"passing", "passing", {NULL}}};
+    int nruns = sizeof runs / sizeof runs[0];
     char outa[4096], outb[4096], sa[4200], sb[4200];
     float val_top1 = -1;
-    for (int k = 0; k < 4; k++) {
-        snprintf(outa, sizeof outa, "%s_%s", path("streamA"), inits[k]);
-        snprintf(outb, sizeof outb, "%s_%s", path("streamB"), inits[k]);
+    for (int k = 0; k < nruns; k++) {
+        const char *tag = runs[k].tag, *const *more = runs[k].more;
+        int fitted = !strcmp(runs[k].init, "fitted"), passing = !strcmp(runs[k].init, "passing");
+        snprintf(outa, sizeof outa, "%s_%s", path("streamA"), tag);
+        snprintf(outb, sizeof outb, "%s_%s", path("streamB"), tag);
         VilTrainRun ra, rb;
         Trace ta = {0}, tb = {0};
         VilTrainResult res_a, res_b;
-        stream_setup(&ra, outa, &ta, inits[k]);
+        stream_setup(&ra, outa, &ta, runs[k].init, more);
         VilTrainStatus st = vil_train(&ra, &res_a);
         /* 192 images: 48 streams of 4, 12 groups of 4 streams, each 2 chunks: 24 steps an epoch */
         T_CHECK(st == VIL_TRAIN_DONE && res_a.step == 48 && ta.n == 48 && res_a.top1 >= 0,
-                "stream run (%s): status %d, %ld steps, %d losses", inits[k], st, res_a.step, ta.n);
+                "stream run (%s): status %d, %ld steps, %d losses", tag, st, res_a.step, ta.n);
         /* stopped after a stream's first chunk (step 5: chunk 0 of group 2), again inside epoch 2 */
-        stream_setup(&rb, outb, &tb, inits[k]);
+        stream_setup(&rb, outb, &tb, runs[k].init, more);
         rb.stop_after = 5;
         st = vil_train(&rb, &res_b);
         snprintf(sb, sizeof sb, "%s/last.state.safetensors", outb);
         T_CHECK(st == VIL_TRAIN_STOPPED && max_abs(sb, "stream_state") > 0 && max_abs(sb, "stream_context") > 0,
-                "stream run (%s) stopped inside a stream: its carried state saved (|h| %g)", inits[k],
+                "stream run (%s) stopped inside a stream: its carried state saved (|h| %g)", tag,
                 max_abs(sb, "stream_state"));
-        stream_setup(&rb, outb, &tb, inits[k]);
+        stream_setup(&rb, outb, &tb, runs[k].init, more);
         rb.resume = outb;
         rb.stop_after = 31;
         st = vil_train(&rb, &res_b);
-        stream_setup(&rb, outb, &tb, inits[k]);
+        stream_setup(&rb, outb, &tb, runs[k].init, more);
         rb.resume = outb;
         st = vil_train(&rb, &res_b);
         int same = st == VIL_TRAIN_DONE && tb.n == ta.n;
         for (int i = 0; same && i < ta.n; i++) same = memcmp(&ta.loss[i], &tb.loss[i], sizeof(float)) == 0;
         T_CHECK(same, "stream run (%s) resumed twice inside streams: the same loss at every step, bit for bit",
-                inits[k]);
+                tag);
         const char *names[4] = {"params", "adam_m", "adam_v", "init_state_prev"};
         snprintf(sa, sizeof sa, "%s/last.state.safetensors", outa);
-        T_CHECK(same_tensors(sa, sb, names, k == 3 ? 4 : 3), "stream run (%s): weights and moments bitwise equal",
-                inits[k]);
-        T_CHECK(res_a.top1 == res_b.top1, "stream run (%s): the same validation top-1", inits[k]);
+        T_CHECK(same_tensors(sa, sb, names, passing ? 4 : 3), "stream run (%s): weights and moments bitwise equal",
+                tag);
+        T_CHECK(res_a.top1 == res_b.top1, "stream run (%s): the same validation top-1", tag);
         val_top1 = res_a.top1;
-        if (k == 2) {
+        if (fitted) {
             const char *fit[2] = {"init_state_mean", "init_state_var"};
             T_CHECK(same_tensors(sa, sb, fit, 2) && max_abs(sa, "init_state_var") > 0,
-                    "stream run (fitted): the fit bitwise equal, and fitted");
+                    "stream run (%s): the fit bitwise equal, and fitted", tag);
+            /* a fit per stream's end: 48 steps of 2 chunks; the scalar fit one pair per layer */
+            VilSafetensors st;
+            if (st_read_quiet(sa, &st) == 0) {
+                const char *fits = vil_st_meta(&st, "vil.init_state_fits");
+                const VilStTensor *t = vil_st_find(&st, "init_state_mean");
+                int scalar = more[0] && !strcmp(more[1], "scalar");
+                T_CHECK(fits && !strcmp(fits, "24") && t && t->shape[0] == 2 &&
+                            (scalar ? t->ndim == 2 && t->shape[1] == 1 : t->ndim == 3 && t->shape[1] == 4),
+                        "stream run (%s): 24 fits (%s), the mean (depth 2, %s)", tag, fits ? fits : "none",
+                        scalar ? "1 direction" : "d_state 4, d_inner 32");
+                vil_st_free(&st);
+            } else {
+                T_CHECK(0, "stream run (%s): the state file reads", tag);
+            }
         }
     }
     /* vil eval by position: at the trained length the run's own validation (run A with passing:

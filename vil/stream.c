@@ -8,6 +8,7 @@
  * of chunk k - 1 handed out (vil_model_stream_chunk), which is truncated backpropagation through
  * time in training: the carried state is a constant of the chunk's backward (doc/scans.md "One
  * direction"). The ops are the backend's own, written once here as vim.c writes its network. */
+#include "interv.h"
 #include "net.h"
 #include "vim.h"
 
@@ -16,7 +17,6 @@
 #include <string.h>
 
 #include "common.h"
-#include "dist.h"
 
 /* ---------------- the family's records ---------------- */
 
@@ -62,19 +62,6 @@ typedef struct {
     float *dlogits;     /* (B, R, classes) f32 */
 } Acts;
 
-/* The initial-state interventions of doc/recipe.md ("Initial states") at a stream's start, as
- * vim.c's with one direction: S = N E floats per sample and layer. The final states a fit or
- * state passing reads are those after a training stream's last chunk. */
-typedef struct {
-    VilInitMode mode;
-    float sigma, drop, keep; /* keep: fitted's momentum (init_state_fit_momentum) */
-    int S, batch, B;     /* floats per sample and layer; the training batch; h0/hT's batch (0: none) */
-    float *h0, *hT;      /* (depth, B, S) backend memory */
-    int h0_set, has_prev;
-    float *mean, *var, *mom; /* fitted: (depth, S), (depth, S), (2, depth, S) */
-    long fits;
-} InitState;
-
 /* Where the stream stands: the chunk the next forward reads and the slots it reads and writes. */
 typedef struct {
     long k;              /* vil_model_stream_chunk's chunk */
@@ -88,7 +75,7 @@ typedef struct {
 typedef struct {
     Offsets off;
     Acts a;
-    InitState init;
+    VilInterv init; /* the initial-state interventions (interv.h) at a stream's start: one direction */
     Position pos;
 } Stream;
 
@@ -147,6 +134,7 @@ static void build(const VilConfig *c, VilParamTable *tab, void **fam) {
         Stream *v = vil_calloc(1, sizeof *v);
         v->off = o;
         v->pos.fwd_in = -1;
+        vil_interv_init(&v->init, 1, VIL_INTERV_NOUN("stream"));
         *fam = v;
     }
 }
@@ -325,10 +313,7 @@ static void drop_acts(VilModel *m) {
     V(m)->pos.valid = 0;
 }
 
-static size_t extra_bytes(const VilModel *m, int B) {
-    const InitState *s = &V(m)->init;
-    return s->mode != VIL_INIT_ZERO && s->B != B ? 2 * (size_t)m->cfg.depth * B * s->S * sizeof(float) : 0;
-}
+static size_t extra_bytes(const VilModel *m, int B) { return vil_interv_extra_bytes(m, &V(m)->init, B); }
 
 static int check_batch(const VilModel *m, int B, const char *what) {
     const VilConfig *c = &m->cfg;
@@ -368,17 +353,7 @@ static int last_chunk(const VilModel *m, long k) {
 }
 
 /* the intervention's initial states of layer i at a stream's start (NULL: zero) */
-static const float *init_h0(const VilModel *m, int i) {
-    const InitState *s = &V(m)->init;
-    return m->acts.training && s->h0_set ? s->h0 + (size_t)i * s->B * s->S : NULL;
-}
-
-/* where layer i's final states go after the last chunk of a training stream, or NULL */
-static float *init_hT(const VilModel *m, int i) {
-    const InitState *s = &V(m)->init;
-    int wants = s->mode == VIL_INIT_FITTED || s->mode == VIL_INIT_PASSING;
-    return wants && s->B == m->acts.B ? s->hT + (size_t)i * s->B * s->S : NULL;
-}
+static const float *init_h0(const VilModel *m, int i) { return vil_interv_h0(m, &V(m)->init, i); }
 
 /* slot s's state and context of layer i */
 static float *slot_h(const VilModel *m, int s, int i) {
@@ -468,7 +443,7 @@ static void forward(VilModel *m, int with_loss) {
         if (i > 0) nf.res_in = a->layer[i - 1].res, nf.h = a->h;
         else nf.res_in = a->zeros, nf.h = a->tokens;
         be->add_rmsnorm_forward(be, &nf);
-        float *hT = to_init ? init_hT(m, i) : slot_h(m, out, i);
+        float *hT = to_init ? vil_interv_hT(m, &V(m)->init, i) : slot_h(m, out, i);
         mixer_forward(m, &o->layer[i], l, i, in, out, hT);
     }
     p->fwd_in = in, p->fwd_k = p->k, p->cur = out;
@@ -562,173 +537,64 @@ static void backward(VilModel *m) {
 
 /* ---------------- the initial-state interventions ---------------- */
 
-static int init_batch(VilModel *m, int B) {
-    InitState *s = &V(m)->init;
-    if (s->mode == VIL_INIT_ZERO || s->B == B) return 0;
-    if (s->h0) m->be->free(m->be, s->h0), m->be->free(m->be, s->hT);
-    size_t n = (size_t)m->cfg.depth * B * s->S;
-    s->h0 = vil_net_zeros(m, n);
-    s->hT = s->h0 ? vil_net_zeros(m, n) : NULL;
-    s->B = B, s->has_prev = 0, s->h0_set = 0;
-    if (s->hT) return 0;
-    if (s->h0) m->be->free(m->be, s->h0);
-    s->h0 = NULL, s->B = 0;
-    vil_error("the initial states of a batch of %d (%.2f GiB) cannot be allocated on the %s device", B,
-              2.0 * n * sizeof(float) / 1073741824.0, m->be->name);
-    return -1;
-}
-
-static size_t fit_floats(const VilModel *m) { return (size_t)m->cfg.depth * m->cfg.d_state * m->cfg.d_inner; }
-
+/* interv.h's, at a stream's start only: a later chunk starts from the carried state */
 static int set_init_state(VilModel *m, const VilInitSpec *spec, int B) {
-    InitState *s = &V(m)->init;
-    VilInitMode mode = spec->mode;
-    float sigma = spec->sigma, drop = spec->drop;
-    if (spec->fit != VIL_INIT_FIT_ELEMENT || spec->fit_mean_only || spec->fit_drop != 0.0f) {
-        vil_error("the stream family fits per element with noise and no zero starts: init_state_fit, "
-                  "init_state_fit_noise and init_state_fit_drop are for the image models (for now)");
-        return -1;
-    }
-    if (mode == VIL_INIT_FITTED && !s->mean) {
-        size_t n = fit_floats(m);
-        float *mean = vil_net_zeros(m, n), *var = mean ? vil_net_zeros(m, n) : NULL;
-        float *mom = var ? vil_net_zeros(m, 2 * n) : NULL;
-        if (!mom) {
-            if (mean) m->be->free(m->be, mean);
-            if (var) m->be->free(m->be, var);
-            vil_error("init_state = fitted: its running fit (%.2f GiB) cannot be allocated on the %s device",
-                      4.0 * n * sizeof(float) / 1073741824.0, m->be->name);
-            return -1;
-        }
-        s->mean = mean, s->var = var, s->mom = mom;
-        s->fits = 0;
-    }
-    s->mode = mode, s->sigma = sigma, s->drop = drop, s->keep = spec->fit_momentum, s->batch = B;
-    s->S = m->cfg.d_state * m->cfg.d_inner;
-    if (init_batch(m, B) != 0) {
-        s->mode = VIL_INIT_ZERO;
-        return -1;
-    }
-    return 0;
+    return vil_interv_set(m, &V(m)->init, spec, B);
 }
-
 static int sample_init_state(VilModel *m, uint64_t seed, long first) {
-    InitState *s = &V(m)->init;
-    s->h0_set = 0;
-    /* only where a stream starts: a later chunk starts from the carried state */
-    if (s->mode == VIL_INIT_ZERO || !m->acts.training || V(m)->pos.k != 0) return 0;
-    if (init_batch(m, m->acts.B) != 0) return -1;
-    int passing = s->mode == VIL_INIT_PASSING, fitted = s->mode == VIL_INIT_FITTED;
-    if ((passing && !s->has_prev) || (fitted && s->fits == 0)) return 0;
-    size_t ls = (size_t)s->B * s->S;
-    for (int i = 0; i < m->cfg.depth; i++)
-        m->be->state_init(m->be, &(VilStateInit){
-            .h0 = s->h0 + i * ls, .prev = passing ? s->hT + i * ls : NULL,
-            .mean = fitted ? s->mean + (size_t)i * s->S : NULL, .var = fitted ? s->var + (size_t)i * s->S : NULL,
-            .sigma = s->sigma, .drop = s->drop, .seed = vil_hash_seed(seed, (uint64_t)i, 0, 0),
-            .first = first, .B = s->B, .S = s->S});
-    s->h0_set = 1;
+    if (V(m)->pos.k == 0) return vil_interv_sample(m, &V(m)->init, seed, first);
+    V(m)->init.h0_set = 0;
     return 0;
 }
 
 /* after a training forward: the fit, or passing's states, from a stream's last chunk only */
-static void fit_init_state(VilModel *m, const VilDist *dist) {
-    InitState *s = &V(m)->init;
-    if (!m->acts.training || s->B != m->acts.B || !last_chunk(m, V(m)->pos.fwd_k)) return;
-    if (s->mode == VIL_INIT_PASSING) s->has_prev = 1;
-    if (s->mode != VIL_INIT_FITTED) return;
-    size_t n = fit_floats(m), ls = (size_t)s->B * s->S;
-    for (int i = 0; i < m->cfg.depth; i++)
-        m->be->state_moments(m->be, &(VilStateMoments){.sum = s->mom + (size_t)i * s->S,
-                                                       .sq = s->mom + n + (size_t)i * s->S,
-                                                       .hT = s->hT + i * ls, .B = s->B, .S = s->S});
-    float count = (float)s->B;
-    if (dist && dist->mpi) {
-        m->be->grad_allreduce(m->be, &(VilAllReduce){.buf = s->mom, .n = 2 * n, .dist = dist});
-        count *= (float)dist->world;
-    }
-    m->be->state_fit(m->be, &(VilStateFit){.mean = s->mean, .var = s->var, .sum = s->mom, .sq = s->mom + n,
-                                           .n = n, .count = count, .keep = s->fits ? s->keep : 0.0f});
-    s->fits++;
+static void fit_init_state(VilModel *m, const struct VilDist *dist) {
+    if (last_chunk(m, V(m)->pos.fwd_k)) vil_interv_fit(m, &V(m)->init, dist);
 }
 
 /* ---------------- the training state ---------------- */
 
-/* After the optimizer's and the EMA's: fitted's mean and var, passing's previous final states,
- * and, where a training stream is several chunks, the state and context carried into the next
- * chunk (a run saved inside a stream resumes bit for bit). */
-enum { ST_MEAN, ST_VAR, ST_PREV, ST_CARRY_H, ST_CARRY_CTX };
+/* After the optimizer's and the EMA's: the interventions' (interv.h), then, where a training
+ * stream is several chunks, the state and context carried into the next chunk (a run saved
+ * inside a stream resumes bit for bit). */
+enum { CARRY_H, CARRY_CTX };
 
-static int state_kinds(const VilModel *m, int *kinds) {
-    const InitState *s = &V(m)->init;
-    int n = 0;
-    if (s->mode == VIL_INIT_FITTED) kinds[n++] = ST_MEAN, kinds[n++] = ST_VAR;
-    if (s->mode == VIL_INIT_PASSING) kinds[n++] = ST_PREV;
-    if (s->batch > 0 && chunks_per_stream(&m->cfg) > 1) {
-        kinds[n++] = ST_CARRY_H;
-        if (ctx_rows(&m->cfg)) kinds[n++] = ST_CARRY_CTX;
-    }
-    return n;
+/* the carried state's entries: none, the state, or the state and the conv context */
+static int carry_count(const VilModel *m) {
+    if (V(m)->init.batch <= 0 || chunks_per_stream(&m->cfg) <= 1) return 0;
+    return ctx_rows(&m->cfg) ? 2 : 1;
 }
 
-static int state_kind(const VilModel *m, int i) {
-    int kinds[5];
-    state_kinds(m, kinds);
-    return kinds[i];
-}
+static int state_count(const VilModel *m) { return vil_interv_state_count(&V(m)->init) + carry_count(m); }
 
-static int state_count(const VilModel *m) {
-    int kinds[5];
-    return state_kinds(m, kinds);
+/* entry i's carried tensor (CARRY_H, CARRY_CTX), or -1: one of the interventions' */
+static int carry_of(const VilModel *m, int i) {
+    int k = i - vil_interv_state_count(&V(m)->init);
+    return k >= 0 ? k : -1;
 }
 
 static size_t carry_floats(const VilModel *m, int k) {
     const VilConfig *c = &m->cfg;
-    return (size_t)c->depth * V(m)->init.batch * (k == ST_CARRY_H ? c->d_state : ctx_rows(c)) * c->d_inner;
+    return (size_t)c->depth * V(m)->init.batch * (k == CARRY_H ? c->d_state : ctx_rows(c)) * c->d_inner;
 }
 
 static VilTrainStateInfo state_info(const VilModel *m, int i) {
     const VilConfig *c = &m->cfg;
-    const InitState *s = &V(m)->init;
+    int k = carry_of(m, i), h = k == CARRY_H;
+    if (k < 0) return vil_interv_state_info(m, &V(m)->init, i);
     VilTrainStateInfo t = {.optional = 1};
-    int k = state_kind(m, i);
-    if (k == ST_MEAN || k == ST_VAR) {
-        t.name = k == ST_MEAN ? "init_state_mean" : "init_state_var";
-        t.absent = "the state has no fitted initial states (init_state was not fitted): the fit starts now";
-        t.nonneg = k == ST_VAR;
-        t.group = 1;
-        t.count_key = k == ST_MEAN ? "vil.init_state_fits" : NULL;
-        t.ndim = 3;
-        int64_t sh[3] = {c->depth, c->d_state, c->d_inner};
-        memcpy(t.shape, sh, sizeof sh);
-        t.dims = "layers, d_state, d_inner";
-        t.numel = fit_floats(m);
-    } else if (k == ST_PREV) {
-        t.name = "init_state_prev";
-        t.absent = "the state has no passed states (init_state was not passing): the first stream starts from zero";
-        t.per_rank = 1;
-        t.mismatch = "the state's passed states are for another batch or number of ranks: the first stream "
-                     "starts from zero";
-        t.ndim = 4;
-        int64_t sh[4] = {c->depth, s->batch, c->d_state, c->d_inner};
-        memcpy(t.shape, sh, sizeof sh);
-        t.dims = "layers, batch, d_state, d_inner";
-        t.numel = (size_t)s->batch * fit_floats(m);
-    } else {
-        int h = k == ST_CARRY_H;
-        t.name = h ? "stream_state" : "stream_context";
-        t.absent = "the state has no carried stream state (saved by a run without truncated BPTT): the "
-                   "streams in progress go on from zero";
-        t.per_rank = 1;
-        t.mismatch = "the state's carried stream state is for another batch or number of ranks: the streams "
-                     "in progress go on from zero";
-        t.group = 2;
-        t.ndim = 4;
-        int64_t sh[4] = {c->depth, s->batch, h ? c->d_state : ctx_rows(c), c->d_inner};
-        memcpy(t.shape, sh, sizeof sh);
-        t.dims = h ? "layers, batch, d_state, d_inner" : "layers, batch, d_conv - 1, d_inner";
-        t.numel = carry_floats(m, k);
-    }
+    t.name = h ? "stream_state" : "stream_context";
+    t.absent = "the state has no carried stream state (saved by a run without truncated BPTT): the "
+               "streams in progress go on from zero";
+    t.per_rank = 1;
+    t.mismatch = "the state's carried stream state is for another batch or number of ranks: the streams "
+                 "in progress go on from zero";
+    t.group = 2;
+    t.ndim = 4;
+    int64_t sh[4] = {c->depth, V(m)->init.batch, h ? c->d_state : ctx_rows(c), c->d_inner};
+    memcpy(t.shape, sh, sizeof sh);
+    t.dims = h ? "layers, batch, d_state, d_inner" : "layers, batch, d_conv - 1, d_inner";
+    t.numel = carry_floats(m, k);
     t.room = t.numel;
     return t;
 }
@@ -739,61 +605,47 @@ static void carry_get(const VilModel *m, int k, float *host) {
     const Position *p = &V(m)->pos;
     size_t n = carry_floats(m, k);
     int have = p->valid && m->acts.training && m->acts.B == V(m)->init.batch;
-    const float *stash = k == ST_CARRY_H ? p->stash_h : p->stash_ctx;
+    const float *stash = k == CARRY_H ? p->stash_h : p->stash_ctx;
     if (stash) memcpy(host, stash, n * sizeof(float)); /* restored, not yet taken by a forward */
     else if (!have) memset(host, 0, n * sizeof(float));
-    else if (k == ST_CARRY_H) m->be->to_host(m->be, host, V(m)->a.carry_h[p->cur], n * sizeof(float));
+    else if (k == CARRY_H) m->be->to_host(m->be, host, V(m)->a.carry_h[p->cur], n * sizeof(float));
     else m->be->act_to_host_f32(m->be, host, V(m)->a.carry_ctx[p->cur], n);
 }
 
+/* the carried state of a resumed run: the activations are not there yet, so the next chunk's
+ * forward takes it (take_stash) */
+static int carry_set(VilModel *m, int k, const float *host) {
+    Position *p = &V(m)->pos;
+    float **dst = k == CARRY_H ? &p->stash_h : &p->stash_ctx;
+    size_t bytes = carry_floats(m, k) * sizeof(float);
+    free(*dst);
+    *dst = NULL;
+    if (!host) return 0;
+    if (!(*dst = vil_try_malloc(bytes))) {
+        vil_error("no host memory for the carried stream state (%zu bytes)", bytes);
+        return -1;
+    }
+    memcpy(*dst, host, bytes);
+    return 0;
+}
+
 static void state_get(const VilModel *m, int i, float *host) {
-    const InitState *s = &V(m)->init;
-    size_t n = fit_floats(m) * sizeof(float);
-    int k = state_kind(m, i);
-    if (k == ST_MEAN) m->be->to_host(m->be, host, s->mean, n);
-    else if (k == ST_VAR) m->be->to_host(m->be, host, s->var, n);
-    else if (k == ST_PREV && s->B == s->batch && s->has_prev) m->be->to_host(m->be, host, s->hT, n * s->batch);
-    else if (k == ST_PREV) memset(host, 0, n * s->batch);
+    int k = carry_of(m, i);
+    if (k < 0) vil_interv_state_get(m, &V(m)->init, i, host);
     else carry_get(m, k, host);
 }
 
 static int state_set(VilModel *m, int i, const float *host) {
-    InitState *s = &V(m)->init;
-    Position *p = &V(m)->pos;
-    size_t n = fit_floats(m) * sizeof(float);
-    int k = state_kind(m, i);
-    if (k == ST_CARRY_H || k == ST_CARRY_CTX) {
-        /* the activations are not there yet: the next chunk's forward takes it (take_stash) */
-        float **dst = k == ST_CARRY_H ? &p->stash_h : &p->stash_ctx;
-        size_t bytes = carry_floats(m, k) * sizeof(float);
-        free(*dst);
-        *dst = NULL;
-        if (!host) return 0;
-        if (!(*dst = vil_try_malloc(bytes))) {
-            vil_error("no host memory for the carried stream state (%zu bytes)", bytes);
-            return -1;
-        }
-        memcpy(*dst, host, bytes);
-        return 0;
-    }
-    if (k == ST_PREV) {
-        if (host) {
-            if (init_batch(m, s->batch) != 0) return -1;
-            m->be->to_device(m->be, s->hT, host, n * (size_t)s->batch);
-        }
-        s->has_prev = host != NULL;
-        return 0;
-    }
-    float *dst = k == ST_MEAN ? s->mean : s->var;
-    if (host) m->be->to_device(m->be, dst, host, n);
-    else m->be->zero(m->be, dst, n);
-    if (k == ST_MEAN && !host) s->fits = 0;
-    return 0;
+    int k = carry_of(m, i);
+    return k < 0 ? vil_interv_state_set(m, &V(m)->init, i, host) : carry_set(m, k, host);
 }
 
-static long state_counter(const VilModel *m, int i) { return state_kind(m, i) == ST_MEAN ? V(m)->init.fits : 0; }
+/* the fit's updates (the carried state has no count) */
+static long state_counter(const VilModel *m, int i) {
+    return carry_of(m, i) < 0 ? vil_interv_state_counter(&V(m)->init, i) : 0;
+}
 static void state_set_counter(VilModel *m, int i, long count) {
-    if (state_kind(m, i) == ST_MEAN) V(m)->init.fits = count;
+    if (carry_of(m, i) < 0) vil_interv_state_set_counter(&V(m)->init, i, count);
 }
 
 /* ---------------- the family ---------------- */
@@ -801,10 +653,7 @@ static void state_set_counter(VilModel *m, int i, long count) {
 static void release(VilModel *m) {
     Stream *v = V(m);
     if (!v) return;
-    InitState *s = &v->init;
-    float *ib[5] = {s->h0, s->hT, s->mean, s->var, s->mom};
-    for (int i = 0; i < 5; i++)
-        if (ib[i]) m->be->free(m->be, ib[i]);
+    vil_interv_free(m, &v->init);
     free(v->pos.stash_h);
     free(v->pos.stash_ctx);
     free(v->a.layer);

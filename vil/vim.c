@@ -3,6 +3,7 @@
  * activation layout, the forward and backward sequences written once against the VilBackend op
  * table, drop path, the initial-state interventions of the scans and the states along the
  * sequence. The network of doc/models.md; nothing here knows which backend runs it. */
+#include "interv.h"
 #include "net.h"
 #include "vim.h"
 
@@ -11,7 +12,6 @@
 #include <string.h>
 
 #include "common.h"
-#include "dist.h"
 
 /* ---------------- the family's records ---------------- */
 
@@ -55,32 +55,10 @@ typedef struct {
     float *dlogits;     /* (B, classes) f32 */
 } Acts;
 
-/* The initial-state interventions of doc/recipe.md ("Initial states"): what a training forward's
- * scans start from. Evaluation forwards always start from zero. */
-typedef struct {
-    VilInitMode mode;
-    float sigma, drop;   /* noise's standard deviation; passing's probability of a zero start */
-    VilInitFit fit;      /* fitted: per element, or per layer and direction */
-    int mean_only;       /* fitted: start from the mean, no noise */
-    float keep;          /* fitted: the old fit's weight at an update */
-    float fit_drop;      /* fitted: the probability of a zero start */
-    int S;               /* floats of one sample's states in one layer: 2 N E */
-    int batch;           /* the training micro-batch (the passed states' shape) */
-    int B;               /* the batch h0 and hT are allocated for (0: none) */
-    float *h0;           /* (depth, B, S) backend memory: the next training forward's initial states */
-    float *hT;           /* (depth, B, S): the final states of the last training forward */
-    int h0_set;          /* h0 holds this micro-batch's states (else the scans start from zero) */
-    int has_prev;        /* passing: hT holds the previous micro-batch's final states */
-    float *mean, *var;   /* fitted: (depth, S) each, the running fit; (depth, 2) when fit is scalar */
-    size_t stats;        /* floats of mean and of var as allocated (0: none) */
-    float *mom;          /* fitted: (2, depth, S) the batch's sums and sums of squares */
-    long fits;           /* fitted: updates of the running fit so far (0: none, no noise yet) */
-} InitState;
-
 typedef struct {
     Offsets off;
     Acts a;
-    InitState init; /* mode VIL_INIT_ZERO: nothing allocated */
+    VilInterv init; /* the initial-state interventions (interv.h): two directions a layer */
 } Vim;
 
 static Vim *V(const VilModel *m) { return (Vim *)m->fam; }
@@ -161,6 +139,7 @@ static void build(const VilConfig *c, VilParamTable *tab, void **fam) {
     if (fam) {
         Vim *v = vil_calloc(1, sizeof *v);
         v->off = o;
+        vil_interv_init(&v->init, 2, VIL_INTERV_NOUN("batch"));
         *fam = v;
     }
 }
@@ -358,11 +337,7 @@ static void drop_acts(VilModel *m) {
     memset(&V(m)->a, 0, sizeof V(m)->a);
 }
 
-static size_t extra_bytes(const VilModel *m, int B) {
-    const InitState *s = &V(m)->init;
-    /* held already (set_init_state makes them for its batch): the device's free memory says so */
-    return s->mode != VIL_INIT_ZERO && s->B != B ? 2 * (size_t)m->cfg.depth * B * s->S * sizeof(float) : 0;
-}
+static size_t extra_bytes(const VilModel *m, int B) { return vil_interv_extra_bytes(m, &V(m)->init, B); }
 
 static int check_batch(const VilModel *m, int B, const char *what) {
     const VilConfig *c = &m->cfg;
@@ -455,18 +430,6 @@ static void delta_forward(VilModel *m, const LayerOffsets *o, LayerActs *l, int 
                                                  .ld_out = c->d_inner});
 }
 
-/* layer i's initial states (NULL: zero) and where its final states go (NULL: nowhere), in
- * training forwards with an intervention (vil_model_set_init_state) */
-static const float *layer_h0(const VilModel *m, int i) {
-    const InitState *s = &V(m)->init;
-    return m->acts.training && s->h0_set ? s->h0 + (size_t)i * s->B * s->S : NULL;
-}
-static float *layer_hT(const VilModel *m, int i) {
-    const InitState *s = &V(m)->init;
-    int wants = s->mode == VIL_INIT_FITTED || s->mode == VIL_INIT_PASSING;
-    return m->acts.training && wants && s->B == m->acts.B ? s->hT + (size_t)i * s->B * s->S : NULL;
-}
-
 static void mixer_forward(VilModel *m, const LayerOffsets *o, LayerActs *l, void *out, int i) {
     const VilBackend *be = m->be;
     const VilConfig *c = &m->cfg;
@@ -488,7 +451,8 @@ static void mixer_forward(VilModel *m, const LayerOffsets *o, LayerActs *l, void
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
         .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
         .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E,
-        .states = m->acts.training ? l->scan_states : NULL, .h0 = layer_h0(m, i), .hT = layer_hT(m, i)});
+        .states = m->acts.training ? l->scan_states : NULL, .h0 = vil_interv_h0(m, &V(m)->init, i),
+        .hT = vil_interv_hT(m, &V(m)->init, i)});
     be->linear_forward(be, &(VilLinearFwd){.out = out, .in = l->ysum, .w = Wt(m, o->out_proj),
                                            .N = BL, .C = E, .OC = D, .ld_in = E, .ld_out = D});
 }
@@ -554,7 +518,7 @@ static void mixer_backward(VilModel *m, const LayerOffsets *o, LayerActs *l, int
         .z = Ao(m, l->xz, E), .D = {Pm(m, o->D[0]), Pm(m, o->D[1])},
         .A_log = {has_A ? Pm(m, o->A_log[0]) : NULL, has_A ? Pm(m, o->A_log[1]) : NULL},
         .B = B, .L = L, .E = E, .N = N, .dt_ld = dl, .xdbl_ld = xdbl_ld, .ldz = 2 * E, .states = l->scan_states,
-        .h0 = layer_h0(m, i), .out = a->dxz});
+        .h0 = vil_interv_h0(m, &V(m)->init, i), .out = a->dxz});
     /* out_proj's weight gradient from the gated output the scan made again (in dxz's x half,
      * rows as dz's in the z half; the conv1d backward writes the x half next) */
     be->linear_backward(be, &(VilLinearBwd){.dw = Gr(m, o->out_proj), .dout = a->dh, .in = a->dxz,
@@ -626,196 +590,22 @@ static void backward(VilModel *m) {
 
 /* ---------------- the initial-state interventions ---------------- */
 
-/* h0 and hT for a batch of B (a new batch forgets the passed states); 0, or -1 (reported)
- * with none held */
-static int init_batch(VilModel *m, int B) {
-    InitState *s = &V(m)->init;
-    if (s->mode == VIL_INIT_ZERO || s->B == B) return 0;
-    if (s->h0) m->be->free(m->be, s->h0), m->be->free(m->be, s->hT);
-    size_t n = (size_t)m->cfg.depth * B * s->S;
-    s->h0 = vil_net_zeros(m, n);
-    s->hT = s->h0 ? vil_net_zeros(m, n) : NULL;
-    s->B = B, s->has_prev = 0, s->h0_set = 0;
-    if (s->hT) return 0;
-    if (s->h0) m->be->free(m->be, s->h0);
-    s->h0 = NULL, s->B = 0;
-    vil_error("the initial states of a batch of %d (%.2f GiB) cannot be allocated on the %s device", B,
-              2.0 * n * sizeof(float) / 1073741824.0, m->be->name);
-    return -1;
-}
-
-/* floats of one sample's states in every layer (depth x 2 N E): the moments, a passed batch's sample */
-static size_t fit_floats(const VilModel *m) { return (size_t)m->cfg.depth * 2 * m->cfg.d_state * m->cfg.d_inner; }
-/* state elements sharing one mean and var of fit: 1, or a direction's N E */
-static int fit_group(const VilModel *m, VilInitFit fit) {
-    return fit == VIL_INIT_FIT_SCALAR ? m->cfg.d_state * m->cfg.d_inner : 1;
-}
-/* floats of the fit's mean (and of its var) */
-static size_t stat_floats(const VilModel *m, VilInitFit fit) { return fit_floats(m) / (size_t)fit_group(m, fit); }
-
-/* fitted's running fit for spec->fit (kept when it has that size already); 0, or -1 (reported)
- * with s as it was */
-static int alloc_fit(VilModel *m, VilInitFit fit) {
-    InitState *s = &V(m)->init;
-    size_t n = fit_floats(m), k = stat_floats(m, fit);
-    if (s->mean && s->stats == k) return 0;
-    float *mean = vil_net_zeros(m, k), *var = mean ? vil_net_zeros(m, k) : NULL;
-    float *mom = var && !s->mom ? vil_net_zeros(m, 2 * n) : s->mom;
-    if (!var || !mom) {
-        if (mean) m->be->free(m->be, mean);
-        if (var) m->be->free(m->be, var);
-        vil_error("init_state = fitted: its running fit (%.2f GiB) cannot be allocated on the %s device",
-                  (2.0 * k + 2.0 * n) * sizeof(float) / 1073741824.0, m->be->name);
-        return -1;
-    }
-    if (s->mean) m->be->free(m->be, s->mean), m->be->free(m->be, s->var);
-    s->mean = mean, s->var = var, s->mom = mom, s->stats = k;
-    s->fits = 0;
-    return 0;
-}
-
+/* interv.h's, at every training forward: sampled before it, fitted after it */
 static int set_init_state(VilModel *m, const VilInitSpec *spec, int B) {
-    InitState *s = &V(m)->init;
-    if (spec->mode == VIL_INIT_FITTED && alloc_fit(m, spec->fit) != 0) return -1;
-    s->mode = spec->mode, s->sigma = spec->sigma, s->drop = spec->drop, s->batch = B;
-    s->fit = spec->fit, s->mean_only = spec->fit_mean_only, s->keep = spec->fit_momentum;
-    s->fit_drop = spec->fit_drop;
-    s->S = 2 * m->cfg.d_state * m->cfg.d_inner;
-    /* the states of the training batch now, where a failure is the setup's: the training
-     * forwards of that batch then allocate nothing */
-    if (init_batch(m, B) != 0) {
-        s->mode = VIL_INIT_ZERO;
-        return -1;
-    }
-    return 0;
+    return vil_interv_set(m, &V(m)->init, spec, B);
 }
-
 static int sample_init_state(VilModel *m, uint64_t seed, long first) {
-    InitState *s = &V(m)->init;
-    s->h0_set = 0;
-    if (s->mode == VIL_INIT_ZERO || !m->acts.training) return 0;
-    if (init_batch(m, m->acts.B) != 0) return -1;
-    int passing = s->mode == VIL_INIT_PASSING, fitted = s->mode == VIL_INIT_FITTED;
-    /* nothing passed yet, nothing fitted yet: a zero start */
-    if ((passing && !s->has_prev) || (fitted && s->fits == 0)) return 0;
-    size_t ls = (size_t)s->B * s->S;
-    int g = fit_group(m, s->fit);
-    size_t lk = (size_t)(s->S / g); /* a layer's means */
-    for (int i = 0; i < m->cfg.depth; i++)
-        m->be->state_init(m->be, &(VilStateInit){
-            .h0 = s->h0 + i * ls, .prev = passing ? s->hT + i * ls : NULL,
-            .mean = fitted ? s->mean + i * lk : NULL, .var = fitted ? s->var + i * lk : NULL,
-            .sigma = s->sigma, .drop = passing ? s->drop : fitted ? s->fit_drop : 0.0f,
-            .group = fitted ? g : 1, .mean_only = fitted && s->mean_only,
-            .seed = vil_hash_seed(seed, (uint64_t)i, 0, 0), .first = first, .B = s->B, .S = s->S});
-    s->h0_set = 1;
-    return 0;
+    return vil_interv_sample(m, &V(m)->init, seed, first);
 }
+static void fit_init_state(VilModel *m, const struct VilDist *dist) { vil_interv_fit(m, &V(m)->init, dist); }
 
-static void fit_init_state(VilModel *m, const VilDist *dist) {
-    InitState *s = &V(m)->init;
-    if (!m->acts.training || s->B != m->acts.B) return;
-    if (s->mode == VIL_INIT_PASSING) s->has_prev = 1;
-    if (s->mode != VIL_INIT_FITTED) return;
-    size_t n = fit_floats(m), ls = (size_t)s->B * s->S;
-    for (int i = 0; i < m->cfg.depth; i++)
-        m->be->state_moments(m->be, &(VilStateMoments){.sum = s->mom + (size_t)i * s->S,
-                                                       .sq = s->mom + n + (size_t)i * s->S,
-                                                       .hT = s->hT + i * ls, .B = s->B, .S = s->S});
-    float count = (float)s->B;
-    if (dist && dist->mpi) {
-        m->be->grad_allreduce(m->be, &(VilAllReduce){.buf = s->mom, .n = 2 * n, .dist = dist});
-        count *= (float)dist->world;
-    }
-    m->be->state_fit(m->be, &(VilStateFit){.mean = s->mean, .var = s->var, .sum = s->mom, .sq = s->mom + n,
-                                           .n = n, .group = (size_t)fit_group(m, s->fit), .count = count,
-                                           .keep = s->fits ? s->keep : 0.0f});
-    s->fits++;
-}
-
-/* The training state of the interventions, after the optimizer's and the EMA's: fitted's running
- * mean and var (depth, 2, N, E), or (depth, 2) for the scalar fit, with the count of their
- * updates, passing's final states of the last micro-batch of this rank (depth, B, 2, N, E), zero
- * where nothing is passed yet. */
-enum { ST_MEAN, ST_VAR, ST_PREV };
-static int state_kind(const VilModel *m, int i) {
-    const InitState *s = &V(m)->init;
-    if (s->mode == VIL_INIT_FITTED) return i == 0 ? ST_MEAN : ST_VAR;
-    return ST_PREV;
-}
-
-static int state_count(const VilModel *m) {
-    const InitState *s = &V(m)->init;
-    return s->mode == VIL_INIT_FITTED ? 2 : s->mode == VIL_INIT_PASSING ? 1 : 0;
-}
-
-static VilTrainStateInfo state_info(const VilModel *m, int i) {
-    const VilConfig *c = &m->cfg;
-    const InitState *s = &V(m)->init;
-    VilTrainStateInfo t = {.optional = 1};
-    int k = state_kind(m, i);
-    if (k == ST_PREV) {
-        t.name = "init_state_prev";
-        t.absent = "the state has no passed states (init_state was not passing): the first batch starts from zero";
-        t.per_rank = 1;
-        t.mismatch = "the state's passed states are for another batch or number of ranks: the first batch "
-                     "starts from zero";
-        t.ndim = 5;
-        int64_t sh[5] = {c->depth, s->batch, 2, c->d_state, c->d_inner};
-        memcpy(t.shape, sh, sizeof sh);
-        t.dims = "layers, batch, directions, d_state, d_inner";
-        t.numel = (size_t)s->batch * fit_floats(m);
-    } else {
-        t.name = k == ST_MEAN ? "init_state_mean" : "init_state_var";
-        t.absent = "the state has no fitted initial states (init_state was not fitted): the fit starts now";
-        t.nonneg = k == ST_VAR;
-        t.group = 1;
-        t.count_key = k == ST_MEAN ? "vil.init_state_fits" : NULL;
-        int scalar = s->fit == VIL_INIT_FIT_SCALAR;
-        t.ndim = scalar ? 2 : 4;
-        int64_t sh[4] = {c->depth, 2, c->d_state, c->d_inner};
-        memcpy(t.shape, sh, sizeof sh);
-        t.dims = scalar ? "layers, directions" : "layers, directions, d_state, d_inner";
-        t.numel = stat_floats(m, s->fit);
-    }
-    t.room = t.numel;
-    return t;
-}
-
-static void state_get(const VilModel *m, int i, float *host) {
-    const InitState *s = &V(m)->init;
-    size_t n = fit_floats(m) * sizeof(float);
-    int k = state_kind(m, i);
-    if (k == ST_MEAN) m->be->to_host(m->be, host, s->mean, s->stats * sizeof(float));
-    else if (k == ST_VAR) m->be->to_host(m->be, host, s->var, s->stats * sizeof(float));
-    else if (s->B == s->batch && s->has_prev) m->be->to_host(m->be, host, s->hT, n * s->batch);
-    else memset(host, 0, n * s->batch);
-}
-
-static int state_set(VilModel *m, int i, const float *host) {
-    InitState *s = &V(m)->init;
-    size_t n = fit_floats(m) * sizeof(float);
-    int k = state_kind(m, i);
-    if (k == ST_PREV) {
-        if (host) {
-            if (init_batch(m, s->batch) != 0) return -1;
-            m->be->to_device(m->be, s->hT, host, n * (size_t)s->batch);
-        }
-        s->has_prev = host != NULL;
-        return 0;
-    }
-    float *dst = k == ST_MEAN ? s->mean : s->var;
-    if (host) m->be->to_device(m->be, dst, host, s->stats * sizeof(float));
-    else m->be->zero(m->be, dst, s->stats * sizeof(float));
-    if (k == ST_MEAN && !host) s->fits = 0; /* no fit yet */
-    return 0;
-}
-
-/* the fit's updates, saved beside its mean */
-static long state_counter(const VilModel *m, int i) { return state_kind(m, i) == ST_MEAN ? V(m)->init.fits : 0; }
-static void state_set_counter(VilModel *m, int i, long count) {
-    if (state_kind(m, i) == ST_MEAN) V(m)->init.fits = count;
-}
+/* the training state: the interventions' alone */
+static int state_count(const VilModel *m) { return vil_interv_state_count(&V(m)->init); }
+static VilTrainStateInfo state_info(const VilModel *m, int i) { return vil_interv_state_info(m, &V(m)->init, i); }
+static void state_get(const VilModel *m, int i, float *host) { vil_interv_state_get(m, &V(m)->init, i, host); }
+static int state_set(VilModel *m, int i, const float *host) { return vil_interv_state_set(m, &V(m)->init, i, host); }
+static long state_counter(const VilModel *m, int i) { return vil_interv_state_counter(&V(m)->init, i); }
+static void state_set_counter(VilModel *m, int i, long count) { vil_interv_state_set_counter(&V(m)->init, i, count); }
 
 /* ---------------- the states along the sequence ---------------- */
 
@@ -861,10 +651,7 @@ static int seq_states(VilModel *m, int stream, float *hsq, float *hT) {
 static void release(VilModel *m) {
     Vim *v = V(m);
     if (!v) return;
-    InitState *s = &v->init;
-    float *ib[5] = {s->h0, s->hT, s->mean, s->var, s->mom};
-    for (int i = 0; i < 5; i++)
-        if (ib[i]) m->be->free(m->be, ib[i]);
+    vil_interv_free(m, &v->init);
     free(v->a.layer);
     free(v->off.layer);
     free(v);
