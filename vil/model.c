@@ -313,6 +313,24 @@ float *vil_net_zeros(const VilModel *m, size_t n) {
     return p;
 }
 
+const VilParamInfo *vil_net_param_at(const VilModel *m, size_t offset) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->info[i].offset == offset) return &m->info[i];
+    /* invariant: offset is one build() recorded for this table; no input chooses it */
+    VIL_FATAL("no parameter at offset %zu", offset);
+}
+
+float vil_net_trunc_normal(VilRng *r, float lo, float hi) {
+    for (;;) {
+        float x = vil_rng_normal(r);
+        if (x >= lo && x <= hi) return x;
+    }
+}
+
+void vil_net_fill_uniform(float *p, size_t n, float bound, VilRng *r) {
+    for (size_t i = 0; i < n; i++) p[i] = (2.0f * vil_rng_uniform(r) - 1.0f) * bound;
+}
+
 size_t vil_model_drop_path_bytes(const VilModel *m) { return m->net->drop_path_bytes(m); }
 
 void vil_model_drop_path_rows(const VilModel *m, uint64_t seed, long first, float *h) {

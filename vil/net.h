@@ -9,6 +9,7 @@
 #ifndef VIL_NET_H
 #define VIL_NET_H
 
+#include "common.h"
 #include "model.h"
 
 /* The parameter table a family builds: tensors in checkpoint order, each starting at a multiple
@@ -104,5 +105,10 @@ void *vil_net_act_at(const VilModel *m, void *p, size_t elems);
 void vil_net_grads_ready(VilModel *m, size_t lo, int last);
 /* A backend buffer of n floats, zeroed; NULL (reported by the backend) when it cannot be had. */
 float *vil_net_zeros(const VilModel *m, size_t n);
+/* for a family's init_weights: the tensor of its table at offset (an offset build() recorded);
+ * a standard normal truncated to [lo, hi] by rejection; n uniform draws in [-bound, bound) */
+const VilParamInfo *vil_net_param_at(const VilModel *m, size_t offset);
+float vil_net_trunc_normal(VilRng *r, float lo, float hi);
+void vil_net_fill_uniform(float *p, size_t n, float bound, VilRng *r);
 
 #endif

@@ -148,24 +148,6 @@ static double macs(const VilConfig *c) {
 
 /* ---------------- initialization (doc/models.md) ---------------- */
 
-static const VilParamInfo *param_at(const VilModel *m, size_t offset) {
-    for (int i = 0; i < m->n_tensors; i++)
-        if (m->info[i].offset == offset) return &m->info[i];
-    /* invariant: offset is one build() recorded for this table; no input chooses it */
-    VIL_FATAL("no parameter at offset %zu", offset);
-}
-
-static float trunc_normal(VilRng *r, float lo, float hi) {
-    for (;;) {
-        float x = vil_rng_normal(r);
-        if (x >= lo && x <= hi) return x;
-    }
-}
-
-static void fill_uniform(float *p, size_t n, float bound, VilRng *r) {
-    for (size_t i = 0; i < n; i++) p[i] = (2.0f * vil_rng_uniform(r) - 1.0f) * bound;
-}
-
 /* vim.c's rules: the embedding as the patch embedding (LeCun normal, fan_in = a row's pixels),
  * the head trunc normal .02, each layer as ViL/ViM's forward direction */
 static int init_weights(VilModel *m, uint64_t seed) {
@@ -181,24 +163,24 @@ static int init_weights(VilModel *m, uint64_t seed) {
     const VilRecurrenceInfo *ri = &vil_recurrences[c->rec];
     int D = c->embed_dim, E = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv, W = c->img_size;
     float std = sqrtf(1.0f / W) / 0.87962566103423978f;
-    for (size_t i = 0; i < (size_t)D * W; i++) h[o->embed_w + i] = std * trunc_normal(&r, -2, 2);
-    for (size_t i = 0; i < (size_t)c->num_classes * D; i++) h[o->head_w + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
+    for (size_t i = 0; i < (size_t)D * W; i++) h[o->embed_w + i] = std * vil_net_trunc_normal(&r, -2, 2);
+    for (size_t i = 0; i < (size_t)c->num_classes * D; i++) h[o->head_w + i] = 0.02f * vil_net_trunc_normal(&r, -100.f, 100.f);
     for (int l = 0; l < c->depth; l++) {
         const LayerOffsets *lo = &o->layer[l];
-        fill_uniform(h + lo->in_proj, (size_t)2 * E * D, 1.0f / sqrtf((float)D), &r);
-        fill_uniform(h + lo->out_proj, (size_t)D * E, 1.0f / sqrtf((float)E) / sqrtf((float)c->depth), &r);
+        vil_net_fill_uniform(h + lo->in_proj, (size_t)2 * E * D, 1.0f / sqrtf((float)D), &r);
+        vil_net_fill_uniform(h + lo->out_proj, (size_t)D * E, 1.0f / sqrtf((float)E) / sqrtf((float)c->depth), &r);
         for (int e = 0; e < E; e++) h[lo->D + e] = 1.0f;
         if (ri->param.key) {
             int nd = ri->param.dims[1] ? N : 1;
             for (int e = 0; e < E; e++)
                 for (int n = 0; n < nd; n++) h[lo->A_log + (size_t)e * nd + n] = ri->param.init(n);
         }
-        fill_uniform(h + lo->conv_w, (size_t)E * K, 1.0f / sqrtf((float)K), &r);
-        fill_uniform(h + lo->conv_b, (size_t)E, 1.0f / sqrtf((float)K), &r);
-        fill_uniform(h + lo->x_proj, (size_t)(R + 2 * N) * E, 1.0f / sqrtf((float)E), &r);
-        vil_param_store(param_at(m, lo->x_proj), h + lo->x_proj, h + lo->x_proj);
-        fill_uniform(h + lo->dt_w, (size_t)E * R, 1.0f / sqrtf((float)R), &r);
-        vil_param_store(param_at(m, lo->dt_w), h + lo->dt_w, h + lo->dt_w);
+        vil_net_fill_uniform(h + lo->conv_w, (size_t)E * K, 1.0f / sqrtf((float)K), &r);
+        vil_net_fill_uniform(h + lo->conv_b, (size_t)E, 1.0f / sqrtf((float)K), &r);
+        vil_net_fill_uniform(h + lo->x_proj, (size_t)(R + 2 * N) * E, 1.0f / sqrtf((float)E), &r);
+        vil_param_store(vil_net_param_at(m, lo->x_proj), h + lo->x_proj, h + lo->x_proj);
+        vil_net_fill_uniform(h + lo->dt_w, (size_t)E * R, 1.0f / sqrtf((float)R), &r);
+        vil_param_store(vil_net_param_at(m, lo->dt_w), h + lo->dt_w, h + lo->dt_w);
         /* dt bias as vim.c's direction 0: drawn for Mamba (and ViL's dt_init = vim), else 0 */
         int draw = ri->dt_draw_forward || c->dt_init_kind == VIL_DT_INIT_VIM;
         for (int e = 0; e < E; e++) {

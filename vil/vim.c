@@ -157,25 +157,6 @@ static double macs(const VilConfig *c) {
 
 /* ---------------- initialization (doc/models.md) ---------------- */
 
-static const VilParamInfo *param_at(const VilModel *m, size_t offset) {
-    for (int i = 0; i < m->n_tensors; i++)
-        if (m->info[i].offset == offset) return &m->info[i];
-    /* invariant: offset is one build() recorded for this table; no input chooses it */
-    VIL_FATAL("no parameter at offset %zu", offset);
-}
-
-/* standard normal truncated to [lo, hi] by rejection */
-static float trunc_normal(VilRng *r, float lo, float hi) {
-    for (;;) {
-        float x = vil_rng_normal(r);
-        if (x >= lo && x <= hi) return x;
-    }
-}
-
-static void fill_uniform(float *p, size_t n, float bound, VilRng *r) {
-    for (size_t i = 0; i < n; i++) p[i] = (2.0f * vil_rng_uniform(r) - 1.0f) * bound;
-}
-
 static int init_weights(VilModel *m, uint64_t seed) {
     const VilConfig *c = &m->cfg;
     float *h = vil_try_calloc(m->buf_len, sizeof(float));
@@ -188,22 +169,22 @@ static int init_weights(VilModel *m, uint64_t seed) {
     const Offsets *o = &V(m)->off;
     int D = c->embed_dim, E = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv;
     /* cls_token, pos_embed: trunc normal std .02 (timm's bounds are +-2 absolute: no effect) */
-    for (int i = 0; i < D; i++) h[o->cls + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
+    for (int i = 0; i < D; i++) h[o->cls + i] = 0.02f * vil_net_trunc_normal(&r, -100.f, 100.f);
     if (has_pos(c))
         for (size_t i = 0; i < (size_t)c->seq_len * D; i++)
-            h[o->pos + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
+            h[o->pos + i] = 0.02f * vil_net_trunc_normal(&r, -100.f, 100.f);
     /* patch_embed: lecun normal as timm: N(0,1) truncated to +-2, scaled so std = 1/sqrt(fan_in) */
     int fan = c->in_chans * c->patch_size * c->patch_size;
     float std = sqrtf(1.0f / fan) / 0.87962566103423978f;
-    for (size_t i = 0; i < (size_t)D * fan; i++) h[o->patch_w + i] = std * trunc_normal(&r, -2, 2);
+    for (size_t i = 0; i < (size_t)D * fan; i++) h[o->patch_w + i] = std * vil_net_trunc_normal(&r, -2, 2);
     /* head: trunc normal std .02, bias 0 */
     for (size_t i = 0; i < (size_t)c->num_classes * D; i++)
-        h[o->head_w + i] = 0.02f * trunc_normal(&r, -100.f, 100.f);
+        h[o->head_w + i] = 0.02f * vil_net_trunc_normal(&r, -100.f, 100.f);
     for (int l = 0; l < c->depth; l++) {
         const LayerOffsets *lo = &o->layer[l];
         /* Linear weights: kaiming uniform a = sqrt(5), i.e. U(+-1/sqrt(fan_in)) */
-        fill_uniform(h + lo->in_proj, (size_t)2 * E * D, 1.0f / sqrtf((float)D), &r);
-        fill_uniform(h + lo->out_proj, (size_t)D * E, 1.0f / sqrtf((float)E) / sqrtf((float)c->depth), &r);
+        vil_net_fill_uniform(h + lo->in_proj, (size_t)2 * E * D, 1.0f / sqrtf((float)D), &r);
+        vil_net_fill_uniform(h + lo->out_proj, (size_t)D * E, 1.0f / sqrtf((float)E) / sqrtf((float)c->depth), &r);
         for (int j = 0; j < 2; j++) {
             for (int e = 0; e < E; e++) h[lo->D[j] + e] = 1.0f;
             const VilRecurrenceInfo *ri = &vil_recurrences[c->rec];
@@ -213,13 +194,13 @@ static int init_weights(VilModel *m, uint64_t seed) {
                     for (int n = 0; n < nd; n++) h[lo->A_log[j] + (size_t)e * nd + n] = ri->param.init(n);
             }
             /* conv1d: PyTorch default, fan_in = K (depthwise) */
-            fill_uniform(h + lo->conv_w[j], (size_t)E * K, 1.0f / sqrtf((float)K), &r);
-            fill_uniform(h + lo->conv_b[j], (size_t)E, 1.0f / sqrtf((float)K), &r);
+            vil_net_fill_uniform(h + lo->conv_w[j], (size_t)E * K, 1.0f / sqrtf((float)K), &r);
+            vil_net_fill_uniform(h + lo->conv_b[j], (size_t)E, 1.0f / sqrtf((float)K), &r);
             /* drawn as the dense tensors, then laid out with their padding */
-            fill_uniform(h + lo->x_proj[j], (size_t)(R + 2 * N) * E, 1.0f / sqrtf((float)E), &r);
-            vil_param_store(param_at(m, lo->x_proj[j]), h + lo->x_proj[j], h + lo->x_proj[j]);
-            fill_uniform(h + lo->dt_w[j], (size_t)E * R, 1.0f / sqrtf((float)R), &r);
-            vil_param_store(param_at(m, lo->dt_w[j]), h + lo->dt_w[j], h + lo->dt_w[j]);
+            vil_net_fill_uniform(h + lo->x_proj[j], (size_t)(R + 2 * N) * E, 1.0f / sqrtf((float)E), &r);
+            vil_param_store(vil_net_param_at(m, lo->x_proj[j]), h + lo->x_proj[j], h + lo->x_proj[j]);
+            vil_net_fill_uniform(h + lo->dt_w[j], (size_t)E * R, 1.0f / sqrtf((float)R), &r);
+            vil_param_store(vil_net_param_at(m, lo->dt_w[j]), h + lo->dt_w[j], h + lo->dt_w[j]);
             /* dt_proj bias: ViL "zero" (official Longhorn) leaves 0, beta starts at 0.5;
              * ViM's forward direction and ViL's "vim" option draw dt0 ~ logUniform[1e-3, 1e-1]
              * (>= 1e-4) and invert the activation (softplus for ViM, sigmoid for ViL). */
