@@ -123,8 +123,8 @@ static void test_ops_ablations(void) {
     T_CHECK(exact, "state_init mean_only: every sample's state is the fitted mean");
     /* a zero start with probability drop: the dropped samples all zero, the kept ones the very
      * draws of the run without drops (the drop draw is off the states' numbers) */
-    state_init(&(VilStateInit){.h0 = h1, .mean = mean, .var = var, .seed = 5, .B = B, .S = S});
-    state_init(&(VilStateInit){.h0 = h0, .mean = mean, .var = var, .drop = 0.1f, .seed = 5, .B = B, .S = S});
+    state_init(&(VilStateInit){.h0 = h1, .mean = mean, .var = var, .group = G, .seed = 5, .B = B, .S = S});
+    state_init(&(VilStateInit){.h0 = h0, .mean = mean, .var = var, .group = G, .drop = 0.1f, .seed = 5, .B = B, .S = S});
     int dropped = 0;
     exact = 1;
     for (int b = 0; b < B; b++) {
