@@ -33,6 +33,8 @@ typedef struct {
     int train_img, train_tokens; /* the training size and its tokens (pos_embed's grid) */
     long bad;
     float crop_pct;
+    const char *ref;   /* --readout-ref, or NULL */
+    char ref_note[96]; /* its size and images */
 } Report;
 
 static int write_csv(const char *path, const Report *r) {
@@ -99,6 +101,38 @@ static int write_json(const char *path, const Report *r) {
         }
     free(v[0]);
     free(v[1]);
+    if (s->readout >= 0) {
+        cJSON *ro = cJSON_AddObjectToObject(o, "readout");
+        cJSON_AddNumberToObject(ro, "token", s->readout);
+        cJSON_AddStringToObject(ro, "states", "readout.safetensors: mean and var (layer, direction, d_state x d_inner)");
+        if (r->ref) {
+            double dm, ds;
+            cJSON_AddStringToObject(ro, "reference", r->ref);
+            cJSON_AddStringToObject(ro, "reference_run", r->ref_note);
+            cJSON_AddStringToObject(ro, "distance", "d = ||h - ref_mean||^2 / sum(ref_var) per image; mean and sd "
+                                                    "(divided by the count) over the images");
+            vil_states_distance(s, -1, 0, &dm, &ds);
+            cJSON_AddNumberToObject(ro, "distance_mean", dm);
+            cJSON_AddNumberToObject(ro, "distance_sd", ds);
+        }
+        cJSON *rl = cJSON_AddArrayToObject(ro, "layers");
+        for (int i = 0; i < s->depth; i++)
+            for (int j = 0; j < 2; j++) {
+                cJSON *e = cJSON_CreateObject();
+                double nm, ns;
+                vil_states_get(s, i, j, s->readout, &nm, &ns);
+                cJSON_AddNumberToObject(e, "layer", i);
+                cJSON_AddStringToObject(e, "direction", DIRS[j]);
+                cJSON_AddNumberToObject(e, "norm_mean", nm);
+                cJSON_AddNumberToObject(e, "norm_sd", ns);
+                if (r->ref) {
+                    vil_states_distance(s, i, j, &nm, &ns);
+                    cJSON_AddNumberToObject(e, "distance_mean", nm);
+                    cJSON_AddNumberToObject(e, "distance_sd", ns);
+                }
+                cJSON_AddItemToArray(rl, e);
+            }
+    }
     char *text = cJSON_PrintUnformatted(o);
     int rc = text ? vil_write_file_atomic(path, text, strlen(text)) : -1;
     if (!text) vil_error("states.json: out of memory");
@@ -187,11 +221,24 @@ static void print_table(const Report *r) {
             }
             printf("\n");
         }
+    if (!r->ref) return;
+    double dm, ds;
+    vil_states_distance(s, -1, 0, &dm, &ds);
+    printf("\nreadout distance d = ||h - ref_mean||^2 / sum(ref_var) at token %d against %s (%s): mean %.4g "
+           "(sd %.3g over the images) averaged over layers and directions\n%-6s %-9s %20s\n",
+           s->readout, r->ref, r->ref_note, dm, ds, "layer", "direction", "d (sd)");
+    for (int i = 0; i < s->depth; i++)
+        for (int j = 0; j < 2; j++) {
+            char c[48];
+            vil_states_distance(s, i, j, &dm, &ds);
+            snprintf(c, sizeof c, "%.4g (%.3g)", dm, ds);
+            printf("%-6d %-9s %20s\n", i, DIRS[j], c);
+        }
 }
 
 /* the flags' values: their defaults set by vil_cmd_states, then filled by vil_args_parse */
 typedef struct {
-    const char *model, *data, *split, *labels, *device, *out;
+    const char *model, *data, *split, *labels, *device, *out, *pos, *ref;
     int batch, img_size, limit, workers, ema, threads, max_pixels;
     float crop_pct;
 } Flags;
@@ -202,7 +249,9 @@ static const VilArg ARGS[] = {
     {"--data", VIL_ARG_STR, &o.data, VIL_DATA_HELP, .required = 1},
     {"--split", VIL_ARG_STR, &o.split, "split to read: val (test for IDX), test or train"},
     {"--labels", VIL_ARG_STR, &o.labels, "labels file for a flat folder (\"filename label\" lines)"},
-    {"--img-size", VIL_ARG_INT, &o.img_size, "image size, 1..8192 (not given: the checkpoint's own); another size interpolates pos_embed", 1, VIL_MAX_IMG_SIZE},
+    {"--img-size", VIL_ARG_INT, &o.img_size, "image size, 1..8192 (not given: the checkpoint's own); another size moves pos_embed (--pos)", 1, VIL_MAX_IMG_SIZE},
+    {"--pos", VIL_ARG_STR, &o.pos, VIL_POS_HELP, .meta = "interp|keep|center", .needs = "--img-size"},
+    {"--readout-ref", VIL_ARG_STR, &o.ref, "the readout states of a run at the training size (its OUT/readout.safetensors): each image's distance to them", .meta = "F"},
     {"--limit", VIL_ARG_INT, &o.limit, "images measured: N spread over the classes, round robin in class order, each class's first ones (0: all); unreadable ones are left out", 0, 2147483647},
     {"--batch", VIL_ARG_INT, &o.batch, "images per forward (training activations: every layer's are kept)", 1, VIL_MAX_BATCH},
     {"--crop-pct", VIL_ARG_FLOAT, &o.crop_pct, "resize the shorter side to size / crop_pct, then center crop (0: the checkpoint's, else 0.875)"},
@@ -210,7 +259,7 @@ static const VilArg ARGS[] = {
     {"--workers", VIL_ARG_INT, &o.workers, "data loader threads", 1, 256},
     {"--threads", VIL_ARG_INT, &o.threads, VIL_THREADS_HELP},
     {"--max-pixels", VIL_ARG_INT, &o.max_pixels, VIL_MAX_PIXELS_HELP},
-    {"--out", VIL_ARG_STR, &o.out, "folder for states.csv, states.json and states.svg"},
+    {"--out", VIL_ARG_STR, &o.out, "folder for states.csv, states.json, states.svg and readout.safetensors"},
 };
 
 const VilArgSpec vil_cmd_states_spec = {
@@ -232,7 +281,14 @@ const VilArgSpec vil_cmd_states_spec = {
     "step, the final states' norms, the model, size, images and training\n"
     "length) and OUT/states.svg (mean and sd against the step, one line per\n"
     "layer, at most 8 spread over the depth, a dashed line at the training\n"
-    "length).",
+    "length).\n"
+    "The readout: each direction's state where the head reads the sequence (after\n"
+    "the step that reads the class token), its per-element mean and variance over\n"
+    "the images in OUT/readout.safetensors. Given a run's file at the training size\n"
+    "(--readout-ref), each image's squared distance to those states,\n"
+    "d = ||h - mean||^2 / sum(var) (1 on average over the reference's own images),\n"
+    "per layer and direction and averaged over them, goes into the table and\n"
+    "states.json: how far from what training saw the states at the readout lie.",
     ARGS, (int)(sizeof ARGS / sizeof ARGS[0]), 0, 0};
 
 /* The lines before the measurement: the model and its training length (into r), the data
@@ -256,6 +312,11 @@ static void print_header(Report *r, const VilModel *m, const VilCheckpointMeta *
            vil_dataset_source(*ds), vil_dataset_size(*ds), n_all, vil_eval_batch(*ds, o.batch, 0),
            vil_eval_scale_size(c->img_size, ev->crop_pct), c->img_size, note);
     if (took[0]) printf("%s\n", took);
+    char moved[160];
+    if (meta->trained_grid && c->img_size != r->train_img) printf("note: %s\n", vil_cli_pos_note(c, meta, moved, sizeof moved));
+    if (c->cls_pos >= 0) printf("readout: the states after the class token, token %d%s%s%s\n", c->cls_pos,
+                                r->ref ? "; distance to the reference " : "", r->ref ? r->ref : "",
+                                r->ref ? "" : " (no --readout-ref: no distance)");
     if (strcmp(be->name, "cpu") == 0) vil_cli_print_threads(stdout, o.workers);
     fflush(stdout);
 }
@@ -274,22 +335,25 @@ static int measure(Report *r, VilModel *m, VilDataset *ds, const VilEvalSpec *ev
     if (r->bad) printf(" (%ld unreadable, left out)\n", r->bad);
     print_table(r);
     if (vil_mkdir_p(o.out) != 0) return -1;
-    char p[3][4200];
+    char p[4][4200];
     snprintf(p[0], sizeof p[0], "%s/states.csv", o.out);
     snprintf(p[1], sizeof p[1], "%s/states.json", o.out);
     snprintf(p[2], sizeof p[2], "%s/states.svg", o.out);
+    snprintf(p[3], sizeof p[3], "%s/readout.safetensors", o.out);
     if (write_csv(p[0], r) != 0 || write_json(p[1], r) != 0 || write_chart(p[2], r) != 0) return -1;
-    printf("wrote %s, %s, %s\n", p[0], p[1], p[2]);
+    if (s->readout >= 0 && vil_states_ref_save(s, p[3], r->model, r->c->img_size) != 0) return -1;
+    printf("wrote %s, %s, %s%s%s\n", p[0], p[1], p[2], s->readout >= 0 ? ", " : "", s->readout >= 0 ? p[3] : "");
     return 0;
 }
 
 int vil_cmd_states(int argc, char **argv) {
-    o = (Flags){.split = "val", .device = "auto", .out = "out/states", .batch = 8, .limit = 256, .workers = 4,
-                .max_pixels = (int)vil_image_max_pixels()};
+    o = (Flags){.split = "val", .device = "auto", .out = "out/states", .pos = "interp", .batch = 8, .limit = 256,
+                .workers = 4, .max_pixels = (int)vil_image_max_pixels()};
     int rc = vil_args_parse_flags(&vil_cmd_states_spec, argc, argv);
     if (rc >= 0) return rc;
     vil_inputs_track(1); /* the models and images are inputs: the files in --out may not be them */
-    if (!vil_cli_crop_pct_ok("states", o.crop_pct)) return 2;
+    int pos = vil_cli_pos_mode("states", o.pos);
+    if (pos < 0 || !vil_cli_crop_pct_ok("states", o.crop_pct)) return 2;
     VilDataset *ds;
     const VilBackend *be;
     VilModel m;
@@ -297,7 +361,7 @@ int vil_cmd_states(int argc, char **argv) {
     char *model_file;
     const char *model = vil_cli_model_path("states", o.model, &o.ema, &model_file);
     if (!model) return 1;
-    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema};
+    VilCheckpointOpts lo = {.img_size = o.img_size, .ema = o.ema, .pos = (VilPosMode)pos};
     rc = vil_cli_open_eval("states", model, o.data, o.split, o.labels, o.device, o.max_pixels, o.threads, &lo, &ds,
                            &be, &m, &meta);
     if (rc != 0) {
@@ -322,9 +386,27 @@ int vil_cmd_states(int argc, char **argv) {
     Report r = {.model = model, .data = o.data, .split = o.split, .device = be->name, .c = &m.cfg,
                 .crop_pct = ev.crop_pct};
     snprintf(r.weights, sizeof r.weights, "%s", meta.weights);
-    print_header(&r, &m, &meta, &ev, note, &ds, be);
     VilStates s = {0};
-    rc = measure(&r, &m, ds, &ev, &s) == 0 ? 0 : 1;
+    float *ref_mean = NULL, *ref_var = NULL;
+    rc = 0;
+    if (o.ref && m.cfg.cls_pos < 0) {
+        vil_error("--readout-ref: this model has no class token to read out at");
+        rc = 1;
+    } else if (o.ref && vil_states_ref_load(o.ref, m.cfg.depth, seq_state, &ref_mean, &ref_var, r.ref_note,
+                                            sizeof r.ref_note) != 0) {
+        rc = 1;
+    }
+    char ro_path[4200];
+    snprintf(ro_path, sizeof ro_path, "%s/readout.safetensors", o.out);
+    if (rc == 0 && m.cfg.cls_pos >= 0 && vil_output_check(ro_path, ".safetensors", "--out") != 0) rc = 2;
+    if (rc == 0) {
+        r.ref = o.ref;
+        s.ref_mean = ref_mean, s.ref_var = ref_var;
+        print_header(&r, &m, &meta, &ev, note, &ds, be);
+        rc = measure(&r, &m, ds, &ev, &s) == 0 ? 0 : 1;
+    }
+    free(ref_mean);
+    free(ref_var);
     free(model_file);
     vil_states_free(&s);
     vil_checkpoint_meta_free(&meta);

@@ -697,3 +697,11 @@ int vil_model_seq_states(VilModel *m, int stream, float *hsq, float *hT) {
     }
     return m->net->seq_states(m, stream, hsq, hT);
 }
+
+int vil_model_seq_state_at(VilModel *m, int stream, int t, float *h) {
+    if (!m->net->seq_state_at) {
+        vil_error("the %s network has no recurrent states along its sequence", m->net->name);
+        return -1;
+    }
+    return m->net->seq_state_at(m, stream, t, h);
+}

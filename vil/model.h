@@ -329,6 +329,10 @@ int vil_model_seq_streams(const VilModel *m, int *L, int *state);
  * own order (step t: the t-th token it reads), and its final state hT (B, state) host floats;
  * on the model's backend (a scan that keeps no outputs). 0, or -1 (reported). */
 int vil_model_seq_states(VilModel *m, int stream, float *hsq, float *hT);
+/* After the same forward: stream s's state after the step that reads token t (0..L-1 in the
+ * sequence's order: the forward direction has then read tokens 0..t, the backward t..L-1), h
+ * (B, state) host floats, (n, e) at n E + e as hT. 0, or -1 (reported). */
+int vil_model_seq_state_at(VilModel *m, int stream, int t, float *h);
 
 /* For the trainer: the last micro-batch of a step hands the gradients of finished layers to the
  * all-reduce over dist (NULL: none in the backward) in buckets of about bucket_bytes while the

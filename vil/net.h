@@ -84,6 +84,7 @@ struct VilNet {
     /* The recurrent state along the sequence (vil_model_seq_states): streams and their use. */
     int (*seq_streams)(const VilModel *m, int *L, int *state);
     int (*seq_states)(VilModel *m, int stream, float *hsq, float *hT);
+    int (*seq_state_at)(VilModel *m, int stream, int t, float *h);
     /* A family that reads streams in chunks (vil_model_stream_chunk): the next forwards read chunk
      * k of their streams. NULL: the family's samples are whole; a family with it also has no
      * inference forward the core may record and replay, since each forward reads state the last

@@ -596,32 +596,77 @@ static int seq_streams(const VilModel *m, int *L, int *state) {
     return 2 * m->cfg.depth;
 }
 
-static int seq_states(VilModel *m, int stream, float *hsq, float *hT) {
+/* the forward's kept scan inputs of stream (layer i, direction j), checked: 0, or -1 (reported) */
+static int seq_layer(VilModel *m, int stream, const char *what) {
+    const VilConfig *c = &m->cfg;
+    if (!m->acts.training || m->acts.recompute != VIL_RECOMPUTE_NONE || !V(m)->a.layer || stream < 0 ||
+        stream >= 2 * c->depth) {
+        vil_error("the %s need a forward on training activations of every layer (recompute 0) of this model "
+                  "(stream %d of %d)", what, stream, 2 * c->depth);
+        return -1;
+    }
+    return 0;
+}
+
+/* One replay of stream (i, j) from a zero state over tokens t0 .. t0 + L - 1 of samples b0 ..
+ * b0 + B - 1 (the whole sequence: t0 0, L seq_len; a part of it needs B 1: the activations are
+ * (B, seq_len, ...) rows), into the device buffers dsq (B, L) and dT (B, N, E). */
+static void seq_replay(VilModel *m, int stream, int b0, int B, int t0, int L, float *dsq, float *dT) {
     const VilConfig *c = &m->cfg;
     const Acts *a = &V(m)->a;
     const VilBackend *be = m->be;
-    int i = stream / 2, j = stream % 2, B = m->acts.B, L = c->seq_len, E = c->d_inner, N = c->d_state;
-    if (!m->acts.training || m->acts.recompute != VIL_RECOMPUTE_NONE || !a->layer || i >= c->depth) {
-        vil_error("the states along the sequence need a forward on training activations of every layer "
-                  "(recompute 0) of this model (stream %d of %d)", stream, 2 * c->depth);
-        return -1;
-    }
+    int i = stream / 2, j = stream % 2, E = c->d_inner;
     const LayerOffsets *o = &V(m)->off.layer[i];
-    int has_A = vil_recurrences[c->rec].param.key != NULL;
-    size_t nsq = (size_t)B * L * sizeof(float), nT = (size_t)B * N * E * sizeof(float);
-    float *dsq = be->alloc(be, nsq), *dT = dsq ? be->alloc(be, nT) : NULL;
-    if (!dT) {
-        if (dsq) be->free(be, dsq);
-        vil_error("the states along stream %d of a batch of %d cannot be allocated on the %s device", stream, B,
-                  be->name);
-        return -1;
-    }
+    size_t row = ((size_t)b0 * c->seq_len + t0) * be->act_bytes, xld = (size_t)xdbl_ld_of(c);
     be->scan_dir_states(be, &(VilScanStates){
-        .rec = c->rec, .hsq = dsq, .hT = dT, .u = a->layer[i].u[j], .delta = a->layer[i].delta[j],
-        .xdbl = a->layer[i].xdbl[j], .D = Pm(m, o->D[j]), .A_log = has_A ? Pm(m, o->A_log[j]) : NULL,
-        .B = B, .L = L, .E = E, .N = N, .dt_ld = dt_ld(c), .xdbl_ld = xdbl_ld_of(c), .reverse = j});
+        .rec = c->rec, .hsq = dsq, .hT = dT, .u = (const char *)a->layer[i].u[j] + row * E,
+        .delta = (const char *)a->layer[i].delta[j] + row * E, .xdbl = (const char *)a->layer[i].xdbl[j] + row * xld,
+        .D = Pm(m, o->D[j]), .A_log = vil_recurrences[c->rec].param.key ? Pm(m, o->A_log[j]) : NULL,
+        .B = B, .L = L, .E = E, .N = c->d_state, .dt_ld = dt_ld(c), .xdbl_ld = (int)xld, .reverse = j});
+}
+
+/* device buffers of nsq and nT bytes, or -1 (reported) */
+static int seq_alloc(const VilBackend *be, size_t nsq, size_t nT, float **dsq, float **dT, int stream) {
+    *dsq = be->alloc(be, nsq), *dT = *dsq ? be->alloc(be, nT) : NULL;
+    if (*dT) return 0;
+    if (*dsq) be->free(be, *dsq);
+    vil_error("the states along stream %d cannot be allocated on the %s device", stream, be->name);
+    return -1;
+}
+
+static int seq_states(VilModel *m, int stream, float *hsq, float *hT) {
+    const VilBackend *be = m->be;
+    int B = m->acts.B, L = m->cfg.seq_len;
+    if (seq_layer(m, stream, "states along the sequence") != 0) return -1;
+    size_t nsq = (size_t)B * L * sizeof(float), nT = (size_t)B * m->cfg.d_state * m->cfg.d_inner * sizeof(float);
+    float *dsq, *dT;
+    if (seq_alloc(be, nsq, nT, &dsq, &dT, stream) != 0) return -1;
+    seq_replay(m, stream, 0, B, 0, L, dsq, dT);
     be->to_host(be, hsq, dsq, nsq);
     be->to_host(be, hT, dT, nT);
+    be->free(be, dsq);
+    be->free(be, dT);
+    return 0;
+}
+
+/* the state after the step that reads token t: the forward direction's replay of tokens 0..t,
+ * the backward's of t..L-1 (read from L-1 down), a sample at a time */
+static int seq_state_at(VilModel *m, int stream, int t, float *h) {
+    const VilBackend *be = m->be;
+    int B = m->acts.B, L = m->cfg.seq_len, j = stream % 2;
+    if (seq_layer(m, stream, "states at a token") != 0) return -1;
+    if (t < 0 || t >= L) {
+        vil_error("the state at token %d: the sequence has tokens 0..%d", t, L - 1);
+        return -1;
+    }
+    int t0 = j ? t : 0, n = j ? L - t : t + 1;
+    size_t S = (size_t)m->cfg.d_state * m->cfg.d_inner, nT = S * sizeof(float);
+    float *dsq, *dT;
+    if (seq_alloc(be, (size_t)n * sizeof(float), nT, &dsq, &dT, stream) != 0) return -1;
+    for (int b = 0; b < B; b++) {
+        seq_replay(m, stream, b, 1, t0, n, dsq, dT);
+        be->to_host(be, h + (size_t)b * S, dT, nT);
+    }
     be->free(be, dsq);
     be->free(be, dT);
     return 0;
@@ -666,4 +711,5 @@ const VilNet vil_net_vim = {
     .act = act,
     .seq_streams = seq_streams,
     .seq_states = seq_states,
+    .seq_state_at = seq_state_at,
 };
