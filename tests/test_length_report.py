@@ -5,7 +5,8 @@ intervals cover a known difference in about 95% of repeated draws, shrink with t
 narrow when the arms are paired and their outcomes correlated, do not move for the same seed);
 dev/length/report.py's tables from a fake results folder whose answers are known by
 construction; and dev/length/sets.sh end to end on a tiny model and synthetic IDX set (bin/vil
-and $VIL_BUILD/tools/length_sets), when they are built. Closes with "N passed, N failed"."""
+and $VIL_BUILD/tools/length_sets), when they are built; dev/length/stream_report.py's and
+states_report.py's tables from hand-set runs against the formulas, computed here. Closes with "N passed, N failed"."""
 import gzip
 import json
 import os
@@ -254,6 +255,70 @@ def test_runner(tmp):
     check(logs == 3 * want, "each evaluation left its predictions, summary and log (%d files)" % logs)
 
 
+# ---------------- the stream's and the readout's tables ----------------
+
+def write_positions(path, tops, images, K=8):
+    """a --positions-file JSON whose position p (1-based) has tops[p - 1] percent of `images`"""
+    pos = [{"position": i + 1, "images": images, "top1": t, "loss": 0.5} for i, t in enumerate(tops)]
+    with open(path, "w") as f:
+        json.dump({"model": "m", "trained_length": K, "positions": pos}, f)
+
+
+def test_stream_report(tmp):
+    """dev/length/stream_report.py on runs whose accuracies are set by hand: its means, its
+    differences and their intervals against the formula in its docstring, computed here"""
+    out = os.path.join(tmp, "stream")
+    ins = {"vil": [80.0, 82.0, 84.0], "vim": [79.0, 80.0, 84.0]}
+    drops = {"vil": [-0.5, -1.0, -1.5], "vim": [-3.0, -2.5, -4.0]}
+    for arch in ("vil", "vim"):
+        for s in range(3):
+            d = os.path.join(out, "zero_%s_s%d" % (arch, s))
+            os.makedirs(d)
+            a, b = ins[arch][s], ins[arch][s] + drops[arch][s]
+            write_positions(os.path.join(d, "pos128.json"), [a] * 8 + [a - 0.25] * 112 + [b] * 8, 1250)
+            write_positions(os.path.join(d, "pos256.json"), [a] * 8 + [a] * 240 + [b] * 8, 125)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "dev", "length", "stream_report.py"), out],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, "stream_report.py exits 0: %s" % r.stderr[-300:])
+    rows = {l.split("|")[1].strip(): [c.strip() for c in l.split("|")[2:-1]] for l in r.stdout.splitlines()
+            if l.startswith("| Longhorn") or l.startswith("| Mamba") or l.startswith("| zero")}
+    t2 = 4.303  # t(0.975, 2 df)
+    for name, arch in (("Longhorn, zero", "vil"), ("Mamba, zero", "vim")):
+        x = drops[arch]
+        m = sum(x) / 3
+        s2 = sum((v - m) ** 2 for v in x) / 2
+        vimg = sum(1e4 * (b / 100) * (1 - b / 100) / 10000 + 1e4 * (a / 100) * (1 - a / 100) / 10000
+                   for a, b in zip(ins[arch], [i + dd for i, dd in zip(ins[arch], x)])) / 3
+        h = (t2 * t2 * s2 / 3 + 1.96 ** 2 * vimg) ** 0.5
+        want = "%+.2f [%+.2f, %+.2f]" % (m, m - h, m + h)
+        row = rows.get(name, [])
+        check(len(row) == 7 and row[4] == want, "%s: last 8 of 128 minus 1-8 is %s (%s)" % (name, want, row))
+        check(len(row) == 7 and row[1] == "%.2f ± %.2f" % (sum(ins[arch]) / 3, (sum((v - sum(ins[arch]) / 3) ** 2 for v in ins[arch]) / 2) ** 0.5),
+              "%s: the in-length mean and sd (%s)" % (name, row))
+        verdict = "flat" if m - h > -2 else ("not flat" if m + h < -2 else "undecided")
+        check(len(row) == 7 and row[6] == verdict, "%s: verdict %s (%s)" % (name, verdict, row))
+    check("zero" in rows and rows["zero"][0].startswith("%+.2f" % (sum(ins["vil"]) / 3 - sum(ins["vim"]) / 3)),
+          "ViL - ViM in length: the difference of the means (%s)" % rows.get("zero"))
+
+
+def test_states_report(tmp):
+    """dev/length/states_report.py: the mean and sd over seeds of each run's distance_mean"""
+    out = os.path.join(tmp, "states")
+    vals = {"test112": [10.0, 12.0, 14.0], "canvas112_zero": [20.0, 30.0, 25.0]}
+    for cond, v in vals.items():
+        for s, x in enumerate(v):
+            d = os.path.join(out, "vil", "states", "base_s%d" % s, cond)
+            os.makedirs(d)
+            with open(os.path.join(d, "states.json"), "w") as f:
+                json.dump({"readout": {"token": 24, "distance_mean": x}}, f)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "dev", "length", "states_report.py"), out],
+                       capture_output=True, text=True)
+    line = [l for l in r.stdout.splitlines() if l.startswith("| vil base")]
+    cells = [c.strip() for c in line[0].split("|")[2:-1]] if line else []
+    check(r.returncode == 0 and cells == ["-", "12.0 ± 2.0 (n=3)", "-", "25.0 ± 5.0 (n=3)"],
+          "states_report.py: test112 12.0 ± 2.0, canvas 25.0 ± 5.0, the others empty: %s %s" % (cells, r.stderr[-200:]))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="vil_length_report_")
     try:
@@ -262,6 +327,8 @@ def main():
         test_determinism_and_edges()
         test_report(tmp)
         test_runner(tmp)
+        test_stream_report(tmp)
+        test_states_report(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d passed, %d failed" % (passed, failed))
