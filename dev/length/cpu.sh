@@ -3,7 +3,7 @@
 # from scale"): ViL bases under the demo's recipe (configs/vil_fashion.cfg, 2,000 steps of 64:
 # tools/demo.sh), 5 seeds; their sets; the zero-start and fitted-noise post-trainings of seeds 0-2
 # (500 steps at a tenth of the lr) and their sets; ViL trained on 56-px canvases (1,000 steps of
-# 64, CANVAS_SEEDS); and the readout distances of `vil states --readout-ref` (seeds 0-2). About
+# 64, CANVAS_SEEDS; one without a position embedding), post-trained 300 steps (zero, fitted); and the readout distances of `vil states --readout-ref` (seeds 0-2). About
 # 2 hours of this machine's 2 cores; then python3 dev/length/report.py OUT.
 #   sh dev/length/cpu.sh [OUT]
 set -eu
@@ -29,7 +29,25 @@ for s in ${CANVAS_SEEDS:-0 1}; do
         --set canvas=56 --set img_size=56 --set canvas_bg=zero --set scale_min=1.0 --set seed=$s --set max_steps=1000 \
         --set epochs=2 --set warmup_epochs=0.1 --set reprob=0 --set workers=1 --set eval_every_epochs=0 > "$d.log" 2>&1
 done
-VARIANTS="canvas" ONLY="canvas56_zero canvas84_zero canvas112_zero tile2 tile4" POS="keep" sh dev/length/sets.sh vil "$OUT"
+# the same without a position embedding (its only notion of position is the scan), one seed
+d=$OUT/vil/canvasnopos_s0
+[ -f "$d/last.safetensors" ] || "$VIL" train --config "$CFG" --data "$DATA" --device cpu --out "$d" --quiet \
+    --set canvas=56 --set img_size=56 --set canvas_bg=zero --set scale_min=1.0 --set seed=0 --set pos_embed=none \
+    --set max_steps=1000 --set epochs=2 --set warmup_epochs=0.1 --set reprob=0 --set workers=1 --set eval_every_epochs=0 > "$d.log" 2>&1
+# the canvas models post-trained 300 steps at a tenth of the lr: zero start (the control), fitted noise
+for s in ${CANVAS_SEEDS:-0 1}; do
+    for i in zero fitted; do
+        d=$OUT/vil/canvaspost_${i}_s$s
+        [ -f "$d/last.safetensors" ] || "$VIL" train --config "$CFG" --data "$DATA" --device cpu --out "$d" --quiet \
+            --init "$OUT/vil/canvas_s$s/last.safetensors" --set canvas=56 --set img_size=56 --set canvas_bg=zero \
+            --set scale_min=1.0 --set seed=$s --set init_state=$i --set base_lr=0.0024 --set warmup_epochs=0 \
+            --set max_steps=300 --set epochs=1 --set reprob=0 --set workers=1 --set eval_every_epochs=0 > "$d.log" 2>&1 &
+    done
+done
+wait
+VARIANTS="canvas canvasnopos canvaspost_zero canvaspost_fitted" ONLY="canvas56_zero canvas84_zero canvas112_zero tile2 tile4" \
+    POS="keep" sh dev/length/sets.sh vil "$OUT"
+VARIANTS="canvas" ONLY="canvas84_zero canvas112_zero tile2 tile4" POS="interp" sh dev/length/sets.sh vil "$OUT"
 # the readout: a reference at 28 px, then each condition against it
 S=$OUT/sets
 for v in base post_zero post_fitted; do

@@ -67,18 +67,20 @@ for (var, arch), by in sorted(runs.items(), key=lambda kv: (kv[0][0] != "zero", 
                                   "l128_minus_in": row["l128"][:2], "l256_minus_in": row["l256"][:2]}
 
 print()
-print("| variant | ViL - ViM, 1-8 [95%] | ViL - ViM, last 8 of 128 [95%] | ViL - ViM, last 8 of 256 [95%] |")
-print("|---|---|---|---|")
+print("| variant | ViL - ViM, 1-8 [95%] | ViL - ViM, last 8 of 128 [95%] | ViL - ViM, last 8 of 256 [95%] | ViL's drop at 16x - ViM's [95%] |")
+print("|---|---|---|---|---|")
 for var in sorted({v for v, _ in runs}):
     a, b = runs.get((var, "vil")), runs.get((var, "vim"))
     if not a or not b or len(a) < 2 or len(b) < 2:
         continue
     cells = []
-    for key in ("in", "l128", "l256"):
-        xa = [a[s][key][0] for s in a]; xb = [b[s][key][0] for s in b]
+    for key in ("in", "l128", "l256", "drop"):
+        val = lambda r, k: r["l128"][0] - r["in"][0] if k == "drop" else r[k][0]
+        xa = [val(a[s], key) for s in a]; xb = [val(b[s], key) for s in b]
         ma, mb = sum(xa) / len(xa), sum(xb) / len(xb)
         va = sum((x - ma) ** 2 for x in xa) / (len(xa) - 1); vb = sum((x - mb) ** 2 for x in xb) / (len(xb) - 1)
-        vimg = sum(binvar(a[s][key][0], a[s][key][1]) for s in a) / len(a) + sum(binvar(b[s][key][0], b[s][key][1]) for s in b) / len(b)
+        parts = ("l128", "in") if key == "drop" else (key,)
+        vimg = sum(sum(binvar(r[s][k][0], r[s][k][1]) for k in parts) / len(r) for r in (a, b) for s in r)
         se2 = va / len(xa) + vb / len(xb)
         df = se2 ** 2 / ((va / len(xa)) ** 2 / (len(xa) - 1) + (vb / len(xb)) ** 2 / (len(xb) - 1)) if se2 > 0 else 8
         t = T975.get(max(1, min(9, int(df))), 2.0)
