@@ -10,7 +10,8 @@
 # (the zero start's, default "0 1 2 3 4"; empty: none), VARIANTS (after them: tbtt2 = stream_chunk
 # 2, noise, fitted, passing; default none), SEEDS2 (the variants', default "0 1 2"), SIGMA (noise's,
 # default 0.3), STREAMS128 (evaluation streams of 128, default 1250: 10,000 readouts in positions
-# 1-8 and in 121-128), STREAMS256 (default 125), THREADS (OMP_NUM_THREADS, default 2).
+# 1-8 and in 121-128), STREAMS256 (default 125), THREADS (OMP_NUM_THREADS, default 2), ARCHS
+# (default "vil vim").
 set -u
 OUT=${1:-out/stream}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
@@ -42,7 +43,7 @@ one() {
 }
 
 for s in ${SEEDS-0 1 2 3 4}; do
-    for a in vil vim; do one zero $a $s; done
+    for a in ${ARCHS:-vil vim}; do one zero $a $s; done
 done
 for v in ${VARIANTS:-}; do
     case $v in
@@ -53,6 +54,6 @@ for v in ${VARIANTS:-}; do
     *) echo "stream.sh: unknown variant $v" >&2; exit 2 ;;
     esac
     for s in ${SEEDS2:-0 1 2}; do
-        for a in vil vim; do one "$v" $a $s $k; done
+        for a in ${ARCHS:-vil vim}; do one "$v" $a $s $k; done
     done
 done
