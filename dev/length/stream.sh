@@ -34,10 +34,10 @@ one() {
             --set eval_every_epochs=0 --set workers=1 --quiet "$@" --out "$d" > "$d.log" 2>&1 ||
             { echo "stream.sh: training $d failed:"; tail -3 "$d.log"; return 1; }
     fi
-    for k in 128 256; do
-        [ $k = 128 ] && ns=${STREAMS128:-1250} || ns=${STREAMS256:-125}
-        "$VIL" eval --model "$d/last.safetensors" --data "$DATA" --device "$DEVICE" --stream-len $k --streams "$ns" \
-            --positions-file "$d/pos$k.json" > "$d/eval$k.log" 2>&1 || { echo "stream.sh: eval $k of $d failed"; return 1; }
+    for len in 128 256; do # (not k: the variants' keys below are k, and sh's variables are global)
+        [ $len = 128 ] && ns=${STREAMS128:-1250} || ns=${STREAMS256:-125}
+        "$VIL" eval --model "$d/last.safetensors" --data "$DATA" --device "$DEVICE" --stream-len $len --streams "$ns" \
+            --positions-file "$d/pos$len.json" > "$d/eval$len.log" 2>&1 || { echo "stream.sh: eval $len of $d failed"; return 1; }
     done
     echo "$(date +%T) $d: $(grep -h 'in length\|the last 8' "$d/eval128.log" "$d/eval256.log" | sed 's/  loss [0-9.]*//' | tr '\n' ' ')"
 }
