@@ -323,9 +323,10 @@ static void print_header(Report *r, const VilModel *m, const VilCheckpointMeta *
 
 /* The norms measured on ds (into *s, r pointing at them), the table printed, OUT's three files
  * written: 0, or -1 (reported) */
-static int measure(Report *r, VilModel *m, VilDataset *ds, const VilEvalSpec *ev, VilStates *s) {
+static int measure(Report *r, VilModel *m, VilDataset *ds, const VilEvalSpec *ev, const float *ref_mean,
+                   const float *ref_var, VilStates *s) {
     double t0 = vil_now();
-    if (vil_states_dataset(m, ds, ev, o.batch, o.workers, stderr, s, &r->bad) != 0) return -1;
+    if (vil_states_dataset(m, ds, ev, o.batch, o.workers, ref_mean, ref_var, stderr, s, &r->bad) != 0) return -1;
     r->s = s;
     if (s->images == 0) {
         vil_error("no images were measured%s", r->bad ? ": none could be read" : "");
@@ -401,9 +402,8 @@ int vil_cmd_states(int argc, char **argv) {
     if (rc == 0 && m.cfg.cls_pos >= 0 && vil_output_check(ro_path, ".safetensors", "--out") != 0) rc = 2;
     if (rc == 0) {
         r.ref = o.ref;
-        s.ref_mean = ref_mean, s.ref_var = ref_var;
         print_header(&r, &m, &meta, &ev, note, &ds, be);
-        rc = measure(&r, &m, ds, &ev, &s) == 0 ? 0 : 1;
+        rc = measure(&r, &m, ds, &ev, ref_mean, ref_var, &s) == 0 ? 0 : 1;
     }
     free(ref_mean);
     free(ref_var);

@@ -234,13 +234,12 @@ int vil_states_tokens_at(const VilConfig *cfg, int img_size) {
 }
 
 int vil_states_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                       FILE *log, VilStates *s, long *bad) {
+                       const float *ref_mean, const float *ref_var, FILE *log, VilStates *s, long *bad) {
     *bad = 0;
-    const float *rm = s->ref_mean, *rv = s->ref_var; /* a reference the caller set before */
     int L, S;
     vil_model_seq_streams(m, &L, &S);
     if (vil_states_init(s, m->cfg.depth, m->cfg.seq_len, m->cfg.cls_pos, S) != 0) return -1;
-    if (rm && s->readout >= 0) s->ref_mean = rm, s->ref_var = rv;
+    if (ref_mean && s->readout >= 0) s->ref_mean = ref_mean, s->ref_var = ref_var;
     batch = vil_eval_batch(ds, batch, 0);
     if (vil_states_prepare(m, batch) != 0) return -1;
     VilLoader *l = vil_eval_loader(m, ds, ev, batch, workers, NULL);

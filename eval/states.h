@@ -74,10 +74,11 @@ int vil_states_prepare(VilModel *m, int B);
  * vil_eval_limit), made by the evaluation loader (vil_eval_loader: the transform ev, `vil
  * eval`'s) in batches of `batch` (capped at the images read) with `workers` threads; unreadable
  * images are named by the loader, counted in *bad and left out. log (may be NULL) gets a progress
- * line about every 10%. s is initialized here (vil_states_free it, also after a failure). 0, or
- * -1 (reported). */
+ * line about every 10%. ref_mean and ref_var (NULL: none; vil_states_ref_load) are the
+ * reference of the readout's distance (s points at them: they outlive its use). s is initialized here
+ * (vil_states_free it, also after a failure). 0, or -1 (reported). */
 int vil_states_dataset(VilModel *m, VilDataset *ds, const VilEvalSpec *ev, int batch, int workers,
-                       FILE *log, VilStates *s, long *bad);
+                       const float *ref_mean, const float *ref_var, FILE *log, VilStates *s, long *bad);
 
 /* The tokens of a model trained as cfg is but on img_size x img_size images (its grid's
  * patches and the class token); 0 when the patches do not fit that size. */
