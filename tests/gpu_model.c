@@ -27,7 +27,7 @@ static VilRng rng;
 
 static void small_config(VilConfig *c, const char *arch, float drop_path) {
     vil_config_default(c);
-    strcpy(c->arch, arch);
+    snprintf(c->arch, sizeof c->arch, "%s", arch);
     c->img_size = 16;
     c->patch_size = 4;
     c->stride = 3; /* overlapping patches: G = 5, L = 26 */
@@ -72,7 +72,7 @@ static void test_model_stride(const char *arch, float drop_path, int B, int stri
     char nm[200], name[64];
     snprintf(name, sizeof name, "%s%s%s", arch, set ? " " : "", set ? set : ""); /* in the checks' names */
     VilConfig c;
-    small_config(&c, name, drop_path);
+    small_config(&c, arch, drop_path);
     if (stride) c.stride = stride;
     T_CHECK((!set || vil_config_set_kv(&c, set) == 0) && vil_config_finalize(&c) == 0, "finalize %s", name);
     VilModel mc, mg;
@@ -318,8 +318,8 @@ static void test_graph_forward(void) {
 /* A stream model: images of `img` rows, streams of K, `chunk` images per forward */
 static void stream_config(VilConfig *c, const char *arch, int img, int K, int chunk) {
     vil_config_default(c);
-    strcpy(c->arch, arch);
-    strcpy(c->family, "stream");
+    snprintf(c->arch, sizeof c->arch, "%s", arch);
+    snprintf(c->family, sizeof c->family, "stream");
     c->img_size = img;
     c->in_chans = 1;
     c->embed_dim = 24; /* E = 48 */
