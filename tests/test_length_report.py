@@ -10,6 +10,7 @@ states_report.py's tables from hand-set runs against the formulas, computed here
 import gzip
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -213,6 +214,38 @@ def write_idx(d, prefix, n, side, classes, seed):
         f.write(struct.pack(">II", 0x801, n) + labels.tobytes())
 
 
+def test_references(tmp):
+    """the flat criterion's reference per variant: a canvas-trained model against its 56-px canvas, a
+    FixRes model against the test at its own size, the rest against the test at 28 px"""
+    out = os.path.join(tmp, "refs")
+    n = 40
+    every, half = [True] * n, [i % 2 == 0 for i in range(n)]
+    quarter = [i % 4 == 0 for i in range(n)]
+    for s in (0, 1, 2):
+        write_pred(os.path.join(out, "vil/sets/test.28/interp/base_s%d.csv" % s), every, gz=True)
+        write_pred(os.path.join(out, "vil/sets/test.28/interp/fixres112_zero_s%d.csv" % s), quarter, gz=True)
+        write_pred(os.path.join(out, "vil/sets/test.112/interp/base_s%d.csv" % s), quarter, gz=True)
+        write_pred(os.path.join(out, "vil/sets/test.112/interp/fixres112_zero_s%d.csv" % s), every, gz=True)
+        write_pred(os.path.join(out, "vil/sets/canvas56_zero.56/interp/canvas_s%d.csv" % s), every, gz=True)
+        write_pred(os.path.join(out, "vil/sets/canvas56_zero.56/interp/base_s%d.csv" % s), quarter, gz=True)
+        write_pred(os.path.join(out, "vil/sets/canvas112_zero.112/interp/canvas_s%d.csv" % s), half, gz=True)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "dev/length/report.py"), out, "--reps", "200"],
+                       capture_output=True, text=True)
+    text = r.stdout
+    flat = text[text.find("less top-1 at the training length"):]
+    check(r.returncode == 0 and "for the canvas-trained canvas56_zero at 56 px" in flat,
+          "report.py names the references (rc %d): %s" % (r.returncode, r.stderr[-300:]))
+    # columns: base, canvas, fixres112_zero
+    check(re.search(r"\| canvas56_zero \| 56 \| interp \| -75\.0 \[[^]]*\] n=3 not flat \| - \| - \|", flat),
+          "canvas56_zero: base 75 points below its test at 28 px; the canvas model's own reference: no row")
+    check("| canvas112_zero | 112 | interp | - | -50.0 [" in flat,
+          "canvas112_zero: the canvas model 50 points below its 56-px canvas")
+    check(re.search(r"\| test \| 112 \| interp \| -75\.0 \[[^]]*\] n=3 not flat \| - \| - \|", flat),
+          "test at 112 px: base 75 below 28 px; fixres112 is at its reference there")
+    check(re.search(r"\| test \| 28 \| interp \| - \| - \| -75\.0 \[[^]]*\] n=3 not flat \|", flat),
+          "test at 28 px: the reference of base, fixres112 75 points below its 112 px")
+
+
 def test_runner(tmp):
     build = os.environ.get("VIL_BUILD", "build")
     vil, tool = os.path.join(ROOT, "bin/vil"), os.path.join(ROOT, build, "tools/length_sets")
@@ -326,6 +359,7 @@ def main():
         test_width_and_pairing()
         test_determinism_and_edges()
         test_report(tmp)
+        test_references(tmp)
         test_runner(tmp)
         test_stream_report(tmp)
         test_states_report(tmp)

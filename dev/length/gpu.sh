@@ -19,6 +19,10 @@
 #   sets3   the canvas models on canvases and tiles up to 112 px
 #   readout the readout distances (vil states --readout-ref) of the bases and post_zero / post_fitted
 #   pack    every evaluation's per-image outcomes into OUT/PACK (dev/length/pack.py)
+# On the lent machine (no libstb-dev, libcjson-dev or Fashion-MNIST there; DEVELOPERS.md): carry
+# .deps holding the .debs and the data (.deps/fmnist), and begin with `. tools/gpu_env.sh; make -j16
+# CUDA_ARCH="-gencode arch=compute_90,code=sm_90" bin/vil build/lib/libvil-cuda.so build/tools/length_sets`.
+# The whole protocol took 27 minutes there (H200, 2026-11-29), the pack stage ~70 s of it.
 # Environment: DATA (default .data/fmnist), DEADLINE (epoch seconds: a stage started later is not
 # run, one running is cut at it; default none), JOBS (evaluations at once, default 12), PARALLEL
 # (trainings at once per arch, default 5), PACK (default gpu.pack.json.gz), ARCHS (default
@@ -96,7 +100,7 @@ sets3)
             cut sh dev/length/sets.sh "$a" "$OUT"
     done ;;
 readout) # vil states --readout-ref (cpu.sh's readout) of every base and post_zero / post_fitted; seed 0's
-    # bases also on the CPU, the CUDA path's check
+    # bases also on the CPU into OUT/ARCH/states_cpu, the CUDA path's check
     S=$OUT/sets
     for a in $ARCHS; do
         for v in base post_zero post_fitted; do
@@ -104,7 +108,8 @@ readout) # vil states --readout-ref (cpu.sh's readout) of every base and post_ze
                 devs=$DEVICE
                 [ "$v$s" = base0 ] && devs="$DEVICE cpu"
                 for dv in $devs; do
-                    m=$OUT/$a/${v}_s$s/last.safetensors r=$OUT/$a/states_$dv/${v}_s$s
+                    m=$OUT/$a/${v}_s$s/last.safetensors r=$OUT/$a/states/${v}_s$s
+                    [ $dv = cpu ] && r=$OUT/$a/states_cpu/${v}_s$s
                     mkdir -p "$r"
                     [ -f "$r/ref28/readout.safetensors" ] || cut bin/vil states --model "$m" --data "$DATA" --device $dv \
                         --limit 256 --batch 64 --crop-pct 1 --out "$r/ref28" > "$r/ref28.log" 2>&1

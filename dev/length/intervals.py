@@ -209,6 +209,22 @@ def control_of(variant):
     return head + "_zero"
 
 
+# the set a model trained on canvases (dev/length/cpu.sh, gpu.sh: `--set canvas=56`) was trained on
+CANVAS_REF = ("canvas56_zero", 56)
+
+
+def reference_of(variant, ref_name, train_side):
+    """(set, side) of a variant's training length, the reference of the flat criterion: the test
+    split at the training side; for a model trained on canvases (variant canvas*), the canvas it
+    was trained on; for a FixRes post-training (fixres<N>_*), the test split at N px"""
+    if variant.startswith("canvas"):
+        return CANVAS_REF
+    m = re.match(r"fixres(\d+)_", variant)
+    if m:
+        return ("test", int(m.group(1)))
+    return (ref_name, train_side)
+
+
 def fmt(ci, n, scale=100.0, signed=False):
     est, lo, hi = (scale * x for x in ci)
     f = "%+.1f [%+.1f, %+.1f]" if signed else "%.1f [%.1f, %.1f]"
@@ -288,21 +304,21 @@ def sets_report(out, reps=2000, seed=0):
                                               "control": c, "seeds": seeds, "images": len(imgs), "ci": ci})
                     row.append(fmt(ci, len(seeds), signed=True))
                 lines.append("| %s | %d | %s | %s |" % (name, side, p, " | ".join(row)))
-        # the seeds' flat criterion against the training length
+        # the seeds' flat criterion against each variant's training length
         if ref_name:
-            lines += ["", "%s: top-1 on the set less top-1 at the training length (%s at %d px; points, paired by "
-                      "seed and image): flat when the interval lies above -%g" % (label, ref_name, train_side,
-                                                                                 FLAT_POINTS), "",
+            lines += ["", "%s: top-1 on the set less top-1 at the training length (points, paired by seed and "
+                      "image): flat when the interval lies above -%g; the reference: %s at %d px, for the "
+                      "canvas-trained %s at %d px, for fixres<N> the test at N px" % (
+                          label, FLAT_POINTS, ref_name, train_side, CANVAS_REF[0], CANVAS_REF[1]), "",
                       "| set | side | pos | " + " | ".join(variants) + " |", "|---|---|---|" + "---|" * len(variants)]
             for (name, side), p in rows:
-                if (name, side) == (ref_name, train_side):
-                    continue
                 row = []
                 for v in variants:
+                    rn, rs = reference_of(v, ref_name, train_side)
                     a = cells.get((fam, name, side, p, v))
-                    r = pos_of(cells, (fam, ref_name, train_side, p, v), train_side)
+                    r = pos_of(cells, (fam, rn, rs, p, v), train_side)
                     seeds = sorted(set(a or {}) & set(r or {}))
-                    if not seeds:
+                    if (name, side) == (rn, rs) or not seeds:
                         row.append("-")
                         continue
                     a, r = {s: a[s] for s in seeds}, {s: r[s] for s in seeds}
@@ -310,9 +326,11 @@ def sets_report(out, reps=2000, seed=0):
                     ci = paired_ci(boot, matrix(a, seeds, imgs), matrix(r, seeds, imgs))
                     verdict = flat_verdict(100 * ci[1], 100 * ci[2])
                     res["flat"].append({"family": fam, "set": name, "side": side, "pos": p, "variant": v,
-                                        "seeds": seeds, "images": len(imgs), "ci": ci, "verdict": verdict})
+                                        "reference": [rn, rs], "seeds": seeds, "images": len(imgs), "ci": ci,
+                                        "verdict": verdict})
                     row.append("%s %s" % (fmt(ci, len(seeds), signed=True), verdict))
-                lines.append("| %s | %d | %s | %s |" % (name, side, p, " | ".join(row)))
+                if any(c != "-" for c in row):
+                    lines.append("| %s | %d | %s | %s |" % (name, side, p, " | ".join(row)))
     # ViL against ViM
     both = sorted({k[4] for k in cells if k[0] == "vil"} & {k[4] for k in cells if k[0] == "vim"})
     if both:
