@@ -199,6 +199,62 @@ static void small_vil_cuda(VilModel *m, VilConfig *c, uint64_t seed) {
 /* inference-mode activations (one shared layer set) give the training-mode logits exactly */
 static void test_model(const char *arch, float drop_path, int B) { test_model_stride(arch, drop_path, B, 0, NULL); }
 
+/* vil states' readings on the GPU against the CPU (eval/states.c): after a training forward
+ * without recompute or drop path, every stream's squared state norm along the sequence and final
+ * state (vil_model_seq_states), and its state after the class token and at both ends
+ * (vil_model_seq_state_at, the readout of --readout-ref) */
+static void test_seq_states(const char *arch) {
+    char nm[160];
+    VilConfig c;
+    small_config(&c, arch, 0.0f);
+    T_CHECK(vil_config_finalize(&c) == 0, "finalize %s", arch);
+    VilModel mc, mg;
+    vil_model_init(&mc, &c, &vil_backend_cpu);
+    vil_model_init(&mg, &c, gpu);
+    vil_model_init_weights(&mc, 5);
+    float *p = vil_malloc(mc.buf_len * sizeof(float));
+    t_perturbed_params(&mc, &rng, p);
+    vil_model_set_params(&mc, p);
+    vil_model_set_params(&mg, p);
+    int B = 2;
+    mc.recompute = mg.recompute = VIL_RECOMPUTE_NONE;
+    T_CHECK(vil_model_alloc_acts(&mc, B, 1) == 0 && vil_model_alloc_acts(&mg, B, 1) == 0, "%s: training activations", arch);
+    fill_batch(&mc, &mg);
+    vil_model_forward(&mc, 1);
+    vil_model_forward(&mg, 1);
+    int L = 0, S = 0, ns = vil_model_seq_streams(&mc, &L, &S), Lg = 0, Sg = 0;
+    T_CHECK(ns == 2 * c.depth && vil_model_seq_streams(&mg, &Lg, &Sg) == ns && L == Lg && S == Sg && L == c.seq_len,
+            "%s: %d streams of %d steps over %d floats on both backends", arch, ns, L, S);
+    size_t nh = (size_t)B * L, nT = (size_t)B * S;
+    float *hc = vil_malloc(nh * sizeof(float)), *hg = vil_malloc(nh * sizeof(float));
+    float *tc = vil_malloc(nT * sizeof(float)), *tg = vil_malloc(nT * sizeof(float));
+    const int at[3] = {0, c.cls_pos, L - 1};
+    double worst = 0;
+    for (int k = 0; k < ns; k++) {
+        T_CHECK(vil_model_seq_states(&mc, k, hc, tc) == 0 && vil_model_seq_states(&mg, k, hg, tg) == 0,
+                "%s stream %d: seq_states on both", arch, k);
+        snprintf(nm, sizeof nm, "%s stream %d: squared state norm along the sequence", arch, k);
+        T_CLOSE(nm, rel(hg, hc, nh), 2e-2);
+        snprintf(nm, sizeof nm, "%s stream %d: final state", arch, k);
+        T_CLOSE(nm, rel(tg, tc, nT), 2e-2);
+        for (int i = 0; i < 3; i++) {
+            T_CHECK(vil_model_seq_state_at(&mc, k, at[i], tc) == 0 && vil_model_seq_state_at(&mg, k, at[i], tg) == 0,
+                    "%s stream %d: state_at %d on both", arch, k, at[i]);
+            double e = rel(tg, tc, nT);
+            snprintf(nm, sizeof nm, "%s stream %d: state after token %d%s", arch, k, at[i],
+                     at[i] == c.cls_pos ? " (the class token: the readout)" : "");
+            T_CLOSE(nm, e, 2e-2);
+            worst = fmax(worst, e);
+        }
+    }
+    printf("     %s: worst readout-state error %.3e over %d streams\n", arch, worst, ns);
+    printf("(an expected error follows)\n");
+    T_CHECK(vil_model_seq_state_at(&mg, 0, L, tg) != 0, "%s: a token past the sequence is refused on the GPU", arch);
+    free(p), free(hc), free(hg), free(tc), free(tg);
+    vil_model_free(&mc);
+    vil_model_free(&mg);
+}
+
 static void test_inference_matches_training(void) {
     VilConfig c;
     VilModel m;
@@ -469,6 +525,8 @@ int main(void) {
     test_inference_matches_training();
     test_recompute_modes();
     test_graph_forward();
+    test_seq_states("vil");
+    test_seq_states("vim");
     test_stream("vil", 12, 3, 3, VIL_INIT_ZERO);
     test_stream("vim", 12, 3, 3, VIL_INIT_ZERO);
     test_stream("vil", 28, 3, 2, VIL_INIT_NOISE);
