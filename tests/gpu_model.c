@@ -41,6 +41,20 @@ static void small_config(VilConfig *c, const char *arch, float drop_path) {
 
 static double rel(const float *a, const float *ref, size_t n) { return rel_l2(a, ref, 1, n, n); }
 
+/* the CPU model mc and the GPU model mg of config c with the same weights: seed's init moved off
+ * the init values (norms 1, D 1, biases 0) so every path carries gradient, a head of unit scale
+ * so the early layers' gradients are not tiny; the weights (caller frees) */
+static float *twin_models(const VilConfig *c, uint64_t seed, VilModel *mc, VilModel *mg) {
+    vil_model_init(mc, c, &vil_backend_cpu);
+    vil_model_init(mg, c, gpu);
+    vil_model_init_weights(mc, seed);
+    float *p = vil_malloc(mc->buf_len * sizeof(float));
+    t_perturbed_params(mc, &rng, p);
+    vil_model_set_params(mc, p);
+    vil_model_set_params(mg, p);
+    return p;
+}
+
 /* the same batch on both models: images N(0,1), soft targets (smoothing + a mixup pair) */
 static void fill_batch(VilModel *mc, VilModel *mg) {
     const VilConfig *c = &mc->cfg;
@@ -76,15 +90,7 @@ static void test_model_stride(const char *arch, float drop_path, int B, int stri
     if (stride) c.stride = stride;
     T_CHECK((!set || vil_config_set_kv(&c, set) == 0) && vil_config_finalize(&c) == 0, "finalize %s", name);
     VilModel mc, mg;
-    vil_model_init(&mc, &c, &vil_backend_cpu);
-    vil_model_init(&mg, &c, gpu);
-    vil_model_init_weights(&mc, 11);
-    /* off the init values (norms 1, D 1, biases 0) so every path carries gradient; a head of
-     * unit scale so the early layers' gradients are not tiny */
-    float *p = vil_malloc(mc.buf_len * sizeof(float)), *p0 = vil_malloc(mc.buf_len * sizeof(float));
-    t_perturbed_params(&mc, &rng, p);
-    vil_model_set_params(&mc, p);
-    vil_model_set_params(&mg, p);
+    float *p = twin_models(&c, 11, &mc, &mg), *p0 = vil_malloc(mc.buf_len * sizeof(float));
     memcpy(p0, p, mc.buf_len * sizeof(float));
     mc.input_grad = mg.input_grad = 1;
     T_CHECK(vil_model_alloc_acts(&mc, B, 1) == 0, "vil_model_alloc_acts(&mc, B, 1)");
@@ -209,13 +215,7 @@ static void test_seq_states(const char *arch) {
     small_config(&c, arch, 0.0f);
     T_CHECK(vil_config_finalize(&c) == 0, "finalize %s", arch);
     VilModel mc, mg;
-    vil_model_init(&mc, &c, &vil_backend_cpu);
-    vil_model_init(&mg, &c, gpu);
-    vil_model_init_weights(&mc, 5);
-    float *p = vil_malloc(mc.buf_len * sizeof(float));
-    t_perturbed_params(&mc, &rng, p);
-    vil_model_set_params(&mc, p);
-    vil_model_set_params(&mg, p);
+    float *p = twin_models(&c, 5, &mc, &mg);
     int B = 2;
     mc.recompute = mg.recompute = VIL_RECOMPUTE_NONE;
     T_CHECK(vil_model_alloc_acts(&mc, B, 1) == 0 && vil_model_alloc_acts(&mg, B, 1) == 0, "%s: training activations", arch);
@@ -409,13 +409,7 @@ static void test_stream(const char *arch, int img, int chunk, int B, VilInitMode
     stream_config(&c, arch, img, K, chunk);
     T_CHECK(vil_config_finalize(&c) == 0, "finalize the stream config");
     VilModel mc, mg;
-    vil_model_init(&mc, &c, &vil_backend_cpu);
-    vil_model_init(&mg, &c, gpu);
-    vil_model_init_weights(&mc, 13);
-    float *p = vil_malloc(mc.buf_len * sizeof(float));
-    t_perturbed_params(&mc, &rng, p);
-    vil_model_set_params(&mc, p);
-    vil_model_set_params(&mg, p);
+    float *p = twin_models(&c, 13, &mc, &mg);
     size_t px = (size_t)img * img, NC = c.num_classes, nl = (size_t)B * chunk * NC;
     float *x = vil_malloc((size_t)B * K * px * sizeof(float)), *tg = vil_calloc((size_t)B * K * NC, sizeof(float));
     for (size_t i = 0; i < (size_t)B * K * px; i++) x[i] = vil_rng_normal(&rng);
